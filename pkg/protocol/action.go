@@ -1,0 +1,71 @@
+package protocol
+
+// Action kinds. A route resolves every tool call to exactly one kind of action; the router copies
+// the action into the tool call message so that a tool worker needs no routes file of its own.
+const (
+	ActionHTTP = "http"
+	ActionGRPC = "grpc"
+)
+
+// Action is the resolved way to run one tool call, copied from the route that matched it.
+// Exactly one of HTTP and GRPC is set, as Kind says. Header values may hold ${env.NAME}
+// placeholders: they travel unresolved and only the worker that runs the call resolves them.
+type Action struct {
+	// Kind is ActionHTTP or ActionGRPC.
+	Kind string `msgpack:"kind" json:"kind"`
+	// TimeoutMS bounds each try of the tool, in milliseconds.
+	TimeoutMS int `msgpack:"timeout_ms" json:"timeout_ms"`
+	// Retry is the route's retry policy.
+	Retry RetryPolicy `msgpack:"retry" json:"retry"`
+	// HTTP is set when Kind is ActionHTTP.
+	HTTP *HTTPAction `msgpack:"http,omitempty" json:"http,omitempty"`
+	// GRPC is set when Kind is ActionGRPC.
+	GRPC *GRPCAction `msgpack:"grpc,omitempty" json:"grpc,omitempty"`
+}
+
+// HTTPAction calls a tool over HTTP.
+type HTTPAction struct {
+	// URL is absolute (http or https). Its path may hold {name} placeholders filled, escaped,
+	// from the call's arguments; arguments never change the scheme, host or port.
+	URL string `msgpack:"url" json:"url"`
+	// Method is GET, POST, PUT, PATCH or DELETE. Arguments travel as the query string for GET
+	// and DELETE and as a JSON body otherwise.
+	Method string `msgpack:"method" json:"method"`
+	// Headers are sent with every try; values may hold ${env.NAME} placeholders.
+	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
+}
+
+// GRPCAction names a gRPC method. It loads and travels, but no worker executes it yet: such
+// calls fail with ACTION_UNSUPPORTED.
+type GRPCAction struct {
+	Service string            `msgpack:"service" json:"service"`
+	Method  string            `msgpack:"method" json:"method"`
+	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
+}
+
+// RetryPolicy says how often and how far apart a failed try is repeated. The delay before try
+// n+1 (n ≥ 1) is InitialIntervalMS × BackoffFactor^(n-1), capped at MaxIntervalMS, plus a random
+// jitter in [0, JitterMS).
+type RetryPolicy struct {
+	// MaxAttempts is the number of tries in all, at least 1.
+	MaxAttempts int `msgpack:"max_attempts" json:"max_attempts"`
+	// BackoffFactor multiplies the delay after each failed try, at least 1.
+	BackoffFactor float64 `msgpack:"backoff_factor" json:"backoff_factor"`
+	// JitterMS adds up to this many random milliseconds to each delay.
+	JitterMS int `msgpack:"jitter_ms" json:"jitter_ms"`
+	// InitialIntervalMS is the delay after the first failed try.
+	InitialIntervalMS int `msgpack:"initial_interval_ms" json:"initial_interval_ms"`
+	// MaxIntervalMS caps any one delay.
+	MaxIntervalMS int `msgpack:"max_interval_ms" json:"max_interval_ms"`
+}
+
+// Defaults applied by the routes loader where a route leaves a field out.
+const (
+	DefaultTimeoutMS         = 10_000
+	DefaultMaxAttempts       = 1
+	DefaultBackoffFactor     = 2.0
+	DefaultInitialIntervalMS = 100
+	DefaultMaxIntervalMS     = 10_000
+	// MaxAttemptsLimit is the largest max_attempts a route may ask for.
+	MaxAttemptsLimit = 10
+)

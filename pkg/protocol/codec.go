@@ -1,0 +1,168 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Marshal encodes m as msgpack for the bus.
+func Marshal(m *Message) ([]byte, error) {
+	b, err := msgpack.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("protocol: encode message: %w", err)
+	}
+	return b, nil
+}
+
+// Unmarshal decodes and validates an envelope from the bus. Any error wraps ErrMalformed or is
+// a FieldError (ErrInvalid); retrying such a message can never succeed.
+func Unmarshal(data []byte) (*Message, error) {
+	var m Message
+	if err := decodeMsgpack(data, &m); err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func decodeMsgpack(data []byte, v any) error {
+	if err := CheckMsgpack(data, MaxDepth); err != nil {
+		return err
+	}
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields(false)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+func (m *Message) decodePayload(want Type, v any) error {
+	if m.Type != want {
+		return fmt.Errorf("%w: payload of %s read as %s", ErrMalformed, m.Type, want)
+	}
+	return decodeMsgpack(m.Payload, v)
+}
+
+// DecodeRequest reads and validates the request payload of m. The request's ids must agree with
+// the envelope's.
+func (m *Message) DecodeRequest(lim Limits) (*Request, error) {
+	var r Request
+	if err := m.decodePayload(TypeRequest, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Validate(lim); err != nil {
+		return nil, err
+	}
+	if r.RequestID != m.RequestID || r.Session() != m.SessionID {
+		return nil, fieldErr("request_id", "of the payload does not match the envelope")
+	}
+	return &r, nil
+}
+
+// DecodeDispatch reads and validates the tool_call payload of m.
+func (m *Message) DecodeDispatch() (*Dispatch, error) {
+	var d Dispatch
+	if err := m.decodePayload(TypeToolCall, &d); err != nil {
+		return nil, err
+	}
+	if err := CheckID("call.tool_call_id", d.Call.ToolCallID); err != nil {
+		return nil, err
+	}
+	if err := CheckToolName("call.name", d.Call.Name); err != nil {
+		return nil, err
+	}
+	if d.Call.Arguments != nil && !json.Valid(d.Call.Arguments) {
+		return nil, fieldErr("call.arguments", "is not valid JSON")
+	}
+	switch d.Action.Kind {
+	case ActionHTTP:
+		if d.Action.HTTP == nil {
+			return nil, fieldErr("action.http", "is required for an http action")
+		}
+	case ActionGRPC:
+		if d.Action.GRPC == nil {
+			return nil, fieldErr("action.grpc", "is required for a grpc action")
+		}
+	default:
+		// An unknown kind is carried to the worker, which reports ACTION_UNSUPPORTED.
+	}
+	return &d, nil
+}
+
+// DecodeToolStarted reads the tool_started payload of m.
+func (m *Message) DecodeToolStarted() (*ToolStarted, error) {
+	var s ToolStarted
+	if err := m.decodePayload(TypeToolStarted, &s); err != nil {
+		return nil, err
+	}
+	if err := CheckID("tool_call_id", s.ToolCallID); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DecodeToolResult reads and validates the tool_result payload of m.
+func (m *Message) DecodeToolResult() (*ToolResult, error) {
+	var r ToolResult
+	if err := m.decodePayload(TypeToolResult, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Validate("result"); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// DecodeResponse reads and validates the response payload of m.
+func (m *Message) DecodeResponse() (*Response, error) {
+	var r Response
+	if err := m.decodePayload(TypeResponse, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Validate checks a result's id, status and content; field prefixes the field names.
+func (r *ToolResult) Validate(field string) error {
+	if err := CheckID(joinField(field, "tool_call_id"), r.ToolCallID); err != nil {
+		return err
+	}
+	if r.Status != ResultOK && r.Status != ResultError {
+		return fieldErr(joinField(field, "status"), fmt.Sprintf("must be %q or %q", ResultOK, ResultError))
+	}
+	if r.Content != nil && !json.Valid(r.Content) {
+		return fieldErr(joinField(field, "content"), "is not valid JSON")
+	}
+	return nil
+}
+
+// Validate checks a response's ids, status and results.
+func (r *Response) Validate() error {
+	if err := CheckID("request_id", r.RequestID); err != nil {
+		return err
+	}
+	if err := CheckID("session_id", r.SessionID); err != nil {
+		return err
+	}
+	switch r.Status {
+	case StatusSuccess, StatusPartialSuccess, StatusFailed:
+	default:
+		return fieldErr("status", "must be success, partial_success or failed")
+	}
+	for i := range r.Results {
+		if err := r.Results[i].Validate(fmt.Sprintf("results[%d]", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+

@@ -1,0 +1,100 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// SchemaVersion is the envelope schema this package writes. Decoders accept versions up to it.
+const SchemaVersion = 1
+
+// Type is a versioned message type name. A breaking change to a payload gets a new version
+// suffix; readers reject versions they do not know instead of misreading them.
+type Type string
+
+// Message types.
+const (
+	TypeRequest     Type = "request.v1"
+	TypeToolCall    Type = "tool_call.v1"
+	TypeToolStarted Type = "tool_started.v1"
+	TypeToolResult  Type = "tool_result.v1"
+	TypeResponse    Type = "response.v1"
+)
+
+// Known reports whether t is a type this version of Hermes reads.
+func (t Type) Known() bool {
+	switch t {
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse:
+		return true
+	}
+	return false
+}
+
+// Roles of senders.
+const (
+	RoleGateway    = "gateway"
+	RoleRouter     = "router"
+	RoleToolWorker = "toolworker"
+	RoleClient     = "client"
+)
+
+// Sender says which role and which process instance published a message.
+type Sender struct {
+	Role     string `msgpack:"role" json:"role"`
+	Instance string `msgpack:"instance" json:"instance"`
+}
+
+// TraceContext carries the caller's correlation id and W3C trace context.
+type TraceContext struct {
+	TraceID     string `msgpack:"trace_id,omitempty" json:"trace_id,omitempty"`
+	Traceparent string `msgpack:"traceparent,omitempty" json:"traceparent,omitempty"`
+	Tracestate  string `msgpack:"tracestate,omitempty" json:"tracestate,omitempty"`
+}
+
+// Message is the HermesMessage envelope of every bus event. Payload holds the msgpack encoding
+// of the payload type that Type names; use the Decode* functions to read it.
+type Message struct {
+	SchemaVersion int    `msgpack:"schema_version" json:"schema_version"`
+	MsgID         string `msgpack:"msg_id" json:"msg_id"`
+	Type          Type   `msgpack:"type" json:"type"`
+	SessionID     string `msgpack:"session_id" json:"session_id"`
+	RequestID     string `msgpack:"request_id" json:"request_id"`
+	// CausationID is the MsgID of the message this one answers.
+	CausationID string       `msgpack:"causation_id,omitempty" json:"causation_id,omitempty"`
+	Sender      Sender       `msgpack:"sender" json:"sender"`
+	Recipient   string       `msgpack:"recipient,omitempty" json:"recipient,omitempty"`
+	CreatedAt   time.Time    `msgpack:"created_at" json:"created_at"`
+	Attempt     int          `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
+	Deadline    time.Time    `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
+	Trace       TraceContext `msgpack:"trace" json:"trace"`
+	Payload     []byte       `msgpack:"payload" json:"-"`
+}
+
+// NewMessage builds an envelope of type t for payload, stamped now (UTC). The caller sets the
+// ids, sender and trace.
+func NewMessage(t Type, payload any) (*Message, error) {
+	p, err := msgpack.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("protocol: encode %s payload: %w", t, err)
+	}
+	return &Message{SchemaVersion: SchemaVersion, Type: t, CreatedAt: time.Now().UTC(), Payload: p}, nil
+}
+
+// Validate checks the envelope: a known type and schema version, and ids safe for subjects.
+func (m *Message) Validate() error {
+	if m.SchemaVersion < 1 || m.SchemaVersion > SchemaVersion {
+		return fieldErr("schema_version", fmt.Sprintf("%d is not supported (this reader knows 1..%d)", m.SchemaVersion, SchemaVersion))
+	}
+	if !m.Type.Known() {
+		return fieldErr("type", fmt.Sprintf("%s is not a known message type", quoteShort(string(m.Type))))
+	}
+	if m.MsgID == "" {
+		return fieldErr("msg_id", "is required")
+	}
+	if err := CheckID("session_id", m.SessionID); err != nil {
+		return err
+	}
+	return CheckID("request_id", m.RequestID)
+}

@@ -1,0 +1,186 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidToken(t *testing.T) {
+	cases := []struct {
+		in   string
+		want bool
+	}{
+		{"req_abc123", true}, {"A-b_9", true}, {"", false}, {"*", false}, {">", false},
+		{"a.b", false}, {"a b", false}, {"a\x00", false}, {"ü", false},
+		{strings.Repeat("a", MaxIDLen), true}, {strings.Repeat("a", MaxIDLen+1), false},
+	}
+	for _, c := range cases {
+		if got := ValidToken(c.in, MaxIDLen); got != c.want {
+			t.Errorf("ValidToken(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestDecodeRequestJSONErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, body, want string
+	}{
+		{"not json", `{"request_id":`, "invalid JSON"},
+		{"not object", `[1]`, "must be a JSON object, got an array"},
+		{"empty", ``, "body is empty"},
+		{"missing request_id", `{"tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id is required"},
+		{"request_id type", `{"request_id":5,"tool_calls":[]}`, "request_id must be a string, got a number"},
+		{"wildcard id", `{"request_id":"a.*","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id must hold only letters"},
+		{"long id", `{"request_id":"` + strings.Repeat("x", 200) + `","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id is 200 bytes long"},
+		{"bad session", `{"request_id":"r","session_id":"s>","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "session_id must hold only"},
+		{"unknown field", `{"request_id":"r","tool_call":[]}`, `tool_call is not a known field`},
+		{"missing calls", `{"request_id":"r"}`, "tool_calls is required"},
+		{"calls not array", `{"request_id":"r","tool_calls":{}}`, "tool_calls must be an array"},
+		{"no calls", `{"request_id":"r","tool_calls":[]}`, "tool_calls must hold at least one call"},
+		{"call id missing", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t"},{"name":"t"}]}`, "tool_calls[1].tool_call_id is required"},
+		{"call not object", `{"request_id":"r","tool_calls":["x"]}`, "tool_calls[0] must be an object, got a string"},
+		{"duplicate call id", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t"},{"tool_call_id":"a","name":"t"}]}`, `tool_calls[1].tool_call_id "a" repeats tool_calls[0]`},
+		{"name type", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":1}]}`, "tool_calls[0].name must be a string"},
+		{"bad name", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"x.y"}]}`, "tool_calls[0].name must hold only"},
+		{"arguments string", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t","arguments":"{}"}]}`, "tool_calls[0].arguments must be a JSON object, got a string"},
+		{"call unknown field", `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t","args":{}}]}`, "tool_calls[0].args is not a known field"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeRequestJSON([]byte(c.body), Limits{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDecodeRequestJSONLimits(t *testing.T) {
+	body := `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t"},{"tool_call_id":"b","name":"t"}]}`
+	_, err := DecodeRequestJSON([]byte(body), Limits{MaxToolCalls: 1})
+	if err == nil || !strings.Contains(err.Error(), "tool_calls holds 2 calls; the limit is 1") {
+		t.Fatalf("error = %v", err)
+	}
+	body = `{"request_id":"r","tool_calls":[{"tool_call_id":"a","name":"t","arguments":{"x":"0123456789"}}]}`
+	_, err = DecodeRequestJSON([]byte(body), Limits{MaxArgumentsBytes: 8})
+	if err == nil || !strings.Contains(err.Error(), "tool_calls[0].arguments are 18 bytes long") {
+		t.Fatalf("error = %v", err)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("limit error %v is not ErrInvalid", err)
+	}
+}
+
+func TestRequestRoundTripKeepsArgumentsExact(t *testing.T) {
+	body := `{"request_id":"req_1","session_id":"s1","intent":"查询","tool_calls":[
+		{"tool_call_id":"call_0","name":"echo","arguments":{"big": 9007199254740993, "f": 1.10, "z": "ü", "a": [1, {"b": null}]}},
+		{"tool_call_id":"call_1","name":"echo"}]}`
+	r, err := DecodeRequestJSON([]byte(body), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(r.ToolCalls[0].Arguments), `{"big":9007199254740993,"f":1.10,"z":"ü","a":[1,{"b":null}]}`; got != want {
+		t.Fatalf("arguments = %s, want %s", got, want)
+	}
+	if string(r.ToolCalls[1].Arguments) != "{}" {
+		t.Fatalf("missing arguments = %s, want {}", r.ToolCalls[1].Arguments)
+	}
+	m, err := NewMessage(TypeRequest, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = MsgIDRequest(r.RequestID), r.RequestID, r.Session()
+	b, err := Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m2.DecodeRequest(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j1, _ := json.Marshal(r)
+	j2, _ := json.Marshal(r2)
+	if string(j1) != string(j2) {
+		t.Fatalf("round trip changed the request:\n%s\n%s", j1, j2)
+	}
+}
+
+func TestCheckMsgpackRejectsHostileHeaders(t *testing.T) {
+	cases := map[string][]byte{
+		"empty":            {},
+		"bin32 huge":       {0xc6, 0xff, 0xff, 0xff, 0xff},
+		"array32 huge":     {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"map32 huge":       {0xdf, 0xff, 0xff, 0xff, 0xff},
+		"str32 huge":       {0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'},
+		"ext32 huge":       {0xc9, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"reserved":         {0xc1},
+		"trailing":         {0x01, 0x02},
+		"truncated header": {0xdc, 0x00},
+		"truncated float":  {0xcb, 0x00, 0x00},
+		"too deep":         []byte(strings.Repeat("\x91", MaxDepth+1) + "\x00"),
+	}
+	for name, data := range cases {
+		if err := CheckMsgpack(data, MaxDepth); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: CheckMsgpack = %v, want ErrMalformed", name, err)
+		}
+		if _, err := Unmarshal(data); err == nil {
+			t.Errorf("%s: Unmarshal accepted hostile bytes", name)
+		}
+	}
+	if err := CheckMsgpack([]byte(strings.Repeat("\x91", MaxDepth-1)+"\x00"), MaxDepth); err != nil {
+		t.Errorf("nesting within the bound rejected: %v", err)
+	}
+}
+
+func TestUnmarshalRejectsUnsafeEnvelope(t *testing.T) {
+	for name, mutate := range map[string]func(*Message){
+		"wildcard session": func(m *Message) { m.SessionID = "*" },
+		"dotted request":   func(m *Message) { m.RequestID = "a.b" },
+		"unknown type":     func(m *Message) { m.Type = "request.v9" },
+		"future schema":    func(m *Message) { m.SchemaVersion = SchemaVersion + 1 },
+		"no msg id":        func(m *Message) { m.MsgID = "" },
+	} {
+		m, _ := NewMessage(TypeToolResult, &ToolResult{ToolCallID: "c", Status: ResultOK})
+		m.MsgID, m.RequestID, m.SessionID = "x", "r", "s"
+		mutate(m)
+		b, err := Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Unmarshal(b); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Unmarshal = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestResponseStatus(t *testing.T) {
+	ok, bad := ToolResult{Status: ResultOK}, ToolResult{Status: ResultError}
+	for _, c := range []struct {
+		in   []ToolResult
+		want string
+	}{
+		{[]ToolResult{ok, ok}, StatusSuccess},
+		{[]ToolResult{ok, bad}, StatusPartialSuccess},
+		{[]ToolResult{bad}, StatusFailed},
+		{nil, StatusFailed},
+	} {
+		if got := ResponseStatus(c.in); got != c.want {
+			t.Errorf("ResponseStatus = %s, want %s", got, c.want)
+		}
+	}
+}
+
+func TestSubjectsHaveSessionLast(t *testing.T) {
+	for _, s := range []string{SubjectRequest("s1"), SubjectToolCall("echo", "s1"), SubjectToolResult("s1"),
+		SubjectResponse("s1"), SubjectEvent("tool_started", "s1")} {
+		if !strings.HasSuffix(s, ".s1") {
+			t.Errorf("subject %s does not end with the session", s)
+		}
+	}
+}

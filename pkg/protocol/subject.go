@@ -1,0 +1,81 @@
+package protocol
+
+import "strconv"
+
+// Subjects. The session id is always the last token, so one consumer filtering on
+// "hermes.*.<session>" and "hermes.*.*.<session>" reads a session's whole record in order.
+// Builders take ids already validated by a decoder or CheckID; they do not validate again.
+const (
+	// StreamName is the JetStream stream that records every message of every session.
+	StreamName = "HERMES"
+
+	subjectRoot = "hermes"
+)
+
+// StreamSubjects are the subjects the record stream captures. Each has a fixed number of
+// tokens, so a publish to a malformed subject is refused by the server rather than recorded.
+func StreamSubjects() []string {
+	return []string{
+		subjectRoot + ".request.*",
+		subjectRoot + ".tool.*.*",
+		subjectRoot + ".result.*",
+		subjectRoot + ".response.*",
+		subjectRoot + ".event.*.*",
+	}
+}
+
+// SubjectRequest is where a request of session enters the bus.
+func SubjectRequest(session string) string { return subjectRoot + ".request." + session }
+
+// SubjectToolCall is where calls of tool in session are dispatched.
+func SubjectToolCall(tool, session string) string {
+	return subjectRoot + ".tool." + tool + "." + session
+}
+
+// SubjectToolResult carries the final result of every tool call of session.
+func SubjectToolResult(session string) string { return subjectRoot + ".result." + session }
+
+// SubjectResponse carries the one response to each request of session.
+func SubjectResponse(session string) string { return subjectRoot + ".response." + session }
+
+// SubjectEvent carries other events of session, e.g. tool_started.
+func SubjectEvent(kind, session string) string {
+	return subjectRoot + ".event." + kind + "." + session
+}
+
+// Filters for consumers and subscriptions.
+const (
+	FilterRequests  = subjectRoot + ".request.*"
+	FilterResults   = subjectRoot + ".result.*"
+	FilterResponses = subjectRoot + ".response.*"
+)
+
+// FilterToolCalls matches every call of tool, whatever the session.
+func FilterToolCalls(tool string) string { return subjectRoot + ".tool." + tool + ".*" }
+
+// FilterSession returns the filters that together match every message of session.
+func FilterSession(session string) []string {
+	return []string{subjectRoot + ".*." + session, subjectRoot + ".*.*." + session}
+}
+
+// Deterministic message ids: the same logical message always gets the same id, so a retried
+// publish is dropped by the stream's duplicate window.
+
+// MsgIDRequest identifies the request message of requestID.
+func MsgIDRequest(requestID string) string { return "request:" + requestID }
+
+// MsgIDToolCall identifies the dispatch of one call.
+func MsgIDToolCall(requestID, callID string) string { return "tool_call:" + requestID + ":" + callID }
+
+// MsgIDToolStarted identifies the start of one try of a call.
+func MsgIDToolStarted(requestID, callID string, attempt int) string {
+	return "tool_started:" + requestID + ":" + callID + ":" + strconv.Itoa(attempt)
+}
+
+// MsgIDToolResult identifies the final result of one call.
+func MsgIDToolResult(requestID, callID string) string {
+	return "tool_result:" + requestID + ":" + callID
+}
+
+// MsgIDResponse identifies the response to requestID.
+func MsgIDResponse(requestID string) string { return "response:" + requestID }

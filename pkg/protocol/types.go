@@ -1,0 +1,134 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Request is a HermesRequest: the tool calls an LLM (or any caller) asks for. RequestID and
+// every ToolCallID come from the caller and are never regenerated; results are matched to calls
+// by (RequestID, ToolCallID).
+type Request struct {
+	RequestID string `json:"request_id" msgpack:"request_id"`
+	// SessionID groups requests of one conversation; empty means the session is RequestID.
+	SessionID string     `json:"session_id,omitempty" msgpack:"session_id,omitempty"`
+	Intent    string     `json:"intent" msgpack:"intent"`
+	ToolCalls []ToolCall `json:"tool_calls" msgpack:"tool_calls"`
+}
+
+// Session returns the request's session id: SessionID, or RequestID when it has none.
+func (r *Request) Session() string {
+	if r.SessionID != "" {
+		return r.SessionID
+	}
+	return r.RequestID
+}
+
+// ToolCall is one call an LLM asked for.
+type ToolCall struct {
+	ToolCallID string `json:"tool_call_id" msgpack:"tool_call_id"`
+	Name       string `json:"name" msgpack:"name"`
+	// Arguments is the call's JSON object, byte for byte as received (compacted).
+	Arguments json.RawMessage `json:"arguments" msgpack:"arguments"`
+}
+
+// Response statuses. A response is never a bare error: a call that fails is reported in its
+// result, and the response says how many calls succeeded.
+const (
+	StatusSuccess        = "success"         // every call ok
+	StatusPartialSuccess = "partial_success" // some calls ok
+	StatusFailed         = "failed"          // no call ok
+)
+
+// Result statuses of one call.
+const (
+	ResultOK    = "ok"
+	ResultError = "error"
+)
+
+// Error origins: who failed.
+const (
+	OriginHermes = "hermes" // no route, timeout, unreachable, refused by policy
+	OriginTool   = "tool"   // the tool answered with an error
+)
+
+// Error codes Hermes sets on failed results. Tools may report codes of their own.
+const (
+	CodeNoRoute           = "NO_ROUTE"
+	CodeActionUnsupported = "ACTION_UNSUPPORTED"
+	CodeToolTimeout       = "TOOL_TIMEOUT"
+	CodeToolUnreachable   = "TOOL_UNREACHABLE"
+	CodeToolHTTP5xx       = "TOOL_HTTP_5XX"
+	CodeToolHTTP4xx       = "TOOL_HTTP_4XX"
+	CodeToolRateLimited   = "TOOL_RATE_LIMITED"
+	CodeToolBadResponse   = "TOOL_BAD_RESPONSE"
+	CodeResultTooLarge    = "RESULT_TOO_LARGE"
+	CodeEnvNotAllowed     = "ENV_NOT_ALLOWED"
+	CodeEnvUnset          = "ENV_UNSET"
+	CodeBadArguments      = "BAD_ARGUMENTS"
+	CodeDeadlineExceeded  = "DEADLINE_EXCEEDED"
+)
+
+// Response is a HermesResponse: one result per tool call, in the request's call order.
+type Response struct {
+	RequestID string       `json:"request_id" msgpack:"request_id"`
+	SessionID string       `json:"session_id" msgpack:"session_id"`
+	Status    string       `json:"status" msgpack:"status"`
+	Results   []ToolResult `json:"results" msgpack:"results"`
+}
+
+// ToolResult is the final outcome of one tool call.
+type ToolResult struct {
+	ToolCallID string `json:"tool_call_id" msgpack:"tool_call_id"`
+	Name       string `json:"name,omitempty" msgpack:"name,omitempty"`
+	Status     string `json:"status" msgpack:"status"`
+	// Content is the tool's JSON value (a JSON string when the tool answered text), or for an
+	// error a description of it.
+	Content json.RawMessage `json:"content" msgpack:"content"`
+	// ExecutionTimeMS is the tool's own figure when it sends X-Execution-Time, else measured.
+	ExecutionTimeMS int64 `json:"execution_time_ms" msgpack:"execution_time_ms"`
+	// Attempts counts tries of the tool (0 when it was never tried, e.g. NO_ROUTE).
+	Attempts     int    `json:"attempts" msgpack:"attempts"`
+	ErrorCode    string `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
+	ErrorOrigin  string `json:"error_origin,omitempty" msgpack:"error_origin,omitempty"`
+	RecoveryHint string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
+	// Route is the name of the rule that routed the call.
+	Route string `json:"route,omitempty" msgpack:"route,omitempty"`
+}
+
+// ResponseStatus derives a response status from its results.
+func ResponseStatus(results []ToolResult) string {
+	ok := 0
+	for i := range results {
+		if results[i].Status == ResultOK {
+			ok++
+		}
+	}
+	switch {
+	case ok == len(results) && ok > 0:
+		return StatusSuccess
+	case ok > 0:
+		return StatusPartialSuccess
+	default:
+		return StatusFailed
+	}
+}
+
+// Dispatch is the payload of a tool_call message: one call with the action resolved by the
+// router, ready for a tool worker.
+type Dispatch struct {
+	Call ToolCall `msgpack:"call" json:"call"`
+	// Route is the name of the rule that matched.
+	Route string `msgpack:"route" json:"route"`
+	// Params are the route's regex captures; an argument of the same name wins over them.
+	Params map[string]string `msgpack:"params,omitempty" json:"params,omitempty"`
+	Action Action            `msgpack:"action" json:"action"`
+}
+
+// ToolStarted is the payload of a tool_started event, published when a try begins.
+type ToolStarted struct {
+	ToolCallID string    `msgpack:"tool_call_id" json:"tool_call_id"`
+	Name       string    `msgpack:"name" json:"name"`
+	Attempt    int       `msgpack:"attempt" json:"attempt"`
+	StartedAt  time.Time `msgpack:"started_at" json:"started_at"`
+}

@@ -1,0 +1,176 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+func publishResult(t *testing.T, p *bus.Publisher, req, call string) *jetstream.PubAck {
+	t.Helper()
+	m, err := protocol.NewMessage(protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: call, Status: protocol.ResultOK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult(req, call), req, "s1"
+	ack, err := p.Publish(context.Background(), protocol.SubjectToolResult("s1"), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPublishDeduplicatesByMsgID(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	if ack := publishResult(t, p, "r1", "c1"); ack.Duplicate {
+		t.Fatal("first publish reported as duplicate")
+	}
+	if ack := publishResult(t, p, "r1", "c1"); !ack.Duplicate {
+		t.Fatal("second publish of the same logical message was stored again")
+	}
+}
+
+func TestSubscriberSettlesByHandlerResult(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	cons, err := b.Consumer(context.Background(), bus.ConsumerRouterResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deliveries := map[string][]uint64{}
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		m, err := protocol.Unmarshal(d.Data)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		mu.Lock()
+		deliveries[m.MsgID] = append(deliveries[m.MsgID], d.NumDelivered)
+		mu.Unlock()
+		switch {
+		case m.RequestID == "retry" && d.NumDelivered < 3:
+			return bus.RetryAfter(errors.New("try again"), 10*time.Millisecond)
+		case m.RequestID == "term":
+			return bus.Permanent(errors.New("never"))
+		case m.RequestID == "panic" && d.NumDelivered == 1:
+			panic("boom")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 4}).Run(ctx) }()
+	for _, r := range []string{"ok", "retry", "term", "panic"} {
+		publishResult(t, p, r, "c")
+	}
+	count := func(id string) int { mu.Lock(); defer mu.Unlock(); return len(deliveries[id]) }
+	waitFor(t, "retries", func() bool { return count(protocol.MsgIDToolResult("retry", "c")) == 3 })
+	waitFor(t, "panic redelivery", func() bool { return count(protocol.MsgIDToolResult("panic", "c")) == 2 })
+	waitFor(t, "all acked", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if n := count(protocol.MsgIDToolResult("ok", "c")); n != 1 {
+		t.Errorf("acked message delivered %d times", n)
+	}
+	if n := count(protocol.MsgIDToolResult("term", "c")); n != 1 {
+		t.Errorf("terminated message delivered %d times", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+func TestSubscriberBoundsConcurrency(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	cons, _ := b.Consumer(context.Background(), bus.ConsumerRouterResults)
+	var running, peak, handled atomic.Int32
+	release := make(chan struct{})
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		running.Add(-1)
+		handled.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 3}).Run(ctx)
+	for i := range 10 {
+		publishResult(t, p, "r", string(rune('a'+i)))
+	}
+	waitFor(t, "3 running", func() bool { return running.Load() == 3 })
+	close(release)
+	waitFor(t, "all handled", func() bool { return handled.Load() == 10 })
+	if peak.Load() != 3 {
+		t.Fatalf("peak concurrency %d, want 3", peak.Load())
+	}
+}
+
+func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	publish := func(id string) {
+		m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{})
+		m.MsgID, m.RequestID, m.SessionID = id, id, "s"
+		if _, err := p.Publish(context.Background(), protocol.SubjectToolCall("echo", "s"), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("before")
+	cons, err := b.EnsureToolConsumer(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish("after")
+	// A second Ensure (another router) must keep the consumer's position.
+	if _, err := b.EnsureToolConsumer(context.Background(), "echo"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 1 {
+		t.Fatalf("consumer has %d pending, want only the call published after it was created", info.NumPending)
+	}
+	if _, err := b.Tools.Get(context.Background(), "echo"); err != nil {
+		t.Fatalf("tool not listed: %v", err)
+	}
+	if _, err := b.EnsureToolConsumer(context.Background(), "a.>"); err == nil {
+		t.Fatal("EnsureToolConsumer accepted a tool name that is not a subject token")
+	}
+}

@@ -1,0 +1,78 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// EnvURL is the environment variable every Hermes binary reads for the NATS URL.
+const EnvURL = "HERMES_NATS_URL"
+
+// DefaultURL is the NATS URL used when none is given.
+const DefaultURL = "nats://127.0.0.1:4222"
+
+// Connect dials url with options fit for a long-running worker: it retries the first connect
+// until ctx is done, reconnects forever, and logs disconnects and reconnects on logger.
+func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	logger = orDiscard(logger)
+	opts := append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { logger.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			logger.Error("nats async error", "subject", subject, "err", err)
+		}),
+	}, extra...)
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			return nc, nil
+		}
+		logger.Warn("nats connect failed; retrying", "url", redact(url), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: connect to %s: %w", redact(url), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// redact hides credentials in a URL for logs and errors.
+func redact(url string) string {
+	for i := 0; i+3 <= len(url); i++ {
+		if url[i:i+3] == "://" {
+			rest := url[i+3:]
+			for j := 0; j < len(rest); j++ {
+				if rest[j] == '@' {
+					return url[:i+3] + "***@" + rest[j+1:]
+				}
+				if rest[j] == '/' {
+					break
+				}
+			}
+			break
+		}
+	}
+	return url
+}
+
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

@@ -1,0 +1,55 @@
+package bus
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrNotReady is returned while the bus cannot be used, e.g. before provisioning succeeded.
+var ErrNotReady = errors.New("bus: not ready")
+
+// permanentError marks a failure that no redelivery can fix: the message is terminated.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that Subscriber terminates the message instead of redelivering it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// retryError asks for redelivery after a given delay.
+type retryError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// RetryAfter wraps err so that Subscriber redelivers the message after delay.
+func RetryAfter(err error, delay time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryError{err: err, delay: delay}
+}
+
+// retryDelay returns the delay asked for with RetryAfter, if any.
+func retryDelay(err error) (time.Duration, bool) {
+	var r *retryError
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
+}

@@ -1,0 +1,208 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Durable consumer names.
+const (
+	ConsumerRouterRequests = "router-requests"
+	ConsumerRouterResults  = "router-results"
+	toolConsumerPrefix     = "tool-"
+)
+
+// KV buckets.
+const (
+	// BucketIntake holds one key per request_id accepted at the edge: idempotent intake.
+	BucketIntake = "hermes-intake"
+	// BucketCalls holds each request's plan (key <request_id>) and the final result of each of
+	// its calls (key <request_id>.<tool_call_id>), each written with Create.
+	BucketCalls = "hermes-calls"
+	// BucketResponses holds the one response of each request (key <request_id>).
+	BucketResponses = "hermes-responses"
+	// BucketTools lists the tools that have a consumer (key <tool name>).
+	BucketTools = "hermes-tools"
+)
+
+// ToolConsumer names the durable consumer shared by every worker of tool.
+func ToolConsumer(tool string) string { return toolConsumerPrefix + tool }
+
+// Config sizes the stream, the KV buckets and the consumers. The zero value is usable: see
+// the defaults on each field.
+type Config struct {
+	// Replicas of the stream and buckets: 1 on one server, 3 in a cluster. Default 1.
+	Replicas int
+	// MaxAge of the record. Default 7 days.
+	MaxAge time.Duration
+	// MaxBytes of the record; oldest messages are discarded beyond it. Default unlimited (-1).
+	MaxBytes int64
+	// DuplicateWindow within which a republished Nats-Msg-Id is dropped. It must cover the
+	// longest retry horizon. Default 10 minutes.
+	DuplicateWindow time.Duration
+	// StateTTL is how long intake, plans, results and responses are kept in KV, and so how long
+	// a repeated request_id is answered from the first run. Default 24 hours.
+	StateTTL time.Duration
+	// AckWait is the fixed ack deadline of every consumer; long handlers signal progress.
+	// Default 30 s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message by a consumer. Default 20.
+	MaxDeliver int
+	// MaxAckPending bounds unacked messages of one consumer across all its workers. Default 1024.
+	MaxAckPending int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = 7 * 24 * time.Hour
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = -1
+	}
+	if c.DuplicateWindow <= 0 {
+		c.DuplicateWindow = 10 * time.Minute
+	}
+	if c.StateTTL <= 0 {
+		c.StateTTL = 24 * time.Hour
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = 20
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 1024
+	}
+	return c
+}
+
+// Bus is a provisioned connection to Hermes' stream, consumers and buckets. It is safe for
+// concurrent use.
+type Bus struct {
+	JS        jetstream.JetStream
+	Stream    jetstream.Stream
+	Intake    jetstream.KeyValue
+	Calls     jetstream.KeyValue
+	Responses jetstream.KeyValue
+	Tools     jetstream.KeyValue
+	cfg       Config
+}
+
+// Provision creates or updates the record stream and the KV buckets, and creates the router's
+// consumers if they do not exist. It is idempotent and safe to run from every process at start.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
+	cfg = cfg.withDefaults()
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        protocol.StreamName,
+		Description: "Hermes: the record of every message of every session",
+		Subjects:    protocol.StreamSubjects(),
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.MaxAge,
+		MaxBytes:    cfg.MaxBytes,
+		MaxMsgSize:  8 << 20,
+		Duplicates:  cfg.DuplicateWindow,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: provision stream %s: %w", protocol.StreamName, err)
+	}
+	b := &Bus{JS: js, Stream: stream, cfg: cfg}
+	for _, kv := range []struct {
+		name string
+		ttl  time.Duration
+		dst  *jetstream.KeyValue
+	}{
+		{BucketIntake, cfg.StateTTL, &b.Intake},
+		{BucketCalls, cfg.StateTTL, &b.Calls},
+		{BucketResponses, cfg.StateTTL, &b.Responses},
+		{BucketTools, 0, &b.Tools},
+	} {
+		*kv.dst, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:   kv.name,
+			History:  1,
+			TTL:      kv.ttl,
+			Storage:  jetstream.FileStorage,
+			Replicas: cfg.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bus: provision bucket %s: %w", kv.name, err)
+		}
+	}
+	for name, filter := range map[string]string{
+		ConsumerRouterRequests: protocol.FilterRequests,
+		ConsumerRouterResults:  protocol.FilterResults,
+	} {
+		if _, err := b.ensureConsumer(ctx, name, filter); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Config returns the configuration the bus was provisioned with, defaults applied.
+func (b *Bus) Config() Config { return b.cfg }
+
+// Consumer returns the existing durable consumer name.
+func (b *Bus) Consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+	c, err := b.Stream.Consumer(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// EnsureToolConsumer makes sure the shared consumer of tool exists and the tool is listed in
+// BucketTools, creating both if needed. tool must be a valid tool name (protocol.CheckToolName).
+// Call it before publishing the tool's first call.
+func (b *Bus) EnsureToolConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {
+	if err := protocol.CheckToolName("tool", tool); err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	c, err := b.ensureConsumer(ctx, ToolConsumer(tool), protocol.FilterToolCalls(tool))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.Tools.Create(ctx, tool, []byte(ToolConsumer(tool))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("bus: list tool %s: %w", tool, err)
+	}
+	return c, nil
+}
+
+func (b *Bus) ensureConsumer(ctx context.Context, name, filter string) (jetstream.Consumer, error) {
+	c, err := b.Stream.Consumer(ctx, name)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("bus: look up consumer %s: %w", name, err)
+	}
+	c, err = b.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       name,
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       b.cfg.AckWait,
+		MaxDeliver:    b.cfg.MaxDeliver,
+		MaxAckPending: b.cfg.MaxAckPending,
+		Replicas:      b.cfg.Replicas,
+	})
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		c, err = b.Stream.Consumer(ctx, name) // created concurrently by another process
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)
+	}
+	return c, nil
+}

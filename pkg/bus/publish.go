@@ -1,0 +1,64 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Headers set on every Hermes message, besides Nats-Msg-Id.
+const (
+	HeaderType        = "Hermes-Type"
+	HeaderTraceID     = "X-Trace-ID"
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+)
+
+// Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.
+type Publisher struct {
+	js     jetstream.JetStream
+	sender protocol.Sender
+}
+
+// NewPublisher returns a Publisher that stamps every message it publishes with sender.
+func NewPublisher(js jetstream.JetStream, sender protocol.Sender) *Publisher {
+	return &Publisher{js: js, sender: sender}
+}
+
+// Sender is the role and instance stamped on published messages.
+func (p *Publisher) Sender() protocol.Sender { return p.sender }
+
+// Publish stamps m with the publisher's sender, encodes it and publishes it to subject, waiting
+// for the stream's ack. m.MsgID becomes the Nats-Msg-Id, so publishing the same logical message
+// again within the duplicate window stores it once; the returned ack then has Duplicate set.
+func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Message) (*jetstream.PubAck, error) {
+	if m.MsgID == "" {
+		return nil, fmt.Errorf("bus: publish to %s: message has no msg_id", subject)
+	}
+	m.Sender = p.sender
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	msg.Header.Set(HeaderType, string(m.Type))
+	if m.Trace.TraceID != "" {
+		msg.Header.Set(HeaderTraceID, m.Trace.TraceID)
+	}
+	if m.Trace.Traceparent != "" {
+		msg.Header.Set(HeaderTraceparent, m.Trace.Traceparent)
+	}
+	if m.Trace.Tracestate != "" {
+		msg.Header.Set(HeaderTracestate, m.Trace.Tracestate)
+	}
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
+	}
+	return ack, nil
+}

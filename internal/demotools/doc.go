@@ -1,0 +1,67 @@
+// Package demotools is an HTTP service of fake but believable tools, so the Hermes examples
+// work with nothing else installed: `hermes up` serves it on 127.0.0.1:8081 and
+// examples/routes.yaml routes every demo tool to it (deploy/routes.yaml does the same for
+// docker-compose, at http://demo-tools:8081).
+//
+// # Tools
+//
+// The answers are derived from the inputs (a hash of the input picks from believable lists),
+// so the same question gets the same answer; dates that must make sense today (next premium,
+// order timeline) are computed from the current day.
+//
+//	tool                 method and path               arguments (* required)
+//	get_policy_number    GET  /v1/policy/number        name | customer_name | match_1 (default: the demo customer 张三)
+//	get_policy_status    GET  /v1/policy/status        name* | customer_name | match_1
+//	weather_search       GET  /v1/weather              city*, date (YYYY-MM-DD, default today)
+//	calendar_free_slots  GET  /v1/calendar/free-slots  date* (YYYY-MM-DD), duration_minutes (default 30)
+//	meeting_book         POST /v1/meetings             title*, start* (RFC 3339), duration_minutes (default 30), attendees* (e-mails), location
+//	notify_send          POST /v1/notifications        channel* (email|sms|push), recipients*, message*, subject
+//	order_query          GET  /v1/orders/{order_id}    order_id* (path; /v1/orders?order_id=… also works)
+//	logistics_urge       POST /v1/logistics/urge       order_id* or tracking_number*, note
+//	echo                 POST /v1/echo (or GET)        anything; see below
+//
+// GET / lists the tools and GET /healthz answers {"status":"ok"}.
+//
+// # Arguments
+//
+// Arguments arrive as the Hermes tool worker sends them: the query string for GET and DELETE
+// (a string as its text, a number or boolean as its JSON text, an array as repeated keys, an
+// object as its JSON text) and a JSON object body for POST, PUT and PATCH. Every tool accepts
+// both forms. Regex capture groups of a route arrive as extra arguments (match_1, … or by group
+// name); get_policy_status takes the holder's name from match_1, as captured by the seed's
+// intent_regex. The Idempotency-Key header (request_id/tool_call_id, the same on every retry of
+// one call) makes the ids meeting_book, notify_send and logistics_urge hand out stable across
+// retries; echo counts fail_times by it.
+//
+// # Responses
+//
+// Every response is JSON with Content-Type application/json and X-Execution-Time, the
+// milliseconds the handler took. Request bodies are bounded to 1 MiB (413 beyond).
+// Errors have the tools' error shape
+//
+//	{"error_code": "INVALID_ARGUMENT", "recovery_hint": "provide \"city\": …", "message": "…"}
+//
+// where the recovery hint names the argument at fault: 400 INVALID_ARGUMENT for bad or missing
+// input, 404 NOT_FOUND for an unknown path, 405 METHOD_NOT_ALLOWED, 413 PAYLOAD_TOO_LARGE, and
+// the tools' own errors (logistics_urge answers 409 ORDER_DELIVERED for a delivered order).
+//
+// # Echo
+//
+// echo answers 200 with exactly the JSON object it received, byte for byte (for GET, the query
+// as an object of strings; a repeated key becomes an array of strings). Control arguments stay
+// in the echoed object and apply in this order:
+//
+//   - fail_times N: the first N requests carrying the same Idempotency-Key header (no header
+//     counts as the empty key) answer 503 {"error_code":"UNAVAILABLE","recovery_hint":"retry
+//     later","message":"failing try k of N"} at once; the later ones go on. The counters live in
+//     memory, for the 10 000 most recently used keys.
+//   - delay_ms: wait that long before answering; a cancelled request stops waiting.
+//   - barrier {"id": string, "count": number, "timeout_ms": number}: answer only once count
+//     requests with that barrier id are in flight together, all of them at once. A request
+//     whose client goes away leaves the barrier; one that waits timeout_ms (default 10000)
+//     answers 504 BARRIER_TIMEOUT. A released id can be reused by a new group; a request
+//     giving another count than the group filling under its id is a 400.
+//   - status: answer with that HTTP status (200–599) instead of 200, with the echoed object.
+//
+// A Handler's state (echo counters and barriers) is its own and safe for concurrent use.
+package demotools

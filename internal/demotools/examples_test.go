@@ -1,0 +1,305 @@
+package demotools
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const (
+	examplesDir   = "../../examples"
+	localBaseURL  = "http://127.0.0.1:8081"
+	deployBaseURL = "http://demo-tools:8081"
+)
+
+// exampleRequest is a HermesRequest as the example files hold it.
+type exampleRequest struct {
+	RequestID string `json:"request_id"`
+	SessionID string `json:"session_id,omitempty"`
+	Intent    string `json:"intent"`
+	ToolCalls []struct {
+		ToolCallID string          `json:"tool_call_id"`
+		Name       string          `json:"name"`
+		Arguments  json.RawMessage `json:"arguments"`
+	} `json:"tool_calls"`
+}
+
+var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func readExamples(t *testing.T) map[string]exampleRequest {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(examplesDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples/*.json: %v", err)
+	}
+	out := make(map[string]exampleRequest)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req exampleRequest
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		name := filepath.Base(f)
+		if !tokenPattern.MatchString(req.RequestID) || (req.SessionID != "" && !tokenPattern.MatchString(req.SessionID)) {
+			t.Errorf("%s: bad request_id %q or session_id %q", name, req.RequestID, req.SessionID)
+		}
+		if req.Intent == "" || len(req.ToolCalls) == 0 {
+			t.Errorf("%s: needs an intent and tool calls", name)
+		}
+		seen := map[string]bool{}
+		for _, c := range req.ToolCalls {
+			if !tokenPattern.MatchString(c.ToolCallID) || seen[c.ToolCallID] {
+				t.Errorf("%s: bad or repeated tool_call_id %q", name, c.ToolCallID)
+			}
+			seen[c.ToolCallID] = true
+			if len(c.Arguments) == 0 || c.Arguments[0] != '{' {
+				t.Errorf("%s: %s arguments are not an object", name, c.ToolCallID)
+			}
+		}
+		out[name] = req
+	}
+	return out
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestExamplesCoverEveryTool(t *testing.T) {
+	examples := readExamples(t)
+	routes := readFile(t, filepath.Join(examplesDir, "routes.yaml"))
+	for name, req := range examples {
+		for _, c := range req.ToolCalls {
+			if !strings.Contains(routes, "tool_name: "+c.Name+"\n") {
+				t.Errorf("%s calls %s, which examples/routes.yaml does not route", name, c.Name)
+			}
+		}
+	}
+	for _, e := range newTestServer().endpoints() {
+		file := "request-" + e.Tool + ".json"
+		if e.Tool == "get_policy_number" {
+			file = "request.json"
+		}
+		if _, ok := examples[file]; !ok {
+			t.Errorf("no examples/%s for %s", file, e.Tool)
+		}
+	}
+	if p := examples["request-parallel.json"]; len(p.ToolCalls) != 3 {
+		t.Errorf("request-parallel.json has %d calls, want 3", len(p.ToolCalls))
+	}
+	seed := examples["request.json"]
+	if seed.RequestID != "req_abc123" || seed.Intent != "我的保单号是多少" || len(seed.ToolCalls) != 1 ||
+		seed.ToolCalls[0].ToolCallID != "call_def456" || seed.ToolCalls[0].Name != "get_policy_number" {
+		t.Errorf("request.json is not the seed's request: %+v", seed)
+	}
+}
+
+func TestDeployRoutesMatchExamples(t *testing.T) {
+	local := readFile(t, filepath.Join(examplesDir, "routes.yaml"))
+	deploy := readFile(t, "../../deploy/routes.yaml")
+	if !strings.Contains(local, localBaseURL+"/") {
+		t.Fatalf("examples/routes.yaml does not use %s", localBaseURL)
+	}
+	if want := strings.ReplaceAll(local, localBaseURL, deployBaseURL); deploy != want {
+		t.Error("deploy/routes.yaml differs from examples/routes.yaml with the base URL swapped; regenerate it with\n" +
+			"  sed 's#" + localBaseURL + "#" + deployBaseURL + "#g' examples/routes.yaml > deploy/routes.yaml")
+	}
+}
+
+// exampleRule is what the tests read of a rule in routes.yaml: enough to pick a route the way
+// the router does and call it the way the tool worker does.
+type exampleRule struct {
+	name, tool, url, method string
+	contains                []string
+	regex                   *regexp.Regexp
+	maxAttempts             int
+}
+
+// readRules reads routes.yaml line by line; the file keeps one key per line.
+func readRules(t *testing.T, text string) []exampleRule {
+	t.Helper()
+	uEscape := regexp.MustCompile(`\\u([0-9a-fA-F]{4})`)
+	var rules []exampleRule
+	for i, line := range strings.Split(text, "\n") {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || strings.HasPrefix(key, "#") {
+			continue
+		}
+		if key == "- name" {
+			rules = append(rules, exampleRule{name: value, maxAttempts: 1})
+			continue
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		r := &rules[len(rules)-1]
+		switch key {
+		case "tool_name":
+			r.tool = value
+		case "url":
+			r.url = value
+		case "method":
+			r.method = value
+		case "max_attempts":
+			r.maxAttempts, _ = strconv.Atoi(value)
+		case "intent_contains":
+			if err := json.Unmarshal([]byte(value), &r.contains); err != nil {
+				t.Fatalf("routes.yaml:%d: intent_contains: %v", i+1, err)
+			}
+		case "intent_regex":
+			if uq, err := strconv.Unquote(value); err == nil {
+				value = uq
+			}
+			// Python's re.match anchors at the start; Go spells \uXXXX as \x{XXXX}.
+			r.regex = regexp.MustCompile(`^(?:` + uEscape.ReplaceAllString(value, `\x{$1}`) + `)`)
+		}
+	}
+	return rules
+}
+
+// pickRule picks the first rule whose conditions all hold and returns it with the arguments its
+// regex captured.
+func pickRule(rules []exampleRule, tool, intent string) (exampleRule, map[string]string, bool) {
+	for _, r := range rules {
+		if r.tool != tool {
+			continue
+		}
+		if len(r.contains) > 0 && !slices.ContainsFunc(r.contains, func(k string) bool { return strings.Contains(intent, k) }) {
+			continue
+		}
+		captured := map[string]string{}
+		if r.regex != nil {
+			m := r.regex.FindStringSubmatch(intent)
+			if m == nil {
+				continue
+			}
+			for i, name := range r.regex.SubexpNames()[1:] {
+				if name == "" {
+					name = "match_" + strconv.Itoa(i+1)
+				}
+				captured[name] = m[i+1]
+			}
+		}
+		return r, captured, true
+	}
+	return exampleRule{}, nil, false
+}
+
+// workerRequest builds the HTTP request the tool worker sends for a call routed by rule.
+func workerRequest(t *testing.T, rule exampleRule, arguments json.RawMessage, captured map[string]string, requestID, callID string) *http.Request {
+	t.Helper()
+	var argMap map[string]any
+	dec := json.NewDecoder(bytes.NewReader(arguments))
+	dec.UseNumber()
+	if err := dec.Decode(&argMap); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range captured {
+		if _, explicit := argMap[k]; !explicit {
+			argMap[k] = v
+		}
+	}
+	text := func(v any) string {
+		if s, ok := v.(string); ok {
+			return s
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	target := regexp.MustCompile(`\{(\w+)\}`).ReplaceAllStringFunc(rule.url, func(p string) string {
+		return url.PathEscape(text(argMap[p[1:len(p)-1]]))
+	})
+	target = strings.TrimPrefix(target, localBaseURL)
+	var body *bytes.Reader
+	if bodyMethod(rule.method) {
+		b, _ := json.Marshal(argMap)
+		body = bytes.NewReader(b)
+	} else {
+		q := url.Values{}
+		for k, v := range argMap {
+			if list, ok := v.([]any); ok {
+				for _, e := range list {
+					q.Add(k, text(e))
+				}
+				continue
+			}
+			q.Set(k, text(v))
+		}
+		if len(q) > 0 {
+			target += "?" + q.Encode()
+		}
+		body = bytes.NewReader(nil)
+	}
+	req := httptest.NewRequest(rule.method, target, body)
+	req.Header.Set("Idempotency-Key", requestID+"/"+callID)
+	req.Header.Set("X-Request-ID", requestID)
+	return req
+}
+
+// TestExamplesRunAgainstTheTools routes every example call with examples/routes.yaml, calls
+// the demo tools the way the tool worker does (retrying a 5xx up to the route's max_attempts)
+// and expects every call to succeed.
+func TestExamplesRunAgainstTheTools(t *testing.T) {
+	rules := readRules(t, readFile(t, filepath.Join(examplesDir, "routes.yaml")))
+	s := newTestServer()
+	for name, req := range readExamples(t) {
+		for _, c := range req.ToolCalls {
+			t.Run(fmt.Sprintf("%s/%s", name, c.ToolCallID), func(t *testing.T) {
+				rule, captured, ok := pickRule(rules, c.Name, req.Intent)
+				if !ok {
+					t.Fatalf("no rule routes %s for intent %q", c.Name, req.Intent)
+				}
+				var r reply
+				for attempt := 1; attempt <= rule.maxAttempts; attempt++ {
+					hr := workerRequest(t, rule, c.Arguments, captured, req.RequestID, c.ToolCallID)
+					r = doRequest(t, s, hr)
+					if r.status < 500 {
+						break
+					}
+				}
+				if r.status != http.StatusOK {
+					t.Fatalf("rule %s: %d %s", rule.name, r.status, r.body)
+				}
+			})
+		}
+	}
+	// The seed's insurance rules win for the seed's intents, and capture the name.
+	if r, _, _ := pickRule(rules, "get_policy_number", "我的保单号是多少"); r.name != "get_policy_number_by_name" {
+		t.Errorf("我的保单号是多少 routed by %q", r.name)
+	}
+	if r, c, _ := pickRule(rules, "get_policy_status", "查询王五的保单状态"); r.name != "get_policy_status_by_name" || c["match_1"] != "王五" {
+		t.Errorf("查询王五的保单状态 routed by %q capturing %v", r.name, c)
+	}
+	if r, _, _ := pickRule(rules, "get_policy_status", "保单状态查询"); r.name != "get_policy_status" {
+		t.Errorf("保单状态查询 routed by %q, want the fallback", r.name)
+	}
+}
+
+func doRequest(t *testing.T, h http.Handler, req *http.Request) reply {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	r := reply{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	checkEnvelope(t, r)
+	return r
+}

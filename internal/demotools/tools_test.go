@@ -1,0 +1,271 @@
+package demotools
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestToolsAnswer calls every tool with good input and checks the answer has the fields a
+// caller relies on, and that asking again gives the same answer.
+func TestToolsAnswer(t *testing.T) {
+	tests := []struct {
+		name, method, target, body string
+		check                      func(t *testing.T, m map[string]any)
+	}{
+		{"policy number default customer", "GET", "/v1/policy/number", "", func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "policy_number", "PN-")
+			wantEq(t, m, "holder", defaultCustomer)
+			wantSet(t, m, "product", "note")
+		}},
+		{"policy number by name", "GET", "/v1/policy/number?name=" + url.QueryEscape("王五"), "", func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "policy_number", "PN-")
+			wantEq(t, m, "holder", "王五")
+		}},
+		{"policy status from match_1", "GET", "/v1/policy/status?match_1=" + url.QueryEscape("王五"), "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "holder", "王五")
+			wantPrefix(t, m, "policy_number", "PN-")
+			wantOneOf(t, m, "status", "active", "pending", "lapsed", "suspended")
+			wantSet(t, m, "status_text", "premium", "effective_date")
+		}},
+		{"weather", "GET", "/v1/weather?city=" + url.QueryEscape("上海") + "&date=2026-07-01", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "city", "上海")
+			wantEq(t, m, "date", "2026-07-01")
+			wantSet(t, m, "condition", "summary", "humidity_pct", "wind")
+			temp := m["temperature_c"].(map[string]any)
+			low, _ := temp["low"].(json.Number).Int64()
+			high, _ := temp["high"].(json.Number).Int64()
+			if low > high || high < 10 || low > 40 {
+				t.Errorf("July temperatures %d..%d °C are not believable", low, high)
+			}
+		}},
+		{"weather today", "GET", "/v1/weather?city=Berlin", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "date", "2026-03-16")
+		}},
+		{"calendar free slots", "GET", "/v1/calendar/free-slots?date=2026-03-16&duration_minutes=45", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "date", "2026-03-16")
+			checkSlots(t, m, 45*time.Minute)
+		}},
+		{"meeting book", "POST", "/v1/meetings", `{"title":"季度复盘","start":"2026-03-16T10:00:00+08:00","duration_minutes":45,
+			"attendees":["li.lei@example.com","Han Meimei <Han.Meimei@example.com>"]}`, func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "booking_id", "MTG-")
+			wantEq(t, m, "status", "confirmed")
+			wantEq(t, m, "end", "2026-03-16T10:45:00+08:00")
+			wantSet(t, m, "confirmation", "location")
+			att := m["attendees"].([]any)
+			if len(att) != 2 || att[1].(map[string]any)["email"] != "han.meimei@example.com" {
+				t.Errorf("attendees = %v", att)
+			}
+		}},
+		{"notify email", "POST", "/v1/notifications", `{"channel":"email","recipients":["a@example.com","b@example.com"],"message":"会议改到周一"}`,
+			func(t *testing.T, m map[string]any) {
+				wantPrefix(t, m, "message_id", "MSG-")
+				wantEq(t, m, "delivered", json.Number("2"))
+				wantEq(t, m, "channel", "email")
+				wantSet(t, m, "subject")
+			}},
+		{"notify sms", "POST", "/v1/notifications", `{"channel":"sms","recipients":"+8613800138000","message":"hi"}`,
+			func(t *testing.T, m map[string]any) {
+				wantEq(t, m, "delivered", json.Number("1"))
+				wantEq(t, m, "segments", json.Number("1"))
+			}},
+		{"order query path", "GET", "/v1/orders/ORD-20260312-0042", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "order_id", "ORD-20260312-0042")
+			wantOneOf(t, m, "status", "processing", "shipped", "in_transit", "out_for_delivery", "delivered")
+			wantSet(t, m, "carrier", "tracking_number", "placed_at", "latest_event")
+			if items := m["items"].([]any); len(items) == 0 {
+				t.Error("no items")
+			}
+		}},
+		{"order query argument", "GET", "/v1/orders?order_id=ORD-20260312-0042", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "order_id", "ORD-20260312-0042")
+		}},
+		{"urge by order", "POST", "/v1/logistics/urge", `{"order_id":"ORD-20260312-0042","note":"请尽快"}`, func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "ticket_id", "URG-")
+			wantEq(t, m, "order_id", "ORD-20260312-0042")
+			wantEq(t, m, "note", "请尽快")
+			wantSet(t, m, "expected_response_minutes", "expected_response_by", "tracking_number")
+		}},
+		{"urge by tracking number", "POST", "/v1/logistics/urge", `{"tracking_number":"SF1234567890123"}`, func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "ticket_id", "URG-")
+			wantEq(t, m, "carrier", "SF Express")
+		}},
+		{"index", "GET", "/", "", func(t *testing.T, m map[string]any) {
+			if tools := m["tools"].([]any); len(tools) != 9 {
+				t.Errorf("index lists %d tools, want 9", len(tools))
+			}
+		}},
+		{"healthz", "GET", "/healthz", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
+	}
+	s := newTestServer()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, s, tc.method, tc.target, tc.body, "Idempotency-Key", "req_1/call_1")
+			if r.status != http.StatusOK {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			tc.check(t, r.obj(t))
+			again := do(t, newTestServer(), tc.method, tc.target, tc.body, "Idempotency-Key", "req_1/call_1")
+			if string(again.body) != string(r.body) {
+				t.Errorf("same question, different answer:\n%s\n%s", r.body, again.body)
+			}
+		})
+	}
+}
+
+// TestPolicyToolsAgree checks that the policy number and the status of one customer agree,
+// and that different customers get different policies.
+func TestPolicyToolsAgree(t *testing.T) {
+	s := newTestServer()
+	num := do(t, s, "GET", "/v1/policy/number?customer_name="+url.QueryEscape("李四"), "").obj(t)
+	st := do(t, s, "GET", "/v1/policy/status?name="+url.QueryEscape("李四"), "").obj(t)
+	if num["policy_number"] != st["policy_number"] {
+		t.Errorf("number %v, status says %v", num["policy_number"], st["policy_number"])
+	}
+	other := do(t, s, "GET", "/v1/policy/number?name="+url.QueryEscape("王五"), "").obj(t)
+	if other["policy_number"] == num["policy_number"] {
+		t.Errorf("李四 and 王五 share policy %v", num["policy_number"])
+	}
+}
+
+func TestToolsRejectBadInput(t *testing.T) {
+	tests := []struct {
+		name, method, target, body, field string
+	}{
+		{"policy status without name", "GET", "/v1/policy/status", "", "name"},
+		{"weather without city", "GET", "/v1/weather", "", "city"},
+		{"weather blank city", "GET", "/v1/weather?city=+", "", "city"},
+		{"weather bad date", "GET", "/v1/weather?city=Paris&date=tomorrow", "", "date"},
+		{"slots without date", "GET", "/v1/calendar/free-slots?duration_minutes=30", "", "date"},
+		{"slots bad duration", "GET", "/v1/calendar/free-slots?date=2026-03-16&duration_minutes=soon", "", "duration_minutes"},
+		{"slots duration out of range", "GET", "/v1/calendar/free-slots?date=2026-03-16&duration_minutes=0", "", "duration_minutes"},
+		{"book without title", "POST", "/v1/meetings", `{"start":"2026-03-16T10:00:00+08:00","attendees":["a@example.com"]}`, "title"},
+		{"book without start", "POST", "/v1/meetings", `{"title":"x","attendees":["a@example.com"]}`, "start"},
+		{"book bad start", "POST", "/v1/meetings", `{"title":"x","start":"next monday","attendees":["a@example.com"]}`, "start"},
+		{"book without attendees", "POST", "/v1/meetings", `{"title":"x","start":"2026-03-16T10:00:00+08:00"}`, "attendees"},
+		{"book empty attendees", "POST", "/v1/meetings", `{"title":"x","start":"2026-03-16T10:00:00+08:00","attendees":[]}`, "attendees"},
+		{"book bad attendee", "POST", "/v1/meetings", `{"title":"x","start":"2026-03-16T10:00:00+08:00","attendees":["a@example.com","bob"]}`, "attendees[1]"},
+		{"book attendees not strings", "POST", "/v1/meetings", `{"title":"x","start":"2026-03-16T10:00:00+08:00","attendees":[1]}`, "attendees"},
+		{"book title not a string", "POST", "/v1/meetings", `{"title":{"a":1},"start":"2026-03-16T10:00:00+08:00","attendees":["a@example.com"]}`, "title"},
+		{"notify without channel", "POST", "/v1/notifications", `{"recipients":["a@example.com"],"message":"m"}`, "channel"},
+		{"notify bad channel", "POST", "/v1/notifications", `{"channel":"fax","recipients":["a@example.com"],"message":"m"}`, "channel"},
+		{"notify without recipients", "POST", "/v1/notifications", `{"channel":"email","message":"m"}`, "recipients"},
+		{"notify bad phone", "POST", "/v1/notifications", `{"channel":"sms","recipients":["call me"],"message":"m"}`, "recipients[0]"},
+		{"notify without message", "POST", "/v1/notifications", `{"channel":"push","recipients":["user-42"]}`, "message"},
+		{"order without id", "GET", "/v1/orders/", "", "order_id"},
+		{"order without id, no slash", "GET", "/v1/orders", "", "order_id"},
+		{"order bad id", "GET", "/v1/orders/" + url.PathEscape("a b"), "", "order_id"},
+		{"urge without order or tracking", "POST", "/v1/logistics/urge", `{"note":"hurry"}`, "order_id"},
+		{"urge bad tracking", "POST", "/v1/logistics/urge", `{"tracking_number":"#1"}`, "tracking_number"},
+		{"body not an object", "POST", "/v1/meetings", `["title"]`, "body"},
+		{"body not JSON", "POST", "/v1/notifications", `channel=sms`, "body"},
+	}
+	s := newTestServer()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, s, tc.method, tc.target, tc.body)
+			if tc.field == "body" {
+				wantError(t, r, http.StatusBadRequest, "INVALID_ARGUMENT")
+				return
+			}
+			wantArgError(t, r, tc.field)
+		})
+	}
+}
+
+// TestUrgeDeliveredOrder checks the tool's own error: a delivered order cannot be urged.
+func TestUrgeDeliveredOrder(t *testing.T) {
+	s := newTestServer()
+	id := ""
+	for i := range 1000 {
+		if o := s.orderFor(fmt.Sprintf("ORD-%04d", i)); o.Status == "delivered" {
+			id = o.ID
+			break
+		}
+	}
+	if id == "" {
+		t.Fatal("no delivered order among 1000 ids")
+	}
+	wantError(t, do(t, s, "POST", "/v1/logistics/urge", `{"order_id":"`+id+`"}`), http.StatusConflict, "ORDER_DELIVERED")
+	m := do(t, s, "GET", "/v1/orders/"+id, "").obj(t)
+	wantSet(t, m, "delivered_at")
+}
+
+func TestHTTPErrors(t *testing.T) {
+	s := newTestServer()
+	wantError(t, do(t, s, "GET", "/v1/nothing", ""), http.StatusNotFound, "NOT_FOUND")
+	wantError(t, do(t, s, "DELETE", "/v1/meetings", ""), http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
+	big := `{"message":"` + strings.Repeat("x", maxBodyBytes) + `"}`
+	wantError(t, do(t, s, "POST", "/v1/notifications", big), http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE")
+	wantError(t, do(t, s, "POST", "/v1/echo", big), http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE")
+}
+
+func checkSlots(t *testing.T, m map[string]any, length time.Duration) {
+	t.Helper()
+	parse := func(iv any) (time.Time, time.Time) {
+		o := iv.(map[string]any)
+		a, err1 := time.Parse(time.RFC3339, o["start"].(string))
+		b, err2 := time.Parse(time.RFC3339, o["end"].(string))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("bad interval %v", o)
+		}
+		return a, b
+	}
+	slots := m["slots"].([]any)
+	if len(slots) == 0 {
+		t.Fatal("no free slots")
+	}
+	dayStart := time.Date(2026, 3, 16, 9, 0, 0, 0, demoZone)
+	dayEnd := time.Date(2026, 3, 16, 18, 0, 0, 0, demoZone)
+	for _, sl := range slots {
+		a, b := parse(sl)
+		if b.Sub(a) != length || a.Before(dayStart) || b.After(dayEnd) {
+			t.Errorf("slot %v..%v is not %v within office hours", a, b, length)
+		}
+		for _, bz := range m["busy"].([]any) {
+			c, d := parse(bz)
+			if a.Before(d) && c.Before(b) {
+				t.Errorf("slot %v..%v overlaps busy %v..%v", a, b, c, d)
+			}
+		}
+	}
+}
+
+func wantEq(t *testing.T, m map[string]any, key string, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(m[key], want) {
+		t.Errorf("%s = %#v, want %#v", key, m[key], want)
+	}
+}
+
+func wantPrefix(t *testing.T, m map[string]any, key, prefix string) {
+	t.Helper()
+	if s, _ := m[key].(string); !strings.HasPrefix(s, prefix) || len(s) <= len(prefix) {
+		t.Errorf("%s = %#v, want %s…", key, m[key], prefix)
+	}
+}
+
+func wantOneOf(t *testing.T, m map[string]any, key string, values ...string) {
+	t.Helper()
+	s, _ := m[key].(string)
+	for _, v := range values {
+		if s == v {
+			return
+		}
+	}
+	t.Errorf("%s = %#v, want one of %v", key, m[key], values)
+}
+
+func wantSet(t *testing.T, m map[string]any, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := m[k]; !ok || v == nil || v == "" {
+			t.Errorf("%s is missing in %v", k, m)
+		}
+	}
+}

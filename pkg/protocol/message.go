@@ -98,3 +98,10 @@ func (m *Message) Validate() error {
 	}
 	return CheckID("request_id", m.RequestID)
 }
+
+// Follow makes m a consequence of cause: same request, session, trace and deadline, caused by
+// cause, identified by msgID.
+func (m *Message) Follow(cause *Message, msgID string) {
+	m.MsgID, m.RequestID, m.SessionID = msgID, cause.RequestID, cause.SessionID
+	m.CausationID, m.Trace, m.Deadline = cause.MsgID, cause.Trace, cause.Deadline
+}

@@ -38,7 +38,10 @@ func SubjectToolResult(session string) string { return subjectRoot + ".result." 
 // SubjectResponse carries the one response to each request of session.
 func SubjectResponse(session string) string { return subjectRoot + ".response." + session }
 
-// SubjectEvent carries other events of session, e.g. tool_started.
+// EventToolStarted is the event kind of tool_started messages.
+const EventToolStarted = "tool_started"
+
+// SubjectEvent carries other events of session, e.g. EventToolStarted.
 func SubjectEvent(kind, session string) string {
 	return subjectRoot + ".event." + kind + "." + session
 }

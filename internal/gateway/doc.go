@@ -1,0 +1,18 @@
+// Package gateway is Hermes' HTTP edge: it validates HermesRequests, accepts each request_id
+// once, publishes the request on the bus, and waits for its response.
+//
+// Endpoints:
+//
+//	POST /v1/route                 a HermesRequest; answers the HermesResponse (200), or 504 with
+//	                               the request_id when the wait (?timeout=, default 30 s) runs out
+//	                               while the request keeps running
+//	GET  /v1/requests/{request_id} the response once there (200), 202 while pending, 404 unknown
+//	GET  /healthz, /readyz         liveness, and readiness (NATS connected, stream reachable)
+//
+// Guarantees: a body over the limit gets 413 and malformed input 400 with a JSON error naming
+// the field, before anything is published. A request_id is accepted once (KV Create in
+// hermes-intake): posting it again with the same content returns the first response and runs
+// nothing twice; with different content it gets 409. A request published but not yet answered
+// when the client gives up or the gateway restarts keeps running; its response is kept in
+// hermes-responses for the state TTL. X-Trace-ID is kept (or made) and echoed back.
+package gateway

@@ -1,0 +1,51 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Error codes of the gateway's JSON errors.
+const (
+	CodeInvalidRequest    = "INVALID_REQUEST"
+	CodeBodyTooLarge      = "BODY_TOO_LARGE"
+	CodeRequestIDConflict = "REQUEST_ID_CONFLICT"
+	CodeTimeout           = "TIMEOUT"
+	CodeBusUnavailable    = "BUS_UNAVAILABLE"
+	CodeNotFound          = "NOT_FOUND"
+	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
+)
+
+// apiError is the JSON body of every error answer.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field,omitempty"`
+	} `json:"error"`
+	RequestID string `json:"request_id,omitempty"`
+	StatusURL string `json:"status_url,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string, err error) {
+	var body apiError
+	body.Error.Code, body.Error.Message = code, msg
+	var fe *protocol.FieldError
+	if errors.As(err, &fe) {
+		body.Error.Field = fe.Field
+	}
+	writeJSON(w, status, &body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"encode answer"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,385 @@
+package tool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// DefaultMaxResultBytes bounds a tool's answer unless configured otherwise.
+const DefaultMaxResultBytes = 1 << 20
+
+// HTTPExecutor runs http actions. It is safe for concurrent use and reuses connections.
+type HTTPExecutor struct {
+	Client *http.Client
+	Env    *EnvResolver
+	// MaxResultBytes bounds the body read from a tool; a larger answer is a RESULT_TOO_LARGE
+	// error. Default DefaultMaxResultBytes.
+	MaxResultBytes int64
+}
+
+// NewHTTPTransport returns a transport tuned for many concurrent calls to few tool hosts.
+// resolve maps host:port as written in routes to another host:port to dial (like curl
+// --resolve); it never changes the Host header or the URL.
+func NewHTTPTransport(resolve map[string]string) *http.Transport {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	t := &http.Transport{
+		Proxy:               nil,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   false,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if to, ok := resolve[addr]; ok {
+				addr = to
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
+	}
+	return t
+}
+
+// Execute runs one try of an http action.
+func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
+	a := c.Dispatch.Action
+	route := c.Dispatch.Route
+	req, err := h.build(ctx, c)
+	if err != nil {
+		var ee *envError
+		if errors.As(err, &ee) {
+			return failure(ee.code, protocol.OriginHermes, ee.Error(), ee.Error(), false), nil
+		}
+		return failure(protocol.CodeBadArguments, protocol.OriginHermes,
+			fmt.Sprintf("fix the call's arguments for route %s: %v", route, err), err.Error(), false), nil
+	}
+	timeout := time.Duration(max(a.TimeoutMS, 1)) * time.Millisecond
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req = req.WithContext(tctx)
+	start := time.Now()
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		return h.transportFailure(ctx, err, c, timeout)
+	}
+	defer resp.Body.Close()
+	limit := h.MaxResultBytes
+	if limit <= 0 {
+		limit = DefaultMaxResultBytes
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return h.transportFailure(ctx, err, c, timeout)
+	}
+	elapsed := time.Since(start)
+	if int64(len(body)) > limit {
+		return failure(protocol.CodeResultTooLarge, protocol.OriginHermes,
+			fmt.Sprintf("the tool answered more than %d bytes; ask for less (paging, filters) or raise the worker's --max-result-bytes", limit),
+			fmt.Sprintf("result larger than %d bytes", limit), false), nil
+	}
+	out := Outcome{Result: protocol.ToolResult{Content: contentOf(body), ExecutionTimeMS: executionTime(resp.Header, elapsed)}}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		out.Result.Status = protocol.ResultOK
+		return out, nil
+	case resp.StatusCode == http.StatusTooManyRequests:
+		out = toolFailure(out, body, protocol.CodeToolRateLimited, resp.StatusCode, true,
+			"the tool is rate limiting Hermes; lower the call rate or raise the tool's limit")
+		out.RetryAfter = retryAfter(resp.Header)
+	case resp.StatusCode >= 500:
+		out = toolFailure(out, body, protocol.CodeToolHTTP5xx, resp.StatusCode, true,
+			"the tool failed on its side; check its health and logs, the call may succeed later")
+	default:
+		out = toolFailure(out, body, protocol.CodeToolHTTP4xx, resp.StatusCode, false,
+			"the tool refused the call; check the arguments against what the tool expects")
+	}
+	return out, nil
+}
+
+// toolFailure turns an HTTP error status into an error outcome, keeping the tool's own
+// error_code and recovery_hint when its body carries them.
+func toolFailure(out Outcome, body []byte, code string, status int, retryable bool, hint string) Outcome {
+	out.Result.Status = protocol.ResultError
+	out.Result.ErrorCode = code
+	out.Result.ErrorOrigin = protocol.OriginTool
+	out.Result.RecoveryHint = fmt.Sprintf("HTTP %d: %s", status, hint)
+	var own struct {
+		ErrorCode    string `json:"error_code"`
+		RecoveryHint string `json:"recovery_hint"`
+	}
+	if json.Unmarshal(body, &own) == nil {
+		if own.ErrorCode != "" {
+			out.Result.ErrorCode = own.ErrorCode
+		}
+		if own.RecoveryHint != "" {
+			out.Result.RecoveryHint = own.RecoveryHint
+		}
+	}
+	out.Retryable = retryable
+	return out
+}
+
+func (h *HTTPExecutor) transportFailure(ctx context.Context, err error, c *Call, timeout time.Duration) (Outcome, error) {
+	if ctx.Err() != nil {
+		return Outcome{}, ctx.Err() // shutting down: not the tool's fault
+	}
+	route := c.Dispatch.Route
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		return failure(protocol.CodeToolTimeout, protocol.OriginHermes,
+			fmt.Sprintf("the tool did not answer within timeout_ms=%d; raise timeout_ms in route %s or check why the tool is slow", timeout.Milliseconds(), route),
+			fmt.Sprintf("no answer within %d ms", timeout.Milliseconds()), true), nil
+	}
+	host := ""
+	if c.Dispatch.Action.HTTP != nil {
+		if u, perr := url.Parse(c.Dispatch.Action.HTTP.URL); perr == nil {
+			host = u.Host
+		}
+	}
+	return failure(protocol.CodeToolUnreachable, protocol.OriginHermes,
+		fmt.Sprintf("could not reach the tool at %s; check that it runs and that route %s points at it", host, route),
+		"tool unreachable: "+scrub(err.Error()), true), nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// scrub cuts an error text to a readable length; transport errors hold no header values.
+func scrub(s string) string {
+	if len(s) > 300 {
+		return s[:300]
+	}
+	return s
+}
+
+// build makes the HTTP request of one try: path parameters filled from arguments and route
+// captures, the rest as query (GET, DELETE) or JSON body.
+func (h *HTTPExecutor) build(ctx context.Context, c *Call) (*http.Request, error) {
+	a := c.Dispatch.Action.HTTP
+	if a == nil {
+		return nil, errors.New("http action missing")
+	}
+	args, err := mergedArgs(c.Dispatch)
+	if err != nil {
+		return nil, err
+	}
+	target, used, err := fillPath(a.URL, args)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("url: %v", err)
+	}
+	method := strings.ToUpper(a.Method)
+	var body io.Reader
+	if method == http.MethodGet || method == http.MethodDelete {
+		q := u.Query()
+		for _, k := range sortedKeys(args) {
+			if !used[k] {
+				addQuery(q, k, args[k])
+			}
+		}
+		u.RawQuery = q.Encode()
+	} else {
+		body = bytes.NewReader(bodyOf(c.Dispatch, args, used))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	for name, v := range a.Headers {
+		rv, err := h.Env.Resolve(name, v)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set(name, rv)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "hermes-toolworker")
+	req.Header.Set("Idempotency-Key", c.IdempotencyKey())
+	req.Header.Set("X-Request-ID", c.RequestID)
+	req.Header.Set("X-Hermes-Attempt", strconv.Itoa(c.Attempt))
+	if c.Trace.TraceID != "" {
+		req.Header.Set("X-Trace-ID", c.Trace.TraceID)
+	}
+	if c.Trace.Traceparent != "" {
+		req.Header.Set("traceparent", c.Trace.Traceparent)
+	}
+	return req, nil
+}
+
+// mergedArgs decodes the call's arguments and adds the route's captures under names the
+// arguments do not use.
+func mergedArgs(d *protocol.Dispatch) (map[string]json.RawMessage, error) {
+	args := map[string]json.RawMessage{}
+	if len(d.Call.Arguments) > 0 {
+		if err := json.Unmarshal(d.Call.Arguments, &args); err != nil {
+			return nil, fmt.Errorf("arguments must be a JSON object: %v", err)
+		}
+		if args == nil {
+			args = map[string]json.RawMessage{}
+		}
+	}
+	for k, v := range d.Params {
+		if _, ok := args[k]; !ok {
+			args[k] = mustJSON(v)
+		}
+	}
+	return args, nil
+}
+
+// bodyOf is the JSON body: the arguments byte for byte when nothing was added or taken,
+// else the merged object.
+func bodyOf(d *protocol.Dispatch, args map[string]json.RawMessage, used map[string]bool) []byte {
+	if len(d.Params) == 0 && len(used) == 0 && len(d.Call.Arguments) > 0 {
+		return d.Call.Arguments
+	}
+	rest := make(map[string]json.RawMessage, len(args))
+	for k, v := range args {
+		if !used[k] {
+			rest[k] = v
+		}
+	}
+	b, _ := json.Marshal(rest)
+	return b
+}
+
+// fillPath replaces {name} placeholders in the URL's path with escaped argument values.
+// The scheme, host and port come from the route alone.
+func fillPath(raw string, args map[string]json.RawMessage) (string, map[string]bool, error) {
+	if !strings.Contains(raw, "{") {
+		return raw, nil, nil
+	}
+	used := map[string]bool{}
+	var b strings.Builder
+	rest := raw
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String(), used, nil
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return "", nil, fmt.Errorf("url %q has an unclosed {", raw)
+		}
+		name := rest[i+1 : i+j]
+		v, ok := args[name]
+		if !ok {
+			return "", nil, fmt.Errorf("path parameter {%s} needs the argument %q", name, name)
+		}
+		s, ok := scalarText(v)
+		if !ok || s == "" {
+			return "", nil, fmt.Errorf("argument %q fills a path parameter and must be a non-empty string or number", name)
+		}
+		b.WriteString(rest[:i])
+		b.WriteString(url.PathEscape(s))
+		used[name] = true
+		rest = rest[i+j+1:]
+	}
+}
+
+// scalarText renders a JSON scalar as query or path text: strings unquoted, numbers and
+// booleans as written.
+func scalarText(v json.RawMessage) (string, bool) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "", false
+	}
+	switch v[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return "", false
+		}
+		return s, true
+	case '{', '[', 'n':
+		return "", false
+	}
+	return string(v), true
+}
+
+func addQuery(q url.Values, k string, v json.RawMessage) {
+	if s, ok := scalarText(v); ok {
+		q.Add(k, s)
+		return
+	}
+	v = bytes.TrimSpace(v)
+	if len(v) > 0 && v[0] == '[' {
+		var items []json.RawMessage
+		if json.Unmarshal(v, &items) == nil {
+			for _, it := range items {
+				if s, ok := scalarText(it); ok {
+					q.Add(k, s)
+				} else {
+					q.Add(k, string(bytes.TrimSpace(it)))
+				}
+			}
+			return
+		}
+	}
+	if string(v) == "null" {
+		return
+	}
+	q.Add(k, string(v))
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// contentOf keeps a JSON answer as it is and wraps any other text as a JSON string.
+func contentOf(body []byte) json.RawMessage {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(trimmed) {
+		return json.RawMessage(trimmed)
+	}
+	return mustJSON(string(body))
+}
+
+func executionTime(h http.Header, measured time.Duration) int64 {
+	if v := h.Get("X-Execution-Time"); v != "" {
+		if f, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), "ms"), 64); err == nil && f >= 0 {
+			return int64(f + 0.5)
+		}
+	}
+	return measured.Milliseconds()
+}
+
+func retryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, 5*time.Minute)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(time.Until(t), 0), 5*time.Minute)
+	}
+	return 0
+}

@@ -1,0 +1,237 @@
+package tool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Bus is the provisioned bus. Required.
+	Bus *bus.Bus
+	// Instance names this worker in the messages it sends. Required.
+	Instance string
+	// Tools lists the tools this worker serves. Empty means every tool that has a consumer,
+	// including tools that get one while the worker runs.
+	Tools []string
+	// Concurrency bounds calls of one tool running at once in this worker. Default 32.
+	Concurrency int
+	// AllowEnv lists the environment variables ${env.NAME} placeholders may read.
+	AllowEnv []string
+	// Resolve maps host:port in routes to another host:port to dial (like curl --resolve).
+	Resolve map[string]string
+	// MaxResultBytes bounds a tool's answer. Default DefaultMaxResultBytes.
+	MaxResultBytes int64
+	// Executors by action kind; nil means the HTTP executor for "http". Kinds without one fail
+	// with ACTION_UNSUPPORTED.
+	Executors map[string]Executor
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Worker runs tool calls.
+type Worker struct {
+	cfg       Config
+	pub       *bus.Publisher
+	executors map[string]Executor
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	serving map[string]bool
+
+	executed atomic.Int64
+}
+
+// New returns a Worker for cfg.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Bus == nil || cfg.Instance == "" {
+		return nil, errors.New("tool: Config.Bus and Config.Instance are required")
+	}
+	for _, t := range cfg.Tools {
+		if err := protocol.CheckToolName("tools", t); err != nil {
+			return nil, fmt.Errorf("tool: %w", err)
+		}
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, serving: map[string]bool{},
+		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	w.executors = cfg.Executors
+	if w.executors == nil {
+		allowed := map[string]bool{}
+		for _, n := range cfg.AllowEnv {
+			allowed[n] = true
+		}
+		w.executors = map[string]Executor{protocol.ActionHTTP: &HTTPExecutor{
+			Client:         &http.Client{Transport: NewHTTPTransport(cfg.Resolve)},
+			Env:            &EnvResolver{Allowed: allowed},
+			MaxResultBytes: cfg.MaxResultBytes,
+		}}
+	}
+	return w, nil
+}
+
+// Executed counts tries this worker has run.
+func (w *Worker) Executed() int64 { return w.executed.Load() }
+
+// Run serves the configured tools until ctx is done and returns once in-flight calls are
+// settled. With no tools configured it follows the hermes-tools bucket and starts serving each
+// tool as it appears.
+func (w *Worker) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	serve := func(tool string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.serving[tool] || ctx.Err() != nil {
+			return
+		}
+		w.serving[tool] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.serve(ctx, tool); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	if len(w.cfg.Tools) > 0 {
+		for _, t := range w.cfg.Tools {
+			serve(t)
+		}
+	} else {
+		watcher, err := w.cfg.Bus.Tools.WatchAll(ctx)
+		if err != nil {
+			return fmt.Errorf("tool: watch tools: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					_ = watcher.Stop()
+					return
+				case e, ok := <-watcher.Updates():
+					if !ok {
+						return
+					}
+					if e != nil && e.Operation() == jetstream.KeyValuePut && protocol.ValidToken(e.Key(), protocol.MaxToolNameLen) {
+						serve(e.Key())
+					}
+				}
+			}
+		}()
+	}
+	<-ctx.Done()
+	w.mu.Lock() // no serve starts after this point
+	w.mu.Unlock()
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) serve(ctx context.Context, tool string) error {
+	cons, err := w.cfg.Bus.EnsureToolConsumer(ctx, tool)
+	if err != nil {
+		return err
+	}
+	w.log.Info("serving tool", "tool", tool, "consumer", bus.ToolConsumer(tool))
+	progress := w.cfg.Bus.Config().AckWait / 3
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(w.handle), Concurrency: w.cfg.Concurrency,
+		Progress: progress, Logger: w.log.With("tool", tool)}).Run(ctx)
+}
+
+// handle runs one delivery of a tool call: one try, then a result or a delayed redelivery.
+func (w *Worker) handle(ctx context.Context, d *bus.Delivery) error {
+	m, err := protocol.Unmarshal(d.Data)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	disp, err := m.DecodeDispatch()
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	callID := disp.Call.ToolCallID
+	log := w.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID,
+		"trace_id", m.Trace.TraceID, "tool", disp.Call.Name, "tool_call_id", callID)
+	// A call whose result is recorded is done: a redelivery must not run it again.
+	if _, err := w.cfg.Bus.Calls.Get(ctx, m.RequestID+"."+callID); err == nil {
+		log.Info("call already has a result; not run again")
+		return nil
+	}
+	attempt := int(d.NumDelivered)
+	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
+	if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
+		return err
+	}
+	call := &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace, Attempt: attempt, Dispatch: disp, MaxAttempts: maxAttempts}
+	var out Outcome
+	if !m.Deadline.IsZero() && time.Now().After(m.Deadline) {
+		out = failure(protocol.CodeDeadlineExceeded, protocol.OriginHermes,
+			"the request's deadline passed before the call could run; send it again with a later deadline",
+			"deadline exceeded", false)
+	} else {
+		exec, ok := w.executors[disp.Action.Kind]
+		if !ok {
+			exec = unsupported{kind: disp.Action.Kind}
+		}
+		w.executed.Add(1)
+		out, err = exec.Execute(ctx, call)
+		if err != nil {
+			return err // not judged (shutdown): redeliver
+		}
+	}
+	if out.Result.Status != protocol.ResultOK && out.Retryable && attempt < maxAttempts {
+		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
+		log.Info("try failed; retrying", "attempt", attempt, "max_attempts", maxAttempts, "error_code", out.Result.ErrorCode, "delay", delay)
+		return bus.RetryAfter(fmt.Errorf("%s on try %d of %d", out.Result.ErrorCode, attempt, maxAttempts), delay)
+	}
+	res := out.Result
+	res.ToolCallID, res.Name, res.Route, res.Attempts = callID, disp.Call.Name, disp.Route, attempt
+	if res.Status != protocol.ResultOK {
+		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
+	}
+	return w.publishResult(ctx, m, &res)
+}
+
+func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, disp *protocol.Dispatch, attempt int) error {
+	out, err := protocol.NewMessage(protocol.TypeToolStarted, &protocol.ToolStarted{
+		ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Attempt: attempt, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(cause, protocol.MsgIDToolStarted(cause.RequestID, disp.Call.ToolCallID, attempt))
+	out.Attempt = attempt
+	_, err = w.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventToolStarted, cause.SessionID), out)
+	return err
+}
+
+func (w *Worker) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult) error {
+	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
+	out.Attempt = res.Attempts
+	_, err = w.pub.Publish(ctx, protocol.SubjectToolResult(cause.SessionID), out)
+	return err
+}

@@ -1,0 +1,224 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hermesbus/hermes/internal/demotools"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/tool"
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// Env is what a command reads and writes besides its flags.
+type Env struct {
+	Stdout, Stderr io.Writer
+}
+
+// parse parses args and sets up logging; flag.ErrHelp is returned as is.
+func parse(fs *flag.FlagSet, args []string, env Env, level *string) (*slog.Logger, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	return newLogger(env.Stderr, *level)
+}
+
+// RunRouter runs a router worker: hermes router / cmd/router.
+func RunRouter(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("router", "router [flags]", env.Stderr)
+	var c common
+	c.register(fs, "router")
+	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
+	conc := fs.Int("concurrency", 64, "requests and results handled at once, each")
+	reload := fs.Duration("reload", 2*time.Second, "how often to check the routes file for changes; 0 turns reload off")
+	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	table, desc, isFile, err := loadRoutes(*routesPath)
+	if err != nil {
+		return err
+	}
+	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := newRouter(b, c.instance, table, *conc, log)
+	if err != nil {
+		return err
+	}
+	log.Info("router running", "instance", c.instance, "routes", desc, "rules", len(table.Rules), "nats", nc.ConnectedUrlRedacted())
+	return (&routerService{r: r, path: *routesPath, watch: isFile, reload: *reload, log: log}).Run(ctx)
+}
+
+// workerFlags are the tool worker's own flags.
+type workerFlags struct {
+	tools       listFlag
+	allowEnv    listFlag
+	resolve     resolveFlag
+	concurrency int
+	maxResult   int64
+}
+
+func (w *workerFlags) register(fs *flag.FlagSet) {
+	w.resolve = resolveFlag{}
+	fs.Var(&w.tools, "tools", "tools to serve, comma-separated (default: every routed tool, following new ones)")
+	fs.Var(&w.allowEnv, "allow-env", "environment variables ${env.NAME} headers may read, comma-separated")
+	fs.Var(w.resolve, "resolve", "dial host:port=other:port instead (like curl --resolve), comma-separated")
+	fs.IntVar(&w.concurrency, "concurrency", 32, "calls of one tool running at once")
+	fs.Int64Var(&w.maxResult, "max-result-bytes", tool.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
+}
+
+func (w *workerFlags) config(instance string) tool.Config {
+	return tool.Config{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
+		Concurrency: w.concurrency, MaxResultBytes: w.maxResult}
+}
+
+// RunToolWorker runs a tool worker: hermes toolworker / cmd/toolworker.
+func RunToolWorker(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("toolworker", "toolworker [flags]", env.Stderr)
+	var c common
+	c.register(fs, "toolworker")
+	var wf workerFlags
+	wf.register(fs)
+	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w, err := newWorker(b, wf.config(c.instance), log)
+	if err != nil {
+		return err
+	}
+	log.Info("tool worker running", "instance", c.instance, "tools", wf.tools.String(), "allow_env", wf.allowEnv.String(), "nats", nc.ConnectedUrlRedacted())
+	return w.Run(ctx)
+}
+
+// gatewayFlags are the gateway's own flags.
+type gatewayFlags struct {
+	addr    string
+	maxBody int64
+	wait    time.Duration
+}
+
+func (g *gatewayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.addr, "http", envOr("HERMES_HTTP", "127.0.0.1:8080"), "HTTP listen address (env HERMES_HTTP)")
+	fs.Int64Var(&g.maxBody, "max-body-bytes", 1<<20, "largest request body accepted; larger ones get 413")
+	fs.DurationVar(&g.wait, "wait", 30*time.Second, "how long POST /v1/route waits for the response by default")
+}
+
+func (g *gatewayFlags) config(instance string) gateway.Config {
+	return gateway.Config{Instance: instance, MaxBodyBytes: g.maxBody, DefaultWait: g.wait}
+}
+
+// RunGateway runs the HTTP gateway: hermes gateway / cmd/gateway.
+func RunGateway(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("gateway", "gateway [flags]", env.Stderr)
+	var c common
+	c.register(fs, "gateway")
+	var gf gatewayFlags
+	gf.register(fs)
+	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(gf.addr, "gateway")
+	if err != nil {
+		return err
+	}
+	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer nc.Close()
+	g, err := newGateway(nc, b, gf.config(c.instance), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("gateway listening", "addr", "http://"+ln.Addr().String(), "nats", nc.ConnectedUrlRedacted())
+	return g.Run(ctx, ln)
+}
+
+// RunNATS runs the embedded NATS server alone: hermes nats.
+func RunNATS(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("nats", "hermes nats [flags]", env.Stderr)
+	level := "info"
+	listenAddr := fs.String("listen", "127.0.0.1:4222", "client listen address")
+	data := fs.String("data", "hermes-data", "JetStream store directory")
+	sync := fs.String("sync", "interval", "store sync policy: interval (fast; an acked message survives a process crash) or always (fsync before ack; survives power loss)")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	log, err := parse(fs, args, env, &level)
+	if err != nil {
+		return err
+	}
+	syncAlways, err := syncPolicy(*sync)
+	if err != nil {
+		return err
+	}
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: *data, Listen: *listenAddr, SyncAlways: syncAlways, Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "NATS with JetStream listening on %s (store %s, sync %s). Ctrl-C stops.\n", s.ClientURL(), *data, *sync)
+	<-ctx.Done()
+	s.Close()
+	return nil
+}
+
+func syncPolicy(v string) (bool, error) {
+	switch v {
+	case "interval":
+		return false, nil
+	case "always":
+		return true, nil
+	}
+	return false, fmt.Errorf("--sync %q: use interval or always", v)
+}
+
+// RunDemoTools runs the demo tool service alone: hermes demo-tools.
+func RunDemoTools(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("demo-tools", "hermes demo-tools [flags]", env.Stderr)
+	level := "info"
+	addr := fs.String("listen", "127.0.0.1:8081", "HTTP listen address")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	log, err := parse(fs, args, env, &level)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(*addr, "demo tools")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "Demo tools listening on http://%s. Ctrl-C stops.\n", ln.Addr())
+	return demotools.Serve(ctx, ln, log.With("service", "demo-tools"))
+}
+
+// runAll runs fns until ctx is done or one fails, then stops the rest and waits for them.
+func runAll(ctx context.Context, fns ...func(context.Context) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, fn := range fns {
+		g.Go(func() error { return fn(ctx) })
+	}
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,105 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// common holds the flags every service shares.
+type common struct {
+	natsURL  string
+	instance string
+	logLevel string
+	replicas int
+}
+
+func (c *common) register(fs *flag.FlagSet, role string) {
+	fs.StringVar(&c.natsURL, "nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
+	fs.StringVar(&c.instance, "instance", defaultInstance(role), "name of this instance in the messages it sends")
+	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
+	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
+}
+
+func (c *common) busConfig() bus.Config { return bus.Config{Replicas: c.replicas} }
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// defaultInstance is role-host-pid: unique per process, readable in logs.
+func defaultInstance(role string) string {
+	host, _ := os.Hostname()
+	host = sanitize(host)
+	if host == "" {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%s-%d", role, host, os.Getpid())
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == '.':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name, usage string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// listFlag collects a comma-separated or repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// resolveFlag collects host:port=host:port pairs.
+type resolveFlag map[string]string
+
+func (r resolveFlag) String() string {
+	var parts []string
+	for k, v := range r {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r resolveFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || from == "" || to == "" {
+			return fmt.Errorf("want host:port=host:port, got %q", p)
+		}
+		r[from] = to
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Command is one runnable command.
+type Command func(ctx context.Context, args []string, env Env) error
+
+// Commands of the hermes binary.
+var Commands = map[string]Command{
+	"up":         RunUp,
+	"nats":       RunNATS,
+	"router":     RunRouter,
+	"toolworker": RunToolWorker,
+	"gateway":    RunGateway,
+	"demo-tools": RunDemoTools,
+	"route":      RunRoute,
+}
+
+const usage = `Hermes: a message bus for AI agents on NATS JetStream.
+
+Usage: hermes <command> [flags]
+
+Commands:
+  up          run everything in one process: embedded NATS, router, tool worker, gateway, demo tools
+  nats        run the embedded NATS server (JetStream) alone
+  router      run a router worker against --nats
+  toolworker  run a tool worker against --nats
+  gateway     run the HTTP gateway against --nats
+  demo-tools  run the demo tool service alone
+  route       post a request file to a gateway and print the response
+
+Run 'hermes <command> -h' for a command's flags.
+`
+
+// Main runs the command named by args[0] until SIGINT or SIGTERM and returns the exit code.
+func Main(args []string) int {
+	env := Env{Stdout: os.Stdout, Stderr: os.Stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(env.Stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := Commands[args[0]]
+	if !ok {
+		fmt.Fprintf(env.Stderr, "hermes: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	return Exec(cmd, args[1:], env)
+}
+
+// Exec runs cmd with args until SIGINT or SIGTERM and returns the exit code.
+func Exec(cmd Command, args []string, env Env) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := cmd(ctx, args, env)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(env.Stderr, "hermes: %v\n", err)
+		return 1
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -102,7 +103,7 @@ type Bus struct {
 // consumers if they do not exist. It is idempotent and safe to run from every process at start.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        protocol.StreamName,
 		Description: "Hermes: the record of every message of every session",
 		Subjects:    protocol.StreamSubjects(),
@@ -116,7 +117,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: provision stream %s: %w", protocol.StreamName, err)
+		return nil, err
 	}
 	b := &Bus{JS: js, Stream: stream, cfg: cfg}
 	for _, kv := range []struct {
@@ -129,7 +130,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		{BucketResponses, cfg.StateTTL, &b.Responses},
 		{BucketTools, 0, &b.Tools},
 	} {
-		*kv.dst, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,
 			History:  1,
 			TTL:      kv.ttl,
@@ -137,7 +138,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			Replicas: cfg.Replicas,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("bus: provision bucket %s: %w", kv.name, err)
+			return nil, err
 		}
 	}
 	for name, filter := range map[string]string{
@@ -205,4 +206,42 @@ func (b *Bus) ensureConsumer(ctx context.Context, name, filter string) (jetstrea
 		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)
 	}
 	return c, nil
+}
+
+// ensureStream creates the stream, or updates it only when its limits differ from want: every
+// process provisions at start, and needless updates would race with consumer creation.
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, want.Name) // created concurrently by another process
+		}
+	} else if err == nil && streamDiffers(s.CachedInfo().Config, want) {
+		s, err = js.UpdateStream(ctx, want)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
+	}
+	return s, nil
+}
+
+func streamDiffers(have, want jetstream.StreamConfig) bool {
+	return !slices.Equal(have.Subjects, want.Subjects) || have.MaxAge != want.MaxAge || have.MaxBytes != want.MaxBytes ||
+		have.Duplicates != want.Duplicates || have.Replicas != want.Replicas || have.MaxMsgSize != want.MaxMsgSize
+}
+
+// ensureBucket opens the bucket, creating it if it does not exist.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }

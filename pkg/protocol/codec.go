@@ -165,4 +165,3 @@ func (r *Response) Validate() error {
 	}
 	return nil
 }
-

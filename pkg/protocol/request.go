@@ -235,4 +235,3 @@ func jsonKind(v []byte) string {
 		return "a number"
 	}
 }
-

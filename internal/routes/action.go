@@ -1,0 +1,324 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"gopkg.in/yaml.v3"
+)
+
+// Limits of an action's timing fields, in milliseconds.
+const (
+	// MaxTimeoutMS is the largest timeout_ms a route may ask for.
+	MaxTimeoutMS = 600_000
+	// MaxIntervalLimitMS is the largest retry delay (initial_interval_ms, max_interval_ms and
+	// jitter_ms) a route may ask for.
+	MaxIntervalLimitMS = 300_000
+)
+
+var (
+	httpFields  = []string{"url", "method", "timeout_ms", "headers", "retry"}
+	grpcFields  = []string{"service", "method", "timeout_ms", "headers", "retry"}
+	retryFields = []string{"max_attempts", "backoff_factor", "jitter_ms", "initial_interval_ms", "max_interval_ms"}
+
+	// httpMethods are the methods an http action may use.
+	httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+	// reservedHeaders are set by Hermes on every call; a route may not set them.
+	reservedHeaders = []string{
+		"Idempotency-Key", "X-Request-ID", "X-Trace-ID", "Content-Type", "Content-Length", "Host", "traceparent",
+	}
+)
+
+// action decodes a rule's action block: exactly one of http and grpc.
+func (d *decoder) action(e entry, path string) (protocol.Action, error) {
+	f, err := d.mapping(e.value, path, e.key.Line, actionFields)
+	if err != nil {
+		return protocol.Action{}, err
+	}
+	hasHTTP, hasGRPC := f.has("http"), f.has("grpc")
+	switch {
+	case hasHTTP && hasGRPC:
+		return protocol.Action{}, d.errorf(f.line, path, "has both http and grpc; want exactly one")
+	case hasHTTP:
+		return d.httpAction(f.byKey["http"], path+".http")
+	case hasGRPC:
+		return d.grpcAction(f.byKey["grpc"], path+".grpc")
+	}
+	return protocol.Action{}, d.errorf(f.line, path, "needs one of http or grpc")
+}
+
+// httpAction decodes an http block.
+func (d *decoder) httpAction(e entry, path string) (protocol.Action, error) {
+	a := protocol.Action{Kind: protocol.ActionHTTP}
+	f, err := d.mapping(e.value, path, e.key.Line, httpFields)
+	if err != nil {
+		return a, err
+	}
+	rawURL, line, err := d.str(f, "url", true)
+	if err != nil {
+		return a, err
+	}
+	if reason := checkURL(rawURL); reason != "" {
+		return a, d.errorf(line, path+".url", "%s", reason)
+	}
+	method, line, err := d.str(f, "method", false)
+	if err != nil {
+		return a, err
+	}
+	if method == "" {
+		method = "POST"
+	}
+	if upper := strings.ToUpper(method); slices.Contains(httpMethods, upper) {
+		method = upper
+	} else {
+		return a, d.errorf(line, path+".method", "must be one of %s, got %q", strings.Join(httpMethods, ", "), truncate(method, 32))
+	}
+	a.HTTP = &protocol.HTTPAction{URL: rawURL, Method: method}
+	if a.HTTP.Headers, err = d.headers(f, path+".headers"); err != nil {
+		return a, err
+	}
+	return a, d.common(&a, f, path)
+}
+
+// grpcAction decodes a grpc block. Such actions load and travel; no worker runs them yet.
+func (d *decoder) grpcAction(e entry, path string) (protocol.Action, error) {
+	a := protocol.Action{Kind: protocol.ActionGRPC, GRPC: &protocol.GRPCAction{}}
+	f, err := d.mapping(e.value, path, e.key.Line, grpcFields)
+	if err != nil {
+		return a, err
+	}
+	for _, field := range []struct {
+		key string
+		dst *string
+	}{{"service", &a.GRPC.Service}, {"method", &a.GRPC.Method}} {
+		v, line, err := d.str(f, field.key, true)
+		if err != nil {
+			return a, err
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r == ' ' || isControl(r) }) {
+			return a, d.errorf(line, path+"."+field.key, "must not contain spaces or control characters")
+		}
+		*field.dst = v
+	}
+	if a.GRPC.Headers, err = d.headers(f, path+".headers"); err != nil {
+		return a, err
+	}
+	return a, d.common(&a, f, path)
+}
+
+// common decodes the fields every action kind has: timeout_ms and retry.
+func (d *decoder) common(a *protocol.Action, f fields, path string) error {
+	var err error
+	if a.TimeoutMS, err = d.integer(f, "timeout_ms", protocol.DefaultTimeoutMS, 1, MaxTimeoutMS); err != nil {
+		return err
+	}
+	a.Retry, err = d.retry(f, path+".retry")
+	return err
+}
+
+// retry decodes a retry block, applying the protocol defaults.
+func (d *decoder) retry(parent fields, path string) (protocol.RetryPolicy, error) {
+	p := protocol.RetryPolicy{
+		MaxAttempts:       protocol.DefaultMaxAttempts,
+		BackoffFactor:     protocol.DefaultBackoffFactor,
+		InitialIntervalMS: protocol.DefaultInitialIntervalMS,
+		MaxIntervalMS:     protocol.DefaultMaxIntervalMS,
+	}
+	e, ok := parent.present("retry")
+	if !ok {
+		return p, nil
+	}
+	f, err := d.mapping(e.value, path, e.key.Line, retryFields)
+	if err != nil {
+		return p, err
+	}
+	if p.MaxAttempts, err = d.integer(f, "max_attempts", p.MaxAttempts, 1, protocol.MaxAttemptsLimit); err != nil {
+		return p, err
+	}
+	if p.BackoffFactor, err = d.number(f, "backoff_factor", p.BackoffFactor, 1); err != nil {
+		return p, err
+	}
+	if p.JitterMS, err = d.integer(f, "jitter_ms", 0, 0, MaxIntervalLimitMS); err != nil {
+		return p, err
+	}
+	if p.InitialIntervalMS, err = d.integer(f, "initial_interval_ms", p.InitialIntervalMS, 1, MaxIntervalLimitMS); err != nil {
+		return p, err
+	}
+	if _, ok := f.present("max_interval_ms"); !ok {
+		p.MaxIntervalMS = max(p.MaxIntervalMS, p.InitialIntervalMS)
+		return p, nil
+	}
+	if p.MaxIntervalMS, err = d.integer(f, "max_interval_ms", 0, 1, MaxIntervalLimitMS); err != nil {
+		return p, err
+	}
+	if p.MaxIntervalMS < p.InitialIntervalMS {
+		e := f.byKey["max_interval_ms"]
+		return p, d.errorf(e.key.Line, path+".max_interval_ms", "must be at least initial_interval_ms (%d), got %d",
+			p.InitialIntervalMS, p.MaxIntervalMS)
+	}
+	return p, nil
+}
+
+// headers decodes a headers block: valid, non-reserved names, each given once (ignoring case),
+// to string values whose only ${…} placeholders are ${env.NAME}. It returns nil for no headers.
+func (d *decoder) headers(parent fields, path string) (map[string]string, error) {
+	e, ok := parent.present("headers")
+	if !ok {
+		return nil, nil
+	}
+	f, err := d.mapping(e.value, path, e.key.Line, nil)
+	if err != nil || len(f.entries) == 0 {
+		return nil, err
+	}
+	out := make(map[string]string, len(f.entries))
+	firstLine := make(map[string]int, len(f.entries)) // lower-case name → line
+	for _, h := range f.entries {
+		name, line, field := h.key.Value, h.key.Line, join(path, h.key.Value)
+		if !validHeaderName(name) {
+			return nil, d.errorf(line, field, "is not a valid HTTP header name")
+		}
+		if i := slices.IndexFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, name) }); i >= 0 {
+			return nil, d.errorf(line, field, "%s is set by Hermes and cannot be configured", reservedHeaders[i])
+		}
+		lower := strings.ToLower(name)
+		if prev, dup := firstLine[lower]; dup {
+			return nil, d.errorf(line, field, "duplicate header (first at line %d; header names ignore case)", prev)
+		}
+		firstLine[lower] = line
+		v := resolve(h.value)
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+			return nil, d.errorf(line, field, "must be a string, got %s", kindOf(v))
+		}
+		if reason := checkHeaderValue(v.Value); reason != "" {
+			return nil, d.errorf(line, field, "%s", reason)
+		}
+		out[name] = v.Value
+	}
+	return out, nil
+}
+
+// checkHeaderValue returns why v cannot be a header value, or "". It never quotes v, which may
+// be a secret.
+func checkHeaderValue(v string) string {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return fmt.Sprintf("must not contain control characters (byte offset %d)", i)
+		}
+	}
+	for i := 0; ; {
+		j := strings.Index(v[i:], "${")
+		if j < 0 {
+			return ""
+		}
+		start := i + j
+		end := strings.IndexByte(v[start:], '}')
+		if end < 0 {
+			return fmt.Sprintf("has an unclosed ${ at byte offset %d", start)
+		}
+		name, ok := strings.CutPrefix(v[start+2:start+end], "env.")
+		if !ok || !isIdent(name) {
+			return fmt.Sprintf("has a malformed placeholder at byte offset %d; want ${env.NAME} with NAME matching [A-Za-z_][A-Za-z0-9_]*", start)
+		}
+		i = start + end + 1
+	}
+}
+
+// checkURL returns why raw cannot be an http action's URL, or "". It never quotes raw, whose
+// query may hold a secret.
+func checkURL(raw string) string {
+	if strings.Contains(raw, "${") {
+		return "must not contain ${…} placeholders (only header values may use ${env.NAME})"
+	}
+	if strings.ContainsFunc(raw, func(r rune) bool { return r == ' ' || isControl(r) }) {
+		return "must not contain spaces or control characters"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "is not a valid URL: " + err.Error()
+	}
+	switch {
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "":
+		return "must be an absolute http:// or https:// URL"
+	case u.User != nil:
+		return "must not hold credentials; send them in a header with ${env.NAME}"
+	case u.Hostname() == "":
+		return "must name a host"
+	case strings.Contains(raw, "#"):
+		return "must not have a fragment (#…)"
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "port must be between 1 and 65535"
+		}
+	}
+	// Split the raw text, not the decoded URL: placeholders are filled in the raw text.
+	_, rest, _ := strings.Cut(raw, "://")
+	authority, pathAndQuery := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, pathAndQuery = rest[:i], rest[i:]
+	}
+	path, query, _ := strings.Cut(pathAndQuery, "?")
+	if strings.ContainsAny(authority, "{}") || strings.ContainsAny(query, "{}") {
+		return "may hold {name} placeholders only in its path"
+	}
+	return checkPathPlaceholders(path)
+}
+
+// checkPathPlaceholders checks that every { in path opens a {name} placeholder.
+func checkPathPlaceholders(path string) string {
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '}':
+			return "has a } that closes no {name} placeholder"
+		case '{':
+			end := strings.IndexByte(path[i:], '}')
+			if end < 0 {
+				return "has an unclosed { placeholder"
+			}
+			if name := path[i+1 : i+end]; !isIdent(name) {
+				return fmt.Sprintf("placeholder {%s} is not {name} with name matching [A-Za-z_][A-Za-z0-9_]*", truncate(name, 40))
+			}
+			i += end
+		}
+	}
+	return ""
+}
+
+// isIdent reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '_' && !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderName reports whether s is an HTTP field name: one or more token characters
+// (RFC 9110 §5.6.2).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,332 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/demotools"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/router"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tool"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// options shape a test system.
+type options struct {
+	routesFile string            // default testdata/routes.yaml
+	routers    int               // default 1
+	workers    int               // default 1; may be 0
+	allowEnv   []string          // for every worker
+	resolve    map[string]string // added to every worker's resolve map
+	demoHosts  []string          // host:port names every worker dials at the demo tools
+}
+
+// system is Hermes running in-process: embedded NATS, demo tools, routers, workers, a gateway.
+type system struct {
+	t        *testing.T
+	srv      *bustest.Server
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	table    *routes.Table
+	opts     options
+	resolve  map[string]string
+	base     string // gateway base URL
+	js       jetstream.JetStream
+	routers  []*router.Router
+	workers  []*tool.Worker
+	demoAddr string
+	conns    []*nats.Conn
+}
+
+func start(t *testing.T, opts options) *system {
+	t.Helper()
+	if opts.routesFile == "" {
+		opts.routesFile = "testdata/routes.yaml"
+	}
+	if opts.routers == 0 {
+		opts.routers = 1
+	}
+	s := &system{t: t, srv: bustest.NewServer(t), opts: opts}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	t.Cleanup(s.stop)
+	table, err := routes.Load(opts.routesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.table = table
+
+	demo := s.listen()
+	s.demoAddr = demo.Addr().String()
+	s.goRun(func(ctx context.Context) error { return demotools.Serve(ctx, demo, nil) })
+	s.resolve = map[string]string{"127.0.0.1:8081": s.demoAddr}
+	for k, v := range opts.resolve {
+		s.resolve[k] = v
+	}
+	for _, h := range opts.demoHosts {
+		s.resolve[h] = s.demoAddr
+	}
+
+	_, b := s.connect()
+	s.js = b.JS
+	for i := range opts.routers {
+		s.addRouter(fmt.Sprintf("router-%d", i+1))
+	}
+	for i := range opts.workers {
+		s.addWorker(fmt.Sprintf("worker-%d", i+1))
+	}
+	nc, gb := s.connect()
+	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: "gateway-1", MaxBodyBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl := s.listen()
+	s.base = "http://" + gl.Addr().String()
+	s.goRun(func(ctx context.Context) error { return g.Run(ctx, gl) })
+	s.waitReady()
+	return s
+}
+
+func (s *system) listen() net.Listener {
+	s.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return ln
+}
+
+func (s *system) goRun(run func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := run(s.ctx); err != nil && s.ctx.Err() == nil {
+			s.t.Errorf("service stopped: %v", err)
+		}
+	}()
+}
+
+func (s *system) addRouter(instance string) *router.Router {
+	s.t.Helper()
+	_, b := s.connect()
+	r, err := router.New(router.Config{Bus: b, Routes: s.table, Instance: instance})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.routers = append(s.routers, r)
+	s.goRun(r.Run)
+	return r
+}
+
+func (s *system) addWorker(instance string) *tool.Worker {
+	s.t.Helper()
+	_, b := s.connect()
+	w, err := tool.New(tool.Config{Bus: b, Instance: instance,
+		AllowEnv: s.opts.allowEnv, Resolve: s.resolve})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.workers = append(s.workers, w)
+	s.goRun(w.Run)
+	return w
+}
+
+// connect opens a connection of the system's own, closed by stop after every service ended.
+func (s *system) connect() (*nats.Conn, *bus.Bus) {
+	s.t.Helper()
+	nc, err := nats.Connect(s.srv.URL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.conns = append(s.conns, nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := bus.Provision(ctx, js, bus.Config{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return nc, b
+}
+
+func (s *system) stop() {
+	s.cancel()
+	s.wg.Wait()
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+}
+
+func (s *system) waitReady() {
+	s.t.Helper()
+	waitFor(s.t, "gateway ready", func() bool {
+		resp, err := http.Get(s.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// post sends body to POST /v1/route (query appended) and returns status, headers and body.
+func (s *system) post(body any, query string, header ...string) (int, http.Header, []byte) {
+	s.t.Helper()
+	var data []byte
+	switch b := body.(type) {
+	case []byte:
+		data = b
+	case string:
+		data = []byte(b)
+	default:
+		var err error
+		if data, err = json.Marshal(b); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/v1/route"+query, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, out
+}
+
+// route posts req and requires a 200 HermesResponse.
+func (s *system) route(req any) *protocol.Response {
+	s.t.Helper()
+	status, _, body := s.post(req, "")
+	if status != http.StatusOK {
+		s.t.Fatalf("POST /v1/route: HTTP %d: %s", status, body)
+	}
+	return decodeResponse(s.t, body)
+}
+
+func decodeResponse(t *testing.T, body []byte) *protocol.Response {
+	t.Helper()
+	var r protocol.Response
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("response is not a HermesResponse: %v: %s", err, body)
+	}
+	return &r
+}
+
+// record reads the whole stream in order.
+func (s *system) record() []*protocol.Message {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := s.js.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []*protocol.Message
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		m, err := protocol.Unmarshal(raw.Data)
+		if err != nil {
+			s.t.Fatalf("undecodable message %d on %s: %v", seq, raw.Subject, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// rawRecord returns every stored message's subject, headers and data as one byte slice.
+func (s *system) rawRecord() []byte {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := s.js.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	info, _ := stream.Info(ctx)
+	var buf bytes.Buffer
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		buf.WriteString(raw.Subject)
+		for k, v := range raw.Header {
+			buf.WriteString(k + ":" + strings.Join(v, ",") + "\n")
+		}
+		buf.Write(raw.Data)
+	}
+	return buf.Bytes()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// result returns the result of callID, failing the test if absent.
+func result(t *testing.T, r *protocol.Response, callID string) protocol.ToolResult {
+	t.Helper()
+	for _, res := range r.Results {
+		if res.ToolCallID == callID {
+			return res
+		}
+	}
+	t.Fatalf("no result for %s in %+v", callID, r)
+	return protocol.ToolResult{}
+}
+
+// call builds a tool call with arguments given as a Go value.
+func call(id, name string, args any) map[string]any {
+	return map[string]any{"tool_call_id": id, "name": name, "arguments": args}
+}
+
+func request(id, intent string, calls ...map[string]any) map[string]any {
+	return map[string]any{"request_id": id, "intent": intent, "tool_calls": calls}
+}
+
+// seedPath names a file of ../shared/seed-examples (beside the repository), falling back to
+// the byte-for-byte copy in testdata when shared/ is not there.
+func seedPath(name string) string {
+	p := "../../../shared/seed-examples/" + name
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return "testdata/seed-examples/" + name
+}

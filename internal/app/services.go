@@ -86,6 +86,9 @@ func (s *routerService) Run(ctx context.Context) error {
 	if s.watch && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {
+				if t.Digest == s.r.Routes().Digest {
+					return
+				}
 				s.r.SetRoutes(t)
 				s.log.Info("routes reloaded", "file", s.path, "rules", len(t.Rules))
 			}, s.log)

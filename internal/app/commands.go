@@ -210,15 +210,34 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	return demotools.Serve(ctx, ln, log.With("service", "demo-tools"))
 }
 
-// runAll runs fns until ctx is done or one fails, then stops the rest and waits for them.
-func runAll(ctx context.Context, fns ...func(context.Context) error) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, fn := range fns {
-		g.Go(func() error { return fn(ctx) })
+// runLayers runs the front (the part that takes new work) and the back (what finishes it) in
+// two shutdown phases: when ctx is done the front stops taking work and drains first, while the
+// back keeps running to finish what the front accepted; then the back stops. If any part fails,
+// everything stops. It returns the first error.
+func runLayers(ctx context.Context, front func(context.Context) error, back ...func(context.Context) error) error {
+	frontCtx, stopFront := context.WithCancelCause(ctx)
+	defer stopFront(nil)
+	backCtx, stopBack := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBack()
+	var g errgroup.Group
+	for _, fn := range back {
+		g.Go(func() error {
+			err := fn(backCtx)
+			if err != nil {
+				stopFront(err)
+			}
+			return err
+		})
 	}
-	err := g.Wait()
-	if errors.Is(err, context.Canceled) {
-		return nil
+	err := front(frontCtx)
+	stopBack()
+	if berr := g.Wait(); err == nil {
+		err = berr
+	}
+	if err == nil {
+		if cause := context.Cause(frontCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 	}
 	return err
 }

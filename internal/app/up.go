@@ -119,11 +119,13 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	rs := &routerService{r: r, path: *routesPath, watch: isFile, reload: 2 * time.Second, log: log}
-	fns = append(fns, rs.Run, w.Run, func(ctx context.Context) error { return g.Run(ctx, gln) })
+	fns = append(fns, rs.Run, w.Run)
 
 	base := "http://" + gln.Addr().String()
 	printBanner(env, base, demoDesc, natsDesc, desc, len(table.ToolNames()))
-	err = runAll(ctx, fns...)
+	// Ctrl-C: the gateway stops taking requests and lets those in flight finish while the
+	// router, worker and demo tools still run; then they stop, then NATS.
+	err = runLayers(ctx, func(ctx context.Context) error { return g.Run(ctx, gln) }, fns...)
 	fmt.Fprintln(env.Stdout, "Hermes stopped.")
 	return err
 }

@@ -130,6 +130,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					return
 				case e, ok := <-watcher.Updates():
 					if !ok {
+						cancel(errors.New("tool: the watch of hermes-tools ended"))
 						return
 					}
 					if e != nil && e.Operation() == jetstream.KeyValuePut && protocol.ValidToken(e.Key(), protocol.MaxToolNameLen) {
@@ -155,7 +156,12 @@ func (w *Worker) serve(ctx context.Context, tool string) error {
 		return err
 	}
 	w.log.Info("serving tool", "tool", tool, "consumer", bus.ToolConsumer(tool))
+	// Signal progress well within the consumer's own ack deadline (set when it was created,
+	// possibly by another process with another configuration).
 	progress := w.cfg.Bus.Config().AckWait / 3
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		progress = info.Config.AckWait / 3
+	}
 	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(w.handle), Concurrency: w.cfg.Concurrency,
 		Progress: progress, Logger: w.log.With("tool", tool)}).Run(ctx)
 }

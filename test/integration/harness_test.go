@@ -236,8 +236,8 @@ func decodeResponse(t *testing.T, body []byte) *protocol.Response {
 	return &r
 }
 
-// record reads the whole stream in order.
-func (s *system) record() []*protocol.Message {
+// stored returns every message stored in the record stream, in order.
+func (s *system) stored() []*jetstream.RawStreamMsg {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -249,15 +249,25 @@ func (s *system) record() []*protocol.Message {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var out []*protocol.Message
+	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		raw, err := stream.GetMsg(ctx, seq)
 		if err != nil {
 			continue // deleted
 		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+// record decodes the whole stream in order.
+func (s *system) record() []*protocol.Message {
+	s.t.Helper()
+	var out []*protocol.Message
+	for _, raw := range s.stored() {
 		m, err := protocol.Unmarshal(raw.Data)
 		if err != nil {
-			s.t.Fatalf("undecodable message %d on %s: %v", seq, raw.Subject, err)
+			s.t.Fatalf("undecodable message %d on %s: %v", raw.Sequence, raw.Subject, err)
 		}
 		out = append(out, m)
 	}
@@ -267,19 +277,8 @@ func (s *system) record() []*protocol.Message {
 // rawRecord returns every stored message's subject, headers and data as one byte slice.
 func (s *system) rawRecord() []byte {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := s.js.Stream(ctx, protocol.StreamName)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	info, _ := stream.Info(ctx)
 	var buf bytes.Buffer
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		raw, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
+	for _, raw := range s.stored() {
 		buf.WriteString(raw.Subject)
 		for k, v := range raw.Header {
 			buf.WriteString(k + ":" + strings.Join(v, ",") + "\n")

@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// EnvResolver resolves ${env.NAME} placeholders for names on an allow-list.
+// EnvResolver resolves ${env.NAME} placeholders for names on an allow-list. A nil resolver
+// allows nothing.
 type EnvResolver struct {
 	// Allowed holds the names that may be resolved.
 	Allowed map[string]bool
@@ -45,7 +46,7 @@ func (r *EnvResolver) Resolve(header, value string) (string, error) {
 			return "", fmt.Errorf("header %s holds a malformed placeholder", header)
 		}
 		name := rest[i+len("${env.") : i+end]
-		if !r.Allowed[name] {
+		if r == nil || !r.Allowed[name] {
 			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header}
 		}
 		lookup := r.Lookup

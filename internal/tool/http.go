@@ -51,6 +51,22 @@ func NewHTTPTransport(resolve map[string]string) *http.Transport {
 	return t
 }
 
+// NewHTTPClient returns the client a worker calls tools with: connections reused through
+// NewHTTPTransport, and redirects followed only within the route's scheme, host and port, so
+// header values resolved from ${env.NAME} never travel to a host the route does not name.
+func NewHTTPClient(resolve map[string]string) *http.Client {
+	return &http.Client{
+		Transport: NewHTTPTransport(resolve),
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			first := via[0].URL
+			if req.URL.Scheme != first.Scheme || req.URL.Host != first.Host || len(via) >= 5 {
+				return http.ErrUseLastResponse
+			}
+			return nil
+		},
+	}
+}
+
 // Execute runs one try of an http action.
 func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
 	a := c.Dispatch.Action
@@ -100,6 +116,10 @@ func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
 	case resp.StatusCode >= 500:
 		out = toolFailure(out, body, protocol.CodeToolHTTP5xx, resp.StatusCode, true,
 			"the tool failed on its side; check its health and logs, the call may succeed later")
+		out.RetryAfter = retryAfter(resp.Header)
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		out = toolFailure(out, body, protocol.CodeToolRedirected, resp.StatusCode, false,
+			"the tool redirected to "+redirectTarget(resp)+"; Hermes follows redirects only to the route's own host: point the route at the final URL")
 	default:
 		out = toolFailure(out, body, protocol.CodeToolHTTP4xx, resp.StatusCode, false,
 			"the tool refused the call; check the arguments against what the tool expects")
@@ -220,6 +240,9 @@ func (h *HTTPExecutor) build(ctx context.Context, c *Call) (*http.Request, error
 	}
 	if c.Trace.Traceparent != "" {
 		req.Header.Set("traceparent", c.Trace.Traceparent)
+		if c.Trace.Tracestate != "" {
+			req.Header.Set("tracestate", c.Trace.Tracestate)
+		}
 	}
 	return req, nil
 }
@@ -287,6 +310,9 @@ func fillPath(raw string, args map[string]json.RawMessage) (string, map[string]b
 		s, ok := scalarText(v)
 		if !ok || s == "" {
 			return "", nil, fmt.Errorf("argument %q fills a path parameter and must be a non-empty string or number", name)
+		}
+		if s == "." || s == ".." {
+			return "", nil, fmt.Errorf("argument %q fills a path parameter and cannot be %q (it would climb the path)", name, s)
 		}
 		b.WriteString(rest[:i])
 		b.WriteString(url.PathEscape(s))
@@ -382,4 +408,13 @@ func retryAfter(h http.Header) time.Duration {
 		return min(max(time.Until(t), 0), 5*time.Minute)
 	}
 	return 0
+}
+
+// redirectTarget names where a redirect pointed, without its query (which may hold tokens).
+func redirectTarget(resp *http.Response) string {
+	loc, err := resp.Location()
+	if err != nil {
+		return "an unnamed location"
+	}
+	return loc.Scheme + "://" + loc.Host + loc.Path
 }

@@ -61,6 +61,7 @@ const (
 	CodeToolHTTP5xx       = "TOOL_HTTP_5XX"
 	CodeToolHTTP4xx       = "TOOL_HTTP_4XX"
 	CodeToolRateLimited   = "TOOL_RATE_LIMITED"
+	CodeToolRedirected    = "TOOL_REDIRECTED"
 	CodeToolBadResponse   = "TOOL_BAD_RESPONSE"
 	CodeResultTooLarge    = "RESULT_TOO_LARGE"
 	CodeEnvNotAllowed     = "ENV_NOT_ALLOWED"

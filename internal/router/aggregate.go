@@ -63,8 +63,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	return r.respond(ctx, m, p, results)
 }
 
-// respond records the response with Create and publishes it; if another router recorded it
-// first, that response is published instead, under the same message id.
+// respond builds the response from the results and makes it the request's one response.
 func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, results []protocol.ToolResult) error {
 	resp := &protocol.Response{RequestID: cause.RequestID, SessionID: p.SessionID, Status: protocol.ResponseStatus(results), Results: results}
 	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
@@ -73,26 +72,11 @@ func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, 
 	}
 	out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(cause.RequestID), cause.RequestID, p.SessionID
 	out.CausationID, out.Trace = p.RequestMsg, p.Trace
-	out.Sender = r.pub.Sender()
-	enc, err := protocol.Marshal(out)
-	if err != nil {
-		return bus.Permanent(err)
+	mine, err := r.cfg.Bus.Respond(ctx, r.pub, out)
+	if mine {
+		r.responses.Add(1)
 	}
-	if _, err := r.cfg.Bus.Responses.Create(ctx, cause.RequestID, enc); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("router: record response: %w", err)
-		}
-		e, err := r.cfg.Bus.Responses.Get(ctx, cause.RequestID)
-		if err != nil {
-			return fmt.Errorf("router: read response: %w", err)
-		}
-		return r.republish(ctx, e.Value())
-	}
-	if _, err := r.pub.Publish(ctx, protocol.SubjectResponse(p.SessionID), out); err != nil {
-		return err
-	}
-	r.responses.Add(1)
-	return nil
+	return err
 }
 
 // republish publishes a recorded response again; the stream drops it within the duplicate
@@ -102,6 +86,6 @@ func (r *Router) republish(ctx context.Context, recorded []byte) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	_, err = r.pub.Publish(ctx, protocol.SubjectResponse(m.SessionID), m)
+	_, err = r.cfg.Bus.Respond(ctx, r.pub, m)
 	return err
 }

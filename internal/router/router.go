@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -93,8 +94,8 @@ func (r *Router) Stats() Stats {
 	return Stats{Requests: r.requests.Load(), Dispatched: r.dispatched.Load(), Responses: r.responses.Load()}
 }
 
-// Run ensures the consumers of every routed tool exist, then handles requests and results until
-// ctx is done, and returns after in-flight messages are settled.
+// Run ensures the consumers of every routed tool exist, then handles requests, results and
+// dead-letter advisories until ctx is done, and returns after in-flight messages are settled.
 func (r *Router) Run(ctx context.Context) error {
 	for _, tool := range r.Routes().ToolNames() {
 		if err := r.ensureTool(ctx, tool); err != nil {
@@ -109,7 +110,12 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dead, err := deadletter.New(deadletter.Config{Bus: r.cfg.Bus, Instance: r.cfg.Instance, Limits: r.cfg.Limits, Logger: r.log})
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return dead.Run(ctx) })
 	g.Go(func() error {
 		return (&bus.Subscriber{Consumer: reqCons, Handler: bus.HandlerFunc(r.handleRequest),
 			Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)

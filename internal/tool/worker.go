@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/ledger"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -78,7 +78,7 @@ func New(cfg Config) (*Worker, error) {
 			allowed[n] = true
 		}
 		w.executors = map[string]Executor{protocol.ActionHTTP: &HTTPExecutor{
-			Client:         &http.Client{Transport: NewHTTPTransport(cfg.Resolve)},
+			Client:         NewHTTPClient(cfg.Resolve),
 			Env:            &EnvResolver{Allowed: allowed},
 			MaxResultBytes: cfg.MaxResultBytes,
 		}}
@@ -155,19 +155,29 @@ func (w *Worker) serve(ctx context.Context, tool string) error {
 	if err != nil {
 		return err
 	}
-	w.log.Info("serving tool", "tool", tool, "consumer", bus.ToolConsumer(tool))
-	// Signal progress well within the consumer's own ack deadline (set when it was created,
-	// possibly by another process with another configuration).
-	progress := w.cfg.Bus.Config().AckWait / 3
+	// The lease and progress signals follow the consumer's own ack deadline (set when it was
+	// created, possibly by another process with another configuration).
+	lease := w.cfg.Bus.Config().AckWait
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-		progress = info.Config.AckWait / 3
+		lease = info.Config.AckWait
 	}
-	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(w.handle), Concurrency: w.cfg.Concurrency,
-		Progress: progress, Logger: w.log.With("tool", tool)}).Run(ctx)
+	r := &runner{w: w, ledger: ledger.New(w.cfg.Bus.Claims, w.cfg.Instance, lease)}
+	w.log.Info("serving tool", "tool", tool, "consumer", bus.ToolConsumer(tool))
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(r.handle), Concurrency: w.cfg.Concurrency,
+		Progress: lease / 3, Logger: w.log.With("tool", tool)}).Run(ctx)
 }
 
-// handle runs one delivery of a tool call: one try, then a result or a delayed redelivery.
-func (w *Worker) handle(ctx context.Context, d *bus.Delivery) error {
+// runner runs the calls of one tool.
+type runner struct {
+	w      *Worker
+	ledger *ledger.Ledger
+}
+
+// handle runs one delivery of a tool call: at most one try, then a result or a delayed
+// redelivery. A call with a recorded result is not run again, and a call held by a live worker
+// is left to it.
+func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
+	w := r.w
 	m, err := protocol.Unmarshal(d.Data)
 	if err != nil {
 		return bus.Permanent(err)
@@ -177,37 +187,34 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.Permanent(err)
 	}
 	callID := disp.Call.ToolCallID
+	key := ledger.Key(m.RequestID, callID)
 	log := w.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID,
 		"trace_id", m.Trace.TraceID, "tool", disp.Call.Name, "tool_call_id", callID)
-	// A call whose result is recorded is done: a redelivery must not run it again.
-	if _, err := w.cfg.Bus.Calls.Get(ctx, m.RequestID+"."+callID); err == nil {
+	if _, err := w.cfg.Bus.Calls.Get(ctx, key); err == nil {
 		log.Info("call already has a result; not run again")
 		return nil
 	}
-	attempt := int(d.NumDelivered)
+	h, wait, err := r.ledger.Acquire(ctx, key)
+	if errors.Is(err, ledger.ErrClaimed) {
+		log.Info("call held by another worker; checking again later", "delay", wait)
+		return bus.RetryAfter(err, wait+10*time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	attempt := h.Attempt()
 	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
 	if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
 		return err
 	}
-	call := &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace, Attempt: attempt, Dispatch: disp, MaxAttempts: maxAttempts}
-	var out Outcome
-	if !m.Deadline.IsZero() && time.Now().After(m.Deadline) {
-		out = failure(protocol.CodeDeadlineExceeded, protocol.OriginHermes,
-			"the request's deadline passed before the call could run; send it again with a later deadline",
-			"deadline exceeded", false)
-	} else {
-		exec, ok := w.executors[disp.Action.Kind]
-		if !ok {
-			exec = unsupported{kind: disp.Action.Kind}
-		}
-		w.executed.Add(1)
-		out, err = exec.Execute(ctx, call)
-		if err != nil {
-			return err // not judged (shutdown): redeliver
-		}
+	out, err := r.tryHolding(ctx, h, m, disp, maxAttempts)
+	if err != nil {
+		h.Release(context.WithoutCancel(ctx), "")
+		return err // not judged (shutdown): redeliver
 	}
 	if out.Result.Status != protocol.ResultOK && out.Retryable && attempt < maxAttempts {
 		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
+		h.Release(ctx, out.Result.ErrorCode)
 		log.Info("try failed; retrying", "attempt", attempt, "max_attempts", maxAttempts, "error_code", out.Result.ErrorCode, "delay", delay)
 		return bus.RetryAfter(fmt.Errorf("%s on try %d of %d", out.Result.ErrorCode, attempt, maxAttempts), delay)
 	}
@@ -217,6 +224,31 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery) error {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
 	return w.publishResult(ctx, m, &res)
+}
+
+// tryHolding runs one try while renewing h; the renewal stops when the try ends, even by a
+// panic (the claim then lapses after its lease, as if this worker had died).
+func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, maxAttempts int) (Outcome, error) {
+	stop, renewed := make(chan struct{}), make(chan struct{})
+	go func() { h.KeepAlive(ctx, r.ledger.Lease()/3, stop); close(renewed) }()
+	defer func() { close(stop); <-renewed }()
+	return r.w.try(ctx, m, disp, h.Attempt(), maxAttempts)
+}
+
+// try runs one try of the call with the executor for its action kind.
+func (w *Worker) try(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempt, maxAttempts int) (Outcome, error) {
+	if !m.Deadline.IsZero() && time.Now().After(m.Deadline) {
+		return failure(protocol.CodeDeadlineExceeded, protocol.OriginHermes,
+			"the request's deadline passed before the call could run; send it again with a later deadline",
+			"deadline exceeded", false), nil
+	}
+	exec, ok := w.executors[disp.Action.Kind]
+	if !ok {
+		exec = unsupported{kind: disp.Action.Kind}
+	}
+	w.executed.Add(1)
+	return exec.Execute(ctx, &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace,
+		Attempt: attempt, Dispatch: disp, MaxAttempts: maxAttempts})
 }
 
 func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, disp *protocol.Dispatch, attempt int) error {

@@ -16,7 +16,9 @@ import (
 const (
 	ConsumerRouterRequests = "router-requests"
 	ConsumerRouterResults  = "router-results"
-	toolConsumerPrefix     = "tool-"
+	// ConsumerDeadLetters reads the advisories of messages given up on by any Hermes consumer.
+	ConsumerDeadLetters = "dead-letters"
+	toolConsumerPrefix  = "tool-"
 )
 
 // KV buckets.
@@ -30,6 +32,9 @@ const (
 	BucketResponses = "hermes-responses"
 	// BucketTools lists the tools that have a consumer (key <tool name>).
 	BucketTools = "hermes-tools"
+	// BucketClaims is the call ledger: which worker runs each call (key
+	// <request_id>.<tool_call_id>), renewed while it runs, and the last failure of the call.
+	BucketClaims = "hermes-claims"
 )
 
 // ToolConsumer names the durable consumer shared by every worker of tool.
@@ -57,6 +62,15 @@ type Config struct {
 	MaxDeliver int
 	// MaxAckPending bounds unacked messages of one consumer across all its workers. Default 1024.
 	MaxAckPending int
+	// DeadLetterMaxAge is how long dead letters are kept. Default 30 days.
+	DeadLetterMaxAge time.Duration
+}
+
+// Advisories the server publishes when a consumer of the record gives a message up; the
+// dead-letter stream captures them, so none is lost while no processor runs.
+var advisorySubjects = []string{
+	"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + protocol.StreamName + ".*",
+	"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + protocol.StreamName + ".*",
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +98,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxAckPending <= 0 {
 		c.MaxAckPending = 1024
 	}
+	if c.DeadLetterMaxAge <= 0 {
+		c.DeadLetterMaxAge = 30 * 24 * time.Hour
+	}
 	return c
 }
 
@@ -92,10 +109,12 @@ func (c Config) withDefaults() Config {
 type Bus struct {
 	JS        jetstream.JetStream
 	Stream    jetstream.Stream
+	DLQ       jetstream.Stream
 	Intake    jetstream.KeyValue
 	Calls     jetstream.KeyValue
 	Responses jetstream.KeyValue
 	Tools     jetstream.KeyValue
+	Claims    jetstream.KeyValue
 	cfg       Config
 }
 
@@ -119,7 +138,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, err
 	}
-	b := &Bus{JS: js, Stream: stream, cfg: cfg}
+	dlq, err := ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        protocol.DLQStreamName,
+		Description: "Hermes: dead letters, and the advisories that name them",
+		Subjects:    append([]string{protocol.FilterDeadLetters}, advisorySubjects...),
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.DeadLetterMaxAge,
+		MaxMsgSize:  16 << 20,
+		Duplicates:  cfg.DuplicateWindow,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &Bus{JS: js, Stream: stream, DLQ: dlq, cfg: cfg}
 	for _, kv := range []struct {
 		name string
 		ttl  time.Duration
@@ -129,6 +163,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		{BucketCalls, cfg.StateTTL, &b.Calls},
 		{BucketResponses, cfg.StateTTL, &b.Responses},
 		{BucketTools, 0, &b.Tools},
+		{BucketClaims, cfg.StateTTL, &b.Claims},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,
@@ -145,9 +180,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		ConsumerRouterRequests: protocol.FilterRequests,
 		ConsumerRouterResults:  protocol.FilterResults,
 	} {
-		if _, err := b.ensureConsumer(ctx, name, filter); err != nil {
+		if _, err := b.ensureConsumer(ctx, b.Stream, name, filter); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := b.ensureConsumer(ctx, b.DLQ, ConsumerDeadLetters, "", advisorySubjects...); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -155,9 +193,18 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 // Config returns the configuration the bus was provisioned with, defaults applied.
 func (b *Bus) Config() Config { return b.cfg }
 
-// Consumer returns the existing durable consumer name.
+// Consumer returns the existing durable consumer name of the record stream.
 func (b *Bus) Consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
-	c, err := b.Stream.Consumer(ctx, name)
+	return b.consumerOf(ctx, b.Stream, name)
+}
+
+// DeadLetterConsumer returns the consumer of dead-letter advisories.
+func (b *Bus) DeadLetterConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return b.consumerOf(ctx, b.DLQ, ConsumerDeadLetters)
+}
+
+func (b *Bus) consumerOf(ctx context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
+	c, err := stream.Consumer(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s: %w", name, err)
 	}
@@ -171,7 +218,7 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, tool string) (jetstream.Co
 	if err := protocol.CheckToolName("tool", tool); err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	c, err := b.ensureConsumer(ctx, ToolConsumer(tool), protocol.FilterToolCalls(tool))
+	c, err := b.ensureConsumer(ctx, b.Stream, ToolConsumer(tool), protocol.FilterToolCalls(tool))
 	if err != nil {
 		return nil, err
 	}
@@ -181,26 +228,27 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, tool string) (jetstream.Co
 	return c, nil
 }
 
-func (b *Bus) ensureConsumer(ctx context.Context, name, filter string) (jetstream.Consumer, error) {
-	c, err := b.Stream.Consumer(ctx, name)
+func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name, filter string, filters ...string) (jetstream.Consumer, error) {
+	c, err := stream.Consumer(ctx, name)
 	if err == nil {
 		return c, nil
 	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("bus: look up consumer %s: %w", name, err)
 	}
-	c, err = b.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       name,
-		FilterSubject: filter,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       b.cfg.AckWait,
-		MaxDeliver:    b.cfg.MaxDeliver,
-		MaxAckPending: b.cfg.MaxAckPending,
-		Replicas:      b.cfg.Replicas,
+	c, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        name,
+		FilterSubject:  filter,
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        b.cfg.AckWait,
+		MaxDeliver:     b.cfg.MaxDeliver,
+		MaxAckPending:  b.cfg.MaxAckPending,
+		Replicas:       b.cfg.Replicas,
 	})
 	if errors.Is(err, jetstream.ErrConsumerExists) {
-		c, err = b.Stream.Consumer(ctx, name) // created concurrently by another process
+		c, err = stream.Consumer(ctx, name) // created concurrently by another process
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)

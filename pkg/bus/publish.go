@@ -44,6 +44,11 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Mes
 	if err != nil {
 		return nil, err
 	}
+	return p.publishEncoded(ctx, subject, m, data)
+}
+
+// publishEncoded publishes data, the encoding of m, as it is.
+func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte) (*jetstream.PubAck, error) {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
 	msg.Header.Set(HeaderType, string(m.Type))

@@ -82,3 +82,14 @@ func MsgIDToolResult(requestID, callID string) string {
 
 // MsgIDResponse identifies the response to requestID.
 func MsgIDResponse(requestID string) string { return "response:" + requestID }
+
+// Dead letters.
+const (
+	// DLQStreamName is the stream of dead letters: messages a consumer gave up on, with why.
+	DLQStreamName = "HERMES_DLQ"
+	// FilterDeadLetters matches every dead letter.
+	FilterDeadLetters = subjectRoot + ".dlq.*"
+)
+
+// SubjectDeadLetter is where messages given up by consumer are kept.
+func SubjectDeadLetter(consumer string) string { return subjectRoot + ".dlq." + consumer }

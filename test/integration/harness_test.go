@@ -35,6 +35,7 @@ type options struct {
 	allowEnv   []string          // for every worker
 	resolve    map[string]string // added to every worker's resolve map
 	demoHosts  []string          // host:port names every worker dials at the demo tools
+	bus        bus.Config        // stream, bucket and consumer settings
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers, workers, a gateway.
@@ -136,9 +137,15 @@ func (s *system) addRouter(instance string) *router.Router {
 
 func (s *system) addWorker(instance string) *tool.Worker {
 	s.t.Helper()
+	return s.addWorkerWith(tool.Config{Instance: instance})
+}
+
+// addWorkerWith starts a worker configured by cfg plus the system's env allow-list and resolve map.
+func (s *system) addWorkerWith(cfg tool.Config) *tool.Worker {
+	s.t.Helper()
 	_, b := s.connect()
-	w, err := tool.New(tool.Config{Bus: b, Instance: instance,
-		AllowEnv: s.opts.allowEnv, Resolve: s.resolve})
+	cfg.Bus, cfg.AllowEnv, cfg.Resolve = b, s.opts.allowEnv, s.resolve
+	w, err := tool.New(cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -161,7 +168,7 @@ func (s *system) connect() (*nats.Conn, *bus.Bus) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := bus.Provision(ctx, js, bus.Config{})
+	b, err := bus.Provision(ctx, js, s.opts.bus)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -178,6 +185,15 @@ func (s *system) stop() {
 
 func (s *system) waitReady() {
 	s.t.Helper()
+	_, b := s.connect()
+	waitFor(s.t, "tool consumers", func() bool {
+		for _, name := range s.table.ToolNames() {
+			if _, err := b.Tools.Get(context.Background(), name); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	waitFor(s.t, "gateway ready", func() bool {
 		resp, err := http.Get(s.base + "/readyz")
 		if err != nil {
@@ -237,11 +253,24 @@ func decodeResponse(t *testing.T, body []byte) *protocol.Response {
 }
 
 // stored returns every message stored in the record stream, in order.
-func (s *system) stored() []*jetstream.RawStreamMsg {
+func (s *system) stored() []*jetstream.RawStreamMsg { return s.storedIn(protocol.StreamName) }
+
+// deadLetters returns the dead letters, in order.
+func (s *system) deadLetters() []*jetstream.RawStreamMsg {
+	var out []*jetstream.RawStreamMsg
+	for _, m := range s.storedIn(protocol.DLQStreamName) {
+		if strings.HasPrefix(m.Subject, "hermes.dlq.") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *system) storedIn(name string) []*jetstream.RawStreamMsg {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stream, err := s.js.Stream(ctx, protocol.StreamName)
+	stream, err := s.js.Stream(ctx, name)
 	if err != nil {
 		s.t.Fatal(err)
 	}

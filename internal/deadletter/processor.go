@@ -1,0 +1,212 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/ledger"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Headers of a dead letter.
+const (
+	HeaderReason     = "Hermes-Dlq-Reason"
+	HeaderSubject    = "Hermes-Dlq-Subject"
+	HeaderStreamSeq  = "Hermes-Dlq-Stream-Seq"
+	HeaderDeliveries = "Hermes-Dlq-Deliveries"
+	HeaderConsumer   = "Hermes-Dlq-Consumer"
+	HeaderAt         = "Hermes-Dlq-At"
+)
+
+// CodeDeadLettered is the error code of a call or request Hermes gave up on.
+const CodeDeadLettered = "DEAD_LETTERED"
+
+// advisory is the part of the server's max-deliveries and terminated advisories we read.
+type advisory struct {
+	Type       string `json:"type"`
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+	Reason     string `json:"reason"`
+}
+
+const (
+	typeMaxDeliver = "io.nats.jetstream.advisory.v1.max_deliver"
+	typeTerminated = "io.nats.jetstream.advisory.v1.terminated"
+)
+
+// decodeAdvisory reads an advisory, refusing anything that is not one of ours.
+func decodeAdvisory(data []byte) (*advisory, error) {
+	var a advisory
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("deadletter: advisory is not JSON: %w", err)
+	}
+	if a.Type != typeMaxDeliver && a.Type != typeTerminated {
+		return nil, fmt.Errorf("deadletter: unexpected advisory type %q", a.Type)
+	}
+	if a.Stream != protocol.StreamName || !protocol.ValidToken(a.Consumer, protocol.MaxIDLen) || a.StreamSeq == 0 {
+		return nil, fmt.Errorf("deadletter: advisory names stream %q, consumer %q, sequence %d", a.Stream, a.Consumer, a.StreamSeq)
+	}
+	return &a, nil
+}
+
+func (a *advisory) reason() string {
+	if a.Type == typeTerminated {
+		if a.Reason == "" {
+			return "terminated by its consumer"
+		}
+		return "terminated: " + a.Reason
+	}
+	return fmt.Sprintf("gave up after %d deliveries", a.Deliveries)
+}
+
+// Config configures a Processor.
+type Config struct {
+	Bus      *bus.Bus
+	Instance string
+	// Limits for decoding dead requests; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	Logger *slog.Logger
+}
+
+// Processor turns advisories into dead letters and answers the requests waiting on them.
+type Processor struct {
+	cfg Config
+	pub *bus.Publisher
+	log *slog.Logger
+}
+
+// New returns a Processor.
+func New(cfg Config) (*Processor, error) {
+	if cfg.Bus == nil || cfg.Instance == "" {
+		return nil, errors.New("deadletter: Config.Bus and Config.Instance are required")
+	}
+	p := &Processor{cfg: cfg, log: cfg.Logger,
+		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance})}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p, nil
+}
+
+// Run processes advisories until ctx is done.
+func (p *Processor) Run(ctx context.Context) error {
+	cons, err := p.cfg.Bus.DeadLetterConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(p.handle), Concurrency: 4, Logger: p.log}).Run(ctx)
+}
+
+func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
+	a, err := decodeAdvisory(d.Data)
+	if err != nil {
+		p.log.Warn("ignored advisory", "subject", d.Subject, "err", err)
+		return nil
+	}
+	var subject string
+	var data []byte
+	var origHdr nats.Header
+	raw, err := p.cfg.Bus.Stream.GetMsg(ctx, a.StreamSeq)
+	switch {
+	case err == nil:
+		subject, data, origHdr = raw.Subject, raw.Data, raw.Header
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Aged out of the record: keep what the advisory says.
+	default:
+		return fmt.Errorf("deadletter: fetch %d: %w", a.StreamSeq, err)
+	}
+	reason := a.reason()
+	msg := &nats.Msg{Subject: protocol.SubjectDeadLetter(a.Consumer), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, "dlq:"+a.Consumer+":"+strconv.FormatUint(a.StreamSeq, 10))
+	msg.Header.Set(HeaderReason, reason)
+	msg.Header.Set(HeaderSubject, subject)
+	msg.Header.Set(HeaderStreamSeq, strconv.FormatUint(a.StreamSeq, 10))
+	msg.Header.Set(HeaderDeliveries, strconv.FormatUint(a.Deliveries, 10))
+	msg.Header.Set(HeaderConsumer, a.Consumer)
+	msg.Header.Set(HeaderAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if t := origHdr.Get(bus.HeaderTraceID); t != "" {
+		msg.Header.Set(bus.HeaderTraceID, t)
+	}
+	if _, err := p.cfg.Bus.JS.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("deadletter: publish dead letter: %w", err)
+	}
+	p.log.Warn("dead letter", "consumer", a.Consumer, "subject", subject, "stream_seq", a.StreamSeq,
+		"deliveries", a.Deliveries, "reason", reason)
+	if data == nil {
+		return nil
+	}
+	return p.answer(ctx, data, reason)
+}
+
+// answer gives whoever waits on the dead message an answer.
+func (p *Processor) answer(ctx context.Context, data []byte, reason string) error {
+	m, err := protocol.Unmarshal(data)
+	if err != nil {
+		return nil // nobody can be identified as waiting for undecodable bytes
+	}
+	switch m.Type {
+	case protocol.TypeToolCall:
+		disp, err := m.DecodeDispatch()
+		if err != nil {
+			return nil
+		}
+		return p.failCall(ctx, m, disp, reason)
+	case protocol.TypeRequest:
+		return p.failRequest(ctx, m, reason)
+	}
+	return nil
+}
+
+func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, reason string) error {
+	attempts, code := ledger.Last(ctx, p.cfg.Bus.Claims, ledger.Key(m.RequestID, disp.Call.ToolCallID))
+	hint := "Hermes gave up on this call (" + reason + "); `hermes dlq ls` shows it and `hermes dlq retry` re-drives it"
+	if code == "" {
+		code = CodeDeadLettered
+	} else {
+		hint = "the call kept failing with " + code + " and Hermes gave up (" + reason + "); `hermes dlq ls` shows it"
+	}
+	content, _ := json.Marshal("dead-lettered: " + reason)
+	res := &protocol.ToolResult{ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Status: protocol.ResultError,
+		Content: content, Attempts: attempts, ErrorCode: code, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint, Route: disp.Route}
+	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(m, protocol.MsgIDToolResult(m.RequestID, res.ToolCallID))
+	out.Attempt = attempts
+	_, err = p.pub.Publish(ctx, protocol.SubjectToolResult(m.SessionID), out)
+	return err
+}
+
+// failRequest answers a request no router could handle with a failed response, one error per
+// call it could read.
+func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason string) error {
+	var results []protocol.ToolResult
+	content, _ := json.Marshal("dead-lettered: " + reason)
+	hint := "Hermes could not handle this request (" + reason + "); check it and send it again with a new request_id"
+	if req, err := m.DecodeRequest(p.cfg.Limits); err == nil {
+		for _, c := range req.ToolCalls {
+			results = append(results, protocol.ToolResult{ToolCallID: c.ToolCallID, Name: c.Name, Status: protocol.ResultError,
+				Content: content, ErrorCode: CodeDeadLettered, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint})
+		}
+	}
+	resp := &protocol.Response{RequestID: m.RequestID, SessionID: m.SessionID, Status: protocol.StatusFailed, Results: results}
+	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(m, protocol.MsgIDResponse(m.RequestID))
+	_, err = p.cfg.Bus.Respond(ctx, p.pub, out)
+	return err
+}

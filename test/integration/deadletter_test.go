@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/tool"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// panicking is an executor that crashes on every try.
+type panicking struct{}
+
+func (panicking) Execute(context.Context, *tool.Call) (tool.Outcome, error) {
+	panic("tool executor bug")
+}
+
+func (s *system) publishRaw(subject string, data []byte) {
+	s.t.Helper()
+	if _, err := s.js.PublishMsg(context.Background(), &nats.Msg{Subject: subject, Data: data}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *system) waitDeadLetter(subject string) *jetstream.RawStreamMsg {
+	s.t.Helper()
+	var found *jetstream.RawStreamMsg
+	waitFor(s.t, "dead letter of "+subject, func() bool {
+		for _, m := range s.deadLetters() {
+			if m.Header.Get(deadletter.HeaderSubject) == subject {
+				found = m
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func TestPoisonMessagesAreDeadLettered(t *testing.T) {
+	s := start(t, options{workers: 1, bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}})
+	hostile := map[string][]byte{
+		"hermes.tool.echo.poison_1":   []byte("not msgpack at all"),
+		"hermes.request.poison_2":     {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"hermes.tool.echo.poison_3":   {0xc6, 0x7f, 0xff, 0xff, 0xff},
+		"hermes.result.poison_4":      append([]byte{0x91}, []byte(strings.Repeat("\x91", 5000))...),
+		"hermes.request.poison_5":     {},
+		"hermes.tool.slow_echo.pzn_6": {0x81, 0xa1, 'v', 0xcb, 0x01},
+	}
+	for subject, data := range hostile {
+		s.publishRaw(subject, data)
+	}
+	for subject := range hostile {
+		dl := s.waitDeadLetter(subject)
+		if r := dl.Header.Get(deadletter.HeaderReason); !strings.Contains(r, "terminated") || !strings.Contains(r, "malformed") {
+			t.Errorf("%s: reason %q", subject, r)
+		}
+		if dl.Header.Get(deadletter.HeaderDeliveries) != "1" || dl.Header.Get(deadletter.HeaderStreamSeq) == "" {
+			t.Errorf("%s: headers %v", subject, dl.Header)
+		}
+	}
+	// The workers survived: a normal request still works.
+	if r := s.route(request("after_poison", "", call("c", "echo", map[string]any{"ok": true}))); r.Status != protocol.StatusSuccess {
+		t.Fatalf("after poison: %+v", r)
+	}
+}
+
+func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
+	s := start(t, options{workers: 1})
+	nc, _ := s.connect()
+	replies := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(protocol.SubjectResponse("sess_bad"), replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	m, _ := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: "bad_1", SessionID: "sess_bad",
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "bad.id", Name: "echo", Arguments: json.RawMessage(`{}`)}}})
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest("bad_1"), "bad_1", "sess_bad"
+	if _, err := bus.NewPublisher(s.js, protocol.Sender{Role: protocol.RoleClient, Instance: "test"}).Publish(context.Background(), protocol.SubjectRequest("sess_bad"), m); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg := <-replies:
+		rm, err := protocol.Unmarshal(msg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rm.DecodeResponse()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != protocol.StatusFailed || resp.RequestID != "bad_1" {
+			t.Fatalf("response %+v", resp)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no response for an invalid request")
+	}
+	dl := s.waitDeadLetter("hermes.request.sess_bad")
+	if r := dl.Header.Get(deadletter.HeaderReason); !strings.Contains(r, "tool_calls[0].tool_call_id") {
+		t.Fatalf("reason does not name the field: %q", r)
+	}
+	resp, err := http.Get(s.base + "/v1/requests/bad_1")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the failed response is not kept: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
+	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}})
+	s.addWorkerWith(tool.Config{Instance: "worker-1", Tools: []string{"echo"}})
+	s.addWorkerWith(tool.Config{Instance: "buggy-worker", Tools: []string{"boom"},
+		Executors: map[string]tool.Executor{protocol.ActionHTTP: panicking{}}})
+	resp := s.route(request("boom_1", "", call("a", "echo", map[string]any{"x": 1}), call("b", "boom", map[string]any{})))
+	if resp.Status != protocol.StatusPartialSuccess {
+		t.Fatalf("status %s", resp.Status)
+	}
+	r := result(t, resp, "b")
+	if r.Status != protocol.ResultError || r.ErrorCode != deadletter.CodeDeadLettered || r.Attempts != 3 || !strings.Contains(r.RecoveryHint, "dlq") {
+		t.Fatalf("result %+v", r)
+	}
+	dl := s.waitDeadLetter("hermes.tool.boom.boom_1")
+	if dl.Header.Get(deadletter.HeaderDeliveries) != "3" || !strings.Contains(dl.Header.Get(deadletter.HeaderReason), "3 deliveries") {
+		t.Fatalf("dead letter headers %v", dl.Header)
+	}
+}

@@ -30,7 +30,7 @@ import (
 // options shape a test system.
 type options struct {
 	routesFile string            // default testdata/routes.yaml
-	routers    int               // default 1
+	routers    int               // default 1; -1 for none
 	workers    int               // default 1; may be 0
 	allowEnv   []string          // for every worker
 	resolve    map[string]string // added to every worker's resolve map
@@ -54,6 +54,8 @@ type system struct {
 	workers  []*tool.Worker
 	demoAddr string
 	conns    []*nats.Conn
+	recorder *recorder
+	gwStop   func()
 }
 
 func start(t *testing.T, opts options) *system {
@@ -83,25 +85,57 @@ func start(t *testing.T, opts options) *system {
 	for _, h := range opts.demoHosts {
 		s.resolve[h] = s.demoAddr
 	}
+	s.recorder = newRecorder(t)
+	if _, set := s.resolve["127.0.0.1:8082"]; !set {
+		s.resolve["127.0.0.1:8082"] = s.recorder.addr
+	}
 
 	_, b := s.connect()
 	s.js = b.JS
-	for i := range opts.routers {
+	for _, name := range table.ToolNames() { // as a router would before its first dispatch
+		if _, err := b.EnsureToolConsumer(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range max(opts.routers, 0) {
 		s.addRouter(fmt.Sprintf("router-%d", i+1))
 	}
 	for i := range opts.workers {
 		s.addWorker(fmt.Sprintf("worker-%d", i+1))
 	}
+	s.startGateway("gateway-1")
+	return s
+}
+
+// startGateway starts a gateway on a new port and points s.base at it.
+func (s *system) startGateway(instance string) {
+	s.t.Helper()
 	nc, gb := s.connect()
-	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: "gateway-1", MaxBodyBytes: 64 << 10})
+	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: instance, MaxBodyBytes: 64 << 10})
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	gl := s.listen()
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		if err := g.Run(ctx, gl); err != nil && ctx.Err() == nil {
+			s.t.Errorf("gateway stopped: %v", err)
+		}
+	}()
+	s.gwStop = func() { cancel(); <-done }
 	s.base = "http://" + gl.Addr().String()
-	s.goRun(func(ctx context.Context) error { return g.Run(ctx, gl) })
 	s.waitReady()
-	return s
+}
+
+// restartGateway stops the gateway and starts a new one (new instance, new port).
+func (s *system) restartGateway(instance string) {
+	s.t.Helper()
+	s.gwStop()
+	s.startGateway(instance)
 }
 
 func (s *system) listen() net.Listener {
@@ -185,15 +219,6 @@ func (s *system) stop() {
 
 func (s *system) waitReady() {
 	s.t.Helper()
-	_, b := s.connect()
-	waitFor(s.t, "tool consumers", func() bool {
-		for _, name := range s.table.ToolNames() {
-			if _, err := b.Tools.Get(context.Background(), name); err != nil {
-				return false
-			}
-		}
-		return true
-	})
 	waitFor(s.t, "gateway ready", func() bool {
 		resp, err := http.Get(s.base + "/readyz")
 		if err != nil {

@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// postAsync posts req in the background; the answer arrives on the channel.
+func (s *system) postAsync(req any, query string) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		status, hdr, body := s.post(req, query)
+		ch <- answer{status: status, header: hdr, body: body}
+	}()
+	return ch
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (s *system) countRecorded(requestID string, typ protocol.Type) int {
+	n := 0
+	for _, m := range s.record() {
+		if m.RequestID == requestID && m.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWorkerKilledMidCall: a tool worker process is SIGKILLed while a call runs; the call is
+// redelivered to another worker with the same Idempotency-Key and the request completes with
+// exactly one result and one response.
+func TestWorkerKilledMidCall(t *testing.T) {
+	s := start(t, options{bus: bus.Config{AckWait: 2 * time.Second}})
+	victim := s.spawn("toolworker", "victim-worker", append(s.workerArgs(), "--tools", "record")...)
+	got := s.postAsync(request("crash_w1", "", call("c", "record", map[string]any{"first_delay_ms": 60000})), "")
+	waitFor(t, "the victim to start the call", func() bool { return len(s.recorder.tries("crash_w1/c")) == 1 })
+	victim.kill()
+	s.addWorker("survivor-worker")
+	a := <-got
+	if a.status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", a.status, a.body)
+	}
+	resp := decodeResponse(t, a.body)
+	r := result(t, resp, "c")
+	if resp.Status != protocol.StatusSuccess || r.Attempts != 2 {
+		t.Fatalf("response %+v", resp)
+	}
+	tries := s.recorder.tries("crash_w1/c")
+	if len(tries) != 2 {
+		t.Fatalf("the tool saw %d tries, want 2 (the killed one and the redelivery)", len(tries))
+	}
+	for i, h := range tries {
+		if h.Get("X-Hermes-Attempt") != []string{"1", "2"}[i] {
+			t.Errorf("try %d carried attempt %q", i+1, h.Get("X-Hermes-Attempt"))
+		}
+	}
+	if n := s.countRecorded("crash_w1", protocol.TypeToolResult); n != 1 {
+		t.Errorf("%d results recorded, want 1", n)
+	}
+	if n := s.countRecorded("crash_w1", protocol.TypeResponse); n != 1 {
+		t.Errorf("%d responses recorded, want 1", n)
+	}
+}
+
+// TestSlowToolRunsOnce: a tool that takes 3× the ack deadline is not run twice, even with two
+// workers ready to take a redelivery.
+func TestSlowToolRunsOnce(t *testing.T) {
+	s := start(t, options{workers: 2, bus: bus.Config{AckWait: time.Second}})
+	resp := s.route(request("slow_1", "", call("c", "record", map[string]any{"delay_ms": 3000})))
+	if r := result(t, resp, "c"); r.Status != protocol.ResultOK || r.Attempts != 1 {
+		t.Fatalf("result %+v", r)
+	}
+	if n := len(s.recorder.tries("slow_1/c")); n != 1 {
+		t.Fatalf("the slow tool ran %d times, want once", n)
+	}
+	if n := s.countRecorded("slow_1", protocol.TypeToolStarted); n != 1 {
+		t.Fatalf("%d starts recorded, want 1", n)
+	}
+}
+
+// TestWorkerDiesOnLastDelivery: both deliveries allowed die with their worker; the call is
+// dead-lettered and the request still gets its response.
+func TestWorkerDiesOnLastDelivery(t *testing.T) {
+	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 2}})
+	got := s.postAsync(request("crash_last", "", call("c", "record", map[string]any{"delay_ms": 60000})), "")
+	for i, name := range []string{"victim-1", "victim-2"} {
+		v := s.spawn("toolworker", name, append(s.workerArgs(), "--tools", "record")...)
+		waitFor(t, name+" to start the call", func() bool { return len(s.recorder.tries("crash_last/c")) == i+1 })
+		v.kill()
+	}
+	a := <-got
+	if a.status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", a.status, a.body)
+	}
+	r := result(t, decodeResponse(t, a.body), "c")
+	if r.Status != protocol.ResultError || r.ErrorCode != deadletter.CodeDeadLettered || r.Attempts != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	dl := s.waitDeadLetter("hermes.tool.record.crash_last")
+	if dl.Header.Get(deadletter.HeaderDeliveries) != "2" {
+		t.Fatalf("dead letter %v", dl.Header)
+	}
+}

@@ -1,0 +1,62 @@
+package integration
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a tool server (127.0.0.1:8082 in testdata/routes.yaml) that records every try it
+// receives. POST /record takes {"delay_ms": N, "first_delay_ms": N}: the first try of an
+// Idempotency-Key waits first_delay_ms, every try waits delay_ms; both end early when the
+// caller goes away.
+type recorder struct {
+	addr string
+	mu   sync.Mutex
+	keys map[string][]http.Header // Idempotency-Key → headers of each try, in order
+}
+
+func newRecorder(t *testing.T) *recorder {
+	r := &recorder{keys: map[string][]http.Header{}}
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	r.addr = strings.TrimPrefix(srv.URL, "http://")
+	return r
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	var args struct {
+		DelayMS      int `json:"delay_ms"`
+		FirstDelayMS int `json:"first_delay_ms"`
+	}
+	_ = json.Unmarshal(body, &args)
+	key := r.Header.Get("Idempotency-Key")
+	rec.mu.Lock()
+	rec.keys[key] = append(rec.keys[key], r.Header.Clone())
+	first := len(rec.keys[key]) == 1
+	rec.mu.Unlock()
+	delay := time.Duration(args.DelayMS) * time.Millisecond
+	if first {
+		delay += time.Duration(args.FirstDelayMS) * time.Millisecond
+	}
+	select {
+	case <-time.After(delay):
+	case <-r.Context().Done():
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// tries returns the headers of every try of key.
+func (rec *recorder) tries(key string) []http.Header {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]http.Header(nil), rec.keys[key]...)
+}

@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -110,4 +114,73 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "2" {
 		t.Fatalf("dead letter %v", dl.Header)
 	}
+}
+
+// TestRouterKilledMidRequest: the only router, a separate process, is SIGKILLed while requests
+// are in flight; a router started afterwards finishes every one of them. Clients retry with the
+// same request_id after timeouts; none is lost, none answered twice.
+func TestRouterKilledMidRequest(t *testing.T) {
+	s := start(t, options{routers: -1, workers: 1, bus: bus.Config{AckWait: 2 * time.Second}})
+	victim := s.spawn("router", "victim-router", "--routes", "testdata/routes.yaml")
+	// A burst, so that the victim is in the middle of many requests when it dies.
+	const n = 200
+	reqs := make([]map[string]any, n)
+	for i := range reqs {
+		id := fmt.Sprintf("rk_%03d", i)
+		reqs[i] = request(id, "", call("a", "echo", map[string]any{"delay_ms": 100, "i": i}),
+			call("b", "echo", map[string]any{"i": i}), call("c", "echo", map[string]any{"j": i}))
+	}
+	// Until the kill the victim is the only router: every dispatch seen is its own.
+	nc, _ := s.connect()
+	var seen atomic.Int64
+	sub, err := nc.Subscribe("hermes.tool.*.*", func(*nats.Msg) { seen.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []clientRun, 1)
+	go func() { done <- s.runClients(reqs, time.Second, 0, 60*time.Second) }()
+	dispatchedBy := func() map[string]int {
+		by := map[string]int{}
+		for _, m := range s.record() {
+			if m.Type == protocol.TypeToolCall {
+				by[m.Sender.Instance]++
+			}
+		}
+		return by
+	}
+	waitFor(t, "the victim router to dispatch calls", func() bool { return seen.Load() >= 30 })
+	victim.kill()
+	_ = sub.Unsubscribe()
+	s.addRouter("survivor-router")
+	counts := s.classify(<-done)
+	report(t, "router killed mid-request", n, counts)
+	by := dispatchedBy()
+	t.Logf("calls dispatched: %v; requests split between the two routers: %d", by, s.splitRequests())
+	if by["survivor-router"] == 0 {
+		t.Errorf("the survivor did no dispatching; the kill came too late to test a takeover")
+	}
+	if counts[outcomeOK]+counts[outcomeResolved] != n {
+		t.Fatalf("not every request was answered exactly once: %v", counts)
+	}
+}
+
+// splitRequests counts requests whose calls were dispatched by more than one router: the
+// ones a router died in the middle of.
+func (s *system) splitRequests() int {
+	by := map[string]map[string]bool{}
+	for _, m := range s.record() {
+		if m.Type == protocol.TypeToolCall {
+			if by[m.RequestID] == nil {
+				by[m.RequestID] = map[string]bool{}
+			}
+			by[m.RequestID][m.Sender.Instance] = true
+		}
+	}
+	n := 0
+	for _, routers := range by {
+		if len(routers) > 1 {
+			n++
+		}
+	}
+	return n
 }

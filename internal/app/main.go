@@ -22,6 +22,7 @@ var Commands = map[string]Command{
 	"gateway":    RunGateway,
 	"demo-tools": RunDemoTools,
 	"route":      RunRoute,
+	"dlq":        RunDLQ,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -36,6 +37,7 @@ Commands:
   gateway     run the HTTP gateway against --nats
   demo-tools  run the demo tool service alone
   route       post a request file to a gateway and print the response
+  dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
 
 Run 'hermes <command> -h' for a command's flags.
 `

@@ -92,7 +92,7 @@ func New(cfg Config) (*Processor, error) {
 		return nil, errors.New("deadletter: Config.Bus and Config.Instance are required")
 	}
 	p := &Processor{cfg: cfg, log: cfg.Logger,
-		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance})}
+		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleDeadLetter, Instance: cfg.Instance})}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}

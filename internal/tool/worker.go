@@ -223,7 +223,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
-	return w.publishResult(ctx, m, &res)
+	return w.publishResult(ctx, m, &res, d.Header.Get(bus.HeaderRedrive))
 }
 
 // tryHolding runs one try while renewing h; the renewal stops when the try ends, even by a
@@ -263,12 +263,18 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 	return err
 }
 
-func (w *Worker) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult) error {
+// publishResult publishes the call's final result. A re-driven call (redrive set) publishes
+// under a message id of its own: the id of the first answer is spent in the duplicate window.
+func (w *Worker) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
 	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
+	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)
+	if redrive != "" {
+		id += ":redrive:" + redrive
+	}
+	out.Follow(cause, id)
 	out.Attempt = res.Attempts
 	_, err = w.pub.Publish(ctx, protocol.SubjectToolResult(cause.SessionID), out)
 	return err

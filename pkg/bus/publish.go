@@ -16,6 +16,9 @@ const (
 	HeaderTraceID     = "X-Trace-ID"
 	HeaderTraceparent = "traceparent"
 	HeaderTracestate  = "tracestate"
+	// HeaderRedrive marks a message published again from the dead-letter stream; its value
+	// identifies the re-drive.
+	HeaderRedrive = "Hermes-Redrive"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.

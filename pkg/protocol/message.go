@@ -38,6 +38,7 @@ const (
 	RoleRouter     = "router"
 	RoleToolWorker = "toolworker"
 	RoleClient     = "client"
+	RoleDeadLetter = "deadletter"
 )
 
 // Sender says which role and which process instance published a message.

@@ -1,14 +1,19 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -96,7 +101,7 @@ func TestSlowToolRunsOnce(t *testing.T) {
 // dead-lettered and the request still gets its response.
 func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 2}})
-	got := s.postAsync(request("crash_last", "", call("c", "record", map[string]any{"delay_ms": 60000})), "")
+	got := s.postAsync(request("crash_last", "", call("c", "record", map[string]any{"delay_ms": 60000, "slow_tries": 2})), "")
 	for i, name := range []string{"victim-1", "victim-2"} {
 		v := s.spawn("toolworker", name, append(s.workerArgs(), "--tools", "record")...)
 		waitFor(t, name+" to start the call", func() bool { return len(s.recorder.tries("crash_last/c")) == i+1 })
@@ -113,6 +118,43 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	dl := s.waitDeadLetter("hermes.tool.record.crash_last")
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "2" {
 		t.Fatalf("dead letter %v", dl.Header)
+	}
+
+	// hermes dlq ls shows it; hermes dlq retry re-drives it to a healthy worker.
+	var out, errOut bytes.Buffer
+	env := app.Env{Stdout: &out, Stderr: &errOut}
+	if err := app.RunDLQ(context.Background(), []string{"ls", "--nats", s.srv.URL}, env); err != nil {
+		t.Fatalf("dlq ls: %v: %s", err, errOut.String())
+	}
+	seq := strconv.FormatUint(dl.Sequence, 10)
+	if !strings.Contains(out.String(), "hermes.tool.record.crash_last") || !strings.Contains(out.String(), "gave up after 2 deliveries") ||
+		!strings.Contains(out.String(), seq) {
+		t.Fatalf("dlq ls printed:\n%s", out.String())
+	}
+	s.addWorker("healthy-worker")
+	out.Reset()
+	if err := app.RunDLQ(context.Background(), []string{"retry", "--nats", s.srv.URL, seq}, env); err != nil {
+		t.Fatalf("dlq retry: %v: %s", err, errOut.String())
+	}
+	_, b := s.connect()
+	waitFor(t, "the re-driven call's result", func() bool {
+		e, err := b.Calls.Get(context.Background(), "crash_last.c")
+		if err != nil {
+			return false
+		}
+		m, err := protocol.Unmarshal(e.Value())
+		if err != nil {
+			return false
+		}
+		res, err := m.DecodeToolResult()
+		return err == nil && res.Status == protocol.ResultOK && res.Attempts == 3
+	})
+	if n := len(s.recorder.tries("crash_last/c")); n != 3 {
+		t.Fatalf("the tool saw %d tries, want 3", n)
+	}
+	// The response already sent stays the one response.
+	if n := s.countRecorded("crash_last", protocol.TypeResponse); n != 1 {
+		t.Fatalf("%d responses recorded, want 1", n)
 	}
 }
 

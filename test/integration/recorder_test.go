@@ -12,9 +12,9 @@ import (
 )
 
 // recorder is a tool server (127.0.0.1:8082 in testdata/routes.yaml) that records every try it
-// receives. POST /record takes {"delay_ms": N, "first_delay_ms": N}: the first try of an
-// Idempotency-Key waits first_delay_ms, every try waits delay_ms; both end early when the
-// caller goes away.
+// receives. POST /record takes {"delay_ms": N, "first_delay_ms": N, "slow_tries": K}: the
+// first try of an Idempotency-Key waits first_delay_ms, and each of its first K tries (every try
+// when K is 0) waits delay_ms; waits end early when the caller goes away.
 type recorder struct {
 	addr string
 	mu   sync.Mutex
@@ -34,15 +34,19 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var args struct {
 		DelayMS      int `json:"delay_ms"`
 		FirstDelayMS int `json:"first_delay_ms"`
+		SlowTries    int `json:"slow_tries"`
 	}
 	_ = json.Unmarshal(body, &args)
 	key := r.Header.Get("Idempotency-Key")
 	rec.mu.Lock()
 	rec.keys[key] = append(rec.keys[key], r.Header.Clone())
-	first := len(rec.keys[key]) == 1
+	try := len(rec.keys[key])
 	rec.mu.Unlock()
-	delay := time.Duration(args.DelayMS) * time.Millisecond
-	if first {
+	var delay time.Duration
+	if args.SlowTries == 0 || try <= args.SlowTries {
+		delay = time.Duration(args.DelayMS) * time.Millisecond
+	}
+	if try == 1 {
 		delay += time.Duration(args.FirstDelayMS) * time.Millisecond
 	}
 	select {

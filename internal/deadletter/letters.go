@@ -1,0 +1,151 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/ledger"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Letter is one dead letter, as listed by hermes dlq ls.
+type Letter struct {
+	// Seq identifies the letter (its sequence in HERMES_DLQ); hermes dlq retry takes it.
+	Seq        uint64    `json:"seq"`
+	At         time.Time `json:"at"`
+	Consumer   string    `json:"consumer"`
+	Subject    string    `json:"subject"`
+	StreamSeq  uint64    `json:"stream_seq"`
+	Deliveries uint64    `json:"deliveries"`
+	Reason     string    `json:"reason"`
+	// Type, MsgID, RequestID and SessionID are set when the original message decodes.
+	Type      protocol.Type `json:"type,omitempty"`
+	MsgID     string        `json:"msg_id,omitempty"`
+	RequestID string        `json:"request_id,omitempty"`
+	SessionID string        `json:"session_id,omitempty"`
+	Size      int           `json:"size"`
+}
+
+func letterOf(seq uint64, h nats.Header, data []byte) Letter {
+	l := Letter{Seq: seq, Consumer: h.Get(HeaderConsumer), Subject: h.Get(HeaderSubject), Reason: h.Get(HeaderReason), Size: len(data)}
+	l.At, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderAt))
+	l.StreamSeq, _ = strconv.ParseUint(h.Get(HeaderStreamSeq), 10, 64)
+	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
+	if m, err := protocol.Unmarshal(data); err == nil {
+		l.Type, l.MsgID, l.RequestID, l.SessionID = m.Type, m.MsgID, m.RequestID, m.SessionID
+	}
+	return l
+}
+
+// List returns up to limit dead letters, oldest first.
+func List(ctx context.Context, b *bus.Bus, limit int) ([]Letter, error) {
+	cons, err := b.DLQ.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{protocol.FilterDeadLetters}})
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: read %s: %w", protocol.DLQStreamName, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: read %s: %w", protocol.DLQStreamName, err)
+	}
+	want := min(int(info.NumPending), limit)
+	var out []Letter
+	for len(out) < want {
+		batch, err := cons.Fetch(min(want-len(out), 256), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return out, fmt.Errorf("deadletter: read %s: %w", protocol.DLQStreamName, err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				continue
+			}
+			out = append(out, letterOf(md.Sequence.Stream, msg.Headers(), msg.Data()))
+			n++
+		}
+		if err := batch.Error(); err != nil {
+			return out, fmt.Errorf("deadletter: read %s: %w", protocol.DLQStreamName, err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// ErrNotRedrivable is returned by Retry for a letter that cannot or need not be re-driven.
+var ErrNotRedrivable = errors.New("deadletter: not re-drivable")
+
+// Retry re-drives dead letter seq: it publishes the original message again to its original
+// subject, as a new message with a fresh delivery count. A tool call answered only by the
+// dead-letter processor has that answer withdrawn first, so the call runs again and its new
+// result is recorded; the request's response, already sent, stays as it was. A request that
+// has its response is not re-driven (send it again with a new request_id).
+func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
+	raw, err := b.DLQ.GetMsg(ctx, seq)
+	if err != nil {
+		return Letter{}, fmt.Errorf("deadletter: letter %d: %w", seq, err)
+	}
+	if !strings.HasPrefix(raw.Subject, "hermes.dlq.") {
+		return Letter{}, fmt.Errorf("%w: %d is not a dead letter (subject %s)", ErrNotRedrivable, seq, raw.Subject)
+	}
+	l := letterOf(seq, raw.Header, raw.Data)
+	if len(raw.Data) == 0 || l.Subject == "" {
+		return l, fmt.Errorf("%w: the original of letter %d is gone from the record", ErrNotRedrivable, seq)
+	}
+	if l.Type == "" {
+		return l, fmt.Errorf("%w: letter %d holds bytes no Hermes worker can decode (%s)", ErrNotRedrivable, seq, l.Reason)
+	}
+	m, _ := protocol.Unmarshal(raw.Data)
+	switch m.Type {
+	case protocol.TypeRequest:
+		if _, err := b.Responses.Get(ctx, m.RequestID); err == nil {
+			return l, fmt.Errorf("%w: request %s already has its response; send it again with a new request_id", ErrNotRedrivable, m.RequestID)
+		}
+	case protocol.TypeToolCall:
+		disp, err := m.DecodeDispatch()
+		if err != nil {
+			return l, fmt.Errorf("%w: letter %d: %v", ErrNotRedrivable, seq, err)
+		}
+		if err := withdrawDeadAnswer(ctx, b, ledger.Key(m.RequestID, disp.Call.ToolCallID)); err != nil {
+			return l, err
+		}
+	}
+	msg := &nats.Msg{Subject: l.Subject, Data: raw.Data, Header: nats.Header{}}
+	redrive := fmt.Sprintf("%d-%d", seq, time.Now().UnixNano())
+	msg.Header.Set(jetstream.MsgIDHeader, "redrive:"+redrive)
+	msg.Header.Set(bus.HeaderRedrive, redrive)
+	msg.Header.Set(bus.HeaderType, string(m.Type))
+	if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
+		return l, fmt.Errorf("deadletter: re-drive %d: %w", seq, err)
+	}
+	return l, nil
+}
+
+// withdrawDeadAnswer deletes a call's recorded result if the dead-letter processor wrote it;
+// a real result is kept, and the re-driven call will find it and not run.
+func withdrawDeadAnswer(ctx context.Context, b *bus.Bus, key string) error {
+	e, err := b.Calls.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deadletter: read result %s: %w", key, err)
+	}
+	m, err := protocol.Unmarshal(e.Value())
+	if err != nil || m.Sender.Role != protocol.RoleDeadLetter {
+		return nil
+	}
+	if err := b.Calls.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("deadletter: withdraw dead answer %s: %w", key, err)
+	}
+	return nil
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // Env is what a command reads and writes besides its flags.
@@ -54,7 +55,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	r, err := newRouter(b, c.instance, table, *conc, log)
+	r, err := newRouter(b, c.instance, table, *conc, c.limits, log)
 	if err != nil {
 		return err
 	}
@@ -122,8 +123,8 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&g.wait, "wait", 30*time.Second, "how long POST /v1/route waits for the response by default")
 }
 
-func (g *gatewayFlags) config(instance string) gateway.Config {
-	return gateway.Config{Instance: instance, MaxBodyBytes: g.maxBody, DefaultWait: g.wait}
+func (g *gatewayFlags) config(instance string, limits protocol.Limits) gateway.Config {
+	return gateway.Config{Instance: instance, MaxBodyBytes: g.maxBody, DefaultWait: g.wait, Limits: limits}
 }
 
 // RunGateway runs the HTTP gateway: hermes gateway / cmd/gateway.
@@ -147,7 +148,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	g, err := newGateway(nc, b, gf.config(c.instance), log)
+	g, err := newGateway(nc, b, gf.config(c.instance, c.limits), log)
 	if err != nil {
 		ln.Close()
 		return err

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // common holds the flags every service shares.
@@ -16,6 +18,8 @@ type common struct {
 	instance string
 	logLevel string
 	replicas int
+	stateTTL time.Duration
+	limits   protocol.Limits
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
@@ -23,9 +27,13 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.instance, "instance", defaultInstance(role), "name of this instance in the messages it sends")
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
+	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long request ids, results and responses are kept (applies when the buckets are first created)")
+	fs.IntVar(&c.limits.MaxToolCalls, "max-tool-calls", protocol.DefaultLimits.MaxToolCalls, "most tool calls one request may carry")
+	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
+	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }
 
-func (c *common) busConfig() bus.Config { return bus.Config{Replicas: c.replicas} }
+func (c *common) busConfig() bus.Config { return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL} }
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // connect dials NATS (url, or in-process when opt is given) and provisions the bus.
@@ -97,8 +98,8 @@ func (s *routerService) Run(ctx context.Context) error {
 	return s.r.Run(ctx)
 }
 
-func newRouter(b *bus.Bus, instance string, table *routes.Table, concurrency int, log *slog.Logger) (*router.Router, error) {
-	return router.New(router.Config{Bus: b, Routes: table, Instance: instance, Concurrency: concurrency, Logger: log.With("service", "router")})
+func newRouter(b *bus.Bus, instance string, table *routes.Table, concurrency int, limits protocol.Limits, log *slog.Logger) (*router.Router, error) {
+	return router.New(router.Config{Bus: b, Routes: table, Instance: instance, Concurrency: concurrency, Limits: limits, Logger: log.With("service", "router")})
 }
 
 func newWorker(b *bus.Bus, cfg tool.Config, log *slog.Logger) (*tool.Worker, error) {

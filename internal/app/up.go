@@ -92,7 +92,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer rnc.Close()
-	r, err := newRouter(rb, c.instance+"-router", table, 64, log)
+	r, err := newRouter(rb, c.instance+"-router", table, 64, c.limits, log)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer gnc.Close()
-	g, err := newGateway(gnc, gb, gf.config(c.instance+"-gateway"), log)
+	g, err := newGateway(gnc, gb, gf.config(c.instance+"-gateway", c.limits), log)
 	if err != nil {
 		return err
 	}

@@ -49,3 +49,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
+
+// writeResponse answers a HermesResponse; results is always an array, never null.
+func writeResponse(w http.ResponseWriter, resp *protocol.Response) {
+	if resp.Results == nil {
+		resp.Results = []protocol.ToolResult{}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

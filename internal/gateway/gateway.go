@@ -204,7 +204,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		}
 		if resp, ok := g.recorded(ctx, req.RequestID); ok {
 			w.Header().Set("X-Hermes-Replayed", "true")
-			writeJSON(w, http.StatusOK, resp)
+			writeResponse(w, resp)
 			return
 		}
 		// Accepted before but not answered yet (or the first gateway died before publishing):
@@ -229,11 +229,11 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	defer timer.Stop()
 	select {
 	case resp := <-replies:
-		writeJSON(w, http.StatusOK, resp)
+		writeResponse(w, resp)
 	case <-timer.C:
 		// The response may have been recorded while this gateway missed the bus message.
 		if resp, ok := g.recorded(context.WithoutCancel(ctx), req.RequestID); ok {
-			writeJSON(w, http.StatusOK, resp)
+			writeResponse(w, resp)
 			return
 		}
 		var body apiError
@@ -285,7 +285,7 @@ func (g *Gateway) handleGetRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if resp, ok := g.recorded(ctx, id); ok {
-		writeJSON(w, http.StatusOK, resp)
+		writeResponse(w, resp)
 		return
 	}
 	_, ierr := g.cfg.Bus.Intake.Get(ctx, id)

@@ -18,6 +18,9 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte{0xdf, 0x7f, 0xff, 0xff, 0xff, 0xa1, 'a'})
 	f.Add(good[:len(good)/2])
 	f.Add(bytes.Repeat([]byte{0x91}, 1000))
+	for _, data := range hostileInputs() {
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := Unmarshal(data)
 		if err != nil {

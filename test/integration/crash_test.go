@@ -226,3 +226,76 @@ func (s *system) splitRequests() int {
 	}
 	return n
 }
+
+// TestLateAndDuplicateDeliveries: after a request completed, a dead worker's late result, a
+// duplicate delivery of the call and of the request (as if redelivered after a late ack, under
+// new message ids so the stream cannot drop them) change nothing: the call does not run again
+// and the request keeps its one response.
+func TestLateAndDuplicateDeliveries(t *testing.T) {
+	s := start(t, options{workers: 1})
+	first := s.route(request("late_dup", "", call("c", "record", map[string]any{"v": "real"})))
+	var callMsg, reqMsg *protocol.Message
+	for _, m := range s.record() {
+		if m.RequestID == "late_dup" && m.Type == protocol.TypeToolCall {
+			callMsg = m
+		}
+		if m.RequestID == "late_dup" && m.Type == protocol.TypeRequest {
+			reqMsg = m
+		}
+	}
+	pub := bus.NewPublisher(s.js, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "dead-worker"})
+	late, _ := protocol.NewMessage(protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Name: "record",
+		Status: protocol.ResultOK, Content: []byte(`{"v":"late"}`), Attempts: 1})
+	late.Follow(callMsg, "late-result-from-a-dead-worker")
+	ctx := context.Background()
+	if _, err := pub.Publish(ctx, protocol.SubjectToolResult(callMsg.SessionID), late); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*protocol.Message{callMsg, reqMsg} {
+		m.MsgID += ":again"
+		subject := protocol.SubjectRequest(m.SessionID)
+		if m.Type == protocol.TypeToolCall {
+			subject = protocol.SubjectToolCall("record", m.SessionID)
+		}
+		if _, err := pub.Publish(ctx, subject, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait until all three were handled (acked) by their consumers.
+	_, b := s.connect()
+	waitFor(t, "the duplicates to be handled", func() bool {
+		for _, name := range []string{bus.ConsumerRouterRequests, bus.ConsumerRouterResults, bus.ToolConsumer("record")} {
+			c, err := b.Consumer(ctx, name)
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(ctx)
+			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := len(s.recorder.tries("late_dup/c")); n != 1 {
+		t.Fatalf("the call ran %d times, want once", n)
+	}
+	status, _, body := s.post(request("late_dup", "", call("c", "record", map[string]any{"v": "real"})), "")
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d", status)
+	}
+	again := decodeResponse(t, body)
+	if r := result(t, again, "c"); string(r.Content) != `{"v":"real"}` || string(result(t, first, "c").Content) != `{"v":"real"}` {
+		t.Fatalf("the late result replaced the first: %s", r.Content)
+	}
+	if n := s.countRecorded("late_dup", protocol.TypeResponse); n != 1 {
+		t.Fatalf("%d responses recorded, want 1", n)
+	}
+	e, err := b.Calls.Get(ctx, "late_dup.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, _ := protocol.Unmarshal(e.Value())
+	if rm.Sender.Instance == "dead-worker" {
+		t.Fatal("the late result replaced the recorded one")
+	}
+}

@@ -33,7 +33,9 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }
 
-func (c *common) busConfig() bus.Config { return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL} }
+func (c *common) busConfig() bus.Config {
+	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL}
+}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -299,3 +299,45 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 		t.Fatal("the late result replaced the recorded one")
 	}
 }
+
+// TestWorkerKilledUnderLoad: two tool worker processes share the load; one is SIGKILLed in the
+// middle of it. Every request is answered exactly once; the calls it was running are run again
+// by the survivor.
+func TestWorkerKilledUnderLoad(t *testing.T) {
+	s := start(t, options{bus: bus.Config{AckWait: 2 * time.Second}})
+	victim := s.spawn("toolworker", "victim-worker", s.workerArgs()...)
+	s.spawn("toolworker", "survivor-worker", s.workerArgs()...)
+	const n = 60
+	reqs := make([]map[string]any, n)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprintf("wk_%02d", i), "", call("a", "record", map[string]any{"delay_ms": 300, "i": i}),
+			call("b", "echo", map[string]any{"i": i}))
+	}
+	done := make(chan []clientRun, 1)
+	go func() { done <- s.runClients(reqs, time.Second, 10*time.Millisecond, 60*time.Second) }()
+	waitFor(t, "the victim to be running calls", func() bool {
+		for _, m := range s.record() {
+			if m.Type == protocol.TypeToolStarted && m.Sender.Instance == "victim-worker" {
+				return true
+			}
+		}
+		return false
+	})
+	victim.kill()
+	counts := s.classify(<-done)
+	report(t, "tool worker killed under load", n, counts)
+	if counts[outcomeOK]+counts[outcomeResolved] != n {
+		t.Fatalf("%v", counts)
+	}
+	rerun := 0
+	for _, req := range reqs {
+		id := req["request_id"].(string)
+		if tries := len(s.recorder.tries(id + "/a")); tries > 1 {
+			rerun++
+		}
+		if c := s.countRecorded(id, protocol.TypeToolResult); c != 2 {
+			t.Errorf("%s: %d results recorded, want 2", id, c)
+		}
+	}
+	t.Logf("calls run again after the kill: %d", rerun)
+}

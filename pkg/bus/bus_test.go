@@ -126,8 +126,14 @@ func TestSubscriberBoundsConcurrency(t *testing.T) {
 		return nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 3}).Run(ctx)
+	done := make(chan error, 1)
+	go func() { done <- (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 3}).Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	}()
 	for i := range 10 {
 		publishResult(t, p, "r", string(rune('a'+i)))
 	}
@@ -172,5 +178,42 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 	}
 	if _, err := b.EnsureToolConsumer(context.Background(), "a.>"); err == nil {
 		t.Fatal("EnsureToolConsumer accepted a tool name that is not a subject token")
+	}
+}
+
+// TestSubscriberShutdownIsBounded: once ctx is done no new handler starts, and handlers still
+// running after Grace are cancelled, so Run returns within about Grace + PullWait.
+func TestSubscriberShutdownIsBounded(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	cons, _ := b.Consumer(context.Background(), bus.ConsumerRouterResults)
+	var started atomic.Int32
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		started.Add(1)
+		<-ctx.Done() // a handler that only stops when cancelled
+		return ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 2, Grace: 100 * time.Millisecond,
+			PullWait: 200 * time.Millisecond}).Run(ctx)
+	}()
+	for i := range 5 {
+		publishResult(t, p, "r", string(rune('a'+i)))
+	}
+	waitFor(t, "2 handlers", func() bool { return started.Load() == 2 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its grace period")
+	}
+	if n := started.Load(); n != 2 {
+		t.Fatalf("%d handlers started; none may start after shutdown began", n)
 	}
 }

@@ -40,87 +40,60 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(ctx, d) }
 
 // Subscriber runs a Handler over a durable pull consumer with bounded concurrency.
+//
+// It pulls only as many messages as it has free handler slots, so every message it receives
+// starts its handler at once: none waits in a client buffer while its ack deadline runs out.
 type Subscriber struct {
 	// Consumer to read from. Required.
 	Consumer jetstream.Consumer
 	// Handler for each message. Required.
 	Handler Handler
-	// Concurrency bounds handlers running at once in this process; it is also how many messages
-	// are buffered, so AckWait never runs out on a message waiting in the client. Default 16.
+	// Concurrency bounds handlers running at once in this process. Default 16.
 	Concurrency int
 	// Progress, when positive, signals the server that a message is still being worked on every
 	// Progress while its handler runs, so a handler may outlive the consumer's AckWait. Keep it
 	// at most AckWait/3.
 	Progress time.Duration
-	// Grace is how long Run waits for running handlers at shutdown before cancelling them.
-	// Default 10 s.
+	// Grace is how long Run waits, once ctx is done, for running handlers before cancelling
+	// them. Default 10 s.
 	Grace time.Duration
+	// PullWait is how long one pull request waits for messages; it also bounds how long Run
+	// takes to notice ctx is done. Default 1 s.
+	PullWait time.Duration
 	// Logger for failures; nil discards.
 	Logger *slog.Logger
 }
 
-// Run consumes until ctx is done, then stops pulling, lets running handlers finish within
-// Grace, cancels those still running (their messages are nak'ed for prompt redelivery) and
-// returns nil. It returns an error if the consumer cannot be read (e.g. it was deleted).
+// Run consumes until ctx is done, then stops pulling (a message that arrives after that is
+// nak'ed for prompt redelivery, not handled), gives running handlers Grace to finish, cancels
+// those still running (their messages are nak'ed too) and returns nil. It returns an error if
+// the consumer cannot be read (e.g. it was deleted or the connection closed).
 func (s *Subscriber) Run(ctx context.Context) error {
 	if s.Consumer == nil || s.Handler == nil {
 		return errors.New("bus: Subscriber needs a Consumer and a Handler")
 	}
-	n := s.Concurrency
-	if n <= 0 {
+	n := max(s.Concurrency, 1)
+	if s.Concurrency <= 0 {
 		n = 16
 	}
 	grace := s.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	logger := orDiscard(s.Logger)
-	it, err := s.Consumer.Messages(jetstream.PullMaxMessages(n))
-	if err != nil {
-		return fmt.Errorf("bus: consume: %w", err)
+	wait := s.PullWait
+	if wait <= 0 {
+		wait = time.Second
 	}
+	logger := orDiscard(s.Logger)
 	// Handlers get their own context, cancelled only after the grace period at shutdown.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, n)
-	var runErr error
-	draining := false
-	for {
-		var msg jetstream.Msg
-		var err error
-		if draining {
-			msg, err = it.Next()
-		} else {
-			msg, err = it.Next(jetstream.NextContext(ctx))
-		}
-		if err != nil {
-			if !draining && ctx.Err() != nil {
-				draining = true
-				it.Drain()
-				continue
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				if !draining {
-					runErr = fmt.Errorf("bus: consumer closed: %w", err)
-				}
-				break
-			}
-			if isTerminal(err) {
-				it.Stop()
-				runErr = fmt.Errorf("bus: consume: %w", err)
-				break
-			}
-			logger.Warn("consume", "err", err)
-			continue
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			s.handle(hctx, msg, logger)
-		}()
+	free := make(chan struct{}, n) // one token per free handler slot
+	for range n {
+		free <- struct{}{}
 	}
+	runErr := s.pull(ctx, hctx, free, n, wait, &wg, logger)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -132,9 +105,80 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	return runErr
 }
 
+// pull fetches as many messages as there are free slots and starts a handler for each, until
+// ctx is done or the consumer fails.
+func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, wait time.Duration, wg *sync.WaitGroup, logger *slog.Logger) error {
+	failures := 0
+	for {
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return nil
+		}
+		k := 1
+	more:
+		for k < n {
+			select {
+			case <-free:
+				k++
+			default:
+				break more
+			}
+		}
+		// The pull request expires on the server a little before fctx, and fctx also ends it
+		// at once when ctx is done.
+		fctx, cancelFetch := context.WithTimeout(ctx, wait)
+		batch, err := s.Consumer.Fetch(k, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancelFetch()
+			for range k {
+				free <- struct{}{}
+			}
+			if isTerminal(err) {
+				return fmt.Errorf("bus: consume: %w", err)
+			}
+			failures++
+			logger.Warn("pull failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil {
+				_ = msg.Nak() // shutting down: let another instance take it now
+				free <- struct{}{}
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { free <- struct{}{}; wg.Done() }()
+				s.handle(hctx, msg, logger)
+			}()
+		}
+		cancelFetch()
+		for range k - got {
+			free <- struct{}{}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			if isTerminal(err) {
+				return fmt.Errorf("bus: consume: %w", err)
+			}
+			failures++
+			logger.Warn("pull ended with an error", "err", err)
+			continue
+		}
+		failures = 0
+	}
+}
+
 func isTerminal(err error) bool {
-	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) ||
-		errors.Is(err, nats.ErrConnectionClosed)
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrBadRequest) || errors.Is(err, nats.ErrConnectionClosed)
 }
 
 // handle runs the handler for msg and settles it: the one place that decides ack, nak or term.

@@ -107,6 +107,9 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 		waitFor(t, name+" to start the call", func() bool { return len(s.recorder.tries("crash_last/c")) == i+1 })
 		v.kill()
 	}
+	// The server notices the exhausted message when a healthy worker next pulls: it does not
+	// run it, and the request gets its dead-letter answer.
+	s.addWorker("healthy-worker")
 	a := <-got
 	if a.status != http.StatusOK {
 		t.Fatalf("HTTP %d: %s", a.status, a.body)
@@ -131,7 +134,6 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 		!strings.Contains(out.String(), seq) {
 		t.Fatalf("dlq ls printed:\n%s", out.String())
 	}
-	s.addWorker("healthy-worker")
 	out.Reset()
 	if err := app.RunDLQ(context.Background(), []string{"retry", "--nats", s.srv.URL, seq}, env); err != nil {
 		t.Fatalf("dlq retry: %v: %s", err, errOut.String())

@@ -146,6 +146,9 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	if data == nil {
 		return nil
 	}
+	if m, err := protocol.Unmarshal(data); err == nil && m.Type == protocol.TypeToolResult {
+		return p.redriveResult(ctx, subject, data, origHdr, a.StreamSeq)
+	}
 	return p.answer(ctx, data, reason)
 }
 
@@ -185,28 +188,45 @@ func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *pro
 	}
 	out.Follow(m, protocol.MsgIDToolResult(m.RequestID, res.ToolCallID))
 	out.Attempt = attempts
-	_, err = p.pub.Publish(ctx, protocol.SubjectToolResult(m.SessionID), out)
+	// A real result recorded in the meantime wins and is published instead.
+	_, _, err = p.cfg.Bus.RecordResult(ctx, p.pub, out, res)
 	return err
 }
 
-// failRequest answers a request no router could handle with a failed response, one error per
-// call it could read.
+// failRequest answers a request no router could handle with a failed response saying why, and
+// an error result for each call it could read.
 func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason string) error {
 	var results []protocol.ToolResult
 	content, _ := json.Marshal("dead-lettered: " + reason)
-	hint := "Hermes could not handle this request (" + reason + "); check it and send it again with a new request_id"
+	hint := "Hermes could not handle this request (" + reason + "); fix it and send it again with a new request_id"
 	if req, err := m.DecodeRequest(p.cfg.Limits); err == nil {
 		for _, c := range req.ToolCalls {
 			results = append(results, protocol.ToolResult{ToolCallID: c.ToolCallID, Name: c.Name, Status: protocol.ResultError,
 				Content: content, ErrorCode: CodeDeadLettered, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint})
 		}
 	}
-	resp := &protocol.Response{RequestID: m.RequestID, SessionID: m.SessionID, Status: protocol.StatusFailed, Results: results}
+	resp := &protocol.Response{RequestID: m.RequestID, SessionID: m.SessionID, Status: protocol.StatusFailed, Results: results,
+		Error: &protocol.ResponseError{Code: CodeDeadLettered, Message: hint}}
 	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
 	if err != nil {
 		return bus.Permanent(err)
 	}
 	out.Follow(m, protocol.MsgIDResponse(m.RequestID))
 	_, err = p.cfg.Bus.Respond(ctx, p.pub, out)
+	return err
+}
+
+// redriveResult gives a result the routers gave up aggregating one more round of deliveries,
+// once: the result is recorded already, so aggregation is all that is left to do.
+func (p *Processor) redriveResult(ctx context.Context, subject string, data []byte, hdr nats.Header, seq uint64) error {
+	if hdr.Get(bus.HeaderRedrive) != "" {
+		p.log.Error("a result was given up twice; its request may stay without a response", "subject", subject, "stream_seq", seq)
+		return nil
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	redrive := "auto-" + strconv.FormatUint(seq, 10)
+	msg.Header.Set(jetstream.MsgIDHeader, "redrive:"+redrive)
+	msg.Header.Set(bus.HeaderRedrive, redrive)
+	_, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
 	return err
 }

@@ -1,46 +1,61 @@
 // Package ledger is the call ledger in the hermes-claims bucket: which worker is running each
 // tool call (key <request_id>.<tool_call_id>), how many tries it has had, and its last failure.
 //
-// Guarantees: at most one worker holds a call at a time, as long as holders renew within the
-// lease (a holder that stops renewing — it died — loses the call after the lease, and the next
-// worker takes it over with a compare-and-set, so two can never take it over at once). Try
-// numbers grow by one with each acquisition, whoever makes it.
+// Guarantees: at most one holder runs a call at a time, as long as holders renew within the
+// lease. A holder is one Ledger value, i.e. one worker process: its claims carry a token unique
+// to the process, and a process never takes over a call it is already running, even if the
+// same call is delivered to it twice. A holder that stops renewing (it died) loses the call
+// after the lease, and the next worker takes it over with a compare-and-set, so two can never
+// take it over at once. Try numbers grow by one with each acquisition, whoever makes it.
+//
+// Leases are judged by the server's timestamp of the claim's last write against the reading
+// worker's clock: worker clocks must agree to well within the lease (the consumer's ack
+// deadline, 30 s by default).
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// claim is a worker's hold on one call in the hermes-claims ledger. A claim is held while its
-// worker renews it within the lease; a released claim keeps the last failure of the call, so
-// whoever gives up on the call can report it.
+// claim is a worker's hold on one call. A claim is held while its holder renews it within the
+// lease; a released claim keeps the last failure of the call, so whoever gives up on the call
+// can report it.
 type claim struct {
-	Worker        string `json:"worker,omitempty"`
+	Holder        string `json:"holder,omitempty"`
 	Attempt       int    `json:"attempt"`
 	Released      bool   `json:"released,omitempty"`
 	LastErrorCode string `json:"last_error_code,omitempty"`
 }
 
-// ErrClaimed means another live worker is running the call.
-var ErrClaimed = errors.New("ledger: call is being run by another worker")
+// ErrClaimed means a live holder — another worker, or this one — is running the call.
+var ErrClaimed = errors.New("ledger: call is being run by a live worker")
 
-// Ledger is the hermes-claims bucket seen by one worker. It is safe for concurrent use.
+// Ledger is the hermes-claims bucket seen by one worker process. It is safe for concurrent use.
 type Ledger struct {
 	kv     jetstream.KeyValue
-	worker string
+	holder string
 	lease  time.Duration
+
+	mu   sync.Mutex
+	held map[string]bool
 }
 
-// New returns worker's view of the ledger in kv; a claim not renewed within lease is presumed
-// abandoned.
-func New(kv jetstream.KeyValue, worker string, lease time.Duration) *Ledger {
-	return &Ledger{kv: kv, worker: worker, lease: lease}
+// New returns the view of the ledger in kv of the worker named instance; a claim not renewed
+// within lease is presumed abandoned.
+func New(kv jetstream.KeyValue, instance string, lease time.Duration) *Ledger {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Ledger{kv: kv, holder: instance + "/" + hex.EncodeToString(b[:]), lease: lease, held: map[string]bool{}}
 }
 
 // Lease is how long a claim holds without renewal.
@@ -50,22 +65,41 @@ func (l *Ledger) Lease() time.Duration { return l.lease }
 func Key(requestID, callID string) string { return requestID + "." + callID }
 
 // Hold is a claim this worker owns, at a known revision. Its methods must not be called
-// concurrently with each other.
+// concurrently with each other; Done (or Release) must be called when the try is over.
 type Hold struct {
-	l   *Ledger
-	key string
-	rev uint64
-	c   claim
+	l    *Ledger
+	key  string
+	rev  uint64
+	c    claim
+	lost bool
 }
 
 // Attempt is the number of the try this hold is for, from 1.
 func (h *Hold) Attempt() int { return h.c.Attempt }
 
+// Lost reports whether a renewal found the claim taken over: this worker was presumed dead.
+func (h *Hold) Lost() bool { return h.lost }
+
 // Acquire claims key for the next try of the call; the hold's Attempt numbers that try (1 for
-// the first). It fails with ErrClaimed, and the time left on the other worker's lease, when a
-// live worker holds the call.
+// the first). It fails with ErrClaimed, and how long to wait before asking again, when a live
+// holder has the call.
 func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
-	c := claim{Worker: l.worker, Attempt: 1}
+	l.mu.Lock()
+	if l.held[key] {
+		l.mu.Unlock()
+		return nil, l.lease, ErrClaimed
+	}
+	l.held[key] = true // reserved while we try
+	l.mu.Unlock()
+	h, wait, err := l.acquire(ctx, key)
+	if err != nil {
+		l.drop(key)
+	}
+	return h, wait, err
+}
+
+func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
+	c := claim{Holder: l.holder, Attempt: 1}
 	val, _ := json.Marshal(&c)
 	rev, err := l.kv.Create(ctx, key, val)
 	if err == nil {
@@ -79,8 +113,8 @@ func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration,
 		return nil, 0, fmt.Errorf("ledger: read claim %s: %w", key, err)
 	}
 	var prev claim
-	_ = json.Unmarshal(e.Value(), &prev) // an unreadable claim is treated as stale
-	if age := time.Since(e.Created()); !prev.Released && prev.Worker != l.worker && prev.Worker != "" && age < l.lease {
+	_ = json.Unmarshal(e.Value(), &prev) // an unreadable claim is treated as abandoned
+	if age := time.Since(e.Created()); !prev.Released && prev.Holder != "" && age < l.lease {
 		return nil, l.lease - age, ErrClaimed
 	}
 	c.Attempt, c.LastErrorCode = prev.Attempt+1, prev.LastErrorCode
@@ -95,26 +129,57 @@ func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration,
 	return &Hold{l: l, key: key, rev: rev, c: c}, 0, nil
 }
 
-// Renew extends the lease. It reports false when the claim was taken over (this worker was
-// presumed dead); the caller may finish, and the first recorded result wins.
-func (h *Hold) Renew(ctx context.Context) bool {
-	val, _ := json.Marshal(&h.c)
-	rev, err := h.l.kv.Update(ctx, h.key, val, h.rev)
-	if err != nil {
-		return false
-	}
-	h.rev = rev
-	return true
+func (l *Ledger) drop(key string) {
+	l.mu.Lock()
+	delete(l.held, key)
+	l.mu.Unlock()
 }
 
-// Release gives the call up after a failed try, recording the failure for whoever comes next.
+// Renew extends the lease. It reports false when the claim was taken over (this worker was
+// presumed dead) or cannot be read; the caller may finish its try, and the first recorded
+// result wins. A renewal whose reply was lost but which the server applied is recognised on
+// the next renewal and adopted.
+func (h *Hold) Renew(ctx context.Context) bool {
+	if h.lost {
+		return false
+	}
+	val, _ := json.Marshal(&h.c)
+	rev, err := h.l.kv.Update(ctx, h.key, val, h.rev)
+	if err == nil {
+		h.rev = rev
+		return true
+	}
+	e, gerr := h.l.kv.Get(ctx, h.key)
+	if gerr != nil {
+		return false // unknown for now; the next renewal tries again
+	}
+	if e.Revision() != h.rev && bytes.Equal(e.Value(), val) {
+		h.rev = e.Revision() // our earlier write went through
+		return true
+	}
+	if e.Revision() != h.rev {
+		h.lost = true
+	}
+	return false
+}
+
+// Release gives the call up after a failed try, recording the failure (if errorCode is not
+// empty) for whoever comes next, and ends the hold.
 func (h *Hold) Release(ctx context.Context, errorCode string) {
-	h.c.Released, h.c.Worker = true, ""
+	defer h.Done()
+	if h.lost {
+		return
+	}
+	h.c.Released, h.c.Holder = true, ""
 	if errorCode != "" {
 		h.c.LastErrorCode = errorCode
 	}
 	h.Renew(ctx)
 }
+
+// Done ends the hold in this process without writing: the call's recorded result now says it
+// is finished.
+func (h *Hold) Done() { h.l.drop(h.key) }
 
 // KeepAlive renews h every interval until stop is closed or ctx is done.
 func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration, stop <-chan struct{}) {

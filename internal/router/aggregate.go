@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -11,8 +12,9 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// handleResult records a call's result (first one wins) and, when every call of the request has
-// one, publishes the response.
+// handleResult aggregates: when every call of the result's request has a recorded result, it
+// publishes the response. The response is built from the recorded results only — the first
+// result recorded for a call is its result, whatever arrives later.
 func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	m, err := protocol.Unmarshal(d.Data)
 	if err != nil {
@@ -22,8 +24,12 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	if _, err := r.cfg.Bus.Calls.Create(ctx, callKey(m.RequestID, res.ToolCallID), d.Data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("router: record result: %w", err)
+	// Results are recorded by whoever publishes them; record one that was published without
+	// (first one wins).
+	if _, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, res.ToolCallID)); errors.Is(err, jetstream.ErrKeyNotFound) {
+		if _, err := r.cfg.Bus.Calls.Create(ctx, bus.ResultKey(m.RequestID, res.ToolCallID), d.Data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("router: record result: %w", err)
+		}
 	}
 	entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -39,11 +45,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	}
 	results := make([]protocol.ToolResult, len(p.CallIDs))
 	for i, id := range p.CallIDs {
-		if id == res.ToolCallID {
-			results[i] = *res
-			continue
-		}
-		e, err := r.cfg.Bus.Calls.Get(ctx, callKey(m.RequestID, id))
+		e, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, id))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil // not complete yet; the last result completes it
 		}
@@ -54,38 +56,54 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		other, err := rm.DecodeToolResult()
+		recorded, err := rm.DecodeToolResult()
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		results[i] = *other
+		results[i] = *recorded
 	}
 	return r.respond(ctx, m, p, results)
 }
 
-// respond builds the response from the results and makes it the request's one response.
+// respond builds the response from the results and makes it the request's one response. A
+// response too large for one bus message has its largest contents replaced by
+// RESULT_TOO_LARGE errors until it fits.
 func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, results []protocol.ToolResult) error {
-	resp := &protocol.Response{RequestID: cause.RequestID, SessionID: p.SessionID, Status: protocol.ResponseStatus(results), Results: results}
-	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
-	if err != nil {
-		return bus.Permanent(err)
+	for {
+		resp := &protocol.Response{RequestID: cause.RequestID, SessionID: p.SessionID, Status: protocol.ResponseStatus(results), Results: results}
+		out, err := protocol.NewMessage(protocol.TypeResponse, resp)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(cause.RequestID), cause.RequestID, p.SessionID
+		out.CausationID, out.Trace = p.RequestMsg, p.Trace
+		mine, err := r.cfg.Bus.Respond(ctx, r.pub, out)
+		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, r.cfg.Bus.MaxMessageBytes()) {
+			continue
+		}
+		if mine {
+			r.responses.Add(1)
+		}
+		return err
 	}
-	out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(cause.RequestID), cause.RequestID, p.SessionID
-	out.CausationID, out.Trace = p.RequestMsg, p.Trace
-	mine, err := r.cfg.Bus.Respond(ctx, r.pub, out)
-	if mine {
-		r.responses.Add(1)
-	}
-	return err
 }
 
-// republish publishes a recorded response again; the stream drops it within the duplicate
-// window, and a gateway still waiting for it receives it.
-func (r *Router) republish(ctx context.Context, recorded []byte) error {
-	m, err := protocol.Unmarshal(recorded)
-	if err != nil {
-		return bus.Permanent(err)
+// shrinkLargest replaces the largest ok content with a RESULT_TOO_LARGE error; it reports
+// false when there is nothing left to shrink.
+func shrinkLargest(results []protocol.ToolResult, limit int) bool {
+	big := -1
+	for i := range results {
+		if len(results[i].Content) > 1024 && (big < 0 || len(results[i].Content) > len(results[big].Content)) {
+			big = i
+		}
 	}
-	_, err = r.cfg.Bus.Respond(ctx, r.pub, m)
-	return err
+	if big < 0 {
+		return false
+	}
+	r := &results[big]
+	content, _ := json.Marshal(fmt.Sprintf("the content (%d bytes) was dropped: the whole response must fit in one bus message of %d bytes", len(r.Content), limit))
+	r.Status, r.Content = protocol.ResultError, content
+	r.ErrorCode, r.ErrorOrigin = protocol.CodeResultTooLarge, protocol.OriginHermes
+	r.RecoveryHint = "the results of this request together exceed the bus message limit; ask for less per call or split the request"
+	return true
 }

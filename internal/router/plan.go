@@ -42,6 +42,3 @@ func decodePlan(b []byte) (*plan, error) {
 	}
 	return &p, nil
 }
-
-// callKey is the hermes-calls key of one call's result.
-func callKey(requestID, callID string) string { return requestID + "." + callID }

@@ -174,7 +174,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	for i := range req.ToolCalls {
 		call := &req.ToolCalls[i]
 		if !fresh {
-			if _, err := r.cfg.Bus.Calls.Get(ctx, callKey(m.RequestID, call.ToolCallID)); err == nil {
+			if _, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, call.ToolCallID)); err == nil {
 				continue // already has its result
 			}
 		}
@@ -190,7 +190,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 func (r *Router) resume(ctx context.Context, m *protocol.Message, log *slog.Logger) (bool, error) {
 	entry, err := r.cfg.Bus.Responses.Get(ctx, m.RequestID)
 	if err == nil {
-		return true, r.republish(ctx, entry.Value())
+		return true, r.cfg.Bus.Republish(ctx, r.pub, protocol.SubjectResponse(m.SessionID), entry.Value())
 	}
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("router: read response: %w", err)
@@ -227,15 +227,15 @@ func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protoco
 	return nil
 }
 
-// publishResult publishes a result the router decided itself (e.g. NO_ROUTE); it is then
-// aggregated like any tool's result.
+// publishResult records and publishes a result the router decided itself (e.g. NO_ROUTE); it
+// is then aggregated like any tool's result.
 func (r *Router) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult) error {
 	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
 	if err != nil {
 		return bus.Permanent(err)
 	}
 	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
-	_, err = r.pub.Publish(ctx, protocol.SubjectToolResult(cause.SessionID), out)
+	_, _, err = r.cfg.Bus.RecordResult(ctx, r.pub, out, res)
 	return err
 }
 

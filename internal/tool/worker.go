@@ -190,27 +190,31 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	key := ledger.Key(m.RequestID, callID)
 	log := w.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID,
 		"trace_id", m.Trace.TraceID, "tool", disp.Call.Name, "tool_call_id", callID)
-	if _, err := w.cfg.Bus.Calls.Get(ctx, key); err == nil {
-		log.Info("call already has a result; not run again")
-		return nil
+	if e, err := w.cfg.Bus.Calls.Get(ctx, key); err == nil {
+		// Finished before (perhaps by a worker presumed dead, or its publish failed): make sure
+		// the recorded result reaches the router, and do not run the call again.
+		log.Info("call already has a result; publishing it again instead of running the call")
+		return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), e.Value())
 	}
 	h, wait, err := r.ledger.Acquire(ctx, key)
 	if errors.Is(err, ledger.ErrClaimed) {
-		log.Info("call held by another worker; checking again later", "delay", wait)
+		log.Info("call held by a live worker; checking again later", "delay", wait)
 		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	if err != nil {
 		return err
 	}
+	defer h.Done()
 	attempt := h.Attempt()
 	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
 	if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
+		h.Release(context.WithoutCancel(ctx), "")
 		return err
 	}
 	out, err := r.tryHolding(ctx, h, m, disp, maxAttempts)
 	if err != nil {
 		h.Release(context.WithoutCancel(ctx), "")
-		return err // not judged (shutdown): redeliver
+		return err // not judged (shutdown, executor panic): redeliver
 	}
 	if out.Result.Status != protocol.ResultOK && out.Retryable && attempt < maxAttempts {
 		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
@@ -223,15 +227,21 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
-	return w.publishResult(ctx, m, &res, d.Header.Get(bus.HeaderRedrive))
+	return w.finish(ctx, m, &res, d.Header.Get(bus.HeaderRedrive))
 }
 
-// tryHolding runs one try while renewing h; the renewal stops when the try ends, even by a
-// panic (the claim then lapses after its lease, as if this worker had died).
-func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, maxAttempts int) (Outcome, error) {
+// tryHolding runs one try while renewing h; the renewal stops when the try ends. A panic in
+// the executor ends the try with an error, so the call is released and redelivered.
+func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, maxAttempts int) (out Outcome, err error) {
 	stop, renewed := make(chan struct{}), make(chan struct{})
 	go func() { h.KeepAlive(ctx, r.ledger.Lease()/3, stop); close(renewed) }()
-	defer func() { close(stop); <-renewed }()
+	defer func() {
+		close(stop)
+		<-renewed
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool: executor for %s panicked: %v", disp.Action.Kind, p)
+		}
+	}()
 	return r.w.try(ctx, m, disp, h.Attempt(), maxAttempts)
 }
 
@@ -263,19 +273,32 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 	return err
 }
 
-// publishResult publishes the call's final result. A re-driven call (redrive set) publishes
-// under a message id of its own: the id of the first answer is spent in the duplicate window.
-func (w *Worker) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
-	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
-	if err != nil {
-		return bus.Permanent(err)
-	}
+// finish records the call's final result and publishes it. Once recorded, the call is done:
+// if publishing fails, the redelivery publishes the recorded result instead of running the
+// call again. A result too large for one bus message is recorded as a RESULT_TOO_LARGE error.
+// A re-driven call (redrive set) publishes under a message id of its own: the id of the first
+// answer is spent in the duplicate window.
+func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
 	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)
 	if redrive != "" {
 		id += ":redrive:" + redrive
 	}
-	out.Follow(cause, id)
-	out.Attempt = res.Attempts
-	_, err = w.pub.Publish(ctx, protocol.SubjectToolResult(cause.SessionID), out)
-	return err
+	for {
+		out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		out.Follow(cause, id)
+		out.Attempt = res.Attempts
+		_, _, err = w.cfg.Bus.RecordResult(ctx, w.pub, out, res)
+		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
+			size := len(res.Content)
+			*res = protocol.ToolResult{ToolCallID: res.ToolCallID, Name: res.Name, Route: res.Route, Attempts: res.Attempts,
+				ExecutionTimeMS: res.ExecutionTimeMS, Status: protocol.ResultError, ErrorCode: protocol.CodeResultTooLarge,
+				ErrorOrigin: protocol.OriginHermes, Content: mustJSON(fmt.Sprintf("result of %d bytes does not fit in one bus message", size)),
+				RecoveryHint: fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", w.cfg.Bus.MaxMessageBytes())}
+			continue
+		}
+		return err
+	}
 }

@@ -76,6 +76,15 @@ type Response struct {
 	SessionID string       `json:"session_id" msgpack:"session_id"`
 	Status    string       `json:"status" msgpack:"status"`
 	Results   []ToolResult `json:"results" msgpack:"results"`
+	// Error explains a response that failed as a whole, e.g. a request no router could accept;
+	// Results may then be empty.
+	Error *ResponseError `json:"error,omitempty" msgpack:"error,omitempty"`
+}
+
+// ResponseError says why a request failed as a whole.
+type ResponseError struct {
+	Code    string `json:"code" msgpack:"code"`
+	Message string `json:"message" msgpack:"message"`
 }
 
 // ToolResult is the final outcome of one tool call.

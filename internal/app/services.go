@@ -39,6 +39,9 @@ func connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Lo
 	for {
 		b, err = bus.Provision(cctx, js, cfg)
 		if err == nil {
+			for _, d := range b.Drift {
+				log.Warn(d)
+			}
 			return nc, b, nil
 		}
 		if cctx.Err() != nil {

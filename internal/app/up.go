@@ -63,7 +63,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 			natsDesc += ", clients at " + s.ClientURL()
 		}
 	} else {
-		natsDesc = c.natsURL
+		natsDesc = bus.Redact(c.natsURL)
 	}
 
 	var fns []func(context.Context) error

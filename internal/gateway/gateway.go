@@ -117,7 +117,7 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	listenErr := make(chan error, 1)
 	go func() { listenErr <- g.Listen(lctx) }()
-	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -138,6 +138,13 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 	}
 	return err
 }
+
+const (
+	// envelopeAllowance is what the envelope may add to a request body on the bus.
+	envelopeAllowance = 4 << 10
+	// publishTimeout bounds accepting and publishing one request.
+	publishTimeout = 10 * time.Second
+)
 
 // intake is what hermes-intake records for each accepted request_id.
 type intake struct {
@@ -177,7 +184,15 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
 	log := g.log.With("request_id", req.RequestID, "session_id", req.Session(), "trace_id", trace.TraceID)
-	ctx := r.Context()
+	if limit := g.cfg.Bus.MaxMessageBytes() - envelopeAllowance; len(body) > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+			fmt.Sprintf("the request is %d bytes; the bus carries at most %d in one message", len(body), limit), nil)
+		return
+	}
+	// Accepting and publishing run to completion even if the client leaves: an accepted
+	// request_id must not be left without its request on the bus.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+	defer cancel()
 
 	canon, _ := json.Marshal(req)
 	sum := sha256.Sum256(canon)
@@ -225,6 +240,8 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Debug("request published")
+	cancel()
+	ctx = r.Context()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {

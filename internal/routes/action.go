@@ -141,7 +141,7 @@ func (d *decoder) retry(parent fields, path string) (protocol.RetryPolicy, error
 	if p.MaxAttempts, err = d.integer(f, "max_attempts", p.MaxAttempts, 1, protocol.MaxAttemptsLimit); err != nil {
 		return p, err
 	}
-	if p.BackoffFactor, err = d.number(f, "backoff_factor", p.BackoffFactor, 1); err != nil {
+	if p.BackoffFactor, err = d.number(f, "backoff_factor", p.BackoffFactor, 1, 1000); err != nil {
 		return p, err
 	}
 	if p.JitterMS, err = d.integer(f, "jitter_ms", 0, 0, MaxIntervalLimitMS); err != nil {

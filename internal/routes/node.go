@@ -269,7 +269,7 @@ func (d *decoder) integer(f fields, key string, def, lo, hi int) (int, error) {
 
 // number returns the numeric value of key, def when it is missing or null, and checks that it
 // is finite and at least lo.
-func (d *decoder) number(f fields, key string, def, lo float64) (float64, error) {
+func (d *decoder) number(f fields, key string, def, lo, hi float64) (float64, error) {
 	field := join(f.path, key)
 	e, ok := f.present(key)
 	if !ok {
@@ -280,8 +280,8 @@ func (d *decoder) number(f fields, key string, def, lo float64) (float64, error)
 		return 0, d.errorf(e.key.Line, field, "must be a number, got %s", kindOf(v))
 	}
 	var x float64
-	if err := v.Decode(&x); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < lo {
-		return 0, d.errorf(e.key.Line, field, "must be a finite number of at least %g, got %s", lo, v.Value)
+	if err := v.Decode(&x); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < lo || x > hi {
+		return 0, d.errorf(e.key.Line, field, "must be a number from %g to %g, got %s", lo, hi, v.Value)
 	}
 	return x, nil
 }

@@ -166,12 +166,20 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 	if _, err := b.EnsureToolConsumer(context.Background(), "echo"); err != nil {
 		t.Fatal(err)
 	}
-	info, err := cons.Info(context.Background())
+	waitFor(t, "the consumer to see the new call", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending >= 1
+	})
+	batch, err := cons.FetchNoWait(10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.NumPending != 1 {
-		t.Fatalf("consumer has %d pending, want only the call published after it was created", info.NumPending)
+	var got []string
+	for msg := range batch.Messages() {
+		got = append(got, msg.Headers().Get(jetstream.MsgIDHeader))
+	}
+	if len(got) != 1 || got[0] != "after" {
+		t.Fatalf("consumer delivered %v, want only the call published after it was created", got)
 	}
 	if _, err := b.Tools.Get(context.Background(), "echo"); err != nil {
 		t.Fatalf("tool not listed: %v", err)

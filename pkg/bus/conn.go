@@ -42,17 +42,17 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 		if err == nil {
 			return nc, nil
 		}
-		logger.Warn("nats connect failed; retrying", "url", redact(url), "err", err)
+		logger.Warn("nats connect failed; retrying", "url", Redact(url), "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("bus: connect to %s: %w", redact(url), err)
+			return nil, fmt.Errorf("bus: connect to %s: %w", Redact(url), err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-// redact hides credentials in a URL for logs and errors.
-func redact(url string) string {
+// Redact hides credentials in a URL for logs, errors and banners.
+func Redact(url string) string {
 	for i := 0; i+3 <= len(url); i++ {
 		if url[i:i+3] == "://" {
 			rest := url[i+3:]

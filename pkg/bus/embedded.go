@@ -26,6 +26,9 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
+// MaxPayload is the largest message the embedded server accepts (NATS' max_payload).
+const MaxPayload = 8 << 20
+
 // Server is a running embedded NATS server.
 type Server struct {
 	*server.Server
@@ -44,6 +47,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		SyncAlways: cfg.SyncAlways,
 		NoSigs:     true,
 		NoLog:      cfg.Logger == nil,
+		// One bus message carries a whole response; NATS' default of 1 MiB is tight for that.
+		MaxPayload: MaxPayload,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "hermes"

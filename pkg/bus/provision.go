@@ -52,8 +52,9 @@ type Config struct {
 	// DuplicateWindow within which a republished Nats-Msg-Id is dropped. It must cover the
 	// longest retry horizon. Default 10 minutes.
 	DuplicateWindow time.Duration
-	// StateTTL is how long intake, plans, results and responses are kept in KV, and so how long
-	// a repeated request_id is answered from the first run. Default 24 hours.
+	// StateTTL is how long plans, results, responses and claims are kept in KV, and so how long
+	// a repeated request_id is answered from the first run; request ids themselves are kept an
+	// hour longer. Default 24 hours.
 	StateTTL time.Duration
 	// AckWait is the fixed ack deadline of every consumer; long handlers signal progress.
 	// Default 30 s.
@@ -65,6 +66,10 @@ type Config struct {
 	// DeadLetterMaxAge is how long dead letters are kept. Default 30 days.
 	DeadLetterMaxAge time.Duration
 }
+
+// intakeMargin is how much longer request ids are remembered than the rest of a request's
+// state: longer than any request runs.
+const intakeMargin = time.Hour
 
 // Advisories the server publishes when a consumer of the record gives a message up; the
 // dead-letter stream captures them, so none is lost while no processor runs.
@@ -115,13 +120,17 @@ type Bus struct {
 	Responses jetstream.KeyValue
 	Tools     jetstream.KeyValue
 	Claims    jetstream.KeyValue
-	cfg       Config
+	// Drift lists how the existing streams differ from this process's configuration; they are
+	// kept as they are, and the process should say so.
+	Drift []string
+	cfg   Config
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
 // consumers if they do not exist. It is idempotent and safe to run from every process at start.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
+	var drift []string
 	stream, err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        protocol.StreamName,
 		Description: "Hermes: the record of every message of every session",
@@ -134,7 +143,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		MaxMsgSize:  8 << 20,
 		Duplicates:  cfg.DuplicateWindow,
 		Replicas:    cfg.Replicas,
-	})
+	}, &drift)
 	if err != nil {
 		return nil, err
 	}
@@ -146,24 +155,26 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      cfg.DeadLetterMaxAge,
-		MaxMsgSize:  16 << 20,
 		Duplicates:  cfg.DuplicateWindow,
 		Replicas:    cfg.Replicas,
-	})
+	}, &drift)
 	if err != nil {
 		return nil, err
 	}
-	b := &Bus{JS: js, Stream: stream, DLQ: dlq, cfg: cfg}
+	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Drift: drift, cfg: cfg}
 	for _, kv := range []struct {
-		name string
-		ttl  time.Duration
-		dst  *jetstream.KeyValue
+		name       string
+		ttl        time.Duration
+		dst        *jetstream.KeyValue
+		consistent bool
 	}{
-		{BucketIntake, cfg.StateTTL, &b.Intake},
-		{BucketCalls, cfg.StateTTL, &b.Calls},
-		{BucketResponses, cfg.StateTTL, &b.Responses},
-		{BucketTools, 0, &b.Tools},
-		{BucketClaims, cfg.StateTTL, &b.Claims},
+		// Intake outlives the rest of a request's state, so that a request_id reused after
+		// its window finds nothing left of the first request.
+		{BucketIntake, cfg.StateTTL + intakeMargin, &b.Intake, true},
+		{BucketCalls, cfg.StateTTL, &b.Calls, true},
+		{BucketResponses, cfg.StateTTL, &b.Responses, true},
+		{BucketTools, 0, &b.Tools, false},
+		{BucketClaims, cfg.StateTTL, &b.Claims, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,
@@ -171,7 +182,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			TTL:      kv.ttl,
 			Storage:  jetstream.FileStorage,
 			Replicas: cfg.Replicas,
-		})
+		}, kv.consistent)
 		if err != nil {
 			return nil, err
 		}
@@ -256,31 +267,49 @@ func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name,
 	return c, nil
 }
 
-// ensureStream creates the stream, or updates it only when its limits differ from want: every
-// process provisions at start, and needless updates would race with consumer creation.
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+// ensureStream creates the stream if it does not exist. An existing stream is never changed
+// here — every process provisions at start, and one started with other settings (a CLI with
+// the default replicas against a cluster) must not rewrite it; differences are reported in
+// drift instead.
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, drift *[]string) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s, err = js.Stream(ctx, want.Name) // created concurrently by another process
 		}
-	} else if err == nil && streamDiffers(s.CachedInfo().Config, want) {
-		s, err = js.UpdateStream(ctx, want)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
 	}
+	*drift = append(*drift, streamDrift(s.CachedInfo().Config, want)...)
 	return s, nil
 }
 
-func streamDiffers(have, want jetstream.StreamConfig) bool {
-	return !slices.Equal(have.Subjects, want.Subjects) || have.MaxAge != want.MaxAge || have.MaxBytes != want.MaxBytes ||
-		have.Duplicates != want.Duplicates || have.Replicas != want.Replicas || have.MaxMsgSize != want.MaxMsgSize
+func streamDrift(have, want jetstream.StreamConfig) []string {
+	var d []string
+	add := func(field string, h, w any) {
+		d = append(d, fmt.Sprintf("stream %s has %s %v, this process was configured with %v (kept as it is)", want.Name, field, h, w))
+	}
+	if !slices.Equal(have.Subjects, want.Subjects) {
+		add("subjects", have.Subjects, want.Subjects)
+	}
+	if have.Replicas != want.Replicas {
+		add("replicas", have.Replicas, want.Replicas)
+	}
+	if have.MaxAge != want.MaxAge {
+		add("max age", have.MaxAge, want.MaxAge)
+	}
+	if have.Duplicates != want.Duplicates {
+		add("duplicate window", have.Duplicates, want.Duplicates)
+	}
+	return d
 }
 
-// ensureBucket opens the bucket, creating it if it does not exist.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// ensureBucket opens the bucket, creating it if it does not exist. On a replicated bucket that
+// Hermes reads back right after writing (state), direct gets are turned off: followers may
+// answer a direct get before they have a write, and aggregation must see every result.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent bool) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -290,6 +319,22 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+	}
+	if !consistent {
+		return kv, nil
+	}
+	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+	}
+	if sc := s.CachedInfo().Config; sc.Replicas > 1 && (sc.AllowDirect || sc.MirrorDirect) {
+		sc.AllowDirect, sc.MirrorDirect = false, false
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: turn off direct gets on bucket %s: %w", cfg.Bucket, err)
+		}
+		if kv, err = js.KeyValue(ctx, cfg.Bucket); err != nil { // rebind: gets now go to the leader
+			return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+		}
 	}
 	return kv, nil
 }

@@ -1,5 +1,7 @@
 package protocol
 
+import "fmt"
+
 // Action kinds. A route resolves every tool call to exactly one kind of action; the router copies
 // the action into the tool call message so that a tool worker needs no routes file of its own.
 const (
@@ -69,3 +71,30 @@ const (
 	// MaxAttemptsLimit is the largest max_attempts a route may ask for.
 	MaxAttemptsLimit = 10
 )
+
+// Bounds a tool_call message read from the bus must respect, whoever published it: the same
+// bounds the routes loader applies.
+const (
+	MaxTimeoutMS  = 600_000
+	MaxIntervalMS = 300_000
+)
+
+// checkBounds rejects numbers no route could have produced.
+func (a *Action) checkBounds() error {
+	r := &a.Retry
+	switch {
+	case a.TimeoutMS < 1 || a.TimeoutMS > MaxTimeoutMS:
+		return fieldErr("action.timeout_ms", fmt.Sprintf("must be between 1 and %d", MaxTimeoutMS))
+	case r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit:
+		return fieldErr("action.retry.max_attempts", fmt.Sprintf("must be between 1 and %d", MaxAttemptsLimit))
+	case !(r.BackoffFactor >= 1 && r.BackoffFactor <= 1000):
+		return fieldErr("action.retry.backoff_factor", "must be between 1 and 1000")
+	case r.JitterMS < 0 || r.JitterMS > MaxIntervalMS:
+		return fieldErr("action.retry.jitter_ms", fmt.Sprintf("must be between 0 and %d", MaxIntervalMS))
+	case r.InitialIntervalMS < 1 || r.InitialIntervalMS > MaxIntervalMS:
+		return fieldErr("action.retry.initial_interval_ms", fmt.Sprintf("must be between 1 and %d", MaxIntervalMS))
+	case r.MaxIntervalMS < r.InitialIntervalMS || r.MaxIntervalMS > MaxIntervalMS:
+		return fieldErr("action.retry.max_interval_ms", fmt.Sprintf("must be between initial_interval_ms and %d", MaxIntervalMS))
+	}
+	return nil
+}

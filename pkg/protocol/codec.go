@@ -80,6 +80,9 @@ func (m *Message) DecodeDispatch() (*Dispatch, error) {
 	if d.Call.Arguments != nil && !json.Valid(d.Call.Arguments) {
 		return nil, fieldErr("call.arguments", "is not valid JSON")
 	}
+	if err := d.Action.checkBounds(); err != nil {
+		return nil, err
+	}
 	switch d.Action.Kind {
 	case ActionHTTP:
 		if d.Action.HTTP == nil {

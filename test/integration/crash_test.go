@@ -15,6 +15,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -342,4 +343,57 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("calls run again after the kill: %d", rerun)
+}
+
+// TestQueuedCallsRunOnce: more slow calls than a worker has slots, each taking longer than the
+// ack deadline. Calls waiting for a slot are not pulled (so their deadline does not run out
+// unseen), and none runs twice.
+func TestQueuedCallsRunOnce(t *testing.T) {
+	s := start(t, options{bus: bus.Config{AckWait: time.Second}})
+	s.addWorkerWith(tool.Config{Instance: "small-worker", Concurrency: 2})
+	resp := s.route(request("queued", "",
+		call("a", "record", map[string]any{"delay_ms": 2500}),
+		call("b", "record", map[string]any{"delay_ms": 2500}),
+		call("c", "record", map[string]any{"delay_ms": 2500})))
+	if resp.Status != protocol.StatusSuccess {
+		t.Fatalf("response %+v", resp)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if n := len(s.recorder.tries("queued/" + id)); n != 1 {
+			t.Errorf("call %s ran %d times, want once", id, n)
+		}
+		if r := result(t, resp, id); r.Attempts != 1 {
+			t.Errorf("call %s reports %d attempts, want 1", id, r.Attempts)
+		}
+	}
+}
+
+// TestResponseLargerThanABusMessage: results that fit one by one but not together; the
+// response still arrives, with the largest content replaced by a RESULT_TOO_LARGE error.
+func TestResponseLargerThanABusMessage(t *testing.T) {
+	s := start(t, options{})
+	s.addWorkerWith(tool.Config{Instance: "big-worker", MaxResultBytes: 12 << 20})
+	resp := s.route(request("big_resp", "",
+		call("a", "record", map[string]any{"pad_bytes": 5 << 20}),
+		call("b", "record", map[string]any{"pad_bytes": 4 << 20}),
+		call("c", "echo", map[string]any{"small": true})))
+	a, b, c := result(t, resp, "a"), result(t, resp, "b"), result(t, resp, "c")
+	if a.Status != protocol.ResultError || a.ErrorCode != protocol.CodeResultTooLarge {
+		t.Errorf("largest result: %s %s", a.Status, a.ErrorCode)
+	}
+	if b.Status != protocol.ResultOK || len(b.Content) < 4<<20 || c.Status != protocol.ResultOK {
+		t.Errorf("other results: %s (%d bytes) and %s", b.Status, len(b.Content), c.Status)
+	}
+	if resp.Status != protocol.StatusPartialSuccess {
+		t.Errorf("status %s", resp.Status)
+	}
+	// One result alone larger than a bus message (but within the worker's own limit) becomes
+	// RESULT_TOO_LARGE when the worker records it, and the call is not run again.
+	resp = s.route(request("big_result", "", call("a", "record", map[string]any{"pad_bytes": 9 << 20})))
+	if r := result(t, resp, "a"); r.ErrorCode != protocol.CodeResultTooLarge {
+		t.Errorf("oversized result: %+v", r)
+	}
+	if n := len(s.recorder.tries("big_result/a")); n != 1 {
+		t.Errorf("the oversized call ran %d times, want once", n)
+	}
 }

@@ -99,8 +99,9 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.Status != protocol.StatusFailed || resp.RequestID != "bad_1" {
-			t.Fatalf("response %+v", resp)
+		if resp.Status != protocol.StatusFailed || resp.RequestID != "bad_1" || resp.Error == nil ||
+			!strings.Contains(resp.Error.Message, "tool_calls[0].tool_call_id") {
+			t.Fatalf("response %+v does not say what was wrong", resp)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no response for an invalid request")

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		DelayMS      int `json:"delay_ms"`
 		FirstDelayMS int `json:"first_delay_ms"`
 		SlowTries    int `json:"slow_tries"`
+		PadBytes     int `json:"pad_bytes"`
 	}
 	_ = json.Unmarshal(body, &args)
 	key := r.Header.Get("Idempotency-Key")
@@ -55,6 +57,10 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if args.PadBytes > 0 {
+		_, _ = fmt.Fprintf(w, `{"pad":"%s"}`, strings.Repeat("x", args.PadBytes))
+		return
+	}
 	_, _ = w.Write(body)
 }
 

@@ -11,6 +11,10 @@ import (
 type EnvResolver struct {
 	// Allowed holds the names that may be resolved.
 	Allowed map[string]bool
+	// Hosts binds names to the one host:port their value may be sent to. A tool_call message
+	// names its own URL, so without a binding anyone able to publish on the bus could have an
+	// allowed value sent to a host of their choosing.
+	Hosts map[string]string
 	// Lookup reads a variable; nil means os.LookupEnv.
 	Lookup func(string) (string, bool)
 }
@@ -18,17 +22,28 @@ type EnvResolver struct {
 // envError explains a placeholder that was refused, naming the variable but never a value.
 type envError struct {
 	code, name, header string
+	host               string // the host the name is bound to, when the call went elsewhere
 }
 
 func (e *envError) Error() string {
+	if e.host != "" {
+		return fmt.Sprintf("header %s uses ${env.%s}, which this worker sends only to %s", e.header, e.name, e.host)
+	}
 	if e.code == "ENV_UNSET" {
 		return fmt.Sprintf("header %s uses ${env.%s}, which is not set on this worker", e.header, e.name)
 	}
 	return fmt.Sprintf("header %s uses ${env.%s}, which this worker does not allow (add it to --allow-env)", e.header, e.name)
 }
 
-// Resolve replaces every ${env.NAME} in value, the value of header.
+// Resolve replaces every ${env.NAME} in value, the value of header, for a call to any host;
+// names bound to a host are refused.
 func (r *EnvResolver) Resolve(header, value string) (string, error) {
+	return r.ResolveFor("", header, value)
+}
+
+// ResolveFor replaces every ${env.NAME} in value, the value of header of a call to host
+// (host:port as in the URL).
+func (r *EnvResolver) ResolveFor(host, header, value string) (string, error) {
 	if !strings.Contains(value, "${") {
 		return value, nil
 	}
@@ -48,6 +63,9 @@ func (r *EnvResolver) Resolve(header, value string) (string, error) {
 		name := rest[i+len("${env.") : i+end]
 		if r == nil || !r.Allowed[name] {
 			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header}
+		}
+		if bound, ok := r.Hosts[name]; ok && !strings.EqualFold(bound, host) {
+			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header, host: bound}
 		}
 		lookup := r.Lookup
 		if lookup == nil {

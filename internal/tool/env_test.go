@@ -138,3 +138,17 @@ func TestEnvResolverNoAllowList(t *testing.T) {
 		t.Errorf("Resolve with a nil allow-list: error %v, want ENV_NOT_ALLOWED", err)
 	}
 }
+
+func TestEnvBoundToHost(t *testing.T) {
+	r := &EnvResolver{Allowed: map[string]bool{"KEY": true}, Hosts: map[string]string{"KEY": "policy-service:8000"},
+		Lookup: mapLookup(map[string]string{"KEY": canary})}
+	if got, err := r.ResolveFor("policy-service:8000", "X-Key", "${env.KEY}"); err != nil || got != canary {
+		t.Fatalf("bound host: %q %v", got, err)
+	}
+	for _, host := range []string{"attacker.example:80", "", "policy-service:8001"} {
+		_, err := r.ResolveFor(host, "X-Key", "${env.KEY}")
+		if err == nil || !strings.Contains(err.Error(), "policy-service:8000") || strings.Contains(err.Error(), canary) {
+			t.Errorf("host %q: error %v", host, err)
+		}
+	}
+}

@@ -221,7 +221,7 @@ func (h *HTTPExecutor) build(ctx context.Context, c *Call) (*http.Request, error
 		return nil, err
 	}
 	for name, v := range a.Headers {
-		rv, err := h.Env.Resolve(name, v)
+		rv, err := h.Env.ResolveFor(u.Host, name, v)
 		if err != nil {
 			return nil, err
 		}

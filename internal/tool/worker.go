@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,8 @@ type Config struct {
 	Tools []string
 	// Concurrency bounds calls of one tool running at once in this worker. Default 32.
 	Concurrency int
-	// AllowEnv lists the environment variables ${env.NAME} placeholders may read.
+	// AllowEnv lists the environment variables ${env.NAME} placeholders may read, each as NAME
+	// (sent to whatever host a call names) or NAME@host:port (sent only to that host).
 	AllowEnv []string
 	// Resolve maps host:port in routes to another host:port to dial (like curl --resolve).
 	Resolve map[string]string
@@ -73,13 +75,17 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.executors = cfg.Executors
 	if w.executors == nil {
-		allowed := map[string]bool{}
+		env := &EnvResolver{Allowed: map[string]bool{}, Hosts: map[string]string{}}
 		for _, n := range cfg.AllowEnv {
-			allowed[n] = true
+			name, host, bound := strings.Cut(n, "@")
+			env.Allowed[name] = true
+			if bound {
+				env.Hosts[name] = host
+			}
 		}
 		w.executors = map[string]Executor{protocol.ActionHTTP: &HTTPExecutor{
 			Client:         NewHTTPClient(cfg.Resolve),
-			Env:            &EnvResolver{Allowed: allowed},
+			Env:            env,
 			MaxResultBytes: cfg.MaxResultBytes,
 		}}
 	}

@@ -4,13 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 
-	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
@@ -47,85 +43,21 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 
-	// NATS: embedded unless --nats names a server.
-	var connOpts []nats.Option
-	natsDesc := ""
-	if c.natsURL == "" {
-		s, err := bus.StartServer(bus.ServerConfig{StoreDir: *data, Listen: *natsListen, SyncAlways: syncAlways})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		connOpts = append(connOpts, s.ConnectOption())
-		abs, _ := filepath.Abs(*data)
-		natsDesc = fmt.Sprintf("embedded, JetStream store in %s (sync %s)", abs, *sync)
-		if *natsListen != "" {
-			natsDesc += ", clients at " + s.ClientURL()
-		}
-	} else {
-		natsDesc = bus.Redact(c.natsURL)
+	sys, err := StartSystem(ctx, SystemConfig{
+		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: *natsListen,
+		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
+		ToolWorkers: 1, Worker: wf.config(""), Gateway: gf.config("", c.limits), Bus: c.busConfig(),
+		Limits: c.limits, Instance: c.instance, Logger: log,
+	})
+	if err != nil {
+		return err
 	}
-
-	var fns []func(context.Context) error
 	demoDesc := "not started (--demo-tools \"\")"
-	if *demoAddr != "" {
-		ln, err := listen(*demoAddr, "demo tools")
-		if err != nil {
-			return err
-		}
-		fns = append(fns, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
-		if got := ln.Addr().String(); got != demoToolsAddr {
-			// Routes name 127.0.0.1:8081: dial where the demo tools really are.
-			if _, set := wf.resolve[demoToolsAddr]; !set {
-				wf.resolve[demoToolsAddr] = got
-			}
-		}
-		demoDesc = "http://" + ln.Addr().String()
+	if sys.DemoURL != "" {
+		demoDesc = sys.DemoURL
 	}
-
-	// One connection per service, as separate processes would have.
-	conn := func(name string) (*nats.Conn, *bus.Bus, error) {
-		return connect(ctx, c.natsURL, c.instance+"-"+name, c.busConfig(), log, connOpts...)
-	}
-	rnc, rb, err := conn("router")
-	if err != nil {
-		return err
-	}
-	defer rnc.Close()
-	r, err := newRouter(rb, c.instance+"-router", table, 64, c.limits, log)
-	if err != nil {
-		return err
-	}
-	wnc, wb, err := conn("toolworker")
-	if err != nil {
-		return err
-	}
-	defer wnc.Close()
-	w, err := newWorker(wb, wf.config(c.instance+"-toolworker"), log)
-	if err != nil {
-		return err
-	}
-	gnc, gb, err := conn("gateway")
-	if err != nil {
-		return err
-	}
-	defer gnc.Close()
-	g, err := newGateway(gnc, gb, gf.config(c.instance+"-gateway", c.limits), log)
-	if err != nil {
-		return err
-	}
-	gln, err := listen(gf.addr, "gateway")
-	if err != nil {
-		return err
-	}
-	rs := &routerService{r: r, path: *routesPath, watch: isFile, reload: 2 * time.Second, log: log}
-	fns = append(fns, rs.Run, w.Run)
-
-	base := "http://" + gln.Addr().String()
-	printBanner(env, base, demoDesc, natsDesc, desc, len(table.ToolNames()))
-	// Ctrl-C: the gateway stops taking requests and lets those in flight finish while the
-	// router, worker and demo tools still run; then they stop, then NATS.
-	err = runLayers(ctx, func(ctx context.Context) error { return g.Run(ctx, gln) }, fns...)
+	printBanner(env, sys.GatewayURL, demoDesc, sys.NATSDescription, desc, len(table.ToolNames()))
+	err = sys.Run(ctx)
 	fmt.Fprintln(env.Stdout, "Hermes stopped.")
 	return err
 }

@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/internal/demotools"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tool"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// SystemConfig describes a whole Hermes in one process: what hermes up and hermes bench run.
+type SystemConfig struct {
+	// NATSURL names an external server; empty embeds one.
+	NATSURL string
+	// DataDir, SyncAlways and NATSListen configure the embedded server.
+	DataDir    string
+	SyncAlways bool
+	NATSListen string
+	// HTTPAddr is the gateway's listen address.
+	HTTPAddr string
+	// DemoAddr is the demo tools' listen address; empty runs none.
+	DemoAddr string
+	// Routes is the table; RoutesPath, when set and WatchRoutes, is reloaded on change.
+	Routes      *routes.Table
+	RoutesPath  string
+	WatchRoutes bool
+	// ToolWorkers is how many tool workers run in this process (0: none; bench starts worker
+	// processes of its own).
+	ToolWorkers int
+	Worker      tool.Config
+	Gateway     gateway.Config
+	Bus         bus.Config
+	Limits      protocol.Limits
+	Instance    string
+	Logger      *slog.Logger
+}
+
+// System is a started SystemConfig. Run it, then it cleans up after itself.
+type System struct {
+	// GatewayURL and DemoURL are http:// base URLs; DemoURL is empty without demo tools.
+	GatewayURL, DemoURL string
+	// ClientURL is where other processes reach NATS: the external URL, or the embedded
+	// server's when it listens; empty when the embedded server takes in-process clients only.
+	ClientURL string
+	// NATSDescription says which NATS this is, for people.
+	NATSDescription string
+
+	front   func(context.Context) error
+	back    []func(context.Context) error
+	cleanup []func()
+}
+
+// StartSystem starts NATS (or connects), provisions the bus and builds every service; nothing
+// handles messages until Run.
+func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error) {
+	sys = &System{}
+	defer func() {
+		if err != nil {
+			sys.close()
+		}
+	}()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var connOpts []nats.Option
+	if cfg.NATSURL == "" {
+		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways})
+		if err != nil {
+			return nil, err
+		}
+		sys.cleanup = append(sys.cleanup, s.Close)
+		connOpts = append(connOpts, s.ConnectOption())
+		abs, _ := filepath.Abs(cfg.DataDir)
+		sync := "interval"
+		if cfg.SyncAlways {
+			sync = "always"
+		}
+		sys.NATSDescription = fmt.Sprintf("embedded, JetStream store in %s (sync %s)", abs, sync)
+		if cfg.NATSListen != "" {
+			sys.ClientURL = s.ClientURL()
+			sys.NATSDescription += ", clients at " + sys.ClientURL
+		}
+	} else {
+		sys.ClientURL, sys.NATSDescription = cfg.NATSURL, bus.Redact(cfg.NATSURL)
+	}
+	if cfg.DemoAddr != "" {
+		ln, err := listen(cfg.DemoAddr, "demo tools")
+		if err != nil {
+			return nil, err
+		}
+		sys.cleanup = append(sys.cleanup, func() { ln.Close() })
+		sys.back = append(sys.back, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
+		if got := ln.Addr().String(); got != demoToolsAddr {
+			// Routes name 127.0.0.1:8081: dial where the demo tools really are.
+			resolve := map[string]string{demoToolsAddr: got}
+			for k, v := range cfg.Worker.Resolve {
+				resolve[k] = v
+			}
+			cfg.Worker.Resolve = resolve
+		}
+		sys.DemoURL = "http://" + ln.Addr().String()
+	}
+	// One connection per service, as separate processes would have.
+	conn := func(name string) (*nats.Conn, *bus.Bus, error) {
+		nc, b, err := connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, cfg.Bus, log, connOpts...)
+		if err == nil {
+			sys.cleanup = append(sys.cleanup, nc.Close)
+		}
+		return nc, b, err
+	}
+	_, rb, err := conn("router")
+	if err != nil {
+		return nil, err
+	}
+	r, err := newRouter(rb, cfg.Instance+"-router", cfg.Routes, 64, cfg.Limits, log)
+	if err != nil {
+		return nil, err
+	}
+	sys.back = append(sys.back, (&routerService{r: r, path: cfg.RoutesPath, watch: cfg.WatchRoutes, reload: 2 * time.Second, log: log}).Run)
+	for i := range cfg.ToolWorkers {
+		name := "toolworker"
+		if i > 0 {
+			name = fmt.Sprintf("toolworker-%d", i+1)
+		}
+		_, wb, err := conn(name)
+		if err != nil {
+			return nil, err
+		}
+		wc := cfg.Worker
+		wc.Instance = cfg.Instance + "-" + name
+		w, err := newWorker(wb, wc, log)
+		if err != nil {
+			return nil, err
+		}
+		sys.back = append(sys.back, w.Run)
+	}
+	gnc, gb, err := conn("gateway")
+	if err != nil {
+		return nil, err
+	}
+	gc := cfg.Gateway
+	gc.Instance, gc.Limits = cfg.Instance+"-gateway", cfg.Limits
+	g, err := newGateway(gnc, gb, gc, log)
+	if err != nil {
+		return nil, err
+	}
+	gln, err := listen(cfg.HTTPAddr, "gateway")
+	if err != nil {
+		return nil, err
+	}
+	sys.GatewayURL = "http://" + gln.Addr().String()
+	sys.front = func(ctx context.Context) error { return g.Run(ctx, gln) }
+	return sys, nil
+}
+
+// Run runs the system until ctx is done. On shutdown the gateway stops taking requests and
+// lets those in flight finish while the router, workers and demo tools still run; then they
+// stop; then the connections close and the embedded server shuts down.
+func (s *System) Run(ctx context.Context) error {
+	defer s.close()
+	if s.front == nil {
+		return errors.New("app: system not started")
+	}
+	return runLayers(ctx, s.front, s.back...)
+}
+
+func (s *System) close() {
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
+	s.cleanup = nil
+}
+

@@ -181,4 +181,3 @@ func (s *System) close() {
 	}
 	s.cleanup = nil
 }
-

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 
-
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 

@@ -23,6 +23,7 @@ var Commands = map[string]Command{
 	"demo-tools": RunDemoTools,
 	"route":      RunRoute,
 	"dlq":        RunDLQ,
+	"bench":      RunBench,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -38,6 +39,7 @@ Commands:
   demo-tools  run the demo tool service alone
   route       post a request file to a gateway and print the response
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
+  bench       measure Hermes against the same tool called directly
 
 Run 'hermes <command> -h' for a command's flags.
 `

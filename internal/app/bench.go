@@ -1,0 +1,390 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tool"
+)
+
+// benchRow is one line of the benchmark report.
+type benchRow struct {
+	Scenario    string `json:"scenario"`
+	Target      string `json:"target"`
+	Sync        string `json:"sync"`
+	Concurrency int    `json:"concurrency"`
+	Workers     int    `json:"worker_processes,omitempty"`
+	bench.Stats
+	// CPU time per request of the Hermes processes outside this one (worker processes).
+	WorkerCPUms float64 `json:"worker_cpu_ms_per_request,omitempty"`
+}
+
+// benchStart is the cold start and memory of one binary.
+type benchStart struct {
+	Binary  string  `json:"binary"`
+	ReadyMS float64 `json:"exec_to_ready_ms"`
+	IdleMiB float64 `json:"idle_rss_mib"`
+}
+
+type benchReport struct {
+	Machine string       `json:"machine"`
+	Started time.Time    `json:"started"`
+	Rows    []benchRow   `json:"rows"`
+	Starts  []benchStart `json:"cold_starts,omitempty"`
+	// PeakMiB is the peak RSS of the I/O scenario's worker processes and of this process.
+	WorkerPeakMiB float64 `json:"worker_peak_rss_mib,omitempty"`
+	SelfPeakMiB   float64 `json:"bench_process_peak_rss_mib"`
+}
+
+// RunBench measures Hermes against the same tool called directly: hermes bench.
+func RunBench(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("bench", "hermes bench [flags]", env.Stderr)
+	duration := fs.Duration("duration", 10*time.Second, "measured time of each run")
+	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured time before each run")
+	concs := fs.String("concurrency", "1,16,64", "client counts, comma-separated")
+	calls := fs.String("calls", "1,3", "tool calls per request, comma-separated")
+	syncs := fs.String("sync", "interval", "store sync policies to run: interval, always, or interval,always")
+	ioWorkers := fs.String("io-workers", "1,2,4", "tool worker processes for the I/O-bound scenario; empty to skip it")
+	ioClients := fs.Int("io-clients", 128, "clients of the I/O-bound scenario")
+	ioWorkerConc := fs.Int("io-worker-concurrency", 8, "concurrency of each tool worker process in the I/O-bound scenario")
+	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
+	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
+	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes")
+	directURL := fs.String("direct-url", "", "with --url: the tool URL to call directly (echo)")
+	jsonOut := fs.String("json", "", "write the report as JSON to this file")
+	mdOut := fs.String("markdown", "", "write the report as Markdown to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients, gateway, router, worker, NATS) to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	concList, err := intList(*concs)
+	if err != nil {
+		return fmt.Errorf("--concurrency: %w", err)
+	}
+	callList, err := intList(*calls)
+	if err != nil {
+		return fmt.Errorf("--calls: %w", err)
+	}
+	workerList, err := intList(*ioWorkers)
+	if err != nil {
+		return fmt.Errorf("--io-workers: %w", err)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	rep := &benchReport{Machine: machine(), Started: time.Now().UTC()}
+	load := func(c int) bench.Load { return bench.Load{Concurrency: c, Warmup: *warmup, Duration: *duration} }
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	progress := func(r benchRow) {
+		rep.Rows = append(rep.Rows, r)
+		fmt.Fprintf(env.Stderr, "%-34s %-7s c=%-3d %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+			r.Scenario, r.Target, r.Concurrency, r.RPS, r.P50, r.P99, r.Errors)
+	}
+	if *url != "" {
+		if *directURL == "" {
+			return fmt.Errorf("--url needs --direct-url, the echo tool's URL to compare with")
+		}
+		runMain(ctx, *url, *directURL, "external", callList, concList, load, runID, progress)
+	} else {
+		for _, sync := range strings.Split(*syncs, ",") {
+			always, err := syncPolicy(sync)
+			if err != nil {
+				return err
+			}
+			sys, stop, err := benchSystem(ctx, always, 1, 64)
+			if err != nil {
+				return err
+			}
+			runMain(ctx, sys.GatewayURL, sys.DemoURL+"/v1/echo", sync, callList, concList, load, runID+sync, progress)
+			stop()
+		}
+		if len(workerList) > 0 {
+			peak, err := runIO(ctx, workerList, *ioClients, *ioWorkerConc, *ioDelay, load, runID, progress)
+			if err != nil {
+				return err
+			}
+			rep.WorkerPeakMiB = peak
+		}
+		if *coldStart {
+			if rep.Starts, err = measureStarts(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	_, rep.SelfPeakMiB = bench.SelfMemory()
+	md := rep.markdown()
+	fmt.Fprint(env.Stdout, md)
+	if *mdOut != "" {
+		if err := os.WriteFile(*mdOut, []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runMain runs the 1-call and 3-call scenarios at each concurrency, direct then Hermes.
+func runMain(ctx context.Context, gw, direct, sync string, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) {
+	for _, n := range calls {
+		name := fmt.Sprintf("%d call", n)
+		if n > 1 {
+			name = fmt.Sprintf("%d parallel calls", n)
+		}
+		for _, c := range concs {
+			client := bench.NewClient(c * n)
+			d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
+			add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
+			h := bench.Drive(ctx, load(c), (&bench.Hermes{Client: client, URL: gw, Tool: "echo", Calls: n, Args: "{}",
+				RunID: fmt.Sprintf("%s-%d-%d", runID, n, c)}).Do)
+			add(benchRow{Scenario: name, Target: "hermes", Sync: sync, Concurrency: c, Stats: h})
+		}
+	}
+}
+
+// benchSystem starts an in-process Hermes on loopback with a fresh store.
+func benchSystem(ctx context.Context, syncAlways bool, workers, workerConc int) (*System, func(), error) {
+	dir, err := os.MkdirTemp("", "hermes-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		return nil, nil, err
+	}
+	sys, err := StartSystem(ctx, SystemConfig{DataDir: dir, SyncAlways: syncAlways, NATSListen: "127.0.0.1:0",
+		HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", Routes: table, ToolWorkers: workers,
+		Worker: tool.Config{Concurrency: workerConc}, Instance: "bench"})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = sys.Run(rctx); close(done) }()
+	stop := func() { cancel(); <-done; os.RemoveAll(dir) }
+	if err := waitReady(ctx, sys.GatewayURL); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return sys, stop, nil
+}
+
+func waitReady(ctx context.Context, base string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("bench: %s not ready", base)
+}
+
+// runIO drives an I/O-bound tool through 1, 2, 4… tool worker processes of fixed concurrency.
+func runIO(ctx context.Context, workers []int, clients, workerConc, delayMS int, load func(int) bench.Load, runID string, add func(benchRow)) (float64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	args := fmt.Sprintf(`{"delay_ms":%d}`, delayMS)
+	name := fmt.Sprintf("echo %d ms, workers of %d", delayMS, workerConc)
+	peak := 0.0
+	for _, n := range workers {
+		sys, stop, err := benchSystem(ctx, false, 0, workerConc)
+		if err != nil {
+			return 0, err
+		}
+		demo := strings.TrimPrefix(sys.DemoURL, "http://")
+		var procs []*bench.Process
+		for i := range n {
+			p, err := bench.StartProcess(self, []string{"toolworker", "--nats", sys.ClientURL, "--instance", fmt.Sprintf("bench-worker-%d", i+1),
+				"--tools", "echo", "--concurrency", strconv.Itoa(workerConc), "--resolve", demoToolsAddr + "=" + demo}, `"serving tool"`, 30*time.Second)
+			if err != nil {
+				stop()
+				return 0, err
+			}
+			procs = append(procs, p)
+		}
+		cpu0 := time.Duration(0)
+		for _, p := range procs {
+			cpu0 += p.CPU()
+		}
+		h := bench.Drive(ctx, load(clients), (&bench.Hermes{Client: bench.NewClient(clients), URL: sys.GatewayURL, Tool: "echo", Calls: 1,
+			Args: args, RunID: fmt.Sprintf("%s-io-%d", runID, n)}).Do)
+		cpu := time.Duration(0)
+		for _, p := range procs {
+			cpu += p.CPU()
+			_, pk := p.Memory()
+			peak = max(peak, pk)
+		}
+		row := benchRow{Scenario: name, Target: "hermes", Sync: "interval", Concurrency: clients, Workers: n, Stats: h}
+		if h.Requests > 0 {
+			row.WorkerCPUms = float64(cpu-cpu0) / float64(time.Millisecond) / float64(h.Requests)
+		}
+		add(row)
+		for _, p := range procs {
+			p.Stop()
+		}
+		stop()
+	}
+	return peak, nil
+}
+
+// measureStarts execs each binary against a running NATS and times it until it is ready.
+func measureStarts(ctx context.Context) ([]benchStart, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	sys, stop, err := benchSystem(ctx, false, 0, 8)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	dir, _ := os.MkdirTemp("", "hermes-bench-up-")
+	defer os.RemoveAll(dir)
+	runs := []struct {
+		name  string
+		args  []string
+		ready string
+	}{
+		{"router", []string{"router", "--nats", sys.ClientURL, "--instance", "cold-router"}, `"router running"`},
+		{"toolworker", []string{"toolworker", "--nats", sys.ClientURL, "--instance", "cold-worker"}, `"tool worker running"`},
+		{"gateway", []string{"gateway", "--nats", sys.ClientURL, "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
+		{"hermes up (embedded NATS, all services)", []string{"up", "--data", dir, "--http", "127.0.0.1:0", "--demo-tools", "127.0.0.1:0"}, "Hermes is up."},
+	}
+	var out []benchStart
+	for _, r := range runs {
+		best := time.Duration(0)
+		var idle float64
+		for range 3 { // best of three: the page cache is warm for all but the first
+			p, err := bench.StartProcess(self, r.args, r.ready, 30*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			if best == 0 || p.Ready < best {
+				best = p.Ready
+			}
+			time.Sleep(2 * time.Second) // idle, then read its memory
+			idle, _ = p.Memory()
+			p.Stop()
+		}
+		out = append(out, benchStart{Binary: r.name, ReadyMS: float64(best) / float64(time.Millisecond), IdleMiB: idle})
+	}
+	return out, nil
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, runtime.Version())
+}
+
+func (r *benchReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s. Started %s.\n\n", r.Machine, r.Started.Format(time.RFC3339))
+	fmt.Fprintf(&b, "| scenario | target | sync | clients | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | CPU ms/req |\n")
+	fmt.Fprintf(&b, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var direct *benchRow
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		scen := row.Scenario
+		if row.Workers > 0 {
+			scen = fmt.Sprintf("%s ×%d", scen, row.Workers)
+		}
+		cpu := fmt.Sprintf("%.3f", row.CPUms)
+		if row.WorkerCPUms > 0 {
+			cpu = fmt.Sprintf("%.3f + %.3f workers", row.CPUms, row.WorkerCPUms)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %d | %s |\n", scen, row.Target, row.Sync,
+			row.Concurrency, row.RPS, row.P50, row.P90, row.P99, row.P999, row.Errors, cpu)
+		if row.Target == "direct" {
+			direct = row
+		} else if direct != nil && direct.Scenario == row.Scenario && direct.Concurrency == row.Concurrency && direct.Sync == row.Sync {
+			fmt.Fprintf(&b, "| ↳ Hermes vs direct | | | | ×%.2f | +%.2f | +%.2f | +%.2f | +%.2f | | +%.3f |\n",
+				safeDiv(row.RPS, direct.RPS), row.P50-direct.P50, row.P90-direct.P90, row.P99-direct.P99, row.P999-direct.P999, row.CPUms-direct.CPUms)
+		}
+	}
+	var io []benchRow
+	for _, row := range r.Rows {
+		if row.Workers > 0 {
+			io = append(io, row)
+		}
+	}
+	if len(io) > 1 {
+		fmt.Fprintf(&b, "\nI/O-bound scaling: ")
+		for _, row := range io {
+			fmt.Fprintf(&b, "%d worker(s) ×%.2f  ", row.Workers, safeDiv(row.RPS, io[0].RPS))
+		}
+		fmt.Fprintf(&b, "(throughput relative to 1 worker; worker peak RSS %.1f MiB)\n", r.WorkerPeakMiB)
+	}
+	if len(r.Starts) > 0 {
+		fmt.Fprintf(&b, "\n| binary | exec → ready (best of 3) | idle RSS |\n|---|---:|---:|\n")
+		for _, s := range r.Starts {
+			fmt.Fprintf(&b, "| %s | %.1f ms | %.1f MiB |\n", s.Binary, s.ReadyMS, s.IdleMiB)
+		}
+	}
+	return b.String()
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

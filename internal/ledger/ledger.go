@@ -67,12 +67,17 @@ func Key(requestID, callID string) string { return requestID + "." + callID }
 // Hold is a claim this worker owns, at a known revision. Its methods must not be called
 // concurrently with each other; Done (or Release) must be called when the try is over.
 type Hold struct {
-	l    *Ledger
-	key  string
-	rev  uint64
-	c    claim
-	lost bool
+	l     *Ledger
+	key   string
+	rev   uint64
+	c     claim
+	lost  bool
+	fresh bool
 }
+
+// Fresh reports whether this is the call's first claim ever: no worker tried it before, so it
+// cannot have a result yet.
+func (h *Hold) Fresh() bool { return h.fresh }
 
 // Attempt is the number of the try this hold is for, from 1.
 func (h *Hold) Attempt() int { return h.c.Attempt }
@@ -103,7 +108,7 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 	val, _ := json.Marshal(&c)
 	rev, err := l.kv.Create(ctx, key, val)
 	if err == nil {
-		return &Hold{l: l, key: key, rev: rev, c: c}, 0, nil
+		return &Hold{l: l, key: key, rev: rev, c: c, fresh: true}, 0, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, 0, fmt.Errorf("ledger: claim %s: %w", key, err)

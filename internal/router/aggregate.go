@@ -24,28 +24,34 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	// Results are recorded by whoever publishes them; record one that was published without
-	// (first one wins).
-	if _, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, res.ToolCallID)); errors.Is(err, jetstream.ErrKeyNotFound) {
-		if _, err := r.cfg.Bus.Calls.Create(ctx, bus.ResultKey(m.RequestID, res.ToolCallID), d.Data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("router: record result: %w", err)
+	// The call ids come with the result (copied from the dispatch); only results published by
+	// others need the request's plan read back.
+	p := &plan{SessionID: m.SessionID, CallIDs: res.RequestCallIDs, Trace: m.Trace, RequestMsg: protocol.MsgIDRequest(m.RequestID)}
+	if len(p.CallIDs) == 0 {
+		entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.Warn("result for a request with no plan; dropped", "request_id", m.RequestID, "tool_call_id", res.ToolCallID, "msg_id", m.MsgID)
+			return nil
 		}
-	}
-	entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		r.log.Warn("result for a request with no plan; dropped", "request_id", m.RequestID, "tool_call_id", res.ToolCallID, "msg_id", m.MsgID)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("router: read plan: %w", err)
-	}
-	p, err := decodePlan(entry.Value())
-	if err != nil {
-		return bus.Permanent(err)
+		if err != nil {
+			return fmt.Errorf("router: read plan: %w", err)
+		}
+		if p, err = decodePlan(entry.Value()); err != nil {
+			return bus.Permanent(err)
+		}
 	}
 	results := make([]protocol.ToolResult, len(p.CallIDs))
 	for i, id := range p.CallIDs {
-		e, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, id))
+		key := bus.ResultKey(m.RequestID, id)
+		e, err := r.cfg.Bus.Calls.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) && id == res.ToolCallID {
+			// Results are recorded by whoever publishes them; record one that was published
+			// without (the first one wins).
+			if _, err := r.cfg.Bus.Calls.Create(ctx, key, d.Data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("router: record result: %w", err)
+			}
+			e, err = r.cfg.Bus.Calls.Get(ctx, key)
+		}
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil // not complete yet; the last result completes it
 		}
@@ -60,6 +66,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 		if err != nil {
 			return bus.Permanent(err)
 		}
+		recorded.RequestCallIDs = nil
 		results[i] = *recorded
 	}
 	return r.respond(ctx, m, p, results)

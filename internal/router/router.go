@@ -205,7 +205,7 @@ func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protoco
 		log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
 		content := fmt.Sprintf("no route matches tool %q with this intent", call.Name)
 		return r.publishResult(ctx, m, &protocol.ToolResult{
-			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError,
+			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: callIDs(req),
 			Content: jsonString(content), ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
 		})
@@ -213,7 +213,8 @@ func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protoco
 	if err := r.ensureTool(ctx, call.Name); err != nil {
 		return err
 	}
-	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action})
+	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params,
+		Action: rule.Action, RequestCallIDs: callIDs(req)})
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -237,6 +238,14 @@ func (r *Router) publishResult(ctx context.Context, cause *protocol.Message, res
 	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
 	_, _, err = r.cfg.Bus.RecordResult(ctx, r.pub, out, res)
 	return err
+}
+
+func callIDs(req *protocol.Request) []string {
+	ids := make([]string, len(req.ToolCalls))
+	for i := range req.ToolCalls {
+		ids[i] = req.ToolCalls[i].ToolCallID
+	}
+	return ids
 }
 
 func jsonString(s string) []byte {

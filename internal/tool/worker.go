@@ -196,19 +196,25 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	key := ledger.Key(m.RequestID, callID)
 	log := w.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID,
 		"trace_id", m.Trace.TraceID, "tool", disp.Call.Name, "tool_call_id", callID)
-	if e, err := w.cfg.Bus.Calls.Get(ctx, key); err == nil {
-		// Finished before (perhaps by a worker presumed dead, or its publish failed): make sure
-		// the recorded result reaches the router, and do not run the call again.
-		log.Info("call already has a result; publishing it again instead of running the call")
-		return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), e.Value())
-	}
 	h, wait, err := r.ledger.Acquire(ctx, key)
-	if errors.Is(err, ledger.ErrClaimed) {
-		log.Info("call held by a live worker; checking again later", "delay", wait)
-		return bus.RetryAfter(err, wait+10*time.Millisecond)
+	if err != nil && !errors.Is(err, ledger.ErrClaimed) {
+		return err
+	}
+	if err != nil || !h.Fresh() {
+		// Tried before: it may be finished (perhaps by a worker presumed dead, or this one's
+		// publish failed). Then make sure the recorded result reaches the router, and do not
+		// run the call again.
+		if e, gerr := w.cfg.Bus.Calls.Get(ctx, key); gerr == nil {
+			if h != nil {
+				h.Release(ctx, "")
+			}
+			log.Info("call already has a result; publishing it again instead of running the call")
+			return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), e.Value())
+		}
 	}
 	if err != nil {
-		return err
+		log.Info("call held by a live worker; checking again later", "delay", wait)
+		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	defer h.Done()
 	attempt := h.Attempt()
@@ -230,6 +236,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	res := out.Result
 	res.ToolCallID, res.Name, res.Route, res.Attempts = callID, disp.Call.Name, disp.Route, attempt
+	res.RequestCallIDs = disp.RequestCallIDs
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
@@ -275,8 +282,8 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 	}
 	out.Follow(cause, protocol.MsgIDToolStarted(cause.RequestID, disp.Call.ToolCallID, attempt))
 	out.Attempt = attempt
-	_, err = w.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventToolStarted, cause.SessionID), out)
-	return err
+	// A start is an event for people and dashboards: it does not wait for the stream's ack.
+	return w.pub.PublishNoWait(ctx, protocol.SubjectEvent(protocol.EventToolStarted, cause.SessionID), out)
 }
 
 // finish records the call's final result and publishes it. Once recorded, the call is done:
@@ -300,6 +307,7 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
 			size := len(res.Content)
 			*res = protocol.ToolResult{ToolCallID: res.ToolCallID, Name: res.Name, Route: res.Route, Attempts: res.Attempts,
+				RequestCallIDs:  res.RequestCallIDs,
 				ExecutionTimeMS: res.ExecutionTimeMS, Status: protocol.ResultError, ErrorCode: protocol.CodeResultTooLarge,
 				ErrorOrigin: protocol.OriginHermes, Content: mustJSON(fmt.Sprintf("result of %d bytes does not fit in one bus message", size)),
 				RecoveryHint: fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", w.cfg.Bus.MaxMessageBytes())}

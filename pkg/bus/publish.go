@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -50,8 +51,38 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Mes
 	return p.publishEncoded(ctx, subject, m, data)
 }
 
+// PublishNoWait publishes m like Publish but does not wait for the stream's ack: for events
+// whose loss is tolerable (tool_started). When too many publishes await their acks it waits,
+// as Publish does, rather than fail.
+func (p *Publisher) PublishNoWait(ctx context.Context, subject string, m *protocol.Message) error {
+	m.Sender = p.sender
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return err
+	}
+	msg := p.msg(subject, m, data)
+	if _, err := p.js.PublishMsgAsync(msg); err != nil {
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			_, err = p.js.PublishMsg(ctx, msg)
+		}
+		if err != nil {
+			return fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
+		}
+	}
+	return nil
+}
+
 // publishEncoded publishes data, the encoding of m, as it is.
 func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte) (*jetstream.PubAck, error) {
+	msg := p.msg(subject, m, data)
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
+	}
+	return ack, nil
+}
+
+func (p *Publisher) msg(subject string, m *protocol.Message, data []byte) *nats.Msg {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
 	msg.Header.Set(HeaderType, string(m.Type))
@@ -64,9 +95,5 @@ func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *proto
 	if m.Trace.Tracestate != "" {
 		msg.Header.Set(HeaderTracestate, m.Trace.Tracestate)
 	}
-	ack, err := p.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
-	}
-	return ack, nil
+	return msg
 }

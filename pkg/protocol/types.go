@@ -104,6 +104,9 @@ type ToolResult struct {
 	RecoveryHint string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
 	// Route is the name of the rule that routed the call.
 	Route string `json:"route,omitempty" msgpack:"route,omitempty"`
+	// RequestCallIDs travels on the bus only: every call id of the request, in order, copied
+	// from the dispatch, so a router can aggregate without reading the request's plan.
+	RequestCallIDs []string `json:"-" msgpack:"request_call_ids,omitempty"`
 }
 
 // ResponseStatus derives a response status from its results.
@@ -133,6 +136,8 @@ type Dispatch struct {
 	// Params are the route's regex captures; an argument of the same name wins over them.
 	Params map[string]string `msgpack:"params,omitempty" json:"params,omitempty"`
 	Action Action            `msgpack:"action" json:"action"`
+	// RequestCallIDs are every call id of the request, in order; results carry them back.
+	RequestCallIDs []string `msgpack:"request_call_ids,omitempty" json:"request_call_ids,omitempty"`
 }
 
 // ToolStarted is the payload of a tool_started event, published when a try begins.

@@ -1,0 +1,90 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tool"
+)
+
+// startSystem runs an in-process Hermes with the example routes for b.
+func startSystem(b *testing.B) *app.System {
+	b.Helper()
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Worker: tool.Config{Concurrency: 64}, Instance: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = sys.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Tool: "echo", Calls: 1, Args: "{}", RunID: "warm"}
+	for i := 0; ; i++ { // ready once a request goes through
+		if h.Do(ctx, 0, i) == nil {
+			return sys
+		}
+		if i > 500 {
+			b.Fatal("Hermes did not get ready")
+		}
+	}
+}
+
+var runs atomic.Int64
+
+func benchHermes(b *testing.B, calls, parallelism int) {
+	sys := startSystem(b)
+	h := &bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Tool: "echo", Calls: calls, Args: "{}",
+		RunID: fmt.Sprintf("b%d-%d", os.Getpid(), runs.Add(1))}
+	var client atomic.Int64
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, seq := int(client.Add(1)), 0
+		for pb.Next() {
+			if err := h.Do(context.Background(), c, seq); err != nil {
+				b.Error(err)
+				return
+			}
+			seq++
+		}
+	})
+}
+
+func benchDirect(b *testing.B, calls, parallelism int) {
+	sys := startSystem(b)
+	d := &bench.Direct{Client: bench.NewClient(64 * calls), URL: sys.DemoURL + "/v1/echo", Calls: calls, Args: "{}"}
+	var client atomic.Int64
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, seq := int(client.Add(1)), 0
+		for pb.Next() {
+			if err := d.Do(context.Background(), c, seq); err != nil {
+				b.Error(err)
+				return
+			}
+			seq++
+		}
+	})
+}
+
+// Parallelism is per GOMAXPROCS: 1 gives one client per CPU, 32 gives 64 clients on 2 CPUs.
+func BenchmarkHermes1Call(b *testing.B)     { benchHermes(b, 1, 1) }
+func BenchmarkDirect1Call(b *testing.B)     { benchDirect(b, 1, 1) }
+func BenchmarkHermes1CallC64(b *testing.B)  { benchHermes(b, 1, 32) }
+func BenchmarkDirect1CallC64(b *testing.B)  { benchDirect(b, 1, 32) }
+func BenchmarkHermes3CallsC64(b *testing.B) { benchHermes(b, 3, 32) }
+func BenchmarkDirect3CallsC64(b *testing.B) { benchDirect(b, 3, 32) }

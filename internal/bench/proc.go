@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,23 +19,27 @@ type Process struct {
 	done  chan struct{}
 }
 
-// StartProcess execs bin with args and waits until a line of its standard error contains
-// readyLine, or timeout.
+// StartProcess execs bin with args and waits until a line of its output contains readyLine,
+// or timeout.
 func StartProcess(bin string, args []string, readyLine string, timeout time.Duration) (*Process, error) {
 	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
+	out, w, err := os.Pipe() // standard output and error together: some commands announce readiness on one, some on the other
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout = io.Discard
+	cmd.Stdout, cmd.Stderr = w, w
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		out.Close()
 		return nil, err
 	}
 	p := &Process{Cmd: cmd, done: make(chan struct{})}
 	ready := make(chan time.Duration, 1)
 	go func() {
-		sc := bufio.NewScanner(stderr)
+		defer out.Close()
+		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		sent := false
 		for sc.Scan() {

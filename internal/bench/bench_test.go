@@ -44,17 +44,15 @@ func startSystem(b *testing.B) *app.System {
 
 var runs atomic.Int64
 
-func benchHermes(b *testing.B, calls, parallelism int) {
-	sys := startSystem(b)
-	h := &bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Tool: "echo", Calls: calls, Args: "{}",
-		RunID: fmt.Sprintf("b%d-%d", os.Getpid(), runs.Add(1))}
+// run drives do from parallelism×GOMAXPROCS clients for b.N requests in all.
+func run(b *testing.B, parallelism int, do bench.Do) {
 	var client atomic.Int64
 	b.SetParallelism(parallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		c, seq := int(client.Add(1)), 0
 		for pb.Next() {
-			if err := h.Do(context.Background(), c, seq); err != nil {
+			if err := do(context.Background(), c, seq); err != nil {
 				b.Error(err)
 				return
 			}
@@ -63,22 +61,15 @@ func benchHermes(b *testing.B, calls, parallelism int) {
 	})
 }
 
+func benchHermes(b *testing.B, calls, parallelism int) {
+	sys := startSystem(b)
+	run(b, parallelism, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Tool: "echo", Calls: calls, Args: "{}",
+		RunID: fmt.Sprintf("b%d-%d", os.Getpid(), runs.Add(1))}).Do)
+}
+
 func benchDirect(b *testing.B, calls, parallelism int) {
 	sys := startSystem(b)
-	d := &bench.Direct{Client: bench.NewClient(64 * calls), URL: sys.DemoURL + "/v1/echo", Calls: calls, Args: "{}"}
-	var client atomic.Int64
-	b.SetParallelism(parallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, seq := int(client.Add(1)), 0
-		for pb.Next() {
-			if err := d.Do(context.Background(), c, seq); err != nil {
-				b.Error(err)
-				return
-			}
-			seq++
-		}
-	})
+	run(b, parallelism, (&bench.Direct{Client: bench.NewClient(64 * calls), URL: sys.DemoURL + "/v1/echo", Calls: calls, Args: "{}"}).Do)
 }
 
 // Parallelism is per GOMAXPROCS: 1 gives one client per CPU, 32 gives 64 clients on 2 CPUs.

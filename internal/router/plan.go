@@ -2,6 +2,8 @@ package router
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -19,11 +21,16 @@ type plan struct {
 	Trace      protocol.TraceContext `msgpack:"trace"`
 	RequestMsg string                `msgpack:"request_msg"`
 	AcceptedAt time.Time             `msgpack:"accepted_at"`
+	// Fingerprint identifies the request's content, so a reused request_id with other content
+	// is recognised.
+	Fingerprint string `msgpack:"fingerprint"`
 }
 
 func newPlan(m *protocol.Message, r *protocol.Request) *plan {
+	sum := sha256.Sum256(m.Payload)
 	p := &plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: m.MsgID, AcceptedAt: time.Now().UTC(),
-		CallIDs: make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
+		Fingerprint: hex.EncodeToString(sum[:16]),
+		CallIDs:     make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
 	for i, c := range r.ToolCalls {
 		p.CallIDs[i], p.Names[i] = c.ToolCallID, c.Name
 	}

@@ -164,7 +164,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 		fresh = false
 	}
 	if !fresh {
-		done, err := r.resume(ctx, m, log)
+		done, err := r.resume(ctx, m, p, log)
 		if err != nil || done {
 			return err
 		}
@@ -185,12 +185,21 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	return nil
 }
 
-// resume handles a request whose plan exists already. It reports done when the request has its
-// response (which it publishes again, deduplicated by the stream).
-func (r *Router) resume(ctx context.Context, m *protocol.Message, log *slog.Logger) (bool, error) {
-	entry, err := r.cfg.Bus.Responses.Get(ctx, m.RequestID)
+// resume handles a request whose plan exists already. It reports done when the request has
+// its response (which it publishes again, deduplicated by the stream), or when this message
+// reuses the request_id for other content (ignored: the first request keeps the id).
+func (r *Router) resume(ctx context.Context, m *protocol.Message, mine *plan, log *slog.Logger) (bool, error) {
+	entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
+	if err != nil {
+		return false, fmt.Errorf("router: read plan: %w", err)
+	}
+	if first, err := decodePlan(entry.Value()); err == nil && first.Fingerprint != mine.Fingerprint {
+		log.Warn("request_id reused for a different request; ignored")
+		return true, nil
+	}
+	resp, err := r.cfg.Bus.Responses.Get(ctx, m.RequestID)
 	if err == nil {
-		return true, r.cfg.Bus.Republish(ctx, r.pub, protocol.SubjectResponse(m.SessionID), entry.Value())
+		return true, r.cfg.Bus.Republish(ctx, r.pub, protocol.SubjectResponse(m.SessionID), resp.Value())
 	}
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("router: read response: %w", err)

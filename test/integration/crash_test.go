@@ -397,3 +397,25 @@ func TestResponseLargerThanABusMessage(t *testing.T) {
 		t.Errorf("the oversized call ran %d times, want once", n)
 	}
 }
+
+// TestReusedRequestIDAfterTheDuplicateWindow: a different request published under a finished
+// request's id, past the stream's duplicate window (simulated with a new message id), runs
+// nothing: the router recognises the other content and ignores it.
+func TestReusedRequestIDAfterTheDuplicateWindow(t *testing.T) {
+	s := start(t, options{workers: 1})
+	s.route(request("reused", "", call("c", "record", map[string]any{"v": 1})))
+	other, _ := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: "reused",
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "d", Name: "record", Arguments: []byte(`{"v":2}`)}}})
+	other.MsgID, other.RequestID, other.SessionID = "request:reused:later", "reused", "reused"
+	pub := bus.NewPublisher(s.js, protocol.Sender{Role: protocol.RoleClient, Instance: "test"})
+	if _, err := pub.Publish(context.Background(), protocol.SubjectRequest("reused"), other); err != nil {
+		t.Fatal(err)
+	}
+	s.drain()
+	if n := len(s.recorder.tries("reused/d")); n != 0 {
+		t.Fatalf("the other request's call ran %d times", n)
+	}
+	if n := s.countRecorded("reused", protocol.TypeToolCall); n != 1 {
+		t.Fatalf("%d calls dispatched under the id, want 1", n)
+	}
+}

@@ -207,15 +207,6 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), trace
 	m.Recipient = protocol.RoleRouter
-	// The request is published while its id is recorded, to save a round trip. That is safe
-	// for a repeated id: within the duplicate window the stream drops the message, and after
-	// it the router finds the plan and runs nothing again (and ignores a different request
-	// under a reused id).
-	published := make(chan error, 1)
-	go func() {
-		_, err := g.pub.Publish(ctx, protocol.SubjectRequest(req.Session()), m)
-		published <- err
-	}()
 	if _, err := g.cfg.Bus.Intake.Create(ctx, req.RequestID, recBytes); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			log.Error("record intake", "err", err)
@@ -239,10 +230,13 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Accepted before but not answered yet (or the first gateway died before publishing):
-		// the publish above makes sure the request is on the bus; the first trace id stays.
+		// publishing again is safe, the stream and the router deduplicate it.
+		m.Trace.TraceID = prev.TraceID
 		w.Header().Set("X-Trace-ID", prev.TraceID)
 	}
-	if err := <-published; err != nil {
+	// Published only once the id is accepted (or known to carry this same request): a
+	// different request under a used id must never reach the bus.
+	if _, err := g.pub.Publish(ctx, protocol.SubjectRequest(req.Session()), m); err != nil {
 		log.Error("publish request", "err", err)
 		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the request could not be published; retry with the same request_id", nil)
 		return

@@ -73,6 +73,7 @@ type Hold struct {
 	c     claim
 	lost  bool
 	fresh bool
+	done  bool
 }
 
 // Fresh reports whether this is the call's first claim ever: no worker tried it before, so it
@@ -119,7 +120,9 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 	}
 	var prev claim
 	_ = json.Unmarshal(e.Value(), &prev) // an unreadable claim is treated as abandoned
-	if age := time.Since(e.Created()); !prev.Released && prev.Holder != "" && age < l.lease {
+	// A claim by this very process that it does not hold (an earlier Create whose reply was
+	// lost) is ours to take: the reservation above guarantees nothing here runs the call.
+	if age := time.Since(e.Created()); !prev.Released && prev.Holder != "" && prev.Holder != l.holder && age < l.lease {
 		return nil, l.lease - age, ErrClaimed
 	}
 	c.Attempt, c.LastErrorCode = prev.Attempt+1, prev.LastErrorCode
@@ -184,7 +187,12 @@ func (h *Hold) Release(ctx context.Context, errorCode string) {
 
 // Done ends the hold in this process without writing: the call's recorded result now says it
 // is finished.
-func (h *Hold) Done() { h.l.drop(h.key) }
+func (h *Hold) Done() {
+	if !h.done {
+		h.done = true
+		h.l.drop(h.key)
+	}
+}
 
 // KeepAlive renews h every interval until stop is closed or ctx is done.
 func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration, stop <-chan struct{}) {

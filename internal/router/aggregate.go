@@ -26,8 +26,10 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	}
 	// The call ids come with the result (copied from the dispatch); only results published by
 	// others need the request's plan read back.
-	p := &plan{SessionID: m.SessionID, CallIDs: res.RequestCallIDs, Trace: m.Trace, RequestMsg: protocol.MsgIDRequest(m.RequestID)}
-	if len(p.CallIDs) == 0 {
+	p := &plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: protocol.MsgIDRequest(m.RequestID)}
+	if r.trustedCallIDs(res) {
+		p.CallIDs = res.RequestCallIDs
+	} else {
 		entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			r.log.Warn("result for a request with no plan; dropped", "request_id", m.RequestID, "tool_call_id", res.ToolCallID, "msg_id", m.MsgID)
@@ -113,4 +115,26 @@ func shrinkLargest(results []protocol.ToolResult, limit int) bool {
 	r.ErrorCode, r.ErrorOrigin = protocol.CodeResultTooLarge, protocol.OriginHermes
 	r.RecoveryHint = "the results of this request together exceed the bus message limit; ask for less per call or split the request"
 	return true
+}
+
+// trustedCallIDs reports whether the call ids a result carries can stand in for the plan: a
+// valid id list within the request limit that names the result's own call. Anything else —
+// a result published by someone else, or forged — is aggregated by the plan.
+func (r *Router) trustedCallIDs(res *protocol.ToolResult) bool {
+	ids := res.RequestCallIDs
+	limit := r.cfg.Limits.MaxToolCalls
+	if limit <= 0 {
+		limit = protocol.DefaultLimits.MaxToolCalls
+	}
+	if len(ids) == 0 || len(ids) > limit {
+		return false
+	}
+	own := false
+	for _, id := range ids {
+		if !protocol.ValidToken(id, protocol.MaxIDLen) {
+			return false
+		}
+		own = own || id == res.ToolCallID
+	}
+	return own
 }

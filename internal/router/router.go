@@ -193,7 +193,7 @@ func (r *Router) resume(ctx context.Context, m *protocol.Message, mine *plan, lo
 	if err != nil {
 		return false, fmt.Errorf("router: read plan: %w", err)
 	}
-	if first, err := decodePlan(entry.Value()); err == nil && first.Fingerprint != mine.Fingerprint {
+	if first, err := decodePlan(entry.Value()); err == nil && first.Fingerprint != "" && first.Fingerprint != mine.Fingerprint {
 		log.Warn("request_id reused for a different request; ignored")
 		return true, nil
 	}

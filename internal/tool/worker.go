@@ -204,9 +204,13 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		// Tried before: it may be finished (perhaps by a worker presumed dead, or this one's
 		// publish failed). Then make sure the recorded result reaches the router, and do not
 		// run the call again.
-		if e, gerr := w.cfg.Bus.Calls.Get(ctx, key); gerr == nil {
+		e, gerr := w.cfg.Bus.Calls.Get(ctx, key)
+		if gerr == nil || !errors.Is(gerr, jetstream.ErrKeyNotFound) {
 			if h != nil {
 				h.Release(ctx, "")
+			}
+			if gerr != nil {
+				return fmt.Errorf("tool: check for a recorded result: %w", gerr) // unknown: do not run it now
 			}
 			log.Info("call already has a result; publishing it again instead of running the call")
 			return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), e.Value())

@@ -58,7 +58,7 @@ type Subscriber struct {
 	// them. Default 10 s.
 	Grace time.Duration
 	// PullWait is how long one pull request waits for messages; it also bounds how long Run
-	// takes to notice ctx is done. Default 1 s.
+	// takes to stop pulling once ctx is done. Default 500 ms.
 	PullWait time.Duration
 	// Logger for failures; nil discards.
 	Logger *slog.Logger
@@ -82,7 +82,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	wait := s.PullWait
 	if wait <= 0 {
-		wait = time.Second
+		wait = 500 * time.Millisecond
 	}
 	logger := orDiscard(s.Logger)
 	// Handlers get their own context, cancelled only after the grace period at shutdown.
@@ -106,10 +106,23 @@ func (s *Subscriber) Run(ctx context.Context) error {
 }
 
 // pull fetches as many messages as there are free slots and starts a handler for each, until
-// ctx is done or the consumer fails.
+// ctx is done or the consumer fails. Once ctx is done it issues no new pull, and naks what the
+// pull under way still delivers, so nothing waits out its ack deadline.
 func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, wait time.Duration, wg *sync.WaitGroup, logger *slog.Logger) error {
 	failures := 0
+	backoff := func() bool { // waits after a failure; false when ctx ended meanwhile
+		failures++
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
+			return true
+		}
+	}
 	for {
+		if ctx.Err() != nil { // checked first: a free slot must not win over shutdown
+			return nil
+		}
 		select {
 		case <-free:
 		case <-ctx.Done():
@@ -125,24 +138,21 @@ func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, 
 				break more
 			}
 		}
-		// The pull request expires on the server a little before fctx, and fctx also ends it
-		// at once when ctx is done.
-		fctx, cancelFetch := context.WithTimeout(ctx, wait)
+		// The pull expires on the server a little before fctx does. fctx is not ended by ctx:
+		// a message the server already sent must reach us, to be nak'ed rather than lost.
+		fctx, cancelFetch := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		batch, err := s.Consumer.Fetch(k, jetstream.FetchContext(fctx))
 		if err != nil {
 			cancelFetch()
 			for range k {
 				free <- struct{}{}
 			}
-			if isTerminal(err) {
-				return fmt.Errorf("bus: consume: %w", err)
+			if err := s.terminal(ctx, err); err != nil {
+				return err
 			}
-			failures++
 			logger.Warn("pull failed", "err", err)
-			select {
-			case <-ctx.Done():
+			if !backoff() {
 				return nil
-			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
 			}
 			continue
 		}
@@ -165,15 +175,31 @@ func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, 
 			free <- struct{}{}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			if isTerminal(err) {
-				return fmt.Errorf("bus: consume: %w", err)
+			if err := s.terminal(ctx, err); err != nil {
+				return err
 			}
-			failures++
 			logger.Warn("pull ended with an error", "err", err)
+			if !backoff() {
+				return nil
+			}
 			continue
 		}
 		failures = 0
 	}
+}
+
+// terminal returns a wrapped err when the consumer cannot be read any more: deleted, the
+// connection closed, or "no responders" for a consumer that no longer exists.
+func (s *Subscriber) terminal(ctx context.Context, err error) error {
+	if isTerminal(err) {
+		return fmt.Errorf("bus: consume: %w", err)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		if _, ierr := s.Consumer.Info(ctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("bus: consume: %w", ierr)
+		}
+	}
+	return nil
 }
 
 func isTerminal(err error) bool {

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
 )
 
 // claim is a worker's hold on one call. A claim is held while its holder renews it within the
@@ -194,20 +196,10 @@ func (h *Hold) Done() {
 	}
 }
 
-// KeepAlive renews h every interval until stop is closed or ctx is done.
-func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration, stop <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.Renew(ctx)
-		}
-	}
+// KeepAlive renews h every interval until the returned stop is called; stop waits for a
+// renewal in progress, so h may be released right after.
+func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
+	return bus.Every(interval, func() { h.Renew(ctx) })
 }
 
 // Last reads the last try number and failure recorded for a call (0 and "" when none).

@@ -250,11 +250,9 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 // tryHolding runs one try while renewing h; the renewal stops when the try ends. A panic in
 // the executor ends the try with an error, so the call is released and redelivered.
 func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, maxAttempts int) (out Outcome, err error) {
-	stop, renewed := make(chan struct{}), make(chan struct{})
-	go func() { h.KeepAlive(ctx, r.ledger.Lease()/3, stop); close(renewed) }()
+	stop := h.KeepAlive(ctx, r.ledger.Lease()/3)
 	defer func() {
-		close(stop)
-		<-renewed
+		stop()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tool: executor for %s panicked: %v", disp.Action.Kind, p)
 		}

@@ -252,3 +252,16 @@ func TestSubscriberReportsDeletedConsumer(t *testing.T) {
 		t.Fatal("Run kept going after its consumer was deleted")
 	}
 }
+
+func TestEveryRunsUntilStopped(t *testing.T) {
+	var n atomic.Int32
+	stop := bus.Every(5*time.Millisecond, func() { n.Add(1) })
+	waitFor(t, "three runs", func() bool { return n.Load() >= 3 })
+	stop()
+	after := n.Load()
+	stop() // twice is fine
+	time.Sleep(30 * time.Millisecond) // time for runs that must not happen
+	if n.Load() != after {
+		t.Fatalf("ran %d more times after stop", n.Load()-after)
+	}
+}

@@ -216,20 +216,7 @@ func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg, logger *slog
 		d.Published = md.Timestamp
 	}
 	if s.Progress > 0 {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			t := time.NewTicker(s.Progress)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					_ = msg.InProgress()
-				}
-			}
-		}()
+		defer Every(s.Progress, func() { _ = msg.InProgress() })()
 	}
 	err := s.call(ctx, d)
 	var settleErr error

@@ -34,8 +34,9 @@ func decodeMsgpack(data []byte, v any) error {
 	if err := CheckMsgpack(data, MaxDepth); err != nil {
 		return err
 	}
-	dec := msgpack.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields(false)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(bytes.NewReader(data)) // flags reset: unknown fields are skipped, for forward compatibility
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}

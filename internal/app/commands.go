@@ -50,7 +50,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		ln.Close()
 		return err

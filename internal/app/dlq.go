@@ -30,7 +30,7 @@ func RunDLQ(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	nc, b, err := connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err
 	}

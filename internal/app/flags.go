@@ -1,12 +1,16 @@
 package app
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -112,4 +116,9 @@ func (r resolveFlag) Set(v string) error {
 		r[from] = to
 	}
 	return nil
+}
+
+// dial connects to the configured NATS server and provisions the bus.
+func (c *common) dial(ctx context.Context, log *slog.Logger) (*nats.Conn, *bus.Bus, error) {
+	return connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
 }

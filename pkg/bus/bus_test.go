@@ -259,7 +259,7 @@ func TestEveryRunsUntilStopped(t *testing.T) {
 	waitFor(t, "three runs", func() bool { return n.Load() >= 3 })
 	stop()
 	after := n.Load()
-	stop() // twice is fine
+	stop()                            // twice is fine
 	time.Sleep(30 * time.Millisecond) // time for runs that must not happen
 	if n.Load() != after {
 		t.Fatalf("ran %d more times after stop", n.Load()-after)

@@ -178,7 +178,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 				continue // already has its result
 			}
 		}
-		if err := r.dispatch(ctx, m, req, call, table, log); err != nil {
+		if err := r.dispatch(ctx, m, req, p.CallIDs, call, table, log); err != nil {
 			return err
 		}
 	}
@@ -208,13 +208,14 @@ func (r *Router) resume(ctx context.Context, m *protocol.Message, mine *plan, lo
 	return false, nil
 }
 
-func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protocol.Request, call *protocol.ToolCall, table *routes.Table, log *slog.Logger) error {
+// dispatch routes one call and publishes it; ids are every call id of the request.
+func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protocol.Request, ids []string, call *protocol.ToolCall, table *routes.Table, log *slog.Logger) error {
 	rule, params, ok := table.Match(call.Name, req.Intent)
 	if !ok {
 		log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
 		content := fmt.Sprintf("no route matches tool %q with this intent", call.Name)
 		return r.publishResult(ctx, m, &protocol.ToolResult{
-			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: callIDs(req),
+			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: ids,
 			Content: jsonString(content), ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
 		})
@@ -223,7 +224,7 @@ func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protoco
 		return err
 	}
 	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params,
-		Action: rule.Action, RequestCallIDs: callIDs(req)})
+		Action: rule.Action, RequestCallIDs: ids})
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -247,14 +248,6 @@ func (r *Router) publishResult(ctx context.Context, cause *protocol.Message, res
 	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
 	_, _, err = r.cfg.Bus.RecordResult(ctx, r.pub, out, res)
 	return err
-}
-
-func callIDs(req *protocol.Request) []string {
-	ids := make([]string, len(req.ToolCalls))
-	for i := range req.ToolCalls {
-		ids[i] = req.ToolCalls[i].ToolCallID
-	}
-	return ids
 }
 
 func jsonString(s string) []byte {

@@ -171,6 +171,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	}
 	r.requests.Add(1)
 	table := r.Routes()
+	batch := make([]bus.Outgoing, 0, len(req.ToolCalls))
 	for i := range req.ToolCalls {
 		call := &req.ToolCalls[i]
 		if !fresh {
@@ -178,10 +179,19 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 				continue // already has its result
 			}
 		}
-		if err := r.dispatch(ctx, m, req, p.CallIDs, call, table, log); err != nil {
+		out, err := r.route(ctx, m, req, p.CallIDs, call, table, log)
+		if err != nil {
 			return err
 		}
+		if out != nil {
+			batch = append(batch, *out)
+		}
 	}
+	// The calls go out together: they are independent, and none waits for another's ack.
+	if err := r.pub.PublishBatch(ctx, batch); err != nil {
+		return err
+	}
+	r.dispatched.Add(int64(len(batch)))
 	return nil
 }
 
@@ -208,34 +218,32 @@ func (r *Router) resume(ctx context.Context, m *protocol.Message, mine *plan, lo
 	return false, nil
 }
 
-// dispatch routes one call and publishes it; ids are every call id of the request.
-func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protocol.Request, ids []string, call *protocol.ToolCall, table *routes.Table, log *slog.Logger) error {
+// route matches one call and returns its tool_call message to publish; a call with no route
+// gets its NO_ROUTE result at once instead (and route returns nil). ids are every call id of
+// the request.
+func (r *Router) route(ctx context.Context, m *protocol.Message, req *protocol.Request, ids []string, call *protocol.ToolCall, table *routes.Table, log *slog.Logger) (*bus.Outgoing, error) {
 	rule, params, ok := table.Match(call.Name, req.Intent)
 	if !ok {
 		log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
 		content := fmt.Sprintf("no route matches tool %q with this intent", call.Name)
-		return r.publishResult(ctx, m, &protocol.ToolResult{
+		return nil, r.publishResult(ctx, m, &protocol.ToolResult{
 			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: ids,
 			Content: jsonString(content), ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
 		})
 	}
 	if err := r.ensureTool(ctx, call.Name); err != nil {
-		return err
+		return nil, err
 	}
 	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params,
 		Action: rule.Action, RequestCallIDs: ids})
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
 	out.Follow(m, protocol.MsgIDToolCall(m.RequestID, call.ToolCallID))
 	out.Recipient = bus.ToolConsumer(call.Name)
-	if _, err := r.pub.Publish(ctx, protocol.SubjectToolCall(call.Name, m.SessionID), out); err != nil {
-		return err
-	}
-	r.dispatched.Add(1)
-	log.Debug("dispatched", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name)
-	return nil
+	log.Debug("dispatching", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name)
+	return &bus.Outgoing{Subject: protocol.SubjectToolCall(call.Name, m.SessionID), Msg: out}, nil
 }
 
 // publishResult records and publishes a result the router decided itself (e.g. NO_ROUTE); it

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -263,5 +264,34 @@ func TestEveryRunsUntilStopped(t *testing.T) {
 	time.Sleep(30 * time.Millisecond) // time for runs that must not happen
 	if n.Load() != after {
 		t.Fatalf("ran %d more times after stop", n.Load()-after)
+	}
+}
+
+func TestPublishBatch(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	var batch []bus.Outgoing
+	for i := range 5 {
+		m, _ := protocol.NewMessage(protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Status: protocol.ResultOK})
+		m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("batch-%d", i), "r", "s1"
+		batch = append(batch, bus.Outgoing{Subject: protocol.SubjectToolResult("s1"), Msg: m})
+	}
+	ctx := context.Background()
+	for range 2 { // the second time, every message is a duplicate
+		if err := p.PublishBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := b.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 5 {
+		t.Fatalf("%d messages stored, want 5", info.State.Msgs)
+	}
+	bad := []bus.Outgoing{batch[0], {Subject: "hermes.nowhere", Msg: batch[1].Msg}}
+	if err := p.PublishBatch(ctx, bad); err == nil {
+		t.Fatal("a publish to a subject no stream takes was not reported")
 	}
 }

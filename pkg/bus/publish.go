@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,4 +97,58 @@ func (p *Publisher) msg(subject string, m *protocol.Message, data []byte) *nats.
 		msg.Header.Set(HeaderTracestate, m.Trace.Tracestate)
 	}
 	return msg
+}
+
+// Outgoing is one message to publish, and where.
+type Outgoing struct {
+	Subject string
+	Msg     *protocol.Message
+}
+
+// PublishBatch publishes every message without waiting between them, then waits until the
+// stream has acked each, and returns the first error. Every message keeps its deterministic
+// id, so publishing the batch again after an error is safe. Without a deadline on ctx it waits
+// at most 30 s.
+func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
+	if len(batch) == 1 {
+		_, err := p.Publish(ctx, batch[0].Subject, batch[0].Msg)
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	type pending struct {
+		f jetstream.PubAckFuture
+		o Outgoing
+	}
+	waits := make([]pending, 0, len(batch))
+	for _, o := range batch {
+		o.Msg.Sender = p.sender
+		data, err := protocol.Marshal(o.Msg)
+		if err != nil {
+			return err
+		}
+		msg := p.msg(o.Subject, o.Msg, data)
+		f, err := p.js.PublishMsgAsync(msg)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			_, err = p.js.PublishMsg(ctx, msg) // backpressure: this one waits
+		} else if err == nil {
+			waits = append(waits, pending{f: f, o: o})
+		}
+		if err != nil {
+			return fmt.Errorf("bus: publish %s to %s: %w", o.Msg.Type, o.Subject, err)
+		}
+	}
+	for _, w := range waits {
+		select {
+		case <-w.f.Ok():
+		case err := <-w.f.Err():
+			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, err)
+		case <-ctx.Done():
+			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, ctx.Err())
+		}
+	}
+	return nil
 }

@@ -2,8 +2,8 @@ package bus_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"

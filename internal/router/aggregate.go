@@ -42,8 +42,15 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 			return bus.Permanent(err)
 		}
 	}
+	// A result published as the recorded one need not be read back.
+	ownRecorded := d.Header.Get(bus.HeaderRecorded) != ""
 	results := make([]protocol.ToolResult, len(p.CallIDs))
 	for i, id := range p.CallIDs {
+		if id == res.ToolCallID && ownRecorded {
+			results[i] = *res
+			results[i].RequestCallIDs = nil
+			continue
+		}
 		key := bus.ResultKey(m.RequestID, id)
 		e, err := r.cfg.Bus.Calls.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) && id == res.ToolCallID {

@@ -21,6 +21,9 @@ const (
 	// HeaderRedrive marks a message published again from the dead-letter stream; its value
 	// identifies the re-drive.
 	HeaderRedrive = "Hermes-Redrive"
+	// HeaderRecorded marks a result or response published as the value recorded in KV (by
+	// RecordResult, Respond or Republish): its receiver need not read it back.
+	HeaderRecorded = "Hermes-Recorded"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.
@@ -49,7 +52,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Mes
 	if err != nil {
 		return nil, err
 	}
-	return p.publishEncoded(ctx, subject, m, data)
+	return p.publishEncoded(ctx, subject, m, data, false)
 }
 
 // PublishNoWait publishes m like Publish but does not wait for the stream's ack: for events
@@ -73,9 +76,13 @@ func (p *Publisher) PublishNoWait(ctx context.Context, subject string, m *protoc
 	return nil
 }
 
-// publishEncoded publishes data, the encoding of m, as it is.
-func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte) (*jetstream.PubAck, error) {
+// publishEncoded publishes data, the encoding of m, as it is; recorded marks it as the value
+// recorded in KV (HeaderRecorded).
+func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte, recorded bool) (*jetstream.PubAck, error) {
 	msg := p.msg(subject, m, data)
+	if recorded {
+		msg.Header.Set(HeaderRecorded, "1")
+	}
 	ack, err := p.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)

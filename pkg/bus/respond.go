@@ -61,7 +61,7 @@ func (b *Bus) Republish(ctx context.Context, p *Publisher, subject string, recor
 	if err != nil {
 		return Permanent(err)
 	}
-	_, err = p.publishEncoded(ctx, subject, m, recorded)
+	_, err = p.publishEncoded(ctx, subject, m, recorded, true)
 	return err
 }
 
@@ -88,7 +88,7 @@ func (b *Bus) recordAndPublish(ctx context.Context, p *Publisher, kv jetstream.K
 		}
 		data, mine = e.Value(), false
 	}
-	if _, err := p.publishEncoded(ctx, subject, m, data); err != nil {
+	if _, err := p.publishEncoded(ctx, subject, m, data, true); err != nil {
 		return nil, false, err
 	}
 	return m, mine, nil

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -122,9 +121,4 @@ func listen(addr, what string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s: listen on %s: %w", what, addr, err)
 	}
 	return ln, nil
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -93,12 +93,9 @@ func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, 
 		}
 		out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(cause.RequestID), cause.RequestID, p.SessionID
 		out.CausationID, out.Trace = p.RequestMsg, p.Trace
-		mine, err := r.cfg.Bus.Respond(ctx, r.pub, out)
+		_, err = r.cfg.Bus.Respond(ctx, r.pub, out)
 		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, r.cfg.Bus.MaxMessageBytes()) {
 			continue
-		}
-		if mine {
-			r.responses.Add(1)
 		}
 		return err
 	}

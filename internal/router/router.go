@@ -55,7 +55,6 @@ type Router struct {
 	log       *slog.Logger
 	consumers sync.Map // tool name → struct{}: consumers this process has ensured
 
-	requests, dispatched, responses atomic.Int64
 }
 
 // New returns a Router for cfg.
@@ -83,16 +82,6 @@ func (r *Router) SetRoutes(t *routes.Table) { r.table.Store(t) }
 
 // Routes returns the table in use.
 func (r *Router) Routes() *routes.Table { return r.table.Load() }
-
-// Stats counts what this router instance has done.
-type Stats struct {
-	Requests, Dispatched, Responses int64
-}
-
-// Stats returns counters of this instance.
-func (r *Router) Stats() Stats {
-	return Stats{Requests: r.requests.Load(), Dispatched: r.dispatched.Load(), Responses: r.responses.Load()}
-}
 
 // Run ensures the consumers of every routed tool exist, then handles requests, results and
 // dead-letter advisories until ctx is done, and returns after in-flight messages are settled.
@@ -169,7 +158,6 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 			return err
 		}
 	}
-	r.requests.Add(1)
 	table := r.Routes()
 	batch := make([]bus.Outgoing, 0, len(req.ToolCalls))
 	for i := range req.ToolCalls {
@@ -191,7 +179,6 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	if err := r.pub.PublishBatch(ctx, batch); err != nil {
 		return err
 	}
-	r.dispatched.Add(int64(len(batch)))
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,8 +50,6 @@ type Worker struct {
 
 	mu      sync.Mutex
 	serving map[string]bool
-
-	executed atomic.Int64
 }
 
 // New returns a Worker for cfg.
@@ -91,9 +88,6 @@ func New(cfg Config) (*Worker, error) {
 	}
 	return w, nil
 }
-
-// Executed counts tries this worker has run.
-func (w *Worker) Executed() int64 { return w.executed.Load() }
 
 // Run serves the configured tools until ctx is done and returns once in-flight calls are
 // settled. With no tools configured it follows the hermes-tools bucket and starts serving each
@@ -271,7 +265,6 @@ func (w *Worker) try(ctx context.Context, m *protocol.Message, disp *protocol.Di
 	if !ok {
 		exec = unsupported{kind: disp.Action.Kind}
 	}
-	w.executed.Add(1)
 	return exec.Execute(ctx, &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace,
 		Attempt: attempt, Dispatch: disp, MaxAttempts: maxAttempts})
 }

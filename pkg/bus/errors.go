@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// ErrNotReady is returned while the bus cannot be used, e.g. before provisioning succeeded.
-var ErrNotReady = errors.New("bus: not ready")
-
 // permanentError marks a failure that no redelivery can fix: the message is terminated.
 type permanentError struct{ err error }
 

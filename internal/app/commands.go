@@ -50,17 +50,23 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	obs, err := observe(ctx, "hermes-router")
+	if err != nil {
+		return err
+	}
+	defer obs.close()
 	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	r, err := newRouter(b, c.instance, table, *conc, c.limits, log)
+	obs.watchBacklog(b, log)
+	r, err := newRouter(b, c.instance, table, *conc, c.limits, obs, log)
 	if err != nil {
 		return err
 	}
 	log.Info("router running", "instance", c.instance, "routes", desc, "rules", len(table.Rules), "nats", nc.ConnectedUrlRedacted())
-	return (&routerService{r: r, path: *routesPath, watch: isFile, reload: *reload, log: log}).Run(ctx)
+	return obs.serve(ctx, c.metricsAddr, log, (&routerService{r: r, path: *routesPath, watch: isFile, reload: *reload, log: log}).Run)
 }
 
 // workerFlags are the tool worker's own flags.
@@ -97,17 +103,22 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	obs, err := observe(ctx, "hermes-toolworker")
+	if err != nil {
+		return err
+	}
+	defer obs.close()
 	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	w, err := newWorker(b, wf.config(c.instance), log)
+	w, err := newWorker(b, wf.config(c.instance), obs, log)
 	if err != nil {
 		return err
 	}
 	log.Info("tool worker running", "instance", c.instance, "tools", wf.tools.String(), "allow_env", wf.allowEnv.String(), "nats", nc.ConnectedUrlRedacted())
-	return w.Run(ctx)
+	return obs.serve(ctx, c.metricsAddr, log, w.Run)
 }
 
 // gatewayFlags are the gateway's own flags.
@@ -138,6 +149,11 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	obs, err := observe(ctx, "hermes-gateway")
+	if err != nil {
+		return err
+	}
+	defer obs.close()
 	ln, err := listen(gf.addr, "gateway")
 	if err != nil {
 		return err
@@ -148,13 +164,13 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	g, err := newGateway(nc, b, gf.config(c.instance, c.limits), log)
+	g, err := newGateway(nc, b, gf.config(c.instance, c.limits), obs, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	log.Info("gateway listening", "addr", "http://"+ln.Addr().String(), "nats", nc.ConnectedUrlRedacted())
-	return g.Run(ctx, ln)
+	return obs.serve(ctx, c.metricsAddr, log, func(ctx context.Context) error { return g.Run(ctx, ln) })
 }
 
 // RunNATS runs the embedded NATS server alone: hermes nats.

@@ -18,17 +18,19 @@ import (
 
 // common holds the flags every service shares.
 type common struct {
-	natsURL  string
-	instance string
-	logLevel string
-	replicas int
-	stateTTL time.Duration
-	limits   protocol.Limits
+	natsURL     string
+	instance    string
+	logLevel    string
+	metricsAddr string
+	replicas    int
+	stateTTL    time.Duration
+	limits      protocol.Limits
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.natsURL, "nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
 	fs.StringVar(&c.instance, "instance", defaultInstance(role), "name of this instance in the messages it sends")
+	fs.StringVar(&c.metricsAddr, "metrics", os.Getenv("HERMES_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env HERMES_METRICS); the gateway and hermes up also serve /metrics on their HTTP port")
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
 	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long request ids, results and responses are kept (applies when the buckets are first created)")

@@ -100,18 +100,21 @@ func (s *routerService) Run(ctx context.Context) error {
 	return s.r.Run(ctx)
 }
 
-func newRouter(b *bus.Bus, instance string, table *routes.Table, concurrency int, limits protocol.Limits, log *slog.Logger) (*router.Router, error) {
-	return router.New(router.Config{Bus: b, Routes: table, Instance: instance, Concurrency: concurrency, Limits: limits, Logger: log.With("service", "router")})
+func newRouter(b *bus.Bus, instance string, table *routes.Table, concurrency int, limits protocol.Limits, obs *observer, log *slog.Logger) (*router.Router, error) {
+	return router.New(router.Config{Bus: b, Routes: table, Instance: instance, Concurrency: concurrency, Limits: limits,
+		Metrics: obs.metrics, Logger: log.With("service", "router")})
 }
 
-func newWorker(b *bus.Bus, cfg tool.Config, log *slog.Logger) (*tool.Worker, error) {
-	cfg.Bus = b
+func newWorker(b *bus.Bus, cfg tool.Config, obs *observer, log *slog.Logger) (*tool.Worker, error) {
+	cfg.Bus, cfg.Metrics = b, obs.metrics
 	cfg.Logger = log.With("service", "toolworker")
 	return tool.New(cfg)
 }
 
-func newGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, log *slog.Logger) (*gateway.Gateway, error) {
+// newGateway builds a gateway that also serves the process's metrics at /metrics.
+func newGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, obs *observer, log *slog.Logger) (*gateway.Gateway, error) {
 	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, log.With("service", "gateway")
+	cfg.Metrics, cfg.Gatherer = obs.metrics, obs.reg
 	return gateway.New(cfg)
 }
 

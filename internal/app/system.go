@@ -73,6 +73,11 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	obs, err := observe(ctx, "hermes")
+	if err != nil {
+		return nil, err
+	}
+	sys.cleanup = append(sys.cleanup, obs.close)
 	var connOpts []nats.Option
 	if cfg.NATSURL == "" {
 		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways})
@@ -123,7 +128,8 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newRouter(rb, cfg.Instance+"-router", cfg.Routes, 64, cfg.Limits, log)
+	obs.watchBacklog(rb, log)
+	r, err := newRouter(rb, cfg.Instance+"-router", cfg.Routes, 64, cfg.Limits, obs, log)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 		wc := cfg.Worker
 		wc.Instance = cfg.Instance + "-" + name
-		w, err := newWorker(wb, wc, log)
+		w, err := newWorker(wb, wc, obs, log)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +157,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits = cfg.Instance+"-gateway", cfg.Limits
-	g, err := newGateway(gnc, gb, gc, log)
+	g, err := newGateway(gnc, gb, gc, obs, log)
 	if err != nil {
 		return nil, err
 	}

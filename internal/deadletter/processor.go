@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/ledger"
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -60,6 +61,14 @@ func decodeAdvisory(data []byte) (*advisory, error) {
 	return &a, nil
 }
 
+// kind names the advisory for metrics: max_deliveries or terminated.
+func (a *advisory) kind() string {
+	if a.Type == typeTerminated {
+		return "terminated"
+	}
+	return "max_deliveries"
+}
+
 func (a *advisory) reason() string {
 	if a.Type == typeTerminated {
 		if a.Reason == "" {
@@ -76,7 +85,10 @@ type Config struct {
 	Instance string
 	// Limits for decoding dead requests; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
-	Logger *slog.Logger
+	// Metrics counts dead letters and the requests answered for them; nil counts into
+	// unexported metrics.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // Processor turns advisories into dead letters and answers the requests waiting on them.
@@ -95,6 +107,9 @@ func New(cfg Config) (*Processor, error) {
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleDeadLetter, Instance: cfg.Instance})}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cfg.Metrics == nil {
+		p.cfg.Metrics = metrics.New(nil)
 	}
 	return p, nil
 }
@@ -138,11 +153,16 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	if t := origHdr.Get(bus.HeaderTraceID); t != "" {
 		msg.Header.Set(bus.HeaderTraceID, t)
 	}
-	if _, err := p.cfg.Bus.JS.PublishMsg(ctx, msg); err != nil {
+	ack, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
+	if err != nil {
 		return fmt.Errorf("deadletter: publish dead letter: %w", err)
 	}
+	if !ack.Duplicate {
+		p.cfg.Metrics.DeadLetters.WithLabelValues(a.Consumer, a.kind()).Inc()
+	}
 	p.log.Warn("dead letter", "consumer", a.Consumer, "subject", subject, "stream_seq", a.StreamSeq,
-		"deliveries", a.Deliveries, "reason", reason)
+		"deliveries", a.Deliveries, "reason", reason, "request_id", origHdr.Get(bus.HeaderRequestID),
+		"session_id", origHdr.Get(bus.HeaderSessionID), "msg_id", origHdr.Get(jetstream.MsgIDHeader), "trace_id", origHdr.Get(bus.HeaderTraceID))
 	if data == nil {
 		return nil
 	}
@@ -212,7 +232,10 @@ func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason
 		return bus.Permanent(err)
 	}
 	out.Follow(m, protocol.MsgIDResponse(m.RequestID))
-	_, err = p.cfg.Bus.Respond(ctx, p.pub, out)
+	mine, err := p.cfg.Bus.Respond(ctx, p.pub, out)
+	if err == nil && mine {
+		p.cfg.Metrics.Answered(resp)
+	}
 	return err
 }
 

@@ -17,6 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/tracing"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -38,6 +44,10 @@ type Config struct {
 	MaxWait time.Duration
 	// Limits bound requests; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
+	// Metrics counts HTTP requests; nil counts into unexported metrics.
+	Metrics *metrics.Metrics
+	// Gatherer, when set, is served at GET /metrics.
+	Gatherer prometheus.Gatherer
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -49,6 +59,7 @@ type Gateway struct {
 	log     *slog.Logger
 	waiting waiters
 	mux     *http.ServeMux
+	handler http.Handler // mux, counted
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -77,6 +88,13 @@ func New(cfg Config) (*Gateway, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
+	if cfg.Gatherer != nil {
+		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
+	}
+	if g.cfg.Metrics == nil {
+		g.cfg.Metrics = metrics.New(nil)
+	}
+	g.handler = g.cfg.Metrics.Instrument(g.mux)
 	return g, nil
 }
 
@@ -85,7 +103,7 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 
 // Handler returns the gateway's HTTP handler. Responses reach it only while Run (or Listen)
 // runs.
-func (g *Gateway) Handler() http.Handler { return g.mux }
+func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Listen subscribes to responses until ctx is done. Run calls it; use it directly when serving
 // Handler from another server.
@@ -117,7 +135,7 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	listenErr := make(chan error, 1)
 	go func() { listenErr <- g.Listen(lctx) }()
-	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -176,6 +194,18 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
 		return
 	}
+	sctx, span := tracing.Tracer().Start(tracing.Context(r.Context(), trace), "POST /v1/route", oteltrace.WithSpanKind(oteltrace.SpanKindServer))
+	defer span.End()
+	tracing.Inject(sctx, &trace)
+	if trace.TraceID == "" {
+		// Without the caller's correlation id, the W3C trace id serves, so logs and traces agree.
+		trace.TraceID = tracing.TraceID(sctx)
+	}
+	if trace.TraceID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		trace.TraceID = hex.EncodeToString(b[:])
+	}
 	w.Header().Set("X-Trace-ID", trace.TraceID)
 	req, err := protocol.DecodeRequestJSON(body, g.cfg.Limits)
 	if err != nil {
@@ -183,7 +213,9 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	log := g.log.With("request_id", req.RequestID, "session_id", req.Session(), "trace_id", trace.TraceID)
+	span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
+		attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
+	log := g.log.With("request_id", req.RequestID, "session_id", req.Session(), "msg_id", protocol.MsgIDRequest(req.RequestID), "trace_id", trace.TraceID)
 	if limit := g.cfg.Bus.MaxMessageBytes() - envelopeAllowance; len(body) > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
 			fmt.Sprintf("the request is %d bytes; the bus carries at most %d in one message", len(body), limit), nil)
@@ -191,7 +223,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	// Accepting and publishing run to completion even if the client leaves: an accepted
 	// request_id must not be left without its request on the bus.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), publishTimeout)
 	defer cancel()
 
 	canon, _ := json.Marshal(req)
@@ -248,6 +280,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	defer timer.Stop()
 	select {
 	case resp := <-replies:
+		span.AddEvent("response", oteltrace.WithAttributes(attribute.String("hermes.status", string(resp.Status))))
 		writeResponse(w, resp)
 	case <-timer.C:
 		// The response may have been recorded while this gateway missed the bus message.
@@ -354,14 +387,10 @@ func (g *Gateway) waitFor(r *http.Request) (time.Duration, error) {
 	return d, nil
 }
 
-// traceOf keeps the caller's X-Trace-ID (or makes one) and W3C trace context.
+// traceOf reads the caller's X-Trace-ID and W3C trace context.
 func traceOf(r *http.Request) (protocol.TraceContext, error) {
 	t := protocol.TraceContext{TraceID: r.Header.Get("X-Trace-ID")}
-	if t.TraceID == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		t.TraceID = hex.EncodeToString(b[:])
-	} else if !printableASCII(t.TraceID, 128) {
+	if t.TraceID != "" && !printableASCII(t.TraceID, 128) {
 		return t, &protocol.FieldError{Field: "X-Trace-ID", Reason: "must be 1 to 128 printable ASCII characters without spaces"}
 	}
 	if tp := r.Header.Get("traceparent"); printableASCII(tp, 128) {

@@ -7,6 +7,9 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermesbus/hermes/internal/tracing"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -15,11 +18,13 @@ import (
 // handleResult aggregates: when every call of the result's request has a recorded result, it
 // publishes the response. The response is built from the recorded results only — the first
 // result recorded for a call is its result, whatever arrives later.
-func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
+func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) (err error) {
 	m, err := protocol.Unmarshal(d.Data)
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	ctx, span := tracing.Start(ctx, m, "hermes.aggregate", trace.SpanKindConsumer)
+	defer func() { tracing.End(span, err) }()
 	res, err := m.DecodeToolResult()
 	if err != nil {
 		return bus.Permanent(err)
@@ -32,7 +37,8 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) error {
 	} else {
 		entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			r.log.Warn("result for a request with no plan; dropped", "request_id", m.RequestID, "tool_call_id", res.ToolCallID, "msg_id", m.MsgID)
+			r.log.Warn("result for a request with no plan; dropped", "request_id", m.RequestID, "session_id", m.SessionID,
+				"msg_id", m.MsgID, "trace_id", m.Trace.TraceID, "tool_call_id", res.ToolCallID)
 			return nil
 		}
 		if err != nil {
@@ -93,9 +99,13 @@ func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, 
 		}
 		out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(cause.RequestID), cause.RequestID, p.SessionID
 		out.CausationID, out.Trace = p.RequestMsg, p.Trace
-		_, err = r.cfg.Bus.Respond(ctx, r.pub, out)
+		tracing.Inject(ctx, &out.Trace)
+		mine, err := r.cfg.Bus.Respond(ctx, r.pub, out)
 		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, r.cfg.Bus.MaxMessageBytes()) {
 			continue
+		}
+		if err == nil && mine {
+			r.cfg.Metrics.Answered(resp)
 		}
 		return err
 	}

@@ -12,8 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tracing"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -30,6 +34,8 @@ type Config struct {
 	Concurrency int
 	// Limits bound requests read from the bus; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
+	// Metrics counts answered requests; nil counts into unexported metrics.
+	Metrics *metrics.Metrics
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -65,6 +71,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 64
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
 	r := &Router{
 		cfg: cfg,
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance}),
@@ -99,7 +108,8 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dead, err := deadletter.New(deadletter.Config{Bus: r.cfg.Bus, Instance: r.cfg.Instance, Limits: r.cfg.Limits, Logger: r.log})
+	dead, err := deadletter.New(deadletter.Config{Bus: r.cfg.Bus, Instance: r.cfg.Instance, Limits: r.cfg.Limits,
+		Metrics: r.cfg.Metrics, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -130,11 +140,13 @@ func (r *Router) ensureTool(ctx context.Context, tool string) error {
 // handleRequest records the request's plan and dispatches each call. It is idempotent: on a
 // redelivery or a repeated request it dispatches again only calls that have no result yet,
 // under the same message ids, so the stream drops what was already published.
-func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
+func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) (err error) {
 	m, err := protocol.Unmarshal(d.Data)
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	ctx, span := tracing.Start(ctx, m, "hermes.route", trace.SpanKindConsumer)
+	defer func() { tracing.End(span, err) }()
 	req, err := m.DecodeRequest(r.cfg.Limits)
 	if err != nil {
 		return bus.Permanent(err)
@@ -228,6 +240,7 @@ func (r *Router) route(ctx context.Context, m *protocol.Message, req *protocol.R
 		return nil, bus.Permanent(err)
 	}
 	out.Follow(m, protocol.MsgIDToolCall(m.RequestID, call.ToolCallID))
+	tracing.Inject(ctx, &out.Trace)
 	out.Recipient = bus.ToolConsumer(call.Name)
 	log.Debug("dispatching", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name)
 	return &bus.Outgoing{Subject: protocol.SubjectToolCall(call.Name, m.SessionID), Msg: out}, nil
@@ -241,6 +254,7 @@ func (r *Router) publishResult(ctx context.Context, cause *protocol.Message, res
 		return bus.Permanent(err)
 	}
 	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
+	tracing.Inject(ctx, &out.Trace)
 	_, _, err = r.cfg.Bus.RecordResult(ctx, r.pub, out, res)
 	return err
 }

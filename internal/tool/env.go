@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -34,6 +35,52 @@ func (e *envError) Error() string {
 	}
 	return fmt.Sprintf("header %s uses ${env.%s}, which this worker does not allow (add it to --allow-env)", e.header, e.name)
 }
+
+// Secrets returns the values the ${env.NAME} placeholders of headers resolve to, for
+// redacting them from what a tool answers. Placeholders that would not resolve are skipped.
+func (r *EnvResolver) Secrets(headers map[string]string) []string {
+	var out []string
+	for _, v := range headers {
+		for rest := v; ; {
+			i := strings.Index(rest, "${env.")
+			if i < 0 {
+				break
+			}
+			end := strings.IndexByte(rest[i:], '}')
+			if end < 0 {
+				break
+			}
+			name := rest[i+len("${env.") : i+end]
+			rest = rest[i+end+1:]
+			if r == nil || !r.Allowed[name] {
+				continue
+			}
+			lookup := r.Lookup
+			if lookup == nil {
+				lookup = os.LookupEnv
+			}
+			if val, ok := lookup(name); ok && val != "" {
+				out = append(out, val)
+			}
+		}
+	}
+	return out
+}
+
+// redactSecrets replaces each secret of at least minSecretLen bytes in body with [redacted],
+// so a tool that echoes its credentials (in an error, say) does not put them on the bus.
+func redactSecrets(body []byte, secrets []string) []byte {
+	for _, s := range secrets {
+		if len(s) >= minSecretLen && bytes.Contains(body, []byte(s)) {
+			body = bytes.ReplaceAll(body, []byte(s), []byte("[redacted]"))
+		}
+	}
+	return body
+}
+
+// minSecretLen is the shortest value redacted from tool answers: shorter ones would blank
+// out ordinary text.
+const minSecretLen = 4
 
 // Resolve replaces every ${env.NAME} in value, the value of header, for a call to any host;
 // names bound to a host are refused.

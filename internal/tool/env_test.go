@@ -152,3 +152,15 @@ func TestEnvBoundToHost(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretsAreRedactedFromAnswers(t *testing.T) {
+	env := &EnvResolver{Allowed: map[string]bool{"TOKEN": true, "SHORT": true}, Lookup: func(n string) (string, bool) {
+		return map[string]string{"TOKEN": "s3cr3t-token", "SHORT": "ab", "OTHER": "not-allowed-value"}[n], true
+	}}
+	secrets := env.Secrets(map[string]string{"Authorization": "Bearer ${env.TOKEN}", "X-Short": "${env.SHORT}", "X-Other": "${env.OTHER}"})
+	body := []byte(`{"error":"bad token s3cr3t-token","ab":"not-allowed-value"}`)
+	got := string(redactSecrets(body, secrets))
+	if want := `{"error":"bad token [redacted]","ab":"not-allowed-value"}`; got != want {
+		t.Fatalf("redacted %s, want %s", got, want)
+	}
+}

@@ -15,6 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermesbus/hermes/internal/tracing"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -68,9 +73,22 @@ func NewHTTPClient(resolve map[string]string) *http.Client {
 }
 
 // Execute runs one try of an http action.
-func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
+func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (out Outcome, err error) {
 	a := c.Dispatch.Action
 	route := c.Dispatch.Route
+	name := "HTTP"
+	if a.HTTP != nil {
+		name += " " + strings.ToUpper(a.HTTP.Method)
+	}
+	ctx, span := tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("hermes.route", route), attribute.Int("hermes.attempt", c.Attempt)))
+	defer func() {
+		if out.Result.ErrorCode != "" {
+			span.SetStatus(codes.Error, out.Result.ErrorCode)
+			span.SetAttributes(attribute.String("hermes.error_code", out.Result.ErrorCode))
+		}
+		tracing.End(span, err)
+	}()
 	req, err := h.build(ctx, c)
 	if err != nil {
 		var ee *envError
@@ -84,12 +102,15 @@ func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req = req.WithContext(tctx)
+	span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("server.address", req.URL.Host),
+		attribute.String("url.path", req.URL.Path))
 	start := time.Now()
 	resp, err := h.Client.Do(req)
 	if err != nil {
 		return h.transportFailure(ctx, err, c, timeout)
 	}
 	defer resp.Body.Close()
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	limit := h.MaxResultBytes
 	if limit <= 0 {
 		limit = DefaultMaxResultBytes
@@ -99,12 +120,15 @@ func (h *HTTPExecutor) Execute(ctx context.Context, c *Call) (Outcome, error) {
 		return h.transportFailure(ctx, err, c, timeout)
 	}
 	elapsed := time.Since(start)
+	if a.HTTP != nil && len(a.HTTP.Headers) > 0 {
+		body = redactSecrets(body, h.Env.Secrets(a.HTTP.Headers))
+	}
 	if int64(len(body)) > limit {
 		return failure(protocol.CodeResultTooLarge, protocol.OriginHermes,
 			fmt.Sprintf("the tool answered more than %d bytes; ask for less (paging, filters) or raise the worker's --max-result-bytes", limit),
 			fmt.Sprintf("result larger than %d bytes", limit), false), nil
 	}
-	out := Outcome{Result: protocol.ToolResult{Content: contentOf(body), ExecutionTimeMS: executionTime(resp.Header, elapsed)}}
+	out = Outcome{Result: protocol.ToolResult{Content: contentOf(body), ExecutionTimeMS: executionTime(resp.Header, elapsed)}}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		out.Result.Status = protocol.ResultOK
@@ -235,13 +259,15 @@ func (h *HTTPExecutor) build(ctx context.Context, c *Call) (*http.Request, error
 	req.Header.Set("Idempotency-Key", c.IdempotencyKey())
 	req.Header.Set("X-Request-ID", c.RequestID)
 	req.Header.Set("X-Hermes-Attempt", strconv.Itoa(c.Attempt))
-	if c.Trace.TraceID != "" {
-		req.Header.Set("X-Trace-ID", c.Trace.TraceID)
+	tc := c.Trace // the tool's parent is this try's client span, when there is one
+	tracing.Inject(ctx, &tc)
+	if tc.TraceID != "" {
+		req.Header.Set("X-Trace-ID", tc.TraceID)
 	}
-	if c.Trace.Traceparent != "" {
-		req.Header.Set("traceparent", c.Trace.Traceparent)
-		if c.Trace.Tracestate != "" {
-			req.Header.Set("tracestate", c.Trace.Tracestate)
+	if tc.Traceparent != "" {
+		req.Header.Set("traceparent", tc.Traceparent)
+		if tc.Tracestate != "" {
+			req.Header.Set("tracestate", tc.Tracestate)
 		}
 	}
 	return req, nil

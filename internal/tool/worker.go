@@ -11,7 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hermesbus/hermes/internal/ledger"
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/tracing"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -37,6 +42,9 @@ type Config struct {
 	// Executors by action kind; nil means the HTTP executor for "http". Kinds without one fail
 	// with ACTION_UNSUPPORTED.
 	Executors map[string]Executor
+	// Metrics observes dispatch delays, tries, retries and results; nil counts into unexported
+	// metrics.
+	Metrics *metrics.Metrics
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -64,6 +72,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 32
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, serving: map[string]bool{},
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
@@ -176,7 +187,7 @@ type runner struct {
 // handle runs one delivery of a tool call: at most one try, then a result or a delayed
 // redelivery. A call with a recorded result is not run again, and a call held by a live worker
 // is left to it.
-func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
+func (r *runner) handle(ctx context.Context, d *bus.Delivery) (err error) {
 	w := r.w
 	m, err := protocol.Unmarshal(d.Data)
 	if err != nil {
@@ -187,6 +198,11 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.Permanent(err)
 	}
 	callID := disp.Call.ToolCallID
+	ctx, span := tracing.Start(ctx, m, "hermes.tool "+disp.Call.Name, trace.SpanKindConsumer,
+		attribute.String("hermes.tool", disp.Call.Name), attribute.String("hermes.tool_call_id", callID))
+	defer func() { tracing.End(span, err) }()
+	// What this worker sends about the call (start, result) follows from its span.
+	tracing.Inject(ctx, &m.Trace)
 	key := ledger.Key(m.RequestID, callID)
 	log := w.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID,
 		"trace_id", m.Trace.TraceID, "tool", disp.Call.Name, "tool_call_id", callID)
@@ -216,12 +232,21 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	defer h.Done()
 	attempt := h.Attempt()
+	tool := disp.Call.Name
+	if attempt == 1 && !m.CreatedAt.IsZero() {
+		w.cfg.Metrics.Dispatch.WithLabelValues(tool).Observe(max(time.Since(m.CreatedAt), 0).Seconds())
+	}
 	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
 	if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
 		h.Release(context.WithoutCancel(ctx), "")
 		return err
 	}
+	inFlight := w.cfg.Metrics.InFlight.WithLabelValues(tool)
+	inFlight.Inc()
+	began := time.Now()
 	out, err := r.tryHolding(ctx, h, m, disp, maxAttempts)
+	inFlight.Dec()
+	w.cfg.Metrics.Execution.WithLabelValues(tool).Observe(time.Since(began).Seconds())
 	if err != nil {
 		h.Release(context.WithoutCancel(ctx), "")
 		return err // not judged (shutdown, executor panic): redeliver
@@ -229,6 +254,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if out.Result.Status != protocol.ResultOK && out.Retryable && attempt < maxAttempts {
 		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
 		h.Release(ctx, out.Result.ErrorCode)
+		w.cfg.Metrics.Retries.WithLabelValues(tool, out.Result.ErrorCode).Inc()
 		log.Info("try failed; retrying", "attempt", attempt, "max_attempts", maxAttempts, "error_code", out.Result.ErrorCode, "delay", delay)
 		return bus.RetryAfter(fmt.Errorf("%s on try %d of %d", out.Result.ErrorCode, attempt, maxAttempts), delay)
 	}
@@ -298,7 +324,10 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		}
 		out.Follow(cause, id)
 		out.Attempt = res.Attempts
-		_, _, err = w.cfg.Bus.RecordResult(ctx, w.pub, out, res)
+		_, mine, err := w.cfg.Bus.RecordResult(ctx, w.pub, out, res)
+		if err == nil && mine {
+			w.cfg.Metrics.ToolResults.WithLabelValues(res.Name, string(res.Status), res.ErrorCode).Inc()
+		}
 		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
 			size := len(res.Content)
 			*res = protocol.ToolResult{ToolCallID: res.ToolCallID, Name: res.Name, Route: res.Route, Attempts: res.Attempts,

@@ -15,6 +15,8 @@ import (
 // Headers set on every Hermes message, besides Nats-Msg-Id.
 const (
 	HeaderType        = "Hermes-Type"
+	HeaderRequestID   = "Hermes-Request-Id"
+	HeaderSessionID   = "Hermes-Session-Id"
 	HeaderTraceID     = "X-Trace-ID"
 	HeaderTraceparent = "traceparent"
 	HeaderTracestate  = "tracestate"
@@ -94,6 +96,12 @@ func (p *Publisher) msg(subject string, m *protocol.Message, data []byte) *nats.
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
 	msg.Header.Set(HeaderType, string(m.Type))
+	if m.RequestID != "" {
+		msg.Header.Set(HeaderRequestID, m.RequestID)
+	}
+	if m.SessionID != "" {
+		msg.Header.Set(HeaderSessionID, m.SessionID)
+	}
 	if m.Trace.TraceID != "" {
 		msg.Header.Set(HeaderTraceID, m.Trace.TraceID)
 	}

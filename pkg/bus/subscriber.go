@@ -224,7 +224,7 @@ func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg, logger *slog
 	case err == nil:
 		settleErr = msg.Ack()
 	case IsPermanent(err):
-		logger.Error("message terminated", "subject", d.Subject, "seq", d.StreamSeq, "err", err)
+		logger.Error("message terminated", append(d.logAttrs(), "err", err)...)
 		settleErr = msg.TermWithReason(truncate(err.Error(), 256))
 	case ctx.Err() != nil:
 		settleErr = msg.Nak() // shutting down: let another instance take it now
@@ -233,13 +233,20 @@ func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg, logger *slog
 		if !ok {
 			delay = DefaultRetryDelay(d.NumDelivered)
 		}
-		logger.Warn("message will be redelivered", "subject", d.Subject, "seq", d.StreamSeq,
-			"delivered", d.NumDelivered, "delay", delay, "err", err)
+		logger.Warn("message will be redelivered", append(d.logAttrs(), "delivered", d.NumDelivered, "delay", delay, "err", err)...)
 		settleErr = msg.NakWithDelay(delay)
 	}
 	if settleErr != nil {
-		logger.Warn("settle message", "subject", d.Subject, "seq", d.StreamSeq, "err", settleErr)
+		logger.Warn("settle message", append(d.logAttrs(), "err", settleErr)...)
 	}
+}
+
+// logAttrs names the delivery in log lines: its subject and sequence, and the request,
+// session, message and trace ids its headers carry (Hermes sets them on every message).
+func (d *Delivery) logAttrs() []any {
+	return []any{"subject", d.Subject, "seq", d.StreamSeq,
+		"request_id", d.Header.Get(HeaderRequestID), "session_id", d.Header.Get(HeaderSessionID),
+		"msg_id", d.Header.Get(jetstream.MsgIDHeader), "trace_id", d.Header.Get(HeaderTraceID)}
 }
 
 // call runs the handler, turning a panic into an error.

@@ -10,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -118,7 +120,8 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 }
 
 func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
-	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}})
+	m := metrics.New(nil)
+	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}, metrics: m})
 	s.addWorkerWith(tool.Config{Instance: "worker-1", Tools: []string{"echo"}})
 	s.addWorkerWith(tool.Config{Instance: "buggy-worker", Tools: []string{"boom"},
 		Executors: map[string]tool.Executor{protocol.ActionHTTP: panicking{}}})
@@ -133,5 +136,11 @@ func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
 	dl := s.waitDeadLetter("hermes.tool.boom.boom_1")
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "3" || !strings.Contains(dl.Header.Get(deadletter.HeaderReason), "3 deliveries") {
 		t.Fatalf("dead letter headers %v", dl.Header)
+	}
+	if got := testutil.ToFloat64(m.DeadLetters.WithLabelValues("tool-boom", "max_deliveries")); got != 1 {
+		t.Fatalf("hermes_dead_letters_total{consumer=tool-boom,kind=max_deliveries} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Responses.WithLabelValues(string(protocol.StatusPartialSuccess))); got != 1 {
+		t.Fatalf("hermes_responses_total{status=partial_success} = %v, want 1", got)
 	}
 }

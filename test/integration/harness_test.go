@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/internal/tool"
@@ -36,6 +38,8 @@ type options struct {
 	resolve    map[string]string // added to every worker's resolve map
 	demoHosts  []string          // host:port names every worker dials at the demo tools
 	bus        bus.Config        // stream, bucket and consumer settings
+	logger     *slog.Logger      // for every service; nil discards
+	metrics    *metrics.Metrics  // shared by every service; nil: each its own, unexported
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers, workers, a gateway.
@@ -111,7 +115,8 @@ func start(t *testing.T, opts options) *system {
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
 	nc, gb := s.connect()
-	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: instance, MaxBodyBytes: 64 << 10})
+	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: instance, MaxBodyBytes: 64 << 10,
+		Metrics: s.opts.metrics, Logger: s.opts.logger})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -160,7 +165,7 @@ func (s *system) goRun(run func(context.Context) error) {
 func (s *system) addRouter(instance string) *router.Router {
 	s.t.Helper()
 	_, b := s.connect()
-	r, err := router.New(router.Config{Bus: b, Routes: s.table, Instance: instance})
+	r, err := router.New(router.Config{Bus: b, Routes: s.table, Instance: instance, Metrics: s.opts.metrics, Logger: s.opts.logger})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -179,6 +184,12 @@ func (s *system) addWorkerWith(cfg tool.Config) *tool.Worker {
 	s.t.Helper()
 	_, b := s.connect()
 	cfg.Bus, cfg.AllowEnv, cfg.Resolve = b, s.opts.allowEnv, s.resolve
+	if cfg.Metrics == nil {
+		cfg.Metrics = s.opts.metrics
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = s.opts.logger
+	}
 	w, err := tool.New(cfg)
 	if err != nil {
 		s.t.Fatal(err)

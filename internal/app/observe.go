@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/tracing"
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// observer is one process's metrics registry and trace export.
+type observer struct {
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	stop    func(context.Context) error
+}
+
+// observe sets up metrics and, when the OTEL_* environment asks for it, trace export for the
+// process running service. Call close when the process ends: it flushes pending spans.
+func observe(ctx context.Context, service string) (*observer, error) {
+	stop, err := tracing.Setup(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	return &observer{reg: reg, metrics: metrics.New(reg), stop: stop}, nil
+}
+
+// watchBacklog adds the backlog of b's consumers to the metrics.
+func (o *observer) watchBacklog(b *bus.Bus, log *slog.Logger) {
+	o.reg.MustRegister(&metrics.Backlog{Streams: []jetstream.Stream{b.Stream, b.DLQ}, Logger: log})
+}
+
+func (o *observer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = o.stop(ctx)
+}
+
+// serve runs run, serving /metrics on addr alongside it while it runs (addr empty: run alone).
+// The address is bound before run starts, so a taken port fails at once.
+func (o *observer) serve(ctx context.Context, addr string, log *slog.Logger, run func(context.Context) error) error {
+	if addr == "" {
+		return run(ctx)
+	}
+	ln, err := listen(addr, "metrics")
+	if err != nil {
+		return err
+	}
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- metrics.Serve(ctx, ln, o.reg) }()
+	err = run(ctx)
+	cancel()
+	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = serr
+	}
+	return err
+}

@@ -1,0 +1,179 @@
+// Package metrics defines Hermes' Prometheus metrics and serves them.
+//
+// Every service takes a *Metrics; New(nil) gives one that counts without being exported, so
+// code never checks for nil. One process registers one Metrics (hermes up shares one between
+// its services), so each series has one writer per process.
+package metrics
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Metrics holds Hermes' collectors. Label values are tool names, consumer names, statuses and
+// error codes: all bounded by the routes and the protocol, never ids.
+type Metrics struct {
+	// Requests counts answered requests: one per tool the request called (tool="" for a
+	// request that failed before naming one), labelled with the response status.
+	Requests *prometheus.CounterVec
+	// Responses counts answered requests by status, once each.
+	Responses *prometheus.CounterVec
+	// Dispatch observes the time from the router's publish of a call to a worker starting it.
+	Dispatch *prometheus.HistogramVec
+	// Execution observes each try of a tool, by tool.
+	Execution *prometheus.HistogramVec
+	// ToolResults counts recorded results by tool, status and error code.
+	ToolResults *prometheus.CounterVec
+	// Retries counts tries that failed and were scheduled again, by tool and error code.
+	Retries *prometheus.CounterVec
+	// DeadLetters counts messages Hermes gave up on, by consumer and kind (max_deliveries,
+	// terminated).
+	DeadLetters *prometheus.CounterVec
+	// InFlight is the number of tool calls running in this process, by tool.
+	InFlight *prometheus.GaugeVec
+	// HTTPRequests and HTTPDuration describe the gateway's HTTP traffic by route pattern.
+	HTTPRequests *prometheus.CounterVec
+	HTTPDuration *prometheus.HistogramVec
+}
+
+// latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// New returns Metrics registered with reg, with the Go runtime and process collectors; a nil
+// reg gives unregistered metrics.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_request_total",
+			Help: "Answered requests, once per tool each called, by response status."}, []string{"status", "tool"}),
+		Responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_responses_total",
+			Help: "Answered requests by response status."}, []string{"status"}),
+		Dispatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hermes_tool_dispatch_duration_seconds",
+			Help: "Time from the router publishing a tool call to a worker starting it.", Buckets: latencyBuckets}, []string{"tool"}),
+		Execution: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hermes_tool_execution_duration_seconds",
+			Help: "Duration of each try of a tool.", Buckets: latencyBuckets}, []string{"tool"}),
+		ToolResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_tool_results_total",
+			Help: "Recorded tool call results by status and error code."}, []string{"tool", "status", "error_code"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_tool_retries_total",
+			Help: "Failed tries scheduled to run again."}, []string{"tool", "error_code"}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_dead_letters_total",
+			Help: "Messages Hermes gave up on and dead-lettered."}, []string{"consumer", "kind"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hermes_tool_calls_in_flight",
+			Help: "Tool calls running in this process."}, []string{"tool"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_http_requests_total",
+			Help: "Gateway HTTP requests by route and status code."}, []string{"route", "code"}),
+		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hermes_http_request_duration_seconds",
+			Help: "Gateway HTTP request duration by route.", Buckets: latencyBuckets}, []string{"route"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
+			m.InFlight, m.HTTPRequests, m.HTTPDuration,
+			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return m
+}
+
+// Answered counts one answered request: once by status, and once per distinct tool its
+// results name.
+func (m *Metrics) Answered(resp *protocol.Response) {
+	status := string(resp.Status)
+	m.Responses.WithLabelValues(status).Inc()
+	if len(resp.Results) == 0 {
+		m.Requests.WithLabelValues(status, "").Inc()
+	}
+	for i := range resp.Results {
+		if !seen(resp.Results[:i], resp.Results[i].Name) {
+			m.Requests.WithLabelValues(status, resp.Results[i].Name).Inc()
+		}
+	}
+}
+
+func seen(results []protocol.ToolResult, tool string) bool {
+	for i := range results {
+		if results[i].Name == tool {
+			return true
+		}
+	}
+	return false
+}
+
+// Handler serves g in the Prometheus text format.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Instrument wraps a handler served by an http.ServeMux and counts its requests by route
+// pattern ("unmatched" when none) and status code.
+func (m *Metrics) Instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		m.HTTPRequests.WithLabelValues(route, statusText(sw.code)).Inc()
+		m.HTTPDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code    int
+	written bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.written {
+		w.code, w.written = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.written = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets streaming handlers (server-sent events) flush through the wrapper.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func statusText(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
+
+// Serve serves /metrics of g on ln until ctx is done.
+func Serve(ctx context.Context, ln net.Listener, g prometheus.Gatherer) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", Handler(g))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}

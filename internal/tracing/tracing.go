@@ -1,0 +1,163 @@
+// Package tracing carries OpenTelemetry traces across the bus.
+//
+// Every Hermes message holds its W3C trace context (protocol.TraceContext, also sent as the
+// traceparent NATS header). A service handling a message starts its span as a child of the
+// message's context with Start, and writes its own span's context into the messages it sends
+// with Inject, so one trace runs gateway → router → tool worker → tool → router → gateway.
+//
+// Spans are recorded only when Setup installs an exporter (OTLP, configured by the standard
+// OTEL_* variables). Without one the global no-op provider passes the caller's trace context
+// through unchanged, so tools still see the caller's traceparent.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Name is the instrumentation scope of Hermes' spans.
+const Name = "github.com/hermesbus/hermes"
+
+var propagator = propagation.TraceContext{}
+
+// Tracer returns Hermes' tracer from the global provider (read at each call, so a provider
+// installed later, e.g. by a test, takes effect).
+func Tracer() trace.Tracer { return otel.Tracer(Name) }
+
+// Enabled reports whether the OTEL_* environment asks for trace export: an OTLP endpoint is
+// set, or OTEL_TRACES_EXPORTER is otlp; and neither OTEL_SDK_DISABLED=true nor
+// OTEL_TRACES_EXPORTER=none turns it off.
+func Enabled(getenv func(string) string) bool {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return false
+	}
+	switch strings.ToLower(getenv("OTEL_TRACES_EXPORTER")) {
+	case "none":
+		return false
+	case "otlp":
+		return true
+	case "":
+	default:
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Setup installs an OTLP/HTTP trace exporter as the global provider when the environment asks
+// for one (Enabled), naming the service service unless OTEL_SERVICE_NAME does. The exporter
+// reads its endpoint, headers and timeouts from the standard OTEL_EXPORTER_OTLP_* variables.
+// It returns a shutdown that flushes pending spans; without export it does nothing.
+func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if !Enabled(os.Getenv) {
+		return func(context.Context) error { return nil }, nil
+	}
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/protobuf" {
+		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL=%q: only http/protobuf is supported", p)
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
+		if merged, err := resource.Merge(res, env); err == nil {
+			res = merged
+		}
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// Context returns ctx carrying tc's W3C trace context as the remote parent; ctx unchanged
+// when tc has none or an invalid one.
+func Context(ctx context.Context, tc protocol.TraceContext) context.Context {
+	if tc.Traceparent == "" {
+		return ctx
+	}
+	return propagator.Extract(ctx, carrier{tc: &tc})
+}
+
+// Inject writes the trace context of ctx's span into tc (traceparent and tracestate). The
+// correlation id tc.TraceID is kept. With no valid span context in ctx, tc is unchanged.
+func Inject(ctx context.Context, tc *protocol.TraceContext) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	propagator.Inject(ctx, carrier{tc: tc})
+}
+
+// Start starts a span named name for handling m, as a child of m's trace context, with the
+// message's ids as attributes.
+func Start(ctx context.Context, m *protocol.Message, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	attrs = append(attrs,
+		attribute.String("hermes.request_id", m.RequestID),
+		attribute.String("hermes.session_id", m.SessionID),
+		attribute.String("hermes.msg_id", m.MsgID),
+		attribute.String("hermes.message_type", string(m.Type)),
+	)
+	if m.Trace.TraceID != "" {
+		attrs = append(attrs, attribute.String("hermes.trace_id", m.Trace.TraceID))
+	}
+	return Tracer().Start(Context(ctx, m.Trace), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+}
+
+// End ends span, marking it failed when err is not nil.
+func End(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// TraceID returns the W3C trace id of ctx's span as hex, or "" when it has none.
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// carrier adapts a protocol.TraceContext to the propagator.
+type carrier struct{ tc *protocol.TraceContext }
+
+func (c carrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.tc.Traceparent
+	case "tracestate":
+		return c.tc.Tracestate
+	}
+	return ""
+}
+
+func (c carrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		c.tc.Traceparent = value
+	case "tracestate":
+		c.tc.Tracestate = value
+	}
+}
+
+func (c carrier) Keys() []string { return []string{"traceparent", "tracestate"} }

@@ -1,0 +1,273 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/tool"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// TestOneTraceFromGatewayThroughToolAndBack records spans in memory and checks that one
+// request makes one trace: the caller's span → gateway → router → tool worker → tool HTTP
+// call → router aggregation, each the child of the one before (aggregation of the worker's),
+// and that the tool receives the trace context of the HTTP call's span.
+func TestOneTraceFromGatewayThroughToolAndBack(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+
+	s := start(t, options{workers: 1})
+	const traceID, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	status, hdr, body := s.post(request("trace_1", "", call("a", "record", map[string]any{})), "",
+		"traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", status, body)
+	}
+	if got := hdr.Get("X-Trace-ID"); got != traceID {
+		t.Fatalf("X-Trace-ID = %q; without the caller's own, the W3C trace id is the correlation id", got)
+	}
+	names := []string{"POST /v1/route", "hermes.route", "hermes.tool record", "HTTP POST", "hermes.aggregate"}
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	waitFor(t, "every span of the request", func() bool {
+		for _, sp := range exp.GetSpans().Snapshots() {
+			if sp.SpanContext().TraceID().String() == traceID {
+				byName[sp.Name()] = sp
+			}
+		}
+		return len(byName) >= len(names)
+	})
+	parentOf := map[string]string{
+		"POST /v1/route":     callerSpan,
+		"hermes.route":       byName["POST /v1/route"].SpanContext().SpanID().String(),
+		"hermes.tool record": byName["hermes.route"].SpanContext().SpanID().String(),
+		"HTTP POST":          byName["hermes.tool record"].SpanContext().SpanID().String(),
+		"hermes.aggregate":   byName["hermes.tool record"].SpanContext().SpanID().String(),
+	}
+	for _, name := range names {
+		sp, ok := byName[name]
+		if !ok {
+			t.Fatalf("no span %q in the trace; have %v", name, keys(byName))
+		}
+		if got := sp.Parent().SpanID().String(); got != parentOf[name] {
+			t.Errorf("span %q: parent %s, want %s", name, got, parentOf[name])
+		}
+	}
+	if a := attr(byName["POST /v1/route"], "hermes.request_id"); a != "trace_1" {
+		t.Errorf("gateway span request id attribute %q", a)
+	}
+	tries := s.recorder.tries("trace_1/a")
+	if len(tries) != 1 {
+		t.Fatalf("tool tried %d times", len(tries))
+	}
+	want := "00-" + traceID + "-" + byName["HTTP POST"].SpanContext().SpanID().String() + "-01"
+	if got := tries[0].Get("traceparent"); got != want {
+		t.Fatalf("the tool got traceparent %q, want %q (the HTTP call's span)", got, want)
+	}
+	if got := tries[0].Get("X-Trace-ID"); got != traceID {
+		t.Fatalf("the tool got X-Trace-ID %q", got)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func attr(sp sdktrace.ReadOnlySpan, key string) string {
+	for _, kv := range sp.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// lockedBuffer is an io.Writer safe for the services' concurrent log lines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLogLinesNameTheirMessageAndNoSecret runs calls that log (a retried call, a call with a
+// secret header, a refused variable, an unrouted call) with every service logging JSON at
+// debug level, then checks that each line about a request names its request, session,
+// message and trace, and that no secret value appears in the logs, the record or the answer.
+func TestLogLinesNameTheirMessageAndNoSecret(t *testing.T) {
+	const secret, forbidden = "canary-5d1e8a-secret", "canary-0b7c44-forbidden"
+	t.Setenv("HERMES_IT_SECRET", secret)
+	t.Setenv("HERMES_IT_FORBIDDEN", forbidden)
+	tools := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A careless tool: it fails and echoes the request headers back in its error.
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":"denied","seen":%q}`, r.Header.Get("Authorization"))
+	}))
+	defer tools.Close()
+	var logs lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := start(t, options{workers: 1, logger: log, allowEnv: []string{"HERMES_IT_SECRET"},
+		resolve: map[string]string{"127.0.0.1:8082": strings.TrimPrefix(tools.URL, "http://")}})
+	status, _, body := s.post(request("logs_1", "",
+		call("retried", "echo", map[string]any{"fail_times": 1}),
+		call("secret", "secret_tool", map[string]any{}),
+		call("refused", "forbidden_tool", map[string]any{}),
+		call("unrouted", "no_such_tool", map[string]any{})), "", "X-Trace-ID", "trace-logs-1")
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", status, body)
+	}
+	resp := decodeResponse(t, body)
+	if r := result(t, resp, "retried"); r.Status != protocol.ResultOK || r.Attempts != 2 {
+		t.Fatalf("retried call: %+v", r)
+	}
+	out := logs.String()
+	for _, v := range []string{secret, forbidden} {
+		if strings.Contains(out, v) {
+			t.Errorf("a secret value appears in the logs")
+		}
+		if bytes.Contains(s.rawRecord(), []byte(v)) {
+			t.Errorf("a secret value appears on the stream")
+		}
+	}
+	about, events := 0, map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line is not JSON: %s", sc.Text())
+		}
+		if line["request_id"] == nil {
+			continue
+		}
+		about++
+		events[fmt.Sprint(line["msg"])] = true
+		for _, k := range []string{"session_id", "msg_id", "trace_id"} {
+			if v, _ := line[k].(string); v == "" {
+				t.Errorf("log line about request %v has no %s: %s", line["request_id"], k, sc.Text())
+			}
+		}
+		if line["trace_id"] != "trace-logs-1" {
+			t.Errorf("log line carries trace_id %v, want the caller's trace-logs-1: %s", line["trace_id"], sc.Text())
+		}
+	}
+	for _, want := range []string{"try failed; retrying", "no route", "request published"} {
+		if !events[want] {
+			t.Errorf("no %q line among %d lines about the request; got %v", want, about, keys(events))
+		}
+	}
+}
+
+// TestUpServesMetricsOnItsHTTPPort runs Hermes as hermes up does and scrapes /metrics after a
+// request with a retried call and one that is not routed.
+func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Worker: tool.Config{Concurrency: 8}, Instance: "metrics-it"})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = sys.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	body := `{"request_id":"m1","tool_calls":[{"tool_call_id":"a","name":"echo","arguments":{"fail_times":1}},` +
+		`{"tool_call_id":"b","name":"nope","arguments":{}}]}`
+	var resp *http.Response
+	waitFor(t, "the gateway to answer", func() bool {
+		resp, err = http.Post(sys.GatewayURL+"/v1/route", "application/json", strings.NewReader(body))
+		if err != nil {
+			return false
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return false
+		}
+		return true
+	})
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(answer), `"partial_success"`) {
+		t.Fatalf("answer: %s", answer)
+	}
+	scrape := func() string {
+		r, err := http.Get(sys.GatewayURL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return string(b)
+	}
+	text := scrape()
+	for _, want := range []string{
+		`hermes_request_total{status="partial_success",tool="echo"} 1`,
+		`hermes_request_total{status="partial_success",tool="nope"} 1`,
+		`hermes_responses_total{status="partial_success"} 1`,
+		`hermes_tool_retries_total{error_code="UNAVAILABLE",tool="echo"} 1`,
+		`hermes_tool_results_total{error_code="",status="ok",tool="echo"} 1`,
+		`hermes_tool_dispatch_duration_seconds_count{tool="echo"} 1`,
+		`hermes_tool_execution_duration_seconds_count{tool="echo"} 2`,
+		`hermes_tool_calls_in_flight{tool="echo"} 0`,
+		`hermes_consumer_pending_messages{consumer="tool-echo",stream="HERMES"}`,
+		`hermes_consumer_ack_pending_messages{consumer="router-requests",stream="HERMES"}`,
+		`hermes_consumer_info_up 1`,
+		`hermes_http_requests_total{code="200",route="POST /v1/route"}`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", grepLines(text, "hermes_"))
+	}
+}
+
+func grepLines(text, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) && !strings.Contains(l, "_bucket") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -293,5 +294,61 @@ func TestPublishBatch(t *testing.T) {
 	bad := []bus.Outgoing{batch[0], {Subject: "hermes.nowhere", Msg: batch[1].Msg}}
 	if err := p.PublishBatch(ctx, bad); err == nil {
 		t.Fatal("a publish to a subject no stream takes was not reported")
+	}
+}
+
+// TestSubscriberLosesNothingUnderLoad pulls with a short wait while the CPU is saturated, so
+// pulls often end while the server is still sending: every message must still be handled at
+// once. A pull that dropped what the client had buffered when it ended would leave those
+// messages pending until their ack deadline (here far beyond the test's wait), which is what
+// a fetch bound to a context did.
+func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{AckWait: 10 * time.Minute})
+	cons, err := b.Consumer(context.Background(), bus.ConsumerRouterRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = (&bus.Subscriber{Consumer: cons, Concurrency: 64, PullWait: 20 * time.Millisecond,
+			Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { handled.Add(1); return nil })}).Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	spin, stopSpin := context.WithCancel(context.Background())
+	defer stopSpin()
+	for range 4 {
+		go func() {
+			for x := 0; spin.Err() == nil; x++ {
+			}
+		}()
+	}
+	const clients, each = 32, 100
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("r%d-%d", c, i)
+				msg := &nats.Msg{Subject: protocol.SubjectRequest(id), Data: make([]byte, 200), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+				if _, err := b.JS.PublishMsg(context.Background(), msg); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Duration(i%5) * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	stopSpin()
+	deadline := time.Now().Add(60 * time.Second)
+	for handled.Load() < clients*each && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := handled.Load(); got != clients*each {
+		info, _ := cons.Info(context.Background())
+		t.Fatalf("handled %d of %d messages; %d wait for their ack deadline", got, clients*each, info.NumAckPending)
 	}
 }

@@ -138,12 +138,13 @@ func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, 
 				break more
 			}
 		}
-		// The pull expires on the server a little before fctx does. fctx is not ended by ctx:
-		// a message the server already sent must reach us, to be nak'ed rather than lost.
-		fctx, cancelFetch := context.WithTimeout(context.WithoutCancel(ctx), wait)
-		batch, err := s.Consumer.Fetch(k, jetstream.FetchContext(fctx))
+		// The pull ends when the server says it expired, which it says after every message it
+		// sent for the pull; the client gives up only a second later. So every message sent
+		// reaches us (to be handled, or nak'ed at shutdown). A fetch bound to a context would
+		// instead drop what is still buffered when the context ends, and those messages would
+		// wait out their ack deadline.
+		batch, err := s.Consumer.Fetch(k, jetstream.FetchMaxWait(wait))
 		if err != nil {
-			cancelFetch()
 			for range k {
 				free <- struct{}{}
 			}
@@ -170,7 +171,6 @@ func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, 
 				s.handle(hctx, msg, logger)
 			}()
 		}
-		cancelFetch()
 		for range k - got {
 			free <- struct{}{}
 		}

@@ -24,6 +24,8 @@ var Commands = map[string]Command{
 	"route":      RunRoute,
 	"dlq":        RunDLQ,
 	"bench":      RunBench,
+	"tail":       RunTail,
+	"replay":     RunReplay,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -39,6 +41,9 @@ Commands:
   demo-tools  run the demo tool service alone
   route       post a request file to a gateway and print the response
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
+  tail        print the live message flow, of every session or one (--session S), until Ctrl-C
+  replay      print a session's recorded history (--session S), or what a new routes file
+              would route differently (--routes FILE; exit 1 when anything would change)
   bench       measure Hermes against the same tool called directly
 
 Run 'hermes <command> -h' for a command's flags.
@@ -62,16 +67,39 @@ func Main(args []string) int {
 	return Exec(cmd, args[1:], env)
 }
 
-// Exec runs cmd with args until SIGINT or SIGTERM and returns the exit code.
+// ExitError ends a command with exit code Code. Exec prints Err, when set, like any other
+// error; an ExitError without Err exits silently (the command has said what it had to).
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Exec runs cmd with args until SIGINT or SIGTERM and returns the exit code: 0 on success or
+// -h, the code of an *ExitError, else 1.
 func Exec(cmd Command, args []string, env Env) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := cmd(ctx, args, env)
+	var exit *ExitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &exit):
+		if exit.Err != nil {
+			fmt.Fprintf(env.Stderr, "hermes: %v\n", exit.Err)
+		}
+		return exit.Code
 	default:
 		fmt.Fprintf(env.Stderr, "hermes: %v\n", err)
 		return 1

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -11,6 +13,10 @@ import (
 
 // demoToolsAddr is where examples/routes.yaml expects the demo tools.
 const demoToolsAddr = "127.0.0.1:8081"
+
+// natsListenAddr is where hermes up lets local clients (hermes tail, replay, dlq, more workers)
+// reach its embedded server by default: where they look for NATS by default.
+const natsListenAddr = "127.0.0.1:4222"
 
 // RunUp runs the whole system in one process: hermes up.
 func RunUp(ctx context.Context, args []string, env Env) error {
@@ -26,7 +32,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	wf.register(fs)
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
 	data := fs.String("data", "hermes-data", "JetStream store directory of the embedded server")
-	natsListen := fs.String("nats-listen", "", "also let local clients reach the embedded server at this address, e.g. 127.0.0.1:4222")
+	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
 	sync := fs.String("sync", "interval", "store sync policy of the embedded server: interval or always")
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
 	log, err := parse(fs, args, env, &c.logLevel)
@@ -41,9 +47,17 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	listenAt, taken := *natsListen, ""
+	if c.natsURL == "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "nats-listen" })
+		if listenAt, taken, err = checkNATSListen(*natsListen, explicit); err != nil {
+			return err
+		}
+	}
 
 	sys, err := StartSystem(ctx, SystemConfig{
-		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: *natsListen,
+		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wf.config(""), Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log,
@@ -55,13 +69,36 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if sys.DemoURL != "" {
 		demoDesc = sys.DemoURL
 	}
-	printBanner(env, sys.GatewayURL, demoDesc, sys.NATSDescription, desc, len(table.ToolNames()))
+	natsDesc := sys.NATSDescription
+	if taken != "" {
+		natsDesc += " (" + taken + " is taken)"
+	}
+	printBanner(env, sys.GatewayURL, demoDesc, natsDesc, sys.ClientURL, desc, len(table.ToolNames()))
 	err = sys.Run(ctx)
 	fmt.Fprintln(env.Stdout, "Hermes stopped.")
 	return err
 }
 
-func printBanner(env Env, base, demo, natsDesc, routesDesc string, tools int) {
+// checkNATSListen makes sure the embedded server can listen at addr before it is started (the
+// server itself would only log the failure and time out). The default address, when taken,
+// gives way to a free loopback port, and taken names it; an address given explicitly must be
+// free.
+func checkNATSListen(addr string, explicit bool) (listenAt, taken string, err error) {
+	if addr == "" {
+		return "", "", nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		ln.Close()
+		return addr, "", nil
+	}
+	if explicit {
+		return "", "", fmt.Errorf("--nats-listen %s: %w (is another hermes up or NATS server running? pick another address, or \"\" for in-process clients only)", addr, err)
+	}
+	return "127.0.0.1:0", addr, nil
+}
+
+func printBanner(env Env, base, demo, natsDesc, clientURL, routesDesc string, tools int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Hermes is up.\n")
 	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET /v1/requests/{id} · /healthz · /readyz\n", base)
@@ -71,6 +108,14 @@ func printBanner(env Env, base, demo, natsDesc, routesDesc string, tools int) {
 	fmt.Fprintf(&b, "Try:\n")
 	fmt.Fprintf(&b, "  curl -s %s/v1/route -H 'Content-Type: application/json' -d @examples/request.json\n", base)
 	fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s -f examples/request-parallel.json\n\n", base)
+	fmt.Fprintf(&b, "Watch:\n")
+	if clientURL == "" {
+		fmt.Fprintf(&b, "  (hermes tail and replay need NATS clients: start with --nats-listen %s)\n\n", natsListenAddr)
+	} else {
+		u := bus.Redact(clientURL)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes tail --nats %s\n", u)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s --session sess_demo_parallel\n\n", u)
+	}
 	fmt.Fprintf(&b, "Ctrl-C stops.\n")
 	fmt.Fprint(env.Stdout, b.String())
 }

@@ -1,0 +1,227 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/whatif"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+const replayUsage = `hermes replay --session S [--since D | --from-seq N] [--json] [--nats URL]
+       hermes replay --routes FILE [--session S] [--since D | --from-seq N] [--json] [--nats URL]
+
+With --session: print the session's recorded history in stream order, then exit 0.
+With --routes: match every recorded call again against FILE, as the router would, without
+running or publishing anything, and print the calls that would be routed differently. Exit
+status: 0 nothing would change, 1 something would, 2 trouble (bad flags, a bad routes file,
+NATS unreachable)`
+
+// RunReplay reads the record back: a session's history, or what a new routes file would route
+// differently (a what-if that runs nothing): hermes replay.
+func RunReplay(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("replay", replayUsage, env.Stderr)
+	natsURL := natsFlag(fs)
+	session := fs.String("session", "", "the session to replay (with --routes: compare only its requests)")
+	routesFile := fs.String("routes", "", "what-if: compare each recorded call's route with this routes file's")
+	since := fs.String("since", "", "start at messages stored this long ago (90s, 15m, 2h) or since an RFC 3339 time")
+	fromSeq := fs.Uint64("from-seq", 0, "start at this stream sequence")
+	asJSON := fs.Bool("json", false, "print JSON lines")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	usage := func(format string, a ...any) error {
+		return &ExitError{Code: 2, Err: fmt.Errorf("replay: "+format, a...)}
+	}
+	if *session == "" && *routesFile == "" {
+		return usage("give --session S (a session's history) or --routes FILE (what a routes file would change); see -h")
+	}
+	var from record.Start
+	if *since != "" {
+		if *fromSeq != 0 {
+			return usage("give --since or --from-seq, not both")
+		}
+		t, err := record.ParseSince(*since, time.Now())
+		if err != nil {
+			return usage("%v", err)
+		}
+		from.Time = t
+	}
+	from.Seq = *fromSeq
+	var filters []string
+	if *session != "" {
+		var err error
+		if filters, err = record.SessionFilters("--session", *session); err != nil {
+			return usage("%v", err)
+		}
+	}
+	if *routesFile != "" {
+		return whatIf(ctx, env, *natsURL, *routesFile, filters, from, *asJSON)
+	}
+
+	nc, js, err := dialRecord(ctx, *natsURL, "replay")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	out, flush := buffered(env.Stdout)
+	p := newPrinter(out, *asJSON, true, colorFor(env.Stdout))
+	n, err := record.Read(ctx, js, filters, from, p.print)
+	if ferr := flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	if n == 0 {
+		fmt.Fprintf(env.Stderr, "no messages for session %s (%s) on %s\n", *session, from, bus.Redact(*natsURL))
+	}
+	return nil
+}
+
+// whatIf compares the recorded routing of every call (of session, when filters name one) with
+// the routes file's. It runs nothing and publishes nothing.
+func whatIf(ctx context.Context, env Env, natsURL, file string, filters []string, from record.Start, asJSON bool) error {
+	trouble := func(err error) error { return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)} }
+	table, err := routes.Load(file)
+	if err != nil {
+		return trouble(err)
+	}
+	if filters == nil {
+		// Requests, tool calls and results of every session; "*" stands for every tool.
+		filters = []string{protocol.FilterRequests, protocol.FilterToolCalls("*"), protocol.FilterResults}
+	}
+	nc, js, err := dialRecord(ctx, natsURL, "replay")
+	if err != nil {
+		return trouble(err)
+	}
+	defer nc.Close()
+	requestSubjects := strings.TrimSuffix(protocol.FilterRequests, "*")
+	var rec whatif.Record
+	if _, err := record.Read(ctx, js, filters, from, func(e *record.Entry) error {
+		if e.Err != nil {
+			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(e.Subject, requestSubjects) {
+				rec.AddUnreadable()
+			}
+			return nil
+		}
+		rec.Add(e.Msg, e.Payload)
+		return nil
+	}); err != nil {
+		return trouble(err)
+	}
+	rep := rec.Compare(table)
+	out, flush := buffered(env.Stdout)
+	if asJSON {
+		err = writeWhatIfJSON(out, rep, table, from)
+	} else {
+		writeWhatIf(out, rep, table, from)
+	}
+	if ferr := flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return trouble(err)
+	}
+	if len(rep.Changed) > 0 {
+		return &ExitError{Code: 1}
+	}
+	return nil
+}
+
+func writeWhatIf(w io.Writer, rep *whatif.Report, t *routes.Table, from record.Start) {
+	for _, c := range rep.Changed {
+		fmt.Fprintf(w, "%s %s %s: %s -> %s", c.RequestID, c.ToolCallID, c.Tool, c.Before, c.After)
+		if len(c.Differences) > 0 {
+			fmt.Fprintf(w, " (same rule, changed: %s)", strings.Join(c.Differences, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, c := range rep.NotDispatched {
+		fmt.Fprintf(w, "%s %s %s: not dispatched yet -> %s (not compared)\n", c.RequestID, c.ToolCallID, c.Tool, c.After)
+	}
+	fmt.Fprintf(w, "%d of %s in %s would route differently with %s (record read %s)",
+		len(rep.Changed), plural(rep.Calls, "call"), plural(rep.Requests, "request"), t.File, from)
+	var notes []string
+	if n := len(rep.NotDispatched); n > 0 {
+		notes = append(notes, fmt.Sprintf("%s not dispatched yet, not compared", plural(n, "call")))
+	}
+	if rep.Duplicates > 0 {
+		notes = append(notes, fmt.Sprintf("%s of a request_id seen before, counted once", plural(rep.Duplicates, "repeated record")))
+	}
+	if rep.Unreadable > 0 {
+		notes = append(notes, fmt.Sprintf("%s skipped", plural(rep.Unreadable, "unreadable request")))
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "; %s", strings.Join(notes, "; "))
+	}
+	fmt.Fprintln(w)
+}
+
+// whatIfOutcome is an Outcome in JSON.
+type whatIfOutcome struct {
+	State string `json:"state"` // routed, no_route or not_dispatched
+	Rule  string `json:"rule,omitempty"`
+}
+
+func outcomeJSON(o whatif.Outcome) whatIfOutcome {
+	switch o.Kind {
+	case whatif.Routed:
+		return whatIfOutcome{State: "routed", Rule: o.Rule}
+	case whatif.NoRoute:
+		return whatIfOutcome{State: "no_route"}
+	}
+	return whatIfOutcome{State: "not_dispatched"}
+}
+
+func writeWhatIfJSON(w io.Writer, rep *whatif.Report, t *routes.Table, from record.Start) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	type call struct {
+		Kind        string        `json:"kind"` // changed or not_dispatched
+		RequestID   string        `json:"request_id"`
+		SessionID   string        `json:"session_id"`
+		ToolCallID  string        `json:"tool_call_id"`
+		Tool        string        `json:"tool"`
+		Before      whatIfOutcome `json:"before"`
+		After       whatIfOutcome `json:"after"`
+		Differences []string      `json:"differences,omitempty"`
+	}
+	for _, group := range []struct {
+		kind  string
+		calls []whatif.Call
+	}{{"changed", rep.Changed}, {"not_dispatched", rep.NotDispatched}} {
+		for _, c := range group.calls {
+			if err := enc.Encode(call{Kind: group.kind, RequestID: c.RequestID, SessionID: c.SessionID, ToolCallID: c.ToolCallID,
+				Tool: c.Tool, Before: outcomeJSON(c.Before), After: outcomeJSON(c.After), Differences: c.Differences}); err != nil {
+				return err
+			}
+		}
+	}
+	return enc.Encode(struct {
+		Kind          string `json:"kind"`
+		Routes        string `json:"routes"`
+		Digest        string `json:"digest"`
+		From          string `json:"from"`
+		Requests      int    `json:"requests"`
+		Calls         int    `json:"calls"`
+		Changed       int    `json:"changed"`
+		NotDispatched int    `json:"not_dispatched"`
+		Duplicates    int    `json:"duplicates"`
+		Unreadable    int    `json:"unreadable"`
+	}{"summary", t.File, t.Digest, from.String(), rep.Requests, rep.Calls, len(rep.Changed), len(rep.NotDispatched), rep.Duplicates, rep.Unreadable})
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,84 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"strings"
+	"testing"
+)
+
+func TestCheckNATSListen(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.Addr().String()
+
+	// The default address, taken: a free loopback port instead, and say which was taken.
+	at, was, err := checkNATSListen(taken, false)
+	if err != nil || at != "127.0.0.1:0" || was != taken {
+		t.Fatalf("default taken: %q, %q, %v", at, was, err)
+	}
+	// An address asked for explicitly, taken: a clear error.
+	if _, _, err := checkNATSListen(taken, true); err == nil || !strings.Contains(err.Error(), "--nats-listen "+taken) {
+		t.Fatalf("explicit taken: %v", err)
+	}
+	// Free, or none at all: as asked.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	if at, was, err := checkNATSListen(addr, true); err != nil || at != addr || was != "" {
+		t.Fatalf("free: %q, %q, %v", at, was, err)
+	}
+	if at, was, err := checkNATSListen("", false); err != nil || at != "" || was != "" {
+		t.Fatalf("none: %q, %q, %v", at, was, err)
+	}
+}
+
+func TestExecExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		code   int
+		stderr string
+	}{
+		{nil, 0, ""},
+		{flag.ErrHelp, 0, ""},
+		{errors.New("boom"), 1, "hermes: boom\n"},
+		{&ExitError{Code: 1}, 1, ""},
+		{&ExitError{Code: 2, Err: errors.New("replay: bad flag")}, 2, "hermes: replay: bad flag\n"},
+	} {
+		var stderr bytes.Buffer
+		code := Exec(func(context.Context, []string, Env) error { return c.err }, nil, Env{Stdout: &bytes.Buffer{}, Stderr: &stderr})
+		if code != c.code || stderr.String() != c.stderr {
+			t.Errorf("%v: exit %d, stderr %q; want %d, %q", c.err, code, stderr.String(), c.code, c.stderr)
+		}
+	}
+}
+
+func TestReplayAndTailUsage(t *testing.T) {
+	for _, c := range []struct {
+		cmd  Command
+		args []string
+		want string
+	}{
+		{RunReplay, nil, "give --session S"},
+		{RunReplay, []string{"--session", "*"}, "--session must hold only letters"},
+		{RunReplay, []string{"--session", "s", "--since", "2h", "--from-seq", "1"}, "not both"},
+		{RunReplay, []string{"--routes", "/does/not/exist.yaml"}, "no such file"},
+		{RunTail, []string{"--session", "a.b"}, "--session must hold only letters"},
+		{RunTail, []string{"--bogus"}, "flag provided but not defined"},
+	} {
+		var stderr bytes.Buffer
+		code := Exec(c.cmd, c.args, Env{Stdout: &bytes.Buffer{}, Stderr: &stderr})
+		if code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package record
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Widths, in characters, beyond which values are cut with "…".
+const (
+	argsWidth    = 120
+	contentWidth = 120
+	intentWidth  = 80
+	callsWidth   = 120
+	errorWidth   = 200
+)
+
+// maxStarted bounds how many requests a Formatter remembers to time their responses.
+const maxStarted = 10_000
+
+// Formatter turns entries into lines for people, one line per message, in the spirit of the
+// flow a Hermes session goes through:
+//
+//	12:00:01.123 [request]  req_abc (session s1) 2 calls: get_policy_status call_1, weather_search call_2  intent="查询王五的保单"
+//	12:00:01.125 [route]    req_abc router-1 -> get_policy_status call_1 rule=policy_status args={"policy_id":"P1"}
+//	12:00:01.126 [start]    req_abc get_policy_status call_1 on worker-1 (try 1)
+//	12:00:01.138 [done]     req_abc get_policy_status call_1 12 ms ok content={"status":"active"}
+//	12:00:01.139 [done]     req_abc weather_search call_2 error TOOL_TIMEOUT (hermes) after 3 tries: "no answer within 4000 ms"
+//	12:00:01.140 [response] req_abc partial_success (2 results, 1 ok) 17 ms
+//
+// A message it cannot read becomes one "[?]" line naming its sequence and subject. Values that
+// come from outside (intents, arguments, contents, names) are cut to a readable width and have
+// control characters escaped, so a line is always one line. The zero Formatter is ready to use.
+// A Formatter remembers when requests arrived, to show how long each took; it is not safe for
+// concurrent use.
+type Formatter struct {
+	// Location of the times shown; nil means time.Local.
+	Location *time.Location
+	// Date shows the date before each time.
+	Date bool
+	// Color marks errors and unreadable messages with ANSI colours.
+	Color bool
+
+	started map[string]time.Time // request_id → when its request was stored
+}
+
+// Format returns e as one line, without a newline.
+func (f *Formatter) Format(e *Entry) string {
+	var b strings.Builder
+	loc := f.Location
+	if loc == nil {
+		loc = time.Local
+	}
+	layout := "15:04:05.000"
+	if f.Date {
+		layout = "2006-01-02 15:04:05.000"
+	}
+	b.WriteString(e.Time.In(loc).Format(layout))
+	b.WriteByte(' ')
+	if e.Err != nil || e.Msg == nil {
+		f.unreadable(&b, e)
+		return b.String()
+	}
+	m := e.Msg
+	switch p := e.Payload.(type) {
+	case *protocol.Request:
+		f.request(&b, e, m, p)
+	case *protocol.Dispatch:
+		tag(&b, "route")
+		fmt.Fprintf(&b, "%s %s -> %s %s rule=%s", m.RequestID, senderName(m.Sender), p.Call.Name, p.Call.ToolCallID, clean(p.Route))
+		if len(p.Call.Arguments) > 0 {
+			b.WriteString(" args=")
+			b.WriteString(jsonValue(p.Call.Arguments, argsWidth))
+		}
+		if len(p.Params) > 0 {
+			params, _ := json.Marshal(p.Params)
+			b.WriteString(" params=")
+			b.WriteString(jsonValue(params, argsWidth))
+		}
+	case *protocol.ToolStarted:
+		tag(&b, "start")
+		fmt.Fprintf(&b, "%s %s %s on %s (try %d)", m.RequestID, p.Name, p.ToolCallID, senderName(m.Sender), p.Attempt)
+	case *protocol.ToolResult:
+		f.result(&b, m, p)
+	case *protocol.Response:
+		f.response(&b, e, p)
+	default:
+		f.unreadable(&b, e)
+	}
+	return b.String()
+}
+
+func (f *Formatter) request(b *strings.Builder, e *Entry, m *protocol.Message, r *protocol.Request) {
+	tag(b, "request")
+	if f.started == nil || len(f.started) >= maxStarted {
+		f.started = make(map[string]time.Time) // forget old requests rather than grow without bound
+	}
+	if _, seen := f.started[r.RequestID]; !seen {
+		f.started[r.RequestID] = e.Time
+	}
+	calls := make([]string, len(r.ToolCalls))
+	for i, c := range r.ToolCalls {
+		calls[i] = c.Name + " " + c.ToolCallID
+	}
+	fmt.Fprintf(b, "%s (session %s) %s: %s", r.RequestID, m.SessionID, plural(len(r.ToolCalls), "call"),
+		truncate(strings.Join(calls, ", "), callsWidth))
+	if r.Intent != "" {
+		b.WriteString("  intent=")
+		b.WriteString(strconv.Quote(truncate(r.Intent, intentWidth)))
+	}
+}
+
+func (f *Formatter) result(b *strings.Builder, m *protocol.Message, r *protocol.ToolResult) {
+	tag(b, "done")
+	fmt.Fprintf(b, "%s %s %s", m.RequestID, r.Name, r.ToolCallID)
+	if r.Attempts > 0 {
+		fmt.Fprintf(b, " %d ms", r.ExecutionTimeMS)
+	}
+	if r.Status == protocol.ResultOK {
+		b.WriteString(" ok")
+		if r.Attempts > 1 {
+			fmt.Fprintf(b, " after %d tries", r.Attempts)
+		}
+		if len(r.Content) > 0 {
+			b.WriteString(" content=")
+			b.WriteString(jsonValue(r.Content, contentWidth))
+		}
+		return
+	}
+	code := r.ErrorCode
+	if code == "" {
+		code = "(no error_code)"
+	}
+	msg := "error " + clean(code)
+	if r.ErrorOrigin != "" {
+		msg += " (" + clean(r.ErrorOrigin) + ")"
+	}
+	b.WriteString(" ")
+	b.WriteString(f.paint(red, msg))
+	switch {
+	case r.Attempts == 1:
+		b.WriteString(" after 1 try")
+	case r.Attempts > 1:
+		fmt.Fprintf(b, " after %d tries", r.Attempts)
+	}
+	if len(r.Content) > 0 {
+		b.WriteString(": ")
+		b.WriteString(jsonValue(r.Content, contentWidth))
+	}
+}
+
+func (f *Formatter) response(b *strings.Builder, e *Entry, r *protocol.Response) {
+	tag(b, "response")
+	ok := 0
+	for i := range r.Results {
+		if r.Results[i].Status == protocol.ResultOK {
+			ok++
+		}
+	}
+	status := clean(r.Status)
+	if r.Status != protocol.StatusSuccess {
+		status = f.paint(red, status)
+	}
+	fmt.Fprintf(b, "%s %s (%s", r.RequestID, status, plural(len(r.Results), "result"))
+	if r.Status != protocol.StatusSuccess && len(r.Results) > 0 {
+		fmt.Fprintf(b, ", %d ok", ok)
+	}
+	b.WriteString(")")
+	if at, ok := f.started[r.RequestID]; ok {
+		fmt.Fprintf(b, " %d ms", e.Time.Sub(at).Milliseconds())
+		delete(f.started, r.RequestID)
+	}
+	if r.Error != nil {
+		b.WriteString(": ")
+		b.WriteString(f.paint(red, clean(r.Error.Code)))
+		b.WriteString(" ")
+		b.WriteString(truncate(clean(r.Error.Message), errorWidth))
+	}
+}
+
+func (f *Formatter) unreadable(b *strings.Builder, e *Entry) {
+	tag(b, "?")
+	var s strings.Builder
+	fmt.Fprintf(&s, "seq %d %s", e.Seq, clean(e.Subject))
+	if e.Msg != nil {
+		fmt.Fprintf(&s, " %s %s", clean(string(e.Msg.Type)), e.Msg.RequestID)
+	}
+	err := e.Err
+	if err == nil {
+		err = fmt.Errorf("record: no payload")
+	}
+	s.WriteString(": ")
+	s.WriteString(truncate(clean(err.Error()), errorWidth))
+	b.WriteString(f.paint(yellow, s.String()))
+}
+
+// tag writes "[name]" padded to the widest tag, "[response]", plus one space.
+func tag(b *strings.Builder, name string) {
+	t := "[" + name + "]"
+	b.WriteString(t)
+	b.WriteString(strings.Repeat(" ", max(len("[response]")-len(t), 0)+1))
+}
+
+func senderName(s protocol.Sender) string {
+	if s.Instance != "" {
+		return clean(truncate(s.Instance, 64))
+	}
+	if s.Role != "" {
+		return clean(truncate(s.Role, 64))
+	}
+	return "?"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// jsonValue renders a JSON value on one line, cut to width.
+func jsonValue(raw []byte, width int) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err == nil {
+		raw = buf.Bytes()
+	}
+	return clean(truncate(string(raw), width))
+}
+
+// truncate cuts s to at most width characters, marking a cut with "…".
+func truncate(s string, width int) string {
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == width-1 {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
+}
+
+// clean escapes what could break a line or a terminal: control and format characters, and
+// invalid UTF-8.
+func clean(s string) string {
+	ok := true
+	for _, r := range s {
+		if r == utf8.RuneError || !(unicode.IsPrint(r) || r == ' ') {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
+				b.WriteString(`\ufffd`)
+				continue
+			}
+			b.WriteRune(r)
+		case unicode.IsPrint(r) || r == ' ':
+			b.WriteRune(r)
+		case r < 0x10000:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	return b.String()
+}
+
+const (
+	red    = "\x1b[31m"
+	yellow = "\x1b[33m"
+	reset  = "\x1b[0m"
+)
+
+func (f *Formatter) paint(color, s string) string {
+	if !f.Color {
+		return s
+	}
+	return color + s + reset
+}

@@ -1,0 +1,184 @@
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+func TestFormatFlow(t *testing.T) {
+	f := &Formatter{Location: time.UTC}
+	noRoute, _ := json.Marshal(`no route matches tool "fax_send" with this intent`)
+	cases := []struct {
+		name string
+		e    *Entry
+		want string
+	}{
+		{"request", entry(t, 1, 0, protocol.TypeRequest, sampleRequest(), "gateway-1"),
+			`12:00:01.123 [request]  req_abc (session s1) 2 calls: get_policy_status call_1, weather_search call_2  intent="查询王五的保单"`},
+		{"route", entry(t, 2, 2, protocol.TypeToolCall, sampleDispatch(), "router-1"),
+			`12:00:01.125 [route]    req_abc router-1 -> get_policy_status call_1 rule=policy_status args={"policy_id":"P1"} params={"name":"王五"}`},
+		{"start", entry(t, 3, 3, protocol.TypeToolStarted, &protocol.ToolStarted{ToolCallID: "call_1", Name: "get_policy_status", Attempt: 2}, "worker-1"),
+			`12:00:01.126 [start]    req_abc get_policy_status call_1 on worker-1 (try 2)`},
+		{"done ok", entry(t, 4, 15, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_1", Name: "get_policy_status",
+			Status: protocol.ResultOK, Content: json.RawMessage("{\n  \"status\": \"active\"\n}"), ExecutionTimeMS: 12, Attempts: 1, Route: "policy_status"}, "worker-1"),
+			`12:00:01.138 [done]     req_abc get_policy_status call_1 12 ms ok content={"status":"active"}`},
+		{"done ok after retries", entry(t, 5, 15, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_1", Name: "echo",
+			Status: protocol.ResultOK, Content: json.RawMessage(`1`), ExecutionTimeMS: 3, Attempts: 3}, "worker-1"),
+			`12:00:01.138 [done]     req_abc echo call_1 3 ms ok after 3 tries content=1`},
+		{"done error", entry(t, 6, 16, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_2", Name: "weather_search",
+			Status: protocol.ResultError, Content: json.RawMessage(`"no answer within 4000 ms"`), ExecutionTimeMS: 4000, Attempts: 3,
+			ErrorCode: protocol.CodeToolTimeout, ErrorOrigin: protocol.OriginHermes}, "worker-1"),
+			`12:00:01.139 [done]     req_abc weather_search call_2 4000 ms error TOOL_TIMEOUT (hermes) after 3 tries: "no answer within 4000 ms"`},
+		{"no route", entry(t, 7, 1, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Name: "fax_send",
+			Status: protocol.ResultError, Content: noRoute, ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes}, "router-1"),
+			`12:00:01.124 [done]     req_abc fax_send c error NO_ROUTE (hermes): "no route matches tool \"fax_send\" with this intent"`},
+		{"response timed from its request", entry(t, 8, 17, protocol.TypeResponse, &protocol.Response{RequestID: "req_abc", SessionID: "s1",
+			Status: protocol.StatusPartialSuccess, Results: []protocol.ToolResult{
+				{ToolCallID: "call_1", Status: protocol.ResultOK}, {ToolCallID: "call_2", Status: protocol.ResultError}}}, "router-1"),
+			`12:00:01.140 [response] req_abc partial_success (2 results, 1 ok) 17 ms`},
+		{"response of a request not seen", entry(t, 9, 20, protocol.TypeResponse, &protocol.Response{RequestID: "req_abc", SessionID: "s1",
+			Status: protocol.StatusSuccess, Results: []protocol.ToolResult{{ToolCallID: "call_1", Status: protocol.ResultOK}}}, "router-1"),
+			`12:00:01.143 [response] req_abc success (1 result)`},
+		{"failed response", entry(t, 10, 21, protocol.TypeResponse, &protocol.Response{RequestID: "req_abc", SessionID: "s1",
+			Status: protocol.StatusFailed, Error: &protocol.ResponseError{Code: "DEAD_LETTERED", Message: "tool_calls[0].tool_call_id is invalid"}}, "deadletter-1"),
+			`12:00:01.144 [response] req_abc failed (0 results): DEAD_LETTERED tool_calls[0].tool_call_id is invalid`},
+	}
+	for _, c := range cases {
+		if got := f.Format(c.e); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
+func TestFormatUnreadable(t *testing.T) {
+	f := &Formatter{Location: time.UTC}
+	got := f.Format(Decode(42, "hermes.request.s1", t0, []byte("not msgpack")))
+	if !strings.HasPrefix(got, "12:00:01.123 [?]        seq 42 hermes.request.s1: protocol: malformed message") {
+		t.Fatalf("got %q", got)
+	}
+	// An envelope that reads but whose payload does not still names its type and request.
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "bad id", Status: "ok"})
+	m.MsgID, m.RequestID, m.SessionID = "x", "req_abc", "s1"
+	data, _ := protocol.Marshal(m)
+	got = f.Format(Decode(43, "hermes.result.s1", t0, data))
+	if !strings.Contains(got, "[?]") || !strings.Contains(got, "seq 43 hermes.result.s1 tool_result.v1 req_abc: result.tool_call_id must hold only") {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestFormatKeepsOneLineAndCutsLongValues(t *testing.T) {
+	f := &Formatter{Location: time.UTC}
+	req := sampleRequest()
+	req.Intent = "line one\nline two \x1b[31mred\x1b[0m \u202eevil" + strings.Repeat("长", 500)
+	req.ToolCalls[0].Arguments = json.RawMessage(`{"blob":"` + strings.Repeat("x", 5000) + `"}`)
+	for _, e := range []*Entry{
+		entry(t, 1, 0, protocol.TypeRequest, req, "gateway\n-1"),
+		entry(t, 2, 0, protocol.TypeToolCall, &protocol.Dispatch{Call: req.ToolCalls[0], Route: "r\x07", Action: sampleDispatch().Action}, "router\x1b-1"),
+	} {
+		got := f.Format(e)
+		if strings.ContainsAny(got, "\n\r\x1b\x07\u202e") {
+			t.Errorf("line holds control characters: %q", got)
+		}
+		if n := len([]rune(got)); n > 400 {
+			t.Errorf("line is %d characters long: %q", n, got)
+		}
+		if !strings.Contains(got, "…") {
+			t.Errorf("long value not marked as cut: %q", got)
+		}
+	}
+}
+
+func TestFormatOptions(t *testing.T) {
+	f := &Formatter{Location: time.UTC, Date: true, Color: true}
+	got := f.Format(entry(t, 1, 0, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Name: "echo",
+		Status: protocol.ResultError, ErrorCode: protocol.CodeToolHTTP5xx, ErrorOrigin: protocol.OriginTool, Attempts: 1}, "w"))
+	want := "2026-03-16 12:00:01.123 [done]     req_abc echo c 0 ms \x1b[31merror TOOL_HTTP_5XX (tool)\x1b[0m after 1 try"
+	if got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestFormatForgetsRequestsBeyondItsBound(t *testing.T) {
+	f := &Formatter{Location: time.UTC}
+	for i := range maxStarted + 10 {
+		r := sampleRequest()
+		r.RequestID = fmt.Sprintf("req_%d", i)
+		f.Format(&Entry{Time: t0, Msg: &protocol.Message{SessionID: "s1"}, Payload: r})
+	}
+	if len(f.started) > maxStarted {
+		t.Fatalf("remembers %d requests", len(f.started))
+	}
+}
+
+func TestJSON(t *testing.T) {
+	e := entry(t, 7, 2, protocol.TypeToolCall, sampleDispatch(), "router-1")
+	line, err := JSON(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(line), "\n") {
+		t.Fatalf("not one line: %s", line)
+	}
+	var got struct {
+		Seq       uint64          `json:"seq"`
+		Subject   string          `json:"subject"`
+		Time      time.Time       `json:"time"`
+		Type      string          `json:"type"`
+		RequestID string          `json:"request_id"`
+		SessionID string          `json:"session_id"`
+		Sender    protocol.Sender `json:"sender"`
+		Deadline  *time.Time      `json:"deadline"`
+		Payload   struct {
+			Route string `json:"route"`
+			Call  struct {
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"call"`
+		} `json:"payload"`
+		Error *string `json:"error"`
+	}
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatalf("%v: %s", err, line)
+	}
+	if got.Seq != 7 || got.Subject != "hermes.x.s1" || !got.Time.Equal(t0.Add(2*time.Millisecond)) || got.Type != "tool_call.v1" ||
+		got.RequestID != "req_abc" || got.SessionID != "s1" || got.Sender.Instance != "router-1" || got.Deadline != nil ||
+		got.Payload.Route != "policy_status" || string(got.Payload.Call.Arguments) != `{"policy_id":"P1"}` || got.Error != nil {
+		t.Fatalf("got %+v from %s", got, line)
+	}
+
+	line, err = JSON(Decode(8, "hermes.request.s1", t0, []byte{0xc1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad map[string]any
+	if err := json.Unmarshal(line, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad["seq"] != float64(8) || bad["error"] == nil || bad["payload"] != nil || bad["type"] != nil {
+		t.Fatalf("unreadable message as %s", line)
+	}
+}
+
+func TestParseSince(t *testing.T) {
+	now := time.Date(2026, 3, 16, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"90m":                       now.Add(-90 * time.Minute),
+		"2h":                        now.Add(-2 * time.Hour),
+		"2026-03-16T09:00:00Z":      time.Date(2026, 3, 16, 9, 0, 0, 0, time.UTC),
+		"2026-03-16T09:00:00+08:00": time.Date(2026, 3, 16, 1, 0, 0, 0, time.UTC),
+	} {
+		got, err := ParseSince(in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ParseSince(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "yesterday", "-1h", "2026-03-16"} {
+		if _, err := ParseSince(in, now); err == nil || !strings.Contains(err.Error(), "--since") {
+			t.Errorf("ParseSince(%q) = %v, want an error naming --since", in, err)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package record
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// FuzzDecodeFormat: whatever bytes the record holds, Decode does not panic, Format writes one
+// line without control characters, and JSON writes one valid JSON object.
+func FuzzDecodeFormat(f *testing.F) {
+	f.Add(encode(f, protocol.TypeRequest, sampleRequest(), "gateway-1"))
+	f.Add(encode(f, protocol.TypeToolCall, sampleDispatch(), "router-1"))
+	f.Add(encode(f, protocol.TypeToolStarted, &protocol.ToolStarted{ToolCallID: "c", Name: "echo", Attempt: 1}, "w\x1b"))
+	f.Add(encode(f, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Status: "error", Content: json.RawMessage(`"a\nb"`)}, "w"))
+	f.Add(encode(f, protocol.TypeResponse, &protocol.Response{RequestID: "req_abc", SessionID: "s1", Status: "failed",
+		Error: &protocol.ResponseError{Code: "X\n", Message: "\u202e"}}, "r"))
+	f.Add([]byte{})
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0x01})
+	fm := &Formatter{Location: time.UTC}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e := Decode(1, "hermes.request.s1", t0, data)
+		if (e.Err == nil) == (e.Payload == nil) {
+			t.Fatalf("Err %v with payload %T", e.Err, e.Payload)
+		}
+		line := fm.Format(e)
+		if strings.ContainsAny(line, "\n\r\x1b\x00") {
+			t.Fatalf("line %q", line)
+		}
+		j, err := JSON(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(j) || strings.Contains(string(j), "\n") {
+			t.Fatalf("JSON %q", j)
+		}
+	})
+}

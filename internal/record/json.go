@@ -1,0 +1,58 @@
+package record
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// jsonEntry is the JSON form of an Entry: where it sits in the stream, its envelope, and its
+// decoded payload.
+type jsonEntry struct {
+	Seq         uint64                 `json:"seq"`
+	Subject     string                 `json:"subject"`
+	Time        time.Time              `json:"time"`
+	Type        protocol.Type          `json:"type,omitempty"`
+	MsgID       string                 `json:"msg_id,omitempty"`
+	SessionID   string                 `json:"session_id,omitempty"`
+	RequestID   string                 `json:"request_id,omitempty"`
+	CausationID string                 `json:"causation_id,omitempty"`
+	Sender      *protocol.Sender       `json:"sender,omitempty"`
+	Recipient   string                 `json:"recipient,omitempty"`
+	CreatedAt   time.Time              `json:"created_at,omitzero"`
+	Attempt     int                    `json:"attempt,omitempty"`
+	Deadline    time.Time              `json:"deadline,omitzero"`
+	Trace       *protocol.TraceContext `json:"trace,omitempty"`
+	Payload     any                    `json:"payload,omitempty"`
+	Error       string                 `json:"error,omitempty"`
+}
+
+// JSON returns e as one JSON object on one line, without a newline: seq, subject, time (when the
+// stream stored it, UTC), the envelope's fields (type, msg_id, session_id, request_id,
+// causation_id, sender, recipient, created_at, attempt, deadline, trace), and payload, the
+// decoded payload as the HTTP API writes it. An unreadable message has error instead of payload.
+func JSON(e *Entry) ([]byte, error) {
+	j := jsonEntry{Seq: e.Seq, Subject: e.Subject, Time: e.Time.UTC(), Payload: e.Payload}
+	if m := e.Msg; m != nil {
+		j.Type, j.MsgID, j.SessionID, j.RequestID, j.CausationID = m.Type, m.MsgID, m.SessionID, m.RequestID, m.CausationID
+		j.Recipient, j.CreatedAt, j.Attempt, j.Deadline = m.Recipient, m.CreatedAt, m.Attempt, m.Deadline
+		if m.Sender != (protocol.Sender{}) {
+			j.Sender = &m.Sender
+		}
+		if m.Trace != (protocol.TraceContext{}) {
+			j.Trace = &m.Trace
+		}
+	}
+	if e.Err != nil {
+		j.Error = e.Err.Error()
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&j); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,226 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Handler is called with each entry, in stream order. An error it returns stops the reading
+// and is returned as is.
+type Handler func(*Entry) error
+
+// Start says where reading begins. The zero Start reads from the beginning of the record.
+type Start struct {
+	// Seq, when not 0, starts at this stream sequence.
+	Seq uint64
+	// Time, when not zero, starts at the first message stored at or after it.
+	Time time.Time
+}
+
+// Validate reports ErrStart when both Seq and Time are set.
+func (s Start) Validate() error {
+	if s.Seq != 0 && !s.Time.IsZero() {
+		return ErrStart
+	}
+	return nil
+}
+
+func (s Start) String() string {
+	switch {
+	case s.Seq != 0:
+		return "from sequence " + strconv.FormatUint(s.Seq, 10)
+	case !s.Time.IsZero():
+		return "since " + s.Time.Format(time.RFC3339)
+	}
+	return "from the beginning"
+}
+
+// ParseSince reads a --since value: a duration before now ("90s", "15m", "2h") or an RFC 3339
+// time ("2026-03-16T09:00:00Z", "2026-03-16T09:00:00+08:00").
+func ParseSince(v string, now time.Time) (time.Time, error) {
+	v = strings.TrimSpace(v)
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %q: give a positive duration, e.g. 1h", v)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration (90s, 15m, 2h) or an RFC 3339 time (2026-03-16T09:00:00Z)", v)
+}
+
+// SessionFilters returns the subject filters that together match every message of session, in
+// the record's layout (the session is the last token of every subject). The session id is
+// validated first; field names it in the error.
+func SessionFilters(field, session string) ([]string, error) {
+	if err := protocol.CheckID(field, session); err != nil {
+		return nil, err
+	}
+	return protocol.FilterSession(session), nil
+}
+
+// ReadSession reads the whole recorded history of session from start, in stream order, and
+// returns how many messages it delivered. See [Read].
+func ReadSession(ctx context.Context, js jetstream.JetStream, session string, from Start, h Handler) (int, error) {
+	filters, err := SessionFilters("session", session)
+	if err != nil {
+		return 0, err
+	}
+	return Read(ctx, js, filters, from, h)
+}
+
+// idleCheck is how long Read waits for a message before asking the server whether any is
+// still pending (messages can expire between the start of reading and their delivery).
+const idleCheck = 2 * time.Second
+
+// inactive is how soon the server removes a reader's consumer after the reader vanished.
+const inactive = 30 * time.Second
+
+// Read delivers to h, in stream order, the messages of the record on any of filters (none: every
+// message) from start, and returns how many it delivered. It ends once it has delivered every
+// matching message that was in the stream when it started, and returns 0, nil at once when none
+// matches. It does not wait for new messages: use [Follow] for those.
+func Read(ctx context.Context, js jetstream.JetStream, filters []string, from Start, h Handler) (int, error) {
+	if err := from.Validate(); err != nil {
+		return 0, err
+	}
+	stream, err := openStream(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("record: stream info: %w", err)
+	}
+	last := info.State.LastSeq // the end of what there is to read
+	if info.State.Msgs == 0 || from.Seq > last {
+		return 0, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: inactive}
+	switch {
+	case from.Seq != 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from.Seq
+	case !from.Time.IsZero():
+		t := from.Time
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("record: read: %w", err)
+	}
+	defer deleteConsumer(js, cons)
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return 0, nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, fmt.Errorf("record: read: %w", err)
+	}
+	defer it.Stop()
+	n := 0
+	for {
+		wait, cancel := context.WithTimeout(ctx, idleCheck)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
+					return n, nil // what was left expired or was deleted meanwhile
+				}
+				continue
+			}
+			return n, fmt.Errorf("record: read: %w", err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return n, fmt.Errorf("record: read: %w", err)
+		}
+		seq := md.Sequence.Stream
+		if seq > last {
+			return n, nil // stored after reading began
+		}
+		n++
+		if err := h(Decode(seq, msg.Subject(), md.Timestamp, msg.Data())); err != nil {
+			return n, err
+		}
+		if md.NumPending == 0 || seq == last {
+			return n, nil
+		}
+	}
+}
+
+// Follow delivers to h, in stream order, every message on any of filters (none: every message)
+// stored after Follow started, until ctx is done; it then returns nil. ready, when not nil, is
+// called once Follow is sure to see every message stored from then on. Follow rides out
+// disconnects: the ordered consumer resumes after the last message it delivered.
+func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready func(), h Handler) error {
+	stream, err := openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive})
+	if err != nil {
+		return fmt.Errorf("record: follow: %w", err)
+	}
+	defer deleteConsumer(js, cons)
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("record: follow: %w", err)
+	}
+	defer it.Stop()
+	if ready != nil {
+		ready()
+	}
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("record: follow: %w", err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("record: follow: %w", err)
+		}
+		if err := h(Decode(md.Sequence.Stream, msg.Subject(), md.Timestamp, msg.Data())); err != nil {
+			return err
+		}
+	}
+}
+
+func openStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, protocol.StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoRecord
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record: open stream %s: %w", protocol.StreamName, err)
+	}
+	return s, nil
+}
+
+// deleteConsumer removes the reader's consumer at once rather than leaving it to expire.
+func deleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
+	ci := cons.CachedInfo()
+	if ci == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, protocol.StreamName, ci.Name)
+}

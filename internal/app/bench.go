@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -277,22 +278,33 @@ func measureStarts(ctx context.Context) ([]benchStart, error) {
 	defer stop()
 	dir, _ := os.MkdirTemp("", "hermes-bench-up-")
 	defer os.RemoveAll(dir)
-	runs := []struct {
-		name  string
-		args  []string
-		ready string
-	}{
-		{"router", []string{"router", "--nats", sys.ClientURL, "--instance", "cold-router"}, `"router running"`},
-		{"toolworker", []string{"toolworker", "--nats", sys.ClientURL, "--instance", "cold-worker"}, `"tool worker running"`},
-		{"gateway", []string{"gateway", "--nats", sys.ClientURL, "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
-		{"hermes up (embedded NATS, all services)", []string{"up", "--data", dir, "--http", "127.0.0.1:0", "--demo-tools", "127.0.0.1:0"}, "Hermes is up."},
+	type run struct {
+		name, bin string
+		args      []string
+		ready     string
 	}
+	var runs []run
+	for _, r := range []run{
+		{"router", "", []string{"router", "--nats", sys.ClientURL, "--instance", "cold-router"}, `"router running"`},
+		{"toolworker", "", []string{"toolworker", "--nats", sys.ClientURL, "--instance", "cold-worker"}, `"tool worker running"`},
+		{"gateway", "", []string{"gateway", "--nats", sys.ClientURL, "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
+	} {
+		runs = append(runs, run{"hermes " + r.name, self, r.args, r.ready})
+		// The dedicated binary (cmd/router, ...), as deployed, when it was built beside this one.
+		if bin := filepath.Join(filepath.Dir(self), r.name); bin != self {
+			if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+				runs = append(runs, run{r.name + " (own binary)", bin, r.args[1:], r.ready})
+			}
+		}
+	}
+	runs = append(runs, run{"hermes up (embedded NATS, all services)", self,
+		[]string{"up", "--data", dir, "--http", "127.0.0.1:0", "--demo-tools", "127.0.0.1:0", "--nats-listen", ""}, "Hermes is up."})
 	var out []benchStart
 	for _, r := range runs {
 		best := time.Duration(0)
 		var idle float64
 		for range 3 { // best of three: the page cache is warm for all but the first
-			p, err := bench.StartProcess(self, r.args, r.ready, 30*time.Second)
+			p, err := bench.StartProcess(r.bin, r.args, r.ready, 30*time.Second)
 			if err != nil {
 				return nil, err
 			}

@@ -40,6 +40,7 @@ type options struct {
 	bus        bus.Config        // stream, bucket and consumer settings
 	logger     *slog.Logger      // for every service; nil discards
 	metrics    *metrics.Metrics  // shared by every service; nil: each its own, unexported
+	natsURL    string            // an external server, dialled as the binaries do (bus.Connect); default: an embedded one
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers, workers, a gateway.
@@ -70,7 +71,12 @@ func start(t *testing.T, opts options) *system {
 	if opts.routers == 0 {
 		opts.routers = 1
 	}
-	s := &system{t: t, srv: bustest.NewServer(t), opts: opts}
+	s := &system{t: t, opts: opts}
+	if opts.natsURL != "" {
+		s.srv = &bustest.Server{URL: opts.natsURL}
+	} else {
+		s.srv = bustest.NewServer(t)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	t.Cleanup(s.stop)
 	table, err := routes.Load(opts.routesFile)
@@ -202,7 +208,15 @@ func (s *system) addWorkerWith(cfg tool.Config) *tool.Worker {
 // connect opens a connection of the system's own, closed by stop after every service ended.
 func (s *system) connect() (*nats.Conn, *bus.Bus) {
 	s.t.Helper()
-	nc, err := nats.Connect(s.srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var nc *nats.Conn
+	var err error
+	if s.opts.natsURL != "" {
+		nc, err = bus.Connect(ctx, s.opts.natsURL, "hermes-it", s.opts.logger)
+	} else {
+		nc, err = nats.Connect(s.srv.URL)
+	}
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -211,8 +225,6 @@ func (s *system) connect() (*nats.Conn, *bus.Bus) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	b, err := bus.Provision(ctx, js, s.opts.bus)
 	if err != nil {
 		s.t.Fatal(err)

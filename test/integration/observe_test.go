@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -237,8 +238,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		return string(b)
 	}
-	text := scrape()
-	for _, want := range []string{
+	wants := []string{
 		`hermes_request_total{status="partial_success",tool="echo"} 1`,
 		`hermes_request_total{status="partial_success",tool="nope"} 1`,
 		`hermes_responses_total{status="partial_success"} 1`,
@@ -252,7 +252,17 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		`hermes_consumer_info_up 1`,
 		`hermes_http_requests_total{code="200",route="POST /v1/route"}`,
 		`process_resident_memory_bytes`,
-	} {
+	}
+	// Counters move just after the message they count is published, so the client may see its
+	// answer a moment before the scrape shows it.
+	var text string
+	for range 200 {
+		if text = scrape(); containsAll(text, wants) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, want := range wants {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -260,6 +270,15 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	if t.Failed() {
 		t.Logf("scrape:\n%s", grepLines(text, "hermes_"))
 	}
+}
+
+func containsAll(text string, subs []string) bool {
+	for _, s := range subs {
+		if !strings.Contains(text, s) {
+			return false
+		}
+	}
+	return true
 }
 
 func grepLines(text, prefix string) string {

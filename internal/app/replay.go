@@ -103,7 +103,7 @@ func whatIf(ctx context.Context, env Env, natsURL, file string, filters []string
 		return trouble(err)
 	}
 	defer nc.Close()
-	requestSubjects := strings.TrimSuffix(protocol.FilterRequests, "*")
+	requestSubjects := protocol.PrefixRequests
 	var rec whatif.Record
 	if _, err := record.Read(ctx, js, filters, from, func(e *record.Entry) error {
 		if e.Err != nil {

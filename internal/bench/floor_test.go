@@ -120,10 +120,12 @@ func startFloor(b *testing.B) *floor {
 	}
 	must(f.router.EnsureToolConsumer(ctx, floorTool)) // the router creates it, the worker finds it
 	tools := must(f.worker.EnsureToolConsumer(ctx, floorTool))
-	requests := must(f.router.Consumer(ctx, bus.ConsumerRouterRequests))
 	results := must(f.router.Consumer(ctx, bus.ConsumerRouterResults))
 	var wg sync.WaitGroup
-	wg.Go(func() { f.consume(ctx, b, requests, f.dispatch) })
+	for p := range protocol.RequestPartitions { // as the router: one consumer per partition
+		requests := must(f.router.Consumer(ctx, bus.RequestConsumer(p)))
+		wg.Go(func() { f.consume(ctx, b, requests, f.dispatch) })
+	}
 	wg.Go(func() { f.consume(ctx, b, tools, f.runTool) })
 	wg.Go(func() { f.consume(ctx, b, results, f.respond) })
 	b.Cleanup(wg.Wait) // before the connections close

@@ -100,9 +100,12 @@ func (r *Router) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	reqCons, err := r.cfg.Bus.Consumer(ctx, bus.ConsumerRouterRequests)
-	if err != nil {
-		return err
+	var err error
+	reqCons := make([]jetstream.Consumer, protocol.RequestPartitions)
+	for p := range reqCons {
+		if reqCons[p], err = r.cfg.Bus.Consumer(ctx, bus.RequestConsumer(p)); err != nil {
+			return err
+		}
 	}
 	resCons, err := r.cfg.Bus.Consumer(ctx, bus.ConsumerRouterResults)
 	if err != nil {
@@ -115,10 +118,13 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dead.Run(ctx) })
-	g.Go(func() error {
-		return (&bus.Subscriber{Consumer: reqCons, Handler: bus.HandlerFunc(r.handleRequest),
-			Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
-	})
+	for _, c := range reqCons {
+		// One request of a partition at a time (the consumer allows no more): its session's
+		// order holds.
+		g.Go(func() error {
+			return (&bus.Subscriber{Consumer: c, Handler: bus.HandlerFunc(r.handleRequest), Concurrency: 1, Logger: r.log}).Run(ctx)
+		})
+	}
 	g.Go(func() error {
 		return (&bus.Subscriber{Consumer: resCons, Handler: bus.HandlerFunc(r.handleResult),
 			Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)

@@ -305,7 +305,7 @@ func TestPublishBatch(t *testing.T) {
 func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{AckWait: 10 * time.Minute})
-	cons, err := b.Consumer(context.Background(), bus.ConsumerRouterRequests)
+	cons, err := b.Consumer(context.Background(), bus.ConsumerRouterResults)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				id := fmt.Sprintf("r%d-%d", c, i)
-				msg := &nats.Msg{Subject: protocol.SubjectRequest(id), Data: make([]byte, 200), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+				msg := &nats.Msg{Subject: protocol.SubjectToolResult(id), Data: make([]byte, 200), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
 				if _, err := b.JS.PublishMsg(context.Background(), msg); err != nil {
 					t.Error(err)
 					return
@@ -350,5 +350,33 @@ func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 	if got := handled.Load(); got != clients*each {
 		info, _ := cons.Info(context.Background())
 		t.Fatalf("handled %d of %d messages; %d wait for their ack deadline", got, clients*each, info.NumAckPending)
+	}
+}
+
+// TestRequestsArePartitionedBySession checks that the stream stores each request under the
+// partition protocol.RequestPartition computes (the server's function), so tools that name
+// stored subjects agree with the server.
+func TestRequestsArePartitionedBySession(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	seen := map[int]bool{}
+	for i := range 64 {
+		session := fmt.Sprintf("sess-%d", i)
+		msg := &nats.Msg{Subject: protocol.SubjectRequest(session), Data: []byte("x"), Header: nats.Header{jetstream.MsgIDHeader: []string{session}}}
+		ack, err := b.JS.PublishMsg(context.Background(), msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := b.Stream.GetMsg(context.Background(), ack.Sequence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := protocol.StoredSubjectRequest(session); raw.Subject != want {
+			t.Fatalf("stored as %s, want %s", raw.Subject, want)
+		}
+		seen[protocol.RequestPartition(session)] = true
+	}
+	if len(seen) < protocol.RequestPartitions/2 {
+		t.Fatalf("64 sessions fell in only %d partitions", len(seen))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,8 +15,7 @@ import (
 
 // Durable consumer names.
 const (
-	ConsumerRouterRequests = "router-requests"
-	ConsumerRouterResults  = "router-results"
+	ConsumerRouterResults = "router-results"
 	// ConsumerDeadLetters reads the advisories of messages given up on by any Hermes consumer.
 	ConsumerDeadLetters = "dead-letters"
 	toolConsumerPrefix  = "tool-"
@@ -36,6 +36,12 @@ const (
 	// <request_id>.<tool_call_id>), renewed while it runs, and the last failure of the call.
 	BucketClaims = "hermes-claims"
 )
+
+// RequestConsumer names the durable consumer of request partition p (0 ≤ p <
+// protocol.RequestPartitions), shared by every router. It has at most one message in flight, so
+// a partition's requests are handled one after another, in stream order, even across routers
+// and redeliveries.
+func RequestConsumer(p int) string { return "router-requests-" + strconv.Itoa(p) }
 
 // ToolConsumer names the durable consumer shared by every worker of tool.
 func ToolConsumer(tool string) string { return toolConsumerPrefix + tool }
@@ -131,10 +137,12 @@ type Bus struct {
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
 	var drift []string
+	src, dest := protocol.RequestTransform()
 	stream, err := ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:        protocol.StreamName,
-		Description: "Hermes: the record of every message of every session",
-		Subjects:    protocol.StreamSubjects(),
+		Name:             protocol.StreamName,
+		Description:      "Hermes: the record of every message of every session",
+		Subjects:         protocol.StreamSubjects(),
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dest},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
@@ -187,11 +195,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
-	for name, filter := range map[string]string{
-		ConsumerRouterRequests: protocol.FilterRequests,
-		ConsumerRouterResults:  protocol.FilterResults,
-	} {
-		if _, err := b.ensureConsumer(ctx, b.Stream, name, filter); err != nil {
+	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
+		return nil, err
+	}
+	for p := range protocol.RequestPartitions {
+		if _, err := b.ensureConsumerWith(ctx, b.Stream, RequestConsumer(p), 1, protocol.FilterRequestPartition(p)); err != nil {
 			return nil, err
 		}
 	}
@@ -240,6 +248,11 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, tool string) (jetstream.Co
 }
 
 func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name, filter string, filters ...string) (jetstream.Consumer, error) {
+	return b.ensureConsumerWith(ctx, stream, name, b.cfg.MaxAckPending, filter, filters...)
+}
+
+// ensureConsumerWith is ensureConsumer with at most maxAckPending messages in flight.
+func (b *Bus) ensureConsumerWith(ctx context.Context, stream jetstream.Stream, name string, maxAckPending int, filter string, filters ...string) (jetstream.Consumer, error) {
 	c, err := stream.Consumer(ctx, name)
 	if err == nil {
 		return c, nil
@@ -255,7 +268,7 @@ func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        b.cfg.AckWait,
 		MaxDeliver:     b.cfg.MaxDeliver,
-		MaxAckPending:  b.cfg.MaxAckPending,
+		MaxAckPending:  maxAckPending,
 		Replicas:       b.cfg.Replicas,
 	})
 	if errors.Is(err, jetstream.ErrConsumerExists) {
@@ -281,6 +294,17 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	if want.SubjectTransform != nil && (have.SubjectTransform == nil || *have.SubjectTransform != *want.SubjectTransform) {
+		// The one change made to an existing stream: a record from before per-session order
+		// gets the partitioning transform, or requests would reach no router.
+		have.SubjectTransform = want.SubjectTransform
+		if s, err = js.UpdateStream(ctx, have); err != nil {
+			return nil, fmt.Errorf("bus: add the request partitions to stream %s: %w", want.Name, err)
+		}
+		*drift = append(*drift, fmt.Sprintf("stream %s: added the subject transform %s -> %s (requests partitioned by session)",
+			want.Name, want.SubjectTransform.Source, want.SubjectTransform.Destination))
 	}
 	*drift = append(*drift, streamDrift(s.CachedInfo().Config, want)...)
 	return s, nil

@@ -112,8 +112,14 @@ func DecodeRequestJSON(data []byte, lim Limits) (*Request, error) {
 			}
 		case "tool_calls":
 			err = decodeCallsJSON(v, &r.ToolCalls)
+		case "serial":
+			if !isNull(v) {
+				if err = json.Unmarshal(v, &r.Serial); err != nil {
+					err = fieldErr(k, "must be true or false")
+				}
+			}
 		default:
-			err = fieldErr(k, "is not a known field (request_id, session_id, intent, tool_calls)")
+			err = fieldErr(k, "is not a known field (request_id, session_id, intent, tool_calls, serial)")
 		}
 		if err != nil {
 			return nil, err

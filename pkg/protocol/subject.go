@@ -1,6 +1,10 @@
 package protocol
 
-import "strconv"
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+)
 
 // Subjects. The session id is always the last token, so one consumer filtering on
 // "hermes.*.<session>" and "hermes.*.*.<session>" reads a session's whole record in order.
@@ -24,8 +28,40 @@ func StreamSubjects() []string {
 	}
 }
 
-// SubjectRequest is where a request of session enters the bus.
+// SubjectRequest is where a request of session enters the bus. The stream stores it under
+// StoredSubjectRequest: its subject transform adds the session's partition.
 func SubjectRequest(session string) string { return subjectRoot + ".request." + session }
+
+// RequestPartitions is how many partitions the stream spreads requests over, by a hash of the
+// session id (the server's partition function). Requests of one partition are routed one at a
+// time, in stream order, so each session's requests are dispatched in the order they were
+// accepted while other partitions proceed in parallel. Changing it re-partitions sessions.
+const RequestPartitions = 16
+
+// RequestTransform is the record stream's subject transform: hermes.request.<session> is
+// stored as hermes.request.<partition>.<session>.
+func RequestTransform() (source, destination string) {
+	return subjectRoot + ".request.*", fmt.Sprintf("%s.request.{{partition(%d,1)}}.{{wildcard(1)}}", subjectRoot, RequestPartitions)
+}
+
+// RequestPartition is the partition the stream's transform puts session's requests in: the
+// server's partition function (FNV-1a of the session id, modulo RequestPartitions).
+func RequestPartition(session string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(session))
+	return int(h.Sum32() % RequestPartitions)
+}
+
+// StoredSubjectRequest is the subject the stream stores session's requests under.
+func StoredSubjectRequest(session string) string {
+	return PrefixRequests + strconv.Itoa(RequestPartition(session)) + "." + session
+}
+
+// PrefixRequests starts the stored subject of every request.
+const PrefixRequests = subjectRoot + ".request."
+
+// FilterRequestPartition matches the stored requests of partition p.
+func FilterRequestPartition(p int) string { return PrefixRequests + strconv.Itoa(p) + ".*" }
 
 // SubjectToolCall is where calls of tool in session are dispatched.
 func SubjectToolCall(tool, session string) string {
@@ -48,7 +84,8 @@ func SubjectEvent(kind, session string) string {
 
 // Filters for consumers and subscriptions.
 const (
-	FilterRequests  = subjectRoot + ".request.*"
+	// FilterRequests matches every stored request (hermes.request.<partition>.<session>).
+	FilterRequests  = subjectRoot + ".request.*.*"
 	FilterResults   = subjectRoot + ".result.*"
 	FilterResponses = subjectRoot + ".response.*"
 )

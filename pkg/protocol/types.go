@@ -14,6 +14,9 @@ type Request struct {
 	SessionID string     `json:"session_id,omitempty" msgpack:"session_id,omitempty"`
 	Intent    string     `json:"intent" msgpack:"intent"`
 	ToolCalls []ToolCall `json:"tool_calls" msgpack:"tool_calls"`
+	// Serial requests of a session run one at a time, in the order they were accepted: each
+	// is dispatched once the session's previous serial request has its response.
+	Serial bool `json:"serial,omitempty" msgpack:"serial,omitempty"`
 }
 
 // Session returns the request's session id: SessionID, or RequestID when it has none.
@@ -107,6 +110,9 @@ type ToolResult struct {
 	// RequestCallIDs travels on the bus only: every call id of the request, in order, copied
 	// from the dispatch, so a router can aggregate without reading the request's plan.
 	RequestCallIDs []string `json:"-" msgpack:"request_call_ids,omitempty"`
+	// RequestSerial travels on the bus only: the request is serial (Request.Serial), so its
+	// response lets the session's next serial request go.
+	RequestSerial bool `json:"-" msgpack:"request_serial,omitempty"`
 }
 
 // ResponseStatus derives a response status from its results.
@@ -138,6 +144,8 @@ type Dispatch struct {
 	Action Action            `msgpack:"action" json:"action"`
 	// RequestCallIDs are every call id of the request, in order; results carry them back.
 	RequestCallIDs []string `msgpack:"request_call_ids,omitempty" json:"request_call_ids,omitempty"`
+	// Serial is the request's Serial; results carry it back.
+	Serial bool `msgpack:"serial,omitempty" json:"serial,omitempty"`
 }
 
 // ToolStarted is the payload of a tool_started event, published when a try begins.

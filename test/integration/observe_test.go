@@ -248,7 +248,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		`hermes_tool_execution_duration_seconds_count{tool="echo"} 2`,
 		`hermes_tool_calls_in_flight{tool="echo"} 0`,
 		`hermes_consumer_pending_messages{consumer="tool-echo",stream="HERMES"}`,
-		`hermes_consumer_ack_pending_messages{consumer="router-requests",stream="HERMES"}`,
+		`hermes_consumer_ack_pending_messages{consumer="router-requests-0",stream="HERMES"}`,
 		`hermes_consumer_info_up 1`,
 		`hermes_http_requests_total{code="200",route="POST /v1/route"}`,
 		`process_resident_memory_bytes`,

@@ -314,13 +314,13 @@ func TestReplayRoutesWhatIf(t *testing.T) {
 	// The same request recorded twice (published again without a message id, as a client
 	// retrying past the duplicate window would): it counts once.
 	for _, raw := range s.stored() {
-		if raw.Subject == protocol.SubjectRequest("whatif_a") {
-			s.publishRaw(raw.Subject, raw.Data)
+		if raw.Subject == protocol.StoredSubjectRequest("whatif_a") {
+			s.publishRaw(protocol.SubjectRequest("whatif_a"), raw.Data)
 			break
 		}
 	}
 	waitFor(t, "the router to be done with the repeated request", func() bool {
-		c, err := s.js.Consumer(context.Background(), protocol.StreamName, bus.ConsumerRouterRequests)
+		c, err := s.js.Consumer(context.Background(), protocol.StreamName, bus.RequestConsumer(protocol.RequestPartition("whatif_a")))
 		if err != nil {
 			return false
 		}

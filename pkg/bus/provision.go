@@ -143,14 +143,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Description:      "Hermes: the record of every message of every session",
 		Subjects:         protocol.StreamSubjects(),
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dest},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      cfg.MaxAge,
-		MaxBytes:    cfg.MaxBytes,
-		MaxMsgSize:  8 << 20,
-		Duplicates:  cfg.DuplicateWindow,
-		Replicas:    cfg.Replicas,
+		Retention:        jetstream.LimitsPolicy,
+		Storage:          jetstream.FileStorage,
+		Discard:          jetstream.DiscardOld,
+		MaxAge:           cfg.MaxAge,
+		MaxBytes:         cfg.MaxBytes,
+		MaxMsgSize:       8 << 20,
+		Duplicates:       cfg.DuplicateWindow,
+		Replicas:         cfg.Replicas,
 	}, &drift)
 	if err != nil {
 		return nil, err

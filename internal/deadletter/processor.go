@@ -88,7 +88,10 @@ type Config struct {
 	// Metrics counts dead letters and the requests answered for them; nil counts into
 	// unexported metrics.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Wake, when set, is called once a serial request is answered here, to let the next serial
+	// request of its session go (router.Router.Wake).
+	Wake   func(ctx context.Context, requestID string) error
+	Logger *slog.Logger
 }
 
 // Processor turns advisories into dead letters and answers the requests waiting on them.
@@ -201,7 +204,8 @@ func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *pro
 	}
 	content, _ := json.Marshal("dead-lettered: " + reason)
 	res := &protocol.ToolResult{ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Status: protocol.ResultError,
-		Content: content, Attempts: attempts, ErrorCode: code, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint, Route: disp.Route}
+		Content: content, Attempts: attempts, ErrorCode: code, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint, Route: disp.Route,
+		RequestCallIDs: disp.RequestCallIDs, RequestSerial: disp.Serial}
 	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
 	if err != nil {
 		return bus.Permanent(err)
@@ -219,7 +223,9 @@ func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason
 	var results []protocol.ToolResult
 	content, _ := json.Marshal("dead-lettered: " + reason)
 	hint := "Hermes could not handle this request (" + reason + "); fix it and send it again with a new request_id"
+	serial := false
 	if req, err := m.DecodeRequest(p.cfg.Limits); err == nil {
+		serial = req.Serial
 		for _, c := range req.ToolCalls {
 			results = append(results, protocol.ToolResult{ToolCallID: c.ToolCallID, Name: c.Name, Status: protocol.ResultError,
 				Content: content, ErrorCode: CodeDeadLettered, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint})
@@ -233,10 +239,16 @@ func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason
 	}
 	out.Follow(m, protocol.MsgIDResponse(m.RequestID))
 	mine, err := p.cfg.Bus.Respond(ctx, p.pub, out)
-	if err == nil && mine {
+	if err != nil {
+		return err
+	}
+	if mine {
 		p.cfg.Metrics.Answered(resp)
 	}
-	return err
+	if serial && p.cfg.Wake != nil {
+		return p.cfg.Wake(ctx, m.RequestID)
+	}
+	return nil
 }
 
 // redriveResult gives a result the routers gave up aggregating one more round of deliveries,

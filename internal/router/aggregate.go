@@ -33,7 +33,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) (err error) 
 	// others need the request's plan read back.
 	p := &plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: protocol.MsgIDRequest(m.RequestID)}
 	if r.trustedCallIDs(res) {
-		p.CallIDs = res.RequestCallIDs
+		p.CallIDs, p.Serial = res.RequestCallIDs, res.RequestSerial
 	} else {
 		entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -54,7 +54,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) (err error) 
 	for i, id := range p.CallIDs {
 		if id == res.ToolCallID && ownRecorded {
 			results[i] = *res
-			results[i].RequestCallIDs = nil
+			results[i].RequestCallIDs, results[i].RequestSerial = nil, false
 			continue
 		}
 		key := bus.ResultKey(m.RequestID, id)
@@ -81,7 +81,7 @@ func (r *Router) handleResult(ctx context.Context, d *bus.Delivery) (err error) 
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		recorded.RequestCallIDs = nil
+		recorded.RequestCallIDs, recorded.RequestSerial = nil, false
 		results[i] = *recorded
 	}
 	return r.respond(ctx, m, p, results)
@@ -104,10 +104,16 @@ func (r *Router) respond(ctx context.Context, cause *protocol.Message, p *plan, 
 		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, r.cfg.Bus.MaxMessageBytes()) {
 			continue
 		}
-		if err == nil && mine {
+		if err != nil {
+			return err
+		}
+		if mine {
 			r.cfg.Metrics.Answered(resp)
 		}
-		return err
+		if p.Serial {
+			return r.Wake(ctx, cause.RequestID)
+		}
+		return nil
 	}
 }
 

@@ -24,13 +24,15 @@ type plan struct {
 	// Fingerprint identifies the request's content, so a reused request_id with other content
 	// is recognised.
 	Fingerprint string `msgpack:"fingerprint"`
+	// Serial is the request's Serial: its response wakes the session's next serial request.
+	Serial bool `msgpack:"serial,omitempty"`
 }
 
 func newPlan(m *protocol.Message, r *protocol.Request) *plan {
 	sum := sha256.Sum256(m.Payload)
 	p := &plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: m.MsgID, AcceptedAt: time.Now().UTC(),
-		Fingerprint: hex.EncodeToString(sum[:16]),
-		CallIDs:     make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
+		Fingerprint: hex.EncodeToString(sum[:16]), Serial: r.Serial,
+		CallIDs: make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
 	for i, c := range r.ToolCalls {
 		p.CallIDs[i], p.Names[i] = c.ToolCallID, c.Name
 	}

@@ -112,7 +112,7 @@ func (r *Router) Run(ctx context.Context) error {
 		return err
 	}
 	dead, err := deadletter.New(deadletter.Config{Bus: r.cfg.Bus, Instance: r.cfg.Instance, Limits: r.cfg.Limits,
-		Metrics: r.cfg.Metrics, Logger: r.log})
+		Metrics: r.cfg.Metrics, Wake: r.Wake, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -157,6 +157,21 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) (err error)
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	if req.Serial {
+		ready, prev, err := r.serialGate(ctx, m, d.Data)
+		if err != nil || !ready {
+			if err == nil {
+				r.log.Info("serial request waits for the previous one's response", "request_id", m.RequestID,
+					"session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID, "after", prev)
+			}
+			return err
+		}
+	}
+	return r.dispatch(ctx, m, req)
+}
+
+// dispatch records the request's plan and dispatches its calls (see handleRequest).
+func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protocol.Request) error {
 	log := r.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID)
 	p := newPlan(m, req)
 	enc, err := p.encode()
@@ -232,7 +247,7 @@ func (r *Router) route(ctx context.Context, m *protocol.Message, req *protocol.R
 		log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
 		content := fmt.Sprintf("no route matches tool %q with this intent", call.Name)
 		return nil, r.publishResult(ctx, m, &protocol.ToolResult{
-			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: ids,
+			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: ids, RequestSerial: req.Serial,
 			Content: jsonString(content), ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
 		})
@@ -241,7 +256,7 @@ func (r *Router) route(ctx context.Context, m *protocol.Message, req *protocol.R
 		return nil, err
 	}
 	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params,
-		Action: rule.Action, RequestCallIDs: ids})
+		Action: rule.Action, RequestCallIDs: ids, Serial: req.Serial})
 	if err != nil {
 		return nil, bus.Permanent(err)
 	}

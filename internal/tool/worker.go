@@ -260,7 +260,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) (err error) {
 	}
 	res := out.Result
 	res.ToolCallID, res.Name, res.Route, res.Attempts = callID, disp.Call.Name, disp.Route, attempt
-	res.RequestCallIDs = disp.RequestCallIDs
+	res.RequestCallIDs, res.RequestSerial = disp.RequestCallIDs, disp.Serial
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}

@@ -35,6 +35,10 @@ const (
 	// BucketClaims is the call ledger: which worker runs each call (key
 	// <request_id>.<tool_call_id>), renewed while it runs, and the last failure of the call.
 	BucketClaims = "hermes-claims"
+	// BucketSessions orders serial requests: per session the last serial request accepted
+	// (key tail.<session>), per serial request its predecessor (prev.<request_id>), and the
+	// request waiting for each one's response (wait.<request_id>).
+	BucketSessions = "hermes-sessions"
 )
 
 // RequestConsumer names the durable consumer of request partition p (0 ≤ p <
@@ -126,6 +130,7 @@ type Bus struct {
 	Responses jetstream.KeyValue
 	Tools     jetstream.KeyValue
 	Claims    jetstream.KeyValue
+	Sessions  jetstream.KeyValue
 	// Drift lists how the existing streams differ from this process's configuration; they are
 	// kept as they are, and the process should say so.
 	Drift []string
@@ -183,6 +188,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		{BucketResponses, cfg.StateTTL, &b.Responses, true},
 		{BucketTools, 0, &b.Tools, false},
 		{BucketClaims, cfg.StateTTL, &b.Claims, true},
+		{BucketSessions, cfg.StateTTL, &b.Sessions, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,

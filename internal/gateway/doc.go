@@ -15,4 +15,10 @@
 // nothing twice; with different content it gets 409. A request published but not yet answered
 // when the client gives up or the gateway restarts keeps running; its response is kept in
 // hermes-responses for the state TTL. X-Trace-ID is kept (or made) and echoed back.
+//
+// While its NATS connection is down (it reconnects by itself), the gateway answers POST
+// /v1/route and GET /v1/requests/{request_id} at once with 503 BUS_UNAVAILABLE and
+// Retry-After: 1, having accepted nothing; a request already published when the connection
+// dropped gets 504 when its wait runs out, and keeps running once the connection is back. An
+// answer is 200 only with a response read from the bus or the record, never while unsure.
 package gateway

@@ -50,6 +50,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// writeNotConnected answers 503 BUS_UNAVAILABLE for a gateway whose NATS connection is down
+// (it reconnects by itself); advice tells the client what to do.
+func writeNotConnected(w http.ResponseWriter, advice string) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable,
+		"the gateway is not connected to NATS (reconnecting); "+advice, nil)
+}
+
 // writeResponse answers a HermesResponse; results is always an array, never null.
 func writeResponse(w http.ResponseWriter, resp *protocol.Response) {
 	if resp.Results == nil {

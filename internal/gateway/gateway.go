@@ -221,6 +221,14 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("the request is %d bytes; the bus carries at most %d in one message", len(body), limit), nil)
 		return
 	}
+	if !g.cfg.Conn.IsConnected() {
+		// Refused before anything is written: a request sent on a connection that is down
+		// would wait in the client's reconnect buffer and might be accepted after this
+		// answer had said it failed.
+		log.Debug("request refused: not connected to NATS")
+		writeNotConnected(w, "nothing was accepted; retry with the same request_id")
+		return
+	}
 	// Accepting and publishing run to completion even if the client leaves: an accepted
 	// request_id must not be left without its request on the bus.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), publishTimeout)
@@ -283,14 +291,22 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		span.AddEvent("response", oteltrace.WithAttributes(attribute.String("hermes.status", string(resp.Status))))
 		writeResponse(w, resp)
 	case <-timer.C:
-		// The response may have been recorded while this gateway missed the bus message.
-		if resp, ok := g.recorded(context.WithoutCancel(ctx), req.RequestID); ok {
-			writeResponse(w, resp)
-			return
+		// The response may have been recorded while this gateway missed the bus message. While
+		// the connection is down the record cannot be read: asking would hold the client until
+		// the lookup times out.
+		connected := g.cfg.Conn.IsConnected()
+		if connected {
+			if resp, ok := g.recorded(context.WithoutCancel(ctx), req.RequestID); ok {
+				writeResponse(w, resp)
+				return
+			}
 		}
 		var body apiError
 		body.Error.Code = CodeTimeout
 		body.Error.Message = fmt.Sprintf("no response within %s; the request keeps running, fetch it from status_url", wait)
+		if !connected {
+			body.Error.Message += " (the gateway is not connected to NATS right now)"
+		}
 		body.RequestID, body.StatusURL = req.RequestID, "/v1/requests/"+req.RequestID
 		writeJSON(w, http.StatusGatewayTimeout, &body)
 	case <-ctx.Done():
@@ -333,6 +349,10 @@ func (g *Gateway) handleGetRequest(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("request_id")
 	if err := protocol.CheckID("request_id", id); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		return
+	}
+	if !g.cfg.Conn.IsConnected() {
+		writeNotConnected(w, "retry")
 		return
 	}
 	ctx := r.Context()

@@ -264,7 +264,30 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) (err error) {
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
-	return w.finish(ctx, m, &res, d.Header.Get(bus.HeaderRedrive))
+	return r.finishHolding(ctx, h, m, &res, d.Header.Get(bus.HeaderRedrive), log)
+}
+
+// finishHolding records and publishes the result of a finished try, trying again while the bus
+// is unreachable for up to two leases, and holding the call meanwhile: the result is known, so
+// it must not be lost to a short outage, nor the call left to wait out its claim. Recording is
+// idempotent (the first recorded result wins), so a retry after an ambiguous failure is safe.
+func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, res *protocol.ToolResult, redrive string, log *slog.Logger) error {
+	lease := r.ledger.Lease()
+	stop := h.KeepAlive(ctx, lease/3)
+	defer stop()
+	giveUp := time.Now().Add(2 * lease)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := r.w.finish(ctx, m, res, redrive)
+		if err == nil || bus.IsPermanent(err) || ctx.Err() != nil || time.Now().After(giveUp) {
+			return err
+		}
+		log.Warn("recording the result failed; trying again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // tryHolding runs one try while renewing h; the renewal stops when the try ends. A panic in

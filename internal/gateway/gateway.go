@@ -160,8 +160,12 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 const (
 	// envelopeAllowance is what the envelope may add to a request body on the bus.
 	envelopeAllowance = 4 << 10
-	// publishTimeout bounds accepting and publishing one request.
+	// publishTimeout bounds accepting and publishing one request; within it, the client's
+	// wait does, but never below minAcceptTime.
 	publishTimeout = 10 * time.Second
+	minAcceptTime  = time.Second
+	// lookupTimeout bounds reading a recorded response once the wait has run out.
+	lookupTimeout = time.Second
 )
 
 // intake is what hermes-intake records for each accepted request_id.
@@ -231,7 +235,11 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	// Accepting and publishing run to completion even if the client leaves: an accepted
 	// request_id must not be left without its request on the bus.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), publishTimeout)
+	// The whole POST is answered within the client's wait (at least minAcceptTime for
+	// accepting) plus lookupTimeout: a bus that stops answering (a leader stepping down, a
+	// node without quorum) must not hold the client past its own timeout.
+	deadline := time.Now().Add(wait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), min(max(wait, minAcceptTime), publishTimeout))
 	defer cancel()
 
 	canon, _ := json.Marshal(req)
@@ -284,7 +292,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	log.Debug("request published")
 	cancel()
 	ctx = r.Context()
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(max(time.Until(deadline), 0))
 	defer timer.Stop()
 	select {
 	case resp := <-replies:
@@ -296,7 +304,10 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		// the lookup times out.
 		connected := g.cfg.Conn.IsConnected()
 		if connected {
-			if resp, ok := g.recorded(context.WithoutCancel(ctx), req.RequestID); ok {
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+			resp, ok := g.recorded(lctx, req.RequestID)
+			lcancel()
+			if ok {
 				writeResponse(w, resp)
 				return
 			}

@@ -380,3 +380,16 @@ func TestRequestsArePartitionedBySession(t *testing.T) {
 		t.Fatalf("64 sessions fell in only %d partitions", len(seen))
 	}
 }
+
+func TestRedactHidesEveryServersCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://u:secret@a:4222":                        "nats://***@a:4222",
+		"nats://u:secret@a:4222,nats://u:secret@b:4222": "nats://***@a:4222,nats://***@b:4222",
+		"nats://a:4222,nats://tok@b:4222,nats://c:4222": "nats://a:4222,nats://***@b:4222,nats://c:4222",
+		"nats://127.0.0.1:4222":                         "nats://127.0.0.1:4222",
+	} {
+		if got := bus.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,13 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 
 // Redact hides credentials in a URL for logs, errors and banners.
 func Redact(url string) string {
+	if strings.Contains(url, ",") { // a list of servers: each may carry credentials
+		parts := strings.Split(url, ",")
+		for i, p := range parts {
+			parts[i] = Redact(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	for i := 0; i+3 <= len(url); i++ {
 		if url[i:i+3] == "://" {
 			rest := url[i+3:]

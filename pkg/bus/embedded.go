@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 // ServerConfig configures an embedded NATS server with JetStream.
 type ServerConfig struct {
-	// Name of the server. Default "hermes".
+	// Name of the server. Default "hermes"; required, and unique, for a cluster node.
 	Name string
 	// StoreDir holds JetStream's file store. Required.
 	StoreDir string
@@ -22,8 +23,25 @@ type ServerConfig struct {
 	// SyncAlways fsyncs every write before acking it: slower, but an acked message survives a
 	// power loss. Without it the store syncs on an interval (a process crash loses nothing).
 	SyncAlways bool
+	// Cluster, when set, makes the server one node of a JetStream cluster; Name must then be
+	// unique among the nodes.
+	Cluster *ClusterConfig
 	// Logger receives the server's notices and errors; nil discards them.
 	Logger *slog.Logger
+}
+
+// ClusterConfig makes an embedded server a node of a JetStream cluster. Every node has the same
+// Name and Routes; JetStream needs routes configured from the start (a node with none does not
+// start clustered).
+type ClusterConfig struct {
+	// Name of the cluster, the same on every node. Required.
+	Name string
+	// Listen is host:port where this node accepts routes from the others. Required; port 0
+	// picks a free one (then no other node can be configured to reach this one in advance).
+	Listen string
+	// Routes are the nodes' route URLs, nats-route://host:port; listing this node too is
+	// harmless, so every node can be given the same list. At least one is required.
+	Routes []string
 }
 
 // MaxPayload is the largest message the embedded server accepts (NATS' max_payload).
@@ -51,23 +69,36 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		MaxPayload: MaxPayload,
 	}
 	if opts.ServerName == "" {
+		if cfg.Cluster != nil {
+			return nil, fmt.Errorf("bus: a cluster node needs a name of its own")
+		}
 		opts.ServerName = "hermes"
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {
-		host, port, err := net.SplitHostPort(cfg.Listen)
+		host, port, err := hostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("bus: listen address %q: %w", cfg.Listen, err)
+			return nil, err
 		}
-		p, err := strconv.Atoi(port)
+		opts.Host, opts.Port = host, port
+	}
+	if c := cfg.Cluster; c != nil {
+		if c.Name == "" || c.Listen == "" || len(c.Routes) == 0 {
+			return nil, fmt.Errorf("bus: a cluster node needs a cluster name, a route listen address and routes")
+		}
+		host, port, err := hostPort(c.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("bus: listen port %q: %w", port, err)
+			return nil, err
 		}
-		if p == 0 {
-			p = server.RANDOM_PORT
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("bus: cluster route %q: want nats-route://host:port", r)
+			}
+			opts.Routes = append(opts.Routes, u)
 		}
-		opts.Host, opts.Port = host, p
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -82,6 +113,22 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bus: embedded server not ready within 30 s")
 	}
 	return &Server{Server: s}, nil
+}
+
+// hostPort splits a listen address; port 0 becomes the server's "pick a free port".
+func hostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("bus: listen address %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", 0, fmt.Errorf("bus: listen port %q: %w", port, err)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	return host, p, nil
 }
 
 // ConnectOption returns the nats.Option that connects in-process to s (no TCP); pass "" as the

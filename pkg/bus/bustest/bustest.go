@@ -1,4 +1,5 @@
-// Package bustest runs an embedded JetStream server for tests.
+// Package bustest runs an embedded JetStream server, or a three-node JetStream cluster, for
+// tests.
 package bustest
 
 import (

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -35,6 +36,21 @@ var (
 //
 //	go test ./test/integration -run TestNemesis -soak 10m -seed 42
 func TestNemesis(t *testing.T) {
+	server := startNATS(t, "interval")
+	s := start(t, options{natsURL: server.URL(), routers: -1, workers: 0, bus: bus.Config{AckWait: 2 * time.Second}})
+	runNemesis(t, s, &nemesis{nats: server})
+}
+
+// TestNemesisCluster is TestNemesis on a 3-node cluster with 3 replicas, where the server fault
+// is a node stopped (the record's leader, the meta leader or another) and restarted.
+func TestNemesisCluster(t *testing.T) {
+	c := bustest.NewCluster(t)
+	s := start(t, options{natsURL: c.URL(), routers: -1, workers: 0,
+		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second}})
+	runNemesis(t, s, &nemesis{cluster: c})
+}
+
+func runNemesis(t *testing.T, s *system, n *nemesis) {
 	seed := *nemesisSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -46,10 +62,8 @@ func TestNemesis(t *testing.T) {
 		run, every = *soak, 4*time.Second
 	}
 
-	server := startNATS(t, "interval")
-	s := start(t, options{natsURL: server.URL(), routers: -1, workers: 0, bus: bus.Config{AckWait: 2 * time.Second}})
 	s.poisoned = "nem_poison"
-	n := &nemesis{t: t, s: s, nats: server, rng: rng, counts: map[string]int{}}
+	n.t, n.s, n.rng, n.counts = t, s, rng, map[string]int{}
 	n.routers = []*child{n.spawnRouter(), n.spawnRouter()}
 	n.workers = []*child{n.spawnWorker(), n.spawnWorker()}
 	waitFor(t, "the routers and workers to start", func() bool {
@@ -100,7 +114,8 @@ func TestNemesis(t *testing.T) {
 type nemesis struct {
 	t                *testing.T
 	s                *system
-	nats             *natsProcess
+	nats             *natsProcess      // the server, a child process; or
+	cluster          *bustest.Cluster // a cluster of in-process nodes
 	rng              *rand.Rand
 	routers, workers []*child
 	spawned          int
@@ -118,7 +133,11 @@ func (n *nemesis) spawnWorker() *child {
 }
 
 func (n *nemesis) inject() {
-	faults := []string{"kill-worker", "kill-router", "kill-server", "duplicate", "poison"}
+	server := "kill-server"
+	if n.cluster != nil {
+		server = "stop-node"
+	}
+	faults := []string{"kill-worker", "kill-router", server, "duplicate", "poison"}
 	f := faults[n.rng.IntN(len(faults))]
 	n.counts[f]++
 	switch f {
@@ -130,6 +149,13 @@ func (n *nemesis) inject() {
 		i := n.rng.IntN(len(n.routers))
 		n.routers[i].kill()
 		n.routers[i] = n.spawnRouter()
+	case "stop-node": // one node of three (perhaps a leader): stopped, then back
+		running := n.cluster.Running()
+		node := running[n.rng.IntN(len(running))]
+		n.cluster.Stop(node)
+		time.Sleep(time.Second) // the outage
+		n.cluster.Restart(node)
+		n.cluster.WaitHealthy()
 	case "kill-server":
 		n.nats.kill()
 		time.Sleep(time.Second) // the outage

@@ -119,7 +119,11 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 			return l, err
 		}
 	}
-	msg := &nats.Msg{Subject: l.Subject, Data: raw.Data, Header: nats.Header{}}
+	subject := l.Subject
+	if m.Type == protocol.TypeRequest {
+		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
+	}
+	msg := &nats.Msg{Subject: subject, Data: raw.Data, Header: nats.Header{}}
 	redrive := fmt.Sprintf("%d-%d", seq, time.Now().UnixNano())
 	msg.Header.Set(jetstream.MsgIDHeader, "redrive:"+redrive)
 	msg.Header.Set(bus.HeaderRedrive, redrive)

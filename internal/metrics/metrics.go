@@ -90,15 +90,26 @@ func (m *Metrics) Answered(resp *protocol.Response) {
 		m.Requests.WithLabelValues(status, "").Inc()
 	}
 	for i := range resp.Results {
-		if !seen(resp.Results[:i], resp.Results[i].Name) {
-			m.Requests.WithLabelValues(status, resp.Results[i].Name).Inc()
+		if !seen(resp.Results[:i], toolLabel(&resp.Results[i])) {
+			m.Requests.WithLabelValues(status, toolLabel(&resp.Results[i])).Inc()
 		}
 	}
 }
 
+// Unrouted is the tool label of calls no route matched: their names come from callers, so
+// they must not each make a series.
+const Unrouted = "(unrouted)"
+
+func toolLabel(r *protocol.ToolResult) string {
+	if r.ErrorCode == protocol.CodeNoRoute {
+		return Unrouted
+	}
+	return r.Name
+}
+
 func seen(results []protocol.ToolResult, tool string) bool {
 	for i := range results {
-		if results[i].Name == tool {
+		if toolLabel(&results[i]) == tool {
 			return true
 		}
 	}

@@ -160,7 +160,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) (err error)
 	if req.Serial {
 		ready, prev, err := r.serialGate(ctx, m, d.Data)
 		if err != nil || !ready {
-			if err == nil {
+			if err == nil && prev != "" {
 				r.log.Info("serial request waits for the previous one's response", "request_id", m.RequestID,
 					"session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID, "after", prev)
 			}

@@ -14,9 +14,11 @@ import (
 // session (one partition, one request at a time), so the router can chain a session's serial
 // requests: each records its predecessor, the previous serial request of the session, and is
 // dispatched once that one has its response. Until then it waits in BucketSessions under
-// wait.<predecessor>, and the predecessor's response wakes it. Both steps are idempotent, so a
-// request woken twice (by its own check and by the response) is dispatched once: the plan is
-// created once and its calls carry deterministic message ids.
+// wait.<predecessor>, and the predecessor's response wakes it: the waiting request is published
+// again (message id request:<id>:wake) and goes through its partition like any request — with
+// its own trace, deliveries and dead-lettering — finding its predecessor answered. Every step
+// is idempotent, so a request woken twice (by its own check and by the response) is dispatched
+// once: the plan is created once and its calls carry deterministic message ids.
 
 const noPredecessor = "-"
 
@@ -27,6 +29,10 @@ func waitKey(requestID string) string { return "wait." + requestID }
 // serialGate reports whether serial request m may be dispatched now. If not, m waits for its
 // predecessor's response, which wakes it. raw is m as received, kept to dispatch it later.
 func (r *Router) serialGate(ctx context.Context, m *protocol.Message, raw []byte) (bool, string, error) {
+	if done, err := r.answered(ctx, m.RequestID); err != nil || done {
+		// Answered already (dead-lettered while it waited, say): nothing is left to dispatch.
+		return false, "", err
+	}
 	prev, err := r.predecessor(ctx, m)
 	if err != nil || prev == noPredecessor {
 		return err == nil, "", err
@@ -103,8 +109,8 @@ func (r *Router) answered(ctx context.Context, requestID string) (bool, error) {
 	}
 }
 
-// Wake dispatches the serial request waiting for requestID's response, if any. Call it once
-// requestID has its response recorded.
+// Wake publishes again the serial request waiting for requestID's response, if any, so that it
+// is dispatched. Call it once requestID has its response recorded.
 func (r *Router) Wake(ctx context.Context, requestID string) error {
 	e, err := r.cfg.Bus.Sessions.Get(ctx, waitKey(requestID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -114,14 +120,15 @@ func (r *Router) Wake(ctx context.Context, requestID string) error {
 		return fmt.Errorf("router: find the request waiting for %s: %w", requestID, err)
 	}
 	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		return nil // stored by a router from the bus bytes it had decoded; never undecodable
-	}
-	req, err := m.DecodeRequest(r.cfg.Limits)
-	if err != nil {
+	if err != nil { // stored by a router from bytes it had decoded: not expected
+		r.log.Error("the request waiting for this one is undecodable; it cannot be woken", "after", requestID, "err", err)
 		return nil
 	}
+	m.MsgID = protocol.MsgIDRequest(m.RequestID) + ":wake"
 	r.log.Info("serial request woken by its predecessor's response", "request_id", m.RequestID, "session_id", m.SessionID,
 		"msg_id", m.MsgID, "trace_id", m.Trace.TraceID, "after", requestID)
-	return r.dispatch(ctx, m, req)
+	if _, err := r.pub.Publish(ctx, protocol.SubjectRequest(m.SessionID), m); err != nil {
+		return fmt.Errorf("router: wake serial request %s: %w", m.RequestID, err)
+	}
+	return nil
 }

@@ -354,7 +354,7 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
 			size := len(res.Content)
 			*res = protocol.ToolResult{ToolCallID: res.ToolCallID, Name: res.Name, Route: res.Route, Attempts: res.Attempts,
-				RequestCallIDs:  res.RequestCallIDs,
+				RequestCallIDs: res.RequestCallIDs, RequestSerial: res.RequestSerial,
 				ExecutionTimeMS: res.ExecutionTimeMS, Status: protocol.ResultError, ErrorCode: protocol.CodeResultTooLarge,
 				ErrorOrigin: protocol.OriginHermes, Content: mustJSON(fmt.Sprintf("result of %d bytes does not fit in one bus message", size)),
 				RecoveryHint: fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", w.cfg.Bus.MaxMessageBytes())}

@@ -108,16 +108,20 @@ func Inject(ctx context.Context, tc *protocol.TraceContext) {
 // Start starts a span named name for handling m, as a child of m's trace context, with the
 // message's ids as attributes.
 func Start(ctx context.Context, m *protocol.Message, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs = append(attrs,
-		attribute.String("hermes.request_id", m.RequestID),
-		attribute.String("hermes.session_id", m.SessionID),
-		attribute.String("hermes.msg_id", m.MsgID),
-		attribute.String("hermes.message_type", string(m.Type)),
-	)
-	if m.Trace.TraceID != "" {
-		attrs = append(attrs, attribute.String("hermes.trace_id", m.Trace.TraceID))
+	ctx, span := Tracer().Start(Context(ctx, m.Trace), name, trace.WithSpanKind(kind))
+	if span.IsRecording() { // attributes cost allocations per message: only when exported
+		span.SetAttributes(attrs...)
+		span.SetAttributes(
+			attribute.String("hermes.request_id", m.RequestID),
+			attribute.String("hermes.session_id", m.SessionID),
+			attribute.String("hermes.msg_id", m.MsgID),
+			attribute.String("hermes.message_type", string(m.Type)),
+		)
+		if m.Trace.TraceID != "" {
+			span.SetAttributes(attribute.String("hermes.trace_id", m.Trace.TraceID))
+		}
 	}
-	return Tracer().Start(Context(ctx, m.Trace), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return ctx, span
 }
 
 // End ends span, marking it failed when err is not nil.

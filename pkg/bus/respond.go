@@ -25,6 +25,9 @@ func (b *Bus) MaxMessageBytes() int {
 	return 1 << 20
 }
 
+// headerAllowance is room kept for a message's headers within the server's max_payload.
+const headerAllowance = 2 << 10
+
 // ResultKey is the hermes-calls key of one call's result.
 func ResultKey(requestID, callID string) string { return requestID + "." + callID }
 
@@ -71,8 +74,9 @@ func (b *Bus) recordAndPublish(ctx context.Context, p *Publisher, kv jetstream.K
 	if err != nil {
 		return nil, false, Permanent(err)
 	}
-	if len(data) > b.MaxMessageBytes() {
-		return nil, false, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, m.Type, len(data), b.MaxMessageBytes())
+	// The server counts headers too (ids, trace context: well under headerAllowance).
+	if limit := b.MaxMessageBytes() - headerAllowance; len(data) > limit {
+		return nil, false, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, m.Type, len(data), limit)
 	}
 	mine := true
 	if _, err := kv.Create(ctx, key, data); err != nil {

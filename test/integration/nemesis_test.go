@@ -27,7 +27,7 @@ var (
 )
 
 // TestNemesis is the fault-injection suite: clients send uniquely identified requests in
-// several sessions (many in flight per session) while a seeded nemesis injects one fault at a
+// several sessions (many in flight per session; two sessions serial) while a seeded nemesis injects one fault at a
 // time — a tool worker or a router SIGKILLed, the NATS server SIGKILLed and restarted, a
 // recorded message published again under a new id, a poisoned message — and heals it. Then
 // everything drains and every request is classified (ok / lost / duplicated /
@@ -80,7 +80,8 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	results := make([][]clientRun, sessions)
 	var wg sync.WaitGroup
 	for i := range sessions {
-		wg.Go(func() { results[i] = s.sessionClient(fmt.Sprintf("nem_s%d", i), stop, rng.Uint64()) })
+		// The first two sessions are serial: each request waits for the previous one's response.
+		wg.Go(func() { results[i] = s.sessionClient(fmt.Sprintf("nem_s%d", i), i < 2, stop, rng.Uint64()) })
 	}
 	end := time.Now().Add(run)
 	for time.Now().Before(end) {
@@ -203,7 +204,7 @@ func (n *nemesis) duplicate() {
 // sessionClient sends requests of session one after another, each as soon as the previous was
 // accepted (so several are in flight), until stop; then it collects every answer. Each request
 // is posted with the same request_id until accepted, and polled until answered.
-func (s *system) sessionClient(session string, stop <-chan struct{}, seed uint64) []clientRun {
+func (s *system) sessionClient(session string, serial bool, stop <-chan struct{}, seed uint64) []clientRun {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	client := &http.Client{Timeout: 10 * time.Second}
 	var runs []clientRun
@@ -217,6 +218,9 @@ func (s *system) sessionClient(session string, stop <-chan struct{}, seed uint64
 		req := request(id, "", call("a", "echo", map[string]any{"delay_ms": rng.IntN(30), "k": k}),
 			call("b", "record", map[string]any{"delay_ms": rng.IntN(20), "k": k}))
 		req["session_id"] = session
+		if serial {
+			req["serial"] = true
+		}
 		data, _ := json.Marshal(req)
 		run := clientRun{id: id}
 		for {

@@ -240,7 +240,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	}
 	wants := []string{
 		`hermes_request_total{status="partial_success",tool="echo"} 1`,
-		`hermes_request_total{status="partial_success",tool="nope"} 1`,
+		`hermes_request_total{status="partial_success",tool="(unrouted)"} 1`,
 		`hermes_responses_total{status="partial_success"} 1`,
 		`hermes_tool_retries_total{error_code="UNAVAILABLE",tool="echo"} 1`,
 		`hermes_tool_results_total{error_code="",status="ok",tool="echo"} 1`,

@@ -115,7 +115,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 type nemesis struct {
 	t                *testing.T
 	s                *system
-	nats             *natsProcess      // the server, a child process; or
+	nats             *natsProcess     // the server, a child process; or
 	cluster          *bustest.Cluster // a cluster of in-process nodes
 	rng              *rand.Rand
 	routers, workers []*child

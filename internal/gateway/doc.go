@@ -7,6 +7,11 @@
 //	                               the request_id when the wait (?timeout=, default 30 s) runs out
 //	                               while the request keeps running
 //	GET  /v1/requests/{request_id} the response once there (200), 202 while pending, 404 unknown
+//	GET  /v1/sessions/{session_id}/events
+//	                               server-sent events: the session's recorded messages, its
+//	                               history then each new one as it is stored, id = stream
+//	                               sequence; Last-Event-ID (or ?after=) resumes after an id
+//	GET  /v1/sessions              recent sessions, latest request first (?limit=, default 50)
 //	GET  /healthz, /readyz         liveness, and readiness (NATS connected, stream reachable)
 //
 // Guarantees: a body over the limit gets 413 and malformed input 400 with a JSON error naming

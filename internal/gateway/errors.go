@@ -17,6 +17,7 @@ const (
 	CodeBusUnavailable    = "BUS_UNAVAILABLE"
 	CodeNotFound          = "NOT_FOUND"
 	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
+	CodeUnavailable       = "UNAVAILABLE" // busy or shutting down; see Retry-After
 )
 
 // apiError is the JSON body of every error answer.

@@ -54,12 +54,13 @@ type Config struct {
 
 // Gateway serves HTTP clients.
 type Gateway struct {
-	cfg     Config
-	pub     *bus.Publisher
-	log     *slog.Logger
-	waiting waiters
-	mux     *http.ServeMux
-	handler http.Handler // mux, counted
+	cfg      Config
+	pub      *bus.Publisher
+	log      *slog.Logger
+	waiting  waiters
+	mux      *http.ServeMux
+	handler  http.Handler // mux, counted
+	sessions sessionsAPI
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -88,6 +89,7 @@ func New(cfg Config) (*Gateway, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
+	g.registerSessions()
 	if cfg.Gatherer != nil {
 		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
 	}
@@ -137,6 +139,7 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 	go func() { listenErr <- g.Listen(lctx) }()
 	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(g.sessions.streams.stop) // event streams never end by themselves
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	var err error

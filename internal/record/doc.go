@@ -1,7 +1,8 @@
 // Package record reads Hermes' record — the HERMES stream, where every message of every session
 // is kept — back for people: a session's whole history in stream order ([ReadSession], [Read]),
-// the live flow of new messages ([Follow]), and one line of text ([Formatter]) or one JSON
-// object ([JSON]) per message.
+// the live flow of new messages ([Follow]), both on one consumer ([Stream]), the sessions with
+// the latest requests ([RecentSessions]), and one line of text ([Formatter]) or one JSON object
+// ([JSON]) per message.
 //
 // Guarantees:
 //   - Reading never changes the record and never disturbs Hermes' own consumers: it uses ordered
@@ -12,6 +13,8 @@
 //     wait for new ones, and return at once when nothing matches (an empty or unknown session).
 //   - [Follow] delivers, in stream order, every matching message stored after it started, until
 //     its context ends; it survives reconnects and server restarts.
+//   - [Stream] delivers what [Read] would and then what [Follow] would, from one ordered
+//     consumer: nothing between the two is skipped or delivered twice.
 //   - A message that cannot be decoded is delivered as an [Entry] with Err set, never dropped
 //     and never an error that stops the reading.
 //   - Stream order is the order the server stored messages in. Per call it is causal (request,

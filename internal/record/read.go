@@ -106,15 +106,7 @@ func Read(ctx context.Context, js jetstream.JetStream, filters []string, from St
 	if info.State.Msgs == 0 || from.Seq > last {
 		return 0, nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: inactive}
-	switch {
-	case from.Seq != 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from.Seq
-	case !from.Time.IsZero():
-		t := from.Time
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
+	cons, err := stream.OrderedConsumer(ctx, startConfig(filters, from))
 	if err != nil {
 		return 0, fmt.Errorf("record: read: %w", err)
 	}
@@ -201,6 +193,19 @@ func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready
 			return err
 		}
 	}
+}
+
+// startConfig is the ordered consumer reading filters from start.
+func startConfig(filters []string, from Start) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: inactive}
+	switch {
+	case from.Seq != 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from.Seq
+	case !from.Time.IsZero():
+		t := from.Time
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	return cfg
 }
 
 func openStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {

@@ -29,7 +29,7 @@ func publishStarted(t *testing.T, pub *bus.Publisher, session, req string, attem
 	return ack.Sequence
 }
 
-func newRecord(t *testing.T) (jetstream.JetStream, *bus.Publisher) {
+func newRecord(t testing.TB) (jetstream.JetStream, *bus.Publisher) {
 	t.Helper()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	return b.JS, bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "test-1"})

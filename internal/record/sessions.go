@@ -1,0 +1,149 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Session is one session as the record knows it.
+type Session struct {
+	// ID is the session id.
+	ID string
+	// LastRequestID is the request_id of its latest recorded request.
+	LastRequestID string
+	// LastSeq is the stream sequence of that request.
+	LastSeq uint64
+	// LastAt is when the stream stored it (UTC).
+	LastAt time.Time
+	// Requests is how many of its request messages the record holds.
+	Requests uint64
+
+	subject string // where its requests are stored
+}
+
+// RecentSessions returns up to limit sessions of the record, the one whose latest request was
+// stored last first. It reads the headers of each session's latest request (one message per
+// session in the record, through a consumer delivering the last message per subject), keeping
+// only the latest limit, then asks the stream how many requests each of those has. Its time grows
+// with the number of sessions in the record, its memory only with limit; bound it with ctx.
+func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int) ([]Session, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	stream, err := openStream(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "hermes: list recent sessions",
+		FilterSubject:     protocol.FilterRequests,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: inactive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record: sessions: %w", err)
+	}
+	defer deleteConsumer(js, cons)
+	ring := make([]Session, 0, min(limit, 1024))
+	next := 0 // where the next session goes once ring is full
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending > 0 {
+		it, err := cons.Messages(jetstream.PullMaxMessages(1000))
+		if err != nil {
+			return nil, fmt.Errorf("record: sessions: %w", err)
+		}
+		defer it.Stop()
+		var consSeq uint64
+		for {
+			wait, cancel := context.WithTimeout(ctx, idleCheck)
+			msg, err := it.Next(jetstream.NextContext(wait))
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("record: sessions: %w", ctx.Err())
+				}
+				if errors.Is(err, context.DeadlineExceeded) {
+					if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
+						break // what was left expired meanwhile
+					}
+					continue
+				}
+				return nil, fmt.Errorf("record: sessions: %w", err)
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("record: sessions: %w", err)
+			}
+			if consSeq++; md.Sequence.Consumer != consSeq {
+				return nil, errors.New("record: sessions: messages were lost in transit; try again")
+			}
+			s := Session{ID: lastToken(msg.Subject()), LastRequestID: msg.Headers().Get(bus.HeaderRequestID),
+				LastSeq: md.Sequence.Stream, LastAt: md.Timestamp.UTC(), subject: msg.Subject()}
+			if len(ring) < limit {
+				ring = append(ring, s)
+			} else {
+				ring[next] = s
+				next = (next + 1) % limit
+			}
+			if md.NumPending == 0 {
+				break
+			}
+		}
+	}
+	// Latest first: the ring holds them in stream order, oldest at next.
+	out := make([]Session, 0, len(ring))
+	for i := len(ring) - 1; i >= 0; i-- {
+		out = append(out, ring[(next+i)%len(ring)])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(countConcurrency)
+	for i := range out {
+		g.Go(func() error { return completeSession(gctx, stream, &out[i]) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// countConcurrency bounds the stream info requests RecentSessions has in flight.
+const countConcurrency = 8
+
+// completeSession counts s's requests and, for a request published without the request id
+// header, reads its id from the message.
+func completeSession(ctx context.Context, stream jetstream.Stream, s *Session) error {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.subject))
+	if err != nil {
+		return fmt.Errorf("record: sessions: count requests of %s: %w", s.ID, err)
+	}
+	for _, n := range info.State.Subjects {
+		s.Requests += n
+	}
+	if s.LastRequestID == "" {
+		raw, err := stream.GetMsg(ctx, s.LastSeq)
+		if err != nil {
+			return fmt.Errorf("record: sessions: read request %d: %w", s.LastSeq, err)
+		}
+		if m, err := protocol.Unmarshal(raw.Data); err == nil {
+			s.LastRequestID = m.RequestID
+		}
+	}
+	return nil
+}
+
+// lastToken is the last token of subject: in the record's layout, the session id.
+func lastToken(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}

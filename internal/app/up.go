@@ -102,6 +102,7 @@ func printBanner(env Env, base, demo, natsDesc, clientURL, routesDesc string, to
 	var b strings.Builder
 	fmt.Fprintf(&b, "Hermes is up.\n")
 	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET /v1/requests/{id} · /healthz · /readyz\n", base)
+	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n\n", routesDesc, tools)

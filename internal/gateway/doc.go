@@ -12,6 +12,9 @@
 //	                               history then each new one as it is stored, id = stream
 //	                               sequence; Last-Event-ID (or ?after=) resumes after an id
 //	GET  /v1/sessions              recent sessions, latest request first (?limit=, default 50)
+//	GET  /                         the web UI (with /app.js and /style.css, built in): sessions,
+//	                               each request's tool calls as a live waterfall, the messages
+//	                               as JSON, a form for POST /v1/route
 //	GET  /healthz, /readyz         liveness, and readiness (NATS connected, stream reachable)
 //
 // Guarantees: a body over the limit gets 413 and malformed input 400 with a JSON error naming

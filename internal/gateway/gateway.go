@@ -90,6 +90,7 @@ func New(cfg Config) (*Gateway, error) {
 	})
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
 	g.registerSessions()
+	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
 	}

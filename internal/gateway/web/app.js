@@ -1,0 +1,915 @@
+// Hermes web UI: recent sessions, a session's requests as tool-call waterfalls updated live
+// from the gateway's server-sent events, the recorded messages as JSON, and a form for
+// POST /v1/route.
+//
+// Everything that comes from the bus or the API is put on the page as text (text nodes,
+// textContent, dataset, title): never as HTML.
+'use strict';
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+
+  // ---- small helpers -------------------------------------------------------------------
+
+  // el builds an element. Strings among children become text nodes. attrs are constants of
+  // this file or go through dataset/title, so bus data never lands in markup.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'data') Object.assign(e.dataset, v);
+      else if (k === 'title') e.title = String(v);
+      else if (k === 'on') for (const [ev, fn] of Object.entries(v)) e.addEventListener(ev, fn);
+      else if (/^on|^style$|^href$|^src$/i.test(k)) throw new Error('el: attribute ' + k + ' is not allowed');
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c == null || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.firstChild.remove();
+  }
+
+  function pad(n, w) {
+    return String(n).padStart(w, '0');
+  }
+
+  function clock(t) {
+    if (!Number.isFinite(t)) return '';
+    const d = new Date(t);
+    return pad(d.getHours(), 2) + ':' + pad(d.getMinutes(), 2) + ':' + pad(d.getSeconds(), 2) + '.' + pad(d.getMilliseconds(), 3);
+  }
+
+  function fullTime(t) {
+    return Number.isFinite(t) ? new Date(t).toLocaleString() + ' (' + clock(t) + ')' : '';
+  }
+
+  function ago(t, now) {
+    if (!Number.isFinite(t)) return '';
+    const s = Math.max(0, Math.round((now - t) / 1000));
+    if (s < 5) return 'just now';
+    if (s < 60) return s + ' s ago';
+    if (s < 3600) return Math.floor(s / 60) + ' min ago';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ago';
+    return new Date(t).toLocaleDateString();
+  }
+
+  function dur(ms) {
+    if (!Number.isFinite(ms)) return '';
+    ms = Math.max(0, ms);
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
+    const m = Math.floor(ms / 60000);
+    return m + ' min ' + Math.round((ms - m * 60000) / 1000) + ' s';
+  }
+
+  function plural(n, one, many) {
+    return n + ' ' + (n === 1 ? one : many);
+  }
+
+  function parseTime(v) {
+    const t = typeof v === 'string' ? Date.parse(v) : NaN;
+    return Number.isFinite(t) && t > 0 ? t : NaN;
+  }
+
+  // msgTime is when a message was made (its sender's clock), else when the stream stored it.
+  function msgTime(m) {
+    const t = parseTime(m.created_at);
+    return Number.isFinite(t) ? t : parseTime(m.time);
+  }
+
+  // prettyJSON re-indents JSON text without parsing it, so numbers keep every digit.
+  function prettyJSON(text) {
+    let out = '';
+    let depth = 0;
+    let inStr = false;
+    const nl = () => '\n' + '  '.repeat(depth);
+    for (let i = 0; i < text.length; i++) {
+      const ch = text[i];
+      if (inStr) {
+        out += ch;
+        if (ch === '\\') out += text[++i] ?? '';
+        else if (ch === '"') inStr = false;
+        continue;
+      }
+      switch (ch) {
+        case '"': inStr = true; out += ch; break;
+        case '{': case '[': {
+          const close = ch === '{' ? '}' : ']';
+          let j = i + 1;
+          while (j < text.length && /\s/.test(text[j])) j++;
+          if (text[j] === close) { out += ch + close; i = j; break; }
+          depth++; out += ch + nl(); break;
+        }
+        case '}': case ']': depth = Math.max(0, depth - 1); out += nl() + ch; break;
+        case ',': out += ',' + nl(); break;
+        case ':': out += ': '; break;
+        case ' ': case '\n': case '\r': case '\t': break;
+        default: out += ch;
+      }
+    }
+    return out;
+  }
+
+  // jsonView shows JSON text with its tokens coloured, as text nodes only.
+  function jsonView(text) {
+    const pre = el('pre', { class: 'json' });
+    const pretty = prettyJSON(text);
+    const re = /("(?:\\.|[^"\\])*")(\s*:)?|\b(true|false|null)\b|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
+    let last = 0;
+    for (let m; (m = re.exec(pretty));) {
+      if (m.index > last) pre.append(pretty.slice(last, m.index));
+      let cls = 'j-num';
+      if (m[1]) cls = m[2] ? 'j-key' : 'j-str';
+      else if (m[3]) cls = m[3] === 'null' ? 'j-null' : 'j-bool';
+      pre.append(el('span', { class: cls }, m[1] || m[0]));
+      if (m[2]) pre.append(m[2]);
+      last = re.lastIndex;
+    }
+    if (last < pretty.length) pre.append(pretty.slice(last));
+    return pre;
+  }
+
+  async function errorText(resp) {
+    let text = '';
+    try { text = await resp.text(); } catch (_) { /* body unreadable */ }
+    try {
+      const j = JSON.parse(text);
+      if (j && j.error) return { code: j.error.code || '', message: j.error.message || '', field: j.error.field || '', body: text };
+    } catch (_) { /* not JSON */ }
+    return { code: '', message: text.trim() || resp.statusText, field: '', body: text };
+  }
+
+  // ---- sessions list -------------------------------------------------------------------
+
+  const sessionsRefreshMS = 3000;
+  let sessionsTimer = null;
+  let lastSessions = [];
+
+  async function loadSessions() {
+    clearTimeout(sessionsTimer);
+    try {
+      const resp = await fetch('/v1/sessions?limit=50', { headers: { Accept: 'application/json' }, cache: 'no-store' });
+      if (!resp.ok) {
+        const e = await errorText(resp);
+        showSessionsError('Could not load sessions: HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : ''));
+      } else {
+        const body = await resp.json();
+        lastSessions = Array.isArray(body.sessions) ? body.sessions : [];
+        showSessionsError('');
+        $('sessions-updated').textContent = 'updated ' + clock(Date.now()).slice(0, 8);
+      }
+    } catch (err) {
+      showSessionsError('Could not reach the gateway: ' + err.message);
+    }
+    renderSessions();
+    sessionsTimer = setTimeout(loadSessions, sessionsRefreshMS);
+  }
+
+  function showSessionsError(text) {
+    const box = $('sessions-error');
+    box.hidden = !text;
+    box.textContent = text ? '✗ ' + text : '';
+  }
+
+  function renderSessions() {
+    const list = $('sessions');
+    const now = Date.now();
+    clear(list);
+    for (const s of lastSessions) {
+      const id = String(s.session_id ?? '');
+      const last = parseTime(s.last_at);
+      const item = el('li', null,
+        el('button', {
+          type: 'button', class: 'session-item' + (current && current.id === id ? ' selected' : ''),
+          data: { session: id }, title: 'last message ' + fullTime(last) + ', stream seq ' + (s.last_seq ?? ''),
+          on: { click: () => go(id) },
+        },
+        el('span', { class: 'session-name' }, id),
+        el('span', { class: 'session-meta' },
+          plural(Number(s.requests) || 0, 'request', 'requests'), ' · ', ago(last, now)),
+        s.last_request_id ? el('span', { class: 'session-meta mono' }, 'last ', String(s.last_request_id)) : null));
+      list.append(item);
+    }
+    $('sessions-empty').hidden = lastSessions.length > 0 || !$('sessions-error').hidden;
+  }
+
+  // ---- session state -------------------------------------------------------------------
+
+  // current is the open session: its event stream and everything it has delivered.
+  let current = null;
+
+  function go(id) {
+    location.hash = id ? 'session=' + encodeURIComponent(id) : '';
+  }
+
+  function sessionFromHash() {
+    const m = /^#session=(.+)$/.exec(location.hash);
+    if (!m) return '';
+    try { return decodeURIComponent(m[1]); } catch (_) { return ''; }
+  }
+
+  function onHash() {
+    const id = sessionFromHash();
+    if (id) openSession(id);
+    else closeSession();
+    renderSessions();
+  }
+
+  function closeSession() {
+    if (current) {
+      current.closed = true;
+      if (current.es) current.es.close();
+      clearTimeout(current.retryTimer);
+      clearTimeout(current.flushTimer);
+    }
+    current = null;
+    $('session').hidden = true;
+    $('empty').hidden = false;
+    hideDetail();
+  }
+
+  function openSession(id) {
+    if (current && current.id === id) return;
+    const form = $('f-session');
+    if (!form.value || (current && form.value === current.id)) form.value = id; // the form follows the view
+    closeSession();
+    current = {
+      id,
+      es: null,
+      closed: false,
+      lastSeq: 0,
+      seen: new Set(),
+      raw: new Map(), // seq → the event's JSON text, as sent
+      msgs: [],
+      requests: new Map(), // request_id → state, first seen first
+      blocks: new Map(), // request_id → rendered element
+      dirty: new Set(),
+      fresh: false,
+      flushTimer: null,
+      retryTimer: null,
+      retryDelay: 1000,
+      unreadable: 0,
+    };
+    $('empty').hidden = true;
+    $('session').hidden = false;
+    $('session-id').textContent = id;
+    $('session-error').hidden = true;
+    clear($('requests'));
+    clear($('log-list'));
+    $('log-count').textContent = '0';
+    hideDetail();
+    updateSummary();
+    connect(current);
+  }
+
+  function eventsURL(s) {
+    let url = '/v1/sessions/' + encodeURIComponent(s.id) + '/events';
+    if (s.lastSeq > 0) url += '?after=' + s.lastSeq;
+    return url;
+  }
+
+  function connect(s) {
+    if (s.closed) return;
+    setConn('connecting', s.lastSeq > 0 ? 'reconnecting…' : 'connecting…');
+    const url = eventsURL(s);
+    const es = new EventSource(url);
+    s.es = es;
+    es.onopen = () => {
+      if (s.closed) return;
+      s.retryDelay = 1000;
+      $('session-error').hidden = true;
+      setConn('live', '● live');
+    };
+    es.onmessage = (ev) => {
+      if (!s.closed) receive(s, ev);
+    };
+    es.onerror = () => {
+      if (s.closed) return;
+      if (es.readyState === EventSource.CONNECTING) {
+        // The browser reconnects by itself and sends Last-Event-ID.
+        setConn('reconnecting', 'reconnecting… (showing what arrived so far)');
+        return;
+      }
+      // The browser gave up (an answer other than a 200 event stream): ask why, then
+      // reconnect from the last message seen.
+      es.close();
+      s.es = null;
+      diagnose(s, url);
+    };
+  }
+
+  async function diagnose(s, url) {
+    let why = 'the event stream closed';
+    let retry = true;
+    try {
+      const ctl = new AbortController();
+      const resp = await fetch(url, { signal: ctl.signal, cache: 'no-store' });
+      if (resp.ok) {
+        ctl.abort();
+      } else {
+        const e = await errorText(resp);
+        why = 'HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : '');
+        // A request the gateway refuses as such will not get better by asking again.
+        retry = resp.status >= 500 || resp.status === 404 || resp.status === 429 || resp.status === 408;
+      }
+    } catch (err) {
+      why = 'the gateway is not reachable (' + err.message + ')';
+    }
+    if (s.closed) return;
+    const box = $('session-error');
+    box.hidden = false;
+    if (!retry) {
+      box.textContent = '✗ Cannot follow this session: ' + why;
+      setConn('offline', '✗ stopped');
+      return;
+    }
+    const wait = s.retryDelay;
+    s.retryDelay = Math.min(s.retryDelay * 2, 15000);
+    box.textContent = '✗ Live updates interrupted: ' + why + '. Retrying in ' + Math.round(wait / 1000) + ' s; nothing is lost, the view catches up from message ' + s.lastSeq + '.';
+    setConn('offline', '✗ disconnected');
+    s.retryTimer = setTimeout(() => connect(s), wait);
+  }
+
+  function setConn(state, text) {
+    const c = $('conn');
+    c.dataset.state = state;
+    c.textContent = text;
+  }
+
+  function receive(s, ev) {
+    let m;
+    try {
+      m = JSON.parse(ev.data);
+    } catch (err) {
+      m = { seq: Number(ev.lastEventId) || 0, error: 'the event is not JSON: ' + err.message };
+    }
+    if (!m || typeof m !== 'object') m = { seq: Number(ev.lastEventId) || 0, error: 'the event is not a JSON object' };
+    const seq = Number(m.seq ?? ev.lastEventId) || 0;
+    if (seq > 0) {
+      if (s.seen.has(seq)) return; // replayed after a reconnect
+      s.seen.add(seq);
+      s.lastSeq = Math.max(s.lastSeq, seq);
+    }
+    s.raw.set(m, ev.data);
+    ingest(s, m);
+    s.fresh = true;
+    schedule(s);
+  }
+
+  function requestOf(s, id) {
+    let r = s.requests.get(id);
+    if (!r) {
+      r = { id, request: null, extraRequests: [], calls: new Map(), responses: [], other: [], msgs: [] };
+      s.requests.set(id, r);
+    }
+    return r;
+  }
+
+  function callOf(r, id, name) {
+    let c = r.calls.get(id);
+    if (!c) {
+      c = { id, name: name || '', dispatches: [], starts: [], results: [] };
+      r.calls.set(id, c);
+    }
+    if (!c.name && name) c.name = name;
+    return c;
+  }
+
+  function ingest(s, m) {
+    s.msgs.push(m);
+    appendLog(s, m);
+    const p = m.payload && typeof m.payload === 'object' ? m.payload : null;
+    const rid = String(m.request_id || (p && p.request_id) || '');
+    const r = requestOf(s, rid);
+    r.msgs.push(m);
+    s.dirty.add(rid);
+    if (m.error || !p) {
+      r.other.push(m);
+      return;
+    }
+    switch (m.type) {
+      case 'request.v1':
+        if (!r.request) r.request = m;
+        else r.extraRequests.push(m);
+        for (const tc of Array.isArray(p.tool_calls) ? p.tool_calls : []) callOf(r, String(tc.tool_call_id ?? ''), tc.name);
+        break;
+      case 'tool_call.v1': {
+        const call = p.call || {};
+        callOf(r, String(call.tool_call_id ?? ''), call.name).dispatches.push(m);
+        break;
+      }
+      case 'tool_started.v1':
+        callOf(r, String(p.tool_call_id ?? ''), p.name).starts.push(m);
+        break;
+      case 'tool_result.v1':
+        callOf(r, String(p.tool_call_id ?? ''), p.name).results.push(m);
+        break;
+      case 'response.v1':
+        r.responses.push(m);
+        for (const res of Array.isArray(p.results) ? p.results : []) callOf(r, String(res.tool_call_id ?? ''), res.name);
+        break;
+      default:
+        r.other.push(m);
+    }
+  }
+
+  function schedule(s) {
+    if (s.flushTimer) return;
+    s.flushTimer = setTimeout(() => {
+      s.flushTimer = null;
+      flush(s);
+    }, 30);
+  }
+
+  function flush(s) {
+    if (s.closed) return;
+    const container = $('requests');
+    const focused = document.activeElement;
+    const focusCall = focused && focused.dataset ? focused.dataset.call : undefined;
+    for (const id of s.dirty) {
+      const r = s.requests.get(id);
+      const block = renderRequest(r, Date.now());
+      const old = s.blocks.get(id);
+      if (old) {
+        const hadFocus = old.contains(focused);
+        old.replaceWith(block);
+        if (hadFocus && focusCall !== undefined) {
+          const row = [...block.querySelectorAll('.wf-row.call')].find((e) => e.dataset.call === focusCall);
+          if (row) row.focus();
+        }
+      } else {
+        container.prepend(block); // newest first
+      }
+      s.blocks.set(id, block);
+    }
+    s.dirty.clear();
+    updateSummary();
+    if (s.fresh) refreshDetail(); // only for new messages, not the clock: keeps the pane's scroll
+    s.fresh = false;
+  }
+
+  function updateSummary() {
+    const s = current;
+    if (!s) return;
+    const n = [...s.requests.keys()].filter((k) => k !== '').length;
+    const last = s.msgs.length ? msgTime(s.msgs[s.msgs.length - 1]) : NaN;
+    let text = plural(n, 'request', 'requests') + ' · ' + plural(s.msgs.length, 'message', 'messages');
+    if (Number.isFinite(last)) text += ' · last at ' + clock(last);
+    if (s.unreadable) text += ' · ' + plural(s.unreadable, 'unreadable message', 'unreadable messages');
+    $('session-summary').textContent = text;
+    $('session-empty').hidden = s.msgs.length > 0;
+    $('log-count').textContent = String(s.msgs.length);
+  }
+
+  // ---- one request: header and waterfall -----------------------------------------------
+
+  function lastOf(a) {
+    return a.length ? a[a.length - 1] : null;
+  }
+
+  // callView derives what to draw for one call.
+  function callView(r, c, t0, now) {
+    const resultMsg = lastOf(c.results);
+    let result = resultMsg ? resultMsg.payload : null;
+    const resp = lastOf(r.responses);
+    if (!result && resp && Array.isArray(resp.payload.results)) {
+      result = resp.payload.results.find((x) => String(x.tool_call_id) === c.id) || null;
+    }
+    const dispatchT = c.dispatches.length ? msgTime(c.dispatches[0]) : NaN;
+    const ticks = c.starts.map((m) => {
+      const t = parseTime(m.payload.started_at);
+      return { t: Number.isFinite(t) ? t : msgTime(m), attempt: Number(m.payload.attempt) || Number(m.attempt) || 0, msg: m };
+    }).sort((a, b) => a.t - b.t);
+    let start = dispatchT;
+    if (!Number.isFinite(start)) start = ticks.length ? ticks[0].t : t0;
+    let status = 'queued';
+    if (result) status = result.status === 'ok' ? 'ok' : 'error';
+    else if (resp) status = 'error'; // answered without this call's result
+    else if (ticks.length) status = 'running';
+    else if (c.dispatches.length) status = 'dispatched';
+    let end = now;
+    if (result || resp) {
+      end = resultMsg ? msgTime(resultMsg) : msgTime(resp);
+      for (const tk of ticks) end = Math.max(end, tk.t);
+    }
+    if (!Number.isFinite(end)) end = start;
+    const attempts = result ? Number(result.attempts) || 0 : ticks.reduce((a, tk) => Math.max(a, tk.attempt), 0);
+    return { status, start, end, ticks, result, attempts, pending: !result && !resp };
+  }
+
+  const statusWords = {
+    ok: '✓ ok', error: '✗ failed', running: '▶ running', dispatched: '→ dispatched', queued: '… waiting',
+  };
+
+  const responseWords = {
+    success: '✓ success', partial_success: '⚠ partial success', failed: '✗ failed', pending: '… running',
+  };
+
+  function renderRequest(r, now) {
+    const req = r.request;
+    const resp = lastOf(r.responses);
+    const respStatus = resp ? String(resp.payload.status || 'failed') : 'pending';
+    let t0 = req ? msgTime(req) : NaN;
+    if (!Number.isFinite(t0)) t0 = Math.min(...r.msgs.map(msgTime).filter(Number.isFinite), now);
+
+    const calls = [...r.calls.values()].map((c) => ({ c, v: callView(r, c, t0, now) }));
+    let t1 = resp ? msgTime(resp) : now;
+    for (const { v } of calls) t1 = Math.max(t1, v.end);
+    if (!Number.isFinite(t1)) t1 = t0;
+    const span = Math.max(t1 - t0, 10); // at least 10 ms, so the axis reads in whole ms
+    const x = (t) => Math.min(100, Math.max(0, ((t - t0) / span) * 100));
+
+    const block = el('article', { class: 'req', data: { request: r.id, status: respStatus } });
+
+    // Header: status, ids, intent, time; click shows the request and response messages.
+    const intent = req && req.payload ? String(req.payload.intent ?? '') : '';
+    const head = el('button', {
+      type: 'button', class: 'req-head',
+      title: 'Show the request and response messages',
+      on: { click: () => showDetail({ kind: 'request', request: r.id }) },
+    },
+    el('span', { class: 'badge st-' + respStatus }, responseWords[respStatus] || respStatus),
+    el('span', { class: 'req-id mono' }, r.id || '(messages without a request id)'),
+    intent ? el('span', { class: 'intent' }, intent) : null,
+    el('span', { class: 'req-meta' },
+      Number.isFinite(t0) ? clock(t0) : '',
+      ' · ', plural(calls.length, 'call', 'calls'),
+      ' · ', resp ? 'answered in ' + dur(msgTime(resp) - t0) : 'running for ' + dur(now - t0),
+      req && req.payload && req.payload.serial ? ' · serial' : ''));
+    block.append(head);
+
+    if (resp && resp.payload.error) {
+      block.append(el('p', { class: 'error-box' },
+        '✗ The request failed as a whole: ', el('b', { class: 'mono' }, String(resp.payload.error.code ?? '')),
+        ' — ', String(resp.payload.error.message ?? '')));
+    }
+    const unreadable = r.other.filter((m) => m.error);
+    if (unreadable.length) {
+      block.append(el('p', { class: 'error-box' },
+        '✗ ' + plural(unreadable.length, 'message', 'messages') + ' of this request could not be read: ',
+        String(unreadable[0].error)));
+    }
+    if (r.extraRequests.length) {
+      block.append(el('p', { class: 'note' }, 'This request was recorded ' + (r.extraRequests.length + 1) + ' times (a resend; it ran once).'));
+    }
+
+    if (calls.length) {
+      const wf = el('div', { class: 'wf', role: 'list' });
+      const step = niceStep(span);
+      const grid = [];
+      for (let t = 0; t <= span + 1e-9; t += step) grid.push(t);
+      wf.append(axisRow(span, grid));
+      for (const { c, v } of calls) {
+        wf.append(callRow(r, c, v, x, grid.map((t) => (t / span) * 100)));
+        if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
+        else if (v.status === 'error') {
+          wf.append(el('div', { class: 'wf-err' }, el('span', { class: 'err-code' }, 'NO RESULT'),
+            ' the response came without a result for this call'));
+        }
+      }
+      block.append(wf);
+    } else if (req) {
+      block.append(el('p', { class: 'muted small' }, 'No tool calls.'));
+    }
+    return block;
+  }
+
+  function niceStep(span) {
+    const raw = span / 5;
+    const pow = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 5, 10]) if (m * pow >= raw) return m * pow;
+    return 10 * pow;
+  }
+
+  function axisRow(span, grid) {
+    const track = el('div', { class: 'wf-track axis', 'aria-hidden': 'true' });
+    for (const [i, t] of grid.entries()) {
+      const g = el('span', { class: 'grid' + (i % 2 ? ' odd' : '') }, dur(t));
+      g.style.left = (t / span) * 100 + '%';
+      if ((t / span) > 0.92) g.classList.add('end');
+      track.append(g);
+    }
+    return el('div', { class: 'wf-row wf-axis' },
+      el('div', { class: 'wf-label muted small' }, 'tool call'),
+      track,
+      el('div', { class: 'wf-info muted small' }, 'time · tries'));
+  }
+
+  function callRow(r, c, v, x, gridPct) {
+    const track = el('div', { class: 'wf-track' });
+    for (const pct of gridPct) {
+      const g = el('span', { class: 'gl' });
+      g.style.left = pct + '%';
+      track.append(g);
+    }
+    // Waiting for a worker (dispatch to the first try) is drawn light, running solid.
+    const ran = v.ticks.length ? Math.min(Math.max(v.ticks[0].t, v.start), v.end) : v.start;
+    if (ran > v.start) {
+      const wait = el('div', { class: 'bar wait st-' + v.status, title: 'waited ' + dur(ran - v.start) + ' for a worker' });
+      wait.style.left = x(v.start) + '%';
+      wait.style.width = (x(ran) - x(v.start)) + '%';
+      track.append(wait);
+    }
+    const bar = el('div', { class: 'bar st-' + v.status + (v.status === 'error' && !v.attempts ? ' untried' : '') });
+    bar.style.left = x(ran) + '%';
+    bar.style.width = Math.max(0, x(v.end) - x(ran)) + '%';
+    track.append(bar);
+    for (const tk of v.ticks) {
+      const tick = el('span', {
+        class: 'tick' + (tk.attempt > 1 ? ' retry' : ''),
+        title: 'try ' + tk.attempt + ' started at ' + clock(tk.t),
+      }, String(tk.attempt || '?'));
+      tick.style.left = x(tk.t) + '%';
+      track.append(tick);
+    }
+    const res = v.result;
+    const retries = Math.max(0, v.attempts - 1);
+    const info = el('div', { class: 'wf-info' },
+      el('span', { class: 'dur' }, v.pending ? dur(v.end - v.start) + '…' : dur(v.end - v.start)),
+      el('span', { class: 'tries' + (retries ? ' has-retries' : '') },
+        v.attempts ? plural(v.attempts, 'try', 'tries') + (retries ? ' (' + plural(retries, 'retry', 'retries') + ')' : '') : (res ? 'not tried' : '')));
+    const label = el('div', { class: 'wf-label' },
+      el('span', { class: 'line' },
+        el('span', { class: 'st st-' + v.status }, statusWords[v.status]),
+        el('span', { class: 'tool-name' }, c.name || '?')),
+      el('span', { class: 'call-id mono' }, c.id));
+    const tipParts = [c.name + ' ' + c.id, statusWords[v.status]];
+    if (res && res.route) tipParts.push('route ' + res.route);
+    if (res && Number.isFinite(Number(res.execution_time_ms))) tipParts.push('tool time ' + res.execution_time_ms + ' ms');
+    return el('div', {
+      class: 'wf-row call st-' + v.status, role: 'listitem', tabindex: '0',
+      data: { call: c.id, status: v.status, attempts: String(v.attempts) },
+      title: tipParts.join(' · ') + ' — click for the messages',
+      on: {
+        click: () => showDetail({ kind: 'call', request: r.id, call: c.id }),
+        keydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); showDetail({ kind: 'call', request: r.id, call: c.id }); } },
+      },
+    }, label, track, info);
+  }
+
+  function errorRow(c, v) {
+    const res = v.result;
+    let content = '';
+    if (res.content !== undefined && res.content !== null) {
+      content = typeof res.content === 'string' ? res.content : JSON.stringify(res.content);
+      if (content.length > 300) content = content.slice(0, 300) + '…';
+    }
+    return el('div', { class: 'wf-err', data: { call: c.id } },
+      el('span', { class: 'err-code' }, String(res.error_code || 'ERROR')),
+      res.error_origin ? el('span', { class: 'err-origin' }, '(' + res.error_origin + ')') : null,
+      content ? el('span', { class: 'err-content mono' }, content) : null,
+      res.recovery_hint ? el('span', { class: 'hint' }, el('b', null, 'Hint: '), String(res.recovery_hint)) : null);
+  }
+
+  // ---- the message log -----------------------------------------------------------------
+
+  function summary(m) {
+    const p = m.payload || {};
+    switch (m.type) {
+      case 'request.v1': return (Array.isArray(p.tool_calls) ? plural(p.tool_calls.length, 'call', 'calls') : '') + (p.intent ? ' — ' + p.intent : '');
+      case 'tool_call.v1': return ((p.call && p.call.name) || '') + ' ' + ((p.call && p.call.tool_call_id) || '') + (p.route ? ' → ' + p.route : '');
+      case 'tool_started.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' try ' + (p.attempt ?? '');
+      case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '');
+      case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
+      default: return '';
+    }
+  }
+
+  function appendLog(s, m) {
+    if (m.error) s.unreadable++;
+    const li = el('li', { class: m.error ? 'bad' : '' },
+      el('button', { type: 'button', class: 'log-item', on: { click: () => showDetail({ kind: 'message', msg: m }) } },
+        el('span', { class: 'mono muted' }, '#' + (m.seq ?? '?')),
+        el('span', { class: 'mono' }, clock(msgTime(m))),
+        el('span', { class: 'type' }, m.error ? '✗ unreadable' : String(m.type || '?')),
+        el('span', { class: 'mono' }, String(m.request_id || '')),
+        el('span', null, m.error ? String(m.error) : summary(m))));
+    $('log-list').append(li);
+  }
+
+  // ---- detail pane ---------------------------------------------------------------------
+
+  let detailSel = null;
+
+  function showDetail(sel) {
+    detailSel = sel;
+    refreshDetail();
+    $('detail').hidden = false;
+    document.body.classList.add('with-detail');
+  }
+
+  function hideDetail() {
+    detailSel = null;
+    $('detail').hidden = true;
+    document.body.classList.remove('with-detail');
+  }
+
+  function refreshDetail() {
+    const s = current;
+    const sel = detailSel;
+    if (!s || !sel) return;
+    let title = '';
+    let msgs = [];
+    const r = sel.request !== undefined ? s.requests.get(sel.request) : null;
+    if (sel.kind === 'message') {
+      title = 'Message #' + (sel.msg.seq ?? '?');
+      msgs = [sel.msg];
+    } else if (sel.kind === 'request' && r) {
+      title = 'Request ' + r.id;
+      msgs = [r.request, ...r.extraRequests, ...r.responses, ...r.other].filter(Boolean);
+    } else if (sel.kind === 'call' && r) {
+      const c = r.calls.get(sel.call);
+      if (!c) return;
+      title = 'Call ' + c.id + (c.name ? ' (' + c.name + ')' : '');
+      msgs = [...c.dispatches, ...c.starts, ...c.results];
+      const resp = lastOf(r.responses);
+      if (!c.results.length && resp) msgs.push(resp);
+    }
+    msgs.sort((a, b) => (Number(a.seq) || 0) - (Number(b.seq) || 0));
+    $('detail-title').textContent = title;
+    const body = $('detail-body');
+    clear(body);
+    if (!msgs.length) {
+      body.append(el('p', { class: 'muted' }, 'No message recorded for this yet: the call is waiting to be dispatched.'));
+    }
+    for (const m of msgs) {
+      const sender = m.sender ? [m.sender.role, m.sender.instance].filter(Boolean).join(' ') : '';
+      body.append(el('section', { class: 'msg' + (m.error ? ' bad' : '') },
+        el('h3', null,
+          el('span', { class: 'type' }, m.error ? '✗ unreadable message' : String(m.type || '?')),
+          el('span', { class: 'muted small' }, ' #' + (m.seq ?? '?') + ' · ' + clock(msgTime(m)) + (sender ? ' · from ' + sender : ''))),
+        m.error ? el('p', { class: 'error-box' }, String(m.error)) : null,
+        jsonView(s.raw.get(m) || JSON.stringify(m))));
+    }
+  }
+
+  // ---- the send form -------------------------------------------------------------------
+
+  let callCount = 0;
+
+  function newID(prefix) {
+    const rnd = new Uint32Array(1);
+    crypto.getRandomValues(rnd);
+    return prefix + Date.now().toString(36) + '_' + rnd[0].toString(36).slice(0, 5);
+  }
+
+  function addCall(name, args) {
+    callCount++; // call ids stay distinct when rows are removed
+    const row = el('div', { class: 'call-form' },
+      el('label', null, 'Tool name', el('input', { name: 'name', class: 'c-name', autocomplete: 'off', spellcheck: 'false', placeholder: 'e.g. echo' })),
+      el('label', null, 'Call id', el('input', { name: 'tool_call_id', class: 'c-id', autocomplete: 'off', spellcheck: 'false' })),
+      el('label', { class: 'wide' }, 'Arguments (JSON object)', el('textarea', { name: 'arguments', class: 'c-args mono', rows: '2', spellcheck: 'false' })),
+      el('button', { type: 'button', class: 'link remove', title: 'Remove this tool call', on: { click: () => { row.remove(); } } }, 'remove'));
+    row.querySelector('.c-name').value = name || '';
+    row.querySelector('.c-id').value = 'call_' + callCount;
+    row.querySelector('.c-args').value = args || '{}';
+    $('f-calls').append(row);
+  }
+
+  function openForm() {
+    const f = $('send');
+    f.hidden = false;
+    if (current && !$('f-session').value) $('f-session').value = current.id;
+    if (!$('f-request').value) $('f-request').value = newID('req_');
+    if (!$('f-calls').children.length) addCall('echo', '{"message":"hello, hermes"}');
+    $('f-intent').focus();
+  }
+
+  function markInvalid(input, on) {
+    if (!input) return;
+    if (on) input.setAttribute('aria-invalid', 'true');
+    else input.removeAttribute('aria-invalid');
+  }
+
+  function fieldInput(field) {
+    if (field === 'request_id') return $('f-request');
+    if (field === 'session_id') return $('f-session');
+    if (field === 'intent') return $('f-intent');
+    const m = /^tool_calls\[(\d+)\](?:\.(\w+))?/.exec(field || '');
+    if (!m) return null;
+    const row = $('f-calls').children[Number(m[1])];
+    if (!row) return null;
+    const cls = { name: '.c-name', tool_call_id: '.c-id', arguments: '.c-args' }[m[2]];
+    return row.querySelector(cls || '.c-name');
+  }
+
+  // showSendResult shows the outcome of a send: each of lines is an array of parts.
+  function showSendResult(kind, ...lines) {
+    const box = $('send-result');
+    box.hidden = false;
+    box.className = 'send-result ' + kind;
+    clear(box);
+    for (const parts of lines) if (parts) box.append(parts instanceof Node ? parts : el('div', null, ...parts));
+  }
+
+  async function submit(ev) {
+    ev.preventDefault();
+    for (const i of $('send-form').querySelectorAll('[aria-invalid]')) markInvalid(i, false);
+    const rid = $('f-request').value.trim();
+    const sid = $('f-session').value.trim();
+    const intent = $('f-intent').value;
+    const calls = [];
+    const rows = [...$('f-calls').children];
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i];
+      const argsInput = row.querySelector('.c-args');
+      const args = argsInput.value.trim() || '{}';
+      try {
+        JSON.parse(args);
+      } catch (err) {
+        markInvalid(argsInput, true);
+        argsInput.focus();
+        showSendResult('bad', [el('strong', null, '✗ Not sent: '), 'tool_calls[' + i + '].arguments is not valid JSON (' + err.message + ').']);
+        return;
+      }
+      calls.push({ id: row.querySelector('.c-id').value.trim(), name: row.querySelector('.c-name').value.trim(), args });
+    }
+    // Built as text so the arguments go out byte for byte (JSON.parse would round big integers).
+    let body = '{"request_id":' + JSON.stringify(rid);
+    if (sid) body += ',"session_id":' + JSON.stringify(sid);
+    body += ',"intent":' + JSON.stringify(intent) + ',"tool_calls":[' +
+      calls.map((c) => '{"tool_call_id":' + JSON.stringify(c.id) + ',"name":' + JSON.stringify(c.name) + ',"arguments":' + c.args + '}').join(',') + ']';
+    if ($('f-serial').checked) body += ',"serial":true';
+    body += '}';
+
+    const btn = $('f-submit');
+    btn.disabled = true;
+    showSendResult('pending', ['Sending ', el('span', { class: 'mono' }, rid), '…']);
+    try {
+      const resp = await fetch('/v1/route?timeout=3s', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+      const session = sid || rid;
+      if (resp.ok) {
+        const r = await resp.json();
+        const st = String(r.status || '');
+        showSendResult(st === 'success' ? 'good' : st === 'partial_success' ? 'warn' : 'bad', [
+          el('strong', null, responseWords[st] || st), ' — request ', el('span', { class: 'mono' }, rid),
+          ' answered', resp.headers.get('X-Hermes-Replayed') === 'true' ? ' (replayed: this request id was sent before)' : '', '.']);
+        afterSend(session);
+      } else if (resp.status === 504) {
+        showSendResult('warn', [el('strong', null, '… Accepted, still running'), ' — request ', el('span', { class: 'mono' }, rid),
+          ' is running; the session view shows it as it goes.']);
+        afterSend(session);
+      } else {
+        const e = await errorText(resp);
+        markInvalid(fieldInput(e.field), true);
+        showSendResult('bad',
+          [el('strong', null, '✗ Refused: HTTP ' + resp.status + (e.code ? ' ' + e.code : ''))],
+          [el('span', { class: 'err-message' }, e.message)],
+          e.field ? ['Field: ', el('code', null, e.field)] : null,
+          el('details', null, el('summary', null, 'Response body'), jsonOrText(e.body)));
+      }
+    } catch (err) {
+      showSendResult('bad', [el('strong', null, '✗ Not sent: '), 'the gateway is not reachable (' + err.message + ').']);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  function jsonOrText(text) {
+    try { JSON.parse(text); return jsonView(text); } catch (_) { return el('pre', { class: 'json' }, text); }
+  }
+
+  function afterSend(session) {
+    $('f-request').value = newID('req_');
+    if (!current || current.id !== session) go(session);
+    loadSessions();
+  }
+
+  // ---- wiring --------------------------------------------------------------------------
+
+  function tick() {
+    // Calls in flight grow with the clock.
+    const s = current;
+    if (s && !s.closed) {
+      for (const [id, r] of s.requests) if (r.request && !r.responses.length) s.dirty.add(id);
+      if (s.dirty.size) schedule(s);
+    }
+  }
+
+  function init() {
+    $('open-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const id = $('open-id').value.trim();
+      if (id) go(id);
+    });
+    $('new-request').addEventListener('click', openForm);
+    $('send-close').addEventListener('click', () => { $('send').hidden = true; });
+    $('f-add-call').addEventListener('click', () => addCall('', '{}'));
+    $('send-form').addEventListener('submit', submit);
+    $('detail-close').addEventListener('click', hideDetail);
+    document.addEventListener('keydown', (e) => { if (e.key === 'Escape') hideDetail(); });
+    window.addEventListener('hashchange', onHash);
+    setInterval(tick, 250);
+    setInterval(renderSessions, 10000); // keep "ago" fresh between loads
+    onHash();
+    loadSessions();
+  }
+
+  init();
+})();

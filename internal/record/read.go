@@ -163,15 +163,22 @@ func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready
 	if err != nil {
 		return err
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters,
-		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive})
+	return consume(ctx, js, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive}, ready, h, "follow")
+}
+
+// consume delivers to h every message an ordered consumer configured by cfg reads from stream,
+// until ctx is done (then it returns nil) or h fails; ready, when not nil, is called once the
+// consumer exists. The consumer is deleted on return. what names the caller in errors.
+func consume(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, ready func(), h Handler, what string) error {
+	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("record: follow: %w", err)
+		return fmt.Errorf("record: %s: %w", what, err)
 	}
 	defer deleteConsumer(js, cons)
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("record: follow: %w", err)
+		return fmt.Errorf("record: %s: %w", what, err)
 	}
 	defer it.Stop()
 	if ready != nil {
@@ -183,11 +190,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record: follow: %w", err)
+			return fmt.Errorf("record: %s: %w", what, err)
 		}
 		md, err := msg.Metadata()
 		if err != nil {
-			return fmt.Errorf("record: follow: %w", err)
+			return fmt.Errorf("record: %s: %w", what, err)
 		}
 		if err := h(Decode(md.Sequence.Stream, msg.Subject(), md.Timestamp, msg.Data())); err != nil {
 			return err

@@ -2,7 +2,6 @@ package record
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -25,33 +24,5 @@ func Stream(ctx context.Context, js jetstream.JetStream, filters []string, from 
 	if si := stream.CachedInfo(); si != nil && from.Seq > si.State.LastSeq+1 {
 		from.Seq = si.State.LastSeq + 1
 	}
-	cons, err := stream.OrderedConsumer(ctx, startConfig(filters, from))
-	if err != nil {
-		return fmt.Errorf("record: stream: %w", err)
-	}
-	defer deleteConsumer(js, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("record: stream: %w", err)
-	}
-	defer it.Stop()
-	if ready != nil {
-		ready()
-	}
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("record: stream: %w", err)
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("record: stream: %w", err)
-		}
-		if err := h(Decode(md.Sequence.Stream, msg.Subject(), md.Timestamp, msg.Data())); err != nil {
-			return err
-		}
-	}
+	return consume(ctx, js, stream, startConfig(filters, from), ready, h, "stream")
 }

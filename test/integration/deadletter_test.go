@@ -140,10 +140,15 @@ func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "3" || !strings.Contains(dl.Header.Get(deadletter.HeaderReason), "3 deliveries") {
 		t.Fatalf("dead letter headers %v", dl.Header)
 	}
-	if got := testutil.ToFloat64(m.DeadLetters.WithLabelValues("tool-boom", "max_deliveries")); got != 1 {
+	// Counters move just after what they count is published: wait for them, then check exactly.
+	deadLetters := m.DeadLetters.WithLabelValues("tool-boom", "max_deliveries")
+	responses := m.Responses.WithLabelValues(string(protocol.StatusPartialSuccess))
+	waitFor(t, "the counters", func() bool { return testutil.ToFloat64(deadLetters) >= 1 && testutil.ToFloat64(responses) >= 1 })
+	s.drain()
+	if got := testutil.ToFloat64(deadLetters); got != 1 {
 		t.Fatalf("hermes_dead_letters_total{consumer=tool-boom,kind=max_deliveries} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Responses.WithLabelValues(string(protocol.StatusPartialSuccess))); got != 1 {
+	if got := testutil.ToFloat64(responses); got != 1 {
 		t.Fatalf("hermes_responses_total{status=partial_success} = %v, want 1", got)
 	}
 }

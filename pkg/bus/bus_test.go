@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,5 +392,25 @@ func TestRedactHidesEveryServersCredentials(t *testing.T) {
 		if got := bus.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestProvisionRefusesAnUnorderedPartitionConsumer: a request partition consumer that allows
+// more than one message in flight would lose each session's order; provisioning says so.
+func TestProvisionRefusesAnUnorderedPartitionConsumer(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	ctx := context.Background()
+	name := bus.RequestConsumer(3)
+	if err := b.Stream.DeleteConsumer(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: protocol.FilterRequestPartition(3), MaxAckPending: 64}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bus.Provision(ctx, b.JS, bus.Config{})
+	if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "must allow 1") {
+		t.Fatalf("Provision: %v; want an error naming %s", err, name)
 	}
 }

@@ -261,6 +261,14 @@ func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name,
 func (b *Bus) ensureConsumerWith(ctx context.Context, stream jetstream.Stream, name string, maxAckPending int, filter string, filters ...string) (jetstream.Consumer, error) {
 	c, err := stream.Consumer(ctx, name)
 	if err == nil {
+		if maxAckPending == 1 {
+			// One message in flight is what keeps this consumer's order; a consumer made
+			// otherwise would route a session's requests out of order without a word.
+			if have := c.CachedInfo().Config.MaxAckPending; have != 1 {
+				return nil, fmt.Errorf("bus: consumer %s allows %d messages in flight; it must allow 1 to keep each session's order: delete it (nats consumer rm %s %s) and Hermes recreates it",
+					name, have, protocol.StreamName, name)
+			}
+		}
 		return c, nil
 	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {

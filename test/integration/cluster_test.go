@@ -236,9 +236,16 @@ func leaders(c *bustest.Cluster) string {
 // TestClusterStreamLeaderStops: the node leading the record stream stops under load, then comes
 // back. Every request is answered exactly once.
 func TestClusterStreamLeaderStops(t *testing.T) {
+	leaderStopsUnderLoad(t, "cluster: stream leader stopped and restarted", "csl",
+		func(c *bustest.Cluster) *bustest.Node { return c.WaitStreamLeader(protocol.StreamName) })
+}
+
+// leaderStopsUnderLoad stops the node pick names under load, then restarts it, and checks that
+// every request is answered exactly once.
+func leaderStopsUnderLoad(t *testing.T, scenario, prefix string, pick func(*bustest.Cluster) *bustest.Node) {
 	s, c := startOnCluster(t)
-	leader := c.WaitStreamLeader(protocol.StreamName)
-	l := s.startLoad("csl", 40*time.Second)
+	leader := pick(c)
+	l := s.startLoad(prefix, 40*time.Second)
 	l.waitAnswered(t, 30, "requests answered before the stop")
 	before := leaders(c)
 	c.Stop(leader)
@@ -250,27 +257,14 @@ func TestClusterStreamLeaderStops(t *testing.T) {
 	runs, attempts := l.finish()
 	c.WaitHealthy()
 	t.Logf("stopped %s; leaders before: %s; while stopped: %s", leader, before, during)
-	s.checkRuns(t, "cluster: stream leader stopped and restarted", runs, attempts)
+	s.checkRuns(t, scenario, runs, attempts)
 }
 
 // TestClusterMetaLeaderStops: the node leading the meta group stops under load, then comes back.
 // Every request is answered exactly once.
 func TestClusterMetaLeaderStops(t *testing.T) {
-	s, c := startOnCluster(t)
-	leader := c.WaitMetaLeader()
-	l := s.startLoad("cml", 40*time.Second)
-	l.waitAnswered(t, 30, "requests answered before the stop")
-	before := leaders(c)
-	c.Stop(leader)
-	l.waitAnswered(t, 30, "requests answered with the meta leader stopped")
-	during := leaders(c)
-	c.Restart(leader)
-	c.WaitHealthy()
-	l.waitAnswered(t, 30, "requests answered after the restart")
-	runs, attempts := l.finish()
-	c.WaitHealthy()
-	t.Logf("stopped %s; leaders before: %s; while stopped: %s", leader, before, during)
-	s.checkRuns(t, "cluster: meta leader stopped and restarted", runs, attempts)
+	leaderStopsUnderLoad(t, "cluster: meta leader stopped and restarted", "cml",
+		func(c *bustest.Cluster) *bustest.Node { return c.WaitMetaLeader() })
 }
 
 // TestClusterQuorumLost: two of the three nodes stop under load. Requests are refused with the

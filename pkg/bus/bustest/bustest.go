@@ -46,7 +46,13 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 // Provision connects and provisions the Hermes bus with cfg.
 func (s *Server) Provision(t testing.TB, cfg bus.Config) *bus.Bus {
 	t.Helper()
-	js, err := jetstream.New(s.Connect(t))
+	return provision(t, s.Connect(t), cfg)
+}
+
+// provision provisions the Hermes bus with cfg on nc.
+func provision(t testing.TB, nc *nats.Conn, cfg bus.Config) *bus.Bus {
+	t.Helper()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

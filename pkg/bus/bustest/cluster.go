@@ -1,7 +1,6 @@
 package bustest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 )
@@ -145,17 +143,7 @@ func (c *Cluster) Connect(t testing.TB) *nats.Conn {
 // for replicated streams and buckets).
 func (c *Cluster) Provision(t testing.TB, cfg bus.Config) *bus.Bus {
 	t.Helper()
-	js, err := jetstream.New(c.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := bus.Provision(ctx, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return provision(t, c.Connect(t), cfg)
 }
 
 // Running returns the nodes that run now.

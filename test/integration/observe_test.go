@@ -100,7 +100,7 @@ func keys[V any](m map[string]V) []string {
 func attr(sp sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range sp.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

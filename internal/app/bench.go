@@ -17,7 +17,6 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 )
 
 // benchRow is one line of the benchmark report.
@@ -180,7 +179,7 @@ func benchSystem(ctx context.Context, syncAlways bool, workers, workerConc int) 
 	}
 	sys, err := StartSystem(ctx, SystemConfig{DataDir: dir, SyncAlways: syncAlways, NATSListen: "127.0.0.1:0",
 		HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", Routes: table, ToolWorkers: workers,
-		Worker: tool.Config{Concurrency: workerConc}, Instance: "bench"})
+		Worker: WorkerConfig{Concurrency: workerConc}, Instance: "bench"})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

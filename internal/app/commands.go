@@ -13,9 +13,9 @@ import (
 
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
 // Env is what a command reads and writes besides its flags.
@@ -39,8 +39,9 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("router", "router [flags]", env.Stderr)
 	var c common
 	c.register(fs, "router")
+	c.registerDeadLetters(fs, true)
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
-	conc := fs.Int("concurrency", 64, "requests and results handled at once, each")
+	conc := fs.Int("concurrency", 64, "results handled at once")
 	reload := fs.Duration("reload", 2*time.Second, "how often to check the routes file for changes; 0 turns reload off")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
@@ -61,12 +62,22 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	}
 	defer nc.Close()
 	obs.watchBacklog(b, log)
-	r, err := newRouter(b, c.instance, table, *conc, c.limits, obs, log)
+	path := ""
+	if isFile {
+		path = *routesPath
+	}
+	r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc,
+		Limits: c.limits, Metrics: obs.metrics, Logger: log})
 	if err != nil {
 		return err
 	}
-	log.Info("router running", "instance", c.instance, "routes", desc, "rules", len(table.Rules), "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, (&routerService{r: r, path: *routesPath, watch: isFile, reload: *reload, log: log}).Run)
+	run, err := c.withDeadLetters(b, obs, log, r.Run)
+	if err != nil {
+		return err
+	}
+	log.Info("router running", "instance", c.instance, "routes", desc, "rules", len(table.Rules), "pipeline", r.Stages(),
+		"dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
+	return obs.serve(ctx, c.metricsAddr, log, run)
 }
 
 // workerFlags are the tool worker's own flags.
@@ -84,11 +95,11 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.allowEnv, "allow-env", "environment variables ${env.NAME} headers may read, comma-separated: NAME, or NAME@host:port to send it only to that host")
 	fs.Var(w.resolve, "resolve", "dial host:port=other:port instead (like curl --resolve), comma-separated")
 	fs.IntVar(&w.concurrency, "concurrency", 32, "calls of one tool running at once")
-	fs.Int64Var(&w.maxResult, "max-result-bytes", tool.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
+	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
 }
 
-func (w *workerFlags) config(instance string) tool.Config {
-	return tool.Config{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
+func (w *workerFlags) config(instance string) WorkerConfig {
+	return WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
 		Concurrency: w.concurrency, MaxResultBytes: w.maxResult}
 }
 
@@ -97,6 +108,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("toolworker", "toolworker [flags]", env.Stderr)
 	var c common
 	c.register(fs, "toolworker")
+	c.registerDeadLetters(fs, false)
 	var wf workerFlags
 	wf.register(fs)
 	log, err := parse(fs, args, env, &c.logLevel)
@@ -113,12 +125,19 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	w, err := newWorker(b, wf.config(c.instance), obs, log)
+	wc := wf.config(c.instance)
+	wc.Metrics, wc.Logger = obs.metrics, log
+	w, err := NewWorker(b, wc)
 	if err != nil {
 		return err
 	}
-	log.Info("tool worker running", "instance", c.instance, "tools", wf.tools.String(), "allow_env", wf.allowEnv.String(), "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, w.Run)
+	run, err := c.withDeadLetters(b, obs, log, w.Run)
+	if err != nil {
+		return err
+	}
+	log.Info("tool worker running", "instance", c.instance, "kinds", w.Kinds(), "tools", wf.tools.String(), "allow_env", wf.allowEnv.String(),
+		"dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
+	return obs.serve(ctx, c.metricsAddr, log, run)
 }
 
 // gatewayFlags are the gateway's own flags.
@@ -143,6 +162,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("gateway", "gateway [flags]", env.Stderr)
 	var c common
 	c.register(fs, "gateway")
+	c.registerDeadLetters(fs, false)
 	var gf gatewayFlags
 	gf.register(fs)
 	log, err := parse(fs, args, env, &c.logLevel)
@@ -164,13 +184,47 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	g, err := newGateway(nc, b, gf.config(c.instance, c.limits), obs, log)
+	gc := gf.config(c.instance, c.limits)
+	gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
+	g, err := NewGateway(nc, b, gc)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	log.Info("gateway listening", "addr", "http://"+ln.Addr().String(), "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, func(ctx context.Context) error { return g.Run(ctx, ln) })
+	run, err := c.withDeadLetters(b, obs, log, func(ctx context.Context) error { return g.Run(ctx, ln) })
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("gateway listening", "addr", "http://"+ln.Addr().String(), "dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
+	return obs.serve(ctx, c.metricsAddr, log, run)
+}
+
+// RunDeadLetters runs the dead-letter processor alone: hermes dead-letters.
+func RunDeadLetters(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("dead-letters", "hermes dead-letters [flags]", env.Stderr)
+	var c common
+	c.register(fs, "dead-letters")
+	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	obs, err := observe(ctx, "hermes-dead-letters")
+	if err != nil {
+		return err
+	}
+	defer obs.close()
+	nc, b, err := c.dial(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	d, err := NewDeadLetters(b, c.instance, c.limits, obs.metrics, log)
+	if err != nil {
+		return err
+	}
+	log.Info("dead-letter processor running", "instance", c.instance, "nats", nc.ConnectedUrlRedacted())
+	return obs.serve(ctx, c.metricsAddr, log, d.Run)
 }
 
 // RunNATS runs the embedded NATS server alone: hermes nats.

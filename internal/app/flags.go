@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -25,6 +26,7 @@ type common struct {
 	replicas    int
 	stateTTL    time.Duration
 	limits      protocol.Limits
+	deadLetters bool
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
@@ -122,5 +124,28 @@ func (r resolveFlag) Set(v string) error {
 
 // dial connects to the configured NATS server and provisions the bus.
 func (c *common) dial(ctx context.Context, log *slog.Logger) (*nats.Conn, *bus.Bus, error) {
-	return connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	return Connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+}
+
+// registerDeadLetters adds --dead-letters, on by default where def says.
+func (c *common) registerDeadLetters(fs *flag.FlagSet, def bool) {
+	fs.BoolVar(&c.deadLetters, "dead-letters", def, "also run the dead-letter processor in this process (any number may run; they share the work)")
+}
+
+// withDeadLetters runs run, and beside it the dead-letter processor on b when --dead-letters
+// asks for it.
+func (c *common) withDeadLetters(b *bus.Bus, obs *observer, log *slog.Logger, run func(context.Context) error) (func(context.Context) error, error) {
+	if !c.deadLetters {
+		return run, nil
+	}
+	d, err := NewDeadLetters(b, c.instance, c.limits, obs.metrics, log)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return d.Run(ctx) })
+		g.Go(func() error { return run(ctx) })
+		return g.Wait()
+	}, nil
 }

@@ -15,17 +15,19 @@ type Command func(ctx context.Context, args []string, env Env) error
 
 // Commands of the hermes binary.
 var Commands = map[string]Command{
-	"up":         RunUp,
-	"nats":       RunNATS,
-	"router":     RunRouter,
-	"toolworker": RunToolWorker,
-	"gateway":    RunGateway,
-	"demo-tools": RunDemoTools,
-	"route":      RunRoute,
-	"dlq":        RunDLQ,
-	"bench":      RunBench,
-	"tail":       RunTail,
-	"replay":     RunReplay,
+	"up":           RunUp,
+	"nats":         RunNATS,
+	"router":       RunRouter,
+	"toolworker":   RunToolWorker,
+	"gateway":      RunGateway,
+	"demo-tools":   RunDemoTools,
+	"route":        RunRoute,
+	"dlq":          RunDLQ,
+	"dead-letters": RunDeadLetters,
+	"cancel":       RunCancel,
+	"bench":        RunBench,
+	"tail":         RunTail,
+	"replay":       RunReplay,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -40,7 +42,10 @@ Commands:
   gateway     run the HTTP gateway against --nats
   demo-tools  run the demo tool service alone
   route       post a request file to a gateway and print the response
+  cancel      cancel a request: its calls not started never start, running ones are stopped
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
+  dead-letters run the dead-letter processor alone (router, toolworker and gateway take
+              --dead-letters to run it beside them; the router does by default)
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C
   replay      print a session's recorded history (--session S), or what a new routes file
               would route differently (--routes FILE; exit 1 when anything would change)

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermesbus/hermes/internal/metrics"
-	"github.com/hermesbus/hermes/internal/tracing"
+	"github.com/hermesbus/hermes/internal/telemetry"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
@@ -25,7 +25,7 @@ type observer struct {
 // observe sets up metrics and, when the OTEL_* environment asks for it, trace export for the
 // process running service. Call close when the process ends: it flushes pending spans.
 func observe(ctx context.Context, service string) (*observer, error) {
-	stop, err := tracing.Setup(ctx, service)
+	stop, err := telemetry.Setup(ctx, service)
 	if err != nil {
 		return nil, err
 	}

@@ -96,7 +96,7 @@ func whatIf(ctx context.Context, env Env, natsURL, file string, filters []string
 	}
 	if filters == nil {
 		// Requests, tool calls and results of every session; "*" stands for every tool.
-		filters = []string{protocol.FilterRequests, protocol.FilterToolCalls("*"), protocol.FilterResults}
+		filters = append([]string{protocol.FilterRequests, protocol.FilterResults}, protocol.FiltersAllToolCalls()...)
 	}
 	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {

@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,9 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // RunRoute posts a HermesRequest to a gateway and prints the response: hermes route.
@@ -23,6 +28,7 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	url := fset.String("url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
 	wait := fset.Duration("timeout", 0, "how long the gateway waits for the response (default: the gateway's)")
 	traceID := fset.String("trace-id", "", "X-Trace-ID to send")
+	natsURL := fset.String("nats", "", "submit on the bus directly, through this NATS server, instead of a gateway")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -33,6 +39,9 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	body, err := readRequestFile(*file)
 	if err != nil {
 		return err
+	}
+	if *natsURL != "" {
+		return routeOnBus(ctx, env, *natsURL, body, *wait, *traceID)
 	}
 	target := strings.TrimRight(*url, "/") + "/v1/route"
 	if *wait > 0 {
@@ -56,16 +65,63 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("route: read response: %w", err)
 	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, out, "", "  ") == nil {
-		out = append(pretty.Bytes(), '\n')
-	}
 	fmt.Fprintf(env.Stderr, "HTTP %d  X-Trace-ID: %s\n", resp.StatusCode, resp.Header.Get("X-Trace-ID"))
-	_, _ = env.Stdout.Write(out)
+	writePretty(env, out)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("route: gateway answered %s", resp.Status)
 	}
 	return nil
+}
+
+// routeOnBus submits body on the bus through a Submitter of this process's own and prints the
+// response, as the gateway would.
+func routeOnBus(ctx context.Context, env Env, natsURL string, body []byte, wait time.Duration, traceID string) error {
+	req, err := protocol.DecodeRequestJSON(body, protocol.Limits{})
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	log, _ := newLogger(env.Stderr, "warn")
+	nc, b, err := Connect(ctx, natsURL, "hermes-route", bus.Config{}, log)
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	defer nc.Close()
+	s, err := submit.New(submit.Config{Conn: nc, Bus: b, Sender: protocol.Sender{Role: protocol.RoleCLI, Instance: defaultInstance("cli")}, Logger: log})
+	if err != nil {
+		return err
+	}
+	stop, err := s.Listen()
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	defer func() { _ = stop() }()
+	if traceID == "" {
+		traceID = randomTraceID()
+	}
+	out, err := s.Submit(ctx, submit.Submission{Request: req, Trace: protocol.TraceContext{TraceID: traceID}, Wait: wait, Size: len(body)})
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	fmt.Fprintf(env.Stderr, "X-Trace-ID: %s\n", out.TraceID)
+	if out.Pending {
+		return fmt.Errorf("route: no response within %s; the request keeps running (hermes replay --session %s shows it)", wait, req.Session())
+	}
+	data, err := json.Marshal(out.Response)
+	if err != nil {
+		return err
+	}
+	writePretty(env, data)
+	return nil
+}
+
+// randomTraceID is a fresh W3C-sized trace id.
+func randomTraceID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // readRequestFile reads path, "-" for stdin, or an example's built-in copy when path names one

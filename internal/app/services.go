@@ -13,16 +13,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/retry"
+	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/httpexec"
 )
 
-// connect dials NATS (url, or in-process when opt is given) and provisions the bus.
-func connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Logger, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
+// Connect dials NATS (url, or in-process with opts) and provisions the bus, retrying both
+// for up to 30 s: how every Hermes service, and the integration tests, get their bus.
+func Connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Logger, opts ...nats.Option) (*nats.Conn, *bus.Bus, error) {
+	log = orDiscard(log)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	nc, err := bus.Connect(cctx, url, name, log, opts...)
@@ -35,24 +41,18 @@ func connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Lo
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	var b *bus.Bus
-	for {
+	err = retry.Do(cctx, bus.ConnectRetry, time.Time{}, func() (err error) {
 		b, err = bus.Provision(cctx, js, cfg)
-		if err == nil {
-			for _, d := range b.Drift {
-				log.Warn(d)
-			}
-			return nc, b, nil
-		}
-		if cctx.Err() != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		log.Warn("provisioning the bus failed; retrying", "err", err)
-		select {
-		case <-cctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
+		return err
+	}, func(err error, _ time.Duration) { log.Warn("provisioning the bus failed; retrying", "err", err) })
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
 	}
+	for _, d := range b.Drift {
+		log.Warn(d)
+	}
+	return nc, b, nil
 }
 
 // defaultRoutes is the routes file used when none is named.
@@ -76,46 +76,114 @@ func loadRoutes(path string) (*routes.Table, string, bool, error) {
 	return nil, "", false, err
 }
 
-// routerService runs a router and, when the table came from a file, reloads it on change.
-type routerService struct {
-	r      *router.Router
+// RouterConfig configures a router service.
+type RouterConfig struct {
+	// Instance names the router. Required.
+	Instance string
+	// Routes is the table; Path, when set, is reloaded every Reload (0: never) while it runs.
+	Routes *routes.Table
+	Path   string
+	Reload time.Duration
+	// Concurrency bounds results handled at once.
+	Concurrency int
+	Limits      protocol.Limits
+	// Stages run between the plan and the route stages.
+	Stages  []router.Stage
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+}
+
+// RouterService is a router, reloading its routes file when it changes.
+type RouterService struct {
+	*router.Router
 	path   string
-	watch  bool
 	reload time.Duration
 	log    *slog.Logger
 }
 
-func (s *routerService) Run(ctx context.Context) error {
-	if s.watch && s.reload > 0 {
+// NewRouter builds the router service on b.
+func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
+	log := orDiscard(cfg.Logger).With("service", "router")
+	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
+		Limits: cfg.Limits, Stages: cfg.Stages, Metrics: cfg.Metrics, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, log: log}, nil
+}
+
+// Run runs the router until ctx is done, reloading its routes file when it changes and keeping
+// the last good table when a change is bad.
+func (s *RouterService) Run(ctx context.Context) error {
+	if s.path != "" && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {
-				if t.Digest == s.r.Routes().Digest {
+				if t.Digest == s.Routes().Digest {
 					return
 				}
-				s.r.SetRoutes(t)
+				s.SetRoutes(t)
 				s.log.Info("routes reloaded", "file", s.path, "rules", len(t.Rules))
 			}, s.log)
 		}()
 	}
-	return s.r.Run(ctx)
+	return s.Router.Run(ctx)
 }
 
-func newRouter(b *bus.Bus, instance string, table *routes.Table, concurrency int, limits protocol.Limits, obs *observer, log *slog.Logger) (*router.Router, error) {
-	return router.New(router.Config{Bus: b, Routes: table, Instance: instance, Concurrency: concurrency, Limits: limits,
-		Metrics: obs.metrics, Logger: log.With("service", "router")})
+// WorkerConfig configures a tool worker service: Hermes' HTTP executor, plus any others.
+type WorkerConfig struct {
+	// Instance names the worker. Required.
+	Instance string
+	// Tools it serves; empty: every tool of its kinds, following new ones.
+	Tools []string
+	// AllowEnv and Resolve configure the HTTP executor (httpexec.New).
+	AllowEnv []string
+	Resolve  map[string]string
+	// Concurrency bounds calls of one tool at once; MaxResultBytes bounds an answer.
+	Concurrency    int
+	MaxResultBytes int64
+	// Executors run beside the HTTP executor (Go tools in this process, say); one of kind http
+	// replaces it.
+	Executors []worker.Executor
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
 }
 
-func newWorker(b *bus.Bus, cfg tool.Config, obs *observer, log *slog.Logger) (*tool.Worker, error) {
-	cfg.Bus, cfg.Metrics = b, obs.metrics
-	cfg.Logger = log.With("service", "toolworker")
-	return tool.New(cfg)
+// NewWorker builds a tool worker on b.
+func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
+	m := cfg.Metrics
+	if m == nil {
+		m = metrics.New(nil)
+	}
+	execs := []worker.Executor{httpexec.New(cfg.AllowEnv, cfg.Resolve)}
+	for _, e := range cfg.Executors {
+		if e != nil && e.Kind() == protocol.ActionHTTP {
+			execs = execs[1:]
+			break
+		}
+	}
+	execs = append(execs, cfg.Executors...)
+	return worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
+		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Observer: m.Worker(),
+		Logger: orDiscard(cfg.Logger).With("service", "toolworker")})
 }
 
-// newGateway builds a gateway that also serves the process's metrics at /metrics.
-func newGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, obs *observer, log *slog.Logger) (*gateway.Gateway, error) {
-	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, log.With("service", "gateway")
-	cfg.Metrics, cfg.Gatherer = obs.metrics, obs.reg
+// NewGateway builds a gateway on nc and b.
+func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway, error) {
+	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
 	return gateway.New(cfg)
+}
+
+// NewDeadLetters builds the dead-letter processor on b.
+func NewDeadLetters(b *bus.Bus, instance string, limits protocol.Limits, m *metrics.Metrics, log *slog.Logger) (*deadletter.Processor, error) {
+	return deadletter.New(deadletter.Config{Bus: b, Instance: instance, Limits: limits, Metrics: m,
+		Logger: orDiscard(log).With("service", "dead-letters")})
+}
+
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }
 
 func listen(addr, what string) (net.Listener, error) {

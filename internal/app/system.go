@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,7 +14,6 @@ import (
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -37,12 +37,14 @@ type SystemConfig struct {
 	// ToolWorkers is how many tool workers run in this process (0: none; bench starts worker
 	// processes of its own).
 	ToolWorkers int
-	Worker      tool.Config
-	Gateway     gateway.Config
-	Bus         bus.Config
-	Limits      protocol.Limits
-	Instance    string
-	Logger      *slog.Logger
+	Worker      WorkerConfig
+	// NoDeadLetters runs no dead-letter processor in this process (another one does).
+	NoDeadLetters bool
+	Gateway       gateway.Config
+	Bus           bus.Config
+	Limits        protocol.Limits
+	Instance      string
+	Logger        *slog.Logger
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -54,6 +56,8 @@ type System struct {
 	ClientURL string
 	// NATSDescription says which NATS this is, for people.
 	NATSDescription string
+	// Services names what runs, for people: "router (stages serial, plan, route)", …
+	Services []string
 
 	front   func(context.Context) error
 	back    []func(context.Context) error
@@ -118,7 +122,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	// One connection per service, as separate processes would have.
 	conn := func(name string) (*nats.Conn, *bus.Bus, error) {
-		nc, b, err := connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, cfg.Bus, log, connOpts...)
+		nc, b, err := Connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, cfg.Bus, log, connOpts...)
 		if err == nil {
 			sys.cleanup = append(sys.cleanup, nc.Close)
 		}
@@ -129,11 +133,25 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		return nil, err
 	}
 	obs.watchBacklog(rb, log)
-	r, err := newRouter(rb, cfg.Instance+"-router", cfg.Routes, 64, cfg.Limits, obs, log)
+	r, err := NewRouter(rb, RouterConfig{Instance: cfg.Instance + "-router", Routes: cfg.Routes, Path: routesPath(cfg),
+		Reload: 2 * time.Second, Concurrency: 64, Limits: cfg.Limits, Metrics: obs.metrics, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	sys.back = append(sys.back, (&routerService{r: r, path: cfg.RoutesPath, watch: cfg.WatchRoutes, reload: 2 * time.Second, log: log}).Run)
+	sys.back = append(sys.back, r.Run)
+	sys.Services = append(sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
+	if !cfg.NoDeadLetters {
+		_, db, err := conn("dead-letters")
+		if err != nil {
+			return nil, err
+		}
+		d, err := NewDeadLetters(db, cfg.Instance+"-dead-letters", cfg.Limits, obs.metrics, log)
+		if err != nil {
+			return nil, err
+		}
+		sys.back = append(sys.back, d.Run)
+		sys.Services = append(sys.Services, "dead-letter processor (hermes dlq ls)")
+	}
 	for i := range cfg.ToolWorkers {
 		name := "toolworker"
 		if i > 0 {
@@ -144,20 +162,23 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 			return nil, err
 		}
 		wc := cfg.Worker
-		wc.Instance = cfg.Instance + "-" + name
-		w, err := newWorker(wb, wc, obs, log)
+		wc.Instance, wc.Metrics, wc.Logger = cfg.Instance+"-"+name, obs.metrics, log
+		w, err := NewWorker(wb, wc)
 		if err != nil {
 			return nil, err
 		}
 		sys.back = append(sys.back, w.Run)
+		if i == 0 {
+			sys.Services = append(sys.Services, fmt.Sprintf("tool worker × %d (kinds %s)", cfg.ToolWorkers, strings.Join(w.Kinds(), ", ")))
+		}
 	}
 	gnc, gb, err := conn("gateway")
 	if err != nil {
 		return nil, err
 	}
 	gc := cfg.Gateway
-	gc.Instance, gc.Limits = cfg.Instance+"-gateway", cfg.Limits
-	g, err := newGateway(gnc, gb, gc, obs, log)
+	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
+	g, err := NewGateway(gnc, gb, gc)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +187,17 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		return nil, err
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()
+	sys.Services = append(sys.Services, "gateway")
 	sys.front = func(ctx context.Context) error { return g.Run(ctx, gln) }
 	return sys, nil
+}
+
+// routesPath is the file the router reloads, if any.
+func routesPath(cfg SystemConfig) string {
+	if cfg.WatchRoutes {
+		return cfg.RoutesPath
+	}
+	return ""
 }
 
 // Run runs the system until ctx is done. On shutdown the gateway stops taking requests and

@@ -73,7 +73,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if taken != "" {
 		natsDesc += " (" + taken + " is taken)"
 	}
-	printBanner(env, sys.GatewayURL, demoDesc, natsDesc, sys.ClientURL, desc, len(table.ToolNames()))
+	printBanner(env, sys, demoDesc, natsDesc, desc, len(table.ToolNames()))
 	err = sys.Run(ctx)
 	fmt.Fprintln(env.Stdout, "Hermes stopped.")
 	return err
@@ -98,14 +98,16 @@ func checkNATSListen(addr string, explicit bool) (listenAt, taken string, err er
 	return "127.0.0.1:0", addr, nil
 }
 
-func printBanner(env Env, base, demo, natsDesc, clientURL, routesDesc string, tools int) {
+func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools int) {
+	base, clientURL := sys.GatewayURL, sys.ClientURL
 	var b strings.Builder
 	fmt.Fprintf(&b, "Hermes is up.\n")
-	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET /v1/requests/{id} · /healthz · /readyz\n", base)
+	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET|DELETE /v1/requests/{id} · /healthz · /readyz\n", base)
 	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
-	fmt.Fprintf(&b, "  routes      %s (%d tools)\n\n", routesDesc, tools)
+	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
+	fmt.Fprintf(&b, "  services    %s\n\n", strings.Join(sys.Services, "\n              "))
 	fmt.Fprintf(&b, "Try:\n")
 	fmt.Fprintf(&b, "  curl -s %s/v1/route -H 'Content-Type: application/json' -d @examples/request.json\n", base)
 	fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s -f examples/request-parallel.json\n\n", base)

@@ -11,7 +11,6 @@ import (
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 )
 
 // startSystem runs an in-process Hermes with the example routes for b.
@@ -24,7 +23,7 @@ func startSystem(b *testing.B) *app.System {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: tool.Config{Concurrency: 64}, Instance: "bench"})
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64}, Instance: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

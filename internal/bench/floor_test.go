@@ -34,8 +34,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/ledger"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -118,8 +118,8 @@ func startFloor(b *testing.B) *floor {
 		}
 		return c
 	}
-	must(f.router.EnsureToolConsumer(ctx, floorTool)) // the router creates it, the worker finds it
-	tools := must(f.worker.EnsureToolConsumer(ctx, floorTool))
+	must(f.router.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool)) // the router creates it, the worker finds it
+	tools := must(f.worker.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool))
 	results := must(f.router.Consumer(ctx, bus.ConsumerRouterResults))
 	var wg sync.WaitGroup
 	for p := range protocol.RequestPartitions { // as the router: one consumer per partition
@@ -157,7 +157,7 @@ func (f *floor) Do(ctx context.Context, client, seq int) error {
 // dispatch is the router's part for a request: record the plan, dispatch the call.
 func (f *floor) dispatch(ctx context.Context, msg jetstream.Msg) error {
 	rid := lastToken(msg.Subject())
-	return recordAndPublish(ctx, f.router.JS, f.router.Calls, rid, protocol.SubjectToolCall(floorTool, rid), protocol.MsgIDToolCall(rid, floorCallID))
+	return recordAndPublish(ctx, f.router.JS, f.router.Calls, rid, protocol.SubjectToolCall(protocol.ActionHTTP, floorTool, rid), protocol.MsgIDToolCall(rid, floorCallID))
 }
 
 // runTool is the tool worker's part: claim the call, announce it, record and publish the result.
@@ -170,7 +170,7 @@ func (f *floor) runTool(ctx context.Context, msg jetstream.Msg) error {
 	if _, err := f.worker.JS.PublishMsgAsync(started); err != nil { // never stalls: ≤ 64 in flight
 		return fmt.Errorf("publish tool_started: %w", err)
 	}
-	return recordAndPublish(ctx, f.worker.JS, f.worker.Calls, bus.ResultKey(rid, floorCallID),
+	return recordAndPublish(ctx, f.worker.JS, f.worker.Calls, protocol.KeyResult(rid, floorCallID),
 		protocol.SubjectToolResult(rid), protocol.MsgIDToolResult(rid, floorCallID))
 }
 

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/ledger"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -94,7 +93,7 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	if err != nil {
 		return Letter{}, fmt.Errorf("deadletter: letter %d: %w", seq, err)
 	}
-	if !strings.HasPrefix(raw.Subject, "hermes.dlq.") {
+	if !protocol.IsDeadLetter(raw.Subject) {
 		return Letter{}, fmt.Errorf("%w: %d is not a dead letter (subject %s)", ErrNotRedrivable, seq, raw.Subject)
 	}
 	l := letterOf(seq, raw.Header, raw.Data)
@@ -107,7 +106,9 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	m, _ := protocol.Unmarshal(raw.Data)
 	switch m.Type {
 	case protocol.TypeRequest:
-		if _, err := b.Responses.Get(ctx, m.RequestID); err == nil {
+		if answered, err := b.Answered(ctx, m.RequestID); err != nil {
+			return l, fmt.Errorf("deadletter: letter %d: %w", seq, err)
+		} else if answered {
 			return l, fmt.Errorf("%w: request %s already has its response; send it again with a new request_id", ErrNotRedrivable, m.RequestID)
 		}
 	case protocol.TypeToolCall:
@@ -124,8 +125,8 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
 	}
 	msg := &nats.Msg{Subject: subject, Data: raw.Data, Header: nats.Header{}}
-	redrive := fmt.Sprintf("%d-%d", seq, time.Now().UnixNano())
-	msg.Header.Set(jetstream.MsgIDHeader, "redrive:"+redrive)
+	redrive := protocol.RedriveID(seq, time.Now().UnixNano())
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDRedrive(redrive))
 	msg.Header.Set(bus.HeaderRedrive, redrive)
 	msg.Header.Set(bus.HeaderType, string(m.Type))
 	if _, err := b.JS.PublishMsg(ctx, msg); err != nil {

@@ -12,9 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/ledger"
+	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -27,9 +29,6 @@ const (
 	HeaderConsumer   = "Hermes-Dlq-Consumer"
 	HeaderAt         = "Hermes-Dlq-At"
 )
-
-// CodeDeadLettered is the error code of a call or request Hermes gave up on.
-const CodeDeadLettered = "DEAD_LETTERED"
 
 // advisory is the part of the server's max-deliveries and terminated advisories we read.
 type advisory struct {
@@ -81,24 +80,27 @@ func (a *advisory) reason() string {
 
 // Config configures a Processor.
 type Config struct {
-	Bus      *bus.Bus
+	// Bus is the provisioned bus. Required.
+	Bus *bus.Bus
+	// Instance names this processor in the messages it sends. Required.
 	Instance string
 	// Limits for decoding dead requests; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
 	// Metrics counts dead letters and the requests answered for them; nil counts into
 	// unexported metrics.
 	Metrics *metrics.Metrics
-	// Wake, when set, is called once a serial request is answered here, to let the next serial
-	// request of its session go (router.Router.Wake).
-	Wake   func(ctx context.Context, requestID string) error
+	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-// Processor turns advisories into dead letters and answers the requests waiting on them.
+// Processor turns advisories into dead letters and answers the requests waiting on them. It is
+// a service of its own: run it in any process, as many as you like (they share one durable
+// consumer; every step is idempotent).
 type Processor struct {
-	cfg Config
-	pub *bus.Publisher
-	log *slog.Logger
+	cfg    Config
+	pub    *bus.Publisher
+	answer *answer.Responder
+	log    *slog.Logger
 }
 
 // New returns a Processor.
@@ -114,6 +116,7 @@ func New(cfg Config) (*Processor, error) {
 	if p.cfg.Metrics == nil {
 		p.cfg.Metrics = metrics.New(nil)
 	}
+	p.answer = answer.New(cfg.Bus, p.pub, park.New(cfg.Bus, p.pub, p.log), p.cfg.Metrics, p.log)
 	return p, nil
 }
 
@@ -146,7 +149,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	}
 	reason := a.reason()
 	msg := &nats.Msg{Subject: protocol.SubjectDeadLetter(a.Consumer), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, "dlq:"+a.Consumer+":"+strconv.FormatUint(a.StreamSeq, 10))
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDDeadLetter(a.Consumer, a.StreamSeq))
 	msg.Header.Set(HeaderReason, reason)
 	msg.Header.Set(HeaderSubject, subject)
 	msg.Header.Set(HeaderStreamSeq, strconv.FormatUint(a.StreamSeq, 10))
@@ -172,11 +175,11 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	if m, err := protocol.Unmarshal(data); err == nil && m.Type == protocol.TypeToolResult {
 		return p.redriveResult(ctx, subject, data, origHdr, a.StreamSeq)
 	}
-	return p.answer(ctx, data, reason)
+	return p.answerWaiting(ctx, data, reason)
 }
 
-// answer gives whoever waits on the dead message an answer.
-func (p *Processor) answer(ctx context.Context, data []byte, reason string) error {
+// answerWaiting gives whoever waits on the dead message an answer.
+func (p *Processor) answerWaiting(ctx context.Context, data []byte, reason string) error {
 	m, err := protocol.Unmarshal(data)
 	if err != nil {
 		return nil // nobody can be identified as waiting for undecodable bytes
@@ -198,22 +201,21 @@ func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *pro
 	attempts, code := ledger.Last(ctx, p.cfg.Bus.Claims, ledger.Key(m.RequestID, disp.Call.ToolCallID))
 	hint := "Hermes gave up on this call (" + reason + "); `hermes dlq ls` shows it and `hermes dlq retry` re-drives it"
 	if code == "" {
-		code = CodeDeadLettered
+		code = protocol.CodeDeadLettered
 	} else {
 		hint = "the call kept failing with " + code + " and Hermes gave up (" + reason + "); `hermes dlq ls` shows it"
 	}
-	content, _ := json.Marshal("dead-lettered: " + reason)
-	res := &protocol.ToolResult{ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Status: protocol.ResultError,
-		Content: content, Attempts: attempts, ErrorCode: code, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint, Route: disp.Route,
-		RequestCallIDs: disp.RequestCallIDs, RequestSerial: disp.Serial}
-	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+	res := protocol.ErrorResult(code, protocol.OriginHermes, hint, "dead-lettered: "+reason).For(&disp.Call, disp.Route)
+	res.Attempts = attempts
+	out, err := protocol.NewMessage(protocol.TypeToolResult, &res)
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	// The result follows its dispatch, correlation included, so it aggregates like any other.
 	out.Follow(m, protocol.MsgIDToolResult(m.RequestID, res.ToolCallID))
 	out.Attempt = attempts
 	// A real result recorded in the meantime wins and is published instead.
-	_, _, err = p.cfg.Bus.RecordResult(ctx, p.pub, out, res)
+	_, _, err = p.cfg.Bus.RecordResult(ctx, p.pub, out, &res)
 	return err
 }
 
@@ -221,34 +223,17 @@ func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *pro
 // an error result for each call it could read.
 func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason string) error {
 	var results []protocol.ToolResult
-	content, _ := json.Marshal("dead-lettered: " + reason)
 	hint := "Hermes could not handle this request (" + reason + "); fix it and send it again with a new request_id"
 	serial := false
 	if req, err := m.DecodeRequest(p.cfg.Limits); err == nil {
 		serial = req.Serial
-		for _, c := range req.ToolCalls {
-			results = append(results, protocol.ToolResult{ToolCallID: c.ToolCallID, Name: c.Name, Status: protocol.ResultError,
-				Content: content, ErrorCode: CodeDeadLettered, ErrorOrigin: protocol.OriginHermes, RecoveryHint: hint})
+		for i := range req.ToolCalls {
+			results = append(results, protocol.ErrorResult(protocol.CodeDeadLettered, protocol.OriginHermes, hint, "dead-lettered: "+reason).For(&req.ToolCalls[i], ""))
 		}
 	}
-	resp := &protocol.Response{RequestID: m.RequestID, SessionID: m.SessionID, Status: protocol.StatusFailed, Results: results,
-		Error: &protocol.ResponseError{Code: CodeDeadLettered, Message: hint}}
-	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	out.Follow(m, protocol.MsgIDResponse(m.RequestID))
-	mine, err := p.cfg.Bus.Respond(ctx, p.pub, out)
-	if err != nil {
-		return err
-	}
-	if mine {
-		p.cfg.Metrics.Answered(resp)
-	}
-	if serial && p.cfg.Wake != nil {
-		return p.cfg.Wake(ctx, m.RequestID)
-	}
-	return nil
+	_, err := p.answer.Respond(ctx, &answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: results,
+		Error: &protocol.ResponseError{Code: protocol.CodeDeadLettered, Message: hint}, Cause: m.MsgID, Trace: m.Trace, Serial: serial})
+	return err
 }
 
 // redriveResult gives a result the routers gave up aggregating one more round of deliveries,
@@ -259,8 +244,8 @@ func (p *Processor) redriveResult(ctx context.Context, subject string, data []by
 		return nil
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	redrive := "auto-" + strconv.FormatUint(seq, 10)
-	msg.Header.Set(jetstream.MsgIDHeader, "redrive:"+redrive)
+	redrive := protocol.AutoRedriveID(seq)
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDRedrive(redrive))
 	msg.Header.Set(bus.HeaderRedrive, redrive)
 	_, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
 	return err

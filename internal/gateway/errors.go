@@ -8,18 +8,6 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// Error codes of the gateway's JSON errors.
-const (
-	CodeInvalidRequest    = "INVALID_REQUEST"
-	CodeBodyTooLarge      = "BODY_TOO_LARGE"
-	CodeRequestIDConflict = "REQUEST_ID_CONFLICT"
-	CodeTimeout           = "TIMEOUT"
-	CodeBusUnavailable    = "BUS_UNAVAILABLE"
-	CodeNotFound          = "NOT_FOUND"
-	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
-	CodeUnavailable       = "UNAVAILABLE" // busy or shutting down; see Retry-After
-)
-
 // apiError is the JSON body of every error answer.
 type apiError struct {
 	Error struct {
@@ -55,7 +43,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // (it reconnects by itself); advice tells the client what to do.
 func writeNotConnected(w http.ResponseWriter, advice string) {
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable,
+	writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable,
 		"the gateway is not connected to NATS (reconnecting); "+advice, nil)
 }
 

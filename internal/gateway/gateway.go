@@ -3,9 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,19 +11,20 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/hermesbus/hermes/internal/metrics"
-	"github.com/hermesbus/hermes/internal/tracing"
-
+	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/tracing"
 )
 
 // Config configures a Gateway.
@@ -55,9 +54,8 @@ type Config struct {
 // Gateway serves HTTP clients.
 type Gateway struct {
 	cfg      Config
-	pub      *bus.Publisher
+	submit   *submit.Submitter
 	log      *slog.Logger
-	waiting  waiters
 	mux      *http.ServeMux
 	handler  http.Handler // mux, counted
 	sessions sessionsAPI
@@ -77,14 +75,23 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 5 * time.Minute
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger,
-		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	g.submit, err = submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
+		Metrics: cfg.Metrics, Logger: g.log})
+	if err != nil {
+		return nil, err
 	}
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/route", g.handleRoute)
 	g.mux.HandleFunc("GET /v1/requests/{request_id}", g.handleGetRequest)
+	g.mux.HandleFunc("DELETE /v1/requests/{request_id}", g.handleCancel)
 	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -93,9 +100,6 @@ func New(cfg Config) (*Gateway, error) {
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
-	}
-	if g.cfg.Metrics == nil {
-		g.cfg.Metrics = metrics.New(nil)
 	}
 	g.handler = g.cfg.Metrics.Instrument(g.mux)
 	return g, nil
@@ -108,29 +112,9 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen subscribes to responses until ctx is done. Run calls it; use it directly when serving
+// Listen receives responses until ctx is done. Run calls it; use it directly when serving
 // Handler from another server.
-func (g *Gateway) Listen(ctx context.Context) error {
-	sub, err := g.cfg.Conn.Subscribe(protocol.FilterResponses, func(msg *nats.Msg) {
-		m, err := protocol.Unmarshal(msg.Data)
-		if err != nil {
-			g.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
-			return
-		}
-		resp, err := m.DecodeResponse()
-		if err != nil {
-			g.log.Warn("invalid response on the bus", "subject", msg.Subject, "msg_id", m.MsgID, "err", err)
-			return
-		}
-		g.waiting.deliver(resp)
-	})
-	if err != nil {
-		return fmt.Errorf("gateway: subscribe to responses: %w", err)
-	}
-	_ = sub.SetPendingLimits(1<<20, 1<<30)
-	<-ctx.Done()
-	return sub.Unsubscribe()
-}
+func (g *Gateway) Listen(ctx context.Context) error { return g.submit.Run(ctx) }
 
 // Run serves HTTP on ln until ctx is done, then stops accepting, gives in-flight requests up to
 // 10 s, and returns.
@@ -161,45 +145,27 @@ func (g *Gateway) Run(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-const (
-	// envelopeAllowance is what the envelope may add to a request body on the bus.
-	envelopeAllowance = 4 << 10
-	// publishTimeout bounds accepting and publishing one request; within it, the client's
-	// wait does, but never below minAcceptTime.
-	publishTimeout = 10 * time.Second
-	minAcceptTime  = time.Second
-	// lookupTimeout bounds reading a recorded response once the wait has run out.
-	lookupTimeout = time.Second
-)
-
-// intake is what hermes-intake records for each accepted request_id.
-type intake struct {
-	Fingerprint string    `json:"fingerprint"`
-	SessionID   string    `json:"session_id"`
-	TraceID     string    `json:"trace_id"`
-	AcceptedAt  time.Time `json:"accepted_at"`
-}
-
+// handleRoute is POST /v1/route: decode, submit, render.
 func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+			writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge,
 				fmt.Sprintf("the request body is larger than %d bytes", g.cfg.MaxBodyBytes), nil)
 			return
 		}
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "could not read the request body: "+err.Error(), nil)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the request body: "+err.Error(), nil)
 		return
 	}
 	wait, err := g.waitFor(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	trace, err := traceOf(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	sctx, span := tracing.Tracer().Start(tracing.Context(r.Context(), trace), "POST /v1/route", oteltrace.WithSpanKind(oteltrace.SpanKindServer))
@@ -217,175 +183,123 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Trace-ID", trace.TraceID)
 	req, err := protocol.DecodeRequestJSON(body, g.cfg.Limits)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
-		attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
-	log := g.log.With("request_id", req.RequestID, "session_id", req.Session(), "msg_id", protocol.MsgIDRequest(req.RequestID), "trace_id", trace.TraceID)
-	if limit := g.cfg.Bus.MaxMessageBytes() - envelopeAllowance; len(body) > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-			fmt.Sprintf("the request is %d bytes; the bus carries at most %d in one message", len(body), limit), nil)
-		return
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
+			attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
 	}
-	if !g.cfg.Conn.IsConnected() {
-		// Refused before anything is written: a request sent on a connection that is down
-		// would wait in the client's reconnect buffer and might be accepted after this
-		// answer had said it failed.
-		log.Debug("request refused: not connected to NATS")
+	out, err := g.submit.Submit(sctx, submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)})
+	switch {
+	case err == nil:
+	case errors.Is(err, submit.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "), nil)
+		return
+	case errors.Is(err, submit.ErrConflict):
+		writeError(w, http.StatusConflict, protocol.CodeRequestIDConflict, strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "), nil)
+		return
+	case errors.Is(err, submit.ErrNotConnected):
 		writeNotConnected(w, "nothing was accepted; retry with the same request_id")
 		return
-	}
-	// Accepting and publishing run to completion even if the client leaves: an accepted
-	// request_id must not be left without its request on the bus.
-	// The whole POST is answered within the client's wait (at least minAcceptTime for
-	// accepting) plus lookupTimeout: a bus that stops answering (a leader stepping down, a
-	// node without quorum) must not hold the client past its own timeout.
-	deadline := time.Now().Add(wait)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), min(max(wait, minAcceptTime), publishTimeout))
-	defer cancel()
-
-	canon, _ := json.Marshal(req)
-	sum := sha256.Sum256(canon)
-	rec := intake{Fingerprint: hex.EncodeToString(sum[:]), SessionID: req.Session(), TraceID: trace.TraceID, AcceptedAt: time.Now().UTC()}
-	recBytes, _ := json.Marshal(&rec)
-	replies, done := g.waiting.add(req.RequestID)
-	defer done()
-	m, err := protocol.NewMessage(protocol.TypeRequest, req)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, CodeInvalidRequest, err.Error(), nil)
+	case errors.Is(err, submit.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable; retry with the same request_id", nil)
+		return
+	case r.Context().Err() != nil:
+		return // the client left; the request keeps running
+	default:
+		writeError(w, http.StatusInternalServerError, protocol.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
-	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), trace
-	m.Recipient = protocol.RoleRouter
-	if _, err := g.cfg.Bus.Intake.Create(ctx, req.RequestID, recBytes); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			log.Error("record intake", "err", err)
-			writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the bus is not reachable; retry with the same request_id", nil)
-			return
-		}
-		prev, err := g.intakeOf(ctx, req.RequestID)
-		if err != nil {
-			log.Error("read intake", "err", err)
-			writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the bus is not reachable; retry with the same request_id", nil)
-			return
-		}
-		if prev.Fingerprint != rec.Fingerprint {
-			writeError(w, http.StatusConflict, CodeRequestIDConflict,
-				fmt.Sprintf("request_id %s was already used for a different request; use a new request_id", req.RequestID), nil)
-			return
-		}
-		if resp, ok := g.recorded(ctx, req.RequestID); ok {
-			w.Header().Set("X-Hermes-Replayed", "true")
-			writeResponse(w, resp)
-			return
-		}
-		// Accepted before but not answered yet (or the first gateway died before publishing):
-		// publishing again is safe, the stream and the router deduplicate it.
-		m.Trace.TraceID = prev.TraceID
-		w.Header().Set("X-Trace-ID", prev.TraceID)
+	w.Header().Set("X-Trace-ID", out.TraceID)
+	if out.Replayed {
+		w.Header().Set("X-Hermes-Replayed", "true")
 	}
-	// Published only once the id is accepted (or known to carry this same request): a
-	// different request under a used id must never reach the bus.
-	if _, err := g.pub.Publish(ctx, protocol.SubjectRequest(req.Session()), m); err != nil {
-		log.Error("publish request", "err", err)
-		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the request could not be published; retry with the same request_id", nil)
-		return
-	}
-	log.Debug("request published")
-	cancel()
-	ctx = r.Context()
-	timer := time.NewTimer(max(time.Until(deadline), 0))
-	defer timer.Stop()
-	select {
-	case resp := <-replies:
-		span.AddEvent("response", oteltrace.WithAttributes(attribute.String("hermes.status", string(resp.Status))))
-		writeResponse(w, resp)
-	case <-timer.C:
-		// The response may have been recorded while this gateway missed the bus message. While
-		// the connection is down the record cannot be read: asking would hold the client until
-		// the lookup times out.
-		connected := g.cfg.Conn.IsConnected()
-		if connected {
-			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
-			resp, ok := g.recorded(lctx, req.RequestID)
-			lcancel()
-			if ok {
-				writeResponse(w, resp)
-				return
-			}
-		}
+	if out.Pending {
 		var body apiError
-		body.Error.Code = CodeTimeout
+		body.Error.Code = protocol.CodeTimeout
 		body.Error.Message = fmt.Sprintf("no response within %s; the request keeps running, fetch it from status_url", wait)
-		if !connected {
+		if !g.submit.Connected() {
 			body.Error.Message += " (the gateway is not connected to NATS right now)"
 		}
-		body.RequestID, body.StatusURL = req.RequestID, "/v1/requests/"+req.RequestID
+		body.RequestID, body.StatusURL = req.RequestID, statusURL(req.RequestID)
 		writeJSON(w, http.StatusGatewayTimeout, &body)
-	case <-ctx.Done():
-		// The client left; the request keeps running.
+		return
 	}
+	span.AddEvent("response", oteltrace.WithAttributes(attribute.String("hermes.status", out.Response.Status)))
+	writeResponse(w, out.Response)
 }
 
-func (g *Gateway) intakeOf(ctx context.Context, requestID string) (*intake, error) {
-	e, err := g.cfg.Bus.Intake.Get(ctx, requestID)
-	if err != nil {
-		return nil, err
-	}
-	var rec intake
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, fmt.Errorf("gateway: decode intake of %s: %w", requestID, err)
-	}
-	return &rec, nil
-}
+// statusURL is where a request's response can be fetched.
+func statusURL(requestID string) string { return "/v1/requests/" + requestID }
 
-// recorded returns the response recorded for requestID, if any.
-func (g *Gateway) recorded(ctx context.Context, requestID string) (*protocol.Response, bool) {
-	e, err := g.cfg.Bus.Responses.Get(ctx, requestID)
-	if err != nil {
-		return nil, false
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		g.log.Error("recorded response undecodable", "request_id", requestID, "err", err)
-		return nil, false
-	}
-	resp, err := m.DecodeResponse()
-	if err != nil {
-		g.log.Error("recorded response invalid", "request_id", requestID, "err", err)
-		return nil, false
-	}
-	return resp, true
-}
-
+// handleGetRequest is GET /v1/requests/{request_id}.
 func (g *Gateway) handleGetRequest(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("request_id")
 	if err := protocol.CheckID("request_id", id); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	if !g.cfg.Conn.IsConnected() {
-		writeNotConnected(w, "retry")
-		return
-	}
-	ctx := r.Context()
-	if resp, ok := g.recorded(ctx, id); ok {
-		writeResponse(w, resp)
-		return
-	}
-	_, ierr := g.cfg.Bus.Intake.Get(ctx, id)
-	_, perr := g.cfg.Bus.Calls.Get(ctx, id)
-	if ierr == nil || perr == nil {
+	resp, pending, err := g.submit.Status(r.Context(), id)
+	switch {
+	case err == nil && pending:
 		writeJSON(w, http.StatusAccepted, map[string]string{"request_id": id, "status": "pending"})
+	case err == nil:
+		writeResponse(w, resp)
+	case errors.Is(err, submit.ErrNotConnected):
+		writeNotConnected(w, "retry")
+	case errors.Is(err, submit.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no request %s is known (or it is older than the state TTL)", id), nil)
+	default:
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable", nil)
+	}
+}
+
+// handleCancel is DELETE /v1/requests/{request_id}[?reason=…]: 200 with the cancelled
+// request's response (again, with X-Hermes-Replayed, when it was cancelled before), 409 with
+// the response when it had finished, 404 when unknown.
+func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("request_id")
+	if err := protocol.CheckID("request_id", id); err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	if !errors.Is(ierr, jetstream.ErrKeyNotFound) {
-		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the bus is not reachable", nil)
+	reason := r.URL.Query().Get("reason")
+	if len(reason) > protocol.MaxCancelTextBytes || !utf8.ValidString(reason) {
+		err := &protocol.FieldError{Field: "reason", Reason: fmt.Sprintf("must be UTF-8 of at most %d bytes", protocol.MaxCancelTextBytes)}
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no request %s is known (or it is older than the state TTL)", id), nil)
+	resp, replayed, err := g.submit.Cancel(r.Context(), id, submit.Cancellation{By: callerOf(r), Reason: reason})
+	switch {
+	case err == nil:
+		if replayed {
+			w.Header().Set("X-Hermes-Replayed", "true")
+		}
+		writeResponse(w, resp)
+	case errors.Is(err, submit.ErrFinished):
+		var body apiError
+		body.Error.Code = protocol.CodeAlreadyFinished
+		body.Error.Message = fmt.Sprintf("request %s has finished (%s); there is nothing to cancel", id, resp.Status)
+		body.RequestID, body.StatusURL = id, statusURL(id)
+		writeJSON(w, http.StatusConflict, &body)
+	case errors.Is(err, submit.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no request %s is known (or it is older than the state TTL)", id), nil)
+	case errors.Is(err, submit.ErrNotConnected):
+		writeNotConnected(w, "nothing was cancelled; retry")
+	case errors.Is(err, protocol.ErrInvalid):
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+	default:
+		g.log.Error("cancel", "request_id", id, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the cancellation could not be completed; retry (cancelling again is safe)", nil)
+	}
+}
+
+// callerOf names the caller of r for the record: its address as this gateway saw it.
+func callerOf(r *http.Request) string {
+	return "http " + r.RemoteAddr
 }
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {

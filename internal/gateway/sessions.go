@@ -55,12 +55,12 @@ func (g *Gateway) registerSessions() {
 func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 	filters, err := record.SessionFilters("session_id", r.PathValue("session_id"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	after, err := eventsAfter(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	if !g.cfg.Conn.IsConnected() {
@@ -74,7 +74,7 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 	ctx, done, err := g.sessions.streams.add(r.Context())
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, err.Error(), nil)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, err.Error(), nil)
 		return
 	}
 	defer done()
@@ -119,11 +119,11 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case !started && errors.Is(err, record.ErrNoRecord):
-		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the record (stream "+protocol.StreamName+") is not there", nil)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the record (stream "+protocol.StreamName+") is not there", nil)
 	case !started:
 		g.log.Warn("session events: open the record", "session_id", r.PathValue("session_id"), "err", err)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the record could not be read; retry", nil)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the record could not be read; retry", nil)
 	default:
 		g.log.Debug("session events ended", "session_id", r.PathValue("session_id"), "err", err)
 	}
@@ -256,7 +256,7 @@ type sessionJSON struct {
 func (g *Gateway) handleListSessions(w http.ResponseWriter, r *http.Request) {
 	limit, err := sessionsLimit(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
 	if !g.cfg.Conn.IsConnected() {
@@ -269,18 +269,18 @@ func (g *Gateway) handleListSessions(w http.ResponseWriter, r *http.Request) {
 	case g.sessions.listings <- struct{}{}:
 		defer func() { <-g.sessions.listings }()
 	case <-ctx.Done():
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "too many listings are running; retry", nil)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "too many listings are running; retry", nil)
 		return
 	}
 	list, err := record.RecentSessions(ctx, g.cfg.Bus.JS, limit)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
-			writeError(w, http.StatusGatewayTimeout, CodeTimeout,
+			writeError(w, http.StatusGatewayTimeout, protocol.CodeTimeout,
 				fmt.Sprintf("listing sessions took longer than %s", sessionsTimeout), nil)
 			return
 		}
 		g.log.Warn("list sessions", "err", err)
-		writeError(w, http.StatusServiceUnavailable, CodeBusUnavailable, "the record could not be read; retry", nil)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the record could not be read; retry", nil)
 		return
 	}
 	out := struct {

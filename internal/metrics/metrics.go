@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
 // Metrics holds Hermes' collectors. Label values are tool names, consumer names, statuses and
@@ -187,4 +188,32 @@ func Serve(ctx context.Context, ln net.Listener, g prometheus.Gatherer) error {
 		defer cancel()
 		return srv.Shutdown(sctx)
 	}
+}
+
+// Worker returns m as a tool worker's Observer: dispatch delays, in-flight calls, try
+// durations, retries and recorded results.
+func (m *Metrics) Worker() worker.Observer { return workerObserver{m} }
+
+type workerObserver struct{ m *Metrics }
+
+var _ worker.Observer = workerObserver{}
+
+func (o workerObserver) Started(tool string, attempt int, waited time.Duration) {
+	if attempt == 1 {
+		o.m.Dispatch.WithLabelValues(tool).Observe(waited.Seconds())
+	}
+	o.m.InFlight.WithLabelValues(tool).Inc()
+}
+
+func (o workerObserver) Finished(tool string, took time.Duration) {
+	o.m.InFlight.WithLabelValues(tool).Dec()
+	o.m.Execution.WithLabelValues(tool).Observe(took.Seconds())
+}
+
+func (o workerObserver) Retrying(tool, errorCode string) {
+	o.m.Retries.WithLabelValues(tool, errorCode).Inc()
+}
+
+func (o workerObserver) Recorded(r *protocol.ToolResult) {
+	o.m.ToolResults.WithLabelValues(r.Name, r.Status, r.ErrorCode).Inc()
 }

@@ -19,7 +19,7 @@ type Entry struct {
 	// Msg is the decoded envelope; nil when the envelope itself could not be decoded.
 	Msg *protocol.Message
 	// Payload is the decoded payload, as Msg.Type says: *protocol.Request, *protocol.Dispatch,
-	// *protocol.ToolStarted, *protocol.ToolResult or *protocol.Response. It is nil when Err is
+	// *protocol.ToolStarted, *protocol.ToolResult, *protocol.Response or *protocol.Cancel. It is nil when Err is
 	// set.
 	Payload any
 	// Err says why the message could not be read. Msg may still be set when only its payload
@@ -53,6 +53,8 @@ func Decode(seq uint64, subject string, stored time.Time, data []byte) *Entry {
 		e.Payload, e.Err = nonNil(m.DecodeToolResult())
 	case protocol.TypeResponse:
 		e.Payload, e.Err = nonNil(m.DecodeResponse())
+	case protocol.TypeCancel:
+		e.Payload, e.Err = nonNil(m.DecodeCancel())
 	default: // Unmarshal accepts only known types; this is a reader older than its writer.
 		e.Err = fmt.Errorf("record: message type %s is not known to this reader", m.Type)
 	}

@@ -91,6 +91,13 @@ func (f *Formatter) Format(e *Entry) string {
 		f.result(&b, m, p)
 	case *protocol.Response:
 		f.response(&b, e, p)
+	case *protocol.Cancel:
+		tag(&b, "cancel")
+		fmt.Fprintf(&b, "%s cancelled by %s", m.RequestID, clean(truncate(p.By, 80)))
+		if p.Reason != "" {
+			b.WriteString(": ")
+			b.WriteString(strconv.Quote(truncate(p.Reason, intentWidth)))
+		}
 	default:
 		f.unreadable(&b, e)
 	}

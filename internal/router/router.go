@@ -2,9 +2,7 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -12,12 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tracing"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -30,10 +26,16 @@ type Config struct {
 	Routes *routes.Table
 	// Instance names this router in the messages it sends. Required.
 	Instance string
-	// Concurrency bounds requests and results handled at once, each. Default 64.
+	// Concurrency bounds results handled at once. Default 64.
 	Concurrency int
 	// Limits bound requests read from the bus; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
+	// Kinds are the action kinds dispatched; calls routed to another kind are answered
+	// ACTION_UNSUPPORTED. Default protocol.ImplementedKinds.
+	Kinds []string
+	// Stages run between the plan and the route stages, in order (contract checks, policies,
+	// rate limits… to come).
+	Stages []Stage
 	// Metrics counts answered requests; nil counts into unexported metrics.
 	Metrics *metrics.Metrics
 	// Logger; nil discards.
@@ -53,14 +55,17 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Router routes requests to tools and aggregates results into responses.
+// Router routes requests to tools through its pipeline and aggregates results into
+// responses.
 type Router struct {
 	cfg       Config
 	pub       *bus.Publisher
 	table     atomic.Pointer[routes.Table]
 	log       *slog.Logger
-	consumers sync.Map // tool name → struct{}: consumers this process has ensured
-
+	pipeline  *Pipeline
+	agg       *aggregator
+	lot       *park.Lot
+	consumers sync.Map // consumer name → struct{}: consumers this process has ensured
 }
 
 // New returns a Router for cfg.
@@ -74,6 +79,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
+	if len(cfg.Kinds) == 0 {
+		cfg.Kinds = protocol.ImplementedKinds
+	}
 	r := &Router{
 		cfg: cfg,
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance}),
@@ -83,6 +91,19 @@ func New(cfg Config) (*Router, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.table.Store(cfg.Routes)
+	r.lot = park.New(cfg.Bus, r.pub, r.log)
+	limit := cfg.Limits.MaxToolCalls
+	if limit <= 0 {
+		limit = protocol.DefaultLimits.MaxToolCalls
+	}
+	r.agg = &aggregator{bus: cfg.Bus, answer: answer.New(cfg.Bus, r.pub, r.lot, cfg.Metrics, r.log), maxCall: limit}
+	stages := []Stage{
+		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered},
+		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub}},
+	}
+	stages = append(stages, cfg.Stages...)
+	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})
+	r.pipeline = &Pipeline{Stages: stages, Out: &busOutlet{bus: cfg.Bus, pub: r.pub, lot: r.lot}}
 	return r, nil
 }
 
@@ -92,12 +113,25 @@ func (r *Router) SetRoutes(t *routes.Table) { r.table.Store(t) }
 // Routes returns the table in use.
 func (r *Router) Routes() *routes.Table { return r.table.Load() }
 
-// Run ensures the consumers of every routed tool exist, then handles requests, results and
-// dead-letter advisories until ctx is done, and returns after in-flight messages are settled.
+// Stages lists the pipeline's stages, in order.
+func (r *Router) Stages() []string {
+	out := make([]string, len(r.pipeline.Stages))
+	for i, s := range r.pipeline.Stages {
+		out[i] = s.Name()
+	}
+	return out
+}
+
+// Run ensures the consumers of every routed tool exist, then handles requests and results
+// until ctx is done, and returns after in-flight messages are settled.
 func (r *Router) Run(ctx context.Context) error {
-	for _, tool := range r.Routes().ToolNames() {
-		if err := r.ensureTool(ctx, tool); err != nil {
-			return err
+	for _, name := range r.Routes().ToolNames() {
+		for _, kind := range r.Routes().KindsOf(name) {
+			if r.runs(kind) {
+				if err := r.ensureTool(ctx, kind, name); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	var err error
@@ -111,176 +145,54 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dead, err := deadletter.New(deadletter.Config{Bus: r.cfg.Bus, Instance: r.cfg.Instance, Limits: r.cfg.Limits,
-		Metrics: r.cfg.Metrics, Wake: r.Wake, Logger: r.log})
-	if err != nil {
-		return err
-	}
+	requests := bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route")
+	results := bus.Messages(bus.HandlerFunc(r.agg.handle), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return dead.Run(ctx) })
 	for _, c := range reqCons {
 		// One request of a partition at a time (the consumer allows no more): its session's
 		// order holds.
 		g.Go(func() error {
-			return (&bus.Subscriber{Consumer: c, Handler: bus.HandlerFunc(r.handleRequest), Concurrency: 1, Logger: r.log}).Run(ctx)
+			return (&bus.Subscriber{Consumer: c, Handler: requests, Concurrency: 1, Logger: r.log}).Run(ctx)
 		})
 	}
 	g.Go(func() error {
-		return (&bus.Subscriber{Consumer: resCons, Handler: bus.HandlerFunc(r.handleResult),
-			Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
+		return (&bus.Subscriber{Consumer: resCons, Handler: results, Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
 	})
+	// Timers of parked requests go off wherever a router runs.
+	g.Go(func() error { return r.lot.Run(ctx) })
 	return g.Wait()
 }
 
-func (r *Router) ensureTool(ctx context.Context, tool string) error {
-	if _, ok := r.consumers.Load(tool); ok {
+func (r *Router) runs(kind string) bool {
+	for _, k := range r.cfg.Kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Router) ensureTool(ctx context.Context, kind, tool string) error {
+	name := bus.ToolConsumer(kind, tool)
+	if _, ok := r.consumers.Load(name); ok {
 		return nil
 	}
-	if _, err := r.cfg.Bus.EnsureToolConsumer(ctx, tool); err != nil {
+	if _, err := r.cfg.Bus.EnsureToolConsumer(ctx, kind, tool); err != nil {
 		return err
 	}
-	r.consumers.Store(tool, struct{}{})
+	r.consumers.Store(name, struct{}{})
 	return nil
 }
 
-// handleRequest records the request's plan and dispatches each call. It is idempotent: on a
-// redelivery or a repeated request it dispatches again only calls that have no result yet,
-// under the same message ids, so the stream drops what was already published.
-func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) (err error) {
-	m, err := protocol.Unmarshal(d.Data)
+// handleRequest runs one delivery of a request through the pipeline. It is idempotent: on a
+// redelivery, a repeated request or a wake-up it dispatches again only calls that have no
+// result yet, under the same message ids, so the stream drops what was already published.
+func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
+	req, err := d.Msg.DecodeRequest(r.cfg.Limits)
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	ctx, span := tracing.Start(ctx, m, "hermes.route", trace.SpanKindConsumer)
-	defer func() { tracing.End(span, err) }()
-	req, err := m.DecodeRequest(r.cfg.Limits)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	if req.Serial {
-		ready, prev, err := r.serialGate(ctx, m, d.Data)
-		if err != nil || !ready {
-			if err == nil && prev != "" {
-				r.log.Info("serial request waits for the previous one's response", "request_id", m.RequestID,
-					"session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID, "after", prev)
-			}
-			return err
-		}
-	}
-	return r.dispatch(ctx, m, req)
+	return r.pipeline.Run(ctx, NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken) != "", d.Log))
 }
 
-// dispatch records the request's plan and dispatches its calls (see handleRequest).
-func (r *Router) dispatch(ctx context.Context, m *protocol.Message, req *protocol.Request) error {
-	log := r.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID)
-	p := newPlan(m, req)
-	enc, err := p.encode()
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	fresh := true
-	if _, err := r.cfg.Bus.Calls.Create(ctx, m.RequestID, enc); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("router: record plan: %w", err)
-		}
-		fresh = false
-	}
-	if !fresh {
-		done, err := r.resume(ctx, m, p, log)
-		if err != nil || done {
-			return err
-		}
-	}
-	table := r.Routes()
-	batch := make([]bus.Outgoing, 0, len(req.ToolCalls))
-	for i := range req.ToolCalls {
-		call := &req.ToolCalls[i]
-		if !fresh {
-			if _, err := r.cfg.Bus.Calls.Get(ctx, bus.ResultKey(m.RequestID, call.ToolCallID)); err == nil {
-				continue // already has its result
-			}
-		}
-		out, err := r.route(ctx, m, req, p.CallIDs, call, table, log)
-		if err != nil {
-			return err
-		}
-		if out != nil {
-			batch = append(batch, *out)
-		}
-	}
-	// The calls go out together: they are independent, and none waits for another's ack.
-	if err := r.pub.PublishBatch(ctx, batch); err != nil {
-		return err
-	}
-	return nil
-}
-
-// resume handles a request whose plan exists already. It reports done when the request has
-// its response (which it publishes again, deduplicated by the stream), or when this message
-// reuses the request_id for other content (ignored: the first request keeps the id).
-func (r *Router) resume(ctx context.Context, m *protocol.Message, mine *plan, log *slog.Logger) (bool, error) {
-	entry, err := r.cfg.Bus.Calls.Get(ctx, m.RequestID)
-	if err != nil {
-		return false, fmt.Errorf("router: read plan: %w", err)
-	}
-	if first, err := decodePlan(entry.Value()); err == nil && first.Fingerprint != "" && first.Fingerprint != mine.Fingerprint {
-		log.Warn("request_id reused for a different request; ignored")
-		return true, nil
-	}
-	resp, err := r.cfg.Bus.Responses.Get(ctx, m.RequestID)
-	if err == nil {
-		return true, r.cfg.Bus.Republish(ctx, r.pub, protocol.SubjectResponse(m.SessionID), resp.Value())
-	}
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, fmt.Errorf("router: read response: %w", err)
-	}
-	log.Info("request seen before; dispatching the calls that have no result yet")
-	return false, nil
-}
-
-// route matches one call and returns its tool_call message to publish; a call with no route
-// gets its NO_ROUTE result at once instead (and route returns nil). ids are every call id of
-// the request.
-func (r *Router) route(ctx context.Context, m *protocol.Message, req *protocol.Request, ids []string, call *protocol.ToolCall, table *routes.Table, log *slog.Logger) (*bus.Outgoing, error) {
-	rule, params, ok := table.Match(call.Name, req.Intent)
-	if !ok {
-		log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
-		content := fmt.Sprintf("no route matches tool %q with this intent", call.Name)
-		return nil, r.publishResult(ctx, m, &protocol.ToolResult{
-			ToolCallID: call.ToolCallID, Name: call.Name, Status: protocol.ResultError, RequestCallIDs: ids, RequestSerial: req.Serial,
-			Content: jsonString(content), ErrorCode: protocol.CodeNoRoute, ErrorOrigin: protocol.OriginHermes,
-			RecoveryHint: fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
-		})
-	}
-	if err := r.ensureTool(ctx, call.Name); err != nil {
-		return nil, err
-	}
-	out, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params,
-		Action: rule.Action, RequestCallIDs: ids, Serial: req.Serial})
-	if err != nil {
-		return nil, bus.Permanent(err)
-	}
-	out.Follow(m, protocol.MsgIDToolCall(m.RequestID, call.ToolCallID))
-	tracing.Inject(ctx, &out.Trace)
-	out.Recipient = bus.ToolConsumer(call.Name)
-	log.Debug("dispatching", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name)
-	return &bus.Outgoing{Subject: protocol.SubjectToolCall(call.Name, m.SessionID), Msg: out}, nil
-}
-
-// publishResult records and publishes a result the router decided itself (e.g. NO_ROUTE); it
-// is then aggregated like any tool's result.
-func (r *Router) publishResult(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult) error {
-	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
-	tracing.Inject(ctx, &out.Trace)
-	_, _, err = r.cfg.Bus.RecordResult(ctx, r.pub, out, res)
-	return err
-}
-
-func jsonString(s string) []byte {
-	b, _ := json.Marshal(s)
-	return b
-}
+func isKeyExists(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }

@@ -24,6 +24,7 @@ const (
 var (
 	httpFields  = []string{"url", "method", "timeout_ms", "headers", "retry"}
 	grpcFields  = []string{"service", "method", "timeout_ms", "headers", "retry"}
+	goFields    = []string{"timeout_ms", "retry"}
 	retryFields = []string{"max_attempts", "backoff_factor", "jitter_ms", "initial_interval_ms", "max_interval_ms"}
 
 	// httpMethods are the methods an http action may use.
@@ -35,22 +36,43 @@ var (
 	}
 )
 
-// action decodes a rule's action block: exactly one of http and grpc.
+// action decodes a rule's action block: exactly one of http, go and grpc.
 func (d *decoder) action(e entry, path string) (protocol.Action, error) {
 	f, err := d.mapping(e.value, path, e.key.Line, actionFields)
 	if err != nil {
 		return protocol.Action{}, err
 	}
-	hasHTTP, hasGRPC := f.has("http"), f.has("grpc")
+	var kinds []string
+	for _, k := range actionFields {
+		if f.has(k) {
+			kinds = append(kinds, k)
+		}
+	}
 	switch {
-	case hasHTTP && hasGRPC:
-		return protocol.Action{}, d.errorf(f.line, path, "has both http and grpc; want exactly one")
-	case hasHTTP:
+	case len(kinds) > 1:
+		return protocol.Action{}, d.errorf(f.line, path, "has %s; want exactly one", strings.Join(kinds, " and "))
+	case len(kinds) == 0:
+		return protocol.Action{}, d.errorf(f.line, path, "needs one of %s", strings.Join(actionFields, ", "))
+	}
+	switch kinds[0] {
+	case protocol.ActionHTTP:
 		return d.httpAction(f.byKey["http"], path+".http")
-	case hasGRPC:
+	case protocol.ActionGo:
+		return d.goAction(f.byKey["go"], path+".go")
+	default:
 		return d.grpcAction(f.byKey["grpc"], path+".grpc")
 	}
-	return protocol.Action{}, d.errorf(f.line, path, "needs one of http or grpc")
+}
+
+// goAction decodes a go block: the tool is a Go function served by a program on the worker
+// runtime (package worker); the action holds only timing.
+func (d *decoder) goAction(e entry, path string) (protocol.Action, error) {
+	a := protocol.Action{Kind: protocol.ActionGo}
+	f, err := d.mapping(e.value, path, e.key.Line, goFields)
+	if err != nil {
+		return a, err
+	}
+	return a, d.common(&a, f, path)
 }
 
 // httpAction decodes an http block.

@@ -145,15 +145,19 @@ func TestParseErrors(t *testing.T) {
 			"    action:",
 			"      http: {url: 'http://s/x'}",
 			"      grpc: {service: s.S, method: M}",
-		), "routes.yaml:5: rules[0].action: has both http and grpc; want exactly one"},
+		), "routes.yaml:5: rules[0].action: has http and grpc; want exactly one"},
 		{"neither http nor grpc", rule1("    match: {tool_name: t}", "    action: {}"),
-			"routes.yaml:5: rules[0].action: needs one of http or grpc"},
+			"routes.yaml:5: rules[0].action: needs one of http, go, grpc"},
 		{"action null", rule1("    match: {tool_name: t}", "    action:"),
-			"routes.yaml:5: rules[0].action: needs one of http or grpc"},
+			"routes.yaml:5: rules[0].action: needs one of http, go, grpc"},
 		{"unknown action kind", rule1("    match: {tool_name: t}", "    action:", "      htp: {url: 'http://s/x'}"),
 			"routes.yaml:6: rules[0].action.htp: unknown field (did you mean http?)"},
 		{"http null", rule1("    match: {tool_name: t}", "    action:", "      http:"),
 			"routes.yaml:6: rules[0].action.http.url: is required"},
+		{"http and go", rule1("    match: {tool_name: t}", "    action: {http: {url: 'http://s/x'}, go: {}}"),
+			"routes.yaml:5: rules[0].action: has http and go; want exactly one"},
+		{"go with a url", rule1("    match: {tool_name: t}", "    action: {go: {url: 'http://s/x'}}"),
+			"routes.yaml:5: rules[0].action.go.url: unknown field; want one of timeout_ms, retry"},
 		{"grpc service missing", rule1("    match: {tool_name: t}", "    action:", "      grpc:", "        method: M"),
 			"routes.yaml:6: rules[0].action.grpc.service: is required"},
 		{"grpc method with a space", rule1("    match: {tool_name: t}", "    action:", "      grpc:", "        service: s.S", "        method: Get It"),
@@ -392,6 +396,35 @@ func TestDefaultsAndNormalisation(t *testing.T) {
 	}
 	if !strings.HasPrefix(tab.Digest, "sha256:") || len(tab.Digest) != len("sha256:")+64 {
 		t.Errorf("Digest = %q", tab.Digest)
+	}
+}
+
+func TestGoAction(t *testing.T) {
+	tab := mustParse(t, lines(
+		"version: 1.0",
+		"rules:",
+		"  - name: weather_in_process",
+		"    match: {tool_name: weather}",
+		"    action: {go: {}}",
+		"  - name: slow_go",
+		"    match: {tool_name: weather, intent_contains: [slow]}",
+		"    action: {go: {timeout_ms: 250, retry: {max_attempts: 2}}}",
+		"  - name: weather_http",
+		"    match: {tool_name: weather}",
+		"    action: {http: {url: 'http://svc/w'}}",
+	))
+	want := protocol.Action{Kind: protocol.ActionGo, TimeoutMS: protocol.DefaultTimeoutMS, Retry: defaultRetry()}
+	if !reflect.DeepEqual(tab.Rules[0].Action, want) {
+		t.Errorf("go action = %+v; want %+v", tab.Rules[0].Action, want)
+	}
+	if a := tab.Rules[1].Action; a.TimeoutMS != 250 || a.Retry.MaxAttempts != 2 || a.HTTP != nil || a.GRPC != nil {
+		t.Errorf("go action with timing = %+v", a)
+	}
+	if got := tab.KindsOf("weather"); !reflect.DeepEqual(got, []string{protocol.ActionGo, protocol.ActionHTTP}) {
+		t.Errorf("KindsOf(weather) = %v", got)
+	}
+	if got := tab.KindsOf("nothing"); got != nil {
+		t.Errorf("KindsOf(nothing) = %v", got)
 	}
 }
 

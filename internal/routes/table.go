@@ -79,6 +79,20 @@ func (t *Table) ToolNames() []string {
 	return slices.Clone(t.toolNames)
 }
 
+// KindsOf lists the action kinds of the rules routing toolName, in file order, each once.
+func (t *Table) KindsOf(toolName string) []string {
+	if t == nil {
+		return nil
+	}
+	var kinds []string
+	for _, i := range t.byTool[toolName] {
+		if k := t.Rules[i].Action.Kind; !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
 // index builds the tool-name index; Parse calls it once the rules are final.
 func (t *Table) index() {
 	t.byTool = make(map[string][]int)

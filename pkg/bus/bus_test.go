@@ -155,18 +155,18 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 	publish := func(id string) {
 		m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{})
 		m.MsgID, m.RequestID, m.SessionID = id, id, "s"
-		if _, err := p.Publish(context.Background(), protocol.SubjectToolCall("echo", "s"), m); err != nil {
+		if _, err := p.Publish(context.Background(), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s"), m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	publish("before")
-	cons, err := b.EnsureToolConsumer(context.Background(), "echo")
+	cons, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	publish("after")
 	// A second Ensure (another router) must keep the consumer's position.
-	if _, err := b.EnsureToolConsumer(context.Background(), "echo"); err != nil {
+	if _, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "echo"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the consumer to see the new call", func() bool {
@@ -184,11 +184,14 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 	if len(got) != 1 || got[0] != "after" {
 		t.Fatalf("consumer delivered %v, want only the call published after it was created", got)
 	}
-	if _, err := b.Tools.Get(context.Background(), "echo"); err != nil {
+	if _, err := b.Tools.Get(context.Background(), protocol.KeyTool(protocol.ActionHTTP, "echo")); err != nil {
 		t.Fatalf("tool not listed: %v", err)
 	}
-	if _, err := b.EnsureToolConsumer(context.Background(), "a.>"); err == nil {
+	if _, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "a.>"); err == nil {
 		t.Fatal("EnsureToolConsumer accepted a tool name that is not a subject token")
+	}
+	if _, err := b.EnsureToolConsumer(context.Background(), "smtp", "echo"); err == nil {
+		t.Fatal("EnsureToolConsumer accepted an unknown action kind")
 	}
 }
 
@@ -234,7 +237,7 @@ func TestSubscriberShutdownIsBounded(t *testing.T) {
 func TestSubscriberReportsDeletedConsumer(t *testing.T) {
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
-	cons, err := b.EnsureToolConsumer(context.Background(), "doomed")
+	cons, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "doomed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +246,7 @@ func TestSubscriberReportsDeletedConsumer(t *testing.T) {
 		done <- (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }),
 			PullWait: 100 * time.Millisecond}).Run(context.Background())
 	}()
-	if err := b.Stream.DeleteConsumer(context.Background(), bus.ToolConsumer("doomed")); err != nil {
+	if err := b.Stream.DeleteConsumer(context.Background(), bus.ToolConsumer(protocol.ActionHTTP, "doomed")); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/pkg/retry"
 )
 
 // EnvURL is the environment variable every Hermes binary reads for the NATS URL.
@@ -38,19 +40,21 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 			logger.Error("nats async error", "subject", subject, "err", err)
 		}),
 	}, extra...)
-	for {
-		nc, err := nats.Connect(url, opts...)
-		if err == nil {
-			return nc, nil
-		}
+	var nc *nats.Conn
+	err := retry.Do(ctx, ConnectRetry, time.Time{}, func() (err error) {
+		nc, err = nats.Connect(url, opts...)
+		return err
+	}, func(err error, _ time.Duration) {
 		logger.Warn("nats connect failed; retrying", "url", Redact(url), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("bus: connect to %s: %w", Redact(url), err)
-		case <-time.After(500 * time.Millisecond):
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect to %s: %w", Redact(url), err)
 	}
+	return nc, nil
 }
+
+// ConnectRetry spaces out tries to reach NATS, or to provision on it, at start: every 500 ms.
+var ConnectRetry = retry.Fixed(500 * time.Millisecond)
 
 // Redact hides credentials in a URL for logs, errors and banners.
 func Redact(url string) string {

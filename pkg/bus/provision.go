@@ -18,7 +18,8 @@ const (
 	ConsumerRouterResults = "router-results"
 	// ConsumerDeadLetters reads the advisories of messages given up on by any Hermes consumer.
 	ConsumerDeadLetters = "dead-letters"
-	toolConsumerPrefix  = "tool-"
+	// ConsumerTimers reads the timers that went off, to wake what was parked for them.
+	ConsumerTimers = "park-timers"
 )
 
 // KV buckets.
@@ -30,15 +31,17 @@ const (
 	BucketCalls = "hermes-calls"
 	// BucketResponses holds the one response of each request (key <request_id>).
 	BucketResponses = "hermes-responses"
-	// BucketTools lists the tools that have a consumer (key <tool name>).
+	// BucketTools lists the tools that have a consumer (key protocol.KeyTool: <kind>.<tool>).
 	BucketTools = "hermes-tools"
 	// BucketClaims is the call ledger: which worker runs each call (key
 	// <request_id>.<tool_call_id>), renewed while it runs, and the last failure of the call.
 	BucketClaims = "hermes-claims"
 	// BucketSessions orders serial requests: per session the last serial request accepted
-	// (key tail.<session>), per serial request its predecessor (prev.<request_id>), and the
-	// request waiting for each one's response (wait.<request_id>).
+	// (protocol.KeySerialTail) and per serial request its predecessor (KeySerialPrev).
 	BucketSessions = "hermes-sessions"
+	// BucketParked holds the messages parked until something wakes them (package park), under
+	// protocol.KeyParked. It has no TTL: a parked message leaves only when it is woken.
+	BucketParked = "hermes-parked"
 )
 
 // RequestConsumer names the durable consumer of request partition p (0 ≤ p <
@@ -47,8 +50,13 @@ const (
 // and redeliveries.
 func RequestConsumer(p int) string { return "router-requests-" + strconv.Itoa(p) }
 
-// ToolConsumer names the durable consumer shared by every worker of tool.
-func ToolConsumer(tool string) string { return toolConsumerPrefix + tool }
+// ToolConsumer names the durable consumer shared by every worker running tool's calls of
+// kind: tool_<kind>-<tool> (no kind holds '-').
+func ToolConsumer(kind, tool string) string { return "tool_" + kind + "-" + tool }
+
+// LegacyToolConsumer names the consumer in which Hermes before action kinds queued every call
+// of tool (protocol.LegacySubjectToolCall).
+func LegacyToolConsumer(tool string) string { return "tool-" + tool }
 
 // Config sizes the stream, the KV buckets and the consumers. The zero value is usable: see
 // the defaults on each field.
@@ -75,6 +83,9 @@ type Config struct {
 	MaxAckPending int
 	// DeadLetterMaxAge is how long dead letters are kept. Default 30 days.
 	DeadLetterMaxAge time.Duration
+	// ParkedMaxBytes bounds the parked messages; parking more fails (and is retried) rather
+	// than drop one. Default 1 GiB.
+	ParkedMaxBytes int64
 }
 
 // intakeMargin is how much longer request ids are remembered than the rest of a request's
@@ -107,6 +118,9 @@ func (c Config) withDefaults() Config {
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
 	}
+	if c.ParkedMaxBytes <= 0 {
+		c.ParkedMaxBytes = 1 << 30
+	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 20
 	}
@@ -131,6 +145,9 @@ type Bus struct {
 	Tools     jetstream.KeyValue
 	Claims    jetstream.KeyValue
 	Sessions  jetstream.KeyValue
+	Parked    jetstream.KeyValue
+	// Timers is the stream of timers (protocol.TimerStreamName).
+	Timers jetstream.Stream
 	// Drift lists how the existing streams differ from this process's configuration; they are
 	// kept as they are, and the process should say so.
 	Drift []string
@@ -174,26 +191,47 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, err
 	}
-	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Drift: drift, cfg: cfg}
+	// Timers: one schedule per wake key (a later one replaces it); the server turns it into a
+	// message on its due subject at its time, which is removed once consumed (work queue). A
+	// key woken before its time has its schedule removed too, so there are never more timers
+	// than parking places, and those are bounded (BucketParked).
+	timers, err := ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:              protocol.TimerStreamName,
+		Description:       "Hermes: when parked messages are due to be woken",
+		Subjects:          protocol.TimerSubjects(),
+		Retention:         jetstream.WorkQueuePolicy,
+		Storage:           jetstream.FileStorage,
+		AllowMsgSchedules: true,
+		Replicas:          cfg.Replicas,
+	}, &drift)
+	if err != nil {
+		return nil, fmt.Errorf("%w (timers need NATS 2.12 or later)", err)
+	}
+	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg}
 	for _, kv := range []struct {
 		name       string
 		ttl        time.Duration
+		maxBytes   int64
 		dst        *jetstream.KeyValue
 		consistent bool
 	}{
 		// Intake outlives the rest of a request's state, so that a request_id reused after
 		// its window finds nothing left of the first request.
-		{BucketIntake, cfg.StateTTL + intakeMargin, &b.Intake, true},
-		{BucketCalls, cfg.StateTTL, &b.Calls, true},
-		{BucketResponses, cfg.StateTTL, &b.Responses, true},
-		{BucketTools, 0, &b.Tools, false},
-		{BucketClaims, cfg.StateTTL, &b.Claims, true},
-		{BucketSessions, cfg.StateTTL, &b.Sessions, true},
+		{BucketIntake, cfg.StateTTL + intakeMargin, 0, &b.Intake, true},
+		{BucketCalls, cfg.StateTTL, 0, &b.Calls, true},
+		{BucketResponses, cfg.StateTTL, 0, &b.Responses, true},
+		{BucketTools, 0, 0, &b.Tools, false},
+		{BucketClaims, cfg.StateTTL, 0, &b.Claims, true},
+		{BucketSessions, cfg.StateTTL, 0, &b.Sessions, true},
+		// No TTL: a parked message must never be dropped while it waits (an approval may
+		// take days); bounded in bytes instead, refusing new ones when full.
+		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,
 			History:  1,
 			TTL:      kv.ttl,
+			MaxBytes: kv.maxBytes,
 			Storage:  jetstream.FileStorage,
 			Replicas: cfg.Replicas,
 		}, kv.consistent)
@@ -205,11 +243,20 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		return nil, err
 	}
 	for p := range protocol.RequestPartitions {
-		if _, err := b.ensureConsumerWith(ctx, b.Stream, RequestConsumer(p), 1, protocol.FilterRequestPartition(p)); err != nil {
+		spec := b.consumer(RequestConsumer(p), protocol.FilterRequestPartition(p))
+		spec.MaxAckPending = 1
+		if _, err := b.ensureConsumerSpec(ctx, b.Stream, spec); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := b.ensureConsumer(ctx, b.DLQ, ConsumerDeadLetters, "", advisorySubjects...); err != nil {
+	if _, err := b.ensureConsumer(ctx, b.DLQ, ConsumerDeadLetters, advisorySubjects...); err != nil {
+		return nil, err
+	}
+	// A work queue's consumer delivers all: what is in it is work not yet done. A timer is
+	// tried until its wake-up is done; giving one up would leave what it wakes parked.
+	spec := b.consumer(ConsumerTimers, protocol.FilterTimersDue)
+	spec.DeliverPolicy, spec.MaxDeliver = jetstream.DeliverAllPolicy, -1
+	if _, err := b.ensureConsumerSpec(ctx, b.Timers, spec); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -228,6 +275,11 @@ func (b *Bus) DeadLetterConsumer(ctx context.Context) (jetstream.Consumer, error
 	return b.consumerOf(ctx, b.DLQ, ConsumerDeadLetters)
 }
 
+// TimerConsumer returns the consumer of timers that went off.
+func (b *Bus) TimerConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return b.consumerOf(ctx, b.Timers, ConsumerTimers)
+}
+
 func (b *Bus) consumerOf(ctx context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
 	c, err := stream.Consumer(ctx, name)
 	if err != nil {
@@ -236,32 +288,71 @@ func (b *Bus) consumerOf(ctx context.Context, stream jetstream.Stream, name stri
 	return c, nil
 }
 
-// EnsureToolConsumer makes sure the shared consumer of tool exists and the tool is listed in
-// BucketTools, creating both if needed. tool must be a valid tool name (protocol.CheckToolName).
-// Call it before publishing the tool's first call.
-func (b *Bus) EnsureToolConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {
+// EnsureToolConsumer makes sure the shared consumer of tool's calls of kind exists and is
+// listed in BucketTools, creating both if needed. kind must be one of protocol.Kinds and tool a
+// valid tool name (protocol.CheckToolName). Call it before publishing the first such call.
+func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) (jetstream.Consumer, error) {
+	if !protocol.KnownKind(kind) {
+		return nil, fmt.Errorf("bus: action kind %q is not one of %v", kind, protocol.Kinds)
+	}
 	if err := protocol.CheckToolName("tool", tool); err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	c, err := b.ensureConsumer(ctx, b.Stream, ToolConsumer(tool), protocol.FilterToolCalls(tool))
+	name := ToolConsumer(kind, tool)
+	c, err := b.ensureConsumer(ctx, b.Stream, name, protocol.FilterToolCalls(kind, tool))
 	if err != nil {
 		return nil, err
 	}
-	if _, err := b.Tools.Create(ctx, tool, []byte(ToolConsumer(tool))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("bus: list tool %s: %w", tool, err)
+	if _, err := b.Tools.Create(ctx, protocol.KeyTool(kind, tool), []byte(name)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("bus: list tool %s (%s): %w", tool, kind, err)
 	}
 	return c, nil
 }
 
-func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name, filter string, filters ...string) (jetstream.Consumer, error) {
-	return b.ensureConsumerWith(ctx, stream, name, b.cfg.MaxAckPending, filter, filters...)
+// LegacyToolConsumer returns the consumer in which Hermes before action kinds queued tool's
+// calls, or nil when there is none.
+func (b *Bus) LegacyToolConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {
+	c, err := b.Stream.Consumer(ctx, LegacyToolConsumer(tool))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: look up consumer %s: %w", LegacyToolConsumer(tool), err)
+	}
+	return c, nil
 }
 
-// ensureConsumerWith is ensureConsumer with at most maxAckPending messages in flight.
-func (b *Bus) ensureConsumerWith(ctx context.Context, stream jetstream.Stream, name string, maxAckPending int, filter string, filters ...string) (jetstream.Consumer, error) {
+// consumer is the configuration of Hermes' durable consumers: deliver-new, explicit acks, the
+// fixed ack deadline, never expiring; filters name what it reads.
+func (b *Bus) consumer(name string, filters ...string) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{
+		Durable:       name,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       b.cfg.AckWait,
+		MaxDeliver:    b.cfg.MaxDeliver,
+		MaxAckPending: b.cfg.MaxAckPending,
+		Replicas:      b.cfg.Replicas,
+	}
+	if len(filters) == 1 {
+		c.FilterSubject = filters[0]
+	} else {
+		c.FilterSubjects = filters
+	}
+	return c
+}
+
+func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name string, filters ...string) (jetstream.Consumer, error) {
+	return b.ensureConsumerSpec(ctx, stream, b.consumer(name, filters...))
+}
+
+// ensureConsumerSpec makes sure the durable consumer spec describes exists, creating it if
+// not. An existing one is kept as it is.
+func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, spec jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	name := spec.Durable
 	c, err := stream.Consumer(ctx, name)
 	if err == nil {
-		if maxAckPending == 1 {
+		if spec.MaxAckPending == 1 {
 			// One message in flight is what keeps this consumer's order; a consumer made
 			// otherwise would route a session's requests out of order without a word.
 			if have := c.CachedInfo().Config.MaxAckPending; have != 1 {
@@ -274,17 +365,7 @@ func (b *Bus) ensureConsumerWith(ctx context.Context, stream jetstream.Stream, n
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("bus: look up consumer %s: %w", name, err)
 	}
-	c, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:        name,
-		FilterSubject:  filter,
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        b.cfg.AckWait,
-		MaxDeliver:     b.cfg.MaxDeliver,
-		MaxAckPending:  maxAckPending,
-		Replicas:       b.cfg.Replicas,
-	})
+	c, err = stream.CreateConsumer(ctx, spec)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
 		c, err = stream.Consumer(ctx, name) // created concurrently by another process
 	}
@@ -310,6 +391,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
 	}
 	have := s.CachedInfo().Config
+	if missing := missingSubjects(have.Subjects, want.Subjects); len(missing) > 0 {
+		// Subjects of a newer Hermes (e.g. calls of new action kinds) are added: without them
+		// its messages would reach no stream. Nothing is ever removed.
+		have.Subjects = append(have.Subjects, missing...)
+		if s, err = js.UpdateStream(ctx, have); err != nil {
+			return nil, fmt.Errorf("bus: add subjects %v to stream %s: %w", missing, want.Name, err)
+		}
+		have = s.CachedInfo().Config
+		*drift = append(*drift, fmt.Sprintf("stream %s: added the subjects %v", want.Name, missing))
+	}
 	if want.SubjectTransform != nil && (have.SubjectTransform == nil || *have.SubjectTransform != *want.SubjectTransform) {
 		// The one change made to an existing stream: a record from before per-session order
 		// gets the partitioning transform, or requests would reach no router.
@@ -324,13 +415,21 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return s, nil
 }
 
+// missingSubjects returns the subjects of want that have lacks.
+func missingSubjects(have, want []string) []string {
+	var out []string
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func streamDrift(have, want jetstream.StreamConfig) []string {
 	var d []string
 	add := func(field string, h, w any) {
 		d = append(d, fmt.Sprintf("stream %s has %s %v, this process was configured with %v (kept as it is)", want.Name, field, h, w))
-	}
-	if !slices.Equal(have.Subjects, want.Subjects) {
-		add("subjects", have.Subjects, want.Subjects)
 	}
 	if have.Replicas != want.Replicas {
 		add("replicas", have.Replicas, want.Replicas)

@@ -26,6 +26,9 @@ const (
 	// HeaderRecorded marks a result or response published as the value recorded in KV (by
 	// RecordResult, Respond or Republish): its receiver need not read it back.
 	HeaderRecorded = "Hermes-Recorded"
+	// HeaderWoken marks a parked message published again when woken; its value is the wake
+	// key that woke it.
+	HeaderWoken = "Hermes-Woken"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.
@@ -76,6 +79,22 @@ func (p *Publisher) PublishNoWait(ctx context.Context, subject string, m *protoc
 		}
 	}
 	return nil
+}
+
+// PublishAs publishes m, already encoded as data (its exact bytes, sender and all), under the
+// stream message id msgID instead of m's own, with extra headers: a message published again
+// as a new one, e.g. a parked message woken. It waits for the stream's ack.
+func (p *Publisher) PublishAs(ctx context.Context, subject string, m *protocol.Message, data []byte, msgID string, extra nats.Header) (*jetstream.PubAck, error) {
+	msg := p.msg(subject, m, data)
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	for k, v := range extra {
+		msg.Header[k] = v
+	}
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
+	}
+	return ack, nil
 }
 
 // publishEncoded publishes data, the encoding of m, as it is; recorded marks it as the value

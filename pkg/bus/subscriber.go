@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/retry"
 )
 
 // Delivery is one message handed to a Handler.
@@ -24,6 +26,10 @@ type Delivery struct {
 	StreamSeq uint64
 	// Published is when the stream stored the message.
 	Published time.Time
+	// Msg is the decoded envelope, set by the Decode middleware.
+	Msg *protocol.Message
+	// Log names the message in every line, set by the Log middleware; nil before it.
+	Log *slog.Logger
 }
 
 // Handler handles one delivery. Its result alone decides the message's fate: nil acks it, an
@@ -46,8 +52,10 @@ func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(c
 type Subscriber struct {
 	// Consumer to read from. Required.
 	Consumer jetstream.Consumer
-	// Handler for each message. Required.
+	// Handler for each message. Required. Panics are always recovered (Recover).
 	Handler Handler
+	// Middleware wraps Handler; Middleware[0] is the outermost.
+	Middleware []Middleware
 	// Concurrency bounds handlers running at once in this process. Default 16.
 	Concurrency int
 	// Progress, when positive, signals the server that a message is still being worked on every
@@ -85,6 +93,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		wait = 500 * time.Millisecond
 	}
 	logger := orDiscard(s.Logger)
+	h := Chain(s.Handler, append([]Middleware{Recover()}, s.Middleware...)...)
 	// Handlers get their own context, cancelled only after the grace period at shutdown.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
@@ -93,7 +102,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	for range n {
 		free <- struct{}{}
 	}
-	runErr := s.pull(ctx, hctx, free, n, wait, &wg, logger)
+	runErr := s.pull(ctx, hctx, h, free, n, wait, &wg, logger)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -108,16 +117,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // pull fetches as many messages as there are free slots and starts a handler for each, until
 // ctx is done or the consumer fails. Once ctx is done it issues no new pull, and naks what the
 // pull under way still delivers, so nothing waits out its ack deadline.
-func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, wait time.Duration, wg *sync.WaitGroup, logger *slog.Logger) error {
+func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct{}, n int, wait time.Duration, wg *sync.WaitGroup, logger *slog.Logger) error {
 	failures := 0
 	backoff := func() bool { // waits after a failure; false when ctx ended meanwhile
 		failures++
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
-			return true
-		}
+		return retry.Sleep(ctx, pullRetry.Delay(failures))
 	}
 	for {
 		if ctx.Err() != nil { // checked first: a free slot must not win over shutdown
@@ -168,7 +172,7 @@ func (s *Subscriber) pull(ctx, hctx context.Context, free chan struct{}, n int, 
 			wg.Add(1)
 			go func() {
 				defer func() { free <- struct{}{}; wg.Done() }()
-				s.handle(hctx, msg, logger)
+				s.handle(hctx, h, msg, logger)
 			}()
 		}
 		for range k - got {
@@ -208,7 +212,7 @@ func isTerminal(err error) bool {
 }
 
 // handle runs the handler for msg and settles it: the one place that decides ack, nak or term.
-func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg, logger *slog.Logger) {
+func (s *Subscriber) handle(ctx context.Context, h Handler, msg jetstream.Msg, logger *slog.Logger) {
 	d := &Delivery{Subject: msg.Subject(), Data: msg.Data(), Header: msg.Headers()}
 	if md, err := msg.Metadata(); err == nil {
 		d.NumDelivered = md.NumDelivered
@@ -218,7 +222,7 @@ func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg, logger *slog
 	if s.Progress > 0 {
 		defer Every(s.Progress, func() { _ = msg.InProgress() })()
 	}
-	err := s.call(ctx, d)
+	err := h.Handle(ctx, d)
 	var settleErr error
 	switch {
 	case err == nil:
@@ -249,25 +253,16 @@ func (d *Delivery) logAttrs() []any {
 		"msg_id", d.Header.Get(jetstream.MsgIDHeader), "trace_id", d.Header.Get(HeaderTraceID)}
 }
 
-// call runs the handler, turning a panic into an error.
-func (s *Subscriber) call(ctx context.Context, d *Delivery) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("bus: handler panic: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return s.Handler.Handle(ctx, d)
-}
+// RedeliveryPolicy spaces out redeliveries of a message whose handler failed without asking
+// for a delay of its own: 100 ms doubling up to 5 s.
+var RedeliveryPolicy = retry.Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second}
+
+// pullRetry spaces out pulls after failed ones: 100 ms doubling up to 2 s.
+var pullRetry = retry.Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: 2 * time.Second}
 
 // DefaultRetryDelay is the redelivery delay after the n-th failed delivery of a handler error
-// that asked for none: 100 ms doubling up to 5 s.
-func DefaultRetryDelay(n uint64) time.Duration {
-	d := 100 * time.Millisecond
-	for i := uint64(1); i < n && d < 5*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Second)
-}
+// that asked for none (RedeliveryPolicy).
+func DefaultRetryDelay(n uint64) time.Duration { return RedeliveryPolicy.Delay(int(min(n, 1<<20))) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -4,16 +4,42 @@ import "fmt"
 
 // Action kinds. A route resolves every tool call to exactly one kind of action; the router copies
 // the action into the tool call message so that a tool worker needs no routes file of its own.
+// Calls of each kind travel on subjects of their own (SubjectToolCall), so a worker pulls only
+// calls of the kinds its executors run.
 const (
+	// ActionHTTP calls a tool over HTTP (HTTPAction).
 	ActionHTTP = "http"
+	// ActionGo runs a tool served in-process by a Go program on the public worker runtime; the
+	// call names the tool, nothing more.
+	ActionGo = "go"
+	// ActionMCP calls a tool of an MCP server (to come).
+	ActionMCP = "mcp"
+	// ActionGRPC calls a gRPC method (GRPCAction; to come).
 	ActionGRPC = "grpc"
 )
+
+// Kinds are every action kind, implemented or not.
+var Kinds = []string{ActionHTTP, ActionGo, ActionMCP, ActionGRPC}
+
+// ImplementedKinds are the kinds Hermes runs: a call of another kind is refused at routing with
+// ACTION_UNSUPPORTED.
+var ImplementedKinds = []string{ActionHTTP, ActionGo}
+
+// KnownKind reports whether kind is one of Kinds.
+func KnownKind(kind string) bool {
+	for _, k := range Kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
 
 // Action is the resolved way to run one tool call, copied from the route that matched it.
 // Exactly one of HTTP and GRPC is set, as Kind says. Header values may hold ${env.NAME}
 // placeholders: they travel unresolved and only the worker that runs the call resolves them.
 type Action struct {
-	// Kind is ActionHTTP or ActionGRPC.
+	// Kind is one of Kinds.
 	Kind string `msgpack:"kind" json:"kind"`
 	// TimeoutMS bounds each try of the tool, in milliseconds.
 	TimeoutMS int `msgpack:"timeout_ms" json:"timeout_ms"`
@@ -37,8 +63,8 @@ type HTTPAction struct {
 	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
 }
 
-// GRPCAction names a gRPC method. It loads and travels, but no worker executes it yet: such
-// calls fail with ACTION_UNSUPPORTED.
+// GRPCAction names a gRPC method. It loads, but Hermes does not run it yet: the router answers
+// such calls with ACTION_UNSUPPORTED.
 type GRPCAction struct {
 	Service string            `msgpack:"service" json:"service"`
 	Method  string            `msgpack:"method" json:"method"`

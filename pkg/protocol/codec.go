@@ -94,7 +94,7 @@ func (m *Message) DecodeDispatch() (*Dispatch, error) {
 			return nil, fieldErr("action.grpc", "is required for a grpc action")
 		}
 	default:
-		// An unknown kind is carried to the worker, which reports ACTION_UNSUPPORTED.
+		// Another kind is carried to the worker, whose executors decide.
 	}
 	return &d, nil
 }
@@ -110,6 +110,21 @@ func (m *Message) DecodeToolStarted() (*ToolStarted, error) {
 	}
 	return &s, nil
 }
+
+// DecodeCancel reads the cancel payload of m.
+func (m *Message) DecodeCancel() (*Cancel, error) {
+	var c Cancel
+	if err := m.decodePayload(TypeCancel, &c); err != nil {
+		return nil, err
+	}
+	if len(c.By) > MaxCancelTextBytes || len(c.Reason) > MaxCancelTextBytes {
+		return nil, fieldErr("cancel", fmt.Sprintf("by and reason may hold at most %d bytes each", MaxCancelTextBytes))
+	}
+	return &c, nil
+}
+
+// MaxCancelTextBytes bounds Cancel.By and Cancel.Reason.
+const MaxCancelTextBytes = 256
 
 // DecodeToolResult reads and validates the tool_result payload of m.
 func (m *Message) DecodeToolResult() (*ToolResult, error) {

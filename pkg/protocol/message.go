@@ -21,12 +21,14 @@ const (
 	TypeToolStarted Type = "tool_started.v1"
 	TypeToolResult  Type = "tool_result.v1"
 	TypeResponse    Type = "response.v1"
+	// TypeCancel records that a request was cancelled, by whom and why (payload Cancel).
+	TypeCancel Type = "cancel.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel:
 		return true
 	}
 	return false
@@ -39,6 +41,8 @@ const (
 	RoleToolWorker = "toolworker"
 	RoleClient     = "client"
 	RoleDeadLetter = "deadletter"
+	// RoleCLI is the hermes command line, acting on the bus directly.
+	RoleCLI = "cli"
 )
 
 // Sender says which role and which process instance published a message.
@@ -70,7 +74,19 @@ type Message struct {
 	Attempt     int          `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
 	Deadline    time.Time    `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
 	Trace       TraceContext `msgpack:"trace" json:"trace"`
+	// Correlation travels with a tool call and comes back with its result: what the router
+	// needs to aggregate without reading the request's plan. Hermes' own services set it; it
+	// is not part of any payload a caller sees.
+	Correlation *Correlation `msgpack:"correlation,omitempty" json:"correlation,omitempty"`
 	Payload     []byte       `msgpack:"payload" json:"-"`
+}
+
+// Correlation is the routing bookkeeping of a tool call and its result.
+type Correlation struct {
+	// CallIDs are every call id of the request, in order.
+	CallIDs []string `msgpack:"call_ids,omitempty" json:"call_ids,omitempty"`
+	// Serial is the request's Serial: its response lets the session's next serial request go.
+	Serial bool `msgpack:"serial,omitempty" json:"serial,omitempty"`
 }
 
 // NewMessage builds an envelope of type t for payload, stamped now (UTC). The caller sets the
@@ -100,9 +116,9 @@ func (m *Message) Validate() error {
 	return CheckID("request_id", m.RequestID)
 }
 
-// Follow makes m a consequence of cause: same request, session, trace and deadline, caused by
-// cause, identified by msgID.
+// Follow makes m a consequence of cause: same request, session, trace, deadline and
+// correlation, caused by cause, identified by msgID.
 func (m *Message) Follow(cause *Message, msgID string) {
 	m.MsgID, m.RequestID, m.SessionID = msgID, cause.RequestID, cause.SessionID
-	m.CausationID, m.Trace, m.Deadline = cause.MsgID, cause.Trace, cause.Deadline
+	m.CausationID, m.Trace, m.Deadline, m.Correlation = cause.MsgID, cause.Trace, cause.Deadline, cause.Correlation
 }

@@ -177,10 +177,115 @@ func TestResponseStatus(t *testing.T) {
 }
 
 func TestSubjectsHaveSessionLast(t *testing.T) {
-	for _, s := range []string{SubjectRequest("s1"), SubjectToolCall("echo", "s1"), SubjectToolResult("s1"),
-		SubjectResponse("s1"), SubjectEvent("tool_started", "s1")} {
+	subjects := []string{SubjectRequest("s1"), LegacySubjectToolCall("echo", "s1"), SubjectToolResult("s1"),
+		SubjectResponse("s1"), SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), StoredSubjectRequest("s1")}
+	for _, k := range Kinds {
+		subjects = append(subjects, SubjectToolCall(k, "echo", "s1"))
+	}
+	filters := FilterSession("s1")
+	for _, s := range subjects {
 		if !strings.HasSuffix(s, ".s1") {
 			t.Errorf("subject %s does not end with the session", s)
 		}
+		// A session replays with its two filters: every subject has 3 or 4 tokens.
+		if n := strings.Count(s, ".") + 1; n != 3 && n != 4 {
+			t.Errorf("subject %s has %d tokens; the session filters %v match 3 or 4", s, n, filters)
+		}
+	}
+}
+
+func TestStreamCapturesEveryToolCallSubject(t *testing.T) {
+	captured := func(subject string) bool {
+		for _, pat := range StreamSubjects() {
+			if subjectMatches(pat, subject) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range Kinds {
+		if s := SubjectToolCall(k, "echo", "s1"); !captured(s) {
+			t.Errorf("the stream does not capture %s", s)
+		}
+		if !subjectMatches(FilterToolCalls(k, "echo"), SubjectToolCall(k, "echo", "s1")) ||
+			subjectMatches(FilterToolCalls(k, "echo"), SubjectToolCall(k, "echo2", "s1")) {
+			t.Errorf("FilterToolCalls(%s, echo) matches the wrong calls", k)
+		}
+	}
+	for _, f := range FiltersAllToolCalls() {
+		if !captured(strings.Replace(strings.Replace(f, "*", "echo", 1), "*", "s1", 1)) {
+			t.Errorf("filter %s matches nothing the stream captures", f)
+		}
+	}
+	if !captured(LegacySubjectToolCall("echo", "s1")) || !captured(SubjectEvent(EventCancel, "s1")) {
+		t.Error("the stream does not capture legacy tool calls or cancel events")
+	}
+}
+
+// subjectMatches is NATS subject matching with * and > wildcards.
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+func TestKeysAndWakeKeys(t *testing.T) {
+	if KeyResult("r", "c") != "r.c" || KeyClaim("r", "c") != "r.c" || KeyPlan("r") != "r" {
+		t.Error("call keys changed: records of earlier versions would not be found")
+	}
+	for _, c := range []struct {
+		key        string
+		kind, tool string
+		legacy, ok bool
+	}{
+		{"http.echo", ActionHTTP, "echo", false, true},
+		{"go.weather", ActionGo, "weather", false, true},
+		{"echo", ActionHTTP, "echo", true, true},
+		{"smtp.echo", "smtp", "echo", false, false},
+		{"http.*", ActionHTTP, "*", false, false},
+		{"a.b.c", "a", "b.c", false, false},
+	} {
+		kind, tool, legacy, ok := ParseKeyTool(c.key)
+		if kind != c.kind || tool != c.tool || legacy != c.legacy || ok != c.ok {
+			t.Errorf("ParseKeyTool(%q) = %q %q %v %v", c.key, kind, tool, legacy, ok)
+		}
+	}
+	for key, want := range map[string]bool{WakeOnResponse("r1"): true, WakeAt("r1.c1"): true, "": false, "a..b": false,
+		"a.*": false, "a.>": false, strings.Repeat("a.", 130) + "a": false} {
+		if ValidWakeKey(key) != want {
+			t.Errorf("ValidWakeKey(%q) = %v", key, !want)
+		}
+	}
+	if k, ok := WakeKeyOfTimer(SubjectTimerDue("response.r1")); !ok || k != "response.r1" {
+		t.Errorf("WakeKeyOfTimer: %q %v", k, ok)
+	}
+}
+
+func TestErrorResult(t *testing.T) {
+	r := ErrorResult(CodeNoRoute, OriginHermes, strings.Repeat("é", MaxHintBytes), "no route")
+	if r.Status != ResultError || r.ErrorCode != CodeNoRoute || r.ErrorOrigin != OriginHermes || string(r.Content) != `"no route"` {
+		t.Fatalf("%+v", r)
+	}
+	if len(r.RecoveryHint) > MaxHintBytes+len("…") || !strings.HasSuffix(r.RecoveryHint, "…") {
+		t.Errorf("hint of %d bytes not cut", len(r.RecoveryHint))
+	}
+	raw := ErrorResult(CodeToolHTTP5xx, OriginTool, "h", json.RawMessage(`{"status":503}`))
+	if string(raw.Content) != `{"status":503}` {
+		t.Errorf("raw content re-encoded: %s", raw.Content)
+	}
+	bad := ErrorResult(CodeToolHTTP5xx, OriginTool, "h", json.RawMessage(`{oops`))
+	if !json.Valid(bad.Content) {
+		t.Errorf("invalid raw content kept: %s", bad.Content)
+	}
+	call := &ToolCall{ToolCallID: "c1", Name: "echo"}
+	if f := r.For(call, "rule"); f.ToolCallID != "c1" || f.Name != "echo" || f.Route != "rule" {
+		t.Errorf("For: %+v", f)
 	}
 }

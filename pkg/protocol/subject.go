@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // Subjects. The session id is always the last token, so one consumer filtering on
@@ -19,13 +20,17 @@ const (
 // StreamSubjects are the subjects the record stream captures. Each has a fixed number of
 // tokens, so a publish to a malformed subject is refused by the server rather than recorded.
 func StreamSubjects() []string {
-	return []string{
+	s := []string{
 		subjectRoot + ".request.*",
 		subjectRoot + ".tool.*.*",
 		subjectRoot + ".result.*",
 		subjectRoot + ".response.*",
 		subjectRoot + ".event.*.*",
 	}
+	for _, k := range Kinds {
+		s = append(s, subjectRoot+".tool_"+k+".*.*")
+	}
+	return s
 }
 
 // SubjectRequest is where a request of session enters the bus. The stream stores it under
@@ -63,8 +68,17 @@ const PrefixRequests = subjectRoot + ".request."
 // FilterRequestPartition matches the stored requests of partition p.
 func FilterRequestPartition(p int) string { return PrefixRequests + strconv.Itoa(p) + ".*" }
 
-// SubjectToolCall is where calls of tool in session are dispatched.
-func SubjectToolCall(tool, session string) string {
+// SubjectToolCall is where calls of tool in session are dispatched when their action is of
+// kind: hermes.tool_<kind>.<tool>.<session>. Each kind has subjects and consumers of its own,
+// so a worker pulls only calls of the kinds it runs.
+func SubjectToolCall(kind, tool, session string) string {
+	return subjectRoot + ".tool_" + kind + "." + tool + "." + session
+}
+
+// LegacySubjectToolCall is where Hermes before action kinds dispatched every call (all of them
+// http): hermes.tool.<tool>.<session>. The stream still records it, and workers drain what
+// such versions left there.
+func LegacySubjectToolCall(tool, session string) string {
 	return subjectRoot + ".tool." + tool + "." + session
 }
 
@@ -74,8 +88,13 @@ func SubjectToolResult(session string) string { return subjectRoot + ".result." 
 // SubjectResponse carries the one response to each request of session.
 func SubjectResponse(session string) string { return subjectRoot + ".response." + session }
 
-// EventToolStarted is the event kind of tool_started messages.
-const EventToolStarted = "tool_started"
+// Event kinds (the fourth token of hermes.event.<kind>.<session>).
+const (
+	// EventToolStarted is the event kind of tool_started messages.
+	EventToolStarted = "tool_started"
+	// EventCancel is the event kind of cancel messages: a request was cancelled, and by whom.
+	EventCancel = "cancel"
+)
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
 func SubjectEvent(kind, session string) string {
@@ -90,8 +109,27 @@ const (
 	FilterResponses = subjectRoot + ".response.*"
 )
 
-// FilterToolCalls matches every call of tool, whatever the session.
-func FilterToolCalls(tool string) string { return subjectRoot + ".tool." + tool + ".*" }
+// FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool
+// matches every tool of the kind.
+func FilterToolCalls(kind, tool string) string {
+	return subjectRoot + ".tool_" + kind + "." + tool + ".*"
+}
+
+// LegacyFilterToolCalls matches the calls of tool dispatched by Hermes before action kinds.
+func LegacyFilterToolCalls(tool string) string { return subjectRoot + ".tool." + tool + ".*" }
+
+// FiltersAllToolCalls match every tool call of every kind, including those dispatched by
+// Hermes before action kinds.
+func FiltersAllToolCalls() []string {
+	out := []string{LegacyFilterToolCalls("*")}
+	for _, k := range Kinds {
+		out = append(out, FilterToolCalls(k, "*"))
+	}
+	return out
+}
+
+// FilterEvents matches every event of kind, whatever the session.
+func FilterEvents(kind string) string { return subjectRoot + ".event." + kind + ".*" }
 
 // FilterSession returns the filters that together match every message of session.
 func FilterSession(session string) []string {
@@ -117,8 +155,45 @@ func MsgIDToolResult(requestID, callID string) string {
 	return "tool_result:" + requestID + ":" + callID
 }
 
+// MsgIDRedrivenResult identifies the result of a call re-driven from the dead letters
+// (redrive is the re-drive's id): the id of the first answer is spent in the duplicate window.
+func MsgIDRedrivenResult(requestID, callID, redrive string) string {
+	return MsgIDToolResult(requestID, callID) + ":redrive:" + redrive
+}
+
 // MsgIDResponse identifies the response to requestID.
 func MsgIDResponse(requestID string) string { return "response:" + requestID }
+
+// MsgIDCancel identifies the cancellation of requestID.
+func MsgIDCancel(requestID string) string { return "cancel:" + requestID }
+
+// MsgIDWoken identifies a parked message published again when it is woken: msgID is the
+// parked message's own id (a woken id counts as the id it was made from), and parking (the
+// revision of its parking place) tells one wake-up from the next, so a message parked and
+// woken twice is published twice.
+func MsgIDWoken(msgID string, parking uint64) string {
+	if base, _, found := strings.Cut(msgID, ":woken:"); found {
+		msgID = base
+	}
+	return msgID + ":woken:" + strconv.FormatUint(parking, 10)
+}
+
+// MsgIDRedrive identifies a re-drive of a dead letter (redrive is the re-drive's id).
+func MsgIDRedrive(redrive string) string { return "redrive:" + redrive }
+
+// RedriveID names a re-drive of dead letter seq made at nanos (time.UnixNano), by hand.
+func RedriveID(seq uint64, nanos int64) string {
+	return strconv.FormatUint(seq, 10) + "-" + strconv.FormatInt(nanos, 10)
+}
+
+// AutoRedriveID names the one automatic re-drive of the result stored at seq.
+func AutoRedriveID(seq uint64) string { return "auto-" + strconv.FormatUint(seq, 10) }
+
+// MsgIDDeadLetter identifies the dead letter of the message consumer gave up at stream
+// sequence seq.
+func MsgIDDeadLetter(consumer string, seq uint64) string {
+	return "dlq:" + consumer + ":" + strconv.FormatUint(seq, 10)
+}
 
 // Dead letters.
 const (
@@ -126,7 +201,37 @@ const (
 	DLQStreamName = "HERMES_DLQ"
 	// FilterDeadLetters matches every dead letter.
 	FilterDeadLetters = subjectRoot + ".dlq.*"
+
+	prefixDeadLetters = subjectRoot + ".dlq."
 )
 
 // SubjectDeadLetter is where messages given up by consumer are kept.
-func SubjectDeadLetter(consumer string) string { return subjectRoot + ".dlq." + consumer }
+func SubjectDeadLetter(consumer string) string { return prefixDeadLetters + consumer }
+
+// IsDeadLetter reports whether subject is where dead letters are kept (not an advisory).
+func IsDeadLetter(subject string) bool { return strings.HasPrefix(subject, prefixDeadLetters) }
+
+// Timers: the wake-ups of parked messages that wait for a time (see TimerStreamName).
+const (
+	// TimerStreamName is the stream of timers: a schedule per parking place, which the server
+	// turns into a message on SubjectTimerDue at its time; consumed, that message is removed.
+	TimerStreamName = "HERMES_TIMERS"
+	// FilterTimersDue matches every timer that went off.
+	FilterTimersDue = subjectRoot + ".timer.due.>"
+
+	prefixTimerAt  = subjectRoot + ".timer.at."
+	prefixTimerDue = subjectRoot + ".timer.due."
+)
+
+// TimerSubjects are the subjects the timer stream captures.
+func TimerSubjects() []string { return []string{prefixTimerAt + ">", prefixTimerDue + ">"} }
+
+// SubjectTimer holds the one schedule of wake key (a WakeKey: dot-separated tokens). A later
+// schedule of the same key replaces it.
+func SubjectTimer(key string) string { return prefixTimerAt + key }
+
+// SubjectTimerDue is where the server puts the wake-up of key when its time comes.
+func SubjectTimerDue(key string) string { return prefixTimerDue + key }
+
+// WakeKeyOfTimer returns the wake key a due timer's subject names.
+func WakeKeyOfTimer(subject string) (string, bool) { return strings.CutPrefix(subject, prefixTimerDue) }

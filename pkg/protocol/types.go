@@ -55,24 +55,6 @@ const (
 	OriginTool   = "tool"   // the tool answered with an error
 )
 
-// Error codes Hermes sets on failed results. Tools may report codes of their own.
-const (
-	CodeNoRoute           = "NO_ROUTE"
-	CodeActionUnsupported = "ACTION_UNSUPPORTED"
-	CodeToolTimeout       = "TOOL_TIMEOUT"
-	CodeToolUnreachable   = "TOOL_UNREACHABLE"
-	CodeToolHTTP5xx       = "TOOL_HTTP_5XX"
-	CodeToolHTTP4xx       = "TOOL_HTTP_4XX"
-	CodeToolRateLimited   = "TOOL_RATE_LIMITED"
-	CodeToolRedirected    = "TOOL_REDIRECTED"
-	CodeToolBadResponse   = "TOOL_BAD_RESPONSE"
-	CodeResultTooLarge    = "RESULT_TOO_LARGE"
-	CodeEnvNotAllowed     = "ENV_NOT_ALLOWED"
-	CodeEnvUnset          = "ENV_UNSET"
-	CodeBadArguments      = "BAD_ARGUMENTS"
-	CodeDeadlineExceeded  = "DEADLINE_EXCEEDED"
-)
-
 // Response is a HermesResponse: one result per tool call, in the request's call order.
 type Response struct {
 	RequestID string       `json:"request_id" msgpack:"request_id"`
@@ -107,12 +89,6 @@ type ToolResult struct {
 	RecoveryHint string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
 	// Route is the name of the rule that routed the call.
 	Route string `json:"route,omitempty" msgpack:"route,omitempty"`
-	// RequestCallIDs travels on the bus only: every call id of the request, in order, copied
-	// from the dispatch, so a router can aggregate without reading the request's plan.
-	RequestCallIDs []string `json:"-" msgpack:"request_call_ids,omitempty"`
-	// RequestSerial travels on the bus only: the request is serial (Request.Serial), so its
-	// response lets the session's next serial request go.
-	RequestSerial bool `json:"-" msgpack:"request_serial,omitempty"`
 }
 
 // ResponseStatus derives a response status from its results.
@@ -142,10 +118,6 @@ type Dispatch struct {
 	// Params are the route's regex captures; an argument of the same name wins over them.
 	Params map[string]string `msgpack:"params,omitempty" json:"params,omitempty"`
 	Action Action            `msgpack:"action" json:"action"`
-	// RequestCallIDs are every call id of the request, in order; results carry them back.
-	RequestCallIDs []string `msgpack:"request_call_ids,omitempty" json:"request_call_ids,omitempty"`
-	// Serial is the request's Serial; results carry it back.
-	Serial bool `msgpack:"serial,omitempty" json:"serial,omitempty"`
 }
 
 // ToolStarted is the payload of a tool_started event, published when a try begins.
@@ -154,4 +126,16 @@ type ToolStarted struct {
 	Name       string    `msgpack:"name" json:"name"`
 	Attempt    int       `msgpack:"attempt" json:"attempt"`
 	StartedAt  time.Time `msgpack:"started_at" json:"started_at"`
+}
+
+// Cancel is the payload of a cancel message: the request was cancelled. Calls that had not
+// finished get CANCELLED results, running ones are told to stop, and the request's response
+// says so.
+type Cancel struct {
+	// By names who asked: the caller as the edge knew it (e.g. "http 127.0.0.1:51234").
+	By string `msgpack:"by" json:"by"`
+	// Reason is the caller's own words, if any.
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// At is when the cancellation was accepted.
+	At time.Time `msgpack:"at" json:"at"`
 }

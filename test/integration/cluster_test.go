@@ -19,7 +19,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hermesbus/hermes/internal/app"
-	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -179,7 +178,7 @@ func statsOf(attempts []attempt) attemptStats {
 		switch {
 		case a.status == http.StatusOK:
 			st.ok++
-		case a.status == http.StatusServiceUnavailable && a.code == gateway.CodeBusUnavailable:
+		case a.status == http.StatusServiceUnavailable && a.code == protocol.CodeBusUnavailable:
 			st.busUnavailable++
 		case a.status == http.StatusGatewayTimeout:
 			st.gatewayTimeout++
@@ -194,7 +193,7 @@ func statsOf(attempts []attempt) attemptStats {
 
 func (st attemptStats) String() string {
 	return fmt.Sprintf("%d posts: 200=%d 503 %s=%d 504=%d other=%d no-answer=%d, slowest %s", st.posts, st.ok,
-		gateway.CodeBusUnavailable, st.busUnavailable, st.gatewayTimeout, st.other, st.noAnswer, st.slowest.Round(time.Millisecond))
+		protocol.CodeBusUnavailable, st.busUnavailable, st.gatewayTimeout, st.other, st.noAnswer, st.slowest.Round(time.Millisecond))
 }
 
 // checkRuns classifies every request against the record and requires each to be answered
@@ -214,7 +213,7 @@ func (s *system) checkRuns(t *testing.T, scenario string, runs []clientRun, atte
 		case a.status == 0:
 			unanswered = append(unanswered, a.id)
 		case a.status != http.StatusOK && a.status != http.StatusGatewayTimeout &&
-			!(a.status == http.StatusServiceUnavailable && a.code == gateway.CodeBusUnavailable):
+			!(a.status == http.StatusServiceUnavailable && a.code == protocol.CodeBusUnavailable):
 			t.Errorf("%s: %s got HTTP %d %s: %s", scenario, a.id, a.status, a.code, a.msg)
 		}
 	}
@@ -227,7 +226,7 @@ func (s *system) checkRuns(t *testing.T, scenario string, runs []clientRun, atte
 // leaders names the meta leader and the leaders of the record stream and of the consumers.
 func leaders(c *bustest.Cluster) string {
 	parts := []string{fmt.Sprintf("meta=%v", c.MetaLeader()), fmt.Sprintf("%s=%v", protocol.StreamName, c.StreamLeader(protocol.StreamName))}
-	for _, name := range []string{bus.RequestConsumer(0), bus.ConsumerRouterResults, bus.ToolConsumer("echo")} {
+	for _, name := range []string{bus.RequestConsumer(0), bus.ConsumerRouterResults, bus.ToolConsumer(protocol.ActionHTTP, "echo")} {
 		parts = append(parts, fmt.Sprintf("%s=%v", name, c.ConsumerLeader(protocol.StreamName, name)))
 	}
 	return strings.Join(parts, " ")
@@ -318,7 +317,7 @@ func TestClusterQuorumLost(t *testing.T) {
 		up.Sub(down).Round(time.Millisecond), back.Round(time.Millisecond), second)
 	t.Logf("cluster: without a quorum: %s", st)
 	if st.busUnavailable == 0 {
-		t.Errorf("no request was refused with 503 %s without a quorum", gateway.CodeBusUnavailable)
+		t.Errorf("no request was refused with 503 %s without a quorum", protocol.CodeBusUnavailable)
 	}
 	// A 200 without a quorum can only carry a response recorded before: classify checks every
 	// answer against the record.

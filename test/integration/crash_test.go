@@ -15,7 +15,6 @@ import (
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/deadletter"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -116,10 +115,10 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 		t.Fatalf("HTTP %d: %s", a.status, a.body)
 	}
 	r := result(t, decodeResponse(t, a.body), "c")
-	if r.Status != protocol.ResultError || r.ErrorCode != deadletter.CodeDeadLettered || r.Attempts != 2 {
+	if r.Status != protocol.ResultError || r.ErrorCode != protocol.CodeDeadLettered || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
 	}
-	dl := s.waitDeadLetter("hermes.tool.record.crash_last")
+	dl := s.waitDeadLetter(protocol.SubjectToolCall(protocol.ActionHTTP, "record", "crash_last"))
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "2" {
 		t.Fatalf("dead letter %v", dl.Header)
 	}
@@ -131,7 +130,7 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 		t.Fatalf("dlq ls: %v: %s", err, errOut.String())
 	}
 	seq := strconv.FormatUint(dl.Sequence, 10)
-	if !strings.Contains(out.String(), "hermes.tool.record.crash_last") || !strings.Contains(out.String(), "gave up after 2 deliveries") ||
+	if !strings.Contains(out.String(), protocol.SubjectToolCall(protocol.ActionHTTP, "record", "crash_last")) || !strings.Contains(out.String(), "gave up after 2 deliveries") ||
 		!strings.Contains(out.String(), seq) {
 		t.Fatalf("dlq ls printed:\n%s", out.String())
 	}
@@ -178,7 +177,7 @@ func TestRouterKilledMidRequest(t *testing.T) {
 	// Until the kill the victim is the only router: every dispatch seen is its own.
 	nc, _ := s.connect()
 	var seen atomic.Int64
-	sub, err := nc.Subscribe("hermes.tool.*.*", func(*nats.Msg) { seen.Add(1) })
+	sub, err := nc.Subscribe(protocol.FilterToolCalls(protocol.ActionHTTP, "*"), func(*nats.Msg) { seen.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +257,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 		m.MsgID += ":again"
 		subject := protocol.SubjectRequest(m.SessionID)
 		if m.Type == protocol.TypeToolCall {
-			subject = protocol.SubjectToolCall("record", m.SessionID)
+			subject = protocol.SubjectToolCall(protocol.ActionHTTP, "record", m.SessionID)
 		}
 		if _, err := pub.Publish(ctx, subject, m); err != nil {
 			t.Fatal(err)
@@ -267,7 +266,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 	// Wait until all three were handled (acked) by their consumers.
 	_, b := s.connect()
 	waitFor(t, "the duplicates to be handled", func() bool {
-		for _, name := range []string{bus.RequestConsumer(protocol.RequestPartition("late_dup")), bus.ConsumerRouterResults, bus.ToolConsumer("record")} {
+		for _, name := range []string{bus.RequestConsumer(protocol.RequestPartition("late_dup")), bus.ConsumerRouterResults, bus.ToolConsumer(protocol.ActionHTTP, "record")} {
 			c, err := b.Consumer(ctx, name)
 			if err != nil {
 				return false
@@ -350,7 +349,7 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 // unseen), and none runs twice.
 func TestQueuedCallsRunOnce(t *testing.T) {
 	s := start(t, options{bus: bus.Config{AckWait: time.Second}})
-	s.addWorkerWith(tool.Config{Instance: "small-worker", Concurrency: 2})
+	s.addWorkerWith(app.WorkerConfig{Instance: "small-worker", Concurrency: 2})
 	resp := s.route(request("queued", "",
 		call("a", "record", map[string]any{"delay_ms": 2500}),
 		call("b", "record", map[string]any{"delay_ms": 2500}),
@@ -372,7 +371,7 @@ func TestQueuedCallsRunOnce(t *testing.T) {
 // response still arrives, with the largest content replaced by a RESULT_TOO_LARGE error.
 func TestResponseLargerThanABusMessage(t *testing.T) {
 	s := start(t, options{})
-	s.addWorkerWith(tool.Config{Instance: "big-worker", MaxResultBytes: 12 << 20})
+	s.addWorkerWith(app.WorkerConfig{Instance: "big-worker", MaxResultBytes: 12 << 20})
 	resp := s.route(request("big_resp", "",
 		call("a", "record", map[string]any{"pad_bytes": 5 << 20}),
 		call("b", "record", map[string]any{"pad_bytes": 4 << 20}),

@@ -12,17 +12,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/metrics"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
-// panicking is an executor that crashes on every try.
+// panicking is an http executor that crashes on every try.
 type panicking struct{}
 
-func (panicking) Execute(context.Context, *tool.Call) (tool.Outcome, error) {
+func (panicking) Kind() string { return protocol.ActionHTTP }
+
+func (panicking) Execute(context.Context, *worker.Call) (worker.Outcome, error) {
 	panic("tool executor bug")
 }
 
@@ -51,12 +54,12 @@ func (s *system) waitDeadLetter(subject string) *jetstream.RawStreamMsg {
 func TestPoisonMessagesAreDeadLettered(t *testing.T) {
 	s := start(t, options{workers: 1, bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}})
 	hostile := map[string][]byte{
-		"hermes.tool.echo.poison_1":   []byte("not msgpack at all"),
-		"hermes.request.poison_2":     {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
-		"hermes.tool.echo.poison_3":   {0xc6, 0x7f, 0xff, 0xff, 0xff},
-		"hermes.result.poison_4":      append([]byte{0x91}, []byte(strings.Repeat("\x91", 5000))...),
-		"hermes.request.poison_5":     {},
-		"hermes.tool.slow_echo.pzn_6": {0x81, 0xa1, 'v', 0xcb, 0x01},
+		protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "poison_1"): []byte("not msgpack at all"),
+		"hermes.request.poison_2": {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+		protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "poison_3"): {0xc6, 0x7f, 0xff, 0xff, 0xff},
+		"hermes.result.poison_4":  append([]byte{0x91}, []byte(strings.Repeat("\x91", 5000))...),
+		"hermes.request.poison_5": {},
+		protocol.SubjectToolCall(protocol.ActionHTTP, "slow_echo", "pzn_6"): {0x81, 0xa1, 'v', 0xcb, 0x01},
 	}
 	for subject, data := range hostile {
 		s.publishRaw(subject, data)
@@ -125,28 +128,27 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
 	m := metrics.New(nil)
 	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}, metrics: m})
-	s.addWorkerWith(tool.Config{Instance: "worker-1", Tools: []string{"echo"}})
-	s.addWorkerWith(tool.Config{Instance: "buggy-worker", Tools: []string{"boom"},
-		Executors: map[string]tool.Executor{protocol.ActionHTTP: panicking{}}})
+	s.addWorkerWith(app.WorkerConfig{Instance: "worker-1", Tools: []string{"echo"}})
+	s.addWorkerWith(app.WorkerConfig{Instance: "buggy-worker", Tools: []string{"boom"}, Executors: []worker.Executor{panicking{}}})
 	resp := s.route(request("boom_1", "", call("a", "echo", map[string]any{"x": 1}), call("b", "boom", map[string]any{})))
 	if resp.Status != protocol.StatusPartialSuccess {
 		t.Fatalf("status %s", resp.Status)
 	}
 	r := result(t, resp, "b")
-	if r.Status != protocol.ResultError || r.ErrorCode != deadletter.CodeDeadLettered || r.Attempts != 3 || !strings.Contains(r.RecoveryHint, "dlq") {
+	if r.Status != protocol.ResultError || r.ErrorCode != protocol.CodeDeadLettered || r.Attempts != 3 || !strings.Contains(r.RecoveryHint, "dlq") {
 		t.Fatalf("result %+v", r)
 	}
-	dl := s.waitDeadLetter("hermes.tool.boom.boom_1")
+	dl := s.waitDeadLetter(protocol.SubjectToolCall(protocol.ActionHTTP, "boom", "boom_1"))
 	if dl.Header.Get(deadletter.HeaderDeliveries) != "3" || !strings.Contains(dl.Header.Get(deadletter.HeaderReason), "3 deliveries") {
 		t.Fatalf("dead letter headers %v", dl.Header)
 	}
 	// Counters move just after what they count is published: wait for them, then check exactly.
-	deadLetters := m.DeadLetters.WithLabelValues("tool-boom", "max_deliveries")
+	deadLetters := m.DeadLetters.WithLabelValues(bus.ToolConsumer(protocol.ActionHTTP, "boom"), "max_deliveries")
 	responses := m.Responses.WithLabelValues(string(protocol.StatusPartialSuccess))
 	waitFor(t, "the counters", func() bool { return testutil.ToFloat64(deadLetters) >= 1 && testutil.ToFloat64(responses) >= 1 })
 	s.drain()
 	if got := testutil.ToFloat64(deadLetters); got != 1 {
-		t.Fatalf("hermes_dead_letters_total{consumer=tool-boom,kind=max_deliveries} = %v, want 1", got)
+		t.Fatalf("hermes_dead_letters_total{consumer=tool_http-boom,kind=max_deliveries} = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(responses); got != 1 {
 		t.Fatalf("hermes_responses_total{status=partial_success} = %v, want 1", got)

@@ -81,6 +81,8 @@ func TestDuplicateRequestIDRunsOnce(t *testing.T) {
 			t.Errorf("answer %d differs:\n%s\n%s", i, b, bodies[0])
 		}
 	}
+	// The response reaches the gateway as the stream stores it: wait for the record.
+	waitFor(t, "the response on the record", func() bool { return s.countRecorded("dup_1", protocol.TypeResponse) >= 1 })
 	counts := map[protocol.Type]int{}
 	for _, m := range s.record() {
 		if m.RequestID == "dup_1" {

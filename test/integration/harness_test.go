@@ -18,15 +18,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
-	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
 // options shape a test system.
@@ -40,10 +40,13 @@ type options struct {
 	bus        bus.Config        // stream, bucket and consumer settings
 	logger     *slog.Logger      // for every service; nil discards
 	metrics    *metrics.Metrics  // shared by every service; nil: each its own, unexported
-	natsURL    string            // an external server, dialled as the binaries do (bus.Connect); default: an embedded one
+	natsURL    string            // an external server; default: an embedded one
+	limits     protocol.Limits   // of routers and dead-letter processors
 }
 
-// system is Hermes running in-process: embedded NATS, demo tools, routers, workers, a gateway.
+// system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
+// dead-letter processor beside it, as the router binary runs one), workers, a gateway. Every
+// service is built by the same constructors hermes up and the binaries use (package app).
 type system struct {
 	t        *testing.T
 	srv      *bustest.Server
@@ -55,8 +58,8 @@ type system struct {
 	resolve  map[string]string
 	base     string // gateway base URL
 	js       jetstream.JetStream
-	routers  []*router.Router
-	workers  []*tool.Worker
+	routers  []*app.RouterService
+	workers  []*worker.Worker
 	demoAddr string
 	conns    []*nats.Conn
 	recorder *recorder
@@ -104,8 +107,13 @@ func start(t *testing.T, opts options) *system {
 	_, b := s.connect()
 	s.js = b.JS
 	for _, name := range table.ToolNames() { // as a router would before its first dispatch
-		if _, err := b.EnsureToolConsumer(context.Background(), name); err != nil {
-			t.Fatal(err)
+		for _, kind := range table.KindsOf(name) {
+			if kind == protocol.ActionGRPC {
+				continue // not run: answered ACTION_UNSUPPORTED at routing
+			}
+			if _, err := b.EnsureToolConsumer(context.Background(), kind, name); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for i := range max(opts.routers, 0) {
@@ -122,7 +130,7 @@ func start(t *testing.T, opts options) *system {
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
 	nc, gb := s.connect()
-	g, err := gateway.New(gateway.Config{Conn: nc, Bus: gb, Instance: instance, MaxBodyBytes: 64 << 10,
+	g, err := app.NewGateway(nc, gb, gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10,
 		Metrics: s.opts.metrics, Logger: s.opts.logger})
 	if err != nil {
 		s.t.Fatal(err)
@@ -169,35 +177,42 @@ func (s *system) goRun(run func(context.Context) error) {
 	}()
 }
 
-func (s *system) addRouter(instance string) *router.Router {
+// addRouter starts a router, and a dead-letter processor beside it (as the router binary
+// does by default).
+func (s *system) addRouter(instance string) *app.RouterService {
 	s.t.Helper()
 	_, b := s.connect()
-	r, err := router.New(router.Config{Bus: b, Routes: s.table, Instance: instance, Metrics: s.opts.metrics, Logger: s.opts.logger})
+	r, err := app.NewRouter(b, app.RouterConfig{Instance: instance, Routes: s.table, Limits: s.opts.limits, Metrics: s.opts.metrics, Logger: s.opts.logger})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	d, err := app.NewDeadLetters(b, instance, s.opts.limits, s.opts.metrics, s.opts.logger)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.routers = append(s.routers, r)
 	s.goRun(r.Run)
+	s.goRun(d.Run)
 	return r
 }
 
-func (s *system) addWorker(instance string) *tool.Worker {
+func (s *system) addWorker(instance string) *worker.Worker {
 	s.t.Helper()
-	return s.addWorkerWith(tool.Config{Instance: instance})
+	return s.addWorkerWith(app.WorkerConfig{Instance: instance})
 }
 
 // addWorkerWith starts a worker configured by cfg plus the system's env allow-list and resolve map.
-func (s *system) addWorkerWith(cfg tool.Config) *tool.Worker {
+func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	s.t.Helper()
 	_, b := s.connect()
-	cfg.Bus, cfg.AllowEnv, cfg.Resolve = b, s.opts.allowEnv, s.resolve
+	cfg.AllowEnv, cfg.Resolve = s.opts.allowEnv, s.resolve
 	if cfg.Metrics == nil {
 		cfg.Metrics = s.opts.metrics
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = s.opts.logger
 	}
-	w, err := tool.New(cfg)
+	w, err := app.NewWorker(b, cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -206,30 +221,19 @@ func (s *system) addWorkerWith(cfg tool.Config) *tool.Worker {
 	return w
 }
 
-// connect opens a connection of the system's own, closed by stop after every service ended.
+// connect opens a connection of the system's own, as every Hermes service does (app.Connect),
+// closed by stop after every service ended.
 func (s *system) connect() (*nats.Conn, *bus.Bus) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var nc *nats.Conn
-	var err error
-	if s.opts.natsURL != "" {
-		nc, err = bus.Connect(ctx, s.opts.natsURL, "hermes-it", s.opts.logger)
-	} else {
-		nc, err = nats.Connect(s.srv.URL)
+	url := s.opts.natsURL
+	if url == "" {
+		url = s.srv.URL
 	}
+	nc, b, err := app.Connect(context.Background(), url, "hermes-it", s.opts.bus, s.opts.logger)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.conns = append(s.conns, nc)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	b, err := bus.Provision(ctx, js, s.opts.bus)
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	return nc, b
 }
 

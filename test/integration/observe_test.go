@@ -22,7 +22,6 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/routes"
-	"github.com/hermesbus/hermes/internal/tool"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -202,7 +201,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: tool.Config{Concurrency: 8}, Instance: "metrics-it"})
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: "metrics-it"})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -247,7 +246,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		`hermes_tool_dispatch_duration_seconds_count{tool="echo"} 1`,
 		`hermes_tool_execution_duration_seconds_count{tool="echo"} 2`,
 		`hermes_tool_calls_in_flight{tool="echo"} 0`,
-		`hermes_consumer_pending_messages{consumer="tool-echo",stream="HERMES"}`,
+		`hermes_consumer_pending_messages{consumer="tool_http-echo",stream="HERMES"}`,
 		`hermes_consumer_ack_pending_messages{consumer="router-requests-0",stream="HERMES"}`,
 		`hermes_consumer_info_up 1`,
 		`hermes_http_requests_total{code="200",route="POST /v1/route"}`,

@@ -103,7 +103,7 @@ func TestSessionOrderHoldsAcrossRoutersAndARouterCrash(t *testing.T) {
 	const sessions, each = 8, 25
 	nc, _ := s.connect()
 	var seen atomic.Int64 // calls the victim dispatched
-	sub, err := nc.Subscribe("hermes.tool.*.*", func(msg *nats.Msg) {
+	sub, err := nc.Subscribe(protocol.FilterToolCalls(protocol.ActionHTTP, "*"), func(msg *nats.Msg) {
 		if m, err := protocol.Unmarshal(msg.Data); err == nil && m.Sender.Instance == "victim-router" {
 			seen.Add(1)
 		}

@@ -412,7 +412,7 @@ func TestReplayRoutesWhatIf(t *testing.T) {
 	if after.State.LastSeq != before.State.LastSeq {
 		t.Fatalf("the record grew from %d to %d during what-if replays", before.State.LastSeq, after.State.LastSeq)
 	}
-	if _, err := stream.Consumer(context.Background(), bus.ToolConsumer("no_such_tool")); err != jetstream.ErrConsumerNotFound {
+	if _, err := stream.Consumer(context.Background(), bus.ToolConsumer(protocol.ActionHTTP, "no_such_tool")); err != jetstream.ErrConsumerNotFound {
 		t.Fatalf("consumer of no_such_tool: %v", err)
 	}
 }

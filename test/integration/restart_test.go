@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -275,7 +274,7 @@ func TestGatewayAnswersWhileNATSRestarts(t *testing.T) {
 	status, hdr, body := s.post(during, "?timeout=1s")
 	var e apiError
 	_ = json.Unmarshal(body, &e)
-	if status != http.StatusServiceUnavailable || e.Error.Code != gateway.CodeBusUnavailable ||
+	if status != http.StatusServiceUnavailable || e.Error.Code != protocol.CodeBusUnavailable ||
 		!strings.Contains(e.Error.Message, "not connected to NATS") || hdr.Get("Retry-After") == "" {
 		t.Errorf("POST while NATS is down: HTTP %d, Retry-After %q: %s", status, hdr.Get("Retry-After"), body)
 	}
@@ -289,7 +288,7 @@ func TestGatewayAnswersWhileNATSRestarts(t *testing.T) {
 	}
 	a := <-inFlight
 	_ = json.Unmarshal(a.body, &e)
-	if a.status != http.StatusGatewayTimeout || e.Error.Code != gateway.CodeTimeout {
+	if a.status != http.StatusGatewayTimeout || e.Error.Code != protocol.CodeTimeout {
 		t.Errorf("request in flight when NATS went down: HTTP %d: %s", a.status, a.body)
 	}
 

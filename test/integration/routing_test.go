@@ -130,7 +130,7 @@ func TestRetriesAndFailures(t *testing.T) {
 		"slow":    {protocol.ResultError, protocol.CodeToolTimeout, 2},
 		"down":    {protocol.ResultError, protocol.CodeToolHTTP5xx, 3},
 		"refused": {protocol.ResultError, protocol.CodeToolHTTP4xx, 1},
-		"grpc":    {protocol.ResultError, protocol.CodeActionUnsupported, 1},
+		"grpc":    {protocol.ResultError, protocol.CodeActionUnsupported, 0}, // refused at routing: never tried
 	}
 	for id, w := range want {
 		r := result(t, resp, id)

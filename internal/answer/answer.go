@@ -1,0 +1,151 @@
+// Package answer gives a request its one response: the router when every call has a result,
+// the dead-letter processor when a request is given up, a cancellation. All of them go
+// through Responder, so a response is built, sized, recorded, counted and followed up the same
+// way whoever answers.
+//
+// Guarantees: a request has at most one recorded response (the first recorded wins, whoever
+// records it; the others publish that one again); a response too large for one bus message has
+// its largest contents replaced by RESULT_TOO_LARGE errors until it fits; once a serial
+// request's response is recorded, the session's next serial request is woken (including one
+// parked by Hermes before the parking lot existed).
+package answer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/tracing"
+)
+
+// Responder records responses. It is safe for concurrent use.
+type Responder struct {
+	bus     *bus.Bus
+	pub     *bus.Publisher
+	lot     *park.Lot
+	metrics *metrics.Metrics
+	log     *slog.Logger
+}
+
+// New returns a Responder publishing with pub and waking through lot; m counts answered
+// requests (nil: unexported metrics).
+func New(b *bus.Bus, pub *bus.Publisher, lot *park.Lot, m *metrics.Metrics, logger *slog.Logger) *Responder {
+	if m == nil {
+		m = metrics.New(nil)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Responder{bus: b, pub: pub, lot: lot, metrics: m, log: logger}
+}
+
+// Response is what to answer a request with.
+type Response struct {
+	// RequestID and SessionID name the request.
+	RequestID, SessionID string
+	// Results, one per call in the request's order.
+	Results []protocol.ToolResult
+	// Error, when set, says why the request failed as a whole.
+	Error *protocol.ResponseError
+	// Cause is the message this answers (its id becomes the response's causation id).
+	Cause string
+	// Trace is the request's trace context.
+	Trace protocol.TraceContext
+	// Serial is the request's Serial: its response wakes the session's next serial request.
+	Serial bool
+}
+
+// Respond makes r the request's one response, unless it has one already. It reports whether r
+// was recorded (false: an earlier response stands, and was published again).
+func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
+	results := r.Results
+	for {
+		resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),
+			Results: results, Error: r.Error}
+		out, err := protocol.NewMessage(protocol.TypeResponse, resp)
+		if err != nil {
+			return false, bus.Permanent(err)
+		}
+		out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(r.RequestID), r.RequestID, r.SessionID
+		out.CausationID, out.Trace = r.Cause, r.Trace
+		tracing.Inject(ctx, &out.Trace)
+		mine, err := a.bus.Respond(ctx, a.pub, out)
+		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, a.bus.MaxMessageBytes()) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if mine {
+			a.metrics.Answered(resp)
+		}
+		if r.Serial {
+			if err := a.WakeNext(ctx, r.RequestID); err != nil {
+				return mine, err
+			}
+		}
+		return mine, nil
+	}
+}
+
+// WakeNext lets go whatever waits for requestID's response (the session's next serial
+// request). Call it once the response is recorded; calling it again is harmless.
+func (a *Responder) WakeNext(ctx context.Context, requestID string) error {
+	if _, err := a.lot.Wake(ctx, protocol.WakeOnResponse(requestID)); err != nil {
+		return err
+	}
+	return a.wakeLegacy(ctx, requestID)
+}
+
+// wakeLegacy publishes again a serial request that Hermes before the parking lot left waiting
+// for requestID in hermes-sessions, and removes it.
+func (a *Responder) wakeLegacy(ctx context.Context, requestID string) error {
+	key := protocol.LegacyKeySerialWait(requestID)
+	e, err := a.bus.Sessions.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("answer: find the request waiting for %s: %w", requestID, err)
+	}
+	m, err := protocol.Unmarshal(e.Value())
+	if err != nil {
+		a.log.Error("the request waiting for this one is undecodable; it cannot be woken", "after", requestID, "err", err)
+		_ = a.bus.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		return nil
+	}
+	if _, err := a.pub.PublishAs(ctx, protocol.SubjectRequest(m.SessionID), m, e.Value(), protocol.MsgIDWoken(m.MsgID, e.Revision()), nil); err != nil {
+		return fmt.Errorf("answer: wake serial request %s: %w", m.RequestID, err)
+	}
+	a.log.Info("serial request woken by its predecessor's response", "request_id", m.RequestID, "session_id", m.SessionID, "after", requestID)
+	_ = a.bus.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	return nil
+}
+
+// shrinkLargest replaces the largest ok content with a RESULT_TOO_LARGE error; it reports
+// false when there is nothing left to shrink.
+func shrinkLargest(results []protocol.ToolResult, limit int) bool {
+	big := -1
+	for i := range results {
+		if len(results[i].Content) > 1024 && (big < 0 || len(results[i].Content) > len(results[big].Content)) {
+			big = i
+		}
+	}
+	if big < 0 {
+		return false
+	}
+	r := &results[big]
+	dropped := protocol.ErrorResult(protocol.CodeResultTooLarge, protocol.OriginHermes,
+		"the results of this request together exceed the bus message limit; ask for less per call or split the request",
+		fmt.Sprintf("the content (%d bytes) was dropped: the whole response must fit in one bus message of %d bytes", len(r.Content), limit))
+	dropped.ToolCallID, dropped.Name, dropped.Route, dropped.Attempts, dropped.ExecutionTimeMS = r.ToolCallID, r.Name, r.Route, r.Attempts, r.ExecutionTimeMS
+	*r = dropped
+	return true
+}

@@ -1,0 +1,206 @@
+// Package park is Hermes' one way to make a message wait: a parking lot any pipeline stage can
+// use — a serial request for its predecessor's response, an approval for hours, a rate-limited
+// call for seconds.
+//
+// A parked message is kept in the hermes-parked bucket under its wake key and item, and the
+// delivery that parked it is acked: waiting spends none of the consumer's deliveries
+// (MaxDeliver), holds no slot of a consumer that allows one message in flight, and survives
+// the death of every process. The bucket has no TTL, so nothing parked is ever dropped; it is
+// bounded in bytes and refuses to park more when full (the parking delivery then fails and is
+// retried) rather than lose what waits.
+//
+// A wake key is woken by Wake (its response was recorded, an approval arrived), or by a timer
+// when the wait names a time: the timer stream holds one schedule per wake key, which the NATS
+// server turns into a message at its time (JetStream message schedules, NATS 2.12 or later),
+// consumed by Run. Either way every message parked under the key is published again to its
+// subject — its exact bytes, under a stream message id of its own (protocol.MsgIDWoken), so a
+// message parked and woken twice is delivered twice — and only then removed. The woken
+// message goes through its consumer like any other: whoever parked it decides again whether
+// to let it go. Waking is at least once: a message may be published again twice (a wake-up
+// and a timer, or a retry after an ambiguous failure); handlers are idempotent.
+package park
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Wait says what a parked message waits for: its Key to be woken, or At to pass, whichever
+// comes first.
+type Wait struct {
+	// Key is the wake key (protocol.WakeOnResponse, protocol.WakeAt, …). Required: a wait for
+	// a time alone takes a key of its own, e.g. protocol.WakeAt(request_id + "." + call_id).
+	Key string
+	// At, when set, wakes Key at that time even if nothing else woke it.
+	At time.Time
+}
+
+// Lot is the parking lot on a provisioned bus. It is safe for concurrent use.
+type Lot struct {
+	bus *bus.Bus
+	pub *bus.Publisher
+	log *slog.Logger
+}
+
+// New returns the lot of b; woken messages are published by pub.
+func New(b *bus.Bus, pub *bus.Publisher, logger *slog.Logger) *Lot {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Lot{bus: b, pub: pub, log: logger}
+}
+
+// spot is what the lot keeps of one parked message.
+type spot struct {
+	Subject  string    `msgpack:"subject"`
+	Data     []byte    `msgpack:"data"`
+	ParkedAt time.Time `msgpack:"parked_at"`
+	At       time.Time `msgpack:"at,omitempty"`
+}
+
+// Park keeps raw, an encoded HermesMessage, until w is woken, then publishes it again to
+// subject. item (one token: a request id, say) names it among what waits under the same key:
+// parking the same item under the same key again replaces it. Park is idempotent.
+func (l *Lot) Park(ctx context.Context, w Wait, item, subject string, raw []byte) error {
+	key := w.Key
+	if !protocol.ValidWakeKey(key) || !protocol.ValidToken(item, protocol.MaxIDLen) {
+		return bus.Permanent(fmt.Errorf("park: wake key %q is not dot-separated tokens, or item %q not one token", key, item))
+	}
+	enc, err := msgpack.Marshal(&spot{Subject: subject, Data: raw, ParkedAt: time.Now().UTC(), At: w.At})
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("park: encode: %w", err))
+	}
+	if _, err := l.bus.Parked.Put(ctx, protocol.KeyParked(key, item), enc); err != nil {
+		return fmt.Errorf("park: keep %s under %s: %w", item, key, err)
+	}
+	if !w.At.IsZero() {
+		if err := l.schedule(ctx, key, w.At); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// schedule sets key's timer to at, rounded up to a whole second (schedules have second
+// precision; a wake-up is never early). A later schedule of the key replaces it.
+func (l *Lot) schedule(ctx context.Context, key string, at time.Time) error {
+	at = at.UTC().Truncate(time.Second).Add(time.Second)
+	_, err := l.bus.JS.Publish(ctx, protocol.SubjectTimer(key), []byte(key),
+		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(protocol.SubjectTimerDue(key)))
+	if err != nil {
+		return fmt.Errorf("park: set the timer of %s: %w", key, err)
+	}
+	return nil
+}
+
+// Wake publishes again every message parked under key and removes it from the lot; it returns
+// how many it woke. A message is removed only after its publish was acknowledged, so a failed
+// Wake loses nothing and may simply be called again.
+func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
+	if !protocol.ValidWakeKey(key) {
+		return 0, fmt.Errorf("park: wake key %q is not dot-separated tokens", key)
+	}
+	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	if err != nil {
+		return 0, fmt.Errorf("park: list what waits for %s: %w", key, err)
+	}
+	var names []string
+	for k := range keys.Keys() {
+		names = append(names, k)
+	}
+	woken, timed := 0, false
+	for _, k := range names {
+		e, err := l.bus.Parked.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // woken meanwhile by someone else
+		}
+		if err != nil {
+			return woken, fmt.Errorf("park: read %s: %w", k, err)
+		}
+		var s spot
+		if err := decodeSpot(e.Value(), &s); err != nil {
+			l.log.Error("a parked message cannot be read; it is removed", "key", k, "err", err)
+			_ = l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+			continue
+		}
+		timed = timed || !s.At.IsZero()
+		m, err := protocol.Unmarshal(s.Data)
+		if err != nil {
+			l.log.Error("a parked message is not a Hermes message; it is removed", "key", k, "err", err)
+			_ = l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+			continue
+		}
+		hdr := nats.Header{}
+		hdr.Set(bus.HeaderWoken, key)
+		if _, err := l.pub.PublishAs(ctx, s.Subject, m, s.Data, protocol.MsgIDWoken(m.MsgID, e.Revision()), hdr); err != nil {
+			return woken, fmt.Errorf("park: wake %s: %w", k, err)
+		}
+		// Parked again meanwhile (a newer revision): that one waits on.
+		if err := l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			l.log.Warn("a woken message stays in the lot; it will be woken again", "key", k, "err", err)
+		}
+		l.log.Debug("woken", "key", key, "request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID)
+		woken++
+	}
+	if timed {
+		// Nothing waits for this key's timer any more.
+		if err := l.bus.Timers.Purge(ctx, jetstream.WithPurgeSubject(protocol.SubjectTimer(key))); err != nil {
+			l.log.Warn("could not remove a timer no longer needed; it will go off and wake nothing", "key", key, "err", err)
+		}
+	}
+	return woken, nil
+}
+
+// Parked reports how many messages wait under key.
+func (l *Lot) Parked(ctx context.Context, key string) (int, error) {
+	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	if err != nil {
+		return 0, fmt.Errorf("park: list what waits for %s: %w", key, err)
+	}
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	return n, nil
+}
+
+// Run wakes what waits for timers as they go off, until ctx is done. Any number of processes
+// may run it; each timer is handled once (a shared consumer), and retried until its wake-up
+// succeeds.
+func (l *Lot) Run(ctx context.Context) error {
+	cons, err := l.bus.TimerConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(l.handleTimer), Concurrency: 4, Logger: l.log}).Run(ctx)
+}
+
+func (l *Lot) handleTimer(ctx context.Context, d *bus.Delivery) error {
+	key, ok := protocol.WakeKeyOfTimer(d.Subject)
+	if !ok || !protocol.ValidWakeKey(key) {
+		l.log.Warn("a timer names no wake key; ignored", "subject", d.Subject)
+		return nil
+	}
+	n, err := l.Wake(ctx, key)
+	if err == nil && n > 0 {
+		l.log.Info("timer went off", "key", key, "woken", n)
+	}
+	return err
+}
+
+func decodeSpot(b []byte, s *spot) error {
+	if err := protocol.CheckMsgpack(b, protocol.MaxDepth); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, s)
+}

@@ -1,0 +1,137 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/tracing"
+)
+
+// parker parks messages (package park's Lot).
+type parker interface {
+	Park(ctx context.Context, w park.Wait, item, subject string, raw []byte) error
+}
+
+// busOutlet carries a pipeline's decisions out on the bus: decided results are recorded and
+// published (then aggregated like any tool's), dispatches are published together, and held
+// calls park the request. Every message carries its deterministic id and the request's
+// correlation (its call ids, whether it is serial), so a redelivery publishes nothing twice
+// and any router can aggregate the results without reading the plan.
+type busOutlet struct {
+	bus *bus.Bus
+	pub *bus.Publisher
+	lot parker
+}
+
+var _ Outlet = (*busOutlet)(nil)
+
+// Park parks the job's request under w; it is published again to where requests enter.
+func (o *busOutlet) Park(ctx context.Context, job *Job, w park.Wait) error {
+	return o.lot.Park(ctx, w, job.Msg.RequestID, protocol.SubjectRequest(job.Msg.SessionID), job.Raw)
+}
+
+// Emit records decided results, publishes the dispatches as one batch, and parks the request
+// once for each distinct wait of its held calls.
+func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
+	corr := correlation(job)
+	m := job.Msg
+	batch := make([]bus.Outgoing, 0, len(job.Calls))
+	waits := map[park.Wait]bool{}
+	for _, c := range job.Calls {
+		switch {
+		case c.Done:
+		case c.Result != nil:
+			if err := o.record(ctx, m, corr, c.Result); err != nil {
+				return err
+			}
+		case c.Hold != nil:
+			waits[*c.Hold] = true
+		case c.Dispatch != nil:
+			out, err := protocol.NewMessage(protocol.TypeToolCall, c.Dispatch)
+			if err != nil {
+				return bus.Permanent(err)
+			}
+			out.Follow(m, protocol.MsgIDToolCall(m.RequestID, c.Call.ToolCallID))
+			out.Correlation = corr
+			tracing.Inject(ctx, &out.Trace)
+			out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
+			batch = append(batch, bus.Outgoing{Subject: protocol.SubjectToolCall(c.Dispatch.Action.Kind, c.Call.Name, m.SessionID), Msg: out})
+		default:
+			// A pending call no stage resolved: a stage is missing; nothing can send it.
+			return bus.Permanent(fmt.Errorf("call %s (%s) left the pipeline unresolved", c.Call.ToolCallID, c.Call.Name))
+		}
+	}
+	// The calls go out together: they are independent, and none waits for another's ack.
+	if len(batch) > 0 {
+		if err := o.pub.PublishBatch(ctx, batch); err != nil {
+			return err
+		}
+	}
+	for w := range waits {
+		if err := o.Park(ctx, job, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record records and publishes a result the pipeline decided itself (e.g. NO_ROUTE).
+func (o *busOutlet) record(ctx context.Context, cause *protocol.Message, corr *protocol.Correlation, res *protocol.ToolResult) error {
+	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
+	out.Correlation = corr
+	tracing.Inject(ctx, &out.Trace)
+	_, _, err = o.bus.RecordResult(ctx, o.pub, out, res)
+	return err
+}
+
+// correlation is what the job's tool calls and results carry back to aggregation.
+func correlation(job *Job) *protocol.Correlation {
+	ids := make([]string, len(job.Req.ToolCalls))
+	for i := range job.Req.ToolCalls {
+		ids[i] = job.Req.ToolCalls[i].ToolCallID
+	}
+	return &protocol.Correlation{CallIDs: ids, Serial: job.Req.Serial}
+}
+
+// busPlans is the plan stage's store on the bus.
+type busPlans struct {
+	bus *bus.Bus
+	pub *bus.Publisher
+}
+
+var _ planStore = (*busPlans)(nil)
+
+func (p *busPlans) CreatePlan(ctx context.Context, requestID string, plan *bus.Plan) (bool, *bus.Plan, error) {
+	return p.bus.CreatePlan(ctx, requestID, plan)
+}
+
+func (p *busPlans) HasResult(ctx context.Context, requestID, callID string) (bool, error) {
+	_, _, _, err := p.bus.Result(ctx, requestID, callID)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, bus.ErrNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+func (p *busPlans) Republish(ctx context.Context, requestID, session string) (bool, error) {
+	_, _, raw, err := p.bus.Response(ctx, requestID)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, p.bus.Republish(ctx, p.pub, protocol.SubjectResponse(session), raw)
+}

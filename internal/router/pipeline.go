@@ -1,0 +1,155 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Job is one delivery of a request on its way through the pipeline: the request, and what the
+// stages decided so far about it and each of its calls.
+type Job struct {
+	// Msg is the request's envelope, Req its payload, Raw the message as delivered (what is
+	// parked when the request waits).
+	Msg *protocol.Message
+	Req *protocol.Request
+	Raw []byte
+	// Woken is set when this delivery is a parked request published again.
+	Woken bool
+	// Log names the request in every line.
+	Log *slog.Logger
+	// Plan is the request's recorded plan, set by the plan stage.
+	Plan *bus.Plan
+	// Calls are the request's calls, in order.
+	Calls []*Call
+}
+
+// Call is one call of a Job and what the stages decided about it. A call is pending until a
+// stage marks it Done, gives it a Result, or Holds it; pending calls with a Dispatch are sent
+// to their tools when the pipeline ends.
+type Call struct {
+	Call *protocol.ToolCall
+	// Done: nothing is left to do for the call now (it has its result from an earlier
+	// delivery).
+	Done bool
+	// Result, when set, is the call's result decided by a stage (NO_ROUTE, a refusal…): it is
+	// recorded instead of dispatching the call.
+	Result *protocol.ToolResult
+	// Hold, when set, makes the call wait: it is not dispatched now, and the request is parked
+	// until Hold wakes it, when the pipeline runs again.
+	Hold *park.Wait
+	// Dispatch is what a stage resolved for the tool; set on pending calls by the route stage.
+	Dispatch *protocol.Dispatch
+}
+
+// Pending reports whether no stage has settled c yet.
+func (c *Call) Pending() bool { return !c.Done && c.Result == nil && c.Hold == nil }
+
+// Decide settles c with result r (ids and name filled in from the call; route as given).
+func (c *Call) Decide(r protocol.ToolResult, route string) {
+	r = r.For(c.Call, route)
+	c.Result = &r
+}
+
+// NewJob makes the job of a decoded request delivery.
+func NewJob(m *protocol.Message, req *protocol.Request, raw []byte, woken bool, log *slog.Logger) *Job {
+	j := &Job{Msg: m, Req: req, Raw: raw, Woken: woken, Log: log, Calls: make([]*Call, len(req.ToolCalls))}
+	for i := range req.ToolCalls {
+		j.Calls[i] = &Call{Call: &req.ToolCalls[i]}
+	}
+	return j
+}
+
+// A Stage is one step of the dispatch pipeline: it looks at a request and its calls and says
+// how it goes on. Stages are run in order for every delivery of a request — its first, a
+// redelivery, a wake-up after parking — so each must be idempotent and decide again from what
+// is recorded. Coming stages (contract checks, policies, rate limits, approvals, state
+// coordination) are stages like these.
+type Stage interface {
+	// Name names the stage in logs and errors.
+	Name() string
+	// Process decides about job. It may settle calls (Call.Decide, Done, Hold) or set their
+	// Dispatch, and returns how the pipeline goes on. An error wrapped with bus.Permanent
+	// ends the request's delivery for good (it is dead-lettered); any other is retried.
+	Process(ctx context.Context, job *Job) (Verdict, error)
+}
+
+// Verdict is what a stage says about the rest of the pipeline.
+type Verdict struct {
+	kind    verdictKind
+	wait    park.Wait
+	recheck func(context.Context) (bool, error)
+}
+
+type verdictKind int
+
+const (
+	goOn verdictKind = iota
+	parkIt
+	stopIt
+)
+
+// Continue lets the request go on to the next stage.
+func Continue() Verdict { return Verdict{} }
+
+// Stop ends this delivery: nothing is left to do with it (it is answered, or superseded).
+func Stop() Verdict { return Verdict{kind: stopIt} }
+
+// Park makes the whole request wait for w: it is parked and the delivery acked; when w wakes
+// it, the pipeline runs again from the first stage. recheck, when set, is asked once the
+// request is parked whether it may go on after all — what it waits for may have happened
+// between the stage's check and the parking, too early to wake it — and true lets this
+// delivery continue (the parked copy, woken later, then finds nothing left to do).
+func Park(w park.Wait, recheck func(context.Context) (bool, error)) Verdict {
+	return Verdict{kind: parkIt, wait: w, recheck: recheck}
+}
+
+// Outlet is where a pipeline's decisions leave it. The bus outlet records results, publishes
+// dispatches and parks; tests use fakes.
+type Outlet interface {
+	// Park parks the job's request until w wakes it.
+	Park(ctx context.Context, job *Job, w park.Wait) error
+	// Emit carries out what the stages decided for the job's calls: records decided results,
+	// dispatches calls, parks the request for held calls.
+	Emit(ctx context.Context, job *Job) error
+}
+
+// Pipeline runs requests through its stages and hands what they decided to its outlet.
+type Pipeline struct {
+	Stages []Stage
+	Out    Outlet
+}
+
+// Run runs job through the stages, then emits it. It returns the first error, naming the
+// stage.
+func (p *Pipeline) Run(ctx context.Context, job *Job) error {
+	for _, s := range p.Stages {
+		v, err := s.Process(ctx, job)
+		if err != nil {
+			return fmt.Errorf("router: %s: %w", s.Name(), err)
+		}
+		switch v.kind {
+		case stopIt:
+			return nil
+		case parkIt:
+			if err := p.Out.Park(ctx, job, v.wait); err != nil {
+				return fmt.Errorf("router: %s: park: %w", s.Name(), err)
+			}
+			if v.recheck == nil {
+				return nil
+			}
+			ready, err := v.recheck(ctx)
+			if err != nil {
+				return fmt.Errorf("router: %s: recheck: %w", s.Name(), err)
+			}
+			if !ready {
+				return nil
+			}
+		}
+	}
+	return p.Out.Emit(ctx, job)
+}

@@ -1,0 +1,255 @@
+package router
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// kv is the part of a JetStream key-value bucket the stages use.
+type kv interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+}
+
+var _ kv = jetstream.KeyValue(nil)
+
+// answeredFunc reports whether a request has its response recorded.
+type answeredFunc func(ctx context.Context, requestID string) (bool, error)
+
+// SerialStage holds back a serial request until the session's previous serial request has its
+// response. Requests reach a router in the order they were accepted within their session (one
+// partition, one request at a time), so the stage can chain a session's serial requests: each
+// records its predecessor once (hermes-sessions: protocol.KeySerialPrev, and the session's
+// last one under KeySerialTail) and waits, parked, until that one is answered; the
+// predecessor's response wakes it (package answer), and it goes through the pipeline again.
+// A serial request answered already (dead-lettered or cancelled while it waited) goes no
+// further.
+type SerialStage struct {
+	Sessions kv
+	Answered answeredFunc
+}
+
+const noPredecessor = "-"
+
+// Name is "serial".
+func (s *SerialStage) Name() string { return "serial" }
+
+// Process parks job's request while its predecessor is unanswered.
+func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
+	if !job.Req.Serial {
+		return Continue(), nil
+	}
+	rid := job.Msg.RequestID
+	if done, err := s.Answered(ctx, rid); err != nil || done {
+		return Stop(), err
+	}
+	prev, err := s.predecessor(ctx, job.Msg)
+	if err != nil || prev == noPredecessor {
+		return Continue(), err
+	}
+	if done, err := s.Answered(ctx, prev); err != nil || done {
+		return Continue(), err
+	}
+	job.Log.Info("serial request waits for the previous one's response", "after", prev)
+	return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, func(ctx context.Context) (bool, error) {
+		return s.Answered(ctx, prev)
+	}), nil
+}
+
+// predecessor returns the previous serial request of m's session (noPredecessor for the
+// first) and makes m the session's last. On a redelivery it returns what it recorded the
+// first time.
+func (s *SerialStage) predecessor(ctx context.Context, m *protocol.Message) (string, error) {
+	prev := ""
+	if e, err := s.Sessions.Get(ctx, protocol.KeySerialPrev(m.RequestID)); err == nil {
+		prev = string(e.Value())
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", fmt.Errorf("read serial order: %w", err)
+	}
+	tail, rev, err := s.tail(ctx, m.SessionID)
+	if err != nil {
+		return "", err
+	}
+	if prev == "" {
+		prev = tail
+		if _, err := s.Sessions.Create(ctx, protocol.KeySerialPrev(m.RequestID), []byte(prev)); err != nil {
+			return "", fmt.Errorf("record serial order: %w", err)
+		}
+	}
+	if tail == prev { // move the tail on to m (not yet done, or undone by a crash in between)
+		if rev == 0 {
+			_, err = s.Sessions.Create(ctx, protocol.KeySerialTail(m.SessionID), []byte(m.RequestID))
+		} else {
+			_, err = s.Sessions.Update(ctx, protocol.KeySerialTail(m.SessionID), []byte(m.RequestID), rev)
+		}
+		if err != nil {
+			return "", fmt.Errorf("record serial order: %w", err)
+		}
+	}
+	return prev, nil
+}
+
+// tail returns the session's last serial request (noPredecessor when none) and the key's
+// revision (0 when there is no key).
+func (s *SerialStage) tail(ctx context.Context, session string) (string, uint64, error) {
+	e, err := s.Sessions.Get(ctx, protocol.KeySerialTail(session))
+	switch {
+	case err == nil:
+		return string(e.Value()), e.Revision(), nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return noPredecessor, 0, nil
+	default:
+		return "", 0, fmt.Errorf("read serial order: %w", err)
+	}
+}
+
+// planStore is where the plan stage records plans and finds what a request has already.
+type planStore interface {
+	CreatePlan(ctx context.Context, requestID string, p *bus.Plan) (bool, *bus.Plan, error)
+	// HasResult reports whether a call has its result recorded.
+	HasResult(ctx context.Context, requestID, callID string) (bool, error)
+	// Republish publishes requestID's recorded response again, if it has one, and reports
+	// whether it had.
+	Republish(ctx context.Context, requestID, session string) (bool, error)
+}
+
+// PlanStage records the request's plan before anything is dispatched, so that any router can
+// aggregate its results and a cancellation knows its calls. A request seen before — a
+// redelivery, a repeated request, a wake-up — goes on only with the calls that have no result
+// yet; one already answered publishes its response again and stops; one whose request_id was
+// used first for other content is ignored (the first request keeps the id).
+type PlanStage struct {
+	Plans planStore
+	// Now stamps plans; nil means time.Now.
+	Now func() time.Time
+}
+
+// Name is "plan".
+func (s *PlanStage) Name() string { return "plan" }
+
+// Process records or resumes job's plan.
+func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
+	mine := newPlan(job.Msg, job.Req, s.now())
+	created, first, err := s.Plans.CreatePlan(ctx, job.Msg.RequestID, mine)
+	if err != nil {
+		return Continue(), err
+	}
+	job.Plan = first
+	if created {
+		return Continue(), nil
+	}
+	if first.Fingerprint != "" && first.Fingerprint != mine.Fingerprint {
+		job.Log.Warn("request_id reused for a different request; ignored")
+		return Stop(), nil
+	}
+	if answered, err := s.Plans.Republish(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
+		return Stop(), err
+	}
+	job.Log.Info("request seen before; going on with the calls that have no result yet")
+	for _, c := range job.Calls {
+		has, err := s.Plans.HasResult(ctx, job.Msg.RequestID, c.Call.ToolCallID)
+		if err != nil {
+			return Continue(), err
+		}
+		c.Done = has
+	}
+	if first.Cancelled {
+		// Planned by a cancellation, which answers it: nothing may run. Calls it has not
+		// answered yet (it may have stopped half-way) are answered CANCELLED here.
+		for _, c := range job.Calls {
+			if c.Pending() {
+				c.Decide(protocol.CancelledResult(c.Call, "", 0, ""), "")
+			}
+		}
+	}
+	return Continue(), nil
+}
+
+func (s *PlanStage) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// newPlan is the plan of request r carried by m.
+func newPlan(m *protocol.Message, r *protocol.Request, now time.Time) *bus.Plan {
+	sum := sha256.Sum256(m.Payload)
+	p := &bus.Plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: m.MsgID, AcceptedAt: now.UTC(),
+		Fingerprint: hex.EncodeToString(sum[:16]), Serial: r.Serial,
+		CallIDs: make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
+	for i, c := range r.ToolCalls {
+		p.CallIDs[i], p.Names[i] = c.ToolCallID, c.Name
+	}
+	return p
+}
+
+// RouteStage matches each pending call against the routes table and resolves its action. A
+// call no rule matches is answered NO_ROUTE; one whose action is of a kind Hermes does not run
+// (Kinds) is answered ACTION_UNSUPPORTED; the others get their Dispatch, and their tool's
+// consumer is made sure to exist before anything is published to it.
+type RouteStage struct {
+	// Table returns the routes in use (they may be reloaded).
+	Table func() *routes.Table
+	// Kinds are the action kinds Hermes dispatches; others are ACTION_UNSUPPORTED.
+	Kinds []string
+	// Ensure makes sure the consumer of tool's calls of kind exists.
+	Ensure func(ctx context.Context, kind, tool string) error
+}
+
+// Name is "route".
+func (s *RouteStage) Name() string { return "route" }
+
+// Process routes job's pending calls.
+func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
+	table := s.Table()
+	for _, c := range job.Calls {
+		if !c.Pending() {
+			continue
+		}
+		call := c.Call
+		rule, params, ok := table.Match(call.Name, job.Req.Intent)
+		if !ok {
+			job.Log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
+			c.Decide(protocol.ErrorResult(protocol.CodeNoRoute, protocol.OriginHermes,
+				fmt.Sprintf("add a rule for tool_name %s to the routes file (%s), or check the tool name and intent", call.Name, table.File),
+				fmt.Sprintf("no route matches tool %q with this intent", call.Name)), "")
+			continue
+		}
+		kind := rule.Action.Kind
+		if !s.runs(kind) {
+			job.Log.Info("action kind not supported", "tool", call.Name, "tool_call_id", call.ToolCallID, "kind", kind, "route", rule.Name)
+			c.Decide(protocol.ErrorResult(protocol.CodeActionUnsupported, protocol.OriginHermes,
+				fmt.Sprintf("route %s uses a %q action, which Hermes does not run yet; route the tool over one of %v", rule.Name, kind, s.Kinds),
+				fmt.Sprintf("action kind %q is not supported", kind)), rule.Name)
+			continue
+		}
+		if err := s.Ensure(ctx, kind, call.Name); err != nil {
+			return Continue(), err
+		}
+		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}
+		job.Log.Debug("routed", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name, "kind", kind)
+	}
+	return Continue(), nil
+}
+
+func (s *RouteStage) runs(kind string) bool {
+	for _, k := range s.Kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}

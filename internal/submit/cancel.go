@@ -1,0 +1,170 @@
+package submit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/answer"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Cancellation says who cancels a request, and why.
+type Cancellation struct {
+	// By names who asked, as the edge knows the caller (e.g. "http 127.0.0.1:51234"); at most
+	// protocol.MaxCancelTextBytes.
+	By string
+	// Reason is the caller's own words, if any; at most protocol.MaxCancelTextBytes.
+	Reason string
+}
+
+// cancelTimeout bounds one cancellation.
+const cancelTimeout = 10 * time.Second
+
+// Cancel cancels requestID: calls not started are never started, running ones are told to
+// stop (their workers' contexts end), and the request is answered once, with a CANCELLED
+// result for every call that had not finished and the error CANCELLED naming who cancelled.
+// The record gets a cancel message saying so. It returns the request's response; replayed is
+// true when the request had been cancelled before (cancelling is idempotent). A request that
+// finished first gets ErrFinished with its response; an unknown one ErrNotFound.
+//
+// Order makes it safe against everything running at once: each unfinished call is first
+// marked cancelled in the call ledger (no worker acquires it any more; its holder learns it at
+// its next renewal), then the cancellation is announced (workers stop what they run), then the
+// CANCELLED results are recorded (a result recorded before stays: that call finished), and
+// last the response is recorded from the recorded results.
+func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation) (resp *protocol.Response, replayed bool, err error) {
+	if len(c.By) > protocol.MaxCancelTextBytes || len(c.Reason) > protocol.MaxCancelTextBytes {
+		return nil, false, &protocol.FieldError{Field: "reason", Reason: fmt.Sprintf("may hold at most %d bytes", protocol.MaxCancelTextBytes)}
+	}
+	if !s.Connected() {
+		return nil, false, ErrNotConnected
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	if resp, ok := s.recorded(ctx, requestID); ok {
+		if cancelledResponse(resp) {
+			return resp, true, nil
+		}
+		return resp, false, ErrFinished
+	}
+	plan, err := s.planForCancel(ctx, requestID)
+	if err != nil {
+		return nil, false, err
+	}
+	log := s.log.With("request_id", requestID, "session_id", plan.SessionID, "trace_id", plan.Trace.TraceID)
+	// 1. No worker starts a call from now on.
+	for _, id := range plan.CallIDs {
+		if err := ledger.Cancel(ctx, s.cfg.Bus.Claims, ledger.Key(requestID, id)); err != nil {
+			return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	// 2. The record says who cancelled, and workers running a call stop it.
+	at := time.Now().UTC()
+	ev, err := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: c.By, Reason: c.Reason, At: at})
+	if err != nil {
+		return nil, false, err
+	}
+	ev.MsgID, ev.RequestID, ev.SessionID, ev.Trace = protocol.MsgIDCancel(requestID), requestID, plan.SessionID, plan.Trace
+	ev.CausationID = plan.RequestMsg
+	if _, err := s.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, plan.SessionID), ev); err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	// 3. Every call without a result gets CANCELLED; a result recorded before stands.
+	results := make([]protocol.ToolResult, len(plan.CallIDs))
+	var stored [][]byte
+	for i, id := range plan.CallIDs {
+		call := &protocol.ToolCall{ToolCallID: id, Name: nameAt(plan.Names, i)}
+		res := protocol.CancelledResult(call, "", 0, c.By)
+		m, err := protocol.NewMessage(protocol.TypeToolResult, &res)
+		if err != nil {
+			return nil, false, err
+		}
+		m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDToolResult(requestID, id), requestID, plan.SessionID, plan.Trace
+		m.CausationID = ev.MsgID
+		m.Correlation = &protocol.Correlation{CallIDs: plan.CallIDs, Serial: plan.Serial}
+		recorded, raw, err := s.cfg.Bus.StoreResult(ctx, s.pub, m)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		got, err := recorded.DecodeToolResult()
+		if err != nil {
+			return nil, false, err
+		}
+		results[i] = *got
+		stored = append(stored, raw)
+	}
+	// 4. The one response, from the recorded results.
+	text := "cancelled by " + c.By
+	if c.Reason != "" {
+		text += ": " + c.Reason
+	}
+	mine, err := s.answer.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: plan.SessionID, Results: results,
+		Error: &protocol.ResponseError{Code: protocol.CodeCancelled, Message: text}, Cause: ev.MsgID, Trace: plan.Trace, Serial: plan.Serial})
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	// The results go on the record too, after the response: routers aggregating them find
+	// the request answered.
+	for _, raw := range stored {
+		if err := s.cfg.Bus.Republish(ctx, s.pub, protocol.SubjectToolResult(plan.SessionID), raw); err != nil {
+			log.Warn("a cancelled call's result was recorded but not published", "err", err)
+		}
+	}
+	resp, ok := s.recorded(ctx, requestID)
+	if !ok {
+		return nil, false, fmt.Errorf("%w: the response was recorded but cannot be read back", ErrUnavailable)
+	}
+	if !mine && !cancelledResponse(resp) {
+		return resp, false, ErrFinished
+	}
+	log.Info("request cancelled", "by", c.By, "mine", mine)
+	return resp, !mine, nil
+}
+
+// planForCancel returns requestID's plan; a request no router has planned yet (still queued,
+// say) gets one written from its intake record, marked Cancelled, so that a router taking it
+// later runs none of its calls.
+func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.Plan, error) {
+	p, err := s.cfg.Bus.Plan(ctx, requestID)
+	if err == nil {
+		return p, nil
+	}
+	if !errors.Is(err, bus.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	rec, err := s.intake(ctx, requestID)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: no request %s is known (or it is older than the state TTL)", ErrNotFound, requestID)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if len(rec.CallIDs) == 0 {
+		// Accepted by a Hermes that did not record the calls at intake, and not planned yet.
+		return nil, fmt.Errorf("%w: request %s is not planned yet; try again in a moment", ErrUnavailable, requestID)
+	}
+	_, p, err = s.cfg.Bus.CreatePlan(ctx, requestID, &bus.Plan{SessionID: rec.SessionID, CallIDs: rec.CallIDs, Names: rec.Names,
+		Trace: protocol.TraceContext{TraceID: rec.TraceID}, RequestMsg: protocol.MsgIDRequest(requestID), AcceptedAt: rec.AcceptedAt,
+		Serial: rec.Serial, Cancelled: true})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return p, nil
+}
+
+func cancelledResponse(r *protocol.Response) bool {
+	return r.Error != nil && r.Error.Code == protocol.CodeCancelled
+}
+
+func nameAt(names []string, i int) string {
+	if i < len(names) {
+		return names[i]
+	}
+	return ""
+}

@@ -1,0 +1,374 @@
+// Package submit is Hermes' one way to hand a request to the bus and await its answer: accept
+// its request_id once, publish it, wait for the response within a bound, find it recorded
+// later, and cancel it. The HTTP gateway, the command line and the front doors to come are
+// thin layers over a Submitter: decode, submit, render.
+//
+// Guarantees: a request_id is accepted once (hermes-intake); the same request submitted again
+// — concurrently, later, from another process — runs nothing twice and gets the first
+// response (Outcome.Replayed), or waits for it while it runs; another request under a used id
+// gets ErrConflict and is never published. Accepting and publishing run to completion even if
+// the caller's context ends, so an accepted request_id is never left without its request on
+// the bus. While the NATS connection is down nothing is accepted (ErrNotConnected): a publish
+// from a reconnect buffer could be accepted after the caller was told it failed. A response is
+// returned only as read from the bus or the record, never guessed.
+package submit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/answer"
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Errors of Submit, Status and Cancel.
+var (
+	// ErrNotConnected: the NATS connection is down (it reconnects by itself); nothing was
+	// accepted. Try again with the same request_id.
+	ErrNotConnected = errors.New("submit: not connected to NATS")
+	// ErrUnavailable: the bus did not answer in time; nothing or only part was done. Try again
+	// with the same request_id: every step is idempotent.
+	ErrUnavailable = errors.New("submit: the bus is not reachable")
+	// ErrConflict: the request_id was accepted before for a different request.
+	ErrConflict = errors.New("submit: request_id already used for a different request")
+	// ErrTooLarge: the request does not fit in one bus message.
+	ErrTooLarge = errors.New("submit: request larger than a bus message")
+	// ErrNotFound: no request with this id is known (or it is older than the state TTL).
+	ErrNotFound = errors.New("submit: no such request")
+	// ErrFinished: the request has its response; it can no longer be cancelled.
+	ErrFinished = errors.New("submit: the request has finished")
+)
+
+// Timing bounds.
+const (
+	// publishTimeout bounds accepting and publishing one request; within it, the caller's
+	// wait does, but never below minAcceptTime.
+	publishTimeout = 10 * time.Second
+	minAcceptTime  = time.Second
+	// lookupTimeout bounds reading a recorded response once the wait has run out.
+	lookupTimeout = time.Second
+	// envelopeAllowance is what the envelope may add to a request on the bus.
+	envelopeAllowance = 4 << 10
+)
+
+// Config configures a Submitter.
+type Config struct {
+	// Conn is the NATS connection responses are received on; its state says whether the bus
+	// is reachable. Required.
+	Conn *nats.Conn
+	// Bus is the provisioned bus on Conn. Required.
+	Bus *bus.Bus
+	// Sender names who submits (role gateway or cli, and the instance). Required.
+	Sender protocol.Sender
+	// Metrics counts requests answered here (cancellations); nil counts into unexported
+	// metrics.
+	Metrics *metrics.Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Submitter submits requests and awaits their responses. It is safe for concurrent use;
+// responses reach waiting callers only while Run runs.
+type Submitter struct {
+	cfg     Config
+	pub     *bus.Publisher
+	answer  *answer.Responder
+	log     *slog.Logger
+	waiting waiters
+}
+
+// New returns a Submitter for cfg.
+func New(cfg Config) (*Submitter, error) {
+	if cfg.Conn == nil || cfg.Bus == nil || cfg.Sender.Role == "" || cfg.Sender.Instance == "" {
+		return nil, errors.New("submit: Config.Conn, Config.Bus and Config.Sender are required")
+	}
+	s := &Submitter{cfg: cfg, log: cfg.Logger, pub: bus.NewPublisher(cfg.Bus.JS, cfg.Sender)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.answer = answer.New(cfg.Bus, s.pub, park.New(cfg.Bus, s.pub, s.log), cfg.Metrics, s.log)
+	return s, nil
+}
+
+// Run receives responses from the bus and hands them to waiting callers until ctx is done.
+func (s *Submitter) Run(ctx context.Context) error {
+	stop, err := s.Listen()
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return stop()
+}
+
+// Listen starts receiving responses, as Run does, and returns once the subscription is in
+// place; stop ends it.
+func (s *Submitter) Listen() (stop func() error, err error) {
+	sub, err := s.cfg.Conn.Subscribe(protocol.FilterResponses, func(msg *nats.Msg) {
+		m, err := protocol.Unmarshal(msg.Data)
+		if err != nil {
+			s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
+			return
+		}
+		resp, err := m.DecodeResponse()
+		if err != nil {
+			s.log.Warn("invalid response on the bus", "subject", msg.Subject, "msg_id", m.MsgID, "err", err)
+			return
+		}
+		s.waiting.deliver(resp)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
+	}
+	_ = sub.SetPendingLimits(1<<20, 1<<30)
+	return sub.Unsubscribe, nil
+}
+
+// Connected reports whether the NATS connection is up.
+func (s *Submitter) Connected() bool { return s.cfg.Conn.IsConnected() }
+
+// Submission is one request to submit.
+type Submission struct {
+	// Request is the validated request.
+	Request *protocol.Request
+	// Trace is the caller's trace context; its TraceID is the request's correlation id.
+	Trace protocol.TraceContext
+	// Wait bounds how long Submit waits for the response; the request keeps running after.
+	// At least a second is given to accepting and publishing, whatever Wait says.
+	Wait time.Duration
+	// Size is the request's encoded size as received, checked against the bus message limit
+	// (0: not checked here).
+	Size int
+}
+
+// Outcome is what came of a submission.
+type Outcome struct {
+	// Response is the request's response; nil when Pending.
+	Response *protocol.Response
+	// Pending: no response within the wait; the request keeps running (Status finds it).
+	Pending bool
+	// Replayed: the request_id was accepted before, and this is the first run's response.
+	Replayed bool
+	// TraceID is the correlation id the request runs under (the first submission's, when the
+	// request_id was accepted before).
+	TraceID string
+}
+
+// intake is what hermes-intake records for each accepted request_id: enough to recognise the
+// same request again and to cancel it before any router has planned it.
+type intake struct {
+	Fingerprint string    `json:"fingerprint"`
+	SessionID   string    `json:"session_id"`
+	TraceID     string    `json:"trace_id"`
+	AcceptedAt  time.Time `json:"accepted_at"`
+	CallIDs     []string  `json:"call_ids,omitempty"`
+	Names       []string  `json:"names,omitempty"`
+	Serial      bool      `json:"serial,omitempty"`
+}
+
+// Submit accepts sub's request (once per request_id), publishes it and waits for its response
+// until sub.Wait runs out (Outcome.Pending) or ctx ends (ctx's error; the request keeps
+// running). It returns ErrNotConnected, ErrUnavailable, ErrConflict or ErrTooLarge when
+// nothing new runs.
+func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error) {
+	req := sub.Request
+	if req == nil {
+		return nil, errors.New("submit: no request")
+	}
+	if limit := s.cfg.Bus.MaxMessageBytes() - envelopeAllowance; sub.Size > limit {
+		return nil, fmt.Errorf("%w: the request is %d bytes; the bus carries at most %d in one message", ErrTooLarge, sub.Size, limit)
+	}
+	log := s.log.With("request_id", req.RequestID, "session_id", req.Session(), "msg_id", protocol.MsgIDRequest(req.RequestID), "trace_id", sub.Trace.TraceID)
+	if !s.Connected() {
+		log.Debug("request refused: not connected to NATS")
+		return nil, ErrNotConnected
+	}
+	out := &Outcome{TraceID: sub.Trace.TraceID}
+	// The whole submission ends within the caller's wait (at least minAcceptTime for
+	// accepting) plus lookupTimeout: a bus that stops answering (a leader stepping down, a
+	// node without quorum) must not hold the caller past its own wait. Accepting and
+	// publishing go on even if the caller leaves.
+	deadline := time.Now().Add(sub.Wait)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(max(sub.Wait, minAcceptTime), publishTimeout))
+	defer cancel()
+	replies, done := s.waiting.add(req.RequestID)
+	defer done()
+	m, err := protocol.NewMessage(protocol.TypeRequest, req)
+	if err != nil {
+		return nil, err
+	}
+	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), sub.Trace
+	m.Recipient = protocol.RoleRouter
+	rec := intakeOf(req, sub.Trace.TraceID)
+	recBytes, _ := json.Marshal(rec)
+	if _, err := s.cfg.Bus.Intake.Create(actx, protocol.KeyIntake(req.RequestID), recBytes); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			log.Error("record intake", "err", err)
+			return nil, fmt.Errorf("%w: record intake: %v", ErrUnavailable, err)
+		}
+		prev, err := s.intake(actx, req.RequestID)
+		if err != nil {
+			log.Error("read intake", "err", err)
+			return nil, fmt.Errorf("%w: read intake: %v", ErrUnavailable, err)
+		}
+		if prev.Fingerprint != rec.Fingerprint {
+			return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
+		}
+		if resp, ok := s.recorded(actx, req.RequestID); ok {
+			out.Response, out.Replayed, out.TraceID = resp, true, prev.TraceID
+			return out, nil
+		}
+		// Accepted before but not answered yet (or the first submitter died before
+		// publishing): publishing again is safe, the stream and the router deduplicate it.
+		m.Trace.TraceID, out.TraceID = prev.TraceID, prev.TraceID
+	}
+	// Published only once the id is accepted (or known to carry this same request): a
+	// different request under a used id must never reach the bus.
+	if _, err := s.pub.Publish(actx, protocol.SubjectRequest(req.Session()), m); err != nil {
+		log.Error("publish request", "err", err)
+		return nil, fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+	}
+	log.Debug("request published")
+	cancel()
+	timer := time.NewTimer(max(time.Until(deadline), 0))
+	defer timer.Stop()
+	select {
+	case resp := <-replies:
+		out.Response = resp
+		return out, nil
+	case <-timer.C:
+		// The response may have been recorded while this process missed the bus message.
+		// While the connection is down the record cannot be read: asking would hold the
+		// caller until the lookup times out.
+		if s.Connected() {
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+			resp, ok := s.recorded(lctx, req.RequestID)
+			lcancel()
+			if ok {
+				out.Response = resp
+				return out, nil
+			}
+		}
+		out.Pending = true
+		return out, nil
+	case <-ctx.Done():
+		return nil, ctx.Err() // the caller left; the request keeps running
+	}
+}
+
+func intakeOf(req *protocol.Request, traceID string) *intake {
+	canon, _ := json.Marshal(req)
+	sum := sha256.Sum256(canon)
+	rec := &intake{Fingerprint: hex.EncodeToString(sum[:]), SessionID: req.Session(), TraceID: traceID, AcceptedAt: time.Now().UTC(),
+		Serial: req.Serial, CallIDs: make([]string, len(req.ToolCalls)), Names: make([]string, len(req.ToolCalls))}
+	for i, c := range req.ToolCalls {
+		rec.CallIDs[i], rec.Names[i] = c.ToolCallID, c.Name
+	}
+	return rec
+}
+
+func (s *Submitter) intake(ctx context.Context, requestID string) (*intake, error) {
+	e, err := s.cfg.Bus.Intake.Get(ctx, protocol.KeyIntake(requestID))
+	if err != nil {
+		return nil, err
+	}
+	var rec intake
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("submit: decode intake of %s: %w", requestID, err)
+	}
+	return &rec, nil
+}
+
+// recorded returns the response recorded for requestID, if any.
+func (s *Submitter) recorded(ctx context.Context, requestID string) (*protocol.Response, bool) {
+	_, resp, _, err := s.cfg.Bus.Response(ctx, requestID)
+	if err != nil {
+		if !errors.Is(err, bus.ErrNotFound) {
+			s.log.Error("recorded response unreadable", "request_id", requestID, "err", err)
+		}
+		return nil, false
+	}
+	return resp, true
+}
+
+// Status returns requestID's response once it has one; pending is true while it runs. It
+// returns ErrNotFound for a request it does not know, ErrNotConnected or ErrUnavailable when it
+// cannot tell.
+func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protocol.Response, pending bool, err error) {
+	if !s.Connected() {
+		return nil, false, ErrNotConnected
+	}
+	_, resp, _, err = s.cfg.Bus.Response(ctx, requestID)
+	if err == nil {
+		return resp, false, nil
+	}
+	if !errors.Is(err, bus.ErrNotFound) {
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	_, ierr := s.cfg.Bus.Intake.Get(ctx, protocol.KeyIntake(requestID))
+	_, perr := s.cfg.Bus.Plan(ctx, requestID)
+	if ierr == nil || perr == nil {
+		return nil, true, nil
+	}
+	if !errors.Is(ierr, jetstream.ErrKeyNotFound) {
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, ierr)
+	}
+	return nil, false, fmt.Errorf("%w: no request %s is known (or it is older than the state TTL)", ErrNotFound, requestID)
+}
+
+// waiters hands responses seen on the bus to the callers waiting for them.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string][]chan *protocol.Response
+}
+
+// add registers interest in requestID; call the returned func when done waiting.
+func (w *waiters) add(requestID string) (<-chan *protocol.Response, func()) {
+	ch := make(chan *protocol.Response, 1)
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = map[string][]chan *protocol.Response{}
+	}
+	w.m[requestID] = append(w.m[requestID], ch)
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		list := w.m[requestID]
+		for i, c := range list {
+			if c == ch {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(w.m, requestID)
+		} else {
+			w.m[requestID] = list
+		}
+	}
+}
+
+// deliver hands r to everyone waiting for it, without blocking.
+func (w *waiters) deliver(r *protocol.Response) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.m[r.RequestID] {
+		select {
+		case ch <- r:
+		default:
+		}
+	}
+}

@@ -1,0 +1,307 @@
+// Package ledger is the call ledger in the hermes-claims bucket: which worker is running each
+// tool call (key protocol.KeyClaim), how many tries it has had, its last failure, and whether
+// its request was cancelled.
+//
+// Guarantees: at most one holder runs a call at a time, as long as holders renew within the
+// lease. A holder is one Ledger value, i.e. one worker process: its claims carry a token unique
+// to the process, and a process never takes over a call it is already running, even if the
+// same call is delivered to it twice. A holder that stops renewing (it died) loses the call
+// after the lease, and the next worker takes it over with a compare-and-set, so two can never
+// take it over at once. Try numbers grow by one with each acquisition, whoever makes it.
+//
+// A cancelled call (Cancel) is never acquired again, and its holder learns of the cancellation
+// at its next renewal (Hold.Cancelled), a durable second path beside any faster signal.
+//
+// Leases are judged by the server's timestamp of the claim's last write against the reading
+// worker's clock: worker clocks must agree to well within the lease (the consumer's ack
+// deadline, 30 s by default).
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// KV is the part of a JetStream key-value bucket the ledger uses; jetstream.KeyValue has it.
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+}
+
+var _ KV = jetstream.KeyValue(nil)
+
+// claim is a worker's hold on one call. A claim is held while its holder renews it within the
+// lease; a released claim keeps the last failure of the call, so whoever gives up on the call
+// can report it.
+type claim struct {
+	Holder        string `json:"holder,omitempty"`
+	Attempt       int    `json:"attempt"`
+	Released      bool   `json:"released,omitempty"`
+	LastErrorCode string `json:"last_error_code,omitempty"`
+	Cancelled     bool   `json:"cancelled,omitempty"`
+}
+
+// ErrClaimed means a live holder — another worker, or this one — is running the call.
+var ErrClaimed = errors.New("ledger: call is being run by a live worker")
+
+// ErrCancelled means the call's request was cancelled: it must not run.
+var ErrCancelled = errors.New("ledger: call cancelled")
+
+// Ledger is the hermes-claims bucket seen by one worker process. It is safe for concurrent use.
+type Ledger struct {
+	kv     KV
+	holder string
+	lease  time.Duration
+
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+// New returns the view of the ledger in kv of the worker named instance; a claim not renewed
+// within lease is presumed abandoned.
+func New(kv KV, instance string, lease time.Duration) *Ledger {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Ledger{kv: kv, holder: instance + "/" + hex.EncodeToString(b[:]), lease: lease, held: map[string]bool{}}
+}
+
+// Lease is how long a claim holds without renewal.
+func (l *Ledger) Lease() time.Duration { return l.lease }
+
+// Key is the ledger key of one call (protocol.KeyClaim).
+func Key(requestID, callID string) string { return protocol.KeyClaim(requestID, callID) }
+
+// Hold is a claim this worker owns, at a known revision. Its methods must not be called
+// concurrently with each other; Done (or Release) must be called when the try is over.
+type Hold struct {
+	l         *Ledger
+	key       string
+	rev       uint64
+	c         claim
+	lost      bool
+	fresh     bool
+	done      bool
+	cancelled bool
+}
+
+// Fresh reports whether this is the call's first claim ever: no worker tried it before, so it
+// cannot have a result yet.
+func (h *Hold) Fresh() bool { return h.fresh }
+
+// Attempt is the number of the try this hold is for, from 1.
+func (h *Hold) Attempt() int { return h.c.Attempt }
+
+// Lost reports whether a renewal found the claim taken over: this worker was presumed dead.
+func (h *Hold) Lost() bool { return h.lost }
+
+// Cancelled reports whether a renewal found the call cancelled.
+func (h *Hold) Cancelled() bool { return h.cancelled }
+
+// Acquire claims key for the next try of the call; the hold's Attempt numbers that try (1 for
+// the first). It fails with ErrClaimed, and how long to wait before asking again, when a live
+// holder has the call, and with ErrCancelled when the call was cancelled.
+func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
+	l.mu.Lock()
+	if l.held[key] {
+		l.mu.Unlock()
+		return nil, l.lease, ErrClaimed
+	}
+	l.held[key] = true // reserved while we try
+	l.mu.Unlock()
+	h, wait, err := l.acquire(ctx, key)
+	if err != nil {
+		l.drop(key)
+	}
+	return h, wait, err
+}
+
+func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
+	c := claim{Holder: l.holder, Attempt: 1}
+	val, _ := json.Marshal(&c)
+	rev, err := l.kv.Create(ctx, key, val)
+	if err == nil {
+		return &Hold{l: l, key: key, rev: rev, c: c, fresh: true}, 0, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, 0, fmt.Errorf("ledger: claim %s: %w", key, err)
+	}
+	e, err := l.kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger: read claim %s: %w", key, err)
+	}
+	var prev claim
+	_ = json.Unmarshal(e.Value(), &prev) // an unreadable claim is treated as abandoned
+	if prev.Cancelled {
+		return nil, 0, ErrCancelled
+	}
+	// A claim by this very process that it does not hold (an earlier Create whose reply was
+	// lost) is ours to take: the reservation above guarantees nothing here runs the call.
+	if age := time.Since(e.Created()); !prev.Released && prev.Holder != "" && prev.Holder != l.holder && age < l.lease {
+		return nil, l.lease - age, ErrClaimed
+	}
+	c.Attempt, c.LastErrorCode = prev.Attempt+1, prev.LastErrorCode
+	val, _ = json.Marshal(&c)
+	rev, err = l.kv.Update(ctx, key, val, e.Revision())
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, l.lease, ErrClaimed // another worker took it just now
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger: take over claim %s: %w", key, err)
+	}
+	return &Hold{l: l, key: key, rev: rev, c: c}, 0, nil
+}
+
+func (l *Ledger) drop(key string) {
+	l.mu.Lock()
+	delete(l.held, key)
+	l.mu.Unlock()
+}
+
+// Renew extends the lease. It reports false when the claim was taken over (this worker was
+// presumed dead) or cannot be read; the caller may finish its try, and the first recorded
+// result wins. A renewal whose reply was lost but which the server applied is recognised on
+// the next renewal and adopted.
+func (h *Hold) Renew(ctx context.Context) bool {
+	if h.lost {
+		return false
+	}
+	val, _ := json.Marshal(&h.c)
+	rev, err := h.l.kv.Update(ctx, h.key, val, h.rev)
+	if err == nil {
+		h.rev = rev
+		return true
+	}
+	e, gerr := h.l.kv.Get(ctx, h.key)
+	if gerr != nil {
+		return false // unknown for now; the next renewal tries again
+	}
+	if e.Revision() != h.rev && bytes.Equal(e.Value(), val) {
+		h.rev = e.Revision() // our earlier write went through
+		return true
+	}
+	if e.Revision() != h.rev {
+		var now claim
+		if json.Unmarshal(e.Value(), &now) == nil && now.Cancelled {
+			h.cancelled = true
+		}
+		h.lost = true
+	}
+	return false
+}
+
+// Release gives the call up after a failed try, recording the failure (if errorCode is not
+// empty) for whoever comes next, and ends the hold.
+func (h *Hold) Release(ctx context.Context, errorCode string) {
+	defer h.Done()
+	if h.lost {
+		return
+	}
+	h.c.Released, h.c.Holder = true, ""
+	if errorCode != "" {
+		h.c.LastErrorCode = errorCode
+	}
+	h.Renew(ctx)
+}
+
+// Done ends the hold in this process without writing: the call's recorded result now says it
+// is finished.
+func (h *Hold) Done() {
+	if !h.done {
+		h.done = true
+		h.l.drop(h.key)
+	}
+}
+
+// KeepAlive renews h every interval until the returned stop is called; stop waits for a
+// renewal in progress, so h may be released right after. onCancel, when set, is called (once,
+// from the renewal) when a renewal finds the call cancelled.
+func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration, onCancel func()) (stop func()) {
+	told := false
+	return bus.Every(interval, func() {
+		h.Renew(ctx)
+		if h.cancelled && !told && onCancel != nil {
+			told = true
+			onCancel()
+		}
+	})
+}
+
+// Cancel marks the call at key cancelled: no worker acquires it from now on, and the worker
+// holding it, if any, learns so at its next renewal. It keeps the call's tries and last
+// failure, and is idempotent.
+func Cancel(ctx context.Context, kv KV, key string) error {
+	for range 16 { // each round loses only to a concurrent write of the same claim
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			val, _ := json.Marshal(&claim{Released: true, Cancelled: true})
+			if _, err = kv.Create(ctx, key, val); err == nil || !isConflict(err) {
+				return wrapCancel(key, err)
+			}
+			continue
+		}
+		if err != nil {
+			return wrapCancel(key, err)
+		}
+		var c claim
+		_ = json.Unmarshal(e.Value(), &c)
+		if c.Cancelled {
+			return nil
+		}
+		c.Cancelled = true
+		val, _ := json.Marshal(&c)
+		if _, err = kv.Update(ctx, key, val, e.Revision()); err == nil || !isConflict(err) {
+			return wrapCancel(key, err)
+		}
+	}
+	return fmt.Errorf("ledger: cancel %s: the claim keeps changing", key)
+}
+
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+func wrapCancel(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("ledger: cancel %s: %w", key, err)
+}
+
+// Last reads the last try number and failure recorded for a call (0 and "" when none).
+func Last(ctx context.Context, kv KV, key string) (attempt int, errorCode string) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return 0, ""
+	}
+	var c claim
+	if json.Unmarshal(e.Value(), &c) != nil {
+		return 0, ""
+	}
+	return c.Attempt, c.LastErrorCode
+}
+
+// IsCancelled reports whether the call at key was cancelled (Cancel).
+func IsCancelled(ctx context.Context, kv KV, key string) (bool, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ledger: read claim %s: %w", key, err)
+	}
+	var c claim
+	return json.Unmarshal(e.Value(), &c) == nil && c.Cancelled, nil
+}

@@ -1,0 +1,41 @@
+package protocol
+
+// Error codes Hermes sets on failed results (ToolResult.ErrorCode with ErrorOrigin "hermes",
+// or "tool" where a tool's own failure is classified). A tool may report codes of its own;
+// Hermes' codes are these and only these.
+const (
+	CodeNoRoute           = "NO_ROUTE"
+	CodeActionUnsupported = "ACTION_UNSUPPORTED"
+	CodeToolTimeout       = "TOOL_TIMEOUT"
+	CodeToolUnreachable   = "TOOL_UNREACHABLE"
+	CodeToolHTTP5xx       = "TOOL_HTTP_5XX"
+	CodeToolHTTP4xx       = "TOOL_HTTP_4XX"
+	CodeToolRateLimited   = "TOOL_RATE_LIMITED"
+	CodeToolRedirected    = "TOOL_REDIRECTED"
+	CodeToolBadResponse   = "TOOL_BAD_RESPONSE"
+	CodeToolFailed        = "TOOL_FAILED"
+	CodeResultTooLarge    = "RESULT_TOO_LARGE"
+	CodeEnvNotAllowed     = "ENV_NOT_ALLOWED"
+	CodeEnvUnset          = "ENV_UNSET"
+	CodeBadArguments      = "BAD_ARGUMENTS"
+	CodeDeadlineExceeded  = "DEADLINE_EXCEEDED"
+	// CodeDeadLettered: Hermes gave up on the call or request (see hermes dlq).
+	CodeDeadLettered = "DEAD_LETTERED"
+	// CodeCancelled: the request was cancelled before the call finished.
+	CodeCancelled = "CANCELLED"
+)
+
+// Error codes of the HTTP API's JSON errors ({"error": {"code", "message", "field"}}).
+const (
+	CodeInvalidRequest    = "INVALID_REQUEST"
+	CodeBodyTooLarge      = "BODY_TOO_LARGE"
+	CodeRequestIDConflict = "REQUEST_ID_CONFLICT"
+	CodeTimeout           = "TIMEOUT"
+	CodeBusUnavailable    = "BUS_UNAVAILABLE"
+	CodeNotFound          = "NOT_FOUND"
+	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
+	// CodeUnavailable: busy or shutting down; see Retry-After.
+	CodeUnavailable = "UNAVAILABLE"
+	// CodeAlreadyFinished: the request has its response; it can no longer be cancelled.
+	CodeAlreadyFinished = "ALREADY_FINISHED"
+)

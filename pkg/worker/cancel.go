@@ -1,0 +1,104 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// running knows the calls this worker is handling, by request, so that a cancellation stops
+// them. It is safe for concurrent use.
+type running struct {
+	mu sync.Mutex
+	m  map[string]map[*runningCall]struct{}
+}
+
+type runningCall struct {
+	callID string
+	stop   context.CancelCauseFunc
+}
+
+// add registers a call of requestID until the returned func is called.
+func (r *running) add(requestID, callID string, stop context.CancelCauseFunc) (remove func()) {
+	c := &runningCall{callID: callID, stop: stop}
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]map[*runningCall]struct{}{}
+	}
+	calls := r.m[requestID]
+	if calls == nil {
+		calls = map[*runningCall]struct{}{}
+		r.m[requestID] = calls
+	}
+	calls[c] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(calls, c)
+		if len(calls) == 0 && r.m[requestID] != nil && len(r.m[requestID]) == 0 {
+			delete(r.m, requestID)
+		}
+	}
+}
+
+// of returns the calls of requestID running now.
+func (r *running) of(requestID string) []*runningCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*runningCall, 0, len(r.m[requestID]))
+	for c := range r.m[requestID] {
+		out = append(out, c)
+	}
+	return out
+}
+
+// listenForCancels subscribes to cancellations (the record's cancel events, which every
+// worker receives) and stops the calls of a cancelled request running here. A cancellation
+// is acted on only once the call ledger says so — the canceller marks every unfinished call
+// there before it announces the cancellation — so a forged event stops nothing; the ledger is
+// also the slower path by which a holder that missed the event learns of it.
+func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) {
+	nc := w.cfg.Bus.JS.Conn()
+	if nc == nil {
+		return func() {}, nil
+	}
+	sub, err := nc.Subscribe(protocol.FilterEvents(protocol.EventCancel), func(msg *nats.Msg) {
+		m, err := protocol.Unmarshal(msg.Data)
+		if err != nil || m.Type != protocol.TypeCancel {
+			return
+		}
+		calls := w.running.of(m.RequestID)
+		if len(calls) == 0 {
+			return
+		}
+		go w.stopCancelled(ctx, m.RequestID, calls)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: listen for cancellations: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// stopCancelled stops each of calls whose claim is marked cancelled.
+func (w *Worker) stopCancelled(ctx context.Context, requestID string, calls []*runningCall) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, c := range calls {
+		ok, err := ledger.IsCancelled(ctx, w.cfg.Bus.Claims, ledger.Key(requestID, c.callID))
+		if err != nil {
+			w.log.Warn("could not confirm a cancellation; the claim's renewal will", "request_id", requestID, "tool_call_id", c.callID, "err", err)
+			continue
+		}
+		if ok {
+			w.log.Info("stopping a call of a cancelled request", "request_id", requestID, "tool_call_id", c.callID)
+			c.stop(ErrCancelled)
+		}
+	}
+}

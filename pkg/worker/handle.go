@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/retry"
+	"github.com/hermesbus/hermes/pkg/tracing"
+)
+
+// runner runs the calls of one consumer: one tool, one kind.
+type runner struct {
+	w      *Worker
+	kind   string
+	ledger *ledger.Ledger
+}
+
+// handle runs one delivery of a tool call: at most one try, then a result or a delayed
+// redelivery. A call with a recorded result is not run again, a call held by a live worker is
+// left to it, and a cancelled call is not started (or, running, is stopped).
+func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
+	w, m, log := r.w, d.Msg, d.Log
+	disp, err := m.DecodeDispatch()
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	callID, tool := disp.Call.ToolCallID, disp.Call.Name
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("hermes.tool", tool), attribute.String("hermes.tool_call_id", callID))
+	}
+	// What this worker sends about the call (start, result) follows from its span.
+	tracing.Inject(ctx, &m.Trace)
+	log = log.With("tool", tool, "tool_call_id", callID)
+	// Listening for a cancellation starts before the claim: one that comes later still stops
+	// the try, and one that came earlier marked the claim.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer w.running.add(m.RequestID, callID, stop)()
+
+	key := ledger.Key(m.RequestID, callID)
+	h, wait, err := r.ledger.Acquire(ctx, key)
+	switch {
+	case errors.Is(err, ledger.ErrCancelled):
+		log.Info("call cancelled before it started")
+		return w.finishCancelled(ctx, m, disp, 0, d.Header.Get(bus.HeaderRedrive))
+	case err != nil && !errors.Is(err, ledger.ErrClaimed):
+		return err
+	}
+	if err != nil || !h.Fresh() {
+		// Tried before: it may be finished (perhaps by a worker presumed dead, or this one's
+		// publish failed). Then make sure the recorded result reaches the router, and do not
+		// run the call again.
+		_, _, raw, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID)
+		if rerr == nil || !errors.Is(rerr, bus.ErrNotFound) {
+			if h != nil {
+				h.Release(ctx, "")
+			}
+			if rerr != nil {
+				return fmt.Errorf("worker: check for a recorded result: %w", rerr) // unknown: do not run it now
+			}
+			log.Info("call already has a result; publishing it again instead of running the call")
+			return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), raw)
+		}
+	}
+	if err != nil {
+		log.Info("call held by a live worker; checking again later", "delay", wait)
+		return bus.RetryAfter(err, wait+10*time.Millisecond)
+	}
+	defer h.Done()
+	attempt := h.Attempt()
+	var waited time.Duration
+	if attempt == 1 && !m.CreatedAt.IsZero() {
+		waited = max(time.Since(m.CreatedAt), 0)
+	}
+	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
+	if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
+		h.Release(context.WithoutCancel(ctx), "")
+		return err
+	}
+	w.obs.Started(tool, attempt, waited)
+	began := time.Now()
+	out, err := r.tryHolding(ctx, h, m, disp, stop, attempt, maxAttempts)
+	w.obs.Finished(tool, time.Since(began))
+	final := err == nil && (out.Result.Status == protocol.ResultOK || !out.Retryable || attempt >= maxAttempts)
+	if errors.Is(context.Cause(ctx), ErrCancelled) || h.Cancelled() {
+		if !final {
+			log.Info("call cancelled while it ran", "attempt", attempt)
+			return w.finishCancelled(context.WithoutCancel(ctx), m, disp, attempt, d.Header.Get(bus.HeaderRedrive))
+		}
+		// It finished anyway: its real result is recorded unless the cancellation's was first.
+		ctx = context.WithoutCancel(ctx)
+	}
+	if err != nil {
+		h.Release(context.WithoutCancel(ctx), "")
+		return err // not judged (shutdown, executor panic): redeliver
+	}
+	if !final {
+		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
+		h.Release(ctx, out.Result.ErrorCode)
+		w.obs.Retrying(tool, out.Result.ErrorCode)
+		log.Info("try failed; retrying", "attempt", attempt, "max_attempts", maxAttempts, "error_code", out.Result.ErrorCode, "delay", delay)
+		return bus.RetryAfter(fmt.Errorf("%s on try %d of %d", out.Result.ErrorCode, attempt, maxAttempts), delay)
+	}
+	res := out.Result
+	res.ToolCallID, res.Name, res.Route, res.Attempts = callID, tool, disp.Route, attempt
+	if res.Status != protocol.ResultOK {
+		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
+	}
+	return r.finishHolding(ctx, h, m, &res, d.Header.Get(bus.HeaderRedrive), log)
+}
+
+// recordRetry spaces out tries to record a finished call's result while the bus is
+// unreachable: 100 ms doubling up to 2 s.
+var recordRetry = retry.Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: 2 * time.Second}
+
+// finishHolding records and publishes the result of a finished try, trying again while the bus
+// is unreachable for up to two leases, and holding the call meanwhile: the result is known, so
+// it must not be lost to a short outage, nor the call left to wait out its claim. Recording is
+// idempotent (the first recorded result wins), so a retry after an ambiguous failure is safe.
+func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, res *protocol.ToolResult, redrive string, log *slog.Logger) error {
+	lease := r.ledger.Lease()
+	stop := h.KeepAlive(ctx, lease/3, nil)
+	defer stop()
+	return retry.Do(ctx, recordRetry, time.Now().Add(2*lease), func() error {
+		err := r.w.finish(ctx, m, res, redrive)
+		if bus.IsPermanent(err) {
+			return retry.Stop(err)
+		}
+		return err
+	}, func(err error, wait time.Duration) {
+		log.Warn("recording the result failed; trying again", "err", err, "in", wait)
+	})
+}
+
+// tryHolding runs one try while renewing h; the renewal stops when the try ends, and stops
+// the try (stop) when it finds the call cancelled.
+func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, stop context.CancelCauseFunc, attempt, maxAttempts int) (Outcome, error) {
+	defer h.KeepAlive(ctx, r.ledger.Lease()/3, func() { stop(ErrCancelled) })()
+	return r.w.try(ctx, r.kind, m, disp, attempt, maxAttempts)
+}
+
+// try runs one try of the call with the executor for its action kind.
+func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp *protocol.Dispatch, attempt, maxAttempts int) (Outcome, error) {
+	if !m.Deadline.IsZero() && time.Now().After(m.Deadline) {
+		return Failed(protocol.CodeDeadlineExceeded, protocol.OriginHermes,
+			"the request's deadline passed before the call could run; send it again with a later deadline",
+			"deadline exceeded", false), nil
+	}
+	exec := w.execs[disp.Action.Kind]
+	if exec == nil || disp.Action.Kind != kind {
+		// Only calls queued by Hermes before action kinds can hold another kind than their
+		// consumer's.
+		exec = Chain(unsupported{kind: disp.Action.Kind}, Standard()...)
+	}
+	return exec.Execute(ctx, &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace,
+		Attempt: attempt, MaxAttempts: maxAttempts, Dispatch: disp,
+		Timeout: time.Duration(max(disp.Action.TimeoutMS, 1)) * time.Millisecond, MaxResultBytes: w.cfg.MaxResultBytes})
+}
+
+func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, disp *protocol.Dispatch, attempt int) error {
+	out, err := protocol.NewMessage(protocol.TypeToolStarted, &protocol.ToolStarted{
+		ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Attempt: attempt, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out.Follow(cause, protocol.MsgIDToolStarted(cause.RequestID, disp.Call.ToolCallID, attempt))
+	out.Attempt, out.Correlation = attempt, nil
+	// A start is an event for people and dashboards: it does not wait for the stream's ack.
+	return w.pub.PublishNoWait(ctx, protocol.SubjectEvent(protocol.EventToolStarted, cause.SessionID), out)
+}
+
+// finishCancelled answers a call of a cancelled request: the canceller records a CANCELLED
+// result for every unfinished call; recording one here too (the first recorded wins) makes
+// sure the call has it even if the canceller stopped half-way.
+func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, redrive string) error {
+	res := protocol.CancelledResult(&disp.Call, disp.Route, attempts, "")
+	return w.finish(ctx, m, &res, redrive)
+}
+
+// finish records the call's final result and publishes it. Once recorded, the call is done:
+// if publishing fails, the redelivery publishes the recorded result instead of running the
+// call again. A result too large for one bus message is recorded as a RESULT_TOO_LARGE error.
+// A re-driven call (redrive set) publishes under a message id of its own: the id of the first
+// answer is spent in the duplicate window.
+func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
+	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)
+	if redrive != "" {
+		id = protocol.MsgIDRedrivenResult(cause.RequestID, res.ToolCallID, redrive)
+	}
+	for {
+		out, err := protocol.NewMessage(protocol.TypeToolResult, res)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		out.Follow(cause, id)
+		out.Attempt = res.Attempts
+		_, mine, err := w.cfg.Bus.RecordResult(ctx, w.pub, out, res)
+		if err == nil && mine {
+			w.obs.Recorded(res)
+		}
+		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
+			size := len(res.Content)
+			tooLarge := protocol.ErrorResult(protocol.CodeResultTooLarge, protocol.OriginHermes,
+				fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", w.cfg.Bus.MaxMessageBytes()),
+				fmt.Sprintf("result of %d bytes does not fit in one bus message", size))
+			tooLarge.ToolCallID, tooLarge.Name, tooLarge.Route, tooLarge.Attempts = res.ToolCallID, res.Name, res.Route, res.Attempts
+			tooLarge.ExecutionTimeMS = res.ExecutionTimeMS
+			*res = tooLarge
+			continue
+		}
+		return err
+	}
+}

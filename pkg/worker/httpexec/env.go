@@ -1,0 +1,128 @@
+package httpexec
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvResolver resolves ${env.NAME} placeholders for names on an allow-list. A nil resolver
+// allows nothing.
+type EnvResolver struct {
+	// Allowed holds the names that may be resolved.
+	Allowed map[string]bool
+	// Hosts binds names to the one host:port their value may be sent to. A tool_call message
+	// names its own URL, so without a binding anyone able to publish on the bus could have an
+	// allowed value sent to a host of their choosing.
+	Hosts map[string]string
+	// Lookup reads a variable; nil means os.LookupEnv.
+	Lookup func(string) (string, bool)
+}
+
+// envError explains a placeholder that was refused, naming the variable but never a value.
+type envError struct {
+	code, name, header string
+	host               string // the host the name is bound to, when the call went elsewhere
+}
+
+func (e *envError) Error() string {
+	if e.host != "" {
+		return fmt.Sprintf("header %s uses ${env.%s}, which this worker sends only to %s", e.header, e.name, e.host)
+	}
+	if e.code == "ENV_UNSET" {
+		return fmt.Sprintf("header %s uses ${env.%s}, which is not set on this worker", e.header, e.name)
+	}
+	return fmt.Sprintf("header %s uses ${env.%s}, which this worker does not allow (add it to --allow-env)", e.header, e.name)
+}
+
+// Secrets returns the values the ${env.NAME} placeholders of headers resolve to, for
+// redacting them from what a tool answers. Placeholders that would not resolve are skipped.
+func (r *EnvResolver) Secrets(headers map[string]string) []string {
+	var out []string
+	for _, v := range headers {
+		for rest := v; ; {
+			i := strings.Index(rest, "${env.")
+			if i < 0 {
+				break
+			}
+			end := strings.IndexByte(rest[i:], '}')
+			if end < 0 {
+				break
+			}
+			name := rest[i+len("${env.") : i+end]
+			rest = rest[i+end+1:]
+			if r == nil || !r.Allowed[name] {
+				continue
+			}
+			lookup := r.Lookup
+			if lookup == nil {
+				lookup = os.LookupEnv
+			}
+			if val, ok := lookup(name); ok && val != "" {
+				out = append(out, val)
+			}
+		}
+	}
+	return out
+}
+
+// redactSecrets replaces each secret of at least minSecretLen bytes in body with [redacted],
+// so a tool that echoes its credentials (in an error, say) does not put them on the bus.
+func redactSecrets(body []byte, secrets []string) []byte {
+	for _, s := range secrets {
+		if len(s) >= minSecretLen && bytes.Contains(body, []byte(s)) {
+			body = bytes.ReplaceAll(body, []byte(s), []byte("[redacted]"))
+		}
+	}
+	return body
+}
+
+// minSecretLen is the shortest value redacted from tool answers: shorter ones would blank
+// out ordinary text.
+const minSecretLen = 4
+
+// Resolve replaces every ${env.NAME} in value, the value of header, for a call to any host;
+// names bound to a host are refused.
+func (r *EnvResolver) Resolve(header, value string) (string, error) {
+	return r.ResolveFor("", header, value)
+}
+
+// ResolveFor replaces every ${env.NAME} in value, the value of header of a call to host
+// (host:port as in the URL).
+func (r *EnvResolver) ResolveFor(host, header, value string) (string, error) {
+	if !strings.Contains(value, "${") {
+		return value, nil
+	}
+	var b strings.Builder
+	rest := value
+	for {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String(), nil
+		}
+		b.WriteString(rest[:i])
+		end := strings.IndexByte(rest[i:], '}')
+		if end < 0 || !strings.HasPrefix(rest[i:], "${env.") {
+			return "", fmt.Errorf("header %s holds a malformed placeholder", header)
+		}
+		name := rest[i+len("${env.") : i+end]
+		if r == nil || !r.Allowed[name] {
+			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header}
+		}
+		if bound, ok := r.Hosts[name]; ok && !strings.EqualFold(bound, host) {
+			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header, host: bound}
+		}
+		lookup := r.Lookup
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		v, ok := lookup(name)
+		if !ok {
+			return "", &envError{code: "ENV_UNSET", name: name, header: header}
+		}
+		b.WriteString(v)
+		rest = rest[i+end+1:]
+	}
+}

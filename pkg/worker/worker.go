@@ -1,0 +1,256 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// DefaultMaxResultBytes bounds a tool's answer unless configured otherwise.
+const DefaultMaxResultBytes = 1 << 20
+
+// Config configures a Worker.
+type Config struct {
+	// Bus is the provisioned bus. Required.
+	Bus *bus.Bus
+	// Instance names this worker in the messages it sends. Required.
+	Instance string
+	// Executors run the calls, one per action kind. At least one is required; the worker
+	// pulls calls of these kinds only.
+	Executors []Executor
+	// Tools lists the tools served by executors that do not name their own (see Tools). Empty
+	// means every tool with a consumer of the executor's kind, including tools that get one
+	// while the worker runs.
+	Tools []string
+	// Concurrency bounds calls of one tool running at once in this worker. Default 32.
+	Concurrency int
+	// MaxResultBytes bounds a tool's answer. Default DefaultMaxResultBytes.
+	MaxResultBytes int64
+	// Middleware wraps every executor, inside Standard (which is always applied).
+	Middleware []Middleware
+	// Observer is told of tries, retries and results (metrics); nil observes nothing.
+	Observer Observer
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Validate reports what is missing or wrong in c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Bus == nil:
+		return errors.New("worker: Config.Bus is required")
+	case c.Instance == "":
+		return errors.New("worker: Config.Instance is required")
+	case len(c.Executors) == 0:
+		return errors.New("worker: Config.Executors needs at least one executor")
+	}
+	kinds := map[string]bool{}
+	for _, e := range c.Executors {
+		if e == nil {
+			return errors.New("worker: Config.Executors holds a nil executor")
+		}
+		k := e.Kind()
+		if !protocol.KnownKind(k) {
+			return fmt.Errorf("worker: executor kind %q is not one of %v", k, protocol.Kinds)
+		}
+		if kinds[k] {
+			return fmt.Errorf("worker: two executors of kind %q", k)
+		}
+		kinds[k] = true
+		if t, ok := e.(Tools); ok {
+			for _, name := range t.Tools() {
+				if err := protocol.CheckToolName("tools", name); err != nil {
+					return fmt.Errorf("worker: %s executor: %w", k, err)
+				}
+			}
+		}
+	}
+	for _, t := range c.Tools {
+		if err := protocol.CheckToolName("tools", t); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	return nil
+}
+
+// Worker runs tool calls: it pulls the calls of the tools and kinds it serves from their
+// shared durable consumers, claims each in the call ledger, runs it with the executor for its
+// kind, and records and publishes its result. Any number of workers may serve the same tools;
+// they share the consumers.
+type Worker struct {
+	cfg     Config
+	pub     *bus.Publisher
+	execs   map[string]Executor // kind → executor wrapped in its middleware
+	fixed   map[string][]string // kind → the tools its executor names (Tools)
+	log     *slog.Logger
+	obs     Observer
+	running running
+
+	mu      sync.Mutex
+	serving map[string]bool // consumer name → served
+}
+
+// New returns a Worker for cfg. Nothing runs until Run.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = DefaultMaxResultBytes
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, serving: map[string]bool{},
+		execs: map[string]Executor{}, fixed: map[string][]string{},
+		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.obs == nil {
+		w.obs = nopObserver{}
+	}
+	mw := append(Standard(), cfg.Middleware...)
+	for _, e := range cfg.Executors {
+		w.execs[e.Kind()] = Chain(e, mw...)
+		if t, ok := e.(Tools); ok {
+			w.fixed[e.Kind()] = t.Tools()
+		}
+	}
+	return w, nil
+}
+
+// Kinds are the action kinds this worker runs, sorted.
+func (w *Worker) Kinds() []string {
+	out := make([]string, 0, len(w.execs))
+	for k := range w.execs {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run serves calls until ctx is done and returns once in-flight calls are settled. Executors
+// that name their tools serve those; the others serve Config.Tools, or, when it is empty,
+// follow the hermes-tools bucket and start serving each tool of their kind as it appears. The
+// http executor also drains what Hermes before action kinds queued for its tools.
+func (w *Worker) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopSignals, err := w.listenForCancels(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopSignals()
+	var wg sync.WaitGroup
+	start := func(name string, run func(context.Context) error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.serving[name] || ctx.Err() != nil {
+			return
+		}
+		w.serving[name] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	serve := func(kind, tool string) {
+		start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, false) })
+		if kind == protocol.ActionHTTP {
+			start(bus.LegacyToolConsumer(tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, true) })
+		}
+	}
+	follow := false
+	for kind := range w.execs {
+		switch {
+		case w.fixed[kind] != nil:
+			for _, tool := range w.fixed[kind] {
+				serve(kind, tool)
+			}
+		case len(w.cfg.Tools) > 0:
+			for _, tool := range w.cfg.Tools {
+				serve(kind, tool)
+			}
+		default:
+			follow = true
+		}
+	}
+	if follow {
+		watcher, err := w.cfg.Bus.Tools.WatchAll(ctx)
+		if err != nil {
+			return fmt.Errorf("worker: watch tools: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = watcher.Stop() }()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-watcher.Updates():
+					if !ok {
+						cancel(errors.New("worker: the watch of hermes-tools ended"))
+						return
+					}
+					if e == nil || e.Operation() != jetstream.KeyValuePut {
+						continue
+					}
+					kind, tool, _, ok := protocol.ParseKeyTool(e.Key())
+					if ok && w.execs[kind] != nil && w.fixed[kind] == nil {
+						serve(kind, tool)
+					}
+				}
+			}
+		}()
+	}
+	<-ctx.Done()
+	w.mu.Lock() // no serve starts after this point
+	serving := len(w.serving)
+	w.mu.Unlock()
+	wg.Wait()
+	w.log.Debug("worker stopped", "consumers", serving)
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// serve runs the calls of tool of kind from their consumer until ctx is done. legacy serves
+// instead the consumer Hermes before action kinds queued the tool's calls in, if there is one.
+func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) error {
+	var cons jetstream.Consumer
+	var err error
+	if legacy {
+		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil || cons == nil {
+			return err
+		}
+	} else if cons, err = w.cfg.Bus.EnsureToolConsumer(ctx, kind, tool); err != nil {
+		return err
+	}
+	// The lease and progress signals follow the consumer's own ack deadline (set when it was
+	// created, possibly by another process with another configuration).
+	lease := w.cfg.Bus.Config().AckWait
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		lease = info.Config.AckWait
+	}
+	r := &runner{w: w, kind: kind, ledger: ledger.New(w.cfg.Bus.Claims, w.cfg.Instance, lease)}
+	name := cons.CachedInfo().Name
+	log := w.log.With("tool", tool, "consumer", name)
+	log.Info("serving tool", "kind", kind)
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
+		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Logger: log}).Run(ctx)
+}

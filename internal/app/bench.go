@@ -17,6 +17,7 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/retry"
 )
 
 // benchRow is one line of the benchmark report.
@@ -196,22 +197,22 @@ func benchSystem(ctx context.Context, syncAlways bool, workers, workerConc int) 
 }
 
 func waitReady(ctx context.Context, base string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+	err := retry.Do(ctx, retry.Fixed(20*time.Millisecond), time.Now().Add(30*time.Second), func() error {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
 		}
+		return nil
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("bench: %s not ready: %w", base, err)
 	}
-	return fmt.Errorf("bench: %s not ready", base)
+	return nil
 }
 
 // runIO drives an I/O-bound tool through 1, 2, 4… tool worker processes of fixed concurrency.

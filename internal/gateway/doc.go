@@ -1,5 +1,5 @@
-// Package gateway is Hermes' HTTP edge: it validates HermesRequests, accepts each request_id
-// once, publishes the request on the bus, and waits for its response.
+// Package gateway is Hermes' HTTP edge over package submit: each handler decodes, submits (or
+// looks up, or cancels) and renders; accepting, publishing and waiting are submit's.
 //
 // Endpoints:
 //
@@ -7,6 +7,9 @@
 //	                               the request_id when the wait (?timeout=, default 30 s) runs out
 //	                               while the request keeps running
 //	GET  /v1/requests/{request_id} the response once there (200), 202 while pending, 404 unknown
+//	DELETE /v1/requests/{request_id}
+//	                               cancel (?reason=): 200 with the cancelled response, 409 if it
+//	                               had finished, 404 unknown
 //	GET  /v1/sessions/{session_id}/events
 //	                               server-sent events: the session's recorded messages, its
 //	                               history then each new one as it is stored, id = stream

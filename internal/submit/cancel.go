@@ -35,9 +35,10 @@ const cancelTimeout = 10 * time.Second
 //
 // Order makes it safe against everything running at once: each unfinished call is first
 // marked cancelled in the call ledger (no worker acquires it any more; its holder learns it at
-// its next renewal), then the cancellation is announced (workers stop what they run), then the
-// CANCELLED results are recorded (a result recorded before stays: that call finished), and
-// last the response is recorded from the recorded results.
+// its next renewal); then the CANCELLED results are recorded (a result recorded before stays:
+// that call finished) and the response from the recorded results, before anything about the
+// cancellation is published, so no router can answer the request first; then the
+// cancellation is announced (workers stop what they run) and the results published.
 func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation) (resp *protocol.Response, replayed bool, err error) {
 	if len(c.By) > protocol.MaxCancelTextBytes || len(c.Reason) > protocol.MaxCancelTextBytes {
 		return nil, false, &protocol.FieldError{Field: "reason", Reason: fmt.Sprintf("may hold at most %d bytes", protocol.MaxCancelTextBytes)}
@@ -64,7 +65,6 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 			return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	// 2. The record says who cancelled, and workers running a call stop it.
 	at := time.Now().UTC()
 	ev, err := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: c.By, Reason: c.Reason, At: at})
 	if err != nil {
@@ -72,15 +72,14 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	}
 	ev.MsgID, ev.RequestID, ev.SessionID, ev.Trace = protocol.MsgIDCancel(requestID), requestID, plan.SessionID, plan.Trace
 	ev.CausationID = plan.RequestMsg
-	if _, err := s.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, plan.SessionID), ev); err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	// 3. Every call without a result gets CANCELLED; a result recorded before stands.
+	// 2. Every call without a result gets CANCELLED; a result recorded before stands. They are
+	// recorded, not published yet: nothing may aggregate them before the response is recorded.
 	results := make([]protocol.ToolResult, len(plan.CallIDs))
 	var stored [][]byte
 	for i, id := range plan.CallIDs {
 		call := &protocol.ToolCall{ToolCallID: id, Name: nameAt(plan.Names, i)}
-		res := protocol.CancelledResult(call, "", 0, c.By)
+		tries, _ := ledger.Last(ctx, s.cfg.Bus.Claims, ledger.Key(requestID, id))
+		res := protocol.CancelledResult(call, "", tries, c.By)
 		m, err := protocol.NewMessage(protocol.TypeToolResult, &res)
 		if err != nil {
 			return nil, false, err
@@ -99,7 +98,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 		results[i] = *got
 		stored = append(stored, raw)
 	}
-	// 4. The one response, from the recorded results.
+	// 3. The one response, from the recorded results.
 	text := "cancelled by " + c.By
 	if c.Reason != "" {
 		text += ": " + c.Reason
@@ -109,8 +108,12 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	// The results go on the record too, after the response: routers aggregating them find
-	// the request answered.
+	// 4. The record says who cancelled, and workers running a call stop it (they record
+	// nothing new: every unfinished call has its CANCELLED result).
+	if _, err := s.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, plan.SessionID), ev); err != nil {
+		log.Warn("the cancellation was recorded but not announced; running calls stop at their next claim renewal", "err", err)
+	}
+	// 5. The results go on the record too; routers aggregating them find the request answered.
 	for _, raw := range stored {
 		if err := s.cfg.Bus.Republish(ctx, s.pub, protocol.SubjectToolResult(plan.SessionID), raw); err != nil {
 			log.Warn("a cancelled call's result was recorded but not published", "err", err)
@@ -123,8 +126,8 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	if !mine && !cancelledResponse(resp) {
 		return resp, false, ErrFinished
 	}
-	log.Info("request cancelled", "by", c.By, "mine", mine)
-	return resp, !mine, nil
+	log.Info("request cancelled", "by", c.By)
+	return resp, false, nil
 }
 
 // planForCancel returns requestID's plan; a request no router has planned yet (still queued,
@@ -158,8 +161,18 @@ func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.P
 	return p, nil
 }
 
+// cancelledResponse reports whether r answers a cancelled request: it says so, or (recorded by
+// a router that aggregated the cancellation's results a moment first) holds CANCELLED results.
 func cancelledResponse(r *protocol.Response) bool {
-	return r.Error != nil && r.Error.Code == protocol.CodeCancelled
+	if r.Error != nil && r.Error.Code == protocol.CodeCancelled {
+		return true
+	}
+	for i := range r.Results {
+		if r.Results[i].ErrorCode == protocol.CodeCancelled {
+			return true
+		}
+	}
+	return false
 }
 
 func nameAt(names []string, i int) string {

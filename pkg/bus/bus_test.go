@@ -307,6 +307,9 @@ func TestPublishBatch(t *testing.T) {
 // messages pending until their ack deadline (here far beyond the test's wait), which is what
 // a fetch bound to a context did.
 func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test: skipped under -short")
+	}
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{AckWait: 10 * time.Minute})
 	cons, err := b.Consumer(context.Background(), bus.ConsumerRouterResults)

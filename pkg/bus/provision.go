@@ -201,6 +201,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Subjects:          protocol.TimerSubjects(),
 		Retention:         jetstream.WorkQueuePolicy,
 		Storage:           jetstream.FileStorage,
+		Duplicates:        2 * time.Minute,
 		AllowMsgSchedules: true,
 		Replicas:          cfg.Replicas,
 	}, &drift)

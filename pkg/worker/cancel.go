@@ -78,7 +78,11 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 		if len(calls) == 0 {
 			return
 		}
-		go w.stopCancelled(ctx, m.RequestID, calls)
+		by := ""
+		if c, err := m.DecodeCancel(); err == nil {
+			by = c.By
+		}
+		go w.stopCancelled(ctx, m.RequestID, by, calls)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: listen for cancellations: %w", err)
@@ -86,8 +90,8 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// stopCancelled stops each of calls whose claim is marked cancelled.
-func (w *Worker) stopCancelled(ctx context.Context, requestID string, calls []*runningCall) {
+// stopCancelled stops each of calls whose claim is marked cancelled; by names who cancelled.
+func (w *Worker) stopCancelled(ctx context.Context, requestID, by string, calls []*runningCall) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, c := range calls {
@@ -98,7 +102,24 @@ func (w *Worker) stopCancelled(ctx context.Context, requestID string, calls []*r
 		}
 		if ok {
 			w.log.Info("stopping a call of a cancelled request", "request_id", requestID, "tool_call_id", c.callID)
-			c.stop(ErrCancelled)
+			c.stop(&CancelledError{By: by})
 		}
 	}
 }
+
+// CancelledError is the cause of a try's context when its request was cancelled; it matches
+// ErrCancelled.
+type CancelledError struct {
+	// By names who cancelled, when the worker was told.
+	By string
+}
+
+func (e *CancelledError) Error() string {
+	if e.By == "" {
+		return ErrCancelled.Error()
+	}
+	return ErrCancelled.Error() + " by " + e.By
+}
+
+// Is makes a CancelledError match ErrCancelled.
+func (e *CancelledError) Is(target error) bool { return target == ErrCancelled }

@@ -51,7 +51,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	switch {
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")
-		return w.finishCancelled(ctx, m, disp, 0, d.Header.Get(bus.HeaderRedrive))
+		return w.finishCancelled(ctx, m, disp, 0, "", d.Header.Get(bus.HeaderRedrive))
 	case err != nil && !errors.Is(err, ledger.ErrClaimed):
 		return err
 	}
@@ -93,8 +93,12 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	final := err == nil && (out.Result.Status == protocol.ResultOK || !out.Retryable || attempt >= maxAttempts)
 	if errors.Is(context.Cause(ctx), ErrCancelled) || h.Cancelled() {
 		if !final {
-			log.Info("call cancelled while it ran", "attempt", attempt)
-			return w.finishCancelled(context.WithoutCancel(ctx), m, disp, attempt, d.Header.Get(bus.HeaderRedrive))
+			by := ""
+			if ce := (*CancelledError)(nil); errors.As(context.Cause(ctx), &ce) {
+				by = ce.By
+			}
+			log.Info("call cancelled while it ran", "attempt", attempt, "by", by)
+			return w.finishCancelled(context.WithoutCancel(ctx), m, disp, attempt, by, d.Header.Get(bus.HeaderRedrive))
 		}
 		// It finished anyway: its real result is recorded unless the cancellation's was first.
 		ctx = context.WithoutCancel(ctx)
@@ -144,7 +148,7 @@ func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.
 // tryHolding runs one try while renewing h; the renewal stops when the try ends, and stops
 // the try (stop) when it finds the call cancelled.
 func (r *runner) tryHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, disp *protocol.Dispatch, stop context.CancelCauseFunc, attempt, maxAttempts int) (Outcome, error) {
-	defer h.KeepAlive(ctx, r.ledger.Lease()/3, func() { stop(ErrCancelled) })()
+	defer h.KeepAlive(ctx, r.ledger.Lease()/3, func() { stop(&CancelledError{}) })()
 	return r.w.try(ctx, r.kind, m, disp, attempt, maxAttempts)
 }
 
@@ -181,8 +185,8 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 // finishCancelled answers a call of a cancelled request: the canceller records a CANCELLED
 // result for every unfinished call; recording one here too (the first recorded wins) makes
 // sure the call has it even if the canceller stopped half-way.
-func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, redrive string) error {
-	res := protocol.CancelledResult(&disp.Call, disp.Route, attempts, "")
+func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, by, redrive string) error {
+	res := protocol.CancelledResult(&disp.Call, disp.Route, attempts, by)
 	return w.finish(ctx, m, &res, redrive)
 }
 

@@ -219,6 +219,7 @@ func browserScenario(t *testing.T) (*system, *cutProxy, *browser, time.Time) {
 }
 
 func TestBrowserSendAndWatch(t *testing.T) {
+	long(t, "browser")
 	s, _, b, began := browserScenario(t)
 	const session = "sess_ui"
 
@@ -318,6 +319,7 @@ func TestBrowserSendAndWatch(t *testing.T) {
 }
 
 func TestBrowserCatchesUpAfterDisconnect(t *testing.T) {
+	long(t, "browser")
 	s, proxy, b, began := browserScenario(t)
 	const session = "sess_live"
 	echo := func(id string, args map[string]any) map[string]any {

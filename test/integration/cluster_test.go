@@ -235,6 +235,7 @@ func leaders(c *bustest.Cluster) string {
 // TestClusterStreamLeaderStops: the node leading the record stream stops under load, then comes
 // back. Every request is answered exactly once.
 func TestClusterStreamLeaderStops(t *testing.T) {
+	long(t, "cluster")
 	leaderStopsUnderLoad(t, "cluster: stream leader stopped and restarted", "csl",
 		func(c *bustest.Cluster) *bustest.Node { return c.WaitStreamLeader(protocol.StreamName) })
 }
@@ -262,6 +263,7 @@ func leaderStopsUnderLoad(t *testing.T, scenario, prefix string, pick func(*bust
 // TestClusterMetaLeaderStops: the node leading the meta group stops under load, then comes back.
 // Every request is answered exactly once.
 func TestClusterMetaLeaderStops(t *testing.T) {
+	long(t, "cluster")
 	leaderStopsUnderLoad(t, "cluster: meta leader stopped and restarted", "cml",
 		func(c *bustest.Cluster) *bustest.Node { return c.WaitMetaLeader() })
 }
@@ -270,6 +272,7 @@ func TestClusterMetaLeaderStops(t *testing.T) {
 // gateway's 503 BUS_UNAVAILABLE — never a false success — and are answered again once one of
 // the two is back; every request is answered exactly once in the end.
 func TestClusterQuorumLost(t *testing.T) {
+	long(t, "cluster")
 	s, c := startOnCluster(t)
 	first := c.WaitStreamLeader(protocol.StreamName)
 	var second *bustest.Node

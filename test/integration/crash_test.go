@@ -164,6 +164,7 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 // are in flight; a router started afterwards finishes every one of them. Clients retry with the
 // same request_id after timeouts; none is lost, none answered twice.
 func TestRouterKilledMidRequest(t *testing.T) {
+	long(t, "a router killed under load")
 	s := start(t, options{routers: -1, workers: 1, bus: bus.Config{AckWait: 2 * time.Second}})
 	victim := s.spawn("router", "victim-router", "--routes", "testdata/routes.yaml")
 	// A burst, so that the victim is in the middle of many requests when it dies.
@@ -306,6 +307,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 // middle of it. Every request is answered exactly once; the calls it was running are run again
 // by the survivor.
 func TestWorkerKilledUnderLoad(t *testing.T) {
+	long(t, "workers killed under load")
 	s := start(t, options{bus: bus.Config{AckWait: 2 * time.Second}})
 	victim := s.spawn("toolworker", "victim-worker", s.workerArgs()...)
 	s.spawn("toolworker", "survivor-worker", s.workerArgs()...)
@@ -348,6 +350,7 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 // ack deadline. Calls waiting for a slot are not pulled (so their deadline does not run out
 // unseen), and none runs twice.
 func TestQueuedCallsRunOnce(t *testing.T) {
+	long(t, "slow calls queued past the ack deadline")
 	s := start(t, options{bus: bus.Config{AckWait: time.Second}})
 	s.addWorkerWith(app.WorkerConfig{Instance: "small-worker", Concurrency: 2})
 	resp := s.route(request("queued", "",
@@ -370,6 +373,7 @@ func TestQueuedCallsRunOnce(t *testing.T) {
 // TestResponseLargerThanABusMessage: results that fit one by one but not together; the
 // response still arrives, with the largest content replaced by a RESULT_TOO_LARGE error.
 func TestResponseLargerThanABusMessage(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{})
 	s.addWorkerWith(app.WorkerConfig{Instance: "big-worker", MaxResultBytes: 12 << 20})
 	resp := s.route(request("big_resp", "",
@@ -401,6 +405,7 @@ func TestResponseLargerThanABusMessage(t *testing.T) {
 // request's id, past the stream's duplicate window (simulated with a new message id), runs
 // nothing: the router recognises the other content and ignores it.
 func TestReusedRequestIDAfterTheDuplicateWindow(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(request("reused", "", call("c", "record", map[string]any{"v": 1})))
 	other, _ := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: "reused",

@@ -52,6 +52,7 @@ func (s *system) waitDeadLetter(subject string) *jetstream.RawStreamMsg {
 }
 
 func TestPoisonMessagesAreDeadLettered(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}})
 	hostile := map[string][]byte{
 		protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "poison_1"): []byte("not msgpack at all"),
@@ -83,6 +84,7 @@ func TestPoisonMessagesAreDeadLettered(t *testing.T) {
 }
 
 func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	nc, _ := s.connect()
 	replies := make(chan *nats.Msg, 4)
@@ -126,6 +128,7 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 }
 
 func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
+	t.Parallel()
 	m := metrics.New(nil)
 	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 3}, metrics: m})
 	s.addWorkerWith(app.WorkerConfig{Instance: "worker-1", Tools: []string{"echo"}})

@@ -15,6 +15,7 @@ import (
 )
 
 func TestGatewayRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	cases := []struct {
 		name, body, query string
@@ -55,6 +56,7 @@ func TestGatewayRejectsBadInput(t *testing.T) {
 }
 
 func TestDuplicateRequestIDRunsOnce(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	req := request("dup_1", "", call("c", "echo", map[string]any{"delay_ms": 50, "v": "first"}))
 	// Concurrent posts of the same request, then one more after it finished.
@@ -102,6 +104,7 @@ func TestDuplicateRequestIDRunsOnce(t *testing.T) {
 }
 
 func TestTimeoutThenFetchAndLateWorker(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 0})
 	req := request("late_1", "", call("c", "echo", map[string]any{"v": 1}))
 	status, hdr, body := s.post(req, "?timeout=200ms", "X-Trace-ID", "trace-late-1")

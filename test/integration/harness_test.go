@@ -414,3 +414,13 @@ func seedPath(name string) string {
 	}
 	return "testdata/seed-examples/" + name
 }
+
+// long marks a test that go test -short skips: the daily loop leaves the cluster, nemesis,
+// NATS-restart, load, soak and browser suites to the full run (.ci/run). Crash tests that kill
+// one process at a time stay in the daily loop.
+func long(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: skipped under -short", what)
+	}
+}

@@ -13,6 +13,7 @@ import (
 // some across a gateway restart; each request runs once and every client gets the first
 // response.
 func TestIntakeSurvivesGatewayRestart(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	const n = 20
 	reqs := make([]map[string]any, n)

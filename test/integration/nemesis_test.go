@@ -36,6 +36,7 @@ var (
 //
 //	go test ./test/integration -run TestNemesis -soak 10m -seed 42
 func TestNemesis(t *testing.T) {
+	long(t, "nemesis")
 	server := startNATS(t, "interval")
 	s := start(t, options{natsURL: server.URL(), routers: -1, workers: 0, bus: bus.Config{AckWait: 2 * time.Second}})
 	runNemesis(t, s, &nemesis{nats: server})
@@ -44,6 +45,7 @@ func TestNemesis(t *testing.T) {
 // TestNemesisCluster is TestNemesis on a 3-node cluster with 3 replicas, where the server fault
 // is a node stopped (the record's leader, the meta leader or another) and restarted.
 func TestNemesisCluster(t *testing.T) {
+	long(t, "nemesis on a cluster")
 	c := bustest.NewCluster(t)
 	s := start(t, options{natsURL: c.URL(), routers: -1, workers: 0,
 		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second}})

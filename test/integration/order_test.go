@@ -96,6 +96,7 @@ func (s *system) waitResponses(n int) {
 // checks that every session's requests were dispatched in the order the stream accepted them,
 // each answered once.
 func TestSessionOrderHoldsAcrossRoutersAndARouterCrash(t *testing.T) {
+	long(t, "order across a router crash")
 	s := start(t, options{routers: -1, workers: 2, bus: bus.Config{AckWait: 2 * time.Second}})
 	victim := s.spawn("router", "victim-router", "--routes", "testdata/routes.yaml")
 	waitFor(t, "the victim router to start", func() bool { return strings.Contains(victim.out.String(), "router running") })
@@ -166,6 +167,7 @@ func TestSessionOrderHoldsAcrossRoutersAndARouterCrash(t *testing.T) {
 // the previous one's response — also when that one failed to route — while another session's
 // requests, sent at the same time, do not wait.
 func TestSerialRequestsRunOneAtATime(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	serial := make([]*protocol.Request, 6)
 	for j := range serial {

@@ -17,13 +17,14 @@ import (
 // first try of an Idempotency-Key waits first_delay_ms, and each of its first K tries (every try
 // when K is 0) waits delay_ms; waits end early when the caller goes away.
 type recorder struct {
-	addr string
-	mu   sync.Mutex
-	keys map[string][]http.Header // Idempotency-Key → headers of each try, in order
+	addr    string
+	mu      sync.Mutex
+	keys    map[string][]http.Header // Idempotency-Key → headers of each try, in order
+	aborted map[string]int           // Idempotency-Key → tries the caller abandoned before the answer
 }
 
 func newRecorder(t *testing.T) *recorder {
-	r := &recorder{keys: map[string][]http.Header{}}
+	r := &recorder{keys: map[string][]http.Header{}, aborted: map[string]int{}}
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	r.addr = strings.TrimPrefix(srv.URL, "http://")
@@ -54,6 +55,9 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-time.After(delay):
 	case <-r.Context().Done():
+		rec.mu.Lock()
+		rec.aborted[key]++
+		rec.mu.Unlock()
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -62,6 +66,13 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write(body)
+}
+
+// abortedTries counts the tries of key whose caller went away before the answer.
+func (rec *recorder) abortedTries(key string) int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.aborted[key]
 }
 
 // tries returns the headers of every try of key.

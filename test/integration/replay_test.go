@@ -92,6 +92,7 @@ func inOrder(t *testing.T, what string, idx ...int) {
 }
 
 func TestReplaySession(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(withSession(request("replay_1", "查询订单状态",
 		call("ok", "echo", map[string]any{"n": 1}),
@@ -240,6 +241,7 @@ func tail(t *testing.T, args ...string) (out *syncBuffer, stop func()) {
 }
 
 func TestTailFollowsLiveFlow(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(withSession(request("tail_before", "", call("c", "echo", map[string]any{})), "sess_tail"))
 	s.waitRecorded("tail_before")
@@ -306,6 +308,7 @@ func jsonRequests(t *testing.T, out string) map[string]int {
 }
 
 func TestReplayRoutesWhatIf(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(request("whatif_a", "urgent: please check", call("ok", "echo", map[string]any{"n": 1}), call("lost", "no_such_tool", map[string]any{})))
 	s.route(request("whatif_b", "routine", call("plain", "echo", map[string]any{"n": 2}), call("order", "order_query", map[string]any{"order_id": "ORD-1"})))

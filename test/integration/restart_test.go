@@ -121,6 +121,7 @@ func (s *system) consumers() map[string]consumerState {
 // Every request is answered, none twice; every call has exactly one recorded result; the durable
 // consumers resume where they were rather than start over or skip what was pending.
 func TestNATSRestartedUnderLoad(t *testing.T) {
+	long(t, "NATS restarted under load")
 	for _, policy := range []string{"interval", "always"} {
 		t.Run("sync="+policy, func(t *testing.T) { natsRestartedUnderLoad(t, policy) })
 	}
@@ -254,6 +255,7 @@ func natsRestartedUnderLoad(t *testing.T, policy string) {
 // published before gets 504 when its wait runs out, never a success it cannot vouch for. Once
 // the server is back, both run, once each.
 func TestGatewayAnswersWhileNATSRestarts(t *testing.T) {
+	long(t, "NATS restart")
 	nats := startNATS(t, "interval")
 	s := start(t, options{natsURL: nats.URL(), workers: 1, bus: bus.Config{AckWait: 2 * time.Second}})
 	s.route(request("down_before", "", call("a", "echo", map[string]any{})))

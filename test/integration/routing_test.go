@@ -10,6 +10,7 @@ import (
 )
 
 func TestSeedRequestSucceeds(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{routesFile: "../../examples/routes.yaml", workers: 1})
 	body, err := os.ReadFile(seedPath("request-policy-number.json"))
 	if err != nil {
@@ -66,6 +67,7 @@ func TestSeedInsuranceRoutes(t *testing.T) {
 }
 
 func TestNamedCaptureReachesTool(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(request("capture_1", "查看李四的保单", call("c", "get_policy_status", map[string]any{})))
 	if r := result(t, resp, "c"); r.Status != protocol.ResultOK || !strings.Contains(string(r.Content), "李四") {
@@ -79,6 +81,7 @@ func TestNamedCaptureReachesTool(t *testing.T) {
 }
 
 func TestParallelCallsMatchedByID(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	barrier := map[string]any{"id": "three", "count": 3, "timeout_ms": 10000}
 	resp := s.route(request("barrier_1", "",
@@ -101,6 +104,7 @@ func TestParallelCallsMatchedByID(t *testing.T) {
 }
 
 func TestUnknownToolIsPartialSuccess(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(request("unknown_1", "", call("a", "echo", map[string]any{"x": 1}), call("b", "no_such_tool", map[string]any{})))
 	if resp.Status != protocol.StatusPartialSuccess {
@@ -113,6 +117,7 @@ func TestUnknownToolIsPartialSuccess(t *testing.T) {
 }
 
 func TestRetriesAndFailures(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(request("retry_1", "",
 		call("flaky", "echo", map[string]any{"fail_times": 2}),

@@ -14,6 +14,7 @@ import (
 // every call with its own payload) through two routers and two tool workers. Every response
 // must be correct and complete, and each of the four instances must have done part of the work.
 func TestTwoRoutersTwoWorkers200Concurrent(t *testing.T) {
+	long(t, "load")
 	s := start(t, options{routers: 2, workers: 2})
 	const n = 200
 	var wg sync.WaitGroup

@@ -192,6 +192,7 @@ func echoIn(session, requestID string, n int) map[string]any {
 }
 
 func TestSessionEventsHistoryThenLive(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(echoIn("sess_sse", "sse_1", 1))
 	s.route(echoIn("sess_other", "other_1", 1)) // another session: never streamed
@@ -225,6 +226,7 @@ func TestSessionEventsHistoryThenLive(t *testing.T) {
 }
 
 func TestSessionEventsResume(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(echoIn("sess_resume", "res_1", 1))
 	s.waitRecorded("res_1")
@@ -252,6 +254,7 @@ func TestSessionEventsResume(t *testing.T) {
 }
 
 func TestSessionEventsCatchUpAcrossGatewayRestart(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	s.route(echoIn("sess_gw", "gw_1", 1))
 	s.waitRecorded("gw_1")
@@ -280,6 +283,7 @@ func TestSessionEventsCatchUpAcrossGatewayRestart(t *testing.T) {
 }
 
 func TestSessionEventsRefusals(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{routers: -1})
 	for _, tc := range []struct {
 		path, header, field string
@@ -340,6 +344,7 @@ func (s *system) sessions(query string) sessionsList {
 }
 
 func TestSessionsList(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	if got := s.sessions(""); len(got.Sessions) != 0 {
 		t.Fatalf("before any request: %+v", got)

@@ -17,6 +17,9 @@ import (
 // leader stops, and the stopped node comes back on the same port with its store and catches
 // up. (test/integration runs Hermes through the same faults, and through a lost quorum.)
 func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster test: skipped under -short")
+	}
 	c := bustest.NewCluster(t)
 	b := c.Provision(t, bus.Config{Replicas: bustest.ClusterSize})
 	ctx := context.Background()

@@ -1,0 +1,254 @@
+package deadletter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+type fixture struct {
+	b       *bus.Bus
+	p       *Processor
+	metrics *metrics.Metrics
+	pub     *bus.Publisher
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	m := metrics.New(nil)
+	p, err := New(Config{Bus: b, Instance: "dlq-test", Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{b: b, p: p, metrics: m, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r"})}
+}
+
+// store publishes m to subject on the record and returns its stream sequence.
+func (f *fixture) store(t *testing.T, subject string, m *protocol.Message) uint64 {
+	t.Helper()
+	ack, err := f.pub.Publish(t.Context(), subject, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+func (f *fixture) storeRaw(t *testing.T, subject string, data []byte, hdr nats.Header) uint64 {
+	t.Helper()
+	ack, err := f.b.JS.PublishMsg(t.Context(), &nats.Msg{Subject: subject, Data: data, Header: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// advise hands the processor an advisory of kind for the message at seq, given up by consumer.
+func (f *fixture) advise(t *testing.T, kind, consumer string, seq, deliveries uint64) error {
+	t.Helper()
+	typ := typeMaxDeliver
+	if kind == "terminated" {
+		typ = typeTerminated
+	}
+	data, _ := json.Marshal(advisory{Type: typ, Stream: protocol.StreamName, Consumer: consumer, StreamSeq: seq, Deliveries: deliveries, Reason: "bad"})
+	return f.p.handle(t.Context(), &bus.Delivery{Subject: "$JS.EVENT.ADVISORY.CONSUMER.X", Data: data, Header: nats.Header{}})
+}
+
+// letters returns the dead letters kept, by consumer.
+func (f *fixture) letters(t *testing.T) []Letter {
+	t.Helper()
+	l, err := List(t.Context(), f.b, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func dispatch(t *testing.T, rid, call string, corr *protocol.Correlation) *protocol.Message {
+	t.Helper()
+	m, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: call, Name: "echo", Arguments: json.RawMessage(`{}`)},
+		Route: "echo_route", Action: protocol.Action{Kind: protocol.ActionHTTP, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1},
+			HTTP: &protocol.HTTPAction{URL: "http://x/", Method: "POST"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID, m.Correlation = protocol.MsgIDToolCall(rid, call), rid, "s_"+rid, corr
+	return m
+}
+
+func requestMsg(t *testing.T, rid string, serial bool) *protocol.Message {
+	t.Helper()
+	m, err := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: rid, SessionID: "s_" + rid, Serial: serial,
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "a", Name: "echo"}, {ToolCallID: "b", Name: "echo"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest(rid), rid, "s_"+rid
+	return m
+}
+
+func TestProcessorAnswersWhatWaits(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	toolConsumer := bus.ToolConsumer(protocol.ActionHTTP, "echo")
+	for _, c := range []struct {
+		name      string
+		lastError string // the ledger's last failure of the call
+		wantCode  string
+	}{
+		{"a call that kept failing keeps its last failure", protocol.CodeToolHTTP5xx, protocol.CodeToolHTTP5xx},
+		{"a call that never failed is DEAD_LETTERED", "", protocol.CodeDeadLettered},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rid := fmt.Sprintf("call_%d", len(c.lastError))
+			corr := &protocol.Correlation{CallIDs: []string{"a", "b"}}
+			if c.lastError != "" {
+				l := ledger.New(f.b.Claims, "w", 0)
+				h, _, err := l.Acquire(ctx, ledger.Key(rid, "a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.Release(ctx, c.lastError)
+			}
+			seq := f.store(t, protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s_"+rid), dispatch(t, rid, "a", corr))
+			if err := f.advise(t, "max_deliveries", toolConsumer, seq, 20); err != nil {
+				t.Fatal(err)
+			}
+			m, res, _, err := f.b.Result(ctx, rid, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ErrorCode != c.wantCode || res.ErrorOrigin != protocol.OriginHermes || res.Route != "echo_route" || !strings.Contains(res.RecoveryHint, "dlq") {
+				t.Errorf("result %+v", res)
+			}
+			if m.Sender.Role != protocol.RoleDeadLetter || m.Correlation == nil || len(m.Correlation.CallIDs) != 2 {
+				t.Errorf("the result does not follow its dispatch: %+v", m)
+			}
+		})
+	}
+	letters := f.letters(t)
+	if len(letters) != 2 || letters[0].Consumer != toolConsumer || letters[0].Deliveries != 20 || letters[0].Type != protocol.TypeToolCall ||
+		!strings.Contains(letters[0].Reason, "20 deliveries") {
+		t.Fatalf("letters %+v", letters)
+	}
+	if n := testutil.ToFloat64(f.metrics.DeadLetters.WithLabelValues(toolConsumer, "max_deliveries")); n != 2 {
+		t.Errorf("dead letters counted %v", n)
+	}
+}
+
+func TestProcessorFailsADeadRequestAndWakesTheNextSerialOne(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	// A serial request waits, parked, for the dead one's response.
+	lot := park.New(f.b, f.pub, nil)
+	next := requestMsg(t, "next_1", true)
+	raw, _ := protocol.Marshal(next)
+	if err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("dead_1")}, "next_1", protocol.SubjectRequest(next.SessionID), raw); err != nil {
+		t.Fatal(err)
+	}
+	seq := f.store(t, protocol.SubjectRequest("s_dead_1"), requestMsg(t, "dead_1", true))
+	if err := f.advise(t, "terminated", bus.RequestConsumer(0), seq, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, _, err := f.b.Response(ctx, "dead_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != protocol.StatusFailed || resp.Error == nil || resp.Error.Code != protocol.CodeDeadLettered || len(resp.Results) != 2 ||
+		resp.Results[1].ErrorCode != protocol.CodeDeadLettered {
+		t.Fatalf("response %+v", resp)
+	}
+	if n, _ := lot.Parked(ctx, protocol.WakeOnResponse("dead_1")); n != 0 {
+		t.Errorf("the next serial request still waits (%d parked)", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.Responses.WithLabelValues(protocol.StatusFailed)); n != 1 {
+		t.Errorf("responses counted %v", n)
+	}
+	// The same advisory again (a redelivery): one letter, one response, counted once.
+	if err := f.advise(t, "terminated", bus.RequestConsumer(0), seq, 1); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.letters(t); len(l) != 1 {
+		t.Errorf("%d letters after a repeated advisory", len(l))
+	}
+	if n := testutil.ToFloat64(f.metrics.Responses.WithLabelValues(protocol.StatusFailed)); n != 1 {
+		t.Errorf("responses counted %v after a repeated advisory", n)
+	}
+}
+
+func TestProcessorKeepsWhatItCannotRead(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	hdr := nats.Header{}
+	hdr.Set(bus.HeaderTraceID, "trace-9")
+	poison := f.storeRaw(t, protocol.SubjectRequest("s_poison"), []byte{0xc1, 0x00}, hdr)
+	if err := f.advise(t, "terminated", bus.RequestConsumer(3), poison, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A message gone from the record (aged out): the letter keeps what the advisory says.
+	if err := f.advise(t, "max_deliveries", bus.RequestConsumer(3), 99_999, 20); err != nil {
+		t.Fatal(err)
+	}
+	// An advisory of another stream, or not an advisory: ignored.
+	other, _ := json.Marshal(advisory{Type: typeMaxDeliver, Stream: "KV_x", Consumer: "c", StreamSeq: 1})
+	if err := f.p.handle(ctx, &bus.Delivery{Data: other, Header: nats.Header{}}); err != nil {
+		t.Fatal(err)
+	}
+	letters := f.letters(t)
+	if len(letters) != 2 {
+		t.Fatalf("letters %+v", letters)
+	}
+	if letters[0].Type != "" || letters[0].Size != 2 || letters[0].StreamSeq != poison || letters[1].Size != 0 || letters[1].Subject != "" {
+		t.Errorf("letters %+v", letters)
+	}
+	if _, err := Retry(ctx, f.b, letters[0].Seq); err == nil || !strings.Contains(err.Error(), "no Hermes worker can decode") {
+		t.Errorf("re-drive of undecodable bytes: %v", err)
+	}
+	if _, err := Retry(ctx, f.b, letters[1].Seq); err == nil || !strings.Contains(err.Error(), "gone from the record") {
+		t.Errorf("re-drive of a letter without its original: %v", err)
+	}
+}
+
+// A result the routers gave up aggregating is given one more round, once.
+func TestProcessorRedrivesAGivenUpResultOnce(t *testing.T) {
+	f := newFixture(t)
+	res := protocol.ToolResult{ToolCallID: "a", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("agg_1", "a"), "agg_1", "s_agg"
+	seq := f.store(t, protocol.SubjectToolResult("s_agg"), m)
+	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, seq, 20); err != nil {
+		t.Fatal(err)
+	}
+	redriven := f.lastOn(t, protocol.SubjectToolResult("s_agg"))
+	if redriven.Sequence == seq || redriven.Header.Get(bus.HeaderRedrive) != protocol.AutoRedriveID(seq) {
+		t.Fatalf("re-driven %d %v", redriven.Sequence, redriven.Header)
+	}
+	// Given up again: not re-driven a second time.
+	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, redriven.Sequence, 20); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.lastOn(t, protocol.SubjectToolResult("s_agg")); again.Sequence != redriven.Sequence {
+		t.Errorf("re-driven twice (seq %d)", again.Sequence)
+	}
+}
+
+func (f *fixture) lastOn(t *testing.T, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	m, err := f.b.Stream.GetLastMsgForSubject(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

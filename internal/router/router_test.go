@@ -1,0 +1,154 @@
+package router
+
+import (
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+func newRouter(t *testing.T) (*Router, *bus.Bus) {
+	t.Helper()
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	table, err := routes.Parse("r.yaml", []byte("version: 1.0\nrules:\n  - name: echo\n    match: {tool_name: echo}\n    action: {http: {url: 'http://x/'}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Bus: b, Routes: table, Instance: "router-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, b
+}
+
+// The bus outlet records decided results, dispatches the rest as one batch with the request's
+// correlation, and parks the request for each held call; aggregation then answers from the
+// recorded results alone.
+func TestOutletAndAggregation(t *testing.T) {
+	r, b := newRouter(t)
+	ctx := t.Context()
+	j := job(t, "r1", "s1", true, "fax", "a", "echo", "b", "echo", "c")
+	if err := (&Pipeline{Stages: r.pipeline.Stages[2:], Out: &outlet{}}).Run(ctx, j); err != nil { // route only
+		t.Fatal(err)
+	}
+	hold := park.Wait{Key: protocol.WakeAt("r1.c"), At: time.Now().Add(time.Hour)}
+	j.Calls[2].Dispatch, j.Calls[2].Hold = nil, &hold
+	if err := r.pipeline.Out.Emit(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	// a: NO_ROUTE, recorded and published with the correlation.
+	m, res, _, err := b.Result(ctx, "r1", "a")
+	if err != nil || res.ErrorCode != protocol.CodeNoRoute || m.Correlation == nil || strings.Join(m.Correlation.CallIDs, ",") != "a,b,c" || !m.Correlation.Serial {
+		t.Fatalf("decided result %+v %+v %v", m, res, err)
+	}
+	// b: dispatched to its kind's subject.
+	raw, err := b.Stream.GetLastMsgForSubject(ctx, protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := protocol.Unmarshal(raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dm.DecodeDispatch()
+	if err != nil || d.Call.ToolCallID != "b" || d.Route != "echo" || dm.MsgID != protocol.MsgIDToolCall("r1", "b") ||
+		dm.Recipient != bus.ToolConsumer(protocol.ActionHTTP, "echo") || dm.Correlation == nil || len(dm.Correlation.CallIDs) != 3 {
+		t.Fatalf("dispatch %+v %+v %v", dm, d, err)
+	}
+	// c: held, the request parked under its wait.
+	if n, err := r.lot.Parked(ctx, hold.Key); n != 1 || err != nil {
+		t.Fatalf("parked %d %v", n, err)
+	}
+	// Not complete: no response yet.
+	if err := r.agg.handle(ctx, delivery(t, b, "r1", "a", false)); err != nil {
+		t.Fatal(err)
+	}
+	if answered, _ := b.Answered(ctx, "r1"); answered {
+		t.Fatal("answered before every call has a result")
+	}
+	for _, id := range []string{"b", "c"} {
+		recordOK(t, b, "r1", id, &protocol.Correlation{CallIDs: []string{"a", "b", "c"}, Serial: true})
+	}
+	if err := r.agg.handle(ctx, delivery(t, b, "r1", "c", true)); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, _, err := b.Response(ctx, "r1")
+	if err != nil || resp.Status != protocol.StatusPartialSuccess || len(resp.Results) != 3 || resp.Results[0].ErrorCode != protocol.CodeNoRoute {
+		t.Fatalf("response %+v %v", resp, err)
+	}
+	// A result whose correlation does not name its own call is aggregated by the plan: with
+	// no plan recorded, it is dropped.
+	res2 := protocol.ToolResult{ToolCallID: "z", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
+	fm, _ := protocol.NewMessage(protocol.TypeToolResult, &res2)
+	fm.MsgID, fm.RequestID, fm.SessionID, fm.Correlation = "x", "forged", "s1", &protocol.Correlation{CallIDs: []string{"y"}}
+	data, _ := protocol.Marshal(fm)
+	d2 := &bus.Delivery{Data: data, Msg: fm, Header: nats.Header{}, Log: slog.New(slog.DiscardHandler)}
+	if err := r.agg.handle(ctx, d2); err != nil {
+		t.Fatal(err)
+	}
+	if answered, _ := b.Answered(ctx, "forged"); answered {
+		t.Fatal("a forged correlation made a response")
+	}
+}
+
+func recordOK(t *testing.T, b *bus.Bus, rid, call string, corr *protocol.Correlation) {
+	t.Helper()
+	res := protocol.ToolResult{ToolCallID: call, Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`), Attempts: 1}
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	m.MsgID, m.RequestID, m.SessionID, m.Correlation = protocol.MsgIDToolResult(rid, call), rid, "s1", corr
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
+	if _, _, err := b.RecordResult(t.Context(), pub, m, &res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delivery is the delivery of call's recorded result, as the results consumer hands it.
+func delivery(t *testing.T, b *bus.Bus, rid, call string, recorded bool) *bus.Delivery {
+	t.Helper()
+	m, _, raw, err := b.Result(t.Context(), rid, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nats.Header{}
+	if recorded {
+		h.Set(bus.HeaderRecorded, "1")
+	}
+	return &bus.Delivery{Data: raw, Msg: m, Header: h, Log: slog.New(slog.DiscardHandler)}
+}
+
+func TestTrustedCorrelation(t *testing.T) {
+	a := &aggregator{maxCall: 3}
+	res := &protocol.ToolResult{ToolCallID: "b"}
+	for _, c := range []struct {
+		corr *protocol.Correlation
+		want bool
+	}{
+		{&protocol.Correlation{CallIDs: []string{"a", "b"}}, true},
+		{nil, false},
+		{&protocol.Correlation{}, false},
+		{&protocol.Correlation{CallIDs: []string{"a", "c"}}, false},           // not its own call
+		{&protocol.Correlation{CallIDs: []string{"a", "b", "c", "d"}}, false}, // over the limit
+		{&protocol.Correlation{CallIDs: []string{"b", "x.*"}}, false},         // not tokens
+		{&protocol.Correlation{CallIDs: []string{"b"}, Serial: true}, true},
+	} {
+		if got := a.trusted(c.corr, res); got != c.want {
+			t.Errorf("trusted(%+v) = %v, want %v", c.corr, got, c.want)
+		}
+	}
+}
+
+func TestRouterStages(t *testing.T) {
+	r, _ := newRouter(t)
+	if got := strings.Join(r.Stages(), ","); got != "serial,plan,route" {
+		t.Errorf("stages %s", got)
+	}
+}

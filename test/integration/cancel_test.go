@@ -1,0 +1,273 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// deleteRequest sends DELETE /v1/requests/{id} (query appended) and returns status, headers and body.
+func (s *system) deleteRequest(id, query string) (int, http.Header, []byte) {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, s.base+"/v1/requests/"+id+query, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body
+}
+
+// transcript formats the record of session as hermes replay prints it, for the test's log.
+func (s *system) transcript(session string) string {
+	s.t.Helper()
+	var b strings.Builder
+	f := &record.Formatter{Location: time.UTC}
+	for _, raw := range s.stored() {
+		if !strings.HasSuffix(raw.Subject, "."+session) {
+			continue
+		}
+		b.WriteString(f.Format(record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data)))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestCancelRequest: a request of three calls — one finished, one running, one waiting for a
+// worker slot — is cancelled over HTTP. The running call's tool sees its request aborted, the
+// waiting one never starts, the response is recorded once with CANCELLED for the two that did
+// not finish and says who cancelled, and the record has the cancellation. Cancelling again
+// answers the same; cancelling a finished request is a 409; an unknown one a 404.
+func TestCancelRequest(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{bus: bus.Config{AckWait: 2 * time.Second}})
+	s.addWorkerWith(app.WorkerConfig{Instance: "worker-1", Concurrency: 1}) // one slot per tool
+	req := map[string]any{"request_id": "cx_1", "session_id": "cx_sess", "intent": "cancel me",
+		"tool_calls": []map[string]any{
+			call("fast", "echo", map[string]any{"n": 1}),
+			call("slow_1", "record", map[string]any{"delay_ms": 60_000}),
+			call("slow_2", "record", map[string]any{"delay_ms": 60_000}),
+		}}
+	posted := s.postAsync(req, "?timeout=2m")
+	waitFor(t, "one slow call to run", func() bool {
+		return len(s.recorder.tries("cx_1/slow_1"))+len(s.recorder.tries("cx_1/slow_2")) == 1
+	})
+	running, queued := "slow_1", "slow_2"
+	if len(s.recorder.tries("cx_1/slow_2")) == 1 {
+		running, queued = queued, running
+	}
+	waitFor(t, "the fast call's result", func() bool { return s.countRecorded("cx_1", protocol.TypeToolResult) == 1 })
+
+	status, hdr, body := s.deleteRequest("cx_1", "?reason=user+pressed+stop")
+	t.Logf("DELETE /v1/requests/cx_1?reason=user+pressed+stop -> HTTP %d\n%s", status, indent(body))
+	if status != http.StatusOK || hdr.Get("X-Hermes-Replayed") != "" {
+		t.Fatalf("cancel: HTTP %d %v: %s", status, hdr, body)
+	}
+	resp := decodeResponse(t, body)
+	if resp.Status != protocol.StatusPartialSuccess || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled ||
+		!strings.Contains(resp.Error.Message, "cancelled by http 127.0.0.1:") || !strings.Contains(resp.Error.Message, "user pressed stop") {
+		t.Fatalf("response %+v error %+v", resp, resp.Error)
+	}
+	if r := result(t, resp, "fast"); r.Status != protocol.ResultOK {
+		t.Errorf("the finished call: %+v", r)
+	}
+	for _, id := range []string{running, queued} {
+		r := result(t, resp, id)
+		if r.Status != protocol.ResultError || r.ErrorCode != protocol.CodeCancelled || r.ErrorOrigin != protocol.OriginHermes || r.Name != "record" {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+	// The client still waiting on POST gets the same response.
+	a := <-posted
+	if a.status != http.StatusOK || !bytes.Equal(bytes.TrimSpace(a.body), bytes.TrimSpace(body)) {
+		t.Errorf("the waiting POST got HTTP %d: %s", a.status, a.body)
+	}
+	// The running call's tool saw its request aborted; the queued one never started, also
+	// once the worker's slot is free and well past the ack deadline.
+	waitFor(t, "the running call's HTTP request to be aborted", func() bool { return s.recorder.abortedTries("cx_1/"+running) == 1 })
+	time.Sleep(3 * time.Second)
+	if n := len(s.recorder.tries("cx_1/" + queued)); n != 0 {
+		t.Errorf("the queued call started %d times after the cancellation", n)
+	}
+	if n := len(s.recorder.tries("cx_1/" + running)); n != 1 {
+		t.Errorf("the running call was tried %d times", n)
+	}
+	// The record: who cancelled, one response, a CANCELLED result per unfinished call.
+	waitFor(t, "the cancelled results on the record", func() bool { return s.countRecorded("cx_1", protocol.TypeToolResult) == 3 })
+	for typ, want := range map[protocol.Type]int{protocol.TypeCancel: 1, protocol.TypeResponse: 1, protocol.TypeToolResult: 3} {
+		if n := s.countRecorded("cx_1", typ); n != want {
+			t.Errorf("%s recorded %d times, want %d", typ, n, want)
+		}
+	}
+	for _, m := range s.record() {
+		if m.Type == protocol.TypeCancel {
+			c, err := m.DecodeCancel()
+			if err != nil || !strings.HasPrefix(c.By, "http 127.0.0.1:") || c.Reason != "user pressed stop" || m.Sender.Role != protocol.RoleGateway {
+				t.Errorf("cancel message %+v: %+v %v", m, c, err)
+			}
+		}
+	}
+	t.Logf("hermes replay --session cx_sess:\n%s", s.transcript("cx_sess"))
+
+	// Cancelling again answers the same response, marked replayed.
+	status, hdr, again := s.deleteRequest("cx_1", "")
+	if status != http.StatusOK || hdr.Get("X-Hermes-Replayed") != "true" || !bytes.Equal(again, body) {
+		t.Errorf("second cancel: HTTP %d %v: %s", status, hdr.Get("X-Hermes-Replayed"), again)
+	}
+	// GET shows the cancelled response.
+	if got, err := http.Get(s.base + "/v1/requests/cx_1"); err != nil || got.StatusCode != http.StatusOK {
+		t.Errorf("GET after cancel: %v %v", got, err)
+	} else {
+		got.Body.Close()
+	}
+	// A finished request cannot be cancelled.
+	s.route(request("cx_done", "", call("c", "echo", map[string]any{})))
+	status, _, conflict := s.deleteRequest("cx_done", "")
+	t.Logf("DELETE /v1/requests/cx_done -> HTTP %d %s", status, bytes.TrimSpace(conflict))
+	if status != http.StatusConflict || !strings.Contains(string(conflict), protocol.CodeAlreadyFinished) {
+		t.Errorf("cancel of a finished request: HTTP %d: %s", status, conflict)
+	}
+	if status, _, nf := s.deleteRequest("cx_nobody", ""); status != http.StatusNotFound {
+		t.Errorf("cancel of an unknown request: HTTP %d: %s", status, nf)
+	}
+	if status, _, bad := s.deleteRequest("cx.*", ""); status != http.StatusBadRequest {
+		t.Errorf("cancel of a bad id: HTTP %d: %s", status, bad)
+	}
+	if status, _, bad := s.deleteRequest("cx_1", "?reason="+strings.Repeat("x", 300)); status != http.StatusBadRequest || !strings.Contains(string(bad), `"field":"reason"`) {
+		t.Errorf("cancel with a reason too long: HTTP %d: %s", status, bad)
+	}
+}
+
+// TestCancelBeforeAnyRouter: a request still queued (no router runs) is cancelled; when a
+// router comes, it runs none of its calls, and the record has no tool call for it.
+func TestCancelBeforeAnyRouter(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routers: -1, workers: 1})
+	queued := request("cq_1", "", call("a", "record", map[string]any{}))
+	queued["session_id"] = "cq_sess"
+	if status, _, body := s.post(queued, "?timeout=1s"); status != http.StatusGatewayTimeout {
+		t.Fatalf("POST: HTTP %d: %s", status, body)
+	}
+	status, _, body := s.deleteRequest("cq_1", "")
+	if status != http.StatusOK {
+		t.Fatalf("cancel: HTTP %d: %s", status, body)
+	}
+	if r := result(t, decodeResponse(t, body), "a"); r.ErrorCode != protocol.CodeCancelled {
+		t.Fatalf("result %+v", r)
+	}
+	s.addRouter("late-router")
+	// The request reaches the router, which finds it answered and dispatches nothing. A later
+	// request of the same session is routed after it (one partition, in order).
+	after := request("cq_after", "", call("c", "echo", map[string]any{}))
+	after["session_id"] = "cq_sess"
+	s.route(after)
+	if n := s.countRecorded("cq_1", protocol.TypeToolCall); n != 0 {
+		t.Errorf("%d tool calls dispatched for a cancelled request", n)
+	}
+	if n := len(s.recorder.tries("cq_1/a")); n != 0 {
+		t.Errorf("the cancelled call ran %d times", n)
+	}
+	if n := s.countRecorded("cq_1", protocol.TypeResponse); n != 1 {
+		t.Errorf("%d responses recorded", n)
+	}
+}
+
+// TestCancelASerialRequest: cancelling a running serial request lets the session's next one
+// go; a parked serial request cancelled while it waits never runs, and the one after it is not
+// held up by it.
+func TestCancelASerialRequest(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1})
+	serial := func(id string, args map[string]any) map[string]any {
+		r := request(id, "", call("c", "record", args))
+		r["session_id"], r["serial"] = "cs_sess", true
+		return r
+	}
+	first := s.postAsync(serial("cs_1", map[string]any{"delay_ms": 60_000}), "?timeout=2m")
+	waitFor(t, "the first serial request to run", func() bool { return len(s.recorder.tries("cs_1/c")) == 1 })
+	second := s.postAsync(serial("cs_2", map[string]any{}), "?timeout=2m")
+	third := s.postAsync(serial("cs_3", map[string]any{}), "?timeout=2m")
+	waitFor(t, "the later two to be parked", func() bool { return s.countRecorded("cs_3", protocol.TypeRequest) >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	if status, _, body := s.deleteRequest("cs_2", ""); status != http.StatusOK {
+		t.Fatalf("cancel the parked one: HTTP %d: %s", status, body)
+	}
+	if status, _, body := s.deleteRequest("cs_1", ""); status != http.StatusOK {
+		t.Fatalf("cancel the running one: HTTP %d: %s", status, body)
+	}
+	for name, ch := range map[string]<-chan answer{"cs_1": first, "cs_2": second} {
+		a := <-ch
+		if r := result(t, decodeResponse(t, a.body), "c"); r.ErrorCode != protocol.CodeCancelled {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	a := <-third
+	if r := result(t, decodeResponse(t, a.body), "c"); r.Status != protocol.ResultOK {
+		t.Fatalf("the third serial request after the cancelled two: HTTP %d %+v", a.status, r)
+	}
+	if n := len(s.recorder.tries("cs_2/c")); n != 0 {
+		t.Errorf("the cancelled parked request ran %d times", n)
+	}
+}
+
+// TestCancelFromTheCommandLine: hermes cancel, through a gateway and straight on the bus.
+func TestCancelFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1})
+	for i, via := range [][]string{{"--url", ""}, {"--nats", ""}} {
+		id := []string{"cli_http", "cli_nats"}[i]
+		got := s.postAsync(request(id, "", call("c", "record", map[string]any{"delay_ms": 60_000})), "?timeout=2m")
+		waitFor(t, id+" to run", func() bool { return len(s.recorder.tries(id+"/c")) == 1 })
+		via[1] = s.base
+		if via[0] == "--nats" {
+			via[1] = s.srv.URL
+		}
+		var out, errOut bytes.Buffer
+		code := app.Exec(app.RunCancel, []string{via[0], via[1], "--reason", "from the cli", id}, app.Env{Stdout: &out, Stderr: &errOut})
+		if code != 0 {
+			t.Fatalf("hermes cancel %s: exit %d: %s %s", via[0], code, errOut.String(), out.String())
+		}
+		var resp protocol.Response
+		if err := json.Unmarshal(out.Bytes(), &resp); err != nil || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled {
+			t.Fatalf("hermes cancel %s printed %s (%v)", via[0], out.String(), err)
+		}
+		if via[0] == "--nats" && !strings.Contains(resp.Error.Message, "cancelled by cli ") {
+			t.Errorf("on the bus, the record names %q", resp.Error.Message)
+		}
+		<-got
+		// Again: it had finished (cancelled): exit 0, the same response.
+		out.Reset()
+		if code := app.Exec(app.RunCancel, []string{via[0], via[1], id}, app.Env{Stdout: &out, Stderr: &errOut}); code != 0 {
+			t.Errorf("second hermes cancel %s: exit %d", via[0], code)
+		}
+	}
+	s.route(request("cli_done", "", call("c", "echo", map[string]any{})))
+	var out, errOut bytes.Buffer
+	if code := app.Exec(app.RunCancel, []string{"--url", s.base, "cli_done"}, app.Env{Stdout: &out, Stderr: &errOut}); code != 1 {
+		t.Errorf("hermes cancel of a finished request: exit %d, want 1", code)
+	}
+	if code := app.Exec(app.RunCancel, []string{"--url", s.base, "cli_nobody"}, app.Env{Stdout: &out, Stderr: &errOut}); code != 2 {
+		t.Errorf("hermes cancel of an unknown request: exit %d, want 2", code)
+	}
+	if code := app.Exec(app.RunCancel, []string{"a.b"}, app.Env{Stdout: &out, Stderr: &errOut}); code != 2 || !strings.Contains(errOut.String(), "request_id") {
+		t.Errorf("hermes cancel of a bad id: exit %d: %s", code, errOut.String())
+	}
+}
+
+func indent(b []byte) string {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "  ", "  ") != nil {
+		return string(b)
+	}
+	return "  " + out.String()
+}

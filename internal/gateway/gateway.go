@@ -51,10 +51,21 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// submitter is what the gateway's handlers need of a submit.Submitter.
+type submitter interface {
+	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
+	Status(ctx context.Context, requestID string) (*protocol.Response, bool, error)
+	Cancel(ctx context.Context, requestID string, c submit.Cancellation) (*protocol.Response, bool, error)
+	Connected() bool
+	Run(ctx context.Context) error
+}
+
+var _ submitter = (*submit.Submitter)(nil)
+
 // Gateway serves HTTP clients.
 type Gateway struct {
 	cfg      Config
-	submit   *submit.Submitter
+	submit   submitter
 	log      *slog.Logger
 	mux      *http.ServeMux
 	handler  http.Handler // mux, counted
@@ -66,6 +77,20 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Conn == nil || cfg.Bus == nil || cfg.Instance == "" {
 		return nil, errors.New("gateway: Config.Conn, Config.Bus and Config.Instance are required")
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s, err := submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
+		Metrics: cfg.Metrics, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return newGateway(cfg, s), nil
+}
+
+// newGateway builds the gateway around s, cfg's defaults applied.
+func newGateway(cfg Config, s submitter) *Gateway {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
@@ -78,15 +103,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
-	}
-	var err error
-	g.submit, err = submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
-		Metrics: cfg.Metrics, Logger: g.log})
-	if err != nil {
-		return nil, err
 	}
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/route", g.handleRoute)
@@ -102,7 +121,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
 	}
 	g.handler = g.cfg.Metrics.Instrument(g.mux)
-	return g, nil
+	return g
 }
 
 // Handle adds a handler to the gateway's mux (e.g. metrics or pages of later features).

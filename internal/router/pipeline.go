@@ -18,8 +18,10 @@ type Job struct {
 	Msg *protocol.Message
 	Req *protocol.Request
 	Raw []byte
-	// Woken is set when this delivery is a parked request published again.
-	Woken bool
+	// Woken is set when this delivery is a parked request published again; WokenBy is the
+	// wake key that woke it.
+	Woken   bool
+	WokenBy string
 	// Log names the request in every line.
 	Log *slog.Logger
 	// Plan is the request's recorded plan, set by the plan stage.
@@ -55,9 +57,10 @@ func (c *Call) Decide(r protocol.ToolResult, route string) {
 	c.Result = &r
 }
 
-// NewJob makes the job of a decoded request delivery.
-func NewJob(m *protocol.Message, req *protocol.Request, raw []byte, woken bool, log *slog.Logger) *Job {
-	j := &Job{Msg: m, Req: req, Raw: raw, Woken: woken, Log: log, Calls: make([]*Call, len(req.ToolCalls))}
+// NewJob makes the job of a decoded request delivery; wokenBy is the wake key that published
+// it again ("" for a first delivery).
+func NewJob(m *protocol.Message, req *protocol.Request, raw []byte, wokenBy string, log *slog.Logger) *Job {
+	j := &Job{Msg: m, Req: req, Raw: raw, Woken: wokenBy != "", WokenBy: wokenBy, Log: log, Calls: make([]*Call, len(req.ToolCalls))}
 	for i := range req.ToolCalls {
 		j.Calls[i] = &Call{Call: &req.ToolCalls[i]}
 	}

@@ -192,7 +192,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	return r.pipeline.Run(ctx, NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken) != "", d.Log))
+	return r.pipeline.Run(ctx, NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken), d.Log))
 }
 
 func isKeyExists(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }

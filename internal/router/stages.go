@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,7 +56,7 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	if done, err := s.Answered(ctx, rid); err != nil || done {
 		return Stop(), err
 	}
-	prev, err := s.predecessor(ctx, job.Msg)
+	prev, err := s.predecessor(ctx, job)
 	if err != nil || prev == noPredecessor {
 		return Continue(), err
 	}
@@ -68,19 +69,28 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	}), nil
 }
 
-// predecessor returns the previous serial request of m's session (noPredecessor for the
-// first) and makes m the session's last. On a redelivery it returns what it recorded the
-// first time.
-func (s *SerialStage) predecessor(ctx context.Context, m *protocol.Message) (string, error) {
+// predecessor returns the previous serial request of the job's session (noPredecessor for
+// the first) and makes the job's request the session's last. On a redelivery it returns what
+// it recorded the first time. A request woken by its predecessor's response after its order
+// expired from hermes-sessions (the state TTL) knows its predecessor from the wake key.
+func (s *SerialStage) predecessor(ctx context.Context, job *Job) (string, error) {
+	m := job.Msg
 	prev := ""
 	if e, err := s.Sessions.Get(ctx, protocol.KeySerialPrev(m.RequestID)); err == nil {
 		prev = string(e.Value())
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", fmt.Errorf("read serial order: %w", err)
+	} else if after, ok := strings.CutPrefix(job.WokenBy, protocol.WakeOnResponse("")); ok && after != "" {
+		return after, nil
 	}
 	tail, rev, err := s.tail(ctx, m.SessionID)
 	if err != nil {
 		return "", err
+	}
+	if tail == m.RequestID {
+		// The session's last already, its own order forgotten (expired): nothing before it
+		// is left to wait for.
+		return noPredecessor, nil
 	}
 	if prev == "" {
 		prev = tail

@@ -29,7 +29,7 @@ func job(t *testing.T, id, session string, serial bool, calls ...string) *Job {
 	}
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest(id), id, req.Session()
 	raw, _ := protocol.Marshal(m)
-	return NewJob(m, req, raw, false, slog.New(slog.DiscardHandler))
+	return NewJob(m, req, raw, "", slog.New(slog.DiscardHandler))
 }
 
 // answeredSet is an answeredFunc over a set of answered requests.
@@ -86,6 +86,25 @@ func TestSerialStage(t *testing.T) {
 	// Another session has an order of its own.
 	if v, _ := s.Process(ctx, job(t, "other1", "s2", true, "echo", "c")); v.kind != goOn {
 		t.Fatalf("other session: %+v", v)
+	}
+	// A request woken after its recorded order expired (hermes-sessions has the state TTL)
+	// knows its predecessor from the wake key, and does not wait for a later request.
+	if err := kv.Delete(ctx, protocol.KeySerialPrev("ser3")); err != nil {
+		t.Fatal(err)
+	}
+	answered["ser3"] = false
+	answered["ser2"] = true
+	woken := job(t, "ser3", "s1", true, "echo", "c")
+	woken.Woken, woken.WokenBy = true, protocol.WakeOnResponse("ser2")
+	if v, err := s.Process(ctx, woken); err != nil || v.kind != goOn {
+		t.Fatalf("woken with its order forgotten: %+v %v", v, err)
+	}
+	// The session's last request, its order forgotten, waits for nothing (not for itself).
+	if err := kv.Delete(ctx, protocol.KeySerialPrev("ser3")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Process(ctx, job(t, "ser3", "s1", true, "echo", "c")); err != nil || v.kind != goOn {
+		t.Fatalf("the tail, its order forgotten: %+v %v", v, err)
 	}
 	// The bus unreachable: an error, to be retried.
 	kv.Err = bustest.ErrUnreachable

@@ -544,10 +544,16 @@
       req && req.payload && req.payload.serial ? ' · serial' : ''));
     block.append(head);
 
-    if (resp && resp.payload.error) {
+    const cancel = r.other.find((m) => m.type === 'cancel.v1' && m.payload);
+    if (resp && resp.payload.error && resp.payload.error.code === 'CANCELLED') {
+      block.append(el('p', { class: 'error-box' }, '⊘ Cancelled: ', String(resp.payload.error.message ?? '')));
+    } else if (resp && resp.payload.error) {
       block.append(el('p', { class: 'error-box' },
         '✗ The request failed as a whole: ', el('b', { class: 'mono' }, String(resp.payload.error.code ?? '')),
         ' — ', String(resp.payload.error.message ?? '')));
+    } else if (cancel) {
+      block.append(el('p', { class: 'error-box' }, '⊘ Cancelled by ', String(cancel.payload.by ?? '?'),
+        cancel.payload.reason ? ' — ' + String(cancel.payload.reason) : ''));
     }
     const unreadable = r.other.filter((m) => m.error);
     if (unreadable.length) {
@@ -677,6 +683,7 @@
       case 'tool_started.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' try ' + (p.attempt ?? '');
       case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '');
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
+      case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       default: return '';
     }
   }

@@ -311,6 +311,20 @@ func TestBrowserSendAndWatch(t *testing.T) {
 	b.waitJS("the slow call running", jsCallStatus("req_ui_3", "slow")+` === 'running' && `+jsReqStatus("req_ui_3")+` === 'pending'`)
 	b.screenshot("running")
 	b.waitJS("the slow call done", jsCallStatus("req_ui_3", "slow")+` === 'ok' && `+jsReqStatus("req_ui_3")+` === 'success'`)
+
+	// A request cancelled while it runs shows who cancelled it, and its call as CANCELLED.
+	if status, _, body := s.post(map[string]any{"request_id": "req_ui_4", "session_id": session, "intent": "cancel me",
+		"tool_calls": []map[string]any{call("long", "echo", map[string]any{"delay_ms": 60_000})}}, "?timeout=50ms"); status != 504 {
+		t.Fatalf("POST: %d %s; want 504 while the call runs", status, body)
+	}
+	b.waitJS("the long call running", jsCallStatus("req_ui_4", "long")+` === 'running'`)
+	if status, _, body := s.deleteRequest("req_ui_4", "?reason=changed+my+mind"); status != 200 {
+		t.Fatalf("DELETE: %d %s", status, body)
+	}
+	b.waitJS("the cancelled call", jsCallError("req_ui_4", "long")+`.includes('CANCELLED')`)
+	b.waitJS("who cancelled", jsReq("req_ui_4")+`.textContent.includes('Cancelled: cancelled by http 127.0.0.1:') && `+
+		jsReq("req_ui_4")+`.textContent.includes('changed my mind')`)
+	b.screenshot("cancelled")
 	if os.Getenv("HERMES_UI_SCREENSHOTS") != "" {
 		b.do("a laptop's screen", chromedp.EmulateViewport(1366, 768))
 		b.screenshot("laptop")

@@ -69,6 +69,10 @@ func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 	for {
 		resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),
 			Results: results, Error: r.Error}
+		if err := resp.Validate(); err != nil {
+			// What no reader could decode must never be the request's one response.
+			return false, bus.Permanent(fmt.Errorf("answer: response of %s: %w", r.RequestID, err))
+		}
 		out, err := protocol.NewMessage(protocol.TypeResponse, resp)
 		if err != nil {
 			return false, bus.Permanent(err)

@@ -1,0 +1,279 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/ledger"
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
+)
+
+// observer counts what a worker tells it.
+type observer struct {
+	mu                          sync.Mutex
+	started, finished, retrying int
+	recorded                    []protocol.ToolResult
+}
+
+func (o *observer) Started(string, int, time.Duration) { o.mu.Lock(); o.started++; o.mu.Unlock() }
+func (o *observer) Finished(string, time.Duration)     { o.mu.Lock(); o.finished++; o.mu.Unlock() }
+func (o *observer) Retrying(string, string)            { o.mu.Lock(); o.retrying++; o.mu.Unlock() }
+func (o *observer) Recorded(r *protocol.ToolResult) {
+	o.mu.Lock()
+	o.recorded = append(o.recorded, *r)
+	o.mu.Unlock()
+}
+
+// rig is a worker of one executor on an embedded server, and a way to dispatch calls to it.
+type rig struct {
+	t   *testing.T
+	b   *bus.Bus
+	pub *bus.Publisher
+	obs *observer
+}
+
+func newRig(t *testing.T, cfg bus.Config, execs ...worker.Executor) *rig {
+	t.Helper()
+	b := bustest.NewServer(t).Provision(t, cfg)
+	r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"}), obs: &observer{}}
+	w, err := worker.New(worker.Config{Bus: b, Instance: "w1", Executors: execs, Tools: []string{"t"}, Observer: r.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return r
+}
+
+// dispatch publishes a call of tool t, kind kind, of request rid.
+func (r *rig) dispatch(kind, rid, args string, retry protocol.RetryPolicy) {
+	r.t.Helper()
+	if retry.MaxAttempts == 0 {
+		retry = protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1}
+	}
+	m, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t", Arguments: json.RawMessage(args)},
+		Route: "rule", Action: protocol.Action{Kind: kind, TimeoutMS: 5000, Retry: retry}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall(rid, "c"), rid, "s"
+	m.Correlation = &protocol.Correlation{CallIDs: []string{"c"}}
+	if _, err := r.b.EnsureToolConsumer(r.t.Context(), kind, "t"); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.pub.Publish(r.t.Context(), protocol.SubjectToolCall(kind, "t", "s"), m); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// result waits for rid's recorded result.
+func (r *rig) result(rid string) (*protocol.Message, *protocol.ToolResult) {
+	r.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		m, res, _, err := r.b.Result(r.t.Context(), rid, "c")
+		if err == nil {
+			return m, res
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatalf("no result for %s", rid)
+	return nil, nil
+}
+
+func goFunc(f worker.Func) *worker.Funcs {
+	funcs, _ := worker.NewFuncs(map[string]worker.Func{"t": f})
+	return funcs
+}
+
+func TestWorkerRunsRetriesAndRecords(t *testing.T) {
+	var tries atomic.Int64
+	r := newRig(t, bus.Config{}, goFunc(func(_ context.Context, args json.RawMessage) (any, error) {
+		if tries.Add(1) == 1 {
+			return nil, &worker.ToolError{Code: "BUSY", Retryable: true, Err: errors.New("busy")}
+		}
+		return json.RawMessage(args), nil
+	}))
+	r.dispatch(protocol.ActionGo, "r_ok", `{"n":9007199254740993}`, protocol.RetryPolicy{MaxAttempts: 3, BackoffFactor: 1, InitialIntervalMS: 10, MaxIntervalMS: 10})
+	m, res := r.result("r_ok")
+	if res.Status != protocol.ResultOK || string(res.Content) != `{"n":9007199254740993}` || res.Attempts != 2 || res.Route != "rule" || res.Name != "t" {
+		t.Fatalf("result %+v", res)
+	}
+	if m.Sender.Role != protocol.RoleToolWorker || m.Correlation == nil || m.Correlation.CallIDs[0] != "c" || m.MsgID != protocol.MsgIDToolResult("r_ok", "c") {
+		t.Errorf("envelope %+v", m)
+	}
+	r.obs.mu.Lock()
+	defer r.obs.mu.Unlock()
+	if r.obs.started != 2 || r.obs.finished != 2 || r.obs.retrying != 1 || len(r.obs.recorded) != 1 {
+		t.Errorf("observer %+v", r.obs)
+	}
+}
+
+func TestWorkerFinalFailuresAndDeadlines(t *testing.T) {
+	r := newRig(t, bus.Config{}, goFunc(func(ctx context.Context, args json.RawMessage) (any, error) {
+		if strings.Contains(string(args), "big") {
+			return strings.Repeat("x", 2<<20), nil // over the default result limit
+		}
+		return nil, errors.New("no such order")
+	}))
+	r.dispatch(protocol.ActionGo, "r_fail", `{}`, protocol.RetryPolicy{MaxAttempts: 3, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1})
+	if _, res := r.result("r_fail"); res.ErrorCode != protocol.CodeToolFailed || res.ErrorOrigin != protocol.OriginTool || res.Attempts != 1 {
+		t.Errorf("permanent failure: %+v", res)
+	}
+	r.dispatch(protocol.ActionGo, "r_big", `{"big":true}`, protocol.RetryPolicy{})
+	if _, res := r.result("r_big"); res.ErrorCode != protocol.CodeResultTooLarge {
+		t.Errorf("too large: %+v", res)
+	}
+	// A call whose request's deadline passed is not run.
+	m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"},
+		Route: "rule", Action: protocol.Action{Kind: protocol.ActionGo, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1}}})
+	m.MsgID, m.RequestID, m.SessionID, m.Deadline = protocol.MsgIDToolCall("r_late", "c"), "r_late", "s", time.Now().Add(-time.Minute)
+	if _, err := r.pub.Publish(t.Context(), protocol.SubjectToolCall(protocol.ActionGo, "t", "s"), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, res := r.result("r_late"); res.ErrorCode != protocol.CodeDeadlineExceeded {
+		t.Errorf("late: %+v", res)
+	}
+}
+
+// A cancelled call is not started; a running one is stopped when its request is cancelled and
+// answered CANCELLED naming who cancelled.
+func TestWorkerHonoursCancellation(t *testing.T) {
+	started := make(chan struct{}, 4)
+	var ran atomic.Int64
+	r := newRig(t, bus.Config{}, goFunc(func(ctx context.Context, _ json.RawMessage) (any, error) {
+		ran.Add(1)
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}))
+	ctx := t.Context()
+	// Cancelled before it was dispatched: never started.
+	if err := ledger.Cancel(ctx, r.b.Claims, ledger.Key("r_before", "c")); err != nil {
+		t.Fatal(err)
+	}
+	r.dispatch(protocol.ActionGo, "r_before", `{}`, protocol.RetryPolicy{})
+	if _, res := r.result("r_before"); res.ErrorCode != protocol.CodeCancelled || res.Attempts != 0 {
+		t.Fatalf("cancelled before: %+v", res)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("a cancelled call ran")
+	}
+	// Running: a cancel message alone stops nothing (it could be forged); once the ledger
+	// says so, it stops.
+	r.dispatch(protocol.ActionGo, "r_running", `{}`, protocol.RetryPolicy{})
+	<-started
+	announce := func() {
+		ev, _ := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: "http 192.0.2.7:1", At: time.Now()})
+		ev.MsgID, ev.RequestID, ev.SessionID = protocol.MsgIDCancel("r_running")+time.Now().String(), "r_running", "s"
+		if _, err := r.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, "s"), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce()
+	time.Sleep(300 * time.Millisecond)
+	if _, _, _, err := r.b.Result(ctx, "r_running", "c"); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("a forged cancellation stopped the call: %v", err)
+	}
+	if err := ledger.Cancel(ctx, r.b.Claims, ledger.Key("r_running", "c")); err != nil {
+		t.Fatal(err)
+	}
+	announce()
+	_, res := r.result("r_running")
+	if res.ErrorCode != protocol.CodeCancelled || res.Attempts != 1 || !strings.Contains(string(res.Content), "192.0.2.7") {
+		t.Fatalf("cancelled while running: %+v", res)
+	}
+}
+
+func TestWorkerDrainsTheLegacyConsumer(t *testing.T) {
+	var ran atomic.Int64
+	exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
+		ran.Add(1)
+		return worker.OK(json.RawMessage(`{"legacy":true}`), 0), nil
+	})
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	// What Hermes before action kinds left: a consumer per tool on hermes.tool.<tool>.*,
+	// holding an http call and a grpc call.
+	if _, err := b.Stream.CreateConsumer(t.Context(), jsConsumer(bus.LegacyToolConsumer("t"), protocol.LegacyFilterToolCalls("t"))); err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "old"})
+	for i, kind := range []string{protocol.ActionHTTP, protocol.ActionGRPC} {
+		d := &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"}, Route: "rule",
+			Action: protocol.Action{Kind: kind, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1},
+				HTTP: &protocol.HTTPAction{URL: "http://x/", Method: "POST"}, GRPC: &protocol.GRPCAction{Service: "s", Method: "m"}}}
+		if kind == protocol.ActionHTTP {
+			d.Action.GRPC = nil
+		} else {
+			d.Action.HTTP = nil
+		}
+		m, _ := protocol.NewMessage(protocol.TypeToolCall, d)
+		rid := []string{"old_http", "old_grpc"}[i]
+		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall(rid, "c"), rid, "s"
+		if _, err := pub.Publish(t.Context(), protocol.LegacySubjectToolCall("t", "s"), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := worker.New(worker.Config{Bus: b, Instance: "new", Executors: []worker.Executor{exec}, Tools: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	r := &rig{t: t, b: b}
+	if _, res := r.result("old_http"); res.Status != protocol.ResultOK {
+		t.Errorf("legacy http call: %+v", res)
+	}
+	if _, res := r.result("old_grpc"); res.ErrorCode != protocol.CodeActionUnsupported {
+		t.Errorf("legacy grpc call: %+v", res)
+	}
+	if ran.Load() != 1 {
+		t.Errorf("executor ran %d times", ran.Load())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	b := &bus.Bus{}
+	http := worker.ExecutorFunc(protocol.ActionHTTP, nil)
+	for _, c := range []struct {
+		cfg  worker.Config
+		want string
+	}{
+		{worker.Config{Instance: "w", Executors: []worker.Executor{http}}, "Bus is required"},
+		{worker.Config{Bus: b, Executors: []worker.Executor{http}}, "Instance is required"},
+		{worker.Config{Bus: b, Instance: "w"}, "at least one executor"},
+		{worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{http, http}}, "two executors of kind"},
+		{worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{worker.ExecutorFunc("smtp", nil)}}, `kind "smtp"`},
+		{worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{nil}}, "nil executor"},
+		{worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{http}, Tools: []string{"a.b"}}, "tools"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// jsConsumer is a durable consumer as Hermes makes them.
+func jsConsumer(name, filter string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: 20}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hermesbus/hermes/internal/demotools"
@@ -51,33 +52,19 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	obs, err := observe(ctx, "hermes-router")
-	if err != nil {
-		return err
-	}
-	defer obs.close()
-	nc, b, err := c.dial(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	obs.watchBacklog(b, log)
 	path := ""
 	if isFile {
 		path = *routesPath
 	}
-	r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc,
-		Limits: c.limits, Metrics: obs.metrics, Logger: log})
-	if err != nil {
-		return err
-	}
-	run, err := c.withDeadLetters(b, obs, log, r.Run)
-	if err != nil {
-		return err
-	}
-	log.Info("router running", "instance", c.instance, "routes", desc, "rules", len(table.Rules), "pipeline", r.Stages(),
-		"dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, run)
+	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+		obs.watchBacklog(b, log)
+		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc,
+			Limits: c.limits, Metrics: obs.metrics, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return r.Run, []any{"routes", desc, "rules", len(table.Rules), "pipeline", r.Stages()}, nil
+	})
 }
 
 // workerFlags are the tool worker's own flags.
@@ -115,29 +102,15 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	obs, err := observe(ctx, "hermes-toolworker")
-	if err != nil {
-		return err
-	}
-	defer obs.close()
-	nc, b, err := c.dial(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	wc := wf.config(c.instance)
-	wc.Metrics, wc.Logger = obs.metrics, log
-	w, err := NewWorker(b, wc)
-	if err != nil {
-		return err
-	}
-	run, err := c.withDeadLetters(b, obs, log, w.Run)
-	if err != nil {
-		return err
-	}
-	log.Info("tool worker running", "instance", c.instance, "kinds", w.Kinds(), "tools", wf.tools.String(), "allow_env", wf.allowEnv.String(),
-		"dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, run)
+	return c.runService(ctx, "hermes-toolworker", "tool worker running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+		wc := wf.config(c.instance)
+		wc.Metrics, wc.Logger = obs.metrics, log
+		w, err := NewWorker(b, wc)
+		if err != nil {
+			return nil, nil, err
+		}
+		return w.Run, []any{"kinds", w.Kinds(), "tools", wf.tools.String(), "allow_env", wf.allowEnv.String()}, nil
+	})
 }
 
 // gatewayFlags are the gateway's own flags.
@@ -169,35 +142,21 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	obs, err := observe(ctx, "hermes-gateway")
-	if err != nil {
-		return err
-	}
-	defer obs.close()
+	// Bound first, so a taken port fails at once; the server closes it when it stops.
 	ln, err := listen(gf.addr, "gateway")
 	if err != nil {
 		return err
 	}
-	nc, b, err := c.dial(ctx, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer nc.Close()
-	gc := gf.config(c.instance, c.limits)
-	gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
-	g, err := NewGateway(nc, b, gc)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	run, err := c.withDeadLetters(b, obs, log, func(ctx context.Context) error { return g.Run(ctx, ln) })
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	log.Info("gateway listening", "addr", "http://"+ln.Addr().String(), "dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, run)
+	defer ln.Close()
+	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+		gc := gf.config(c.instance, c.limits)
+		gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
+		g, err := NewGateway(nc, b, gc)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error { return g.Run(ctx, ln) }, []any{"addr", "http://" + ln.Addr().String()}, nil
+	})
 }
 
 // RunDeadLetters runs the dead-letter processor alone: hermes dead-letters.
@@ -209,22 +168,10 @@ func RunDeadLetters(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	obs, err := observe(ctx, "hermes-dead-letters")
-	if err != nil {
-		return err
-	}
-	defer obs.close()
-	nc, b, err := c.dial(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	d, err := NewDeadLetters(b, c.instance, c.limits, obs.metrics, log)
-	if err != nil {
-		return err
-	}
-	log.Info("dead-letter processor running", "instance", c.instance, "nats", nc.ConnectedUrlRedacted())
-	return obs.serve(ctx, c.metricsAddr, log, d.Run)
+	c.deadLetters = true // the service itself, and nothing else
+	return c.runService(ctx, "hermes-dead-letters", "dead-letter processor running", log, func(*nats.Conn, *bus.Bus, *observer) (func(context.Context) error, []any, error) {
+		return func(ctx context.Context) error { <-ctx.Done(); return nil }, nil, nil
+	})
 }
 
 // RunNATS runs the embedded NATS server alone: hermes nats.

@@ -132,6 +132,34 @@ func (c *common) registerDeadLetters(fs *flag.FlagSet, def bool) {
 	fs.BoolVar(&c.deadLetters, "dead-letters", def, "also run the dead-letter processor in this process (any number may run; they share the work)")
 }
 
+// runService runs one Hermes service until ctx is done: it sets up metrics and trace export
+// under name, connects and provisions the bus, builds the service with build (which returns
+// how to run it and what to say about it), runs the dead-letter processor beside it when
+// --dead-letters asks for it, logs running (the line that says it is up), and serves /metrics
+// on --metrics.
+func (c *common) runService(ctx context.Context, name, running string, log *slog.Logger,
+	build func(nc *nats.Conn, b *bus.Bus, obs *observer) (run func(context.Context) error, attrs []any, err error)) error {
+	obs, err := observe(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
+	nc, b, err := c.dial(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	run, attrs, err := build(nc, b, obs)
+	if err != nil {
+		return err
+	}
+	if run, err = c.withDeadLetters(b, obs, log, run); err != nil {
+		return err
+	}
+	log.Info(running, append(attrs, "instance", c.instance, "dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())...)
+	return obs.serve(ctx, c.metricsAddr, log, run)
+}
+
 // withDeadLetters runs run, and beside it the dead-letter processor on b when --dead-letters
 // asks for it.
 func (c *common) withDeadLetters(b *bus.Bus, obs *observer, log *slog.Logger, run func(context.Context) error) (func(context.Context) error, error) {

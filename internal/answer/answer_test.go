@@ -41,7 +41,7 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	a, b, lot, m := newResponder(t)
 	ctx := t.Context()
 	// A serial request waits for r1's response, in the lot and in the earlier version's place.
-	if err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("r1")}, "r2", protocol.SubjectRequest("s"), request(t, "r2")); err != nil {
+	if _, err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("r1")}, "r2", protocol.SubjectRequest("s"), request(t, "r2")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Sessions.Put(ctx, protocol.LegacyKeySerialWait("r1"), request(t, "r_old")); err != nil {

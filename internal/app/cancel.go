@@ -78,7 +78,7 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 // cancelOnBus cancels id through a Submitter of this process's own.
 func cancelOnBus(ctx context.Context, env Env, natsURL, id, reason string) error {
 	log, _ := newLogger(env.Stderr, "warn")
-	nc, b, err := Connect(ctx, natsURL, "hermes-cancel", bus.Config{}, log)
+	nc, b, err := Connect(ctx, natsURL, "hermes-cancel", bus.Config{OpenOnly: true}, log)
 	if err != nil {
 		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: %w", err)}
 	}

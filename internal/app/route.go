@@ -84,7 +84,7 @@ func routeOnBus(ctx context.Context, env Env, natsURL string, body []byte, wait 
 		wait = 30 * time.Second
 	}
 	log, _ := newLogger(env.Stderr, "warn")
-	nc, b, err := Connect(ctx, natsURL, "hermes-route", bus.Config{}, log)
+	nc, b, err := Connect(ctx, natsURL, "hermes-route", bus.Config{OpenOnly: true}, log)
 	if err != nil {
 		return fmt.Errorf("route: %w", err)
 	}

@@ -43,6 +43,9 @@ func Connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Lo
 	var b *bus.Bus
 	err = retry.Do(cctx, bus.ConnectRetry, time.Time{}, func() (err error) {
 		b, err = bus.Provision(cctx, js, cfg)
+		if errors.Is(err, bus.ErrNotProvisioned) {
+			return retry.Stop(err) // nothing to wait for: no Hermes service set it up
+		}
 		return err
 	}, func(err error, _ time.Duration) { log.Warn("provisioning the bus failed; retrying", "err", err) })
 	if err != nil {

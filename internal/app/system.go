@@ -38,13 +38,11 @@ type SystemConfig struct {
 	// processes of its own).
 	ToolWorkers int
 	Worker      WorkerConfig
-	// NoDeadLetters runs no dead-letter processor in this process (another one does).
-	NoDeadLetters bool
-	Gateway       gateway.Config
-	Bus           bus.Config
-	Limits        protocol.Limits
-	Instance      string
-	Logger        *slog.Logger
+	Gateway     gateway.Config
+	Bus         bus.Config
+	Limits      protocol.Limits
+	Instance    string
+	Logger      *slog.Logger
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -140,7 +138,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	sys.back = append(sys.back, r.Run)
 	sys.Services = append(sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
-	if !cfg.NoDeadLetters {
+	{
 		_, db, err := conn("dead-letters")
 		if err != nil {
 			return nil, err

@@ -155,7 +155,7 @@ func TestProcessorFailsADeadRequestAndWakesTheNextSerialOne(t *testing.T) {
 	lot := park.New(f.b, f.pub, nil)
 	next := requestMsg(t, "next_1", true)
 	raw, _ := protocol.Marshal(next)
-	if err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("dead_1")}, "next_1", protocol.SubjectRequest(next.SessionID), raw); err != nil {
+	if _, err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("dead_1")}, "next_1", protocol.SubjectRequest(next.SessionID), raw); err != nil {
 		t.Fatal(err)
 	}
 	seq := f.store(t, protocol.SubjectRequest("s_dead_1"), requestMsg(t, "dead_1", true))

@@ -17,6 +17,9 @@ type apiError struct {
 	} `json:"error"`
 	RequestID string `json:"request_id,omitempty"`
 	StatusURL string `json:"status_url,omitempty"`
+	// Response is the request's response, where the error is about a request that has one
+	// (ALREADY_FINISHED).
+	Response *protocol.Response `json:"response,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, err error) {
@@ -32,7 +35,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string, err error) 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"encode answer"}}`)
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"`+protocol.CodeInternal+`","message":"encode answer"}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

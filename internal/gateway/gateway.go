@@ -228,10 +228,13 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	case r.Context().Err() != nil:
 		return // the client left; the request keeps running
 	default:
-		writeError(w, http.StatusInternalServerError, protocol.CodeInvalidRequest, err.Error(), nil)
+		g.log.Error("submit", "request_id", req.RequestID, "err", err)
+		writeError(w, http.StatusInternalServerError, protocol.CodeInternal, err.Error(), nil)
 		return
 	}
-	w.Header().Set("X-Trace-ID", out.TraceID)
+	if out.TraceID != "" {
+		w.Header().Set("X-Trace-ID", out.TraceID)
+	}
 	if out.Replayed {
 		w.Header().Set("X-Hermes-Replayed", "true")
 	}
@@ -301,7 +304,7 @@ func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
 		var body apiError
 		body.Error.Code = protocol.CodeAlreadyFinished
 		body.Error.Message = fmt.Sprintf("request %s has finished (%s); there is nothing to cancel", id, resp.Status)
-		body.RequestID, body.StatusURL = id, statusURL(id)
+		body.RequestID, body.StatusURL, body.Response = id, statusURL(id), resp
 		writeJSON(w, http.StatusConflict, &body)
 	case errors.Is(err, submit.ErrNotFound):
 		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no request %s is known (or it is older than the state TTL)", id), nil)

@@ -88,8 +88,8 @@ func TestRouteRendersWhatSubmitSays(t *testing.T) {
 	}{
 		{name: "answered", f: &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1"), TraceID: "t1"}}, status: 200,
 			header: map[string]string{"X-Trace-ID": "t1", "X-Request-ID": "r1"}, wantSubmit: true},
-		{name: "replayed: the first run's trace id", f: &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1"), Replayed: true, TraceID: "first"}}, status: 200,
-			header: map[string]string{"X-Hermes-Replayed": "true", "X-Trace-ID": "first"}, wantSubmit: true},
+		{name: "replayed", f: &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1"), Replayed: true, TraceID: "t1"}}, status: 200,
+			header: map[string]string{"X-Hermes-Replayed": "true", "X-Trace-ID": "t1"}, wantSubmit: true},
 		{name: "pending", f: &fakeSubmitter{outcome: &submit.Outcome{Pending: true, TraceID: "t1"}, connected: true}, status: 504, code: protocol.CodeTimeout, wantSubmit: true},
 		{name: "conflict", f: &fakeSubmitter{err: fmt.Errorf("%w: request_id r1 was already used", submit.ErrConflict)}, status: 409, code: protocol.CodeRequestIDConflict, wantSubmit: true},
 		{name: "too large for the bus", f: &fakeSubmitter{err: fmt.Errorf("%w: the request is 9 bytes", submit.ErrTooLarge)}, status: 413, code: protocol.CodeBodyTooLarge, wantSubmit: true},

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,9 @@ type Metrics struct {
 	// HTTPRequests and HTTPDuration describe the gateway's HTTP traffic by route pattern.
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
+
+	codes  sync.Map     // error codes used as label values
+	nCodes atomic.Int64 // how many
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -211,9 +216,32 @@ func (o workerObserver) Finished(tool string, took time.Duration) {
 }
 
 func (o workerObserver) Retrying(tool, errorCode string) {
-	o.m.Retries.WithLabelValues(tool, errorCode).Inc()
+	o.m.Retries.WithLabelValues(tool, o.m.codeLabel(errorCode)).Inc()
 }
 
 func (o workerObserver) Recorded(r *protocol.ToolResult) {
-	o.m.ToolResults.WithLabelValues(r.Name, r.Status, r.ErrorCode).Inc()
+	o.m.ToolResults.WithLabelValues(r.Name, r.Status, o.m.codeLabel(r.ErrorCode)).Inc()
+}
+
+// maxErrorCodes bounds the distinct error codes that become label values: tools choose their
+// own codes, and must not make series without end.
+const maxErrorCodes = 100
+
+// OtherErrorCode is the label of error codes beyond the first maxErrorCodes seen.
+const OtherErrorCode = "(other)"
+
+// codeLabel is code as a label value: itself while fewer than maxErrorCodes distinct codes
+// were seen, else OtherErrorCode.
+func (m *Metrics) codeLabel(code string) string {
+	if _, ok := m.codes.Load(code); ok {
+		return code
+	}
+	if m.nCodes.Add(1) > maxErrorCodes {
+		m.nCodes.Add(-1)
+		return OtherErrorCode
+	}
+	if _, loaded := m.codes.LoadOrStore(code, struct{}{}); loaded {
+		m.nCodes.Add(-1)
+	}
+	return code
 }

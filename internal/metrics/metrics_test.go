@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -147,4 +149,24 @@ func testCounter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestToolErrorCodesMakeBoundedSeries: tools choose their own error codes; past a bound they
+// share one label value.
+func TestToolErrorCodesMakeBoundedSeries(t *testing.T) {
+	m := New(nil)
+	obs := m.Worker()
+	for i := range 3 * maxErrorCodes {
+		obs.Recorded(&protocol.ToolResult{Name: "t", Status: protocol.ResultError, ErrorCode: fmt.Sprintf("CODE_%d", i)})
+	}
+	obs.Recorded(&protocol.ToolResult{Name: "t", Status: protocol.ResultError, ErrorCode: "CODE_0"})
+	if n := testutil.CollectAndCount(m.ToolResults); n != maxErrorCodes+1 {
+		t.Errorf("%d series, want %d", n, maxErrorCodes+1)
+	}
+	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, OtherErrorCode)); v != 2*maxErrorCodes {
+		t.Errorf("(other) = %v", v)
+	}
+	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, "CODE_0")); v != 2 {
+		t.Errorf("CODE_0 = %v", v)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,12 @@ type Lot struct {
 	bus *bus.Bus
 	pub *bus.Publisher
 	log *slog.Logger
+	// Settled, when set, says whether what a wake key waits for has happened already; Run
+	// then sweeps the lot every SweepEvery and wakes such keys — a backstop for wake-ups lost
+	// because whoever should have woken them stopped half-way, or ran an older Hermes.
+	Settled func(ctx context.Context, key string) (bool, error)
+	// SweepEvery is how often Run sweeps. Default 30 s.
+	SweepEvery time.Duration
 }
 
 // New returns the lot of b; woken messages are published by pub.
@@ -58,6 +65,12 @@ func New(b *bus.Bus, pub *bus.Publisher, logger *slog.Logger) *Lot {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Lot{bus: b, pub: pub, log: logger}
+}
+
+// Spot is where Park put a message: enough to take it out again (Unpark).
+type Spot struct {
+	key      string
+	revision uint64
 }
 
 // spot is what the lot keeps of one parked message.
@@ -70,37 +83,88 @@ type spot struct {
 
 // Park keeps raw, an encoded HermesMessage, until w is woken, then publishes it again to
 // subject. item (one token: a request id, say) names it among what waits under the same key:
-// parking the same item under the same key again replaces it. Park is idempotent.
-func (l *Lot) Park(ctx context.Context, w Wait, item, subject string, raw []byte) error {
+// parking the same item under the same key again replaces it. Park is idempotent. It returns
+// where the message waits, for Unpark.
+func (l *Lot) Park(ctx context.Context, w Wait, item, subject string, raw []byte) (Spot, error) {
 	key := w.Key
 	if !protocol.ValidWakeKey(key) || !protocol.ValidToken(item, protocol.MaxIDLen) {
-		return bus.Permanent(fmt.Errorf("park: wake key %q is not dot-separated tokens, or item %q not one token", key, item))
+		return Spot{}, bus.Permanent(fmt.Errorf("park: wake key %q is not dot-separated tokens, or item %q not one token", key, item))
 	}
 	enc, err := msgpack.Marshal(&spot{Subject: subject, Data: raw, ParkedAt: time.Now().UTC(), At: w.At})
 	if err != nil {
-		return bus.Permanent(fmt.Errorf("park: encode: %w", err))
+		return Spot{}, bus.Permanent(fmt.Errorf("park: encode: %w", err))
 	}
-	if _, err := l.bus.Parked.Put(ctx, protocol.KeyParked(key, item), enc); err != nil {
-		return fmt.Errorf("park: keep %s under %s: %w", item, key, err)
+	rev, err := l.bus.Parked.Put(ctx, protocol.KeyParked(key, item), enc)
+	if err != nil {
+		return Spot{}, fmt.Errorf("park: keep %s under %s: %w", item, key, err)
 	}
 	if !w.At.IsZero() {
 		if err := l.schedule(ctx, key, w.At); err != nil {
-			return err
+			return Spot{}, err
 		}
+	}
+	return Spot{key: protocol.KeyParked(key, item), revision: rev}, nil
+}
+
+// Unpark takes out the message Park put at sp, unless it was parked again since (then that
+// one waits on). For a delivery that may go on after all, having parked.
+func (l *Lot) Unpark(ctx context.Context, sp Spot) error {
+	return l.remove(ctx, sp.key, sp.revision)
+}
+
+// remove deletes the entry at key's revision and older ones: a purge of the key's subject in
+// the bucket's stream below revision+1, which leaves no delete marker behind (the bucket has
+// no TTL to reclaim one) and keeps a newer revision.
+func (l *Lot) remove(ctx context.Context, key string, revision uint64) error {
+	err := l.bus.ParkedStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketParked+"."+key), jetstream.WithPurgeSequence(revision+1))
+	if err != nil {
+		return fmt.Errorf("park: remove %s: %w", key, err)
 	}
 	return nil
 }
 
+// scheduleHeader is the header holding a schedule's spec ("@at <RFC 3339>").
+const scheduleHeader = "Nats-Schedule"
+
 // schedule sets key's timer to at, rounded up to a whole second (schedules have second
-// precision; a wake-up is never early). A later schedule of the key replaces it.
+// precision; a wake-up is never early), unless it is set to go off earlier already: a key
+// waited for by several messages goes off at the earliest of their times.
 func (l *Lot) schedule(ctx context.Context, key string, at time.Time) error {
 	at = at.UTC().Truncate(time.Second).Add(time.Second)
-	_, err := l.bus.JS.Publish(ctx, protocol.SubjectTimer(key), []byte(key),
-		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(protocol.SubjectTimerDue(key)))
-	if err != nil {
-		return fmt.Errorf("park: set the timer of %s: %w", key, err)
+	for range 8 { // each round loses only to a concurrent schedule of the same key
+		var last uint64
+		prev, err := l.bus.Timers.GetLastMsgForSubject(ctx, protocol.SubjectTimer(key))
+		switch {
+		case err == nil:
+			if t, ok := scheduledAt(prev.Header.Get(scheduleHeader)); ok && !t.After(at) {
+				return nil
+			}
+			last = prev.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("park: read the timer of %s: %w", key, err)
+		}
+		_, err = l.bus.JS.Publish(ctx, protocol.SubjectTimer(key), []byte(key), jetstream.WithScheduleAt(at),
+			jetstream.WithScheduleTarget(protocol.SubjectTimerDue(key)), jetstream.WithExpectLastSequencePerSubject(last))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("park: set the timer of %s: %w", key, err)
+		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("park: set the timer of %s: it keeps changing", key)
+}
+
+// scheduledAt reads the time of an "@at" schedule spec.
+func scheduledAt(spec string) (time.Time, bool) {
+	v, ok := strings.CutPrefix(spec, "@at ")
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+	return t, err == nil
 }
 
 // Wake publishes again every message parked under key and removes it from the lot; it returns
@@ -110,6 +174,14 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	if !protocol.ValidWakeKey(key) {
 		return 0, fmt.Errorf("park: wake key %q is not dot-separated tokens", key)
 	}
+	// The key's timer as it is before anything is listed: only it may be removed below; one
+	// set after (by a message parked meanwhile, which this wake-up may not list) stays.
+	var timer uint64
+	if t, err := l.bus.Timers.GetLastMsgForSubject(ctx, protocol.SubjectTimer(key)); err == nil {
+		timer = t.Sequence
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("park: read the timer of %s: %w", key, err)
+	}
 	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
 	if err != nil {
 		return 0, fmt.Errorf("park: list what waits for %s: %w", key, err)
@@ -118,7 +190,7 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	for k := range keys.Keys() {
 		names = append(names, k)
 	}
-	woken, timed := 0, false
+	woken := 0
 	for _, k := range names {
 		e, err := l.bus.Parked.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -130,14 +202,13 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 		var s spot
 		if err := decodeSpot(e.Value(), &s); err != nil {
 			l.log.Error("a parked message cannot be read; it is removed", "key", k, "err", err)
-			_ = l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+			_ = l.remove(ctx, k, e.Revision())
 			continue
 		}
-		timed = timed || !s.At.IsZero()
 		m, err := protocol.Unmarshal(s.Data)
 		if err != nil {
 			l.log.Error("a parked message is not a Hermes message; it is removed", "key", k, "err", err)
-			_ = l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+			_ = l.remove(ctx, k, e.Revision())
 			continue
 		}
 		hdr := nats.Header{}
@@ -146,15 +217,15 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 			return woken, fmt.Errorf("park: wake %s: %w", k, err)
 		}
 		// Parked again meanwhile (a newer revision): that one waits on.
-		if err := l.bus.Parked.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if err := l.remove(ctx, k, e.Revision()); err != nil {
 			l.log.Warn("a woken message stays in the lot; it will be woken again", "key", k, "err", err)
 		}
 		l.log.Debug("woken", "key", key, "request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID)
 		woken++
 	}
-	if timed {
-		// Nothing waits for this key's timer any more.
-		if err := l.bus.Timers.Purge(ctx, jetstream.WithPurgeSubject(protocol.SubjectTimer(key))); err != nil {
+	if timer != 0 {
+		// What waited for this timer is woken; a timer set since stays.
+		if err := l.bus.Timers.Purge(ctx, jetstream.WithPurgeSubject(protocol.SubjectTimer(key)), jetstream.WithPurgeSequence(timer+1)); err != nil {
 			l.log.Warn("could not remove a timer no longer needed; it will go off and wake nothing", "key", key, "err", err)
 		}
 	}
@@ -174,15 +245,68 @@ func (l *Lot) Parked(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// Run wakes what waits for timers as they go off, until ctx is done. Any number of processes
-// may run it; each timer is handled once (a shared consumer), and retried until its wake-up
-// succeeds.
+// Run wakes what waits for timers as they go off, and sweeps the lot when Settled is set,
+// until ctx is done. Any number of processes may run it; each timer is handled once (a shared
+// consumer), and retried until its wake-up succeeds.
 func (l *Lot) Run(ctx context.Context) error {
 	cons, err := l.bus.TimerConsumer(ctx)
 	if err != nil {
 		return err
 	}
+	if l.Settled != nil {
+		every := l.SweepEvery
+		if every <= 0 {
+			every = 30 * time.Second
+		}
+		stop := bus.Every(every, func() {
+			if n, err := l.Sweep(ctx); err != nil && ctx.Err() == nil {
+				l.log.Warn("sweeping the parking lot failed", "err", err)
+			} else if n > 0 {
+				l.log.Info("the sweep woke messages whose wake-up was missed", "woken", n)
+			}
+		})
+		defer stop()
+	}
 	return (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(l.handleTimer), Concurrency: 4, Logger: l.log}).Run(ctx)
+}
+
+// Sweep wakes every key of the lot whose wait Settled says is over, and returns how many
+// messages it woke.
+func (l *Lot) Sweep(ctx context.Context) (int, error) {
+	if l.Settled == nil {
+		return 0, nil
+	}
+	lister, err := l.bus.Parked.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("park: list the lot: %w", err)
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for k := range lister.Keys() {
+		if i := strings.LastIndexByte(k, '.'); i > 0 && !seen[k[:i]] {
+			seen[k[:i]] = true
+			keys = append(keys, k[:i])
+		}
+	}
+	woken := 0
+	for _, key := range keys {
+		done, err := l.Settled(ctx, key)
+		if err != nil {
+			return woken, err
+		}
+		if !done {
+			continue
+		}
+		n, err := l.Wake(ctx, key)
+		woken += n
+		if err != nil {
+			return woken, err
+		}
+	}
+	return woken, nil
 }
 
 func (l *Lot) handleTimer(ctx context.Context, d *bus.Delivery) error {

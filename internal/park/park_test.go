@@ -3,6 +3,7 @@ package park
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -65,12 +66,12 @@ func TestParkAndWakeByKey(t *testing.T) {
 	key := protocol.WakeOnResponse("prev")
 	a, b := request(t, "r_a", "s1"), request(t, "r_b", "s1")
 	for item, raw := range map[string][]byte{"r_a": a, "r_b": b} {
-		if err := f.lot.Park(ctx, Wait{Key: key}, item, protocol.SubjectRequest("s1"), raw); err != nil {
+		if _, err := f.lot.Park(ctx, Wait{Key: key}, item, protocol.SubjectRequest("s1"), raw); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Another key's message is not woken with this one.
-	if err := f.lot.Park(ctx, Wait{Key: protocol.WakeOnResponse("prev2")}, "r_c", protocol.SubjectRequest("s1"), request(t, "r_c", "s1")); err != nil {
+	if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeOnResponse("prev2")}, "r_c", protocol.SubjectRequest("s1"), request(t, "r_c", "s1")); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.lot.Parked(ctx, key); err != nil || n != 2 {
@@ -117,7 +118,7 @@ func TestParkedTwiceIsWokenTwice(t *testing.T) {
 	ctx := t.Context()
 	raw := request(t, "r_twice", "s2")
 	for round := 1; round <= 2; round++ {
-		if err := f.lot.Park(ctx, Wait{Key: protocol.WakeAt("r_twice")}, "r_twice", protocol.SubjectRequest("s2"), raw); err != nil {
+		if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeAt("r_twice")}, "r_twice", protocol.SubjectRequest("s2"), raw); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := f.lot.Wake(ctx, protocol.WakeAt("r_twice")); n != 1 || err != nil {
@@ -137,7 +138,7 @@ func TestTimerWakesAtItsTime(t *testing.T) {
 	go func() { done <- f.lot.Run(ctx) }()
 	key := protocol.WakeAt("r_timed.c1")
 	at := time.Now().Add(1500 * time.Millisecond)
-	if err := f.lot.Park(ctx, Wait{Key: key, At: at}, "r_timed", protocol.SubjectRequest("s3"), request(t, "r_timed", "s3")); err != nil {
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: at}, "r_timed", protocol.SubjectRequest("s3"), request(t, "r_timed", "s3")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -166,7 +167,7 @@ func TestWakeBeforeTheTimeRemovesTheTimer(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("approval_1")
-	if err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(time.Hour)}, "r_app", protocol.SubjectRequest("s4"), request(t, "r_app", "s4")); err != nil {
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(time.Hour)}, "r_app", protocol.SubjectRequest("s4"), request(t, "r_app", "s4")); err != nil {
 		t.Fatal(err)
 	}
 	info, err := f.b.Timers.Info(ctx)
@@ -186,7 +187,7 @@ func TestParkRefusesBadKeysAndTheBucketHasNoTTL(t *testing.T) {
 	ctx := t.Context()
 	raw := request(t, "r_x", "s5")
 	for _, c := range []struct{ key, item string }{{"", "r"}, {"a.*", "r"}, {"a", "r.x"}, {"a", ""}, {"a>", "r"}} {
-		if err := f.lot.Park(ctx, Wait{Key: c.key}, c.item, protocol.SubjectRequest("s5"), raw); err == nil || !bus.IsPermanent(err) {
+		if _, err := f.lot.Park(ctx, Wait{Key: c.key}, c.item, protocol.SubjectRequest("s5"), raw); err == nil || !bus.IsPermanent(err) {
 			t.Errorf("Park(%q, %q) = %v, want a permanent error", c.key, c.item, err)
 		}
 	}
@@ -215,5 +216,102 @@ func TestWakeDropsUnreadableEntries(t *testing.T) {
 	}
 	if _, err := f.b.Parked.Get(ctx, protocol.KeyParked(key, "r1")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("unreadable entry kept: %v", err)
+	}
+}
+
+// Woken messages leave nothing behind: the bucket has no TTL to reclaim delete markers.
+func TestWokenLeaveNothingBehind(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	for i := range 50 {
+		id := fmt.Sprintf("r_%d", i)
+		key := protocol.WakeOnResponse(fmt.Sprintf("p_%d", i))
+		if _, err := f.lot.Park(ctx, Wait{Key: key}, id, protocol.SubjectRequest("s1"), request(t, id, "s1")); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := f.lot.Wake(ctx, key); err != nil || n != 1 {
+			t.Fatal(n, err)
+		}
+	}
+	st, err := f.b.Parked.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Values() != 0 || st.Bytes() != 0 {
+		t.Errorf("hermes-parked keeps %d entries (%d bytes) after every message was woken", st.Values(), st.Bytes())
+	}
+}
+
+// Unpark takes out what Park put, but not what was parked at the same place since.
+func TestUnpark(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	key := protocol.WakeOnResponse("prev")
+	raw := request(t, "r_u", "s1")
+	sp, err := f.lot.Park(ctx, Wait{Key: key}, "r_u", protocol.SubjectRequest("s1"), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.lot.Unpark(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.lot.Parked(ctx, key); n != 0 {
+		t.Fatalf("%d parked after Unpark", n)
+	}
+	old, _ := f.lot.Park(ctx, Wait{Key: key}, "r_u", protocol.SubjectRequest("s1"), raw)
+	if _, err := f.lot.Park(ctx, Wait{Key: key}, "r_u", protocol.SubjectRequest("s1"), raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.lot.Unpark(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.lot.Parked(ctx, key); n != 1 {
+		t.Fatalf("%d parked: the newer parking was taken out", n)
+	}
+}
+
+// A key waited for by two messages goes off at the earlier of their times.
+func TestTimerGoesOffAtTheEarliest(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = f.lot.Run(ctx) }()
+	key := protocol.WakeAt("shared")
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(time.Hour)}, "late", protocol.SubjectRequest("s6"), request(t, "late", "s6")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(time.Second)}, "soon", protocol.SubjectRequest("s6"), request(t, "soon", "s6")); err != nil {
+		t.Fatal(err)
+	}
+	// A later time does not push the timer back.
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(2 * time.Hour)}, "later", protocol.SubjectRequest("s6"), request(t, "later", "s6")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && len(f.published(t, "s6")) < 3 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := len(f.published(t, "s6")); got != 3 {
+		t.Fatalf("%d woken by the earliest timer, want 3", got)
+	}
+}
+
+// The sweep wakes keys whose wait is over though nothing woke them.
+func TestSweepWakesWhatWasMissed(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	for _, id := range []string{"answered", "open"} {
+		if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeOnResponse(id)}, "r_"+id, protocol.SubjectRequest("s7"), request(t, "r_"+id, "s7")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.lot.Settled = func(_ context.Context, key string) (bool, error) {
+		return key == protocol.WakeOnResponse("answered"), nil
+	}
+	if n, err := f.lot.Sweep(ctx); n != 1 || err != nil {
+		t.Fatalf("swept %d, %v", n, err)
+	}
+	if n, _ := f.lot.Parked(ctx, protocol.WakeOnResponse("open")); n != 1 {
+		t.Errorf("the open wait was woken")
 	}
 }

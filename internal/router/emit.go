@@ -13,7 +13,8 @@ import (
 
 // parker parks messages (package park's Lot).
 type parker interface {
-	Park(ctx context.Context, w park.Wait, item, subject string, raw []byte) error
+	Park(ctx context.Context, w park.Wait, item, subject string, raw []byte) (park.Spot, error)
+	Unpark(ctx context.Context, sp park.Spot) error
 }
 
 // busOutlet carries a pipeline's decisions out on the bus: decided results are recorded and
@@ -30,8 +31,12 @@ type busOutlet struct {
 var _ Outlet = (*busOutlet)(nil)
 
 // Park parks the job's request under w; it is published again to where requests enter.
-func (o *busOutlet) Park(ctx context.Context, job *Job, w park.Wait) error {
-	return o.lot.Park(ctx, w, job.Msg.RequestID, protocol.SubjectRequest(job.Msg.SessionID), job.Raw)
+func (o *busOutlet) Park(ctx context.Context, job *Job, w park.Wait) (func(context.Context) error, error) {
+	sp, err := o.lot.Park(ctx, w, job.Msg.RequestID, protocol.SubjectRequest(job.Msg.SessionID), job.Raw)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return o.lot.Unpark(ctx, sp) }, nil
 }
 
 // Emit records decided results, publishes the dispatches as one batch, and parks the request
@@ -72,7 +77,7 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 		}
 	}
 	for w := range waits {
-		if err := o.Park(ctx, job, w); err != nil {
+		if _, err := o.Park(ctx, job, w); err != nil {
 			return err
 		}
 	}
@@ -123,6 +128,14 @@ func (p *busPlans) HasResult(ctx context.Context, requestID, callID string) (boo
 	default:
 		return false, err
 	}
+}
+
+func (p *busPlans) RepublishResult(ctx context.Context, requestID, session, callID string) error {
+	_, _, raw, err := p.bus.Result(ctx, requestID, callID)
+	if err != nil {
+		return err
+	}
+	return p.bus.Republish(ctx, p.pub, protocol.SubjectToolResult(session), raw)
 }
 
 func (p *busPlans) Republish(ctx context.Context, requestID, session string) (bool, error) {

@@ -105,8 +105,8 @@ func Stop() Verdict { return Verdict{kind: stopIt} }
 // Park makes the whole request wait for w: it is parked and the delivery acked; when w wakes
 // it, the pipeline runs again from the first stage. recheck, when set, is asked once the
 // request is parked whether it may go on after all — what it waits for may have happened
-// between the stage's check and the parking, too early to wake it — and true lets this
-// delivery continue (the parked copy, woken later, then finds nothing left to do).
+// between the stage's check and the parking, too early to wake it — and true takes the
+// parked copy out again and lets this delivery continue.
 func Park(w park.Wait, recheck func(context.Context) (bool, error)) Verdict {
 	return Verdict{kind: parkIt, wait: w, recheck: recheck}
 }
@@ -114,8 +114,9 @@ func Park(w park.Wait, recheck func(context.Context) (bool, error)) Verdict {
 // Outlet is where a pipeline's decisions leave it. The bus outlet records results, publishes
 // dispatches and parks; tests use fakes.
 type Outlet interface {
-	// Park parks the job's request until w wakes it.
-	Park(ctx context.Context, job *Job, w park.Wait) error
+	// Park parks the job's request until w wakes it; unpark takes it out again, for a
+	// delivery that goes on after all.
+	Park(ctx context.Context, job *Job, w park.Wait) (unpark func(context.Context) error, err error)
 	// Emit carries out what the stages decided for the job's calls: records decided results,
 	// dispatches calls, parks the request for held calls.
 	Emit(ctx context.Context, job *Job) error
@@ -139,7 +140,8 @@ func (p *Pipeline) Run(ctx context.Context, job *Job) error {
 		case stopIt:
 			return nil
 		case parkIt:
-			if err := p.Out.Park(ctx, job, v.wait); err != nil {
+			unpark, err := p.Out.Park(ctx, job, v.wait)
+			if err != nil {
 				return fmt.Errorf("router: %s: park: %w", s.Name(), err)
 			}
 			if v.recheck == nil {
@@ -151,6 +153,11 @@ func (p *Pipeline) Run(ctx context.Context, job *Job) error {
 			}
 			if !ready {
 				return nil
+			}
+			// Its wait is over already: the parked copy is taken out (its wake-up may have
+			// passed), and this delivery goes on.
+			if err := unpark(ctx); err != nil {
+				return fmt.Errorf("router: %s: unpark: %w", s.Name(), err)
 			}
 		}
 	}

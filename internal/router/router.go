@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -92,14 +93,24 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.table.Store(cfg.Routes)
 	r.lot = park.New(cfg.Bus, r.pub, r.log)
+	// The sweep's backstop: a request waiting for another's response goes once that one is
+	// answered, even if whoever answered it stopped before waking it.
+	r.lot.Settled = func(ctx context.Context, key string) (bool, error) {
+		rid, ok := strings.CutPrefix(key, protocol.WakeOnResponse(""))
+		if !ok || !protocol.ValidToken(rid, protocol.MaxIDLen) {
+			return false, nil
+		}
+		return cfg.Bus.Answered(ctx, rid)
+	}
 	limit := cfg.Limits.MaxToolCalls
 	if limit <= 0 {
 		limit = protocol.DefaultLimits.MaxToolCalls
 	}
 	r.agg = &aggregator{bus: cfg.Bus, answer: answer.New(cfg.Bus, r.pub, r.lot, cfg.Metrics, r.log), maxCall: limit}
+	wake := r.agg.answer.WakeNext
 	stages := []Stage{
-		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered},
-		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub}},
+		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, WakeNext: wake},
+		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub}, WakeNext: wake},
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})

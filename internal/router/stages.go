@@ -35,38 +35,76 @@ type answeredFunc func(ctx context.Context, requestID string) (bool, error)
 // records its predecessor once (hermes-sessions: protocol.KeySerialPrev, and the session's
 // last one under KeySerialTail) and waits, parked, until that one is answered; the
 // predecessor's response wakes it (package answer), and it goes through the pipeline again.
-// A serial request answered already (dead-lettered or cancelled while it waited) goes no
-// further.
+// A predecessor cancelled while it waited is skipped over (protocol.KeySerialSkip names the
+// one it waited for): the chain stays one at a time. A serial request answered already
+// (dead-lettered or cancelled while it waited) goes no further, but lets its successor go —
+// again, in case whoever answered it stopped before that.
 type SerialStage struct {
 	Sessions kv
 	Answered answeredFunc
+	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
+	WakeNext func(ctx context.Context, requestID string) error
 }
 
-const noPredecessor = "-"
+const (
+	noPredecessor = "-"
+	// maxSkips bounds how many cancelled predecessors one request steps over.
+	maxSkips = 64
+)
 
 // Name is "serial".
 func (s *SerialStage) Name() string { return "serial" }
 
-// Process parks job's request while its predecessor is unanswered.
+// Process parks job's request while a predecessor is unanswered.
 func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	if !job.Req.Serial {
 		return Continue(), nil
 	}
 	rid := job.Msg.RequestID
 	if done, err := s.Answered(ctx, rid); err != nil || done {
+		if err == nil && s.WakeNext != nil {
+			err = s.WakeNext(ctx, rid)
+		}
 		return Stop(), err
 	}
 	prev, err := s.predecessor(ctx, job)
 	if err != nil || prev == noPredecessor {
 		return Continue(), err
 	}
-	if done, err := s.Answered(ctx, prev); err != nil || done {
-		return Continue(), err
+	for range maxSkips {
+		done, err := s.Answered(ctx, prev)
+		if err != nil {
+			return Continue(), err
+		}
+		if !done {
+			job.Log.Info("serial request waits for the previous one's response", "after", prev)
+			wait := prev
+			return Park(park.Wait{Key: protocol.WakeOnResponse(wait)}, func(ctx context.Context) (bool, error) {
+				return s.Answered(ctx, wait)
+			}), nil
+		}
+		// Answered: unless it was cancelled while it waited, it ran after its own
+		// predecessor, and so after everything before it.
+		before, err := s.skipped(ctx, prev)
+		if err != nil || before == "" || before == noPredecessor {
+			return Continue(), err
+		}
+		prev = before
 	}
-	job.Log.Info("serial request waits for the previous one's response", "after", prev)
-	return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, func(ctx context.Context) (bool, error) {
-		return s.Answered(ctx, prev)
-	}), nil
+	return Continue(), nil
+}
+
+// skipped returns the request that requestID waited for when it was cancelled waiting, or "".
+func (s *SerialStage) skipped(ctx context.Context, requestID string) (string, error) {
+	e, err := s.Sessions.Get(ctx, protocol.KeySerialSkip(requestID))
+	switch {
+	case err == nil:
+		return string(e.Value()), nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", nil
+	default:
+		return "", fmt.Errorf("read serial order: %w", err)
+	}
 }
 
 // predecessor returns the previous serial request of the job's session (noPredecessor for
@@ -87,7 +125,7 @@ func (s *SerialStage) predecessor(ctx context.Context, job *Job) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if tail == m.RequestID {
+	if prev == "" && tail == m.RequestID {
 		// The session's last already, its own order forgotten (expired): nothing before it
 		// is left to wait for.
 		return noPredecessor, nil
@@ -133,6 +171,8 @@ type planStore interface {
 	// Republish publishes requestID's recorded response again, if it has one, and reports
 	// whether it had.
 	Republish(ctx context.Context, requestID, session string) (bool, error)
+	// RepublishResult publishes a call's recorded result again, for aggregation.
+	RepublishResult(ctx context.Context, requestID, session, callID string) error
 }
 
 // PlanStage records the request's plan before anything is dispatched, so that any router can
@@ -142,6 +182,8 @@ type planStore interface {
 // used first for other content is ignored (the first request keeps the id).
 type PlanStage struct {
 	Plans planStore
+	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
+	WakeNext func(ctx context.Context, requestID string) error
 	// Now stamps plans; nil means time.Now.
 	Now func() time.Time
 }
@@ -165,15 +207,25 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		return Stop(), nil
 	}
 	if answered, err := s.Plans.Republish(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
+		if err == nil && first.Serial && s.WakeNext != nil {
+			err = s.WakeNext(ctx, job.Msg.RequestID) // whoever answered may have stopped before
+		}
 		return Stop(), err
 	}
 	job.Log.Info("request seen before; going on with the calls that have no result yet")
+	all := len(job.Calls) > 0
 	for _, c := range job.Calls {
 		has, err := s.Plans.HasResult(ctx, job.Msg.RequestID, c.Call.ToolCallID)
 		if err != nil {
 			return Continue(), err
 		}
 		c.Done = has
+		all = all && has
+	}
+	if all {
+		// Every call has its result, yet there is no response (whoever recorded the last
+		// one stopped before it was aggregated): publish one again, and aggregation answers.
+		return Stop(), s.Plans.RepublishResult(ctx, job.Msg.RequestID, job.Msg.SessionID, job.Calls[0].Call.ToolCallID)
 	}
 	if first.Cancelled {
 		// Planned by a cancellation, which answers it: nothing may run. Calls it has not

@@ -113,6 +113,51 @@ func TestSerialStage(t *testing.T) {
 	}
 }
 
+// A serial request redelivered before its predecessor answered (it failed to park, or its
+// router died) still waits for it, though it is the session's last by then; an answered one
+// lets its successor go on every delivery; a predecessor cancelled while it waited is skipped
+// over to the one it waited for.
+func TestSerialStageRedeliveriesAndSkips(t *testing.T) {
+	ctx := t.Context()
+	kv := bustest.NewMemKV()
+	answered := answeredSet{}
+	var woke []string
+	s := &SerialStage{Sessions: kv, Answered: answered.answered, WakeNext: func(_ context.Context, id string) error {
+		woke = append(woke, id)
+		return nil
+	}}
+	mustGo := func(id string) {
+		t.Helper()
+		if v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c")); err != nil || v.kind != goOn {
+			t.Fatalf("%s: %+v %v", id, v, err)
+		}
+	}
+	mustWait := func(id, prev string) {
+		t.Helper()
+		if v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c")); err != nil || v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
+			t.Fatalf("%s: %+v %v; want it to wait for %s", id, v, err, prev)
+		}
+	}
+	mustGo("p")
+	mustWait("x", "p")
+	mustWait("x", "p") // redelivered: x is the tail now, and still waits for p
+	// y waits for x; y is cancelled while it waits (the canceller notes x), and z, woken by
+	// y's response, waits for x, not for nothing.
+	mustWait("y", "x")
+	if _, err := kv.Put(ctx, protocol.KeySerialSkip("y"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	answered["y"] = true
+	mustWait("z", "x")
+	// An answered request's every delivery lets its successor go.
+	if v, _ := s.Process(ctx, job(t, "y", "s", true, "echo", "c")); v.kind != stopIt || len(woke) != 1 || woke[0] != "y" {
+		t.Fatalf("answered y: %+v, woke %v", v, woke)
+	}
+	// Once x and p are answered, z goes.
+	answered["x"], answered["p"] = true, true
+	mustGo("z")
+}
+
 // plans is a planStore in memory.
 type plans struct {
 	plans       map[string]*bus.Plan
@@ -139,6 +184,11 @@ func (p *plans) CreatePlan(_ context.Context, id string, plan *bus.Plan) (bool, 
 
 func (p *plans) HasResult(_ context.Context, id, call string) (bool, error) {
 	return p.results[protocol.KeyResult(id, call)], nil
+}
+
+func (p *plans) RepublishResult(_ context.Context, id, _, call string) error {
+	p.republished = append(p.republished, id+"/"+call)
+	return nil
 }
 
 func (p *plans) Republish(_ context.Context, id, _ string) (bool, error) {
@@ -179,6 +229,13 @@ func TestPlanStage(t *testing.T) {
 				p.plans["r1"] = &other
 			},
 			kind: stopIt},
+		{name: "every call has its result but no response: one result again, for aggregation",
+			before: func(p *plans, j *Job) {
+				p.plans["r1"] = newPlan(j.Msg, j.Req, now)
+				p.results[protocol.KeyResult("r1", "a")] = true
+				p.results[protocol.KeyResult("r1", "b")] = true
+			},
+			kind: stopIt, done: []bool{true, true}, republished: true},
 		{name: "planned by a cancellation that stopped half-way",
 			before: func(p *plans, j *Job) {
 				p.plans["r1"] = &bus.Plan{SessionID: "s", CallIDs: []string{"a", "b"}, Cancelled: true}
@@ -289,14 +346,15 @@ rules:
 
 // outlet records what a pipeline hands it.
 type outlet struct {
-	parked  []park.Wait
-	emitted *Job
-	err     error
+	parked   []park.Wait
+	unparked int
+	emitted  *Job
+	err      error
 }
 
-func (o *outlet) Park(_ context.Context, _ *Job, w park.Wait) error {
+func (o *outlet) Park(_ context.Context, _ *Job, w park.Wait) (func(context.Context) error, error) {
 	o.parked = append(o.parked, w)
-	return o.err
+	return func(context.Context) error { o.unparked++; return nil }, o.err
 }
 
 func (o *outlet) Emit(_ context.Context, j *Job) error {
@@ -346,6 +404,10 @@ func TestPipeline(t *testing.T) {
 			err := (&Pipeline{Stages: c.stages, Out: o}).Run(ctx, job(t, "r1", "s", false, "echo", "a"))
 			if strings.Join(ran, ",") != c.ran || len(o.parked) != c.parked || (o.emitted != nil) != c.emitted {
 				t.Errorf("ran %v, parked %v, emitted %v", ran, o.parked, o.emitted != nil)
+			}
+			// A delivery that goes on after parking takes its parked copy out.
+			if want := map[bool]int{true: 1}[c.parked == 1 && c.emitted]; o.unparked != want {
+				t.Errorf("unparked %d times, want %d", o.unparked, want)
 			}
 			if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
 				t.Errorf("error %v, want %q", err, c.err)

@@ -49,6 +49,11 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 	defer cancel()
 	if resp, ok := s.recorded(ctx, requestID); ok {
+		// Answered: a cancellation that stopped half-way (or whoever answered) may not have
+		// let the session's next serial request go yet; doing it again is harmless.
+		if err := s.answer.WakeNext(ctx, requestID); err != nil {
+			return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 		if cancelledResponse(resp) {
 			return resp, true, nil
 		}
@@ -57,6 +62,11 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	plan, err := s.planForCancel(ctx, requestID)
 	if err != nil {
 		return nil, false, err
+	}
+	if plan.Serial {
+		if err := s.skipIfWaiting(ctx, requestID); err != nil {
+			return nil, false, err
+		}
 	}
 	log := s.log.With("request_id", requestID, "session_id", plan.SessionID, "trace_id", plan.Trace.TraceID)
 	// 1. No worker starts a call from now on.
@@ -76,6 +86,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	// recorded, not published yet: nothing may aggregate them before the response is recorded.
 	results := make([]protocol.ToolResult, len(plan.CallIDs))
 	var stored [][]byte
+	cancelledAny := false
 	for i, id := range plan.CallIDs {
 		call := &protocol.ToolCall{ToolCallID: id, Name: nameAt(plan.Names, i)}
 		tries, _ := ledger.Last(ctx, s.cfg.Bus.Claims, ledger.Key(requestID, id))
@@ -97,21 +108,32 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 		}
 		results[i] = *got
 		stored = append(stored, raw)
+		cancelledAny = cancelledAny || isCancelled(got) // by this cancellation, or one before that stopped half-way
+	}
+	// Every call had finished (its result recorded) before the cancellation: nothing was
+	// cancelled. The request is answered as it finished, and the caller told so.
+	var cancelErr *protocol.ResponseError
+	if cancelledAny {
+		cancelErr = &protocol.ResponseError{Code: protocol.CodeCancelled}
 	}
 	// 3. The one response, from the recorded results.
-	text := "cancelled by " + c.By
-	if c.Reason != "" {
-		text += ": " + c.Reason
+	if cancelErr != nil {
+		cancelErr.Message = "cancelled by " + c.By
+		if c.Reason != "" {
+			cancelErr.Message += ": " + c.Reason
+		}
 	}
 	mine, err := s.answer.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: plan.SessionID, Results: results,
-		Error: &protocol.ResponseError{Code: protocol.CodeCancelled, Message: text}, Cause: ev.MsgID, Trace: plan.Trace, Serial: plan.Serial})
+		Error: cancelErr, Cause: ev.MsgID, Trace: plan.Trace, Serial: plan.Serial})
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	// 4. The record says who cancelled, and workers running a call stop it (they record
 	// nothing new: every unfinished call has its CANCELLED result).
-	if _, err := s.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, plan.SessionID), ev); err != nil {
-		log.Warn("the cancellation was recorded but not announced; running calls stop at their next claim renewal", "err", err)
+	if cancelledAny {
+		if _, err := s.pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, plan.SessionID), ev); err != nil {
+			log.Warn("the cancellation was recorded but not announced; running calls stop at their next claim renewal", "err", err)
+		}
 	}
 	// 5. The results go on the record too; routers aggregating them find the request answered.
 	for _, raw := range stored {
@@ -124,6 +146,9 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 		return nil, false, fmt.Errorf("%w: the response was recorded but cannot be read back", ErrUnavailable)
 	}
 	if !mine && !cancelledResponse(resp) {
+		return resp, false, ErrFinished
+	}
+	if !cancelledAny {
 		return resp, false, ErrFinished
 	}
 	log.Info("request cancelled", "by", c.By)
@@ -162,17 +187,54 @@ func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.P
 }
 
 // cancelledResponse reports whether r answers a cancelled request: it says so, or (recorded by
-// a router that aggregated the cancellation's results a moment first) holds CANCELLED results.
+// a router that aggregated the cancellation's results a moment first) holds CANCELLED results
+// of Hermes' own (a tool may report a code of that name too).
 func cancelledResponse(r *protocol.Response) bool {
 	if r.Error != nil && r.Error.Code == protocol.CodeCancelled {
 		return true
 	}
 	for i := range r.Results {
-		if r.Results[i].ErrorCode == protocol.CodeCancelled {
+		if isCancelled(&r.Results[i]) {
 			return true
 		}
 	}
 	return false
+}
+
+func isCancelled(r *protocol.ToolResult) bool {
+	return r.ErrorCode == protocol.CodeCancelled && r.ErrorOrigin == protocol.OriginHermes
+}
+
+// skipIfWaiting notes, for a serial request that still waits for its predecessor, which one
+// it waits for, before it is answered: its successor, woken by the cancellation, then waits
+// for that one instead, so the session's serial requests still run one at a time.
+func (s *Submitter) skipIfWaiting(ctx context.Context, requestID string) error {
+	e, err := s.cfg.Bus.Sessions.Get(ctx, protocol.KeySerialPrev(requestID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil // not ordered yet: no router took it, and none will run it
+	}
+	if err != nil {
+		return fmt.Errorf("%w: read serial order: %v", ErrUnavailable, err)
+	}
+	prev := string(e.Value())
+	if !protocol.ValidToken(prev, protocol.MaxIDLen) {
+		return nil // the first of its session
+	}
+	answered, err := s.cfg.Bus.Answered(ctx, prev)
+	if err != nil || answered {
+		return wrapUnavailable(err)
+	}
+	if _, err := s.cfg.Bus.Sessions.Put(ctx, protocol.KeySerialSkip(requestID), []byte(prev)); err != nil {
+		return fmt.Errorf("%w: record serial order: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func wrapUnavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 func nameAt(names []string, i int) string {

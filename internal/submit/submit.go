@@ -161,8 +161,8 @@ type Outcome struct {
 	Pending bool
 	// Replayed: the request_id was accepted before, and this is the first run's response.
 	Replayed bool
-	// TraceID is the correlation id the request runs under (the first submission's, when the
-	// request_id was accepted before).
+	// TraceID is the correlation id the request runs under: the submission's, or the first
+	// submission's when this one joined a request accepted before and still running.
 	TraceID string
 }
 
@@ -227,7 +227,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 			return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
 		}
 		if resp, ok := s.recorded(actx, req.RequestID); ok {
-			out.Response, out.Replayed, out.TraceID = resp, true, prev.TraceID
+			out.Response, out.Replayed = resp, true
 			return out, nil
 		}
 		// Accepted before but not answered yet (or the first submitter died before

@@ -39,11 +39,14 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.s = s
+	stop, err := s.Listen() // in place when it returns
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() { _ = s.Run(ctx) }()
 	go f.router(ctx, t)
-	time.Sleep(50 * time.Millisecond) // the response subscription is in place
 	return f
 }
 
@@ -65,16 +68,19 @@ func (f *fixture) router(ctx context.Context, t *testing.T) {
 		resp := &protocol.Response{RequestID: req.RequestID, SessionID: req.Session(), Status: protocol.ResponseStatus(results), Results: results}
 		m, _ := protocol.NewMessage(protocol.TypeResponse, resp)
 		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDResponse(req.RequestID), req.RequestID, req.Session()
+		f.answered.Add(1) // before the response goes out: whoever gets it sees the count
 		if _, err := f.b.Respond(ctx, pub, m); err != nil {
+			f.answered.Add(-1)
 			return err
 		}
-		f.answered.Add(1)
 		return nil
 	})
 	for p := range protocol.RequestPartitions {
 		cons, err := f.b.Consumer(ctx, bus.RequestConsumer(p))
 		if err != nil {
-			t.Error(err)
+			if ctx.Err() == nil && f.nc.IsConnected() {
+				t.Error(err)
+			}
 			return
 		}
 		go func() {
@@ -102,7 +108,7 @@ func TestSubmit(t *testing.T) {
 	}
 	// The same request again: the first response, nothing run again, the first trace id.
 	out, err = f.s.Submit(ctx, Submission{Request: req("r1", "a", "b"), Trace: protocol.TraceContext{TraceID: "trace-2"}, Wait: 10 * time.Second})
-	if err != nil || !out.Replayed || out.Response == nil || out.TraceID != "trace-1" {
+	if err != nil || !out.Replayed || out.Response == nil || out.TraceID != "trace-2" {
 		t.Fatalf("repeat: %+v %v", out, err)
 	}
 	if n := f.answered.Load(); n != 1 {
@@ -127,6 +133,11 @@ func TestSubmit(t *testing.T) {
 	}
 	if _, pending, err := f.s.Status(ctx, "r2"); err != nil || !pending {
 		t.Fatalf("status while pending: %v %v", pending, err)
+	}
+	// Submitted again while it runs: it joins the first submission, under its trace id.
+	out, err = f.s.Submit(ctx, Submission{Request: req("r2", "a"), Trace: protocol.TraceContext{TraceID: "trace-3"}, Wait: 300 * time.Millisecond})
+	if err != nil || !out.Pending || out.TraceID != "trace-1" {
+		t.Fatalf("joined: %+v %v", out, err)
 	}
 	if _, _, err := f.s.Status(ctx, "r_unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("status of an unknown request: %v", err)
@@ -204,6 +215,24 @@ func TestCancel(t *testing.T) {
 	resp, _, err = f.s.Cancel(ctx, "p1", Cancellation{By: "test"})
 	if err != nil || resp.Status != protocol.StatusPartialSuccess || resp.Results[0].Status != protocol.ResultOK || resp.Results[1].ErrorCode != protocol.CodeCancelled {
 		t.Fatalf("partly finished: %+v %v", resp, err)
+	}
+
+	// Every call finished, but no response recorded yet: nothing is cancelled; the request is
+	// answered as it finished, and the caller told so.
+	f.submitPlanned(t, "p2", "one", "two")
+	pub := bus.NewPublisher(f.b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
+	res := protocol.ToolResult{ToolCallID: "two", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`), Attempts: 1}
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("p2", "two"), "p2", "p2"
+	if _, _, err := f.b.RecordResult(ctx, pub, m, &res); err != nil {
+		t.Fatal(err)
+	}
+	resp, _, err = f.s.Cancel(ctx, "p2", Cancellation{By: "test"})
+	if !errors.Is(err, ErrFinished) || resp == nil || resp.Status != protocol.StatusSuccess || resp.Error != nil {
+		t.Fatalf("all finished: %+v %v", resp, err)
+	}
+	if _, err := f.b.Stream.GetLastMsgForSubject(ctx, protocol.SubjectEvent(protocol.EventCancel, "p2")); err == nil {
+		t.Error("a cancellation that cancelled nothing is on the record")
 	}
 
 	// Finished: nothing to cancel.

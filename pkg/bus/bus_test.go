@@ -420,3 +420,22 @@ func TestProvisionRefusesAnUnorderedPartitionConsumer(t *testing.T) {
 		t.Fatalf("Provision: %v; want an error naming %s", err, name)
 	}
 }
+
+// TestProvisionOpenOnly: a client that opens the bus creates nothing, and says what is missing.
+func TestProvisionOpenOnly(t *testing.T) {
+	srv := bustest.NewServer(t)
+	nc := srv.Connect(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := bus.Provision(ctx, js, bus.Config{OpenOnly: true}); !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), protocol.StreamName) {
+		t.Fatalf("open before any service: %v", err)
+	}
+	if _, err := js.Stream(ctx, protocol.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("opening created the stream: %v", err)
+	}
+	srv.Provision(t, bus.Config{Replicas: 1})
+	b, err := bus.Provision(ctx, js, bus.Config{OpenOnly: true, MaxAge: time.Hour})
+	if err != nil || len(b.Drift) != 0 || b.Parked == nil || b.Timers == nil {
+		t.Fatalf("open after a service: %v, drift %v", err, b.Drift)
+	}
+}

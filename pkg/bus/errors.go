@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// ErrNotProvisioned is returned by Provision with Config.OpenOnly when a stream, bucket or
+// consumer Hermes needs does not exist.
+var ErrNotProvisioned = errors.New("bus: Hermes is not set up on this NATS server")
+
 // permanentError marks a failure that no redelivery can fix: the message is terminated.
 type permanentError struct{ err error }
 

@@ -86,6 +86,10 @@ type Config struct {
 	// ParkedMaxBytes bounds the parked messages; parking more fails (and is retried) rather
 	// than drop one. Default 1 GiB.
 	ParkedMaxBytes int64
+	// OpenOnly makes Provision open what exists and create or change nothing, failing when
+	// something is missing: for clients (the command line) that must not shape a deployment
+	// with their own settings.
+	OpenOnly bool
 }
 
 // intakeMargin is how much longer request ids are remembered than the rest of a request's
@@ -146,6 +150,9 @@ type Bus struct {
 	Claims    jetstream.KeyValue
 	Sessions  jetstream.KeyValue
 	Parked    jetstream.KeyValue
+	// ParkedStream is the stream under Parked: removing an entry by its revision there
+	// leaves no delete marker behind.
+	ParkedStream jetstream.Stream
 	// Timers is the stream of timers (protocol.TimerStreamName).
 	Timers jetstream.Stream
 	// Drift lists how the existing streams differ from this process's configuration; they are
@@ -160,7 +167,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	cfg = cfg.withDefaults()
 	var drift []string
 	src, dest := protocol.RequestTransform()
-	stream, err := ensureStream(ctx, js, jetstream.StreamConfig{
+	stream, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:             protocol.StreamName,
 		Description:      "Hermes: the record of every message of every session",
 		Subjects:         protocol.StreamSubjects(),
@@ -177,7 +184,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, err
 	}
-	dlq, err := ensureStream(ctx, js, jetstream.StreamConfig{
+	dlq, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:        protocol.DLQStreamName,
 		Description: "Hermes: dead letters, and the advisories that name them",
 		Subjects:    append([]string{protocol.FilterDeadLetters}, advisorySubjects...),
@@ -195,7 +202,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	// message on its due subject at its time, which is removed once consumed (work queue). A
 	// key woken before its time has its schedule removed too, so there are never more timers
 	// than parking places, and those are bounded (BucketParked).
-	timers, err := ensureStream(ctx, js, jetstream.StreamConfig{
+	timers, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:              protocol.TimerStreamName,
 		Description:       "Hermes: when parked messages are due to be woken",
 		Subjects:          protocol.TimerSubjects(),
@@ -235,10 +242,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			MaxBytes: kv.maxBytes,
 			Storage:  jetstream.FileStorage,
 			Replicas: cfg.Replicas,
-		}, kv.consistent)
+		}, kv.consistent, !cfg.OpenOnly)
 		if err != nil {
 			return nil, err
 		}
+	}
+	if b.ParkedStream, err = js.Stream(ctx, "KV_"+BucketParked); err != nil {
+		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
 	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
 		return nil, err
@@ -366,6 +376,9 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("bus: look up consumer %s: %w", name, err)
 	}
+	if b.cfg.OpenOnly {
+		return nil, fmt.Errorf("%w: consumer %s (start a Hermes service to create it)", ErrNotProvisioned, name)
+	}
 	c, err = stream.CreateConsumer(ctx, spec)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
 		c, err = stream.Consumer(ctx, name) // created concurrently by another process
@@ -380,8 +393,11 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 // here — every process provisions at start, and one started with other settings (a CLI with
 // the default replicas against a cluster) must not rewrite it; differences are reported in
 // drift instead.
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, drift *[]string) (jetstream.Stream, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, create bool, want jetstream.StreamConfig, drift *[]string) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+		return nil, fmt.Errorf("%w: stream %s (start a Hermes service — router, toolworker, gateway or hermes up — to create it)", ErrNotProvisioned, want.Name)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -392,6 +408,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
 	}
 	have := s.CachedInfo().Config
+	if !create {
+		return s, nil // opened as it is: its settings are the deployment's, not this process's
+	}
 	if missing := missingSubjects(have.Subjects, want.Subjects); len(missing) > 0 {
 		// Subjects of a newer Hermes (e.g. calls of new action kinds) are added: without them
 		// its messages would reach no stream. Nothing is ever removed.
@@ -447,8 +466,11 @@ func streamDrift(have, want jetstream.StreamConfig) []string {
 // ensureBucket opens the bucket, creating it if it does not exist. On a replicated bucket that
 // Hermes reads back right after writing (state), direct gets are turned off: followers may
 // answer a direct get before they have a write, and aggregation must see every result.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent bool) (jetstream.KeyValue, error) {
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent, create bool) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
+		return nil, fmt.Errorf("%w: bucket %s (start a Hermes service to create it)", ErrNotProvisioned, cfg.Bucket)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -458,7 +480,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
 	}
-	if !consistent {
+	if !consistent || !create {
 		return kv, nil
 	}
 	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)

@@ -38,4 +38,6 @@ const (
 	CodeUnavailable = "UNAVAILABLE"
 	// CodeAlreadyFinished: the request has its response; it can no longer be cancelled.
 	CodeAlreadyFinished = "ALREADY_FINISHED"
+	// CodeInternal: Hermes failed in a way that is its own bug; the message says where.
+	CodeInternal = "INTERNAL"
 )

@@ -10,13 +10,16 @@ import (
 // LLMs, never executed.
 const MaxHintBytes = 1024
 
-// ErrorResult is the one constructor of failed results: status error, the code, who failed
-// (OriginHermes or OriginTool), a recovery hint for the caller (cut to MaxHintBytes) and the
-// content. content is kept as it is when it is a json.RawMessage holding valid JSON (a tool's
+// MaxErrorCodeBytes bounds an error code: codes come from tools too.
+const MaxErrorCodeBytes = 64
+
+// ErrorResult is the one constructor of failed results: status error, the code (cut to
+// MaxErrorCodeBytes), who failed (OriginHermes or OriginTool), a recovery hint for the caller
+// (cut to MaxHintBytes) and the content. content is kept as it is when it is a json.RawMessage holding valid JSON (a tool's
 // own error body); any other value is encoded as JSON, a string as a JSON string. The caller
 // fills in the call's id, name, route and attempts.
 func ErrorResult(code, origin, hint string, content any) ToolResult {
-	return ToolResult{Status: ResultError, ErrorCode: code, ErrorOrigin: origin, RecoveryHint: cutHint(hint), Content: jsonContent(content)}
+	return ToolResult{Status: ResultError, ErrorCode: cut(code, MaxErrorCodeBytes), ErrorOrigin: origin, RecoveryHint: cut(hint, MaxHintBytes), Content: jsonContent(content)}
 }
 
 // For returns r as the result of call, routed by route: its id and name set.
@@ -48,13 +51,14 @@ func jsonContent(v any) json.RawMessage {
 	return b
 }
 
-func cutHint(h string) string {
-	if len(h) <= MaxHintBytes {
-		return h
+// cut shortens s to at most n bytes (on a character boundary), marking a cut with "…".
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	cut := MaxHintBytes
-	for cut > 0 && !utf8.RuneStart(h[cut]) {
-		cut--
+	end := n
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
 	}
-	return h[:cut] + "…"
+	return s[:end] + "…"
 }

@@ -10,14 +10,15 @@ import (
 )
 
 // Policy spaces out tries. The delay after failed try n (n ≥ 1) is Initial × Factor^(n-1),
-// capped at Max, plus a random jitter in [0, Jitter). The zero Policy waits nothing between
+// capped at Max (or at Initial when Max is below it), plus a random jitter in [0, Jitter). The zero Policy waits nothing between
 // tries; a Factor below 1 counts as 1 (a fixed delay).
 type Policy struct {
 	// Initial is the delay after the first failure.
 	Initial time.Duration
 	// Factor multiplies the delay after each further failure.
 	Factor float64
-	// Max caps any one delay before jitter; zero means no cap.
+	// Max caps any one delay before jitter; zero means no cap, and a cap below Initial counts
+	// as Initial.
 	Max time.Duration
 	// Jitter adds up to this much at random to each delay.
 	Jitter time.Duration
@@ -41,8 +42,11 @@ func (p Policy) base(n int) time.Duration {
 		return 0
 	}
 	maxInterval := p.Max
-	if maxInterval <= 0 || maxInterval < p.Initial {
-		maxInterval = max(p.Initial, time.Duration(1<<62))
+	switch {
+	case maxInterval <= 0:
+		maxInterval = time.Duration(1 << 62)
+	case maxInterval < p.Initial:
+		maxInterval = p.Initial // a cap never cuts the first delay
 	}
 	if p.Factor <= 1 {
 		return p.Initial

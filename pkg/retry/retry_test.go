@@ -19,6 +19,7 @@ func TestDelay(t *testing.T) {
 		{"factor below 1 is fixed", Policy{Initial: 10 * ms, Factor: 0.5}, []time.Duration{10 * ms, 10 * ms}},
 		{"no cap", Policy{Initial: ms, Factor: 10}, []time.Duration{ms, 10 * ms, 100 * ms, time.Second}},
 		{"zero", Policy{}, []time.Duration{0, 0}},
+		{"cap below the first delay caps at it", Policy{Initial: time.Second, Factor: 2, Max: 500 * ms}, []time.Duration{time.Second, time.Second, time.Second}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for i, want := range c.want {

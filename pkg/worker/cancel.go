@@ -82,7 +82,9 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 		if c, err := m.DecodeCancel(); err == nil {
 			by = c.By
 		}
-		go w.stopCancelled(ctx, m.RequestID, by, calls)
+		// Handled here, one event after another: a flood of (forged) events costs a ledger
+		// read per running call of the request each, never a goroutine each.
+		w.stopCancelled(ctx, m.RequestID, by, calls)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: listen for cancellations: %w", err)
@@ -92,7 +94,7 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 
 // stopCancelled stops each of calls whose claim is marked cancelled; by names who cancelled.
 func (w *Worker) stopCancelled(ctx context.Context, requestID, by string, calls []*runningCall) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for _, c := range calls {
 		ok, err := ledger.IsCancelled(ctx, w.cfg.Bus.Claims, ledger.Key(requestID, c.callID))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 
 // Func is a tool written as a Go function: it gets the call's arguments (a JSON object) and
 // returns a value encoded as the result's JSON content, or an error. A *ToolError says how the
-// call failed; any other error is TOOL_FAILED and not retried. It must return once ctx ends.
+// call failed; any other error is TOOL_FAILED and not retried. It should return once ctx
+// ends: the try ends then anyway (TOOL_TIMEOUT at its deadline), and a function still running
+// is left to finish on its own, its answer dropped. A panic is a failed try, tried again.
 type Func func(ctx context.Context, args json.RawMessage) (any, error)
 
 // ToolError is a failure a Func reports about its call.
@@ -98,24 +101,55 @@ func (f *Funcs) Execute(ctx context.Context, call *Call) (Outcome, error) {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	start := time.Now()
-	v, err := fn(ctx, args)
-	took := time.Since(start)
-	if err != nil {
-		if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))) {
-			return Outcome{}, err // the try ended with its context: not the tool's failure
+	// The function runs on its own goroutine, so a try ends at its deadline (or shutdown, or
+	// cancellation) even when the function ignores ctx: it is then left to finish on its own,
+	// and what it returns is dropped.
+	done := make(chan funcAnswer, 1)
+	go func() {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- funcAnswer{err: fmt.Errorf("worker: Go tool %s panicked: %v\n%s", call.Tool(), p, debug.Stack()), panicked: true}
+			}
+		}()
+		v, err := fn(ctx, args)
+		done <- funcAnswer{v: v, err: err, took: time.Since(start)}
+	}()
+	var a funcAnswer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		return Outcome{}, context.Cause(ctx)
+	}
+	if a.panicked {
+		return Outcome{}, a.err // not judged: the call is tried again, and given up in the end
+	}
+	if a.err != nil {
+		if ctx.Err() != nil && (errors.Is(a.err, ctx.Err()) || errors.Is(a.err, context.Cause(ctx))) {
+			return Outcome{}, a.err // the try ended with its context: not the tool's failure
 		}
-		out := funcFailure(err)
-		out.Result.ExecutionTimeMS = took.Milliseconds()
+		out := funcFailure(a.err)
+		out.Result.ExecutionTimeMS = a.took.Milliseconds()
 		return out, nil
 	}
-	content, err := json.Marshal(v)
+	content, err := json.Marshal(a.v)
 	if err != nil {
 		return Failed(protocol.CodeToolBadResponse, protocol.OriginTool,
 			"the Go tool returned a value that does not encode as JSON; return plain data",
 			fmt.Sprintf("cannot encode the result as JSON: %v", err), false), nil
 	}
-	return OK(content, took), nil
+	if call.MaxResultBytes > 0 && int64(len(content)) > call.MaxResultBytes {
+		return TooLarge(call.MaxResultBytes), nil
+	}
+	return OK(content, a.took), nil
+}
+
+// funcAnswer is what a Go tool's function gave.
+type funcAnswer struct {
+	v        any
+	err      error
+	took     time.Duration
+	panicked bool
 }
 
 func funcFailure(err error) Outcome {

@@ -24,6 +24,7 @@ func TestFuncsConformance(t *testing.T) {
 		Fail    int             `json:"fail"`
 		Size    int             `json:"size"`
 		Panic   bool            `json:"panic"`
+		Stub    bool            `json:"stubborn"`
 	}
 	funcs, err := worker.NewFuncs(map[string]worker.Func{
 		"behave": func(ctx context.Context, args json.RawMessage) (any, error) {
@@ -31,7 +32,9 @@ func TestFuncsConformance(t *testing.T) {
 			if err := json.Unmarshal(args, &s); err != nil {
 				return nil, &worker.ToolError{Code: protocol.CodeBadArguments, Err: err}
 			}
-			if s.DelayMS > 0 {
+			if s.DelayMS > 0 && s.Stub {
+				time.Sleep(time.Duration(s.DelayMS) * time.Millisecond) // deaf to ctx
+			} else if s.DelayMS > 0 {
 				select {
 				case <-time.After(time.Duration(s.DelayMS) * time.Millisecond):
 				case <-ctx.Done():
@@ -60,7 +63,7 @@ func TestFuncsConformance(t *testing.T) {
 	workertest.Run(t, workertest.Harness{
 		Executor: funcs,
 		Call: func(t *testing.T, id string, b workertest.Behavior) *worker.Call {
-			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic})
+			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic, Stub: b.Stubborn})
 			return &worker.Call{RequestID: "req_conf", SessionID: "s", Dispatch: &protocol.Dispatch{
 				Call:   protocol.ToolCall{ToolCallID: id, Name: "behave", Arguments: body},
 				Route:  "behave",

@@ -41,7 +41,9 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	tracing.Inject(ctx, &m.Trace)
 	log = log.With("tool", tool, "tool_call_id", callID)
 	// Listening for a cancellation starts before the claim: one that comes later still stops
-	// the try, and one that came earlier marked the claim.
+	// the try, and one that came earlier marked the claim. Recording uses parent, which a
+	// cancellation does not end (shutdown does).
+	parent := ctx
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer w.running.add(m.RequestID, callID, stop)()
@@ -51,7 +53,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	switch {
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")
-		return w.finishCancelled(ctx, m, disp, 0, "", d.Header.Get(bus.HeaderRedrive))
+		return w.finishCancelled(parent, m, disp, 0, "", d.Header.Get(bus.HeaderRedrive))
 	case err != nil && !errors.Is(err, ledger.ErrClaimed):
 		return err
 	}
@@ -98,11 +100,13 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 				by = ce.By
 			}
 			log.Info("call cancelled while it ran", "attempt", attempt, "by", by)
-			return w.finishCancelled(context.WithoutCancel(ctx), m, disp, attempt, by, d.Header.Get(bus.HeaderRedrive))
+			return w.finishCancelled(context.WithoutCancel(parent), m, disp, attempt, by, d.Header.Get(bus.HeaderRedrive))
 		}
 		// It finished anyway: its real result is recorded unless the cancellation's was first.
-		ctx = context.WithoutCancel(ctx)
 	}
+	// Recording the result is not cut short by a cancellation arriving meanwhile: the first
+	// result recorded wins, and a cancellation records its own.
+	ctx = parent
 	if err != nil {
 		h.Release(context.WithoutCancel(ctx), "")
 		return err // not judged (shutdown, executor panic): redeliver

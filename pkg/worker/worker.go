@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -123,7 +124,9 @@ func New(cfg Config) (*Worker, error) {
 	for _, e := range cfg.Executors {
 		w.execs[e.Kind()] = Chain(e, mw...)
 		if t, ok := e.(Tools); ok {
-			w.fixed[e.Kind()] = t.Tools()
+			// An executor that names its tools serves those and no others, none if it names
+			// none.
+			w.fixed[e.Kind()] = append([]string{}, t.Tools()...)
 		}
 	}
 	return w, nil
@@ -162,14 +165,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(ctx); err != nil {
+			err := run(ctx)
+			if errors.Is(err, errNotThere) {
+				// A consumer of the earlier version not there (yet): serving it is tried
+				// again when the tool is listed again, or at the next look.
+				w.mu.Lock()
+				delete(w.serving, name)
+				w.mu.Unlock()
+				return
+			}
+			if err != nil {
 				cancel(err)
 			}
 		}()
 	}
+	var served sync.Map // http tool → struct{}: tools whose earlier-version consumer is looked for
 	serve := func(kind, tool string) {
 		start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, false) })
 		if kind == protocol.ActionHTTP {
+			served.Store(tool, struct{}{})
 			start(bus.LegacyToolConsumer(tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, true) })
 		}
 	}
@@ -187,6 +201,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		default:
 			follow = true
 		}
+	}
+	if w.execs[protocol.ActionHTTP] != nil {
+		// A router of the earlier version may make a tool's consumer of its own later (a
+		// rolling upgrade): look for it again now and then.
+		stopLooking := bus.Every(legacyLook, func() {
+			served.Range(func(tool, _ any) bool {
+				serve(protocol.ActionHTTP, tool.(string))
+				return true
+			})
+		})
+		defer stopLooking()
 	}
 	if follow {
 		watcher, err := w.cfg.Bus.Tools.WatchAll(ctx)
@@ -229,14 +254,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// legacyLook is how often a worker looks for consumers of the earlier version that appeared.
+const legacyLook = 30 * time.Second
+
+// errNotThere says a consumer of the earlier version is not there (or not any more).
+var errNotThere = errors.New("worker: no such consumer")
+
 // serve runs the calls of tool of kind from their consumer until ctx is done. legacy serves
-// instead the consumer Hermes before action kinds queued the tool's calls in, if there is one.
+// instead the consumer Hermes before action kinds queued the tool's calls in, while there is
+// one (errNotThere when there is none, or once it is deleted: it was drained).
 func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) error {
 	var cons jetstream.Consumer
 	var err error
 	if legacy {
-		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil || cons == nil {
+		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil {
 			return err
+		}
+		if cons == nil {
+			return errNotThere
 		}
 	} else if cons, err = w.cfg.Bus.EnsureToolConsumer(ctx, kind, tool); err != nil {
 		return err
@@ -251,6 +286,11 @@ func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) erro
 	name := cons.CachedInfo().Name
 	log := w.log.With("tool", tool, "consumer", name)
 	log.Info("serving tool", "kind", kind)
-	return (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
+	err = (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
 		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Logger: log}).Run(ctx)
+	if legacy && (errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound)) {
+		log.Info("the earlier version's consumer is gone; stopped serving it")
+		return errNotThere
+	}
+	return err
 }

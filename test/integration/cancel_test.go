@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -270,4 +272,140 @@ func indent(b []byte) string {
 		return string(b)
 	}
 	return "  " + out.String()
+}
+
+// TestCancellingTheMiddleSerialRequestKeepsOneAtATime: of three serial requests — the first
+// running, two waiting — the middle one is cancelled. The third waits for the first, not for
+// the cancelled one: the session's serial requests still never run at the same time.
+func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1})
+	serial := func(id string, args map[string]any) map[string]any {
+		r := request(id, "", call("c", "record", args))
+		r["session_id"], r["serial"] = "mid_sess", true
+		return r
+	}
+	first := s.postAsync(serial("mid_1", map[string]any{"delay_ms": 2500}), "?timeout=1m")
+	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("mid_1/c")) == 1 })
+	second := s.postAsync(serial("mid_2", map[string]any{}), "?timeout=1m")
+	waitFor(t, "the second to wait", func() bool { return s.countRecorded("mid_2", protocol.TypeRequest) >= 1 })
+	third := s.postAsync(serial("mid_3", map[string]any{}), "?timeout=1m")
+	waitFor(t, "the third to wait", func() bool { return s.countRecorded("mid_3", protocol.TypeRequest) >= 1 })
+	time.Sleep(300 * time.Millisecond) // both parked
+	if status, _, body := s.deleteRequest("mid_2", ""); status != http.StatusOK {
+		t.Fatalf("cancel the middle one: HTTP %d: %s", status, body)
+	}
+	<-second
+	time.Sleep(500 * time.Millisecond)
+	if n := len(s.recorder.tries("mid_3/c")); n != 0 {
+		t.Fatalf("the third serial request ran while the first still ran (%d tries)", n)
+	}
+	for _, ch := range []<-chan answer{first, third} {
+		if a := <-ch; a.status != http.StatusOK || decodeResponse(t, a.body).Status != protocol.StatusSuccess {
+			t.Fatalf("HTTP %d: %s", a.status, a.body)
+		}
+	}
+	var firstAnswered, thirdStarted time.Time
+	for _, raw := range s.stored() {
+		m, err := protocol.Unmarshal(raw.Data)
+		if err != nil {
+			continue
+		}
+		switch {
+		case m.RequestID == "mid_1" && m.Type == protocol.TypeResponse:
+			firstAnswered = raw.Time
+		case m.RequestID == "mid_3" && m.Type == protocol.TypeToolStarted:
+			thirdStarted = raw.Time
+		}
+	}
+	if thirdStarted.Before(firstAnswered) {
+		t.Errorf("the third started at %v, before the first was answered at %v", thirdStarted, firstAnswered)
+	}
+	if n := len(s.recorder.tries("mid_2/c")); n != 0 {
+		t.Errorf("the cancelled one ran %d times", n)
+	}
+}
+
+// TestACancellationThatStoppedHalfWayIsFinished: the canceller of a queued request stops
+// after recording its CANCELLED results and before the response (a crash); a router taking
+// the request later answers it. (Before: every call Done, nothing to aggregate, no answer.)
+func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routers: -1, workers: 1})
+	queued := request("half_1", "", call("a", "record", map[string]any{}))
+	queued["session_id"] = "half_sess"
+	if status, _, body := s.post(queued, "?timeout=1s"); status != http.StatusGatewayTimeout {
+		t.Fatalf("POST: HTTP %d: %s", status, body)
+	}
+	ctx := context.Background()
+	_, b := s.connect()
+	if _, _, err := b.CreatePlan(ctx, "half_1", &bus.Plan{SessionID: "half_sess", CallIDs: []string{"a"}, Names: []string{"record"},
+		RequestMsg: protocol.MsgIDRequest("half_1"), Cancelled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Cancel(ctx, b.Claims, ledger.Key("half_1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	res := protocol.CancelledResult(&protocol.ToolCall{ToolCallID: "a", Name: "record"}, "", 0, "someone")
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("half_1", "a"), "half_1", "half_sess"
+	m.Correlation = &protocol.Correlation{CallIDs: []string{"a"}}
+	if _, _, err := b.StoreResult(ctx, bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: "crashed"}), m); err != nil {
+		t.Fatal(err)
+	}
+	s.addRouter("late-router")
+	waitFor(t, "half_1 answered", func() bool { ok, _ := b.Answered(ctx, "half_1"); return ok })
+	if n := len(s.recorder.tries("half_1/a")); n != 0 {
+		t.Errorf("the cancelled call ran %d times", n)
+	}
+}
+
+// TestACancellationThatStoppedBeforeWakingIsFinished: the canceller of a parked serial request
+// stops after recording the response and before waking the session's next serial request;
+// the client retries the cancellation, as told, and the next one runs.
+func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1})
+	serial := func(id string, args map[string]any) map[string]any {
+		r := request(id, "", call("c", "record", args))
+		r["session_id"], r["serial"] = "wake_sess", true
+		return r
+	}
+	first := s.postAsync(serial("wake_1", map[string]any{"delay_ms": 1500}), "?timeout=1m")
+	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("wake_1/c")) == 1 })
+	_ = s.postAsync(serial("wake_2", map[string]any{}), "?timeout=1s")
+	waitFor(t, "wake_2 accepted", func() bool { return s.countRecorded("wake_2", protocol.TypeRequest) >= 1 })
+	time.Sleep(200 * time.Millisecond)
+	third := s.postAsync(serial("wake_3", map[string]any{}), "?timeout=30s")
+	waitFor(t, "wake_3 accepted", func() bool { return s.countRecorded("wake_3", protocol.TypeRequest) >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	ctx := context.Background()
+	_, b := s.connect()
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: "crashed"})
+	// Submitter.Cancel of wake_2 up to recording the response; then the crash.
+	if _, _, err := b.CreatePlan(ctx, "wake_2", &bus.Plan{SessionID: "wake_sess", CallIDs: []string{"c"}, Names: []string{"record"},
+		RequestMsg: protocol.MsgIDRequest("wake_2"), Serial: true, Cancelled: true}); err != nil {
+		t.Fatal(err)
+	}
+	_ = ledger.Cancel(ctx, b.Claims, ledger.Key("wake_2", "c"))
+	res := protocol.CancelledResult(&protocol.ToolCall{ToolCallID: "c", Name: "record"}, "", 0, "someone")
+	rm, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	rm.MsgID, rm.RequestID, rm.SessionID = protocol.MsgIDToolResult("wake_2", "c"), "wake_2", "wake_sess"
+	if _, _, err := b.StoreResult(ctx, pub, rm); err != nil {
+		t.Fatal(err)
+	}
+	resp := &protocol.Response{RequestID: "wake_2", SessionID: "wake_sess", Status: protocol.ResponseStatus([]protocol.ToolResult{res}),
+		Results: []protocol.ToolResult{res}, Error: &protocol.ResponseError{Code: protocol.CodeCancelled, Message: "cancelled by someone"}}
+	out, _ := protocol.NewMessage(protocol.TypeResponse, resp)
+	out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse("wake_2"), "wake_2", "wake_sess"
+	if _, err := b.Respond(ctx, pub, out); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := s.deleteRequest("wake_2", ""); status != http.StatusOK {
+		t.Fatalf("retried cancel: HTTP %d %s", status, body)
+	}
+	<-first
+	if a := <-third; a.status != http.StatusOK {
+		t.Fatalf("wake_3 never ran: HTTP %d %s", a.status, a.body)
+	}
 }

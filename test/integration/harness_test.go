@@ -186,7 +186,8 @@ func (s *system) addRouter(instance string) *app.RouterService {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	d, err := app.NewDeadLetters(b, instance, s.opts.limits, s.opts.metrics, s.opts.logger)
+	_, db := s.connect() // a connection of its own, as in hermes up
+	d, err := app.NewDeadLetters(db, instance, s.opts.limits, s.opts.metrics, s.opts.logger)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ type spec struct {
 	Fail    int             `json:"fail"`
 	Size    int             `json:"size"`
 	Panic   bool            `json:"panic"`
+	Stub    bool            `json:"stubborn"`
 }
 
 func (b *behaving) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +38,9 @@ func (b *behaving) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if s.DelayMS > 0 {
+	if s.DelayMS > 0 && s.Stub {
+		time.Sleep(time.Duration(s.DelayMS) * time.Millisecond) // deaf to the client going away
+	} else if s.DelayMS > 0 {
 		select {
 		case <-time.After(time.Duration(s.DelayMS) * time.Millisecond):
 		case <-r.Context().Done():
@@ -68,7 +71,7 @@ func TestConformance(t *testing.T) {
 	workertest.Run(t, workertest.Harness{
 		Executor: httpexec.New(nil, nil),
 		Call: func(t *testing.T, id string, b workertest.Behavior) *worker.Call {
-			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic})
+			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic, Stub: b.Stubborn})
 			return &worker.Call{RequestID: "req_conf", SessionID: "s", Dispatch: &protocol.Dispatch{
 				Call:  protocol.ToolCall{ToolCallID: id, Name: "behave", Arguments: body},
 				Route: "behave",

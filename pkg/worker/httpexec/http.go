@@ -141,11 +141,13 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		return h.transportFailure(ctx, err, c, timeout)
 	}
 	elapsed := time.Since(start)
-	if a.HTTP != nil && len(a.HTTP.Headers) > 0 {
-		body = redactSecrets(body, h.Env.Secrets(a.HTTP.Headers))
-	}
+	// The size is judged on what the tool sent, before secrets are redacted: redaction can
+	// shorten a cut-off answer below the limit, or lengthen one that fits above it.
 	if int64(len(body)) > limit {
 		return worker.TooLarge(limit), nil
+	}
+	if a.HTTP != nil && len(a.HTTP.Headers) > 0 {
+		body = redactSecrets(body, h.Env.Secrets(a.HTTP.Headers))
 	}
 	out = worker.Outcome{Result: protocol.ToolResult{Content: contentOf(body), ExecutionTimeMS: executionTime(resp.Header, elapsed)}}
 	switch {

@@ -434,3 +434,18 @@ func TestHTTPRedirectKeepsSecretsHome(t *testing.T) {
 	default:
 	}
 }
+
+// TestHTTPSizeIsJudgedBeforeRedaction: an answer over the limit stays RESULT_TOO_LARGE even
+// when redacting the secrets it echoes would shrink the cut-off part below the limit.
+func TestHTTPSizeIsJudgedBeforeRedaction(t *testing.T) {
+	secret := strings.Repeat("S", 40)
+	srv, _ := toolServer(t, answer(200, strings.Repeat(secret, 100))) // 4000 bytes
+	h := New([]string{"TOKEN"}, nil)
+	h.Env.Lookup = mapLookup(map[string]string{"TOKEN": secret})
+	c := httpCall("GET", srv.URL+"/x", `{}`, nil)
+	c.MaxResultBytes = 1000
+	c.Dispatch.Action.HTTP.Headers = map[string]string{"Authorization": "${env.TOKEN}"}
+	if out := execute(t, h, c); out.Result.ErrorCode != protocol.CodeResultTooLarge {
+		t.Fatalf("a 4000-byte answer with a 1000-byte limit: %s/%s, %d bytes of content", out.Result.Status, out.Result.ErrorCode, len(out.Result.Content))
+	}
+}

@@ -4,7 +4,9 @@
 // each through the middleware a Worker runs executors in (worker.Standard).
 //
 // An executor's own tests call Run with a Harness that makes a tool of the executor's kind
-// behave as each case asks.
+// behave as each case asks. Some cases run the bare executor too, without the middleware: an
+// executor itself must stop reading an answer at the call's MaxResultBytes, and must not start
+// a try whose context has ended.
 package workertest
 
 import (
@@ -45,6 +47,9 @@ type Behavior struct {
 	Size int
 	// Panic makes the tool crash while handling the call.
 	Panic bool
+	// Stubborn makes the tool ignore that a try ended (its HTTP request aborted, its context
+	// done): it answers only after Delay, whatever happens.
+	Stubborn bool
 }
 
 // Harness puts an executor under test.
@@ -70,7 +75,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatalf("workertest: the executor's kind %q is not one of %v", h.Executor.Kind(), protocol.Kinds)
 	}
 	exec := worker.Chain(h.Executor, worker.Standard()...)
-	s := &suite{h: h, exec: exec}
+	s := &suite{h: h, exec: exec, bare: worker.Chain(h.Executor, worker.Recover())}
 	t.Run("answers exactly", s.answers)
 	t.Run("parallel calls keep their own answers", s.parallel)
 	t.Run("timeout", s.timeout)
@@ -84,7 +89,8 @@ func Run(t *testing.T, h Harness) {
 
 type suite struct {
 	h    Harness
-	exec worker.Executor
+	exec worker.Executor // as a Worker runs it
+	bare worker.Executor // without Timeout and LimitResult
 }
 
 const (
@@ -170,8 +176,8 @@ func (s *suite) parallel(t *testing.T) {
 }
 
 func (s *suite) timeout(t *testing.T) {
-	const delay = 5 * time.Second
-	c := s.call(t, "slow_1", Behavior{Answer: json.RawMessage(`{}`), Delay: delay})
+	const delay = 2 * time.Second
+	c := s.call(t, "slow_1", Behavior{Answer: json.RawMessage(`{}`), Delay: delay, Stubborn: true})
 	c.Timeout = 200 * time.Millisecond
 	out, took, err := s.run(t, t.Context(), c)
 	if err != nil {
@@ -209,9 +215,14 @@ func (s *suite) cancellation(t *testing.T) {
 func (s *suite) alreadyCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	out, _, err := s.run(t, ctx, s.call(t, "cancelled_1", Behavior{Answer: json.RawMessage(`{}`)}))
-	if err == nil {
-		t.Fatalf("Execute with an ended context returned %s/%s and no error", out.Result.Status, out.Result.ErrorCode)
+	for _, e := range []struct {
+		name string
+		exec worker.Executor
+	}{{"with the middleware", s.exec}, {"the bare executor", s.bare}} {
+		out, err := e.exec.Execute(ctx, s.call(t, "cancelled_1", Behavior{Answer: json.RawMessage(`{}`)}))
+		if err == nil {
+			t.Errorf("%s: Execute with an ended context returned %s/%s and no error", e.name, out.Result.Status, out.Result.ErrorCode)
+		}
 	}
 }
 
@@ -233,16 +244,21 @@ func (s *suite) failure(t *testing.T, f Failure) {
 }
 
 func (s *suite) oversized(t *testing.T) {
-	out, _, err := s.run(t, t.Context(), s.call(t, "big_1", Behavior{Size: 4 * maxBytes}))
-	if err != nil {
-		t.Fatalf("Execute: %v", err)
-	}
-	r := out.Result
-	if r.Status != protocol.ResultError || r.ErrorCode != protocol.CodeResultTooLarge || out.Retryable {
-		t.Fatalf("result %s/%s retryable=%v, want error/%s, not retryable", r.Status, r.ErrorCode, out.Retryable, protocol.CodeResultTooLarge)
-	}
-	if len(r.Content) > 1024 {
-		t.Errorf("content holds %d bytes; it must describe the error, not carry the answer", len(r.Content))
+	for _, e := range []struct {
+		name string
+		exec worker.Executor
+	}{{"with the middleware", s.exec}, {"the bare executor", s.bare}} {
+		out, err := e.exec.Execute(t.Context(), s.call(t, "big_1", Behavior{Size: 4 * maxBytes}))
+		if err != nil {
+			t.Fatalf("%s: Execute: %v", e.name, err)
+		}
+		r := out.Result
+		if r.Status != protocol.ResultError || r.ErrorCode != protocol.CodeResultTooLarge || out.Retryable {
+			t.Fatalf("%s: result %s/%s retryable=%v, want error/%s, not retryable", e.name, r.Status, r.ErrorCode, out.Retryable, protocol.CodeResultTooLarge)
+		}
+		if len(r.Content) > 1024 {
+			t.Errorf("%s: content holds %d bytes; it must describe the error, not carry the answer", e.name, len(r.Content))
+		}
 	}
 	fits, _, err := s.run(t, t.Context(), s.call(t, "big_2", Behavior{Size: maxBytes / 2}))
 	if err != nil || fits.Result.Status != protocol.ResultOK {

@@ -255,7 +255,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // legacyLook is how often a worker looks for consumers of the earlier version that appeared.
-const legacyLook = 30 * time.Second
+var legacyLook = 30 * time.Second
 
 // errNotThere says a consumer of the earlier version is not there (or not any more).
 var errNotThere = errors.New("worker: no such consumer")

@@ -277,3 +277,113 @@ func jsConsumer(name, filter string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 30 * time.Second, MaxDeliver: 20}
 }
+
+// legacyCall publishes a call of tool t as Hermes before action kinds did.
+func legacyCall(t *testing.T, b *bus.Bus, rid string) {
+	t.Helper()
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "old"})
+	d := &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"}, Route: "rule",
+		Action: protocol.Action{Kind: protocol.ActionHTTP, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1},
+			HTTP: &protocol.HTTPAction{URL: "http://x/", Method: "POST"}}}
+	m, _ := protocol.NewMessage(protocol.TypeToolCall, d)
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall(rid, "c"), rid, "s"
+	if _, err := pub.Publish(t.Context(), protocol.LegacySubjectToolCall("t", "s"), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// During a rolling upgrade an old router makes a tool's consumer of its own after a new worker
+// serves the tool: the worker finds and drains it. Deleting it once drained (as the upgrade
+// notes say) stops nothing.
+func TestWorkerFindsAndOutlivesTheEarlierVersionsConsumer(t *testing.T) {
+	defer worker.SetLegacyLook(worker.SetLegacyLook(100 * time.Millisecond))
+	for _, follow := range []bool{false, true} {
+		t.Run(map[bool]string{false: "listed tools", true: "following the bucket"}[follow], func(t *testing.T) {
+			b := bustest.NewServer(t).Provision(t, bus.Config{})
+			exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
+				return worker.OK(json.RawMessage(`{}`), 0), nil
+			})
+			cfg := worker.Config{Bus: b, Instance: "new", Executors: []worker.Executor{exec}}
+			if follow {
+				if _, err := b.EnsureToolConsumer(t.Context(), protocol.ActionHTTP, "t"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cfg.Tools = []string{"t"}
+			}
+			w, err := worker.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			time.Sleep(300 * time.Millisecond) // serving tool_http-t; no tool-t yet
+			if _, err := b.Stream.CreateConsumer(t.Context(), jsConsumer(bus.LegacyToolConsumer("t"), protocol.LegacyFilterToolCalls("t"))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Tools.Create(t.Context(), "t", []byte(bus.LegacyToolConsumer("t"))); err != nil {
+				t.Fatal(err)
+			}
+			legacyCall(t, b, "late_legacy")
+			r := &rig{t: t, b: b}
+			if _, res := r.result("late_legacy"); res.Status != protocol.ResultOK {
+				t.Fatalf("legacy call: %+v", res)
+			}
+			if err := b.Stream.DeleteConsumer(t.Context(), bus.LegacyToolConsumer("t")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // the worker notices
+			select {
+			case err := <-done:
+				t.Fatalf("the worker stopped when the drained consumer was deleted: %v", err)
+			default:
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// toolsExec names the tools it serves: none.
+type toolsExec struct{ ran *atomic.Int64 }
+
+func (toolsExec) Kind() string    { return protocol.ActionMCP }
+func (toolsExec) Tools() []string { return nil }
+func (e toolsExec) Execute(context.Context, *worker.Call) (worker.Outcome, error) {
+	e.ran.Add(1)
+	return worker.OK(json.RawMessage(`{}`), 0), nil
+}
+
+// An executor that names no tools serves none — not every tool of its kind.
+func TestAnExecutorNamingNoToolsServesNone(t *testing.T) {
+	var ran atomic.Int64
+	r := newRig(t, bus.Config{}, toolsExec{&ran})
+	r.dispatch(protocol.ActionMCP, "r_other", `{}`, protocol.RetryPolicy{})
+	time.Sleep(time.Second)
+	if _, _, _, err := r.b.Result(t.Context(), "r_other", "c"); !errors.Is(err, bus.ErrNotFound) || ran.Load() != 0 {
+		t.Fatalf("ran %d: %v", ran.Load(), err)
+	}
+}
+
+// A Go tool that ignores its context is timed out all the same.
+func TestAGoToolIgnoringItsContextIsTimedOut(t *testing.T) {
+	r := newRig(t, bus.Config{}, goFunc(func(context.Context, json.RawMessage) (any, error) {
+		time.Sleep(3 * time.Second)
+		return "late", nil
+	}))
+	m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"},
+		Route: "rule", Action: protocol.Action{Kind: protocol.ActionGo, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1}}})
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall("r_slow", "c"), "r_slow", "s"
+	if _, err := r.b.EnsureToolConsumer(t.Context(), protocol.ActionGo, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.pub.Publish(t.Context(), protocol.SubjectToolCall(protocol.ActionGo, "t", "s"), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, res := r.result("r_slow"); res.ErrorCode != protocol.CodeToolTimeout {
+		t.Fatalf("result %+v", res)
+	}
+}

@@ -116,7 +116,7 @@ func (l *Lot) Unpark(ctx context.Context, sp Spot) error {
 // the bucket's stream below revision+1, which leaves no delete marker behind (the bucket has
 // no TTL to reclaim one) and keeps a newer revision.
 func (l *Lot) remove(ctx context.Context, key string, revision uint64) error {
-	err := l.bus.ParkedStream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketParked+"."+key), jetstream.WithPurgeSequence(revision+1))
+	err := l.bus.ParkedStream.Purge(ctx, jetstream.WithPurgeSubject(bus.KVSubject(bus.BucketParked, key)), jetstream.WithPurgeSequence(revision+1))
 	if err != nil {
 		return fmt.Errorf("park: remove %s: %w", key, err)
 	}

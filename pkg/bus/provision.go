@@ -44,6 +44,12 @@ const (
 	BucketParked = "hermes-parked"
 )
 
+// KVStream names the stream JetStream keeps a key-value bucket in.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubject is the subject under which bucket keeps key, in its stream.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // RequestConsumer names the durable consumer of request partition p (0 ≤ p <
 // protocol.RequestPartitions), shared by every router. It has at most one message in flight, so
 // a partition's requests are handled one after another, in stream order, even across routers
@@ -247,7 +253,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
-	if b.ParkedStream, err = js.Stream(ctx, "KV_"+BucketParked); err != nil {
+	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
 	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
@@ -483,7 +489,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	if !consistent || !create {
 		return kv, nil
 	}
-	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	s, err := js.Stream(ctx, KVStream(cfg.Bucket))
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
 	}

@@ -190,6 +190,7 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	for k := range keys.Keys() {
 		names = append(names, k)
 	}
+	wakeListed()
 	woken := 0
 	for _, k := range names {
 		e, err := l.bus.Parked.Get(ctx, k)
@@ -228,8 +229,40 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 		if err := l.bus.Timers.Purge(ctx, jetstream.WithPurgeSubject(protocol.SubjectTimer(key)), jetstream.WithPurgeSequence(timer+1)); err != nil {
 			l.log.Warn("could not remove a timer no longer needed; it will go off and wake nothing", "key", key, "err", err)
 		}
+		// A message parked meanwhile may have counted on the timer just removed (it was set
+		// early enough already): what still waits gets its timer again.
+		if err := l.rescheduleLeft(ctx, key); err != nil {
+			return woken, err
+		}
 	}
 	return woken, nil
+}
+
+// wakeListed runs in Wake once it listed what to wake; tests park more there.
+var wakeListed = func() {}
+
+// rescheduleLeft sets key's timer to the earliest time among the messages still parked under
+// it, if any has one.
+func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
+	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	if err != nil {
+		return fmt.Errorf("park: list what waits for %s: %w", key, err)
+	}
+	var earliest time.Time
+	for k := range keys.Keys() {
+		e, err := l.bus.Parked.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var s spot
+		if decodeSpot(e.Value(), &s) == nil && !s.At.IsZero() && (earliest.IsZero() || s.At.Before(earliest)) {
+			earliest = s.At
+		}
+	}
+	if earliest.IsZero() {
+		return nil
+	}
+	return l.schedule(ctx, key, earliest)
 }
 
 // Parked reports how many messages wait under key.

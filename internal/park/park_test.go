@@ -315,3 +315,36 @@ func TestSweepWakesWhatWasMissed(t *testing.T) {
 		t.Errorf("the open wait was woken")
 	}
 }
+
+// A message parked while a wake-up is under way, after it listed what to wake, counted on the
+// key's timer being set early enough already; the wake-up removes that timer, and sets it
+// again for the message it left parked.
+func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	key := protocol.WakeAt("during")
+	if _, err := f.lot.Park(ctx, Wait{Key: key, At: time.Now().Add(time.Hour)}, "first", protocol.SubjectRequest("s9"), request(t, "first", "s9")); err != nil {
+		t.Fatal(err)
+	}
+	second := time.Now().Add(2 * time.Hour)
+	defer func(prev func()) { wakeListed = prev }(wakeListed)
+	wakeListed = func() {
+		if _, err := f.lot.Park(ctx, Wait{Key: key, At: second}, "second", protocol.SubjectRequest("s9"), request(t, "second", "s9")); err != nil {
+			t.Error(err)
+		}
+	}
+	if n, err := f.lot.Wake(ctx, key); n != 1 || err != nil {
+		t.Fatalf("woke %d, %v", n, err)
+	}
+	if n, err := f.lot.Parked(ctx, key); n != 1 || err != nil {
+		t.Fatalf("%d parked after the wake-up, %v; want the second", n, err)
+	}
+	m, err := f.b.Timers.GetLastMsgForSubject(ctx, protocol.SubjectTimer(key))
+	if err != nil {
+		t.Fatalf("the second has no timer: %v", err)
+	}
+	at, ok := scheduledAt(m.Header.Get(scheduleHeader))
+	if !ok || at.Before(second) || at.After(second.Add(2*time.Second)) {
+		t.Fatalf("the timer goes off at %v (%q), want %v", at, m.Header.Get(scheduleHeader), second)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -131,11 +133,15 @@ func (p *busPlans) HasResult(ctx context.Context, requestID, callID string) (boo
 }
 
 func (p *busPlans) RepublishResult(ctx context.Context, requestID, session, callID string) error {
-	_, _, raw, err := p.bus.Result(ctx, requestID, callID)
+	m, _, raw, err := p.bus.Result(ctx, requestID, callID)
 	if err != nil {
 		return err
 	}
-	return p.bus.Republish(ctx, p.pub, protocol.SubjectToolResult(session), raw)
+	// Under an id of its own: the result's id may be spent in the duplicate window, and the
+	// stream would drop it unseen by the routers.
+	id := protocol.MsgIDResultAgain(requestID, callID, strconv.FormatInt(time.Now().UnixNano(), 10))
+	_, err = p.pub.PublishAs(ctx, protocol.SubjectToolResult(session), m, raw, id, nil)
+	return err
 }
 
 func (p *busPlans) Republish(ctx context.Context, requestID, session string) (bool, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/routes"
@@ -150,5 +151,30 @@ func TestRouterStages(t *testing.T) {
 	r, _ := newRouter(t)
 	if got := strings.Join(r.Stages(), ","); got != "serial,plan,route" {
 		t.Errorf("stages %s", got)
+	}
+}
+
+// A recorded result published again (its request redelivered with every result recorded and
+// no response) reaches the routers though its first publish is still in the stream's
+// duplicate window.
+func TestARecordedResultIsPublishedAgainWithinTheDuplicateWindow(t *testing.T) {
+	r, b := newRouter(t)
+	ctx := t.Context()
+	j := job(t, "again", "s_again", false, "fax", "a")
+	if err := (&Pipeline{Stages: r.pipeline.Stages[2:], Out: r.pipeline.Out}).Run(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	plans := &busPlans{bus: b, pub: r.pub}
+	for range 2 {
+		if err := plans.RepublishResult(ctx, "again", "s_again", "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.SubjectToolResult("s_again")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[protocol.SubjectToolResult("s_again")]; n != 3 {
+		t.Fatalf("%d results in the stream, want the first and two again", n)
 	}
 }

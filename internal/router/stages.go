@@ -29,27 +29,33 @@ var _ kv = jetstream.KeyValue(nil)
 // answeredFunc reports whether a request has its response recorded.
 type answeredFunc func(ctx context.Context, requestID string) (bool, error)
 
-// SerialStage holds back a serial request until the session's previous serial request has its
-// response. Requests reach a router in the order they were accepted within their session (one
-// partition, one request at a time), so the stage can chain a session's serial requests: each
-// records its predecessor once (hermes-sessions: protocol.KeySerialPrev, and the session's
-// last one under KeySerialTail) and waits, parked, until that one is answered; the
+// SerialStage holds back a serial request until the session's previous serial requests have
+// their responses. Requests reach a router in the order they were accepted within their
+// session (one partition, one request at a time), so the stage can chain a session's serial
+// requests: each records its predecessor once (hermes-sessions: protocol.KeySerialPrev, and the
+// session's last one under KeySerialTail) and waits, parked, until that one is answered; the
 // predecessor's response wakes it (package answer), and it goes through the pipeline again.
-// A predecessor cancelled while it waited is skipped over (protocol.KeySerialSkip names the
-// one it waited for): the chain stays one at a time. A serial request answered already
-// (dead-lettered or cancelled while it waited) goes no further, but lets its successor go —
-// again, in case whoever answered it stopped before that.
+//
+// An answered predecessor that ran — it passed this stage, so its own predecessors were all
+// answered then; a router recorded its plan — ends the wait. One answered without running
+// (cancelled or dead-lettered while it waited) does not: the wait goes on for the one before
+// it, so a session's serial requests never run at the same time. A serial request answered
+// already goes no further, but lets its successor go — again, in case whoever answered it
+// stopped before that.
 type SerialStage struct {
 	Sessions kv
 	Answered answeredFunc
+	// Plan reads a request's plan (bus.Bus.Plan): one recorded by a router, not Cancelled,
+	// means the request passed this stage.
+	Plan func(ctx context.Context, requestID string) (*bus.Plan, error)
 	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
 	WakeNext func(ctx context.Context, requestID string) error
 }
 
 const (
 	noPredecessor = "-"
-	// maxSkips bounds how many cancelled predecessors one request steps over.
-	maxSkips = 64
+	// maxHops bounds how far back a request follows predecessors answered without running.
+	maxHops = 256
 )
 
 // Name is "serial".
@@ -71,32 +77,49 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	if err != nil || prev == noPredecessor {
 		return Continue(), err
 	}
-	for range maxSkips {
+	for range maxHops {
 		done, err := s.Answered(ctx, prev)
 		if err != nil {
 			return Continue(), err
 		}
 		if !done {
-			job.Log.Info("serial request waits for the previous one's response", "after", prev)
+			job.Log.Info("serial request waits for a previous one's response", "after", prev)
 			wait := prev
 			return Park(park.Wait{Key: protocol.WakeOnResponse(wait)}, func(ctx context.Context) (bool, error) {
 				return s.Answered(ctx, wait)
 			}), nil
 		}
-		// Answered: unless it was cancelled while it waited, it ran after its own
-		// predecessor, and so after everything before it.
-		before, err := s.skipped(ctx, prev)
+		ran, err := s.ran(ctx, prev)
+		if err != nil || ran {
+			return Continue(), err
+		}
+		// Answered without running: what it waited for is waited for now.
+		before, err := s.recorded(ctx, prev)
 		if err != nil || before == "" || before == noPredecessor {
 			return Continue(), err
 		}
 		prev = before
 	}
+	job.Log.Error("serial order: more predecessors answered without running than are followed; going on", "limit", maxHops)
 	return Continue(), nil
 }
 
-// skipped returns the request that requestID waited for when it was cancelled waiting, or "".
-func (s *SerialStage) skipped(ctx context.Context, requestID string) (string, error) {
-	e, err := s.Sessions.Get(ctx, protocol.KeySerialSkip(requestID))
+// ran reports whether requestID passed this stage: a router recorded its plan.
+func (s *SerialStage) ran(ctx context.Context, requestID string) (bool, error) {
+	p, err := s.Plan(ctx, requestID)
+	switch {
+	case err == nil:
+		return !p.Cancelled, nil
+	case errors.Is(err, bus.ErrNotFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("read the plan of %s: %w", requestID, err)
+	}
+}
+
+// recorded returns the predecessor recorded for requestID, or "" when none is.
+func (s *SerialStage) recorded(ctx context.Context, requestID string) (string, error) {
+	e, err := s.Sessions.Get(ctx, protocol.KeySerialPrev(requestID))
 	switch {
 	case err == nil:
 		return string(e.Value()), nil

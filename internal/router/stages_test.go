@@ -41,7 +41,8 @@ func TestSerialStage(t *testing.T) {
 	ctx := t.Context()
 	kv := bustest.NewMemKV()
 	answered := answeredSet{}
-	s := &SerialStage{Sessions: kv, Answered: answered.answered}
+	plans := planSet{"ser1": true, "ser2": true, "ser3": true, "other1": true}
+	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan}
 
 	// Not serial: through, and the session's order is not touched.
 	if v, err := s.Process(ctx, job(t, "free", "s1", false, "echo", "c")); err != nil || v.kind != goOn || len(kv.Keys()) != 0 {
@@ -113,49 +114,74 @@ func TestSerialStage(t *testing.T) {
 	}
 }
 
+// planSet is the Plan func of a SerialStage over plans recorded by tests: ran[id] true is a
+// plan by a router, false a plan by a cancellation.
+type planSet map[string]bool
+
+func (p planSet) plan(_ context.Context, id string) (*bus.Plan, error) {
+	ran, ok := p[id]
+	if !ok {
+		return nil, bus.ErrNotFound
+	}
+	return &bus.Plan{Cancelled: !ran}, nil
+}
+
 // A serial request redelivered before its predecessor answered (it failed to park, or its
 // router died) still waits for it, though it is the session's last by then; an answered one
-// lets its successor go on every delivery; a predecessor cancelled while it waited is skipped
-// over to the one it waited for.
-func TestSerialStageRedeliveriesAndSkips(t *testing.T) {
+// lets its successor go on every delivery; predecessors answered without running (cancelled
+// or dead-lettered while they waited) are stepped over to the one they waited for.
+func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
 	ctx := t.Context()
 	kv := bustest.NewMemKV()
-	answered := answeredSet{}
+	answered, plans := answeredSet{}, planSet{}
 	var woke []string
-	s := &SerialStage{Sessions: kv, Answered: answered.answered, WakeNext: func(_ context.Context, id string) error {
+	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
 		woke = append(woke, id)
 		return nil
 	}}
+	process := func(id string) Verdict {
+		t.Helper()
+		v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c"))
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return v
+	}
 	mustGo := func(id string) {
 		t.Helper()
-		if v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c")); err != nil || v.kind != goOn {
-			t.Fatalf("%s: %+v %v", id, v, err)
+		if v := process(id); v.kind != goOn {
+			t.Fatalf("%s: %+v; want it to go", id, v)
 		}
+		plans[id] = true // it passes the plan stage next
 	}
 	mustWait := func(id, prev string) {
 		t.Helper()
-		if v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c")); err != nil || v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
-			t.Fatalf("%s: %+v %v; want it to wait for %s", id, v, err, prev)
+		if v := process(id); v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
+			t.Fatalf("%s: %+v; want it to wait for %s", id, v, prev)
 		}
 	}
 	mustGo("p")
 	mustWait("x", "p")
 	mustWait("x", "p") // redelivered: x is the tail now, and still waits for p
-	// y waits for x; y is cancelled while it waits (the canceller notes x), and z, woken by
-	// y's response, waits for x, not for nothing.
 	mustWait("y", "x")
-	if _, err := kv.Put(ctx, protocol.KeySerialSkip("y"), []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	answered["y"] = true
+	mustWait("z", "y")
+	// y and x are cancelled while they wait (answered, planned by the cancellation or not at
+	// all); z, woken by them, waits for p, which still runs.
+	answered["y"], plans["y"] = true, false
 	mustWait("z", "x")
+	answered["x"] = true
+	mustWait("z", "p")
 	// An answered request's every delivery lets its successor go.
-	if v, _ := s.Process(ctx, job(t, "y", "s", true, "echo", "c")); v.kind != stopIt || len(woke) != 1 || woke[0] != "y" {
+	if v := process("y"); v.kind != stopIt || len(woke) != 1 || woke[0] != "y" {
 		t.Fatalf("answered y: %+v, woke %v", v, woke)
 	}
-	// Once x and p are answered, z goes.
-	answered["x"], answered["p"] = true, true
+	// Once p, which ran, is answered, z goes: nothing before p is waited for.
+	answered["p"] = true
 	mustGo("z")
+	// A request after z waits for z only: z ran.
+	mustWait("w", "z")
+	answered["z"] = true
+	mustGo("w")
 }
 
 // plans is a planStore in memory.

@@ -63,11 +63,6 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	if err != nil {
 		return nil, false, err
 	}
-	if plan.Serial {
-		if err := s.skipIfWaiting(ctx, requestID); err != nil {
-			return nil, false, err
-		}
-	}
 	log := s.log.With("request_id", requestID, "session_id", plan.SessionID, "trace_id", plan.Trace.TraceID)
 	// 1. No worker starts a call from now on.
 	for _, id := range plan.CallIDs {
@@ -203,38 +198,6 @@ func cancelledResponse(r *protocol.Response) bool {
 
 func isCancelled(r *protocol.ToolResult) bool {
 	return r.ErrorCode == protocol.CodeCancelled && r.ErrorOrigin == protocol.OriginHermes
-}
-
-// skipIfWaiting notes, for a serial request that still waits for its predecessor, which one
-// it waits for, before it is answered: its successor, woken by the cancellation, then waits
-// for that one instead, so the session's serial requests still run one at a time.
-func (s *Submitter) skipIfWaiting(ctx context.Context, requestID string) error {
-	e, err := s.cfg.Bus.Sessions.Get(ctx, protocol.KeySerialPrev(requestID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil // not ordered yet: no router took it, and none will run it
-	}
-	if err != nil {
-		return fmt.Errorf("%w: read serial order: %v", ErrUnavailable, err)
-	}
-	prev := string(e.Value())
-	if !protocol.ValidToken(prev, protocol.MaxIDLen) {
-		return nil // the first of its session
-	}
-	answered, err := s.cfg.Bus.Answered(ctx, prev)
-	if err != nil || answered {
-		return wrapUnavailable(err)
-	}
-	if _, err := s.cfg.Bus.Sessions.Put(ctx, protocol.KeySerialSkip(requestID), []byte(prev)); err != nil {
-		return fmt.Errorf("%w: record serial order: %v", ErrUnavailable, err)
-	}
-	return nil
-}
-
-func wrapUnavailable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 func nameAt(names []string, i int) string {

@@ -44,10 +44,6 @@ func KeySerialTail(session string) string { return "tail." + session }
 // KeySerialPrev holds the serial request that requestID waits for ("-" for none).
 func KeySerialPrev(requestID string) string { return "prev." + requestID }
 
-// KeySerialSkip holds, for a serial request cancelled while it waited, the request it waited
-// for: its successor waits for that one instead.
-func KeySerialSkip(requestID string) string { return "skip." + requestID }
-
 // LegacyKeySerialWait is where Hermes before the parking lot kept the serial request waiting
 // for requestID's response.
 func LegacyKeySerialWait(requestID string) string { return "wait." + requestID }

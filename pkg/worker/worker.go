@@ -268,7 +268,10 @@ func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) erro
 	var err error
 	if legacy {
 		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil {
-			return err
+			// The bus not answering now (a leader election, a reconnect) is no reason to
+			// stop: the next look tries again.
+			w.log.Debug("could not look for the earlier version's consumer; looking again later", "tool", tool, "err", err)
+			return errNotThere
 		}
 		if cons == nil {
 			return errNotThere

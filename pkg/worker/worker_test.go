@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,8 +70,12 @@ func (r *rig) dispatch(kind, rid, args string, retry protocol.RetryPolicy) {
 	if retry.MaxAttempts == 0 {
 		retry = protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1}
 	}
+	action := protocol.Action{Kind: kind, TimeoutMS: 5000, Retry: retry}
+	if kind == protocol.ActionHTTP {
+		action.HTTP = &protocol.HTTPAction{URL: "http://127.0.0.1:1/", Method: "POST"} // never called: the executors are fakes
+	}
 	m, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t", Arguments: json.RawMessage(args)},
-		Route: "rule", Action: protocol.Action{Kind: kind, TimeoutMS: 5000, Retry: retry}})
+		Route: "rule", Action: action})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -385,5 +390,55 @@ func TestAGoToolIgnoringItsContextIsTimedOut(t *testing.T) {
 	}
 	if _, res := r.result("r_slow"); res.ErrorCode != protocol.CodeToolTimeout {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// A brief JetStream outage — a cluster electing a leader, a server restarting — does not stop
+// a worker, whether or not it looks for the earlier version's consumers meanwhile; it serves
+// calls again once JetStream is back.
+func TestAWorkerOutlivesABriefJetStreamOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a JetStream outage")
+	}
+	for _, look := range []time.Duration{time.Hour, 50 * time.Millisecond} {
+		t.Run("looking every "+look.String(), func(t *testing.T) {
+			defer worker.SetLegacyLook(worker.SetLegacyLook(look))
+			srv := bustest.NewServer(t)
+			b := srv.Provision(t, bus.Config{})
+			exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
+				return worker.OK(json.RawMessage(`{}`), 0), nil
+			})
+			w, err := worker.New(worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{exec}, Tools: []string{"t"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			time.Sleep(300 * time.Millisecond)
+			jsCfg := srv.JetStreamConfig()
+			jsCfg.StoreDir = filepath.Dir(jsCfg.StoreDir) // enabling adds the "jetstream" it ends in
+			if err := srv.DisableJetStream(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(6 * time.Second)
+			if err := srv.EnableJetStream(jsCfg); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the worker stopped during the outage: %v", err)
+			case <-time.After(time.Second):
+			}
+			r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})}
+			r.dispatch(protocol.ActionHTTP, "after_outage", `{}`, protocol.RetryPolicy{})
+			if _, res := r.result("after_outage"); res.Status != protocol.ResultOK {
+				t.Fatalf("a call after the outage: %+v", res)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -326,6 +326,53 @@ func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
 	}
 }
 
+// TestCancellingTwoWaitingSerialRequests: of four serial requests — the first running, three
+// waiting — the second and then the third are cancelled. The fourth still waits for the first:
+// the third, by the time it was cancelled, waited for the first (its own predecessor answered
+// without running), and a request answered without running is stepped over, not counted.
+func TestCancellingTwoWaitingSerialRequests(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 2})
+	serial := func(id string, args map[string]any) map[string]any {
+		r := request(id, "", call("c", "record", args))
+		r["session_id"], r["serial"] = "two_sess", true
+		return r
+	}
+	first := s.postAsync(serial("two_1", map[string]any{"delay_ms": 3000}), "?timeout=1m")
+	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("two_1/c")) == 1 })
+	var waiting []<-chan answer
+	for _, id := range []string{"two_2", "two_3", "two_4"} {
+		waiting = append(waiting, s.postAsync(serial(id, map[string]any{}), "?timeout=1m"))
+		waitFor(t, id+" to wait", func() bool { return s.countRecorded(id, protocol.TypeRequest) >= 1 })
+	}
+	time.Sleep(300 * time.Millisecond) // all parked
+	for _, id := range []string{"two_2", "two_3"} {
+		if status, _, body := s.deleteRequest(id, ""); status != http.StatusOK {
+			t.Fatalf("cancel %s: HTTP %d: %s", id, status, body)
+		}
+		time.Sleep(300 * time.Millisecond) // its successor woken and parked again
+	}
+	if n := len(s.recorder.tries("two_4/c")); n != 0 {
+		t.Fatalf("the fourth serial request ran while the first still ran (%d tries)", n)
+	}
+	if a := <-first; a.status != http.StatusOK {
+		t.Fatalf("the first: HTTP %d: %s", a.status, a.body)
+	}
+	for i, ch := range waiting {
+		a := <-ch
+		want := protocol.StatusSuccess
+		if i < 2 {
+			want = protocol.StatusFailed
+		}
+		if got := decodeResponse(t, a.body).Status; got != want {
+			t.Errorf("two_%d: %s, want %s: %s", i+2, got, want, a.body)
+		}
+	}
+	if n := len(s.recorder.tries("two_4/c")); n != 1 {
+		t.Errorf("the fourth ran %d times, want once", n)
+	}
+}
+
 // TestACancellationThatStoppedHalfWayIsFinished: the canceller of a queued request stops
 // after recording its CANCELLED results and before the response (a crash); a router taking
 // the request later answers it. (Before: every call Done, nothing to aggregate, no answer.)

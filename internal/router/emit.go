@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
+	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -110,8 +109,9 @@ func correlation(job *Job) *protocol.Correlation {
 
 // busPlans is the plan stage's store on the bus.
 type busPlans struct {
-	bus *bus.Bus
-	pub *bus.Publisher
+	bus    *bus.Bus
+	pub    *bus.Publisher
+	answer *answer.Responder
 }
 
 var _ planStore = (*busPlans)(nil)
@@ -132,15 +132,21 @@ func (p *busPlans) HasResult(ctx context.Context, requestID, callID string) (boo
 	}
 }
 
-func (p *busPlans) RepublishResult(ctx context.Context, requestID, session, callID string) error {
-	m, _, raw, err := p.bus.Result(ctx, requestID, callID)
+func (p *busPlans) AnswerFromResults(ctx context.Context, requestID, session string) error {
+	plan, err := p.bus.Plan(ctx, requestID)
 	if err != nil {
 		return err
 	}
-	// Under an id of its own: the result's id may be spent in the duplicate window, and the
-	// stream would drop it unseen by the routers.
-	id := protocol.MsgIDResultAgain(requestID, callID, strconv.FormatInt(time.Now().UnixNano(), 10))
-	_, err = p.pub.PublishAs(ctx, protocol.SubjectToolResult(session), m, raw, id, nil)
+	results := make([]protocol.ToolResult, len(plan.CallIDs))
+	for i, id := range plan.CallIDs {
+		_, res, _, err := p.bus.Result(ctx, requestID, id)
+		if err != nil {
+			return err
+		}
+		results[i] = *res
+	}
+	_, err = p.answer.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: session, Results: results,
+		Cause: plan.RequestMsg, Trace: plan.Trace, Serial: plan.Serial})
 	return err
 }
 

@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -154,27 +155,33 @@ func TestRouterStages(t *testing.T) {
 	}
 }
 
-// A recorded result published again (its request redelivered with every result recorded and
-// no response) reaches the routers though its first publish is still in the stream's
-// duplicate window.
-func TestARecordedResultIsPublishedAgainWithinTheDuplicateWindow(t *testing.T) {
+// A request redelivered with every result recorded and no response (whoever recorded the last
+// stopped before aggregating it) is answered from the recorded results, once, and adds no copy
+// of a result to the record.
+func TestARequestWithEveryResultIsAnsweredFromThem(t *testing.T) {
 	r, b := newRouter(t)
 	ctx := t.Context()
 	j := job(t, "again", "s_again", false, "fax", "a")
-	if err := (&Pipeline{Stages: r.pipeline.Stages[2:], Out: r.pipeline.Out}).Run(ctx, j); err != nil {
+	if err := (&Pipeline{Stages: r.pipeline.Stages[1:], Out: r.pipeline.Out}).Run(ctx, j); err != nil { // plan, route
 		t.Fatal(err)
 	}
-	plans := &busPlans{bus: b, pub: r.pub}
+	if _, _, _, err := b.Response(ctx, "again"); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("a response before aggregation: %v", err)
+	}
 	for range 2 {
-		if err := plans.RepublishResult(ctx, "again", "s_again", "a"); err != nil {
+		if err := r.pipeline.Run(ctx, job(t, "again", "s_again", false, "fax", "a")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.SubjectToolResult("s_again")))
+	_, resp, _, err := b.Response(ctx, "again")
+	if err != nil || len(resp.Results) != 1 || resp.Results[0].ErrorCode != protocol.CodeNoRoute {
+		t.Fatalf("response %+v, %v", resp, err)
+	}
+	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter("hermes.>"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := info.State.Subjects[protocol.SubjectToolResult("s_again")]; n != 3 {
-		t.Fatalf("%d results in the stream, want the first and two again", n)
+	if n, m := info.State.Subjects[protocol.SubjectToolResult("s_again")], info.State.Subjects[protocol.SubjectResponse("s_again")]; n != 1 || m != 1 {
+		t.Fatalf("%d results and %d responses in the stream, want 1 and 1", n, m)
 	}
 }

@@ -194,8 +194,9 @@ type planStore interface {
 	// Republish publishes requestID's recorded response again, if it has one, and reports
 	// whether it had.
 	Republish(ctx context.Context, requestID, session string) (bool, error)
-	// RepublishResult publishes a call's recorded result again, for aggregation.
-	RepublishResult(ctx context.Context, requestID, session, callID string) error
+	// AnswerFromResults answers requestID from its plan and its calls' recorded results
+	// (every call has one), unless it has a response already.
+	AnswerFromResults(ctx context.Context, requestID, session string) error
 }
 
 // PlanStage records the request's plan before anything is dispatched, so that any router can
@@ -247,8 +248,9 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	}
 	if all {
 		// Every call has its result, yet there is no response (whoever recorded the last
-		// one stopped before it was aggregated): publish one again, and aggregation answers.
-		return Stop(), s.Plans.RepublishResult(ctx, job.Msg.RequestID, job.Msg.SessionID, job.Calls[0].Call.ToolCallID)
+		// one stopped before it was aggregated): answer from the recorded results here. (A
+		// result published again could be dropped as a duplicate, or add a copy to the record.)
+		return Stop(), s.Plans.AnswerFromResults(ctx, job.Msg.RequestID, job.Msg.SessionID)
 	}
 	if first.Cancelled {
 		// Planned by a cancellation, which answers it: nothing may run. Calls it has not

@@ -212,8 +212,8 @@ func (p *plans) HasResult(_ context.Context, id, call string) (bool, error) {
 	return p.results[protocol.KeyResult(id, call)], nil
 }
 
-func (p *plans) RepublishResult(_ context.Context, id, _, call string) error {
-	p.republished = append(p.republished, id+"/"+call)
+func (p *plans) AnswerFromResults(_ context.Context, id, _ string) error {
+	p.republished = append(p.republished, id+" from results")
 	return nil
 }
 

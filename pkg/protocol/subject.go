@@ -161,13 +161,6 @@ func MsgIDRedrivenResult(requestID, callID, redrive string) string {
 	return MsgIDToolResult(requestID, callID) + ":redrive:" + redrive
 }
 
-// MsgIDResultAgain identifies a call's recorded result published once more, so that it is
-// aggregated even when its own id is spent in the duplicate window; again tells one such
-// publish from another.
-func MsgIDResultAgain(requestID, callID, again string) string {
-	return MsgIDToolResult(requestID, callID) + ":again:" + again
-}
-
 // MsgIDResponse identifies the response to requestID.
 func MsgIDResponse(requestID string) string { return "response:" + requestID }
 

@@ -190,11 +190,7 @@ func TestCancelBeforeAnyRouter(t *testing.T) {
 func TestCancelASerialRequest(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1})
-	serial := func(id string, args map[string]any) map[string]any {
-		r := request(id, "", call("c", "record", args))
-		r["session_id"], r["serial"] = "cs_sess", true
-		return r
-	}
+	serial := serialRecord("cs_sess")
 	first := s.postAsync(serial("cs_1", map[string]any{"delay_ms": 60_000}), "?timeout=2m")
 	waitFor(t, "the first serial request to run", func() bool { return len(s.recorder.tries("cs_1/c")) == 1 })
 	second := s.postAsync(serial("cs_2", map[string]any{}), "?timeout=2m")
@@ -280,11 +276,7 @@ func indent(b []byte) string {
 func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1})
-	serial := func(id string, args map[string]any) map[string]any {
-		r := request(id, "", call("c", "record", args))
-		r["session_id"], r["serial"] = "mid_sess", true
-		return r
-	}
+	serial := serialRecord("mid_sess")
 	first := s.postAsync(serial("mid_1", map[string]any{"delay_ms": 2500}), "?timeout=1m")
 	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("mid_1/c")) == 1 })
 	second := s.postAsync(serial("mid_2", map[string]any{}), "?timeout=1m")
@@ -333,11 +325,7 @@ func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
 func TestCancellingTwoWaitingSerialRequests(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 2})
-	serial := func(id string, args map[string]any) map[string]any {
-		r := request(id, "", call("c", "record", args))
-		r["session_id"], r["serial"] = "two_sess", true
-		return r
-	}
+	serial := serialRecord("two_sess")
 	first := s.postAsync(serial("two_1", map[string]any{"delay_ms": 3000}), "?timeout=1m")
 	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("two_1/c")) == 1 })
 	var waiting []<-chan answer
@@ -413,11 +401,7 @@ func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
 func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1})
-	serial := func(id string, args map[string]any) map[string]any {
-		r := request(id, "", call("c", "record", args))
-		r["session_id"], r["serial"] = "wake_sess", true
-		return r
-	}
+	serial := serialRecord("wake_sess")
 	first := s.postAsync(serial("wake_1", map[string]any{"delay_ms": 1500}), "?timeout=1m")
 	waitFor(t, "the first to run", func() bool { return len(s.recorder.tries("wake_1/c")) == 1 })
 	_ = s.postAsync(serial("wake_2", map[string]any{}), "?timeout=1s")
@@ -454,5 +438,15 @@ func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
 	<-first
 	if a := <-third; a.status != http.StatusOK {
 		t.Fatalf("wake_3 never ran: HTTP %d %s", a.status, a.body)
+	}
+}
+
+// serialRecord returns a builder of serial requests of session, each one call "c" of the
+// record tool with args.
+func serialRecord(session string) func(id string, args map[string]any) map[string]any {
+	return func(id string, args map[string]any) map[string]any {
+		r := request(id, "", call("c", "record", args))
+		r["session_id"], r["serial"] = session, true
+		return r
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -63,12 +64,19 @@ type Response struct {
 }
 
 // Respond makes r the request's one response, unless it has one already. It reports whether r
-// was recorded (false: an earlier response stands, and was published again).
+// was recorded (false: an earlier response stands, and was published again). A response with
+// no Error whose results include a cancellation's CANCELLED ones gets the error CANCELLED.
 func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 	results := r.Results
+	failure := r.Error
+	if failure == nil && slices.ContainsFunc(results, func(res protocol.ToolResult) bool { return res.Cancelled() }) {
+		// Answered from results a cancellation recorded, by someone other than the canceller
+		// (who got there first, or finishes what a canceller left half-way).
+		failure = &protocol.ResponseError{Code: protocol.CodeCancelled, Message: "the request was cancelled before every call finished"}
+	}
 	for {
 		resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),
-			Results: results, Error: r.Error}
+			Results: results, Error: failure}
 		if err := resp.Validate(); err != nil {
 			// What no reader could decode must never be the request's one response.
 			return false, bus.Permanent(fmt.Errorf("answer: response of %s: %w", r.RequestID, err))

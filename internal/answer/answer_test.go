@@ -118,3 +118,33 @@ func TestRespondShrinksToFit(t *testing.T) {
 		t.Errorf("%d dropped: %+v", dropped, resp.Results)
 	}
 }
+
+// Answered from results a cancellation recorded by someone other than the canceller, the
+// response still says the request was cancelled; an error given stands.
+func TestRespondFromCancelledResultsSaysCancelled(t *testing.T) {
+	a, b, _, _ := newResponder(t)
+	ctx := t.Context()
+	cancelled := protocol.CancelledResult(&protocol.ToolCall{ToolCallID: "b", Name: "echo"}, "", 1, "http 127.0.0.1:1")
+	for _, c := range []struct {
+		id   string
+		err  *protocol.ResponseError
+		want string
+	}{
+		{"from_results", nil, "the request was cancelled before every call finished"},
+		{"by_canceller", &protocol.ResponseError{Code: protocol.CodeCancelled, Message: "cancelled by http 127.0.0.1:1: stop"}, "cancelled by http 127.0.0.1:1: stop"},
+	} {
+		if _, err := a.Respond(ctx, &Response{RequestID: c.id, SessionID: "s", Results: []protocol.ToolResult{ok("a", `{}`), cancelled}, Error: c.err}); err != nil {
+			t.Fatal(err)
+		}
+		_, resp, _, err := b.Response(ctx, c.id)
+		if err != nil || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled || resp.Error.Message != c.want {
+			t.Fatalf("%s: %+v %v", c.id, resp, err)
+		}
+	}
+	if _, err := a.Respond(ctx, &Response{RequestID: "plain", SessionID: "s", Results: []protocol.ToolResult{ok("a", `{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, resp, _, err := b.Response(ctx, "plain"); err != nil || resp.Error != nil {
+		t.Fatalf("plain: %+v %v", resp, err)
+	}
+}

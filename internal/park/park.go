@@ -251,8 +251,11 @@ func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
 	var earliest time.Time
 	for k := range keys.Keys() {
 		e, err := l.bus.Parked.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // woken meanwhile
+		}
 		if err != nil {
-			continue
+			return fmt.Errorf("park: read %s: %w", k, err)
 		}
 		var s spot
 		if decodeSpot(e.Value(), &s) == nil && !s.At.IsZero() && (earliest.IsZero() || s.At.Before(earliest)) {

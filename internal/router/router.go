@@ -161,9 +161,14 @@ func (r *Router) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, c := range reqCons {
 		// One request of a partition at a time (the consumer allows no more): its session's
-		// order holds.
+		// order holds. A slow request keeps its delivery (progress signals): it is not handed
+		// out again, nor given up on and answered as dead-lettered, while it is handled.
+		ackWait := r.cfg.Bus.Config().AckWait
+		if info := c.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+			ackWait = info.Config.AckWait // as created, possibly by another process
+		}
 		g.Go(func() error {
-			return (&bus.Subscriber{Consumer: c, Handler: requests, Concurrency: 1, Logger: r.log}).Run(ctx)
+			return (&bus.Subscriber{Consumer: c, Handler: requests, Concurrency: 1, Progress: ackWait / 3, Logger: r.log}).Run(ctx)
 		})
 	}
 	g.Go(func() error {

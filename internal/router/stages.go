@@ -83,11 +83,19 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			return Continue(), err
 		}
 		if !done {
+			before, err := s.recorded(ctx, prev)
+			if err != nil {
+				return Continue(), err
+			}
+			if before == "" {
+				// Its own order is gone from hermes-sessions: it passed this stage longer ago
+				// than the state TTL (its order is written before it becomes anyone's
+				// predecessor), and its response expired since. Nothing is left to wait for.
+				job.Log.Warn("serial request's predecessor is older than the state TTL; not waited for", "after", prev)
+				return Continue(), nil
+			}
 			job.Log.Info("serial request waits for a previous one's response", "after", prev)
-			wait := prev
-			return Park(park.Wait{Key: protocol.WakeOnResponse(wait)}, func(ctx context.Context) (bool, error) {
-				return s.Answered(ctx, wait)
-			}), nil
+			return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(prev)), nil
 		}
 		ran, err := s.ran(ctx, prev)
 		if err != nil || ran {
@@ -104,7 +112,28 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	return Continue(), nil
 }
 
-// ran reports whether requestID passed this stage: a router recorded its plan.
+// recheck is asked once a request is parked to wait for prev: a response recorded in between
+// ends the wait if prev ran. If prev was answered without running (cancelled in between), the
+// copy just parked is woken again at once, to wait for what prev waited for.
+func (s *SerialStage) recheck(prev string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		done, err := s.Answered(ctx, prev)
+		if err != nil || !done {
+			return false, err
+		}
+		ran, err := s.ran(ctx, prev)
+		if err != nil || ran {
+			return ran, err
+		}
+		if s.WakeNext == nil {
+			return false, nil
+		}
+		return false, s.WakeNext(ctx, prev)
+	}
+}
+
+// ran reports whether requestID passed this stage: a router recorded its plan. An answered
+// request whose plan cannot be read counts as run: its successors go rather than fail on it.
 func (s *SerialStage) ran(ctx context.Context, requestID string) (bool, error) {
 	p, err := s.Plan(ctx, requestID)
 	switch {
@@ -112,6 +141,8 @@ func (s *SerialStage) ran(ctx context.Context, requestID string) (bool, error) {
 		return !p.Cancelled, nil
 	case errors.Is(err, bus.ErrNotFound):
 		return false, nil
+	case bus.IsPermanent(err):
+		return true, nil
 	default:
 		return false, fmt.Errorf("read the plan of %s: %w", requestID, err)
 	}

@@ -472,3 +472,89 @@ func TestAStageHoldsOneCall(t *testing.T) {
 		t.Fatalf("emitted %v; a %+v; b dispatch %+v hold %+v", o.emitted != nil, j.Calls[0].Dispatch, j.Calls[1].Dispatch, j.Calls[1].Hold)
 	}
 }
+
+// parkHookOutlet runs onPark as a request parks: what happens between a stage's check and
+// the parking.
+type parkHookOutlet struct {
+	outlet
+	onPark func()
+}
+
+func (o *parkHookOutlet) Park(ctx context.Context, j *Job, w park.Wait) (func(context.Context) error, error) {
+	if o.onPark != nil {
+		o.onPark()
+	}
+	return o.outlet.Park(ctx, j, w)
+}
+
+// y parks to wait for x, and x is cancelled in between (answered, never run): the recheck
+// does not let y go — p still runs — but wakes y's parked copy at once, to wait for p.
+func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
+	ctx := t.Context()
+	kv := bustest.NewMemKV()
+	answered, plans := answeredSet{}, planSet{}
+	var woke []string
+	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
+		woke = append(woke, id)
+		return nil
+	}}
+	run := func(id string, out Outlet) {
+		t.Helper()
+		if err := (&Pipeline{Stages: []Stage{s}, Out: out}).Run(ctx, job(t, id, "s", true, "echo", "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("p", &outlet{})
+	plans["p"] = true // planned: it runs
+	x := &outlet{}
+	run("x", x)
+	if len(x.parked) != 1 || x.emitted != nil {
+		t.Fatalf("x: parked %v, emitted %v", x.parked, x.emitted)
+	}
+	y := &parkHookOutlet{onPark: func() { answered["x"], plans["x"] = true, false }}
+	run("y", y)
+	if y.emitted != nil {
+		t.Fatalf("y was dispatched while p still runs (parked %v, unparked %d)", y.parked, y.unparked)
+	}
+	if len(woke) != 1 || woke[0] != "x" {
+		t.Fatalf("woke %v, want y's copy woken from x's key", woke)
+	}
+	// Woken, y waits for p.
+	if v, err := s.Process(ctx, job(t, "y", "s", true, "echo", "c")); err != nil || v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse("p") {
+		t.Fatalf("woken y: %+v %v; want it to wait for p", v, err)
+	}
+}
+
+// Stepping back over a request that never ran reaches one whose order and response expired
+// (older than the state TTL): nothing is waited for, rather than a response that will never
+// come.
+func TestSerialStageStepsBackToAnExpiredPredecessor(t *testing.T) {
+	ctx := t.Context()
+	kv := bustest.NewMemKV()
+	answered, plans := answeredSet{}, planSet{}
+	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan}
+	process := func(id string) Verdict {
+		t.Helper()
+		v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := process("p"); v.kind != goOn {
+		t.Fatalf("p: %+v", v)
+	}
+	plans["p"], answered["p"] = true, true
+	if v := process("x"); v.kind != goOn {
+		t.Fatalf("x: %+v", v)
+	}
+	answered["x"], plans["x"] = true, false // cancelled before its router recorded its plan
+	// p's order, then its response, expire; x's order and the session's tail stay.
+	if err := kv.Delete(ctx, protocol.KeySerialPrev("p")); err != nil {
+		t.Fatal(err)
+	}
+	delete(answered, "p")
+	if v := process("y"); v.kind != goOn {
+		t.Fatalf("y: %+v (waits for %q); nothing before it runs, and nothing would wake it", v, v.wait.Key)
+	}
+}

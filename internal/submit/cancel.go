@@ -37,8 +37,10 @@ const cancelTimeout = 10 * time.Second
 // marked cancelled in the call ledger (no worker acquires it any more; its holder learns it at
 // its next renewal); then the CANCELLED results are recorded (a result recorded before stays:
 // that call finished) and the response from the recorded results, before anything about the
-// cancellation is published, so no router can answer the request first; then the
-// cancellation is announced (workers stop what they run) and the results published.
+// cancellation is published; then the cancellation is announced (workers stop what they run)
+// and the results published. A router that answers in between — a worker's result of a call
+// that finished meanwhile, a redelivered request finding every result recorded — answers
+// from the same recorded results, and its response says CANCELLED too (without the reason).
 func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation) (resp *protocol.Response, replayed bool, err error) {
 	if len(c.By) > protocol.MaxCancelTextBytes || len(c.Reason) > protocol.MaxCancelTextBytes {
 		return nil, false, &protocol.FieldError{Field: "reason", Reason: fmt.Sprintf("may hold at most %d bytes", protocol.MaxCancelTextBytes)}
@@ -103,7 +105,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 		}
 		results[i] = *got
 		stored = append(stored, raw)
-		cancelledAny = cancelledAny || isCancelled(got) // by this cancellation, or one before that stopped half-way
+		cancelledAny = cancelledAny || got.Cancelled() // by this cancellation, or one before that stopped half-way
 	}
 	// Every call had finished (its result recorded) before the cancellation: nothing was
 	// cancelled. The request is answered as it finished, and the caller told so.
@@ -189,15 +191,11 @@ func cancelledResponse(r *protocol.Response) bool {
 		return true
 	}
 	for i := range r.Results {
-		if isCancelled(&r.Results[i]) {
+		if r.Results[i].Cancelled() {
 			return true
 		}
 	}
 	return false
-}
-
-func isCancelled(r *protocol.ToolResult) bool {
-	return r.ErrorCode == protocol.CodeCancelled && r.ErrorOrigin == protocol.OriginHermes
 }
 
 func nameAt(names []string, i int) string {

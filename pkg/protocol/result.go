@@ -40,6 +40,12 @@ func CancelledResult(call *ToolCall, route string, attempts int, by string) Tool
 	return r
 }
 
+// Cancelled reports whether r is the result a cancellation gave a call that had not finished
+// (CANCELLED, from Hermes).
+func (r *ToolResult) Cancelled() bool {
+	return r.ErrorCode == CodeCancelled && r.ErrorOrigin == OriginHermes
+}
+
 func jsonContent(v any) json.RawMessage {
 	if raw, ok := v.(json.RawMessage); ok && json.Valid(raw) {
 		return raw

@@ -270,7 +270,7 @@ func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) erro
 		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil {
 			// The bus not answering now (a leader election, a reconnect) is no reason to
 			// stop: the next look tries again.
-			w.log.Debug("could not look for the earlier version's consumer; looking again later", "tool", tool, "err", err)
+			w.log.Warn("could not look for the earlier version's consumer; looking again later", "tool", tool, "err", err)
 			return errNotThere
 		}
 		if cons == nil {

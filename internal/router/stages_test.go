@@ -132,13 +132,7 @@ func (p planSet) plan(_ context.Context, id string) (*bus.Plan, error) {
 // or dead-lettered while they waited) are stepped over to the one they waited for.
 func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
 	ctx := t.Context()
-	kv := bustest.NewMemKV()
-	answered, plans := answeredSet{}, planSet{}
-	var woke []string
-	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
-		woke = append(woke, id)
-		return nil
-	}}
+	s, answered, plans, woke := newSerialStage()
 	process := func(id string) Verdict {
 		t.Helper()
 		v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c"))
@@ -172,8 +166,8 @@ func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
 	answered["x"] = true
 	mustWait("z", "p")
 	// An answered request's every delivery lets its successor go.
-	if v := process("y"); v.kind != stopIt || len(woke) != 1 || woke[0] != "y" {
-		t.Fatalf("answered y: %+v, woke %v", v, woke)
+	if v := process("y"); v.kind != stopIt || len(*woke) != 1 || (*woke)[0] != "y" {
+		t.Fatalf("answered y: %+v, woke %v", v, *woke)
 	}
 	// Once p, which ran, is answered, z goes: nothing before p is waited for.
 	answered["p"] = true
@@ -491,13 +485,7 @@ func (o *parkHookOutlet) Park(ctx context.Context, j *Job, w park.Wait) (func(co
 // does not let y go — p still runs — but wakes y's parked copy at once, to wait for p.
 func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
 	ctx := t.Context()
-	kv := bustest.NewMemKV()
-	answered, plans := answeredSet{}, planSet{}
-	var woke []string
-	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
-		woke = append(woke, id)
-		return nil
-	}}
+	s, answered, plans, woke := newSerialStage()
 	run := func(id string, out Outlet) {
 		t.Helper()
 		if err := (&Pipeline{Stages: []Stage{s}, Out: out}).Run(ctx, job(t, id, "s", true, "echo", "c")); err != nil {
@@ -516,8 +504,8 @@ func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
 	if y.emitted != nil {
 		t.Fatalf("y was dispatched while p still runs (parked %v, unparked %d)", y.parked, y.unparked)
 	}
-	if len(woke) != 1 || woke[0] != "x" {
-		t.Fatalf("woke %v, want y's copy woken from x's key", woke)
+	if len(*woke) != 1 || (*woke)[0] != "x" {
+		t.Fatalf("woke %v, want y's copy woken from x's key", *woke)
 	}
 	// Woken, y waits for p.
 	if v, err := s.Process(ctx, job(t, "y", "s", true, "echo", "c")); err != nil || v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse("p") {
@@ -557,4 +545,14 @@ func TestSerialStageStepsBackToAnExpiredPredecessor(t *testing.T) {
 	if v := process("y"); v.kind != goOn {
 		t.Fatalf("y: %+v (waits for %q); nothing before it runs, and nothing would wake it", v, v.wait.Key)
 	}
+}
+
+// newSerialStage returns a serial stage over an in-memory session bucket, the answered
+// requests and plans it reads, and the list of requests it woke the successors of.
+func newSerialStage() (*SerialStage, answeredSet, planSet, *[]string) {
+	answered, plans, woke := answeredSet{}, planSet{}, &[]string{}
+	return &SerialStage{Sessions: bustest.NewMemKV(), Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
+		*woke = append(*woke, id)
+		return nil
+	}}, answered, plans, woke
 }

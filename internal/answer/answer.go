@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -133,7 +134,9 @@ func (a *Responder) wakeLegacy(ctx context.Context, requestID string) error {
 		_ = a.bus.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
 		return nil
 	}
-	if _, err := a.pub.PublishAs(ctx, protocol.SubjectRequest(m.SessionID), m, e.Value(), protocol.MsgIDWoken(m.MsgID, e.Revision()), nil); err != nil {
+	hdr := nats.Header{}
+	hdr.Set(bus.HeaderWoken, protocol.WakeOnResponse(requestID))
+	if _, err := a.pub.PublishAs(ctx, protocol.SubjectRequest(m.SessionID), m, e.Value(), protocol.MsgIDWoken(m.MsgID, e.Revision()), hdr); err != nil {
 		return fmt.Errorf("answer: wake serial request %s: %w", m.RequestID, err)
 	}
 	a.log.Info("serial request woken by its predecessor's response", "request_id", m.RequestID, "session_id", m.SessionID, "after", requestID)

@@ -200,10 +200,13 @@ func (p *Processor) answerWaiting(ctx context.Context, data []byte, reason strin
 func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, reason string) error {
 	attempts, code := ledger.Last(ctx, p.cfg.Bus.Claims, ledger.Key(m.RequestID, disp.Call.ToolCallID))
 	hint := "Hermes gave up on this call (" + reason + "); `hermes dlq ls` shows it and `hermes dlq retry` re-drives it"
-	if code == "" {
-		code = protocol.CodeDeadLettered
-	} else {
+	if code != "" {
 		hint = "the call kept failing with " + code + " and Hermes gave up (" + reason + "); `hermes dlq ls` shows it"
+	}
+	if code == "" || code == protocol.CodeCancelled {
+		// CANCELLED from Hermes says a cancellation answered the call; a try that ended so
+		// (a tool's own code) is not one.
+		code = protocol.CodeDeadLettered
 	}
 	res := protocol.ErrorResult(code, protocol.OriginHermes, hint, "dead-lettered: "+reason).For(&disp.Call, disp.Route)
 	res.Attempts = attempts

@@ -252,3 +252,24 @@ func (f *fixture) lastOn(t *testing.T, subject string) *jetstream.RawStreamMsg {
 	}
 	return m
 }
+
+// A call given up on whose last try ended with a tool's own code CANCELLED is answered
+// DEAD_LETTERED: a Hermes CANCELLED result would say the request was cancelled.
+func TestProcessorDoesNotPassAGivenUpCallOffAsCancelled(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	rid := "r_tool_cancelled"
+	h, _, err := ledger.New(f.b.Claims, "w", 0).Acquire(ctx, ledger.Key(rid, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release(ctx, protocol.CodeCancelled)
+	seq := f.store(t, protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s_"+rid), dispatch(t, rid, "a", &protocol.Correlation{CallIDs: []string{"a"}}))
+	if err := f.advise(t, "max_deliveries", bus.ToolConsumer(protocol.ActionHTTP, "echo"), seq, 20); err != nil {
+		t.Fatal(err)
+	}
+	_, res, _, err := f.b.Result(ctx, rid, "a")
+	if err != nil || res.Cancelled() || res.ErrorCode != protocol.CodeDeadLettered || !strings.Contains(res.RecoveryHint, "kept failing with CANCELLED") {
+		t.Fatalf("%+v %v", res, err)
+	}
+}

@@ -248,6 +248,7 @@ func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("park: list what waits for %s: %w", key, err)
 	}
+	defer func() { _ = keys.Stop() }()
 	var earliest time.Time
 	for k := range keys.Keys() {
 		e, err := l.bus.Parked.Get(ctx, k)
@@ -266,6 +267,20 @@ func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
 		return nil
 	}
 	return l.schedule(ctx, key, earliest)
+}
+
+// WaitingForResponse reports whether item is parked under a response wake key
+// (protocol.WakeOnResponse of any request).
+func (l *Lot) WaitingForResponse(ctx context.Context, item string) (bool, error) {
+	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(protocol.WakeOnResponse("*"), item))
+	if err != nil {
+		return false, fmt.Errorf("park: look for %s: %w", item, err)
+	}
+	defer func() { _ = keys.Stop() }()
+	for range keys.Keys() {
+		return true, nil
+	}
+	return false, nil
 }
 
 // Parked reports how many messages wait under key.

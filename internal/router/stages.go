@@ -50,10 +50,13 @@ type SerialStage struct {
 	Plan func(ctx context.Context, requestID string) (*bus.Plan, error)
 	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
 	WakeNext func(ctx context.Context, requestID string) error
+	// Waiting reports whether a request is parked waiting for another's response
+	// (park.Lot.WaitingForResponse); nil: never.
+	Waiting func(ctx context.Context, requestID string) (bool, error)
 }
 
 const (
-	noPredecessor = "-"
+	noPredecessor = protocol.ReservedRequestID
 	// maxHops bounds how far back a request follows predecessors answered without running.
 	maxHops = 256
 )
@@ -88,11 +91,11 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 				return Continue(), err
 			}
 			if before == "" {
-				// Its own order is gone from hermes-sessions: it passed this stage longer ago
-				// than the state TTL (its order is written before it becomes anyone's
-				// predecessor), and its response expired since. Nothing is left to wait for.
-				job.Log.Warn("serial request's predecessor is older than the state TTL; not waited for", "after", prev)
-				return Continue(), nil
+				gone, err := s.gone(ctx, prev)
+				if err != nil || gone {
+					job.Log.Warn("serial request's predecessor is older than the state TTL, its response expired; not waited for", "after", prev)
+					return Continue(), err
+				}
 			}
 			job.Log.Info("serial request waits for a previous one's response", "after", prev)
 			return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(prev)), nil
@@ -132,17 +135,38 @@ func (s *SerialStage) recheck(prev string) func(context.Context) (bool, error) {
 	}
 }
 
+// gone reports whether nothing is left of unanswered requestID whose order expired from
+// hermes-sessions: no plan and no copy parked waiting for a response. Its order is written
+// before it becomes anyone's predecessor, so it passed this stage longer ago than the state
+// TTL, and its response expired since; one still waiting (hermes-parked has no TTL) or still
+// planned is waited for.
+func (s *SerialStage) gone(ctx context.Context, requestID string) (bool, error) {
+	if _, err := s.Plan(ctx, requestID); !errors.Is(err, bus.ErrNotFound) {
+		if err != nil && !bus.IsPermanent(err) {
+			return false, fmt.Errorf("read the plan of %s: %w", requestID, err)
+		}
+		return false, nil
+	}
+	if s.Waiting == nil {
+		return false, nil
+	}
+	waiting, err := s.Waiting(ctx, requestID)
+	if err != nil {
+		return false, fmt.Errorf("look for %s in the parking lot: %w", requestID, err)
+	}
+	return !waiting, nil
+}
+
 // ran reports whether requestID passed this stage: a router recorded its plan. An answered
-// request whose plan cannot be read counts as run: its successors go rather than fail on it.
+// request whose plan cannot be read counts as not run: stepping back over it reaches only
+// answered requests if it did run.
 func (s *SerialStage) ran(ctx context.Context, requestID string) (bool, error) {
 	p, err := s.Plan(ctx, requestID)
 	switch {
 	case err == nil:
 		return !p.Cancelled, nil
-	case errors.Is(err, bus.ErrNotFound):
+	case errors.Is(err, bus.ErrNotFound), bus.IsPermanent(err):
 		return false, nil
-	case bus.IsPermanent(err):
-		return true, nil
 	default:
 		return false, fmt.Errorf("read the plan of %s: %w", requestID, err)
 	}
@@ -174,6 +198,10 @@ func (s *SerialStage) predecessor(ctx context.Context, job *Job) (string, error)
 		return "", fmt.Errorf("read serial order: %w", err)
 	} else if after, ok := strings.CutPrefix(job.WokenBy, protocol.WakeOnResponse("")); ok && after != "" {
 		return after, nil
+	} else if job.Woken {
+		// Woken by anything but a response: parked by a later stage (a held call), so it
+		// passed this stage before; queued again, it would wait for its own successors.
+		return noPredecessor, nil
 	}
 	tail, rev, err := s.tail(ctx, m.SessionID)
 	if err != nil {

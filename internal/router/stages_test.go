@@ -131,29 +131,8 @@ func (p planSet) plan(_ context.Context, id string) (*bus.Plan, error) {
 // lets its successor go on every delivery; predecessors answered without running (cancelled
 // or dead-lettered while they waited) are stepped over to the one they waited for.
 func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
-	ctx := t.Context()
-	s, answered, plans, woke := newSerialStage()
-	process := func(id string) Verdict {
-		t.Helper()
-		v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c"))
-		if err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-		return v
-	}
-	mustGo := func(id string) {
-		t.Helper()
-		if v := process(id); v.kind != goOn {
-			t.Fatalf("%s: %+v; want it to go", id, v)
-		}
-		plans[id] = true // it passes the plan stage next
-	}
-	mustWait := func(id, prev string) {
-		t.Helper()
-		if v := process(id); v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
-			t.Fatalf("%s: %+v; want it to wait for %s", id, v, prev)
-		}
-	}
+	r := newSerialRig(t)
+	answered, plans, process, mustGo, mustWait := r.answered, r.plans, r.process, r.mustGo, r.mustWait
 	mustGo("p")
 	mustWait("x", "p")
 	mustWait("x", "p") // redelivered: x is the tail now, and still waits for p
@@ -166,8 +145,8 @@ func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
 	answered["x"] = true
 	mustWait("z", "p")
 	// An answered request's every delivery lets its successor go.
-	if v := process("y"); v.kind != stopIt || len(*woke) != 1 || (*woke)[0] != "y" {
-		t.Fatalf("answered y: %+v, woke %v", v, *woke)
+	if v := process("y"); v.kind != stopIt || len(r.woke) != 1 || r.woke[0] != "y" {
+		t.Fatalf("answered y: %+v, woke %v", v, r.woke)
 	}
 	// Once p, which ran, is answered, z goes: nothing before p is waited for.
 	answered["p"] = true
@@ -484,75 +463,135 @@ func (o *parkHookOutlet) Park(ctx context.Context, j *Job, w park.Wait) (func(co
 // y parks to wait for x, and x is cancelled in between (answered, never run): the recheck
 // does not let y go — p still runs — but wakes y's parked copy at once, to wait for p.
 func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
-	ctx := t.Context()
-	s, answered, plans, woke := newSerialStage()
+	r := newSerialRig(t)
 	run := func(id string, out Outlet) {
 		t.Helper()
-		if err := (&Pipeline{Stages: []Stage{s}, Out: out}).Run(ctx, job(t, id, "s", true, "echo", "c")); err != nil {
+		if err := (&Pipeline{Stages: []Stage{r.s}, Out: out}).Run(t.Context(), job(t, id, "s", true, "echo", "c")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run("p", &outlet{})
-	plans["p"] = true // planned: it runs
+	r.mustGo("p")
 	x := &outlet{}
 	run("x", x)
 	if len(x.parked) != 1 || x.emitted != nil {
 		t.Fatalf("x: parked %v, emitted %v", x.parked, x.emitted)
 	}
-	y := &parkHookOutlet{onPark: func() { answered["x"], plans["x"] = true, false }}
+	y := &parkHookOutlet{onPark: func() { r.answered["x"], r.plans["x"] = true, false }}
 	run("y", y)
 	if y.emitted != nil {
 		t.Fatalf("y was dispatched while p still runs (parked %v, unparked %d)", y.parked, y.unparked)
 	}
-	if len(*woke) != 1 || (*woke)[0] != "x" {
-		t.Fatalf("woke %v, want y's copy woken from x's key", *woke)
+	if len(r.woke) != 1 || r.woke[0] != "x" {
+		t.Fatalf("woke %v, want y's copy woken from x's key", r.woke)
 	}
-	// Woken, y waits for p.
-	if v, err := s.Process(ctx, job(t, "y", "s", true, "echo", "c")); err != nil || v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse("p") {
-		t.Fatalf("woken y: %+v %v; want it to wait for p", v, err)
-	}
+	r.mustWait("y", "p") // woken
 }
 
-// Stepping back over a request that never ran reaches one whose order and response expired
-// (older than the state TTL): nothing is waited for, rather than a response that will never
-// come.
-func TestSerialStageStepsBackToAnExpiredPredecessor(t *testing.T) {
-	ctx := t.Context()
-	kv := bustest.NewMemKV()
-	answered, plans := answeredSet{}, planSet{}
-	s := &SerialStage{Sessions: kv, Answered: answered.answered, Plan: plans.plan}
-	process := func(id string) Verdict {
+// Serial order records live under the state TTL. A request whose own order expired is waited
+// for while anything of it is left — a plan, a copy parked waiting — and not once nothing is
+// (its response expired too): a response that will never come is not waited for.
+func TestSerialOrderPastTheStateTTL(t *testing.T) {
+	expire := func(r *serialRig, ids ...string) {
 		t.Helper()
-		v, err := s.Process(ctx, job(t, id, "s", true, "echo", "c"))
-		if err != nil {
-			t.Fatal(err)
+		for _, id := range ids {
+			if err := r.kv.Delete(t.Context(), protocol.KeySerialPrev(id)); err != nil {
+				t.Fatal(err)
+			}
 		}
-		return v
 	}
-	if v := process("p"); v.kind != goOn {
-		t.Fatalf("p: %+v", v)
-	}
-	plans["p"], answered["p"] = true, true
-	if v := process("x"); v.kind != goOn {
-		t.Fatalf("x: %+v", v)
-	}
-	answered["x"], plans["x"] = true, false // cancelled before its router recorded its plan
-	// p's order, then its response, expire; x's order and the session's tail stay.
-	if err := kv.Delete(ctx, protocol.KeySerialPrev("p")); err != nil {
-		t.Fatal(err)
-	}
-	delete(answered, "p")
-	if v := process("y"); v.kind != goOn {
-		t.Fatalf("y: %+v (waits for %q); nothing before it runs, and nothing would wake it", v, v.wait.Key)
-	}
+	t.Run("stepping back to one whose response expired", func(t *testing.T) {
+		r := newSerialRig(t)
+		r.mustGo("p")
+		r.answered["p"] = true
+		r.mustGo("x")
+		r.answered["x"], r.plans["x"] = true, false // cancelled before its router recorded its plan
+		// p's order, plan and response expire; x's order and the session's tail stay.
+		expire(r, "p")
+		delete(r.plans, "p")
+		delete(r.answered, "p")
+		r.mustGo("y")
+	})
+	t.Run("stepping back to one still waiting", func(t *testing.T) {
+		r := newSerialRig(t)
+		r.mustGo("p") // dispatched, not answered: its tool's workers are down for a day
+		r.mustWait("x", "p")
+		r.mustWait("y", "x")
+		r.mustWait("z", "y")
+		expire(r, "p", "x")
+		r.answered["y"], r.plans["y"] = true, false // cancelled while it waits
+		r.mustWait("z", "x")
+	})
+	t.Run("redelivered while its predecessor still waits", func(t *testing.T) {
+		r := newSerialRig(t)
+		r.mustGo("p")
+		r.mustWait("x", "p")
+		r.mustWait("y", "x")
+		expire(r, "x")
+		r.mustWait("y", "x")
+	})
+	t.Run("woken from a hold after its own order expired", func(t *testing.T) {
+		// y passed, and a later stage held one of its calls; z waits for y. Woken by the
+		// hold's timer, y goes on: queued again it would wait for z, which waits for y.
+		r := newSerialRig(t)
+		r.mustGo("y")
+		r.mustWait("z", "y")
+		expire(r, "y")
+		woken := job(t, "y", "s", true, "echo", "c")
+		woken.Woken, woken.WokenBy = true, protocol.WakeAt("y.c")
+		if v, err := r.s.Process(t.Context(), woken); err != nil || v.kind != goOn {
+			t.Fatalf("y woken: %+v %v (prev.y=%q, tail=%q)", v, err, r.kv.Value(protocol.KeySerialPrev("y")), r.kv.Value(protocol.KeySerialTail("s")))
+		}
+	})
 }
 
-// newSerialStage returns a serial stage over an in-memory session bucket, the answered
-// requests and plans it reads, and the list of requests it woke the successors of.
-func newSerialStage() (*SerialStage, answeredSet, planSet, *[]string) {
-	answered, plans, woke := answeredSet{}, planSet{}, &[]string{}
-	return &SerialStage{Sessions: bustest.NewMemKV(), Answered: answered.answered, Plan: plans.plan, WakeNext: func(_ context.Context, id string) error {
-		*woke = append(*woke, id)
-		return nil
-	}}, answered, plans, woke
+// serialRig is a serial stage over an in-memory session bucket and the answered requests,
+// plans and parked requests it reads; woke lists the requests whose successors it woke.
+type serialRig struct {
+	t        *testing.T
+	s        *SerialStage
+	kv       *bustest.MemKV
+	answered answeredSet
+	plans    planSet
+	waiting  map[string]bool
+	woke     []string
+}
+
+func newSerialRig(t *testing.T) *serialRig {
+	r := &serialRig{t: t, kv: bustest.NewMemKV(), answered: answeredSet{}, plans: planSet{}, waiting: map[string]bool{}}
+	r.s = &SerialStage{Sessions: r.kv, Answered: r.answered.answered, Plan: r.plans.plan,
+		WakeNext: func(_ context.Context, id string) error {
+			r.woke = append(r.woke, id)
+			return nil
+		},
+		Waiting: func(_ context.Context, id string) (bool, error) { return r.waiting[id], nil },
+	}
+	return r
+}
+
+func (r *serialRig) process(id string) Verdict {
+	r.t.Helper()
+	v, err := r.s.Process(r.t.Context(), job(r.t, id, "s", true, "echo", "c"))
+	if err != nil {
+		r.t.Fatalf("%s: %v", id, err)
+	}
+	return v
+}
+
+// mustGo processes id, which must go on; it is planned then, as the plan stage would.
+func (r *serialRig) mustGo(id string) {
+	r.t.Helper()
+	if v := r.process(id); v.kind != goOn {
+		r.t.Fatalf("%s: %+v; want it to go", id, v)
+	}
+	r.plans[id] = true
+	delete(r.waiting, id)
+}
+
+// mustWait processes id, which must park to wait for prev's response.
+func (r *serialRig) mustWait(id, prev string) {
+	r.t.Helper()
+	if v := r.process(id); v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
+		r.t.Fatalf("%s: %+v; want it to wait for %s", id, v, prev)
+	}
+	r.waiting[id] = true
 }

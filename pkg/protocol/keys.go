@@ -58,6 +58,10 @@ func WakeOnResponse(requestID string) string { return "response." + requestID }
 // call id joined by '.').
 func WakeAt(id string) string { return "timer." + id }
 
+// ReservedRequestID is no request's id: a session's serial order records it where there is no
+// previous request.
+const ReservedRequestID = "-"
+
 // KeyParked is the hermes-parked key of item waiting under wake key key.
 func KeyParked(key, item string) string { return key + "." + item }
 

@@ -32,6 +32,7 @@ func TestDecodeRequestJSONErrorsNameTheField(t *testing.T) {
 		{"empty", ``, "body is empty"},
 		{"missing request_id", `{"tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id is required"},
 		{"request_id type", `{"request_id":5,"tool_calls":[]}`, "request_id must be a string, got a number"},
+		{"reserved id", `{"request_id":"-","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, `request_id "-" is reserved`},
 		{"wildcard id", `{"request_id":"a.*","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id must hold only letters"},
 		{"long id", `{"request_id":"` + strings.Repeat("x", 200) + `","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "request_id is 200 bytes long"},
 		{"bad session", `{"request_id":"r","session_id":"s>","tool_calls":[{"tool_call_id":"c","name":"t"}]}`, "session_id must hold only"},

@@ -41,6 +41,9 @@ func (r *Request) Validate(lim Limits) error {
 	if err := CheckID("request_id", r.RequestID); err != nil {
 		return err
 	}
+	if r.RequestID == ReservedRequestID {
+		return fieldErr("request_id", fmt.Sprintf("%q is reserved (it marks \"no request\" in a session's serial order)", ReservedRequestID))
+	}
 	if r.SessionID != "" {
 		if err := CheckID("session_id", r.SessionID); err != nil {
 			return err

@@ -269,20 +269,6 @@ func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
 	return l.schedule(ctx, key, earliest)
 }
 
-// WaitingForResponse reports whether item is parked under a response wake key
-// (protocol.WakeOnResponse of any request).
-func (l *Lot) WaitingForResponse(ctx context.Context, item string) (bool, error) {
-	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(protocol.WakeOnResponse("*"), item))
-	if err != nil {
-		return false, fmt.Errorf("park: look for %s: %w", item, err)
-	}
-	defer func() { _ = keys.Stop() }()
-	for range keys.Keys() {
-		return true, nil
-	}
-	return false, nil
-}
-
 // Parked reports how many messages wait under key.
 func (l *Lot) Parked(ctx context.Context, key string) (int, error) {
 	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))

@@ -348,27 +348,3 @@ func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
 		t.Fatalf("the timer goes off at %v (%q), want %v", at, m.Header.Get(scheduleHeader), second)
 	}
 }
-
-// A request parked to wait for a response is found by its id, whatever response it waits for;
-// one parked under another key, or woken, is not.
-func TestWaitingForResponse(t *testing.T) {
-	f := newFixture(t)
-	ctx := t.Context()
-	if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeOnResponse("p")}, "x", protocol.SubjectRequest("s10"), request(t, "x", "s10")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeAt("h.c"), At: time.Now().Add(time.Hour)}, "h", protocol.SubjectRequest("s10"), request(t, "h", "s10")); err != nil {
-		t.Fatal(err)
-	}
-	for id, want := range map[string]bool{"x": true, "h": false, "p": false} {
-		if got, err := f.lot.WaitingForResponse(ctx, id); err != nil || got != want {
-			t.Errorf("%s: %v %v, want %v", id, got, err, want)
-		}
-	}
-	if _, err := f.lot.Wake(ctx, protocol.WakeOnResponse("p")); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := f.lot.WaitingForResponse(ctx, "x"); err != nil || got {
-		t.Errorf("x woken: %v %v", got, err)
-	}
-}

@@ -109,7 +109,7 @@ func New(cfg Config) (*Router, error) {
 	r.agg = &aggregator{bus: cfg.Bus, answer: answer.New(cfg.Bus, r.pub, r.lot, cfg.Metrics, r.log), maxCall: limit}
 	wake := r.agg.answer.WakeNext
 	stages := []Stage{
-		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, Plan: cfg.Bus.Plan, WakeNext: wake, Waiting: r.lot.WaitingForResponse},
+		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, Plan: cfg.Bus.Plan, WakeNext: wake},
 		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub, answer: r.agg.answer}, WakeNext: wake},
 	}
 	stages = append(stages, cfg.Stages...)

@@ -22,6 +22,7 @@ type kv interface {
 	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
 	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
 	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
 }
 
 var _ kv = jetstream.KeyValue(nil)
@@ -36,8 +37,8 @@ type answeredFunc func(ctx context.Context, requestID string) (bool, error)
 // session's last one under KeySerialTail) and waits, parked, until that one is answered; the
 // predecessor's response wakes it (package answer), and it goes through the pipeline again.
 //
-// An answered predecessor that ran — it passed this stage, so its own predecessors were all
-// answered then; a router recorded its plan — ends the wait. One answered without running
+// An answered predecessor that went — it passed this stage (marked under KeySerialWent), so
+// its own predecessors were all answered then — ends the wait. One answered without going
 // (cancelled or dead-lettered while it waited) does not: the wait goes on for the one before
 // it, so a session's serial requests never run at the same time. A serial request answered
 // already goes no further, but lets its successor go — again, in case whoever answered it
@@ -46,13 +47,10 @@ type SerialStage struct {
 	Sessions kv
 	Answered answeredFunc
 	// Plan reads a request's plan (bus.Bus.Plan): one recorded by a router, not Cancelled,
-	// means the request passed this stage.
+	// means the request passed this stage (the earlier version marked nothing else).
 	Plan func(ctx context.Context, requestID string) (*bus.Plan, error)
 	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
 	WakeNext func(ctx context.Context, requestID string) error
-	// Waiting reports whether a request is parked waiting for another's response
-	// (park.Lot.WaitingForResponse); nil: never.
-	Waiting func(ctx context.Context, requestID string) (bool, error)
 }
 
 const (
@@ -69,6 +67,15 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	if !job.Req.Serial {
 		return Continue(), nil
 	}
+	v, err := s.decide(ctx, job)
+	if err != nil || v.kind != goOn {
+		return v, err
+	}
+	return v, s.markWent(ctx, job.Msg.RequestID)
+}
+
+// decide says whether job's serial request goes, waits, or is done.
+func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 	rid := job.Msg.RequestID
 	if done, err := s.Answered(ctx, rid); err != nil || done {
 		if err == nil && s.WakeNext != nil {
@@ -86,47 +93,49 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			return Continue(), err
 		}
 		if !done {
-			before, err := s.recorded(ctx, prev)
-			if err != nil {
-				return Continue(), err
-			}
-			if before == "" {
-				gone, err := s.gone(ctx, prev)
-				if err != nil || gone {
-					job.Log.Warn("serial request's predecessor is older than the state TTL, its response expired; not waited for", "after", prev)
-					return Continue(), err
-				}
-			}
 			job.Log.Info("serial request waits for a previous one's response", "after", prev)
-			return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(prev)), nil
+			return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(rid, prev)), nil
 		}
-		ran, err := s.ran(ctx, prev)
-		if err != nil || ran {
+		went, err := s.went(ctx, prev)
+		if err != nil || went {
 			return Continue(), err
 		}
-		// Answered without running: what it waited for is waited for now.
+		// Answered without going: what it waited for is waited for now.
 		before, err := s.recorded(ctx, prev)
 		if err != nil || before == "" || before == noPredecessor {
 			return Continue(), err
 		}
 		prev = before
 	}
-	job.Log.Error("serial order: more predecessors answered without running than are followed; going on", "limit", maxHops)
+	job.Log.Error("serial order: more predecessors answered without going than are followed; going on", "limit", maxHops)
 	return Continue(), nil
 }
 
+// markWent records that requestID passed this stage: once answered, it lets its successors
+// go, even if it never ran (cancelled right after).
+func (s *SerialStage) markWent(ctx context.Context, requestID string) error {
+	if _, err := s.Sessions.Put(ctx, protocol.KeySerialWent(requestID), []byte{'1'}); err != nil {
+		return fmt.Errorf("record serial order: %w", err)
+	}
+	return nil
+}
+
 // recheck is asked once a request is parked to wait for prev: a response recorded in between
-// ends the wait if prev ran. If prev was answered without running (cancelled in between), the
-// copy just parked is woken again at once, to wait for what prev waited for.
-func (s *SerialStage) recheck(prev string) func(context.Context) (bool, error) {
+// ends the wait if prev went (and the request goes, marked so). If prev was answered without
+// going (cancelled in between), the copy just parked is woken again at once, to wait for what
+// prev waited for.
+func (s *SerialStage) recheck(rid, prev string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		done, err := s.Answered(ctx, prev)
 		if err != nil || !done {
 			return false, err
 		}
-		ran, err := s.ran(ctx, prev)
-		if err != nil || ran {
-			return ran, err
+		went, err := s.went(ctx, prev)
+		if err != nil {
+			return false, err
+		}
+		if went {
+			return true, s.markWent(ctx, rid)
 		}
 		if s.WakeNext == nil {
 			return false, nil
@@ -135,32 +144,17 @@ func (s *SerialStage) recheck(prev string) func(context.Context) (bool, error) {
 	}
 }
 
-// gone reports whether nothing is left of unanswered requestID whose order expired from
-// hermes-sessions: no plan and no copy parked waiting for a response. Its order is written
-// before it becomes anyone's predecessor, so it passed this stage longer ago than the state
-// TTL, and its response expired since; one still waiting (hermes-parked has no TTL) or still
-// planned is waited for.
-func (s *SerialStage) gone(ctx context.Context, requestID string) (bool, error) {
-	if _, err := s.Plan(ctx, requestID); !errors.Is(err, bus.ErrNotFound) {
-		if err != nil && !bus.IsPermanent(err) {
-			return false, fmt.Errorf("read the plan of %s: %w", requestID, err)
-		}
-		return false, nil
+// went reports whether requestID passed this stage: marked so, or planned by a router (the
+// earlier version marked nothing). An undecodable plan counts as not gone: stepping back over
+// a request that did go reaches only answered ones.
+func (s *SerialStage) went(ctx context.Context, requestID string) (bool, error) {
+	_, err := s.Sessions.Get(ctx, protocol.KeySerialWent(requestID))
+	if err == nil {
+		return true, nil
 	}
-	if s.Waiting == nil {
-		return false, nil
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("read serial order: %w", err)
 	}
-	waiting, err := s.Waiting(ctx, requestID)
-	if err != nil {
-		return false, fmt.Errorf("look for %s in the parking lot: %w", requestID, err)
-	}
-	return !waiting, nil
-}
-
-// ran reports whether requestID passed this stage: a router recorded its plan. An answered
-// request whose plan cannot be read counts as not run: stepping back over it reaches only
-// answered requests if it did run.
-func (s *SerialStage) ran(ctx context.Context, requestID string) (bool, error) {
 	p, err := s.Plan(ctx, requestID)
 	switch {
 	case err == nil:

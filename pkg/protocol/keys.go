@@ -44,6 +44,10 @@ func KeySerialTail(session string) string { return "tail." + session }
 // KeySerialPrev holds the serial request that requestID waits for ("-" for none).
 func KeySerialPrev(requestID string) string { return "prev." + requestID }
 
+// KeySerialWent marks that serial request requestID passed the serial stage: once answered,
+// it lets its successors go.
+func KeySerialWent(requestID string) string { return "went." + requestID }
+
 // LegacyKeySerialWait is where Hermes before the parking lot kept the serial request waiting
 // for requestID's response.
 func LegacyKeySerialWait(requestID string) string { return "wait." + requestID }

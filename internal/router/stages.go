@@ -55,7 +55,7 @@ type SerialStage struct {
 
 const (
 	noPredecessor = protocol.ReservedRequestID
-	// maxHops bounds how far back a request follows predecessors answered without running.
+	// maxHops bounds how far back one delivery follows predecessors answered without going.
 	maxHops = 256
 )
 
@@ -83,9 +83,28 @@ func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 		}
 		return Stop(), err
 	}
+	if _, err := s.Sessions.Get(ctx, protocol.KeySerialWent(rid)); err == nil {
+		// It went before (a wake-up from a later stage's hold, a redelivery): decided then,
+		// whatever expired of its predecessors since.
+		return Continue(), nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Continue(), fmt.Errorf("read serial order: %w", err)
+	}
 	prev, err := s.predecessor(ctx, job)
 	if err != nil || prev == noPredecessor {
 		return Continue(), err
+	}
+	first := prev
+	wait := func(reason string) (Verdict, error) {
+		if prev != first {
+			// Stepped over requests answered without going: it waits for prev from now on,
+			// without needing their records (they may expire first).
+			if _, err := s.Sessions.Put(ctx, protocol.KeySerialPrev(rid), []byte(prev)); err != nil {
+				return Continue(), fmt.Errorf("record serial order: %w", err)
+			}
+		}
+		job.Log.Info(reason, "after", prev)
+		return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(rid, prev)), nil
 	}
 	for range maxHops {
 		done, err := s.Answered(ctx, prev)
@@ -93,8 +112,7 @@ func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 			return Continue(), err
 		}
 		if !done {
-			job.Log.Info("serial request waits for a previous one's response", "after", prev)
-			return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(rid, prev)), nil
+			return wait("serial request waits for a previous one's response")
 		}
 		went, err := s.went(ctx, prev)
 		if err != nil || went {
@@ -107,8 +125,9 @@ func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 		}
 		prev = before
 	}
-	job.Log.Error("serial order: more predecessors answered without going than are followed; going on", "limit", maxHops)
-	return Continue(), nil
+	// Parked under the one reached, and woken by the recheck if it is answered already: the
+	// next delivery steps on from there.
+	return wait("serial request stepped over many requests answered without going; it steps on after a wake-up")
 }
 
 // markWent records that requestID passed this stage: once answered, it lets its successors
@@ -212,7 +231,9 @@ func (s *SerialStage) predecessor(ctx context.Context, job *Job) (string, error)
 			return "", fmt.Errorf("record serial order: %w", err)
 		}
 	}
-	if tail == prev { // move the tail on to m (not yet done, or undone by a crash in between)
+	// Move the tail on to m: not yet done, or undone by a crash in between. A tail missing
+	// while m's order lives expired in between (anything that followed m would be younger).
+	if tail == prev || rev == 0 {
 		if rev == 0 {
 			_, err = s.Sessions.Create(ctx, protocol.KeySerialTail(m.SessionID), []byte(m.RequestID))
 		} else {

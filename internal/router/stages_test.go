@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -514,6 +515,50 @@ func TestSerialOrderPastTheStateTTL(t *testing.T) {
 		delete(r.answered, "p")
 		r.mustGo("y")
 	})
+	t.Run("woken from a hold after its predecessor's response expired", func(t *testing.T) {
+		// v answered; x arrives nearly a day later, goes, and a later stage holds one of its
+		// calls. Woken after v's response expired (x's own order lives), x goes on: it went.
+		r := newSerialRig(t)
+		r.mustGo("v")
+		r.answered["v"] = true
+		r.mustGo("x")
+		r.expireAll("v")
+		woken := job(t, "x", "s", true, "echo", "c")
+		woken.Woken, woken.WokenBy = true, protocol.WakeAt("x.c")
+		if v, err := r.s.Process(t.Context(), woken); err != nil || v.kind != goOn {
+			t.Fatalf("x woken from its hold: %+v %v", v, err)
+		}
+	})
+	t.Run("stepped over one whose response then expired", func(t *testing.T) {
+		// x stepped over cancelled w to wait for v; w's response expires before v answers.
+		r := newSerialRig(t)
+		r.mustGo("u")
+		r.mustWait("v", "u")
+		r.mustWait("w", "v")
+		r.answered["w"], r.plans["w"] = true, false
+		r.answered["u"] = true
+		r.mustGo("v")
+		r.mustWait("x", "v")
+		r.expireAll("u", "w")
+		r.answered["v"] = true
+		woken := job(t, "x", "s", true, "echo", "c")
+		woken.Woken, woken.WokenBy = true, protocol.WakeOnResponse("v")
+		if v, err := r.s.Process(t.Context(), woken); err != nil || v.kind != goOn {
+			t.Fatalf("x woken by v's response: %+v %v", v, err)
+		}
+	})
+	t.Run("the tail expired between a request's order and its move", func(t *testing.T) {
+		r := newSerialRig(t)
+		r.mustGo("w")
+		if _, err := r.kv.Create(t.Context(), protocol.KeySerialPrev("x"), []byte("w")); err != nil { // x's first delivery stopped here
+			t.Fatal(err)
+		}
+		if err := r.kv.Delete(t.Context(), protocol.KeySerialTail("s")); err != nil {
+			t.Fatal(err)
+		}
+		r.mustWait("x", "w") // redelivered
+		r.mustWait("y", "x")
+	})
 	t.Run("stepping back to one woken and not yet handled", func(t *testing.T) {
 		r := newSerialRig(t)
 		r.mustGo("p")
@@ -572,6 +617,49 @@ type serialRig struct {
 	answered answeredSet
 	plans    planSet
 	woke     []string
+}
+
+// expireAll removes what the state TTL reclaims of requests: their order, went marks, plans
+// and responses.
+func (r *serialRig) expireAll(ids ...string) {
+	r.t.Helper()
+	for _, id := range ids {
+		for _, k := range []string{protocol.KeySerialPrev(id), protocol.KeySerialWent(id)} {
+			if err := r.kv.Delete(r.t.Context(), k); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+		delete(r.plans, id)
+		delete(r.answered, id)
+	}
+}
+
+// More requests answered without going than one delivery steps over: the request parks
+// where it stopped, is woken at once, and steps on — it never goes while p runs, and goes
+// once p is answered.
+func TestSerialStageStepsOverMoreThanOneDeliveryFollows(t *testing.T) {
+	r := newSerialRig(t)
+	r.mustGo("p")
+	prev := "p"
+	var ids []string
+	for i := range 2*maxHops + 1 {
+		id := fmt.Sprintf("c%03d", i)
+		r.mustWait(id, prev)
+		ids, prev = append(ids, id), id
+	}
+	for _, id := range ids {
+		r.answered[id], r.plans[id] = true, false // all cancelled while they wait
+	}
+	for range 3 {
+		if v := r.process("z"); v.kind != parkIt {
+			t.Fatalf("z: %+v while p runs", v)
+		}
+	}
+	if v := r.process("z"); v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse("p") {
+		t.Fatalf("z: %+v; want it to wait for p", v)
+	}
+	r.answered["p"] = true
+	r.mustGo("z")
 }
 
 func newSerialRig(t *testing.T) *serialRig {

@@ -232,8 +232,9 @@ func (s *SerialStage) predecessor(ctx context.Context, job *Job) (string, error)
 		}
 	}
 	// Move the tail on to m: not yet done, or undone by a crash in between. A tail missing
-	// while m's order lives expired in between (anything that followed m would be younger).
-	if tail == prev || rev == 0 {
+	// when m is delivered again (not woken: a woken m moved it before) expired in between:
+	// anything that followed m would be younger than m's order.
+	if tail == prev || (rev == 0 && !job.Woken) {
 		if rev == 0 {
 			_, err = s.Sessions.Create(ctx, protocol.KeySerialTail(m.SessionID), []byte(m.RequestID))
 		} else {

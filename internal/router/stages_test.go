@@ -558,6 +558,16 @@ func TestSerialOrderPastTheStateTTL(t *testing.T) {
 		}
 		r.mustWait("x", "w") // redelivered
 		r.mustWait("y", "x")
+		// A woken request moved the tail before: one missing then is not taken back.
+		if err := r.kv.Delete(t.Context(), protocol.KeySerialTail("s")); err != nil {
+			t.Fatal(err)
+		}
+		r.answered["w"] = true
+		woken := job(t, "x", "s", true, "echo", "c")
+		woken.Woken, woken.WokenBy = true, protocol.WakeOnResponse("w")
+		if v, err := r.s.Process(t.Context(), woken); err != nil || v.kind != goOn || r.kv.Value(protocol.KeySerialTail("s")) != nil {
+			t.Fatalf("x woken: %+v %v, tail %q", v, err, r.kv.Value(protocol.KeySerialTail("s")))
+		}
 	})
 	t.Run("stepping back to one woken and not yet handled", func(t *testing.T) {
 		r := newSerialRig(t)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -334,9 +335,16 @@ func (s *system) storedIn(name string) []*jetstream.RawStreamMsg {
 	}
 	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		raw, err := stream.GetMsg(ctx, seq)
-		if err != nil {
+		// Each read has a deadline of its own: a long record read on a busy machine must not
+		// run out of time part-way and look shorter than it is.
+		get, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		raw, err := stream.GetMsg(get, seq)
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted
+		}
+		if err != nil {
+			s.t.Fatalf("read %s message %d: %v", name, seq, err)
 		}
 		out = append(out, raw)
 	}

@@ -17,6 +17,10 @@ import (
 	"github.com/hermesbus/hermes/pkg/tracing"
 )
 
+// claimWaitInPlace is how soon a holder's lease must run out for a delivery to wait for it
+// rather than be redelivered later.
+const claimWaitInPlace = time.Second
+
 // runner runs the calls of one consumer: one tool, one kind.
 type runner struct {
 	w      *Worker
@@ -50,6 +54,11 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 
 	key := ledger.Key(m.RequestID, callID)
 	h, wait, err := r.ledger.Acquire(ctx, key)
+	if errors.Is(err, ledger.ErrClaimed) && wait <= claimWaitInPlace && retry.Sleep(ctx, wait+10*time.Millisecond) {
+		// The holder's lease runs out in a moment (it likely died just now): waiting here
+		// keeps this delivery instead of spending one more of the call's deliveries.
+		h, wait, err = r.ledger.Acquire(ctx, key)
+	}
 	switch {
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")

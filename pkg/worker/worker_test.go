@@ -442,3 +442,30 @@ func TestAWorkerOutlivesABriefJetStreamOutage(t *testing.T) {
 		})
 	}
 }
+
+// A call whose claim is held by a worker that died a moment before its lease runs out is
+// taken over in the same delivery: the wait does not spend one of the call's deliveries
+// (with MaxDeliver 2 and a crash on the first, the second is its last).
+func TestAClaimAboutToLapseIsWaitedForInPlace(t *testing.T) {
+	r := newRig(t, bus.Config{AckWait: time.Second}, goFunc(func(_ context.Context, args json.RawMessage) (any, error) {
+		return json.RawMessage(args), nil
+	}))
+	if _, _, err := ledger.New(r.b.Claims, "dead-worker", time.Second).Acquire(t.Context(), ledger.Key("r_lapse", "c")); err != nil {
+		t.Fatal(err)
+	}
+	r.dispatch(protocol.ActionGo, "r_lapse", `{}`, protocol.RetryPolicy{})
+	if _, res := r.result("r_lapse"); res.Status != protocol.ResultOK || res.Attempts != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	info, err := r.b.Stream.Consumer(t.Context(), bus.ToolConsumer(protocol.ActionGo, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := info.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.NumRedelivered != 0 || ci.Delivered.Consumer != 1 {
+		t.Fatalf("delivered %d times (%d redelivered), want once", ci.Delivered.Consumer, ci.NumRedelivered)
+	}
+}

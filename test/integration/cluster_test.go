@@ -51,6 +51,9 @@ const (
 	clusterWait        = time.Second
 	clusterClientSlack = 4 * time.Second
 	clusterClients     = 6
+	// clusterRecovery bounds how long a scenario waits for requests to be answered again; the
+	// clients of a scenario keep retrying for longer than the waits of its steps added up.
+	clusterRecovery = 60 * time.Second
 )
 
 // attempt is one POST of a cluster client.
@@ -149,11 +152,13 @@ func (l *load) request(req map[string]any) clientRun {
 	return run
 }
 
-// waitAnswered waits until n more requests than now have been answered.
+// waitAnswered waits until n more requests than now have been answered. A cluster serves again
+// once its streams and consumers have elected leaders, and a NATS server's Raft election timeout
+// is 4–9 s (randomised), longer on a loaded machine: hence a deadline well past waitFor's.
 func (l *load) waitAnswered(t *testing.T, n int64, what string) {
 	t.Helper()
 	target := l.answered.Load() + n
-	waitFor(t, what, func() bool { return l.answered.Load() >= target })
+	waitForWithin(t, what, clusterRecovery, func() bool { return l.answered.Load() >= target })
 }
 
 // finish stops new requests, waits for the clients to be answered (or to give up), and returns
@@ -245,7 +250,7 @@ func TestClusterStreamLeaderStops(t *testing.T) {
 func leaderStopsUnderLoad(t *testing.T, scenario, prefix string, pick func(*bustest.Cluster) *bustest.Node) {
 	s, c := startOnCluster(t)
 	leader := pick(c)
-	l := s.startLoad(prefix, 40*time.Second)
+	l := s.startLoad(prefix, 4*clusterRecovery)
 	l.waitAnswered(t, 30, "requests answered before the stop")
 	before := leaders(c)
 	c.Stop(leader)
@@ -281,7 +286,7 @@ func TestClusterQuorumLost(t *testing.T) {
 			second = n
 		}
 	}
-	l := s.startLoad("cql", 45*time.Second)
+	l := s.startLoad("cql", 4*clusterRecovery)
 	l.waitAnswered(t, 30, "requests answered before the stop")
 	c.Stop(first)
 	c.Stop(second)

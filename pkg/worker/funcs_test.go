@@ -17,44 +17,29 @@ import (
 func TestFuncsConformance(t *testing.T) {
 	var mu sync.Mutex
 	aborted := map[string]bool{}
-	type spec struct {
-		ID      string          `json:"id"`
-		Answer  json.RawMessage `json:"answer"`
-		DelayMS int             `json:"delay_ms"`
-		Fail    int             `json:"fail"`
-		Size    int             `json:"size"`
-		Panic   bool            `json:"panic"`
-		Stub    bool            `json:"stubborn"`
-	}
 	funcs, err := worker.NewFuncs(map[string]worker.Func{
 		"behave": func(ctx context.Context, args json.RawMessage) (any, error) {
-			var s spec
-			if err := json.Unmarshal(args, &s); err != nil {
+			id, b, err := workertest.ReadScript(args)
+			if err != nil {
 				return nil, &worker.ToolError{Code: protocol.CodeBadArguments, Err: err}
 			}
-			if s.DelayMS > 0 && s.Stub {
-				time.Sleep(time.Duration(s.DelayMS) * time.Millisecond) // deaf to ctx
-			} else if s.DelayMS > 0 {
-				select {
-				case <-time.After(time.Duration(s.DelayMS) * time.Millisecond):
-				case <-ctx.Done():
-					mu.Lock()
-					aborted[s.ID] = true
-					mu.Unlock()
-					return nil, ctx.Err()
-				}
+			if err := b.Wait(ctx); err != nil {
+				mu.Lock()
+				aborted[id] = true
+				mu.Unlock()
+				return nil, err
 			}
 			switch {
-			case s.Panic:
+			case b.Panic:
 				panic("tool bug")
-			case s.Fail == int(workertest.FailRetryable):
+			case b.Fail == workertest.FailRetryable:
 				return nil, &worker.ToolError{Code: "OVERLOADED", Hint: "try later", Retryable: true, Err: errors.New("overloaded")}
-			case s.Fail == int(workertest.FailPermanent):
+			case b.Fail == workertest.FailPermanent:
 				return nil, errors.New("no such order")
-			case s.Size > 0:
-				return strings.Repeat("x", s.Size), nil
+			case b.Size > 0:
+				return strings.Repeat("x", b.Size), nil
 			}
-			return s.Answer, nil
+			return b.Answer, nil
 		},
 	})
 	if err != nil {
@@ -63,7 +48,7 @@ func TestFuncsConformance(t *testing.T) {
 	workertest.Run(t, workertest.Harness{
 		Executor: funcs,
 		Call: func(t *testing.T, id string, b workertest.Behavior) *worker.Call {
-			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic, Stub: b.Stubborn})
+			body := workertest.Script(id, b)
 			return &worker.Call{RequestID: "req_conf", SessionID: "s", Dispatch: &protocol.Dispatch{
 				Call:   protocol.ToolCall{ToolCallID: id, Name: "behave", Arguments: body},
 				Route:  "behave",

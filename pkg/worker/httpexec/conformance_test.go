@@ -1,7 +1,7 @@
 package httpexec_test
 
 import (
-	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,40 +22,29 @@ type behaving struct {
 	aborted map[string]bool
 }
 
-type spec struct {
-	ID      string          `json:"id"`
-	Answer  json.RawMessage `json:"answer"`
-	DelayMS int             `json:"delay_ms"`
-	Fail    int             `json:"fail"`
-	Size    int             `json:"size"`
-	Panic   bool            `json:"panic"`
-	Stub    bool            `json:"stubborn"`
-}
-
 func (b *behaving) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var s spec
-	if err := json.NewDecoder(r.Body).Decode(&s); err != nil {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if s.DelayMS > 0 && s.Stub {
-		time.Sleep(time.Duration(s.DelayMS) * time.Millisecond) // deaf to the client going away
-	} else if s.DelayMS > 0 {
-		select {
-		case <-time.After(time.Duration(s.DelayMS) * time.Millisecond):
-		case <-r.Context().Done():
-			b.mu.Lock()
-			b.aborted[s.ID] = true
-			b.mu.Unlock()
-			return
-		}
+	id, s, err := workertest.ReadScript(data)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if s.Wait(r.Context()) != nil { // the client went away
+		b.mu.Lock()
+		b.aborted[id] = true
+		b.mu.Unlock()
+		return
 	}
 	switch {
 	case s.Panic:
 		panic("tool bug") // net/http drops the connection
-	case s.Fail == int(workertest.FailRetryable):
+	case s.Fail == workertest.FailRetryable:
 		http.Error(w, `{"error":"overloaded"}`, http.StatusServiceUnavailable)
-	case s.Fail == int(workertest.FailPermanent):
+	case s.Fail == workertest.FailPermanent:
 		http.Error(w, `{"error":"no such order"}`, http.StatusBadRequest)
 	case s.Size > 0:
 		w.Write([]byte(`"` + strings.Repeat("x", s.Size) + `"`))
@@ -71,7 +60,7 @@ func TestConformance(t *testing.T) {
 	workertest.Run(t, workertest.Harness{
 		Executor: httpexec.New(nil, nil),
 		Call: func(t *testing.T, id string, b workertest.Behavior) *worker.Call {
-			body, _ := json.Marshal(spec{ID: id, Answer: b.Answer, DelayMS: int(b.Delay / time.Millisecond), Fail: int(b.Fail), Size: b.Size, Panic: b.Panic, Stub: b.Stubborn})
+			body := workertest.Script(id, b)
 			return &worker.Call{RequestID: "req_conf", SessionID: "s", Dispatch: &protocol.Dispatch{
 				Call:  protocol.ToolCall{ToolCallID: id, Name: "behave", Arguments: body},
 				Route: "behave",

@@ -52,6 +52,58 @@ type Behavior struct {
 	Stubborn bool
 }
 
+// script is a Behavior on the wire, as a test tool receives it.
+type script struct {
+	ID       string          `json:"id"`
+	Answer   json.RawMessage `json:"answer,omitempty"`
+	DelayMS  int64           `json:"delay_ms,omitempty"`
+	Fail     Failure         `json:"fail,omitempty"`
+	Size     int             `json:"size,omitempty"`
+	Panic    bool            `json:"panic,omitempty"`
+	Stubborn bool            `json:"stubborn,omitempty"`
+}
+
+// Script is b for the call with id, in a form a tool of any kind can receive as its JSON
+// arguments or body; the tool reads it back with ReadScript.
+func Script(id string, b Behavior) json.RawMessage {
+	data, err := json.Marshal(script{ID: id, Answer: b.Answer, DelayMS: b.Delay.Milliseconds(),
+		Fail: b.Fail, Size: b.Size, Panic: b.Panic, Stubborn: b.Stubborn})
+	if err != nil {
+		panic(fmt.Sprintf("workertest: behavior of %s: %v", id, err)) // Answer is not JSON
+	}
+	return data
+}
+
+// ReadScript decodes what Script made: the call's id and how its tool behaves.
+func ReadScript(data []byte) (string, Behavior, error) {
+	var s script
+	if err := json.Unmarshal(data, &s); err != nil {
+		return "", Behavior{}, fmt.Errorf("workertest: script: %w", err)
+	}
+	return s.ID, Behavior{Answer: s.Answer, Delay: time.Duration(s.DelayMS) * time.Millisecond,
+		Fail: s.Fail, Size: s.Size, Panic: s.Panic, Stubborn: s.Stubborn}, nil
+}
+
+// Wait takes b's Delay. It returns ctx's error if ctx ends first — unless b is Stubborn, which
+// takes the whole Delay whatever happens.
+func (b Behavior) Wait(ctx context.Context) error {
+	if b.Delay <= 0 {
+		return nil
+	}
+	if b.Stubborn {
+		time.Sleep(b.Delay)
+		return nil
+	}
+	t := time.NewTimer(b.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Harness puts an executor under test.
 type Harness struct {
 	// Executor is the executor under test. Required.

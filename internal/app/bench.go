@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/routes"
@@ -45,9 +48,13 @@ type benchReport struct {
 	Rows    []benchRow   `json:"rows"`
 	Starts  []benchStart `json:"cold_starts,omitempty"`
 	// PeakMiB is the peak RSS of the I/O scenario's worker processes and of this process.
-	WorkerPeakMiB float64  `json:"worker_peak_rss_mib,omitempty"`
-	SelfPeakMiB   float64  `json:"bench_process_peak_rss_mib"`
-	Notes         []string `json:"notes,omitempty"`
+	WorkerPeakMiB float64 `json:"worker_peak_rss_mib,omitempty"`
+	SelfPeakMiB   float64 `json:"bench_process_peak_rss_mib"`
+	// StoredPerRequest is how many messages a 1-call request adds to the streams and
+	// key-value buckets together, over StoredRequests sequential requests.
+	StoredPerRequest float64  `json:"stored_messages_per_request,omitempty"`
+	StoredRequests   int      `json:"stored_requests,omitempty"`
+	Notes            []string `json:"notes,omitempty"`
 }
 
 // RunBench measures Hermes against the same tool called directly: hermes bench.
@@ -63,6 +70,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioWorkerConc := fs.Int("io-worker-concurrency", 8, "concurrency of each tool worker process in the I/O-bound scenario")
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
+	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
 	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes")
 	directURL := fs.String("direct-url", "", "with --url: the tool URL to call directly (echo)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
@@ -116,6 +124,14 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 			if err != nil {
 				return err
 			}
+			if *stored > 0 && rep.StoredRequests == 0 {
+				if rep.StoredPerRequest, err = storedPerRequest(ctx, sys, *stored, runID); err != nil {
+					stop()
+					return err
+				}
+				rep.StoredRequests = *stored
+				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
+			}
 			runMain(ctx, sys.GatewayURL, sys.DemoURL+"/v1/echo", sync, callList, concList, load, runID+sync, progress)
 			stop()
 		}
@@ -165,6 +181,28 @@ func runMain(ctx context.Context, gw, direct, sync string, calls, concs []int, l
 			add(benchRow{Scenario: name, Target: "hermes", Sync: sync, Concurrency: c, Stats: h})
 		}
 	}
+}
+
+// storedPerRequest counts the messages a 1-call request stores in sys's streams and buckets,
+// over n sequential requests, after a few that create what the first calls of a tool do.
+func storedPerRequest(ctx context.Context, sys *System, n int, runID string) (float64, error) {
+	nc, err := nats.Connect(sys.ClientURL, nats.Name("hermes-bench"))
+	if err != nil {
+		return 0, fmt.Errorf("bench: connect to count stored messages: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Tool: "echo", Calls: 1, Args: "{}", RunID: runID + "-warm"}
+	for i := range 5 {
+		if err := h.Do(ctx, 0, i); err != nil {
+			return 0, fmt.Errorf("bench: warm-up request: %w", err)
+		}
+	}
+	h.RunID = runID + "-stored"
+	return bench.StoredPerRequest(ctx, js, n, h.Do)
 }
 
 // benchSystem starts an in-process Hermes on loopback with a fresh store.
@@ -385,6 +423,10 @@ func (r *benchReport) markdown() string {
 			fmt.Fprintf(&b, "%d worker(s) ×%.2f  ", row.Workers, safeDiv(row.RPS, io[0].RPS))
 		}
 		fmt.Fprintf(&b, "(throughput relative to 1 worker; worker peak RSS %.1f MiB)\n", r.WorkerPeakMiB)
+	}
+	if r.StoredRequests > 0 {
+		fmt.Fprintf(&b, "\nStored messages per 1-call request (streams and buckets together, over %d sequential requests): %.2f\n",
+			r.StoredRequests, r.StoredPerRequest)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\nNote: %s\n", n)

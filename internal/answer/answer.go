@@ -62,18 +62,38 @@ type Response struct {
 	Trace protocol.TraceContext
 	// Serial is the request's Serial: its response wakes the session's next serial request.
 	Serial bool
+	// Cancelled is what a cancellation's results say its response's error says (who
+	// cancelled, and why): the message of the CANCELLED error given a response without Error.
+	Cancelled string
+}
+
+// maxCancelledMessage bounds Response.Cancelled: "cancelled by " and who, ": " and why.
+const maxCancelledMessage = 2*protocol.MaxCancelTextBytes + 16
+
+// CancelledMessage is the error message of a request cancelled by by for reason.
+func CancelledMessage(by, reason string) string {
+	msg := "cancelled by " + by
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg
 }
 
 // Respond makes r the request's one response, unless it has one already. It reports whether r
 // was recorded (false: an earlier response stands, and was published again). A response with
-// no Error whose results include a cancellation's CANCELLED ones gets the error CANCELLED.
+// no Error whose results include a cancellation's CANCELLED ones gets the error CANCELLED, with
+// r.Cancelled as its message.
 func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 	results := r.Results
 	failure := r.Error
 	if failure == nil && slices.ContainsFunc(results, func(res protocol.ToolResult) bool { return res.Cancelled() }) {
 		// Answered from results a cancellation recorded, by someone other than the canceller
 		// (who got there first, or finishes what a canceller left half-way).
-		failure = &protocol.ResponseError{Code: protocol.CodeCancelled, Message: "the request was cancelled before every call finished"}
+		msg := r.Cancelled
+		if msg == "" || len(msg) > maxCancelledMessage {
+			msg = "the request was cancelled before every call finished"
+		}
+		failure = &protocol.ResponseError{Code: protocol.CodeCancelled, Message: msg}
 	}
 	for {
 		resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),

@@ -53,8 +53,12 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	if err != nil || !mine {
 		t.Fatalf("first: %v %v", mine, err)
 	}
-	msg, resp, _, err := b.Response(ctx, "r1")
-	if err != nil || resp.Status != protocol.StatusPartialSuccess || msg.CausationID != protocol.MsgIDRequest("r1") || msg.MsgID != protocol.MsgIDResponse("r1") {
+	rec, resp, err := b.Response(ctx, "r1", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := rec.Msg
+	if resp.Status != protocol.StatusPartialSuccess || msg.CausationID != protocol.MsgIDRequest("r1") || msg.MsgID != protocol.MsgIDResponse("r1") {
 		t.Fatalf("recorded %+v %+v %v", msg, resp, err)
 	}
 	if n, _ := lot.Parked(ctx, protocol.WakeOnResponse("r1")); n != 0 {
@@ -73,7 +77,7 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	if mine, err := a.Respond(ctx, &other); err != nil || mine {
 		t.Fatalf("second: %v %v", mine, err)
 	}
-	if _, resp, _, _ := b.Response(ctx, "r1"); resp.Status != protocol.StatusPartialSuccess {
+	if _, resp, _ := b.Response(ctx, "r1", ""); resp.Status != protocol.StatusPartialSuccess {
 		t.Errorf("the first response was replaced: %+v", resp)
 	}
 	if n := testutil.ToFloat64(m.Responses.WithLabelValues(protocol.StatusPartialSuccess)); n != 1 {
@@ -87,7 +91,7 @@ func TestRespondRefusesWhatNoReaderCouldDecode(t *testing.T) {
 	if !bus.IsPermanent(err) || !strings.Contains(err.Error(), "tool_call_id") {
 		t.Fatalf("%v", err)
 	}
-	if answered, _ := b.Answered(t.Context(), "bad"); answered {
+	if answered, _ := b.Answered(t.Context(), "bad", ""); answered {
 		t.Fatal("an undecodable response was recorded")
 	}
 }
@@ -101,7 +105,7 @@ func TestRespondShrinksToFit(t *testing.T) {
 	if _, err := a.Respond(t.Context(), r); err != nil {
 		t.Fatal(err)
 	}
-	_, resp, _, err := b.Response(t.Context(), "big")
+	_, resp, err := b.Response(t.Context(), "big", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +140,7 @@ func TestRespondFromCancelledResultsSaysCancelled(t *testing.T) {
 		if _, err := a.Respond(ctx, &Response{RequestID: c.id, SessionID: "s", Results: []protocol.ToolResult{ok("a", `{}`), cancelled}, Error: c.err}); err != nil {
 			t.Fatal(err)
 		}
-		_, resp, _, err := b.Response(ctx, c.id)
+		_, resp, err := b.Response(ctx, c.id, "")
 		if err != nil || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled || resp.Error.Message != c.want {
 			t.Fatalf("%s: %+v %v", c.id, resp, err)
 		}
@@ -144,7 +148,7 @@ func TestRespondFromCancelledResultsSaysCancelled(t *testing.T) {
 	if _, err := a.Respond(ctx, &Response{RequestID: "plain", SessionID: "s", Results: []protocol.ToolResult{ok("a", `{}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, resp, _, err := b.Response(ctx, "plain"); err != nil || resp.Error != nil {
+	if _, resp, err := b.Response(ctx, "plain", ""); err != nil || resp.Error != nil {
 		t.Fatalf("plain: %+v %v", resp, err)
 	}
 }

@@ -11,12 +11,13 @@
 // Per request (jsops/op counts them; pulls/op counts fetch requests, each serving a batch):
 //
 //	gateway      KV Create hermes-intake <rid>; publish request, await ack; wait for the
-//	             response on one core subscription to hermes.response.* for all clients
+//	             response on one core subscription to the responses the stream announces
 //	router       KV Create hermes-calls <rid> (plan); publish tool call, await ack; Ack
 //	tool worker  KV Create hermes-claims <rid>.c0 (claim); publish tool_started, not awaited;
-//	             KV Create hermes-calls <rid>.c0 (result); publish result, await ack; Ack.
-//	             The ledger's Done writes nothing: the recorded result says the call is done.
-//	router       KV Create hermes-responses <rid>; publish response, await ack; Ack
+//	             publish the result on its call's subject, created once (expected last
+//	             subject sequence 0), await ack; Ack. The ledger's Done writes nothing: the
+//	             recorded result says the call is done.
+//	router       publish the response on its request's subject, created once, await ack; Ack
 
 package bench_test
 
@@ -40,8 +41,8 @@ import (
 )
 
 const (
-	// floorOpsPerRequest: 5 KV creates, 4 awaited publishes, 1 publish not awaited, 3 acks.
-	floorOpsPerRequest = 13
+	// floorOpsPerRequest: 3 KV creates, 4 awaited publishes, 1 publish not awaited, 3 acks.
+	floorOpsPerRequest = 11
 	floorTool          = "echo"
 	floorCallID        = "c0"
 	floorSlots         = 64                     // each consumer's concurrency, as in the Hermes benchmark
@@ -98,7 +99,7 @@ func startFloor(b *testing.B) *floor {
 	f := &floor{run: fmt.Sprintf("f%d-%d", os.Getpid(), runs.Add(1)), waiting: map[string]chan struct{}{}}
 	buses := startBuses(b, "floor-gateway", "floor-router", "floor-toolworker")
 	f.gateway, f.router, f.worker = buses[0], buses[1], buses[2]
-	sub, err := f.gateway.JS.Conn().Subscribe(protocol.FilterResponses, func(msg *nats.Msg) {
+	sub, err := f.gateway.JS.Conn().Subscribe(protocol.FilterLiveResponses, func(msg *nats.Msg) {
 		f.mu.Lock() // hand the response to its client, if one waits
 		defer f.mu.Unlock()
 		select {
@@ -170,14 +171,24 @@ func (f *floor) runTool(ctx context.Context, msg jetstream.Msg) error {
 	if _, err := f.worker.JS.PublishMsgAsync(started); err != nil { // never stalls: ≤ 64 in flight
 		return fmt.Errorf("publish tool_started: %w", err)
 	}
-	return recordAndPublish(ctx, f.worker.JS, f.worker.Calls, protocol.KeyResult(rid, floorCallID),
-		protocol.SubjectToolResult(rid), protocol.MsgIDToolResult(rid, floorCallID))
+	return publishOnce(ctx, f.worker.JS, protocol.SubjectResult(rid, floorCallID, rid), protocol.MsgIDToolResult(rid, floorCallID))
 }
 
-// respond is the router's part for the result: record the response, publish it.
+// respond is the router's part for the result: record the response.
 func (f *floor) respond(ctx context.Context, msg jetstream.Msg) error {
 	rid := lastToken(msg.Subject())
-	return recordAndPublish(ctx, f.router.JS, f.router.Responses, rid, protocol.SubjectResponse(rid), protocol.MsgIDResponse(rid))
+	return publishOnce(ctx, f.router.JS, protocol.SubjectResponse(rid, rid), protocol.MsgIDResponse(rid))
+}
+
+// publishOnce publishes to subject as its first message (expected last subject sequence 0)
+// with Nats-Msg-Id id and waits for the ack: how results and responses are recorded.
+func publishOnce(ctx context.Context, js jetstream.JetStream, subject, id string) error {
+	msg := floorMsg(subject, id)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	return nil
 }
 
 // recordAndPublish creates key in kv, then publishes to subject with Nats-Msg-Id id and waits

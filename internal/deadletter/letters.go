@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
-	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -106,23 +105,24 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	m, _ := protocol.Unmarshal(raw.Data)
 	switch m.Type {
 	case protocol.TypeRequest:
-		if answered, err := b.Answered(ctx, m.RequestID); err != nil {
+		if answered, err := b.Answered(ctx, m.RequestID, m.SessionID); err != nil {
 			return l, fmt.Errorf("deadletter: letter %d: %w", seq, err)
 		} else if answered {
 			return l, fmt.Errorf("%w: request %s already has its response; send it again with a new request_id", ErrNotRedrivable, m.RequestID)
 		}
 	case protocol.TypeToolCall:
-		disp, err := m.DecodeDispatch()
-		if err != nil {
+		// The re-driven call runs over the answer given when it was dead-lettered (the
+		// worker supersedes it), but not over the tool's own result.
+		if _, err := m.DecodeDispatch(); err != nil {
 			return l, fmt.Errorf("%w: letter %d: %v", ErrNotRedrivable, seq, err)
-		}
-		if err := withdrawDeadAnswer(ctx, b, ledger.Key(m.RequestID, disp.Call.ToolCallID)); err != nil {
-			return l, err
 		}
 	}
 	subject := l.Subject
-	if m.Type == protocol.TypeRequest {
+	switch m.Type {
+	case protocol.TypeRequest:
 		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
+	case protocol.TypeToolResult:
+		subject = protocol.LegacySubjectResult(m.SessionID) // its call's subject keeps one result
 	}
 	msg := &nats.Msg{Subject: subject, Data: raw.Data, Header: nats.Header{}}
 	redrive := protocol.RedriveID(seq, time.Now().UnixNano())
@@ -133,24 +133,4 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 		return l, fmt.Errorf("deadletter: re-drive %d: %w", seq, err)
 	}
 	return l, nil
-}
-
-// withdrawDeadAnswer deletes a call's recorded result if the dead-letter processor wrote it;
-// a real result is kept, and the re-driven call will find it and not run.
-func withdrawDeadAnswer(ctx context.Context, b *bus.Bus, key string) error {
-	e, err := b.Calls.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deadletter: read result %s: %w", key, err)
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil || m.Sender.Role != protocol.RoleDeadLetter {
-		return nil
-	}
-	if err := b.Calls.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
-		return fmt.Errorf("deadletter: withdraw dead answer %s: %w", key, err)
-	}
-	return nil
 }

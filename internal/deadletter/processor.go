@@ -173,7 +173,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	}
 	if m, err := protocol.Unmarshal(data); err == nil && m.Type == protocol.TypeToolResult {
-		return p.redriveResult(ctx, subject, data, origHdr, a.StreamSeq)
+		return p.redriveResult(ctx, m.SessionID, subject, data, origHdr, a.StreamSeq)
 	}
 	return p.answerWaiting(ctx, data, reason)
 }
@@ -240,13 +240,14 @@ func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason
 }
 
 // redriveResult gives a result the routers gave up aggregating one more round of deliveries,
-// once: the result is recorded already, so aggregation is all that is left to do.
-func (p *Processor) redriveResult(ctx context.Context, subject string, data []byte, hdr nats.Header, seq uint64) error {
+// once: the result is recorded already, so aggregation is all that is left to do. The copy
+// goes to the session's result subject, so that its call's own subject keeps one result.
+func (p *Processor) redriveResult(ctx context.Context, session, subject string, data []byte, hdr nats.Header, seq uint64) error {
 	if hdr.Get(bus.HeaderRedrive) != "" {
 		p.log.Error("a result was given up twice; its request may stay without a response", "subject", subject, "stream_seq", seq)
 		return nil
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: protocol.LegacySubjectResult(session), Data: data, Header: nats.Header{}}
 	redrive := protocol.AutoRedriveID(seq)
 	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDRedrive(redrive))
 	msg.Header.Set(bus.HeaderRedrive, redrive)

@@ -126,14 +126,14 @@ func TestProcessorAnswersWhatWaits(t *testing.T) {
 			if err := f.advise(t, "max_deliveries", toolConsumer, seq, 20); err != nil {
 				t.Fatal(err)
 			}
-			m, res, _, err := f.b.Result(ctx, rid, "a")
+			rec, res, err := f.b.Result(ctx, rid, "a", "s_"+rid)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.ErrorCode != c.wantCode || res.ErrorOrigin != protocol.OriginHermes || res.Route != "echo_route" || !strings.Contains(res.RecoveryHint, "dlq") {
 				t.Errorf("result %+v", res)
 			}
-			if m.Sender.Role != protocol.RoleDeadLetter || m.Correlation == nil || len(m.Correlation.CallIDs) != 2 {
+			if m := rec.Msg; m.Sender.Role != protocol.RoleDeadLetter || m.Correlation == nil || len(m.Correlation.CallIDs) != 2 {
 				t.Errorf("the result does not follow its dispatch: %+v", m)
 			}
 		})
@@ -162,7 +162,7 @@ func TestProcessorFailsADeadRequestAndWakesTheNextSerialOne(t *testing.T) {
 	if err := f.advise(t, "terminated", bus.RequestConsumer(0), seq, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, resp, _, err := f.b.Response(ctx, "dead_1")
+	_, resp, err := f.b.Response(ctx, "dead_1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,19 +227,24 @@ func TestProcessorRedrivesAGivenUpResultOnce(t *testing.T) {
 	res := protocol.ToolResult{ToolCallID: "a", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
 	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("agg_1", "a"), "agg_1", "s_agg"
-	seq := f.store(t, protocol.SubjectToolResult("s_agg"), m)
+	own := protocol.SubjectResult("agg_1", "a", "s_agg")
+	seq := f.store(t, own, m)
 	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, seq, 20); err != nil {
 		t.Fatal(err)
 	}
-	redriven := f.lastOn(t, protocol.SubjectToolResult("s_agg"))
+	// The copy goes to the session's result subject: the call's own keeps one result.
+	redriven := f.lastOn(t, protocol.LegacySubjectResult("s_agg"))
 	if redriven.Sequence == seq || redriven.Header.Get(bus.HeaderRedrive) != protocol.AutoRedriveID(seq) {
 		t.Fatalf("re-driven %d %v", redriven.Sequence, redriven.Header)
+	}
+	if kept := f.lastOn(t, own); kept.Sequence != seq {
+		t.Errorf("the call's subject got another message (seq %d)", kept.Sequence)
 	}
 	// Given up again: not re-driven a second time.
 	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, redriven.Sequence, 20); err != nil {
 		t.Fatal(err)
 	}
-	if again := f.lastOn(t, protocol.SubjectToolResult("s_agg")); again.Sequence != redriven.Sequence {
+	if again := f.lastOn(t, protocol.LegacySubjectResult("s_agg")); again.Sequence != redriven.Sequence {
 		t.Errorf("re-driven twice (seq %d)", again.Sequence)
 	}
 }
@@ -268,7 +273,7 @@ func TestProcessorDoesNotPassAGivenUpCallOffAsCancelled(t *testing.T) {
 	if err := f.advise(t, "max_deliveries", bus.ToolConsumer(protocol.ActionHTTP, "echo"), seq, 20); err != nil {
 		t.Fatal(err)
 	}
-	_, res, _, err := f.b.Result(ctx, rid, "a")
+	_, res, err := f.b.Result(ctx, rid, "a", "s_"+rid)
 	if err != nil || res.Cancelled() || res.ErrorCode != protocol.CodeDeadLettered || !strings.Contains(res.RecoveryHint, "kept failing with CANCELLED") {
 		t.Fatalf("%+v %v", res, err)
 	}

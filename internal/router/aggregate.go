@@ -42,33 +42,28 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 		}
 		callIDs, serial, trace, cause = p.CallIDs, p.Serial, p.Trace, p.RequestMsg
 	}
-	// A result published as the recorded one need not be read back.
-	ownRecorded := d.Header.Get(bus.HeaderRecorded) != ""
-	results := make([]protocol.ToolResult, len(callIDs))
-	for i, id := range callIDs {
-		if id == res.ToolCallID && ownRecorded {
-			results[i] = *res
-			continue
-		}
-		_, recorded, _, err := a.bus.Result(ctx, m.RequestID, id)
-		if errors.Is(err, bus.ErrNotFound) && id == res.ToolCallID {
-			// Results are recorded by whoever publishes them; record one that was published
-			// without (the first one wins).
-			if _, err := a.bus.Calls.Create(ctx, protocol.KeyResult(m.RequestID, id), d.Data); err != nil && !isKeyExists(err) {
-				return fmt.Errorf("router: record result: %w", err)
-			}
-			_, recorded, _, err = a.bus.Result(ctx, m.RequestID, id)
-		}
-		if errors.Is(err, bus.ErrNotFound) {
-			return nil // not complete yet; the last result completes it
-		}
-		if err != nil {
-			return fmt.Errorf("router: read result: %w", err)
-		}
-		results[i] = *recorded
+	// The results of the request, read in one batch, with this one's among them: a replica
+	// that has not stored this one yet is not read from, so every result recorded before this
+	// one is seen, and whichever result is recorded last completes the request.
+	atLeast := d.StreamSeq
+	if protocol.IsLegacyResultSubject(d.Subject) {
+		atLeast = 0 // a copy on the session's subject (a re-drive, or Hermes before)
+	}
+	recorded, err := a.bus.Results(ctx, m.RequestID, m.SessionID, callIDs, atLeast)
+	if err != nil {
+		return fmt.Errorf("router: read results: %w", err)
+	}
+	if recorded[res.ToolCallID] == nil && atLeast == 0 {
+		// Published on the session's subject by Hermes before results were recorded on
+		// their call's subject: it is its call's result.
+		recorded[res.ToolCallID] = &bus.Recorded{Msg: m, Data: d.Data}
+	}
+	results, cancelled, err := resultsInOrder(callIDs, recorded)
+	if err != nil || results == nil {
+		return err // not complete yet: the last result completes it
 	}
 	_, err = a.answer.Respond(ctx, &answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: results,
-		Cause: cause, Trace: trace, Serial: serial})
+		Cause: cause, Trace: trace, Serial: serial, Cancelled: cancelled})
 	return err
 }
 

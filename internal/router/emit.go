@@ -120,16 +120,16 @@ func (p *busPlans) CreatePlan(ctx context.Context, requestID string, plan *bus.P
 	return p.bus.CreatePlan(ctx, requestID, plan)
 }
 
-func (p *busPlans) HasResult(ctx context.Context, requestID, callID string) (bool, error) {
-	_, _, _, err := p.bus.Result(ctx, requestID, callID)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, bus.ErrNotFound):
-		return false, nil
-	default:
-		return false, err
+func (p *busPlans) HaveResults(ctx context.Context, requestID, session string, callIDs []string) (map[string]bool, error) {
+	recorded, err := p.bus.Results(ctx, requestID, session, callIDs, 0)
+	if err != nil {
+		return nil, err
 	}
+	have := make(map[string]bool, len(recorded))
+	for id := range recorded {
+		have[id] = true
+	}
+	return have, nil
 }
 
 func (p *busPlans) AnswerFromResults(ctx context.Context, requestID, session string) error {
@@ -137,26 +137,57 @@ func (p *busPlans) AnswerFromResults(ctx context.Context, requestID, session str
 	if err != nil {
 		return err
 	}
-	results := make([]protocol.ToolResult, len(plan.CallIDs))
-	for i, id := range plan.CallIDs {
-		_, res, _, err := p.bus.Result(ctx, requestID, id)
-		if err != nil {
-			return err
-		}
-		results[i] = *res
+	return answerFromResults(ctx, p.bus, p.answer, requestID, plan)
+}
+
+// answerFromResults answers requestID from its plan and its calls' recorded results, every
+// call having one.
+func answerFromResults(ctx context.Context, b *bus.Bus, a *answer.Responder, requestID string, plan *bus.Plan) error {
+	recorded, err := b.Results(ctx, requestID, plan.SessionID, plan.CallIDs, 0)
+	if err != nil {
+		return err
 	}
-	_, err = p.answer.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: session, Results: results,
-		Cause: plan.RequestMsg, Trace: plan.Trace, Serial: plan.Serial})
+	results, cancelled, err := resultsInOrder(plan.CallIDs, recorded)
+	if err != nil {
+		return err
+	}
+	if results == nil {
+		return fmt.Errorf("router: a result of %s is missing", requestID)
+	}
+	_, err = a.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: plan.SessionID, Results: results,
+		Cause: plan.RequestMsg, Trace: plan.Trace, Serial: plan.Serial, Cancelled: cancelled})
 	return err
 }
 
-func (p *busPlans) Republish(ctx context.Context, requestID, session string) (bool, error) {
-	_, _, raw, err := p.bus.Response(ctx, requestID)
+// resultsInOrder lists the recorded results of callIDs in order, and what a cancellation among
+// them says its response's error says. It returns nil results while one is missing.
+func resultsInOrder(callIDs []string, recorded map[string]*bus.Recorded) ([]protocol.ToolResult, string, error) {
+	results := make([]protocol.ToolResult, len(callIDs))
+	cancelled := ""
+	for i, id := range callIDs {
+		r := recorded[id]
+		if r == nil {
+			return nil, "", nil
+		}
+		got, err := r.Msg.DecodeToolResult()
+		if err != nil {
+			return nil, "", bus.Permanent(fmt.Errorf("router: recorded result of %s: %w", id, err))
+		}
+		results[i] = *got
+		if got.Cancelled() && r.Msg.Correlation != nil && cancelled == "" {
+			cancelled = r.Msg.Correlation.Cancelled
+		}
+	}
+	return results, cancelled, nil
+}
+
+func (p *busPlans) Announce(ctx context.Context, requestID, session string) (bool, error) {
+	rec, _, err := p.bus.Response(ctx, requestID, session)
 	switch {
 	case errors.Is(err, bus.ErrNotFound):
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	return true, p.bus.Republish(ctx, p.pub, protocol.SubjectResponse(session), raw)
+	return true, p.bus.Announce(ctx, rec)
 }

@@ -100,7 +100,7 @@ func New(cfg Config) (*Router, error) {
 		if !ok || !protocol.ValidToken(rid, protocol.MaxIDLen) {
 			return false, nil
 		}
-		return cfg.Bus.Answered(ctx, rid)
+		return cfg.Bus.Answered(ctx, rid, "")
 	}
 	limit := cfg.Limits.MaxToolCalls
 	if limit <= 0 {
@@ -210,5 +210,3 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	}
 	return r.pipeline.Run(ctx, NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken), d.Log))
 }
-
-func isKeyExists(err error) bool { return errors.Is(err, jetstream.ErrKeyExists) }

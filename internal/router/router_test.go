@@ -48,9 +48,12 @@ func TestOutletAndAggregation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a: NO_ROUTE, recorded and published with the correlation.
-	m, res, _, err := b.Result(ctx, "r1", "a")
-	if err != nil || res.ErrorCode != protocol.CodeNoRoute || m.Correlation == nil || strings.Join(m.Correlation.CallIDs, ",") != "a,b,c" || !m.Correlation.Serial {
-		t.Fatalf("decided result %+v %+v %v", m, res, err)
+	rec, res, err := b.Result(ctx, "r1", "a", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := rec.Msg; res.ErrorCode != protocol.CodeNoRoute || m.Correlation == nil || strings.Join(m.Correlation.CallIDs, ",") != "a,b,c" || !m.Correlation.Serial {
+		t.Fatalf("decided result %+v %+v", m, res)
 	}
 	// b: dispatched to its kind's subject.
 	raw, err := b.Stream.GetLastMsgForSubject(ctx, protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1"))
@@ -71,19 +74,19 @@ func TestOutletAndAggregation(t *testing.T) {
 		t.Fatalf("parked %d %v", n, err)
 	}
 	// Not complete: no response yet.
-	if err := r.agg.handle(ctx, delivery(t, b, "r1", "a", false)); err != nil {
+	if err := r.agg.handle(ctx, delivery(t, b, "r1", "a")); err != nil {
 		t.Fatal(err)
 	}
-	if answered, _ := b.Answered(ctx, "r1"); answered {
+	if answered, _ := b.Answered(ctx, "r1", "s1"); answered {
 		t.Fatal("answered before every call has a result")
 	}
 	for _, id := range []string{"b", "c"} {
 		recordOK(t, b, "r1", id, &protocol.Correlation{CallIDs: []string{"a", "b", "c"}, Serial: true})
 	}
-	if err := r.agg.handle(ctx, delivery(t, b, "r1", "c", true)); err != nil {
+	if err := r.agg.handle(ctx, delivery(t, b, "r1", "c")); err != nil {
 		t.Fatal(err)
 	}
-	_, resp, _, err := b.Response(ctx, "r1")
+	_, resp, err := b.Response(ctx, "r1", "s1")
 	if err != nil || resp.Status != protocol.StatusPartialSuccess || len(resp.Results) != 3 || resp.Results[0].ErrorCode != protocol.CodeNoRoute {
 		t.Fatalf("response %+v %v", resp, err)
 	}
@@ -97,7 +100,7 @@ func TestOutletAndAggregation(t *testing.T) {
 	if err := r.agg.handle(ctx, d2); err != nil {
 		t.Fatal(err)
 	}
-	if answered, _ := b.Answered(ctx, "forged"); answered {
+	if answered, _ := b.Answered(ctx, "forged", "s1"); answered {
 		t.Fatal("a forged correlation made a response")
 	}
 }
@@ -114,17 +117,14 @@ func recordOK(t *testing.T, b *bus.Bus, rid, call string, corr *protocol.Correla
 }
 
 // delivery is the delivery of call's recorded result, as the results consumer hands it.
-func delivery(t *testing.T, b *bus.Bus, rid, call string, recorded bool) *bus.Delivery {
+func delivery(t *testing.T, b *bus.Bus, rid, call string) *bus.Delivery {
 	t.Helper()
-	m, _, raw, err := b.Result(t.Context(), rid, call)
+	rec, _, err := b.Result(t.Context(), rid, call, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := nats.Header{}
-	if recorded {
-		h.Set(bus.HeaderRecorded, "1")
-	}
-	return &bus.Delivery{Data: raw, Msg: m, Header: h, Log: slog.New(slog.DiscardHandler)}
+	return &bus.Delivery{Subject: protocol.SubjectResult(rid, call, "s1"), Data: rec.Data, Msg: rec.Msg, StreamSeq: rec.Seq,
+		Header: nats.Header{}, Log: slog.New(slog.DiscardHandler)}
 }
 
 func TestTrustedCorrelation(t *testing.T) {
@@ -165,7 +165,7 @@ func TestARequestWithEveryResultIsAnsweredFromThem(t *testing.T) {
 	if err := (&Pipeline{Stages: r.pipeline.Stages[1:], Out: r.pipeline.Out}).Run(ctx, j); err != nil { // plan, route
 		t.Fatal(err)
 	}
-	if _, _, _, err := b.Response(ctx, "again"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := b.Response(ctx, "again", "s_again"); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("a response before aggregation: %v", err)
 	}
 	for range 2 {
@@ -173,7 +173,7 @@ func TestARequestWithEveryResultIsAnsweredFromThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, resp, _, err := b.Response(ctx, "again")
+	_, resp, err := b.Response(ctx, "again", "s_again")
 	if err != nil || len(resp.Results) != 1 || resp.Results[0].ErrorCode != protocol.CodeNoRoute {
 		t.Fatalf("response %+v, %v", resp, err)
 	}
@@ -181,7 +181,7 @@ func TestARequestWithEveryResultIsAnsweredFromThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, m := info.State.Subjects[protocol.SubjectToolResult("s_again")], info.State.Subjects[protocol.SubjectResponse("s_again")]; n != 1 || m != 1 {
+	if n, m := info.State.Subjects[protocol.SubjectResult("again", "a", "s_again")], info.State.Subjects[protocol.SubjectResponse("again", "s_again")]; n != 1 || m != 1 {
 		t.Fatalf("%d results and %d responses in the stream, want 1 and 1", n, m)
 	}
 }

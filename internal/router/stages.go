@@ -27,8 +27,8 @@ type kv interface {
 
 var _ kv = jetstream.KeyValue(nil)
 
-// answeredFunc reports whether a request has its response recorded.
-type answeredFunc func(ctx context.Context, requestID string) (bool, error)
+// answeredFunc reports whether a request of session has its response recorded.
+type answeredFunc func(ctx context.Context, requestID, session string) (bool, error)
 
 // SerialStage holds back a serial request until the session's previous serial requests have
 // their responses. Requests reach a router in the order they were accepted within their
@@ -76,8 +76,8 @@ func (s *SerialStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 
 // decide says whether job's serial request goes, waits, or is done.
 func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
-	rid := job.Msg.RequestID
-	if done, err := s.Answered(ctx, rid); err != nil || done {
+	rid, session := job.Msg.RequestID, job.Msg.SessionID
+	if done, err := s.Answered(ctx, rid, session); err != nil || done {
 		if err == nil && s.WakeNext != nil {
 			err = s.WakeNext(ctx, rid)
 		}
@@ -104,10 +104,10 @@ func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 			}
 		}
 		job.Log.Info(reason, "after", prev)
-		return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(rid, prev)), nil
+		return Park(park.Wait{Key: protocol.WakeOnResponse(prev)}, s.recheck(rid, prev, session)), nil
 	}
 	for range maxHops {
-		done, err := s.Answered(ctx, prev)
+		done, err := s.Answered(ctx, prev, session)
 		if err != nil {
 			return Continue(), err
 		}
@@ -143,9 +143,9 @@ func (s *SerialStage) markWent(ctx context.Context, requestID string) error {
 // ends the wait if prev went (and the request goes, marked so). If prev was answered without
 // going (cancelled in between), the copy just parked is woken again at once, to wait for what
 // prev waited for.
-func (s *SerialStage) recheck(rid, prev string) func(context.Context) (bool, error) {
+func (s *SerialStage) recheck(rid, prev, session string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		done, err := s.Answered(ctx, prev)
+		done, err := s.Answered(ctx, prev, session)
 		if err != nil || !done {
 			return false, err
 		}
@@ -264,11 +264,11 @@ func (s *SerialStage) tail(ctx context.Context, session string) (string, uint64,
 // planStore is where the plan stage records plans and finds what a request has already.
 type planStore interface {
 	CreatePlan(ctx context.Context, requestID string, p *bus.Plan) (bool, *bus.Plan, error)
-	// HasResult reports whether a call has its result recorded.
-	HasResult(ctx context.Context, requestID, callID string) (bool, error)
-	// Republish publishes requestID's recorded response again, if it has one, and reports
-	// whether it had.
-	Republish(ctx context.Context, requestID, session string) (bool, error)
+	// HaveResults reports which of callIDs have their result recorded.
+	HaveResults(ctx context.Context, requestID, session string, callIDs []string) (map[string]bool, error)
+	// Announce announces requestID's recorded response again to callers awaiting it, if it
+	// has one, and reports whether it had.
+	Announce(ctx context.Context, requestID, session string) (bool, error)
 	// AnswerFromResults answers requestID from its plan and its calls' recorded results
 	// (every call has one), unless it has a response already.
 	AnswerFromResults(ctx context.Context, requestID, session string) error
@@ -277,7 +277,7 @@ type planStore interface {
 // PlanStage records the request's plan before anything is dispatched, so that any router can
 // aggregate its results and a cancellation knows its calls. A request seen before — a
 // redelivery, a repeated request, a wake-up — goes on only with the calls that have no result
-// yet; one already answered publishes its response again and stops; one whose request_id was
+// yet; one already answered announces its response again and stops; one whose request_id was
 // used first for other content is ignored (the first request keeps the id).
 type PlanStage struct {
 	Plans planStore
@@ -305,21 +305,25 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		job.Log.Warn("request_id reused for a different request; ignored")
 		return Stop(), nil
 	}
-	if answered, err := s.Plans.Republish(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
+	if answered, err := s.Plans.Announce(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
 		if err == nil && first.Serial && s.WakeNext != nil {
 			err = s.WakeNext(ctx, job.Msg.RequestID) // whoever answered may have stopped before
 		}
 		return Stop(), err
 	}
 	job.Log.Info("request seen before; going on with the calls that have no result yet")
+	ids := make([]string, len(job.Calls))
+	for i, c := range job.Calls {
+		ids[i] = c.Call.ToolCallID
+	}
+	have, err := s.Plans.HaveResults(ctx, job.Msg.RequestID, job.Msg.SessionID, ids)
+	if err != nil {
+		return Continue(), err
+	}
 	all := len(job.Calls) > 0
 	for _, c := range job.Calls {
-		has, err := s.Plans.HasResult(ctx, job.Msg.RequestID, c.Call.ToolCallID)
-		if err != nil {
-			return Continue(), err
-		}
-		c.Done = has
-		all = all && has
+		c.Done = have[c.Call.ToolCallID]
+		all = all && c.Done
 	}
 	if all {
 		// Every call has its result, yet there is no response (whoever recorded the last

@@ -36,7 +36,7 @@ func job(t *testing.T, id, session string, serial bool, calls ...string) *Job {
 // answeredSet is an answeredFunc over a set of answered requests.
 type answeredSet map[string]bool
 
-func (a answeredSet) answered(_ context.Context, id string) (bool, error) { return a[id], nil }
+func (a answeredSet) answered(_ context.Context, id, _ string) (bool, error) { return a[id], nil }
 
 func TestSerialStage(t *testing.T) {
 	ctx := t.Context()
@@ -182,8 +182,14 @@ func (p *plans) CreatePlan(_ context.Context, id string, plan *bus.Plan) (bool, 
 	return true, plan, nil
 }
 
-func (p *plans) HasResult(_ context.Context, id, call string) (bool, error) {
-	return p.results[protocol.KeyResult(id, call)], nil
+func (p *plans) HaveResults(_ context.Context, id, _ string, calls []string) (map[string]bool, error) {
+	have := map[string]bool{}
+	for _, call := range calls {
+		if p.results[protocol.KeyResult(id, call)] {
+			have[call] = true
+		}
+	}
+	return have, nil
 }
 
 func (p *plans) AnswerFromResults(_ context.Context, id, _ string) error {
@@ -191,7 +197,7 @@ func (p *plans) AnswerFromResults(_ context.Context, id, _ string) error {
 	return nil
 }
 
-func (p *plans) Republish(_ context.Context, id, _ string) (bool, error) {
+func (p *plans) Announce(_ context.Context, id, _ string) (bool, error) {
 	if p.answered[id] {
 		p.republished = append(p.republished, id)
 	}

@@ -50,7 +50,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 	defer cancel()
-	if resp, ok := s.recorded(ctx, requestID); ok {
+	if resp, ok := s.recorded(ctx, requestID, ""); ok {
 		// Answered: a cancellation that stopped half-way (or whoever answered) may not have
 		// let the session's next serial request go yet; doing it again is harmless.
 		if err := s.answer.WakeNext(ctx, requestID); err != nil {
@@ -82,7 +82,6 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	// 2. Every call without a result gets CANCELLED; a result recorded before stands. They are
 	// recorded, not published yet: nothing may aggregate them before the response is recorded.
 	results := make([]protocol.ToolResult, len(plan.CallIDs))
-	var stored [][]byte
 	cancelledAny := false
 	for i, id := range plan.CallIDs {
 		call := &protocol.ToolCall{ToolCallID: id, Name: nameAt(plan.Names, i)}
@@ -94,17 +93,17 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 		}
 		m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDToolResult(requestID, id), requestID, plan.SessionID, plan.Trace
 		m.CausationID = ev.MsgID
-		m.Correlation = &protocol.Correlation{CallIDs: plan.CallIDs, Serial: plan.Serial}
-		recorded, raw, err := s.cfg.Bus.StoreResult(ctx, s.pub, m)
+		// Whoever answers from these results says who cancelled, and why, as this would.
+		m.Correlation = &protocol.Correlation{CallIDs: plan.CallIDs, Serial: plan.Serial, Cancelled: answer.CancelledMessage(c.By, c.Reason)}
+		recorded, _, err := s.cfg.Bus.RecordResult(ctx, s.pub, m, &res)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		got, err := recorded.DecodeToolResult()
+		got, err := recorded.Msg.DecodeToolResult()
 		if err != nil {
 			return nil, false, err
 		}
 		results[i] = *got
-		stored = append(stored, raw)
 		cancelledAny = cancelledAny || got.Cancelled() // by this cancellation, or one before that stopped half-way
 	}
 	// Every call had finished (its result recorded) before the cancellation: nothing was
@@ -115,10 +114,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	}
 	// 3. The one response, from the recorded results.
 	if cancelErr != nil {
-		cancelErr.Message = "cancelled by " + c.By
-		if c.Reason != "" {
-			cancelErr.Message += ": " + c.Reason
-		}
+		cancelErr.Message = answer.CancelledMessage(c.By, c.Reason)
 	}
 	mine, err := s.answer.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: plan.SessionID, Results: results,
 		Error: cancelErr, Cause: ev.MsgID, Trace: plan.Trace, Serial: plan.Serial})
@@ -132,13 +128,7 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 			log.Warn("the cancellation was recorded but not announced; running calls stop at their next claim renewal", "err", err)
 		}
 	}
-	// 5. The results go on the record too; routers aggregating them find the request answered.
-	for _, raw := range stored {
-		if err := s.cfg.Bus.Republish(ctx, s.pub, protocol.SubjectToolResult(plan.SessionID), raw); err != nil {
-			log.Warn("a cancelled call's result was recorded but not published", "err", err)
-		}
-	}
-	resp, ok := s.recorded(ctx, requestID)
+	resp, ok := s.recorded(ctx, requestID, plan.SessionID)
 	if !ok {
 		return nil, false, fmt.Errorf("%w: the response was recorded but cannot be read back", ErrUnavailable)
 	}

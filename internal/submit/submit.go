@@ -116,7 +116,7 @@ func (s *Submitter) Run(ctx context.Context) error {
 // Listen starts receiving responses, as Run does, and returns once the subscription is in
 // place; stop ends it.
 func (s *Submitter) Listen() (stop func() error, err error) {
-	sub, err := s.cfg.Conn.Subscribe(protocol.FilterResponses, func(msg *nats.Msg) {
+	sub, err := s.cfg.Conn.Subscribe(protocol.FilterLiveResponses, func(msg *nats.Msg) {
 		m, err := protocol.Unmarshal(msg.Data)
 		if err != nil {
 			s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
@@ -226,7 +226,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		if prev.Fingerprint != rec.Fingerprint {
 			return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
 		}
-		if resp, ok := s.recorded(actx, req.RequestID); ok {
+		if resp, ok := s.recorded(actx, req.RequestID, prev.SessionID); ok {
 			out.Response, out.Replayed = resp, true
 			return out, nil
 		}
@@ -254,7 +254,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		// caller until the lookup times out.
 		if s.Connected() {
 			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
-			resp, ok := s.recorded(lctx, req.RequestID)
+			resp, ok := s.recorded(lctx, req.RequestID, req.Session())
 			lcancel()
 			if ok {
 				out.Response = resp
@@ -291,9 +291,9 @@ func (s *Submitter) intake(ctx context.Context, requestID string) (*intake, erro
 	return &rec, nil
 }
 
-// recorded returns the response recorded for requestID, if any.
-func (s *Submitter) recorded(ctx context.Context, requestID string) (*protocol.Response, bool) {
-	_, resp, _, err := s.cfg.Bus.Response(ctx, requestID)
+// recorded returns the response recorded for requestID (of session, when known), if any.
+func (s *Submitter) recorded(ctx context.Context, requestID, session string) (*protocol.Response, bool) {
+	_, resp, err := s.cfg.Bus.Response(ctx, requestID, session)
 	if err != nil {
 		if !errors.Is(err, bus.ErrNotFound) {
 			s.log.Error("recorded response unreadable", "request_id", requestID, "err", err)
@@ -310,7 +310,7 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 	if !s.Connected() {
 		return nil, false, ErrNotConnected
 	}
-	_, resp, _, err = s.cfg.Bus.Response(ctx, requestID)
+	_, resp, err = s.cfg.Bus.Response(ctx, requestID, "")
 	if err == nil {
 		return resp, false, nil
 	}

@@ -1,6 +1,7 @@
 // Package bus is Hermes on NATS JetStream: connecting, provisioning the record stream, its
 // consumers and KV buckets, publishing HermesMessages with deterministic Nats-Msg-Ids, reading
-// and recording a request's state (plan, results, response; create-once), and consuming
+// and recording a request's state (its plan in KV; its results and response once each, on the
+// record itself, each on a subject of its own written with an expected last sequence), and consuming
 // messages with bounded concurrency and one ack policy. It also embeds a NATS server.
 //
 // Layout (see Provision): the stream HERMES records every message of every session under the

@@ -26,11 +26,15 @@ const (
 const (
 	// BucketIntake holds one key per request_id accepted at the edge: idempotent intake.
 	BucketIntake = "hermes-intake"
-	// BucketCalls holds each request's plan (key <request_id>) and the final result of each of
-	// its calls (key <request_id>.<tool_call_id>), each written with Create.
+	// BucketCalls holds each request's plan (key <request_id>), written with Create. (Hermes
+	// before results were recorded on the stream alone kept them here too, under
+	// <request_id>.<tool_call_id>.)
 	BucketCalls = "hermes-calls"
-	// BucketResponses holds the one response of each request (key <request_id>).
-	BucketResponses = "hermes-responses"
+	// LegacyBucketResponses held the one response of each request (key <request_id>) in Hermes
+	// before responses were recorded on the stream alone. Hermes no longer creates it; while
+	// it exists, responses not found on the stream are looked up there (and results in
+	// BucketCalls), so requests that were running across an upgrade are answered and found.
+	LegacyBucketResponses = "hermes-responses"
 	// BucketTools lists the tools that have a consumer (key protocol.KeyTool: <kind>.<tool>).
 	BucketTools = "hermes-tools"
 	// BucketClaims is the call ledger: which worker runs each call (key
@@ -146,16 +150,15 @@ func (c Config) withDefaults() Config {
 // Bus is a provisioned connection to Hermes' stream, consumers and buckets. It is safe for
 // concurrent use.
 type Bus struct {
-	JS        jetstream.JetStream
-	Stream    jetstream.Stream
-	DLQ       jetstream.Stream
-	Intake    jetstream.KeyValue
-	Calls     jetstream.KeyValue
-	Responses jetstream.KeyValue
-	Tools     jetstream.KeyValue
-	Claims    jetstream.KeyValue
-	Sessions  jetstream.KeyValue
-	Parked    jetstream.KeyValue
+	JS       jetstream.JetStream
+	Stream   jetstream.Stream
+	DLQ      jetstream.Stream
+	Intake   jetstream.KeyValue
+	Calls    jetstream.KeyValue
+	Tools    jetstream.KeyValue
+	Claims   jetstream.KeyValue
+	Sessions jetstream.KeyValue
+	Parked   jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
 	// leaves no delete marker behind.
 	ParkedStream jetstream.Stream
@@ -165,6 +168,10 @@ type Bus struct {
 	// kept as they are, and the process should say so.
 	Drift []string
 	cfg   Config
+	// legacyResponses is LegacyBucketResponses when it exists; legacyResults is true then
+	// too: results and responses of requests from before the upgrade are looked up there.
+	legacyResponses jetstream.KeyValue
+	legacyResults   bool
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
@@ -173,6 +180,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	cfg = cfg.withDefaults()
 	var drift []string
 	src, dest := protocol.RequestTransform()
+	rsrc, rdest := protocol.LiveResponseRepublish()
 	stream, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:             protocol.StreamName,
 		Description:      "Hermes: the record of every message of every session",
@@ -186,6 +194,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		MaxMsgSize:       8 << 20,
 		Duplicates:       cfg.DuplicateWindow,
 		Replicas:         cfg.Replicas,
+		// Batch reads of a request's results (Results) are direct gets; each checks that
+		// the replica answering has the result it was asked about.
+		AllowDirect: true,
+		// Every response stored is announced to the callers awaiting it; one that lost to
+		// an earlier response is not stored, so never seen.
+		RePublish: &jetstream.RePublish{Source: rsrc, Destination: rdest},
 	}, &drift)
 	if err != nil {
 		return nil, err
@@ -233,7 +247,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		// its window finds nothing left of the first request.
 		{BucketIntake, cfg.StateTTL + intakeMargin, 0, &b.Intake, true},
 		{BucketCalls, cfg.StateTTL, 0, &b.Calls, true},
-		{BucketResponses, cfg.StateTTL, 0, &b.Responses, true},
 		{BucketTools, 0, 0, &b.Tools, false},
 		{BucketClaims, cfg.StateTTL, 0, &b.Claims, true},
 		{BucketSessions, cfg.StateTTL, 0, &b.Sessions, true},
@@ -256,7 +269,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
-	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
+	switch kv, err := js.KeyValue(ctx, LegacyBucketResponses); {
+	case err == nil:
+		b.legacyResponses, b.legacyResults = kv, true
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("bus: look up bucket %s: %w", LegacyBucketResponses, err)
+	}
+	if _, err := b.ensureConsumerFilters(ctx, b.Stream, ConsumerRouterResults, protocol.FiltersResults()...); err != nil {
 		return nil, err
 	}
 	for p := range protocol.RequestPartitions {
@@ -363,6 +382,29 @@ func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name 
 	return b.ensureConsumerSpec(ctx, stream, b.consumer(name, filters...))
 }
 
+// ensureConsumerFilters is ensureConsumer for a consumer whose filters a newer Hermes
+// extends: an existing one lacking some of filters gets them added (nothing is removed).
+func (b *Bus) ensureConsumerFilters(ctx context.Context, stream jetstream.Stream, name string, filters ...string) (jetstream.Consumer, error) {
+	c, err := b.ensureConsumer(ctx, stream, name, filters...)
+	if err != nil || b.cfg.OpenOnly {
+		return c, err
+	}
+	have := c.CachedInfo().Config
+	current := have.FilterSubjects
+	if have.FilterSubject != "" {
+		current = []string{have.FilterSubject}
+	}
+	missing := missingSubjects(current, filters)
+	if len(missing) == 0 {
+		return c, nil
+	}
+	have.FilterSubject, have.FilterSubjects = "", append(current, missing...)
+	if c, err = stream.UpdateConsumer(ctx, have); err != nil {
+		return nil, fmt.Errorf("bus: add the filters %v to consumer %s: %w", missing, name, err)
+	}
+	return c, nil
+}
+
 // ensureConsumerSpec makes sure the durable consumer spec describes exists, creating it if
 // not. An existing one is kept as it is.
 func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, spec jetstream.ConsumerConfig) (jetstream.Consumer, error) {
@@ -426,6 +468,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, create bool, want
 		}
 		have = s.CachedInfo().Config
 		*drift = append(*drift, fmt.Sprintf("stream %s: added the subjects %v", want.Name, missing))
+	}
+	if (want.AllowDirect && !have.AllowDirect) || (want.RePublish != nil && (have.RePublish == nil || *have.RePublish != *want.RePublish)) {
+		// A record from before results and responses were kept on the stream alone gets
+		// direct reads and the announcement of stored responses, which Hermes now needs.
+		have.AllowDirect, have.RePublish = want.AllowDirect || have.AllowDirect, want.RePublish
+		if s, err = js.UpdateStream(ctx, have); err != nil {
+			return nil, fmt.Errorf("bus: let stream %s announce its responses and serve direct reads: %w", want.Name, err)
+		}
+		have = s.CachedInfo().Config
+		*drift = append(*drift, fmt.Sprintf("stream %s: now serves direct reads and announces stored responses on %s", want.Name, want.RePublish.Destination))
 	}
 	if want.SubjectTransform != nil && (have.SubjectTransform == nil || *have.SubjectTransform != *want.SubjectTransform) {
 		// The one change made to an existing stream: a record from before per-session order

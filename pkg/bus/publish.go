@@ -23,9 +23,6 @@ const (
 	// HeaderRedrive marks a message published again from the dead-letter stream; its value
 	// identifies the re-drive.
 	HeaderRedrive = "Hermes-Redrive"
-	// HeaderRecorded marks a result or response published as the value recorded in KV (by
-	// RecordResult, Respond or Republish): its receiver need not read it back.
-	HeaderRecorded = "Hermes-Recorded"
 	// HeaderWoken marks a parked message published again when woken; its value is the wake
 	// key that woke it.
 	HeaderWoken = "Hermes-Woken"
@@ -57,7 +54,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Mes
 	if err != nil {
 		return nil, err
 	}
-	return p.publishEncoded(ctx, subject, m, data, false)
+	return p.publishEncoded(ctx, subject, m, data)
 }
 
 // PublishNoWait publishes m like Publish but does not wait for the stream's ack: for events
@@ -97,13 +94,9 @@ func (p *Publisher) PublishAs(ctx context.Context, subject string, m *protocol.M
 	return ack, nil
 }
 
-// publishEncoded publishes data, the encoding of m, as it is; recorded marks it as the value
-// recorded in KV (HeaderRecorded).
-func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte, recorded bool) (*jetstream.PubAck, error) {
+// publishEncoded publishes data, the encoding of m, as it is.
+func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte) (*jetstream.PubAck, error) {
 	msg := p.msg(subject, m, data)
-	if recorded {
-		msg.Header.Set(HeaderRecorded, "1")
-	}
 	ack, err := p.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)

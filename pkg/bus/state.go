@@ -82,55 +82,6 @@ func (b *Bus) Plan(ctx context.Context, requestID string) (*Plan, error) {
 	return p, nil
 }
 
-// Result returns the recorded result message of one call (its bytes too), or an error
-// wrapping ErrNotFound.
-func (b *Bus) Result(ctx context.Context, requestID, callID string) (*protocol.Message, *protocol.ToolResult, []byte, error) {
-	e, err := b.Calls.Get(ctx, protocol.KeyResult(requestID, callID))
-	if err != nil {
-		return nil, nil, nil, notFound("result", err)
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		return nil, nil, nil, Permanent(fmt.Errorf("bus: recorded result %s: %w", protocol.KeyResult(requestID, callID), err))
-	}
-	res, err := m.DecodeToolResult()
-	if err != nil {
-		return nil, nil, nil, Permanent(fmt.Errorf("bus: recorded result %s: %w", protocol.KeyResult(requestID, callID), err))
-	}
-	return m, res, e.Value(), nil
-}
-
-// Response returns requestID's recorded response message (its bytes too), or an error
-// wrapping ErrNotFound.
-func (b *Bus) Response(ctx context.Context, requestID string) (*protocol.Message, *protocol.Response, []byte, error) {
-	e, err := b.Responses.Get(ctx, protocol.KeyResponse(requestID))
-	if err != nil {
-		return nil, nil, nil, notFound("response", err)
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		return nil, nil, nil, Permanent(fmt.Errorf("bus: recorded response of %s: %w", requestID, err))
-	}
-	resp, err := m.DecodeResponse()
-	if err != nil {
-		return nil, nil, nil, Permanent(fmt.Errorf("bus: recorded response of %s: %w", requestID, err))
-	}
-	return m, resp, e.Value(), nil
-}
-
-// Answered reports whether requestID has its response recorded.
-func (b *Bus) Answered(ctx context.Context, requestID string) (bool, error) {
-	_, err := b.Responses.Get(ctx, protocol.KeyResponse(requestID))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return false, nil
-	default:
-		return false, fmt.Errorf("bus: read the response of %s: %w", requestID, err)
-	}
-}
-
 func notFound(what string, err error) error {
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, what)

@@ -87,6 +87,10 @@ type Correlation struct {
 	CallIDs []string `msgpack:"call_ids,omitempty" json:"call_ids,omitempty"`
 	// Serial is the request's Serial: its response lets the session's next serial request go.
 	Serial bool `msgpack:"serial,omitempty" json:"serial,omitempty"`
+	// Cancelled, on the CANCELLED results a cancellation records, is what the request's
+	// response says as its error message (who cancelled, and why): whoever answers the request
+	// from those results says the same.
+	Cancelled string `msgpack:"cancelled,omitempty" json:"cancelled,omitempty"`
 }
 
 // NewMessage builds an envelope of type t for payload, stamped now (UTC). The caller sets the

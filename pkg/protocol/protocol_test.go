@@ -178,8 +178,9 @@ func TestResponseStatus(t *testing.T) {
 }
 
 func TestSubjectsHaveSessionLast(t *testing.T) {
-	subjects := []string{SubjectRequest("s1"), LegacySubjectToolCall("echo", "s1"), SubjectToolResult("s1"),
-		SubjectResponse("s1"), SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), StoredSubjectRequest("s1")}
+	subjects := []string{SubjectRequest("s1"), LegacySubjectToolCall("echo", "s1"), LegacySubjectResult("s1"),
+		SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1"), LegacySubjectResponse("s1"),
+		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), StoredSubjectRequest("s1")}
 	for _, k := range Kinds {
 		subjects = append(subjects, SubjectToolCall(k, "echo", "s1"))
 	}
@@ -192,6 +193,48 @@ func TestSubjectsHaveSessionLast(t *testing.T) {
 		if n := strings.Count(s, ".") + 1; n != 3 && n != 4 {
 			t.Errorf("subject %s has %d tokens; the session filters %v match 3 or 4", s, n, filters)
 		}
+	}
+}
+
+// Results and responses: each on a subject of its own, captured by the stream, consumed by the
+// filters; a response's announcement is outside the stream.
+func TestResultAndResponseSubjects(t *testing.T) {
+	in := func(pats []string, subject string) bool {
+		for _, p := range pats {
+			if subjectMatches(p, subject) {
+				return true
+			}
+		}
+		return false
+	}
+	res, resp := SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1")
+	for _, s := range []string{res, resp, LegacySubjectResult("s1"), LegacySubjectResponse("s1")} {
+		if !in(StreamSubjects(), s) {
+			t.Errorf("the stream does not capture %s", s)
+		}
+	}
+	if !in(FiltersResults(), res) || !in(FiltersResults(), LegacySubjectResult("s1")) || in(FiltersResults(), resp) {
+		t.Errorf("FiltersResults %v", FiltersResults())
+	}
+	if !in(FiltersResponses(), resp) || !in(FiltersResponses(), LegacySubjectResponse("s1")) || in(FiltersResponses(), res) {
+		t.Errorf("FiltersResponses %v", FiltersResponses())
+	}
+	if !subjectMatches(FilterResponseOf("r1"), resp) || subjectMatches(FilterResponseOf("r2"), resp) {
+		t.Errorf("FilterResponseOf")
+	}
+	if SubjectResult("r1", "c1", "s1") == SubjectResult("r1c", "1", "s1") || SubjectResult("r", "1_c", "s") == SubjectResult("r_1", "c", "s") {
+		t.Error("two calls share a result subject")
+	}
+	if !IsLegacyResultSubject(LegacySubjectResult("s1")) || IsLegacyResultSubject(res) {
+		t.Error("IsLegacyResultSubject")
+	}
+	live := SubjectLiveResponse("r1", "s1")
+	if in(StreamSubjects(), live) || !subjectMatches(FilterLiveResponses, live) {
+		t.Errorf("live response %s", live)
+	}
+	src, dest := LiveResponseRepublish()
+	if !subjectMatches(src, resp) || strings.Replace(strings.Replace(dest, "{{wildcard(1)}}", "r1", 1), "{{wildcard(2)}}", "s1", 1) != live {
+		t.Errorf("republish %s -> %s", src, dest)
 	}
 }
 

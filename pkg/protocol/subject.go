@@ -24,7 +24,9 @@ func StreamSubjects() []string {
 		subjectRoot + ".request.*",
 		subjectRoot + ".tool.*.*",
 		subjectRoot + ".result.*",
+		subjectRoot + ".result.*.*",
 		subjectRoot + ".response.*",
+		subjectRoot + ".response.*.*",
 		subjectRoot + ".event.*.*",
 	}
 	for _, k := range Kinds {
@@ -82,11 +84,60 @@ func LegacySubjectToolCall(tool, session string) string {
 	return subjectRoot + ".tool." + tool + "." + session
 }
 
-// SubjectToolResult carries the final result of every tool call of session.
-func SubjectToolResult(session string) string { return subjectRoot + ".result." + session }
+// SubjectResult is where the one result of call callID of requestID (of session) is recorded:
+// hermes.result.<request_id>:<tool_call_id>.<session> — one token for the call, as ids hold no
+// ':', so that the session stays the fourth and last token. The record holds at most one message
+// on it: it is written with an expected last subject sequence of 0, so the first result wins.
+func SubjectResult(requestID, callID, session string) string {
+	return prefixResult + requestID + ":" + callID + "." + session
+}
 
-// SubjectResponse carries the one response to each request of session.
-func SubjectResponse(session string) string { return subjectRoot + ".response." + session }
+// LegacySubjectResult is where Hermes before results were recorded on the stream alone
+// published every result of session (hermes.result.<session>). Old records hold them, and a
+// result given another round of aggregation (a re-drive) is published there again, so that
+// its call's subject keeps one message.
+func LegacySubjectResult(session string) string { return subjectRoot + ".result." + session }
+
+// IsLegacyResultSubject reports whether subject is a LegacySubjectResult (three tokens).
+func IsLegacyResultSubject(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, prefixResult)
+	return ok && !strings.Contains(rest, ".")
+}
+
+// SubjectResponse is where the one response to requestID (of session) is recorded:
+// hermes.response.<request_id>.<session>. The record holds at most one message on it: it is
+// written with an expected last subject sequence of 0, so the first response wins.
+func SubjectResponse(requestID, session string) string {
+	return prefixResponse + requestID + "." + session
+}
+
+// FilterResponseOf matches the response of requestID, whatever its session.
+func FilterResponseOf(requestID string) string { return prefixResponse + requestID + ".*" }
+
+// LegacySubjectResponse is where Hermes before responses were recorded on the stream alone
+// published the responses of session (hermes.response.<session>); old records hold them.
+func LegacySubjectResponse(session string) string { return subjectRoot + ".response." + session }
+
+// Live responses: the record stream republishes every response it stores to
+// hermes.live.response.<request_id>.<session>, outside the stream, for callers awaiting one. A
+// response that was not recorded (it lost to an earlier one) never reaches them.
+const (
+	// FilterLiveResponses matches every live response.
+	FilterLiveResponses = subjectRoot + ".live.response.*.*"
+
+	prefixResponse = subjectRoot + ".response."
+	prefixResult   = subjectRoot + ".result."
+)
+
+// LiveResponseRepublish is the record stream's republish rule: source and destination.
+func LiveResponseRepublish() (source, destination string) {
+	return prefixResponse + "*.*", subjectRoot + ".live.response.{{wildcard(1)}}.{{wildcard(2)}}"
+}
+
+// SubjectLiveResponse is where the recorded response of requestID is announced.
+func SubjectLiveResponse(requestID, session string) string {
+	return subjectRoot + ".live.response." + requestID + "." + session
+}
 
 // Event kinds (the fourth token of hermes.event.<kind>.<session>).
 const (
@@ -104,10 +155,18 @@ func SubjectEvent(kind, session string) string {
 // Filters for consumers and subscriptions.
 const (
 	// FilterRequests matches every stored request (hermes.request.<partition>.<session>).
-	FilterRequests  = subjectRoot + ".request.*.*"
-	FilterResults   = subjectRoot + ".result.*"
-	FilterResponses = subjectRoot + ".response.*"
+	FilterRequests = subjectRoot + ".request.*.*"
 )
+
+// FiltersResults match every recorded result, and every result published on the session's
+// subject (by Hermes before, or re-driven).
+func FiltersResults() []string { return []string{prefixResult + "*.*", prefixResult + "*"} }
+
+// FiltersResponses match every recorded response: hermes.response.<request_id>.<session>,
+// and hermes.response.<session> as Hermes before recorded them.
+func FiltersResponses() []string {
+	return []string{prefixResponse + "*.*", prefixResponse + "*"}
+}
 
 // FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool
 // matches every tool of the kind.

@@ -37,7 +37,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	callID, tool := disp.Call.ToolCallID, disp.Call.Name
+	callID, tool, redrive := disp.Call.ToolCallID, disp.Call.Name, d.Header.Get(bus.HeaderRedrive)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.tool", tool), attribute.String("hermes.tool_call_id", callID))
 	}
@@ -62,15 +62,19 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	switch {
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")
-		return w.finishCancelled(parent, m, disp, 0, "", d.Header.Get(bus.HeaderRedrive))
+		return w.finishCancelled(parent, m, disp, 0, "", redrive)
 	case err != nil && !errors.Is(err, ledger.ErrClaimed):
 		return err
 	}
-	if err != nil || !h.Fresh() {
-		// Tried before: it may be finished (perhaps by a worker presumed dead, or this one's
-		// publish failed). Then make sure the recorded result reaches the router, and do not
-		// run the call again.
-		_, _, raw, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID)
+	if err != nil || !h.Fresh() || redrive != "" {
+		// Tried before: it may be finished (perhaps by a worker presumed dead). Then it is
+		// not run again: its result is on the record, and so reaches aggregation. (A call
+		// re-driven from the dead letters runs again over the answer the dead-letter
+		// processor gave it, but not over the tool's own.)
+		rec, _, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID, m.SessionID)
+		if rerr == nil && redrive != "" && bus.IsDeadAnswer(rec.Msg) {
+			rerr = bus.ErrNotFound
+		}
 		if rerr == nil || !errors.Is(rerr, bus.ErrNotFound) {
 			if h != nil {
 				h.Release(ctx, "")
@@ -78,8 +82,8 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 			if rerr != nil {
 				return fmt.Errorf("worker: check for a recorded result: %w", rerr) // unknown: do not run it now
 			}
-			log.Info("call already has a result; publishing it again instead of running the call")
-			return w.cfg.Bus.Republish(ctx, w.pub, protocol.SubjectToolResult(m.SessionID), raw)
+			log.Info("call already has a result; not running it again")
+			return nil
 		}
 	}
 	if err != nil {
@@ -220,7 +224,11 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		}
 		out.Follow(cause, id)
 		out.Attempt = res.Attempts
-		_, mine, err := w.cfg.Bus.RecordResult(ctx, w.pub, out, res)
+		record := w.cfg.Bus.RecordResult
+		if redrive != "" {
+			record = w.cfg.Bus.RecordRedrivenResult
+		}
+		_, mine, err := record(ctx, w.pub, out, res)
 		if err == nil && mine {
 			w.obs.Recorded(res)
 		}

@@ -94,9 +94,9 @@ func (r *rig) result(rid string) (*protocol.Message, *protocol.ToolResult) {
 	r.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		m, res, _, err := r.b.Result(r.t.Context(), rid, "c")
+		rec, res, err := r.b.Result(r.t.Context(), rid, "c", "s")
 		if err == nil {
-			return m, res
+			return rec.Msg, res
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -195,7 +195,7 @@ func TestWorkerHonoursCancellation(t *testing.T) {
 	}
 	announce()
 	time.Sleep(300 * time.Millisecond)
-	if _, _, _, err := r.b.Result(ctx, "r_running", "c"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := r.b.Result(ctx, "r_running", "c", "s"); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("a forged cancellation stopped the call: %v", err)
 	}
 	if err := ledger.Cancel(ctx, r.b.Claims, ledger.Key("r_running", "c")); err != nil {
@@ -368,7 +368,7 @@ func TestAnExecutorNamingNoToolsServesNone(t *testing.T) {
 	r := newRig(t, bus.Config{}, toolsExec{&ran})
 	r.dispatch(protocol.ActionMCP, "r_other", `{}`, protocol.RetryPolicy{})
 	time.Sleep(time.Second)
-	if _, _, _, err := r.b.Result(t.Context(), "r_other", "c"); !errors.Is(err, bus.ErrNotFound) || ran.Load() != 0 {
+	if _, _, err := r.b.Result(t.Context(), "r_other", "c", "s"); !errors.Is(err, bus.ErrNotFound) || ran.Load() != 0 {
 		t.Fatalf("ran %d: %v", ran.Load(), err)
 	}
 }

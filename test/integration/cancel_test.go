@@ -362,8 +362,8 @@ func TestCancellingTwoWaitingSerialRequests(t *testing.T) {
 }
 
 // TestACancellationThatStoppedHalfWayIsFinished: the canceller of a queued request stops
-// after recording its CANCELLED results and before the response (a crash); a router taking
-// the request later answers it. (Before: every call Done, nothing to aggregate, no answer.)
+// after recording its CANCELLED results and before the response (a crash); a router answers
+// it from them. (Before: every call Done, nothing to aggregate, no answer.)
 func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{routers: -1, workers: 1})
@@ -385,11 +385,11 @@ func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
 	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("half_1", "a"), "half_1", "half_sess"
 	m.Correlation = &protocol.Correlation{CallIDs: []string{"a"}}
-	if _, _, err := b.StoreResult(ctx, bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: "crashed"}), m); err != nil {
+	if _, _, err := b.RecordResult(ctx, bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: "crashed"}), m, &res); err != nil {
 		t.Fatal(err)
 	}
 	s.addRouter("late-router")
-	waitFor(t, "half_1 answered", func() bool { ok, _ := b.Answered(ctx, "half_1"); return ok })
+	waitFor(t, "half_1 answered", func() bool { ok, _ := b.Answered(ctx, "half_1", "half_sess"); return ok })
 	if n := len(s.recorder.tries("half_1/a")); n != 0 {
 		t.Errorf("the cancelled call ran %d times", n)
 	}
@@ -422,7 +422,7 @@ func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
 	res := protocol.CancelledResult(&protocol.ToolCall{ToolCallID: "c", Name: "record"}, "", 0, "someone")
 	rm, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
 	rm.MsgID, rm.RequestID, rm.SessionID = protocol.MsgIDToolResult("wake_2", "c"), "wake_2", "wake_sess"
-	if _, _, err := b.StoreResult(ctx, pub, rm); err != nil {
+	if _, _, err := b.RecordResult(ctx, pub, rm, &res); err != nil {
 		t.Fatal(err)
 	}
 	resp := &protocol.Response{RequestID: "wake_2", SessionID: "wake_sess", Status: protocol.ResponseStatus([]protocol.ToolResult{res}),

@@ -140,15 +140,7 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	}
 	_, b := s.connect()
 	waitFor(t, "the re-driven call's result", func() bool {
-		e, err := b.Calls.Get(context.Background(), "crash_last.c")
-		if err != nil {
-			return false
-		}
-		m, err := protocol.Unmarshal(e.Value())
-		if err != nil {
-			return false
-		}
-		res, err := m.DecodeToolResult()
+		_, res, err := b.Result(context.Background(), "crash_last", "c", "crash_last")
 		return err == nil && res.Status == protocol.ResultOK && res.Attempts == 3
 	})
 	if n := len(s.recorder.tries("crash_last/c")); n != 3 {
@@ -251,7 +243,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 		Status: protocol.ResultOK, Content: []byte(`{"v":"late"}`), Attempts: 1})
 	late.Follow(callMsg, "late-result-from-a-dead-worker")
 	ctx := context.Background()
-	if _, err := pub.Publish(ctx, protocol.SubjectToolResult(callMsg.SessionID), late); err != nil {
+	if _, err := pub.Publish(ctx, protocol.LegacySubjectResult(callMsg.SessionID), late); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []*protocol.Message{callMsg, reqMsg} {
@@ -293,12 +285,11 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 	if n := s.countRecorded("late_dup", protocol.TypeResponse); n != 1 {
 		t.Fatalf("%d responses recorded, want 1", n)
 	}
-	e, err := b.Calls.Get(ctx, "late_dup.c")
+	rec, _, err := b.Result(ctx, "late_dup", "c", "late_dup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm, _ := protocol.Unmarshal(e.Value())
-	if rm.Sender.Instance == "dead-worker" {
+	if rec.Msg.Sender.Instance == "dead-worker" {
 		t.Fatal("the late result replaced the recorded one")
 	}
 }

@@ -88,7 +88,7 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 	s := start(t, options{workers: 1})
 	nc, _ := s.connect()
 	replies := make(chan *nats.Msg, 4)
-	sub, err := nc.ChanSubscribe(protocol.SubjectResponse("sess_bad"), replies)
+	sub, err := nc.ChanSubscribe(protocol.SubjectLiveResponse("bad_1", "sess_bad"), replies)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func (n *nemesis) inject() {
 	case "duplicate":
 		n.duplicate()
 	case "poison":
-		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.SubjectToolResult("nem_poison")}
+		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.LegacySubjectResult("nem_poison")}
 		garbage := [][]byte{[]byte("not msgpack"), {0xdd, 0xff, 0xff, 0xff, 0xff}, {}, {0x91, 0x91, 0x91}}
 		msg := &nats.Msg{Subject: subjects[n.rng.IntN(len(subjects))], Data: garbage[n.rng.IntN(len(garbage))]}
 		if _, err := n.s.js.PublishMsg(n.s.ctx, msg); err != nil {

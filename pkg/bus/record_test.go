@@ -1,0 +1,262 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+func resultMsg(t *testing.T, rid, call, session, content string, role string) (*protocol.Message, *protocol.ToolResult) {
+	t.Helper()
+	res := &protocol.ToolResult{ToolCallID: call, Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(content)}
+	m, err := protocol.NewMessage(protocol.TypeToolResult, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult(rid, call), rid, session
+	m.Sender.Role = role
+	return m, res
+}
+
+func responseMsg(t *testing.T, rid, session, status string) *protocol.Message {
+	t.Helper()
+	m, err := protocol.NewMessage(protocol.TypeResponse, &protocol.Response{RequestID: rid, SessionID: session, Status: status,
+		Results: []protocol.ToolResult{{ToolCallID: "a", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDResponse(rid), rid, session
+	return m
+}
+
+// A call's first result is its result: another, recorded later by anyone, is not stored, and
+// the one recorded is returned; the same message recorded again is still this one's.
+func TestRecordResultFirstWins(t *testing.T) {
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	ctx := t.Context()
+	w1 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w1"})
+	w2 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w2"})
+	first, res := resultMsg(t, "r1", "a", "s1", `1`, "")
+	rec, mine, err := b.RecordResult(ctx, w1, first, res)
+	if err != nil || !mine || rec.Seq == 0 {
+		t.Fatalf("first: %+v %v %v", rec, mine, err)
+	}
+	if _, again, err := b.RecordResult(ctx, w1, first, res); err != nil || !again {
+		t.Fatalf("the same result again: mine %v, %v", again, err)
+	}
+	second, res2 := resultMsg(t, "r1", "a", "s1", `2`, "")
+	second.MsgID += ":other" // past the duplicate window, or under another id
+	got, mine, err := b.RecordResult(ctx, w2, second, res2)
+	if err != nil || mine || got.Seq != rec.Seq || got.Msg.Sender.Instance != "w1" {
+		t.Fatalf("second: %+v %v %v", got, mine, err)
+	}
+	// Under the same id (within the duplicate window) but other content: not this one's.
+	third, res3 := resultMsg(t, "r1", "a", "s1", `3`, "")
+	if got, mine, err := b.RecordResult(ctx, w2, third, res3); err != nil || mine || got.Seq != rec.Seq {
+		t.Fatalf("third: %+v %v %v", got, mine, err)
+	}
+	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter("hermes.result.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[protocol.SubjectResult("r1", "a", "s1")]; n != 1 {
+		t.Fatalf("%d results on the call's subject, want 1", n)
+	}
+	_, have, err := b.Result(ctx, "r1", "a", "s1")
+	if err != nil || string(have.Content) != "1" {
+		t.Fatalf("Result: %+v %v", have, err)
+	}
+	if _, _, err := b.Result(ctx, "r1", "b", "s1"); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("a call without a result: %v", err)
+	}
+}
+
+// A re-driven call's result supersedes the answer the dead-letter processor gave it, not the
+// tool's own result.
+func TestRecordRedrivenResultSupersedesOnlyADeadAnswer(t *testing.T) {
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	ctx := t.Context()
+	dl := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleDeadLetter, Instance: "d"})
+	w := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
+	dead, res := resultMsg(t, "r1", "a", "s1", `"dead"`, "")
+	if _, _, err := b.RecordResult(ctx, dl, dead, res); err != nil {
+		t.Fatal(err)
+	}
+	real, res2 := resultMsg(t, "r1", "a", "s1", `"real"`, "")
+	real.MsgID = protocol.MsgIDRedrivenResult("r1", "a", "x")
+	if _, mine, err := b.RecordRedrivenResult(ctx, w, real, res2); err != nil || !mine {
+		t.Fatalf("over a dead answer: %v %v", mine, err)
+	}
+	again, res3 := resultMsg(t, "r1", "a", "s1", `"again"`, "")
+	again.MsgID = protocol.MsgIDRedrivenResult("r1", "a", "y")
+	if got, mine, err := b.RecordRedrivenResult(ctx, w, again, res3); err != nil || mine || string(mustResult(t, got).Content) != `"real"` {
+		t.Fatalf("over a real result: %v %v", mine, err)
+	}
+	// With nothing recorded, it is the first result.
+	fresh, res4 := resultMsg(t, "r1", "b", "s1", `"b"`, "")
+	if _, mine, err := b.RecordRedrivenResult(ctx, w, fresh, res4); err != nil || !mine {
+		t.Fatalf("fresh: %v %v", mine, err)
+	}
+}
+
+func mustResult(t *testing.T, r *bus.Recorded) *protocol.ToolResult {
+	t.Helper()
+	res, err := r.Msg.DecodeToolResult()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A request's results are read in one batch; a batch that cannot include the result the
+// caller holds is not taken.
+func TestResultsReadsABatch(t *testing.T) {
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	ctx := t.Context()
+	w := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
+	var last uint64
+	for _, call := range []string{"a", "c"} {
+		m, res := resultMsg(t, "r1", call, "s1", `"`+call+`"`, "")
+		rec, _, err := b.RecordResult(ctx, w, m, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rec.Seq
+	}
+	other, res := resultMsg(t, "r2", "a", "s1", `"other"`, "")
+	if _, _, err := b.RecordResult(ctx, w, other, res); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Results(ctx, "r1", "s1", []string{"a", "b", "c"}, last)
+	if err != nil || len(got) != 2 || string(mustResult(t, got["a"]).Content) != `"a"` || string(mustResult(t, got["c"]).Content) != `"c"` {
+		t.Fatalf("Results: %v %v", got, err)
+	}
+	if got, err := b.Results(ctx, "r9", "s1", []string{"a"}, 0); err != nil || len(got) != 0 {
+		t.Fatalf("no results: %v %v", got, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.Results(short, "r1", "s1", []string{"a", "c"}, last+100); err == nil {
+		t.Fatal("a batch without the result held was taken")
+	}
+}
+
+// The first response is the only one recorded, and the only one announced to callers awaiting
+// it; Announce sends it again.
+func TestRespondRecordsAndAnnouncesTheFirstResponse(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	ctx := t.Context()
+	live := make(chan *nats.Msg, 8)
+	sub, err := srv.Connect(t).ChanSubscribe(protocol.FilterLiveResponses, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r1 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r1"})
+	r2 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r2"})
+	if mine, err := b.Respond(ctx, r1, responseMsg(t, "q1", "s1", protocol.StatusSuccess)); err != nil || !mine {
+		t.Fatalf("first: %v %v", mine, err)
+	}
+	late := responseMsg(t, "q1", "s1", protocol.StatusFailed)
+	late.MsgID += ":late"
+	if mine, err := b.Respond(ctx, r2, late); err != nil || mine {
+		t.Fatalf("second: %v %v", mine, err)
+	}
+	announced := func() *protocol.Response {
+		t.Helper()
+		select {
+		case msg := <-live:
+			m, err := protocol.Unmarshal(msg.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := m.DecodeResponse()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing announced")
+			return nil
+		}
+	}
+	if resp := announced(); resp.Status != protocol.StatusSuccess {
+		t.Fatalf("announced %s", resp.Status)
+	}
+	select {
+	case msg := <-live:
+		t.Fatalf("the response that lost was announced: %s", msg.Data)
+	case <-time.After(200 * time.Millisecond):
+	}
+	rec, resp, err := b.Response(ctx, "q1", "")
+	if err != nil || resp.Status != protocol.StatusSuccess || rec.Msg.Sender.Instance != "r1" {
+		t.Fatalf("Response: %+v %v", resp, err)
+	}
+	if err := b.Announce(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if resp := announced(); resp.Status != protocol.StatusSuccess {
+		t.Fatalf("announced again %s", resp.Status)
+	}
+	for _, c := range []struct {
+		rid, session string
+		want         bool
+	}{{"q1", "s1", true}, {"q1", "", true}, {"q2", "", false}, {"q1", "s2", false}} {
+		if got, err := b.Answered(ctx, c.rid, c.session); err != nil || got != c.want {
+			t.Errorf("Answered(%s, %q) = %v %v", c.rid, c.session, got, err)
+		}
+	}
+}
+
+// Responses and results recorded in buckets by Hermes before they were kept on the stream
+// alone are found while the old response bucket exists; a record made before gets direct reads
+// and the announcement of stored responses.
+func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
+	srv := bustest.NewServer(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.StreamName, Subjects: []string{"hermes.request.*", "hermes.result.*", "hermes.response.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketResponses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := protocol.Marshal(responseMsg(t, "old1", "s1", protocol.StatusSuccess))
+	if _, err := old.Create(ctx, protocol.KeyResponse("old1"), data); err != nil {
+		t.Fatal(err)
+	}
+	b := srv.Provision(t, bus.Config{})
+	m, res := resultMsg(t, "old1", "a", "s1", `"old"`, "")
+	data, _ = protocol.Marshal(m)
+	if _, err := b.Calls.Create(ctx, protocol.KeyResult("old1", "a"), data); err != nil {
+		t.Fatal(err)
+	}
+	if _, resp, err := b.Response(ctx, "old1", ""); err != nil || resp.Status != protocol.StatusSuccess {
+		t.Fatalf("old response: %v %v", resp, err)
+	}
+	if _, got, err := b.Result(ctx, "old1", "a", "s1"); err != nil || string(got.Content) != string(res.Content) {
+		t.Fatalf("old result: %v %v", got, err)
+	}
+	if got, err := b.Results(ctx, "old1", "s1", []string{"a", "b"}, 0); err != nil || len(got) != 1 {
+		t.Fatalf("old results: %v %v", got, err)
+	}
+	cfg := b.Stream.CachedInfo().Config
+	if !cfg.AllowDirect || cfg.RePublish == nil || len(b.Drift) == 0 {
+		t.Fatalf("the old stream was not updated: direct %v, republish %+v, drift %v", cfg.AllowDirect, cfg.RePublish, b.Drift)
+	}
+}

@@ -12,9 +12,9 @@
 // A cancelled call (Cancel) is never acquired again, and its holder learns of the cancellation
 // at its next renewal (Hold.Cancelled), a durable second path beside any faster signal.
 //
-// Leases are judged by the server's timestamp of the claim's last write against the reading
-// worker's clock: worker clocks must agree to well within the lease (the consumer's ack
-// deadline, 30 s by default).
+// Leases are judged by the server's clock alone: the server's timestamp of the claim's last
+// write against the server's current time (the bucket's stream information, asked only when a
+// call is found held by another), so workers' clocks may be anything.
 package ledger
 
 import (
@@ -43,6 +43,12 @@ type KV interface {
 
 var _ KV = jetstream.KeyValue(nil)
 
+// serverClock is a KV that can tell the server's current time: jetstream.KeyValue, whose
+// status carries the time the server gathered it.
+type serverClock interface {
+	Status(ctx context.Context) (jetstream.KeyValueStatus, error)
+}
+
 // claim is a worker's hold on one call. A claim is held while its holder renews it within the
 // lease; a released claim keeps the last failure of the call, so whoever gives up on the call
 // can report it.
@@ -65,6 +71,8 @@ type Ledger struct {
 	kv     KV
 	holder string
 	lease  time.Duration
+	// localNow is this process's clock: used only when the store cannot tell the server's.
+	localNow func() time.Time
 
 	mu   sync.Mutex
 	held map[string]bool
@@ -75,7 +83,7 @@ type Ledger struct {
 func New(kv KV, instance string, lease time.Duration) *Ledger {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return &Ledger{kv: kv, holder: instance + "/" + hex.EncodeToString(b[:]), lease: lease, held: map[string]bool{}}
+	return &Ledger{kv: kv, holder: instance + "/" + hex.EncodeToString(b[:]), lease: lease, held: map[string]bool{}, localNow: time.Now}
 }
 
 // Lease is how long a claim holds without renewal.
@@ -149,8 +157,14 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 	}
 	// A claim by this very process that it does not hold (an earlier Create whose reply was
 	// lost) is ours to take: the reservation above guarantees nothing here runs the call.
-	if age := time.Since(e.Created()); !prev.Released && prev.Holder != "" && prev.Holder != l.holder && age < l.lease {
-		return nil, l.lease - age, ErrClaimed
+	if !prev.Released && prev.Holder != "" && prev.Holder != l.holder {
+		now, err := l.serverNow(ctx)
+		if err != nil {
+			return nil, 0, fmt.Errorf("ledger: read the server's time for claim %s: %w", key, err)
+		}
+		if age := now.Sub(e.Created()); age < l.lease {
+			return nil, l.lease - max(age, 0), ErrClaimed
+		}
 	}
 	c.Attempt, c.LastErrorCode = prev.Attempt+1, prev.LastErrorCode
 	val, _ = json.Marshal(&c)
@@ -162,6 +176,24 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 		return nil, 0, fmt.Errorf("ledger: take over claim %s: %w", key, err)
 	}
 	return &Hold{l: l, key: key, rev: rev, c: c}, 0, nil
+}
+
+// serverNow is the current time on the server that stores the claims, so that a claim's age
+// compares two readings of one clock. A store that cannot tell (not a JetStream bucket, or a
+// server too old to stamp its answers) gives this process's time.
+func (l *Ledger) serverNow(ctx context.Context) (time.Time, error) {
+	sc, ok := l.kv.(serverClock)
+	if !ok {
+		return l.localNow(), nil
+	}
+	st, err := sc.Status(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil && !bs.StreamInfo().TimeStamp.IsZero() {
+		return bs.StreamInfo().TimeStamp, nil
+	}
+	return l.localNow(), nil
 }
 
 func (l *Ledger) drop(key string) {

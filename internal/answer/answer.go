@@ -128,6 +128,59 @@ func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 	}
 }
 
+// Record names a request to answer from its recorded results.
+type Record struct {
+	// RequestID and SessionID name the request; CallIDs are its calls, in order.
+	RequestID, SessionID string
+	CallIDs              []string
+	// AtLeast is the sequence of a recorded result the caller holds (0: none): only a read
+	// that includes it is taken (bus.Bus.Results).
+	AtLeast uint64
+	// Held, when set, is the result of call HeldCall that the caller holds, used if the
+	// record has none on that call's subject (Hermes before published results on the
+	// session's subject only).
+	Held     *bus.Recorded
+	HeldCall string
+	// Cause, Trace and Serial are as in Response.
+	Cause  string
+	Trace  protocol.TraceContext
+	Serial bool
+}
+
+// FromRecord answers r's request from the recorded results of its calls once every call has
+// one, and reports whether every call had one; until then the request is not answered, and
+// the last result recorded completes it. The response says CANCELLED, as the canceller would,
+// when results a cancellation recorded are among them. A recorded result that cannot be read
+// is a Permanent error.
+func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
+	recorded, err := a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.AtLeast)
+	if err != nil {
+		return false, err
+	}
+	if r.Held != nil && recorded[r.HeldCall] == nil {
+		recorded[r.HeldCall] = r.Held
+	}
+	results := make([]protocol.ToolResult, len(r.CallIDs))
+	cancelled := ""
+	for i, id := range r.CallIDs {
+		rec := recorded[id]
+		if rec == nil {
+			return false, nil
+		}
+		got, err := rec.Msg.DecodeToolResult()
+		if err != nil {
+			return false, bus.Permanent(fmt.Errorf("answer: recorded result of %s/%s: %w", r.RequestID, id, err))
+		}
+		results[i] = *got
+		if got.Cancelled() && rec.Msg.Correlation != nil && cancelled == "" {
+			cancelled = rec.Msg.Correlation.Cancelled
+		}
+	}
+	_, err = a.Respond(ctx, &Response{RequestID: r.RequestID, SessionID: r.SessionID, Results: results,
+		Cause: r.Cause, Trace: r.Trace, Serial: r.Serial, Cancelled: cancelled})
+	return true, err
+}
+
 // WakeNext lets go whatever waits for requestID's response (the session's next serial
 // request). Call it once the response is recorded; calling it again is harmless.
 func (a *Responder) WakeNext(ctx context.Context, requestID string) error {

@@ -10,9 +10,11 @@
 //
 // Per request (jsops/op counts them; pulls/op counts fetch requests, each serving a batch):
 //
-//	gateway      KV Create hermes-intake <rid>; publish request, await ack; wait for the
-//	             response on one core subscription to the responses the stream announces
-//	router       KV Create hermes-calls <rid> (plan); publish tool call, await ack; Ack
+//	gateway      KV Create hermes-calls <rid> (the plan, recorded at intake); publish request,
+//	             await ack; wait for the response on one core subscription to the responses
+//	             the stream announces
+//	router       publish tool call, await ack; Ack (the first delivery of a request planned at
+//	             intake reads nothing)
 //	tool worker  KV Create hermes-claims <rid>.c0 (claim); publish tool_started, not awaited;
 //	             publish the result on its call's subject, created once (expected last
 //	             subject sequence 0), await ack; Ack. The ledger's Done writes nothing: the
@@ -41,8 +43,8 @@ import (
 )
 
 const (
-	// floorOpsPerRequest: 3 KV creates, 4 awaited publishes, 1 publish not awaited, 3 acks.
-	floorOpsPerRequest = 11
+	// floorOpsPerRequest: 2 KV creates, 4 awaited publishes, 1 publish not awaited, 3 acks.
+	floorOpsPerRequest = 10
 	floorTool          = "echo"
 	floorCallID        = "c0"
 	floorSlots         = 64                     // each consumer's concurrency, as in the Hermes benchmark
@@ -144,7 +146,7 @@ func (f *floor) Do(ctx context.Context, client, seq int) error {
 	f.waiting[rid] = replied
 	f.mu.Unlock()
 	defer func() { f.mu.Lock(); delete(f.waiting, rid); f.mu.Unlock() }()
-	if err := recordAndPublish(ctx, f.gateway.JS, f.gateway.Intake, rid, protocol.SubjectRequest(rid), protocol.MsgIDRequest(rid)); err != nil {
+	if err := recordAndPublish(ctx, f.gateway.JS, f.gateway.Calls, rid, protocol.SubjectRequest(rid), protocol.MsgIDRequest(rid)); err != nil {
 		return err
 	}
 	select {
@@ -155,10 +157,13 @@ func (f *floor) Do(ctx context.Context, client, seq int) error {
 	}
 }
 
-// dispatch is the router's part for a request: record the plan, dispatch the call.
+// dispatch is the router's part for a request: dispatch the call.
 func (f *floor) dispatch(ctx context.Context, msg jetstream.Msg) error {
 	rid := lastToken(msg.Subject())
-	return recordAndPublish(ctx, f.router.JS, f.router.Calls, rid, protocol.SubjectToolCall(protocol.ActionHTTP, floorTool, rid), protocol.MsgIDToolCall(rid, floorCallID))
+	if _, err := f.router.JS.PublishMsg(ctx, floorMsg(protocol.SubjectToolCall(protocol.ActionHTTP, floorTool, rid), protocol.MsgIDToolCall(rid, floorCallID))); err != nil {
+		return fmt.Errorf("publish tool call: %w", err)
+	}
+	return nil
 }
 
 // runTool is the tool worker's part: claim the call, announce it, record and publish the result.

@@ -138,11 +138,13 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	var subject string
 	var data []byte
 	var origHdr nats.Header
-	raw, err := p.cfg.Bus.Stream.GetMsg(ctx, a.StreamSeq)
+	// Read from the stream leader: a replica that has not stored the message yet would make
+	// it look aged out, and whoever waits for it would never be answered.
+	raw, err := p.cfg.Bus.RecordAt(ctx, a.StreamSeq)
 	switch {
 	case err == nil:
 		subject, data, origHdr = raw.Subject, raw.Data, raw.Header
-	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case errors.Is(err, bus.ErrNotFound):
 		// Aged out of the record: keep what the advisory says.
 	default:
 		return fmt.Errorf("deadletter: fetch %d: %w", a.StreamSeq, err)
@@ -173,7 +175,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	}
 	if m, err := protocol.Unmarshal(data); err == nil && m.Type == protocol.TypeToolResult {
-		return p.redriveResult(ctx, m.SessionID, subject, data, origHdr, a.StreamSeq)
+		return p.aggregate(ctx, m, reason)
 	}
 	return p.answerWaiting(ctx, data, reason)
 }
@@ -239,18 +241,71 @@ func (p *Processor) failRequest(ctx context.Context, m *protocol.Message, reason
 	return err
 }
 
-// redriveResult gives a result the routers gave up aggregating one more round of deliveries,
-// once: the result is recorded already, so aggregation is all that is left to do. The copy
-// goes to the session's result subject, so that its call's own subject keeps one result.
-func (p *Processor) redriveResult(ctx context.Context, session, subject string, data []byte, hdr nats.Header, seq uint64) error {
-	if hdr.Get(bus.HeaderRedrive) != "" {
-		p.log.Error("a result was given up twice; its request may stay without a response", "subject", subject, "stream_seq", seq)
+// aggregate does for a result the routers gave up aggregating what they would have done: once
+// every call of its request has a recorded result, the request is answered from them. Until
+// then nothing is left to do here: the last result recorded completes the request (its own
+// aggregation, or this). Results on the record that cannot be read are the one thing routers
+// cannot get past: the request is then answered failed, DEAD_LETTERED, so that it is never
+// left without a response. Anything else that goes wrong is retried.
+func (p *Processor) aggregate(ctx context.Context, m *protocol.Message, reason string) error {
+	callIDs, serial, trace, cause := []string(nil), false, m.Trace, protocol.MsgIDRequest(m.RequestID)
+	plan, err := p.cfg.Bus.Plan(ctx, m.RequestID)
+	switch {
+	case err == nil:
+		callIDs, serial, trace, cause = plan.CallIDs, plan.Serial, plan.Trace, plan.RequestMsg
+	case errors.Is(err, bus.ErrNotFound) && m.Correlation != nil && validIDs(m.Correlation.CallIDs, p.maxCalls()):
+		callIDs, serial = m.Correlation.CallIDs, m.Correlation.Serial
+	case errors.Is(err, bus.ErrNotFound) || bus.IsPermanent(err):
+		p.log.Warn("a given-up result names no request Hermes knows; nothing to answer", "request_id", m.RequestID, "session_id", m.SessionID, "err", err)
 		return nil
+	default:
+		return fmt.Errorf("deadletter: read the plan of %s: %w", m.RequestID, err)
 	}
-	msg := &nats.Msg{Subject: protocol.LegacySubjectResult(session), Data: data, Header: nats.Header{}}
-	redrive := protocol.AutoRedriveID(seq)
-	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDRedrive(redrive))
-	msg.Header.Set(bus.HeaderRedrive, redrive)
-	_, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
+	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, Cause: cause, Trace: trace, Serial: serial}
+	complete, err := p.answer.FromRecord(ctx, rec)
+	if !bus.IsPermanent(err) {
+		if err == nil && complete {
+			p.log.Info("answered a request whose result the routers gave up aggregating", "request_id", m.RequestID, "session_id", m.SessionID)
+		}
+		return err
+	}
+	hint := "Hermes could not read the results of this request (" + err.Error() + "); send it again with a new request_id"
+	results := make([]protocol.ToolResult, len(callIDs))
+	for i, id := range callIDs {
+		results[i] = protocol.ErrorResult(protocol.CodeDeadLettered, protocol.OriginHermes, hint, "dead-lettered: "+reason).
+			For(&protocol.ToolCall{ToolCallID: id, Name: nameAt(plan, i)}, "")
+	}
+	p.log.Error("the results of a request cannot be read; answering it failed", "request_id", m.RequestID, "session_id", m.SessionID, "err", err)
+	_, err = p.answer.Respond(ctx, &answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: results,
+		Error: &protocol.ResponseError{Code: protocol.CodeDeadLettered, Message: hint}, Cause: cause, Trace: trace, Serial: serial})
 	return err
+}
+
+// maxCalls is the most calls a request may have.
+func (p *Processor) maxCalls() int {
+	if p.cfg.Limits.MaxToolCalls > 0 {
+		return p.cfg.Limits.MaxToolCalls
+	}
+	return protocol.DefaultLimits.MaxToolCalls
+}
+
+// validIDs reports whether ids are at most max valid call ids.
+func validIDs(ids []string, max int) bool {
+	if len(ids) == 0 || len(ids) > max {
+		return false
+	}
+	for _, id := range ids {
+		if !protocol.ValidToken(id, protocol.MaxIDLen) {
+			return false
+		}
+	}
+	return true
+}
+
+// nameAt is the name of plan's call i, if it has one.
+func nameAt(plan *bus.Plan, i int) string {
+	if plan != nil && i < len(plan.Names) {
+		return plan.Names[i]
+	}
+	return ""
 }

@@ -221,41 +221,89 @@ func TestProcessorKeepsWhatItCannotRead(t *testing.T) {
 	}
 }
 
-// A result the routers gave up aggregating is given one more round, once.
-func TestProcessorRedrivesAGivenUpResultOnce(t *testing.T) {
+// A result the routers gave up aggregating is aggregated by the processor: its request is
+// answered once every call has a result, however many of them were given up — never left
+// without a response.
+func TestProcessorAggregatesGivenUpResults(t *testing.T) {
 	f := newFixture(t)
-	res := protocol.ToolResult{ToolCallID: "a", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
-	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
-	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("agg_1", "a"), "agg_1", "s_agg"
-	own := protocol.SubjectResult("agg_1", "a", "s_agg")
-	seq := f.store(t, own, m)
-	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, seq, 20); err != nil {
+	ctx := t.Context()
+	corr := &protocol.Correlation{CallIDs: []string{"a", "b"}}
+	record := func(call string) uint64 {
+		t.Helper()
+		res := protocol.ToolResult{ToolCallID: call, Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
+		m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+		m.MsgID, m.RequestID, m.SessionID, m.Correlation = protocol.MsgIDToolResult("agg_1", call), "agg_1", "s_agg", corr
+		rec, _, err := f.b.RecordResult(ctx, f.pub, m, &res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Seq
+	}
+	// a given up while b has no result: nothing to answer yet.
+	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, record("a"), 20); err != nil {
 		t.Fatal(err)
 	}
-	// The copy goes to the session's result subject: the call's own keeps one result.
-	redriven := f.lastOn(t, protocol.LegacySubjectResult("s_agg"))
-	if redriven.Sequence == seq || redriven.Header.Get(bus.HeaderRedrive) != protocol.AutoRedriveID(seq) {
-		t.Fatalf("re-driven %d %v", redriven.Sequence, redriven.Header)
+	if ok, _ := f.b.Answered(ctx, "agg_1", "s_agg"); ok {
+		t.Fatal("answered before every call had a result")
 	}
-	if kept := f.lastOn(t, own); kept.Sequence != seq {
-		t.Errorf("the call's subject got another message (seq %d)", kept.Sequence)
-	}
-	// Given up again: not re-driven a second time.
-	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, redriven.Sequence, 20); err != nil {
+	// b given up too: the processor answers.
+	if err := f.advise(t, "terminated", bus.ConsumerRouterResults, record("b"), 1); err != nil {
 		t.Fatal(err)
 	}
-	if again := f.lastOn(t, protocol.LegacySubjectResult("s_agg")); again.Sequence != redriven.Sequence {
-		t.Errorf("re-driven twice (seq %d)", again.Sequence)
+	_, resp, err := f.b.Response(ctx, "agg_1", "s_agg")
+	if err != nil || resp.Status != protocol.StatusSuccess || len(resp.Results) != 2 {
+		t.Fatalf("response %+v %v", resp, err)
+	}
+	// Given up again: the one response stays.
+	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, record("a"), 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, again, err := f.b.Response(ctx, "agg_1", "s_agg"); err != nil || again.Status != resp.Status {
+		t.Fatalf("response %+v %v", again, err)
 	}
 }
 
-func (f *fixture) lastOn(t *testing.T, subject string) *jetstream.RawStreamMsg {
-	t.Helper()
-	m, err := f.b.Stream.GetLastMsgForSubject(t.Context(), subject)
+// Results that cannot be read (here one an earlier version recorded in its bucket, garbled)
+// are the one thing aggregation cannot get past: the request is answered failed rather than
+// left waiting.
+func TestProcessorAnswersARequestWhoseResultsCannotBeRead(t *testing.T) {
+	srv := bustest.NewServer(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	ctx := t.Context()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketResponses}); err != nil {
+		t.Fatal(err)
+	}
+	b := srv.Provision(t, bus.Config{})
+	p, err := New(Config{Bus: b, Instance: "dlq-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{b: b, p: p, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r"})}
+	if _, _, err := b.CreatePlan(ctx, "unread_1", &bus.Plan{SessionID: "s_u", CallIDs: []string{"a", "b"}, Names: []string{"echo", "echo"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Calls.Create(ctx, protocol.KeyResult("unread_1", "a"), []byte("garbled")); err != nil {
+		t.Fatal(err)
+	}
+	res := protocol.ToolResult{ToolCallID: "b", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
+	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("unread_1", "b"), "unread_1", "s_u"
+	rec, _, err := b.RecordResult(ctx, f.pub, m, &res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, rec.Seq, 20); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, err := b.Response(ctx, "unread_1", "s_u")
+	if err != nil || resp.Status != protocol.StatusFailed || resp.Error == nil || resp.Error.Code != protocol.CodeDeadLettered ||
+		len(resp.Results) != 2 || resp.Results[0].ErrorCode != protocol.CodeDeadLettered || resp.Results[0].Name != "echo" {
+		t.Fatalf("response %+v %v", resp, err)
+	}
 }
 
 // A call given up on whose last try ended with a tool's own code CANCELLED is answered

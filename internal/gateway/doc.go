@@ -21,11 +21,11 @@
 //	GET  /healthz, /readyz         liveness, and readiness (NATS connected, stream reachable)
 //
 // Guarantees: a body over the limit gets 413 and malformed input 400 with a JSON error naming
-// the field, before anything is published. A request_id is accepted once (KV Create in
-// hermes-intake): posting it again with the same content returns the first response and runs
+// the field, before anything is published. A request_id is accepted once (its plan, KV Create
+// in hermes-calls): posting it again with the same content returns the first response and runs
 // nothing twice; with different content it gets 409. A request published but not yet answered
-// when the client gives up or the gateway restarts keeps running; its response is kept in
-// hermes-responses for the state TTL. X-Trace-ID is kept (or made) and echoed back.
+// when the client gives up or the gateway restarts keeps running; its response is kept on the
+// record. X-Trace-ID is kept (or made) and echoed back.
 //
 // While its NATS connection is down (it reconnects by itself), the gateway answers POST
 // /v1/route and GET /v1/requests/{request_id} at once with 503 BUS_UNAVAILABLE and

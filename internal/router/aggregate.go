@@ -45,25 +45,18 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 	// The results of the request, read in one batch, with this one's among them: a replica
 	// that has not stored this one yet is not read from, so every result recorded before this
 	// one is seen, and whichever result is recorded last completes the request.
-	atLeast := d.StreamSeq
+	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, AtLeast: d.StreamSeq,
+		Cause: cause, Trace: trace, Serial: serial}
 	if protocol.IsLegacyResultSubject(d.Subject) {
-		atLeast = 0 // a copy on the session's subject (a re-drive, or Hermes before)
+		// A copy on the session's subject (a re-drive): the results are read from the stream
+		// leader, the call's own among them. While Hermes before that recorded results on
+		// their call's subject still runs, one published there only is its call's result.
+		rec.AtLeast = 0
+		if a.bus.Legacy() {
+			rec.Held, rec.HeldCall = &bus.Recorded{Msg: m, Data: d.Data}, res.ToolCallID
+		}
 	}
-	recorded, err := a.bus.Results(ctx, m.RequestID, m.SessionID, callIDs, atLeast)
-	if err != nil {
-		return fmt.Errorf("router: read results: %w", err)
-	}
-	if recorded[res.ToolCallID] == nil && atLeast == 0 {
-		// Published on the session's subject by Hermes before results were recorded on
-		// their call's subject: it is its call's result.
-		recorded[res.ToolCallID] = &bus.Recorded{Msg: m, Data: d.Data}
-	}
-	results, cancelled, err := resultsInOrder(callIDs, recorded)
-	if err != nil || results == nil {
-		return err // not complete yet: the last result completes it
-	}
-	_, err = a.answer.Respond(ctx, &answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: results,
-		Cause: cause, Trace: trace, Serial: serial, Cancelled: cancelled})
+	_, err = a.answer.FromRecord(ctx, rec)
 	return err
 }
 

@@ -137,48 +137,18 @@ func (p *busPlans) AnswerFromResults(ctx context.Context, requestID, session str
 	if err != nil {
 		return err
 	}
-	return answerFromResults(ctx, p.bus, p.answer, requestID, plan)
+	return answerFromResults(ctx, p.answer, requestID, plan)
 }
 
 // answerFromResults answers requestID from its plan and its calls' recorded results, every
 // call having one.
-func answerFromResults(ctx context.Context, b *bus.Bus, a *answer.Responder, requestID string, plan *bus.Plan) error {
-	recorded, err := b.Results(ctx, requestID, plan.SessionID, plan.CallIDs, 0)
-	if err != nil {
-		return err
+func answerFromResults(ctx context.Context, a *answer.Responder, requestID string, plan *bus.Plan) error {
+	complete, err := a.FromRecord(ctx, &answer.Record{RequestID: requestID, SessionID: plan.SessionID, CallIDs: plan.CallIDs,
+		Cause: plan.RequestMsg, Trace: plan.Trace, Serial: plan.Serial})
+	if err == nil && !complete {
+		err = fmt.Errorf("router: a result of %s is missing", requestID)
 	}
-	results, cancelled, err := resultsInOrder(plan.CallIDs, recorded)
-	if err != nil {
-		return err
-	}
-	if results == nil {
-		return fmt.Errorf("router: a result of %s is missing", requestID)
-	}
-	_, err = a.Respond(ctx, &answer.Response{RequestID: requestID, SessionID: plan.SessionID, Results: results,
-		Cause: plan.RequestMsg, Trace: plan.Trace, Serial: plan.Serial, Cancelled: cancelled})
 	return err
-}
-
-// resultsInOrder lists the recorded results of callIDs in order, and what a cancellation among
-// them says its response's error says. It returns nil results while one is missing.
-func resultsInOrder(callIDs []string, recorded map[string]*bus.Recorded) ([]protocol.ToolResult, string, error) {
-	results := make([]protocol.ToolResult, len(callIDs))
-	cancelled := ""
-	for i, id := range callIDs {
-		r := recorded[id]
-		if r == nil {
-			return nil, "", nil
-		}
-		got, err := r.Msg.DecodeToolResult()
-		if err != nil {
-			return nil, "", bus.Permanent(fmt.Errorf("router: recorded result of %s: %w", id, err))
-		}
-		results[i] = *got
-		if got.Cancelled() && r.Msg.Correlation != nil && cancelled == "" {
-			cancelled = r.Msg.Correlation.Cancelled
-		}
-	}
-	return results, cancelled, nil
 }
 
 func (p *busPlans) Announce(ctx context.Context, requestID, session string) (bool, error) {

@@ -22,6 +22,9 @@ type Job struct {
 	// wake key that woke it.
 	Woken   bool
 	WokenBy string
+	// Planned is set on the first delivery of a request's first publication by the gateway,
+	// which recorded its plan as it accepted it (bus.HeaderPlanned).
+	Planned bool
 	// Log names the request in every line.
 	Log *slog.Logger
 	// Plan is the request's recorded plan, set by the plan stage.

@@ -208,5 +208,7 @@ func (r *Router) handleRequest(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	return r.pipeline.Run(ctx, NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken), d.Log))
+	job := NewJob(d.Msg, req, d.Data, d.Header.Get(bus.HeaderWoken), d.Log)
+	job.Planned = d.NumDelivered == 1 && !job.Woken && d.Header.Get(bus.HeaderPlanned) != "" && d.Header.Get(bus.HeaderRedrive) == ""
+	return r.pipeline.Run(ctx, job)
 }

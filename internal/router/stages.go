@@ -2,8 +2,6 @@ package router
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -46,8 +44,9 @@ type answeredFunc func(ctx context.Context, requestID, session string) (bool, er
 type SerialStage struct {
 	Sessions kv
 	Answered answeredFunc
-	// Plan reads a request's plan (bus.Bus.Plan): one recorded by a router, not Cancelled,
-	// means the request passed this stage (the earlier version marked nothing else).
+	// Plan reads a request's plan (bus.Bus.Plan): one recorded by a router (not at intake),
+	// not Cancelled, means the request passed this stage (the earlier version marked nothing
+	// else).
 	Plan func(ctx context.Context, requestID string) (*bus.Plan, error)
 	// WakeNext wakes what waits for a request's response (answer.Responder.WakeNext).
 	WakeNext func(ctx context.Context, requestID string) error
@@ -177,7 +176,7 @@ func (s *SerialStage) went(ctx context.Context, requestID string) (bool, error) 
 	p, err := s.Plan(ctx, requestID)
 	switch {
 	case err == nil:
-		return !p.Cancelled, nil
+		return !p.Cancelled && !p.AtIntake, nil
 	case errors.Is(err, bus.ErrNotFound), bus.IsPermanent(err):
 		return false, nil
 	default:
@@ -274,8 +273,10 @@ type planStore interface {
 	AnswerFromResults(ctx context.Context, requestID, session string) error
 }
 
-// PlanStage records the request's plan before anything is dispatched, so that any router can
-// aggregate its results and a cancellation knows its calls. A request seen before — a
+// PlanStage makes sure the request's plan is recorded before anything is dispatched, so that any
+// router can aggregate its results and a cancellation knows its calls. A request accepted by the
+// gateway had its plan recorded then (Job.Planned on its first delivery); one published by
+// others gets it here. A request seen before — a
 // redelivery, a repeated request, a wake-up — goes on only with the calls that have no result
 // yet; one already answered announces its response again and stops; one whose request_id was
 // used first for other content is ignored (the first request keeps the id).
@@ -292,7 +293,13 @@ func (s *PlanStage) Name() string { return "plan" }
 
 // Process records or resumes job's plan.
 func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
-	mine := newPlan(job.Msg, job.Req, s.now())
+	mine := bus.PlanOf(job.Msg, job.Req, s.now())
+	if job.Planned {
+		// Recorded when the request was accepted, and this is the first delivery of its
+		// first publication: nothing was dispatched yet.
+		job.Plan = mine
+		return Continue(), nil
+	}
 	created, first, err := s.Plans.CreatePlan(ctx, job.Msg.RequestID, mine)
 	if err != nil {
 		return Continue(), err
@@ -348,18 +355,6 @@ func (s *PlanStage) now() time.Time {
 		return s.Now()
 	}
 	return time.Now()
-}
-
-// newPlan is the plan of request r carried by m.
-func newPlan(m *protocol.Message, r *protocol.Request, now time.Time) *bus.Plan {
-	sum := sha256.Sum256(m.Payload)
-	p := &bus.Plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: m.MsgID, AcceptedAt: now.UTC(),
-		Fingerprint: hex.EncodeToString(sum[:16]), Serial: r.Serial,
-		CallIDs: make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
-	for i, c := range r.ToolCalls {
-		p.CallIDs[i], p.Names[i] = c.ToolCallID, c.Name
-	}
-	return p
 }
 
 // RouteStage matches each pending call against the routes table and resolves its action. A

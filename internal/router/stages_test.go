@@ -218,26 +218,26 @@ func TestPlanStage(t *testing.T) {
 		{name: "first time", kind: goOn, done: []bool{false, false}, cancelled: []bool{false, false}},
 		{name: "redelivered, one call has its result",
 			before: func(p *plans, j *Job) {
-				p.plans["r1"] = newPlan(j.Msg, j.Req, now)
+				p.plans["r1"] = bus.PlanOf(j.Msg, j.Req, now)
 				p.results[protocol.KeyResult("r1", "a")] = true
 			},
 			kind: goOn, done: []bool{true, false}, cancelled: []bool{false, false}},
 		{name: "answered already: the response again, nothing else",
 			before: func(p *plans, j *Job) {
-				p.plans["r1"] = newPlan(j.Msg, j.Req, now)
+				p.plans["r1"] = bus.PlanOf(j.Msg, j.Req, now)
 				p.answered["r1"] = true
 			},
 			kind: stopIt, republished: true},
 		{name: "request_id reused for other content",
 			before: func(p *plans, j *Job) {
-				other := *newPlan(j.Msg, j.Req, now)
+				other := *bus.PlanOf(j.Msg, j.Req, now)
 				other.Fingerprint = "0000"
 				p.plans["r1"] = &other
 			},
 			kind: stopIt},
 		{name: "every call has its result but no response: one result again, for aggregation",
 			before: func(p *plans, j *Job) {
-				p.plans["r1"] = newPlan(j.Msg, j.Req, now)
+				p.plans["r1"] = bus.PlanOf(j.Msg, j.Req, now)
 				p.results[protocol.KeyResult("r1", "a")] = true
 				p.results[protocol.KeyResult("r1", "b")] = true
 			},
@@ -280,7 +280,7 @@ func TestPlanStage(t *testing.T) {
 	}
 	// The plan names the request: call ids and names in order, session, serial, fingerprint.
 	j := job(t, "r2", "s", true, "echo", "a", "weather", "b")
-	p := newPlan(j.Msg, j.Req, now)
+	p := bus.PlanOf(j.Msg, j.Req, now)
 	if strings.Join(p.CallIDs, ",") != "a,b" || strings.Join(p.Names, ",") != "echo,weather" || !p.Serial || p.SessionID != "s" ||
 		p.RequestMsg != "request:r2" || len(p.Fingerprint) != 32 || !p.AcceptedAt.Equal(now) {
 		t.Errorf("plan %+v", p)
@@ -290,6 +290,12 @@ func TestPlanStage(t *testing.T) {
 	failing.err = bustest.ErrUnreachable
 	if _, err := (&PlanStage{Plans: failing}).Process(ctx, job(t, "r3", "s", false, "echo", "a")); !errors.Is(err, bustest.ErrUnreachable) {
 		t.Fatalf("store failing: %v", err)
+	}
+	// Planned at intake, on its first delivery: the store is not asked.
+	jp := job(t, "r4", "s", false, "echo", "a")
+	jp.Planned = true
+	if v, err := (&PlanStage{Plans: failing}).Process(ctx, jp); err != nil || v.kind != goOn || jp.Plan == nil || jp.Plan.Fingerprint == "" || jp.Calls[0].Done {
+		t.Fatalf("planned at intake: %+v %v", v, err)
 	}
 }
 
@@ -712,5 +718,29 @@ func (r *serialRig) mustWait(id, prev string) {
 	r.t.Helper()
 	if v := r.process(id); v.kind != parkIt || v.wait.Key != protocol.WakeOnResponse(prev) {
 		r.t.Fatalf("%s: %+v; want it to wait for %s", id, v, prev)
+	}
+}
+
+// A plan shows that its serial request passed the serial stage only when a router recorded it
+// (the earlier version marked nothing else): one recorded at intake, or by a cancellation,
+// shows nothing.
+func TestSerialWentIgnoresPlansRecordedAtIntake(t *testing.T) {
+	plans := map[string]*bus.Plan{"intake": {AtIntake: true}, "router": {}, "cancelled": {Cancelled: true}}
+	s := &SerialStage{Sessions: bustest.NewMemKV(), Plan: func(_ context.Context, id string) (*bus.Plan, error) {
+		if p, ok := plans[id]; ok {
+			return p, nil
+		}
+		return nil, bus.ErrNotFound
+	}}
+	for id, want := range map[string]bool{"intake": false, "router": true, "cancelled": false, "none": false} {
+		if got, err := s.went(t.Context(), id); err != nil || got != want {
+			t.Errorf("went(%s) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	if err := s.markWent(t.Context(), "intake"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.went(t.Context(), "intake"); !got {
+		t.Error("a request marked as gone did not go")
 	}
 }

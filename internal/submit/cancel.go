@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/ledger"
@@ -142,9 +140,9 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	return resp, false, nil
 }
 
-// planForCancel returns requestID's plan; a request no router has planned yet (still queued,
-// say) gets one written from its intake record, marked Cancelled, so that a router taking it
-// later runs none of its calls.
+// planForCancel returns requestID's plan; a request accepted by Hermes before plans were
+// recorded at intake, and not planned yet, gets one written from its intake record, marked
+// Cancelled, so that a router taking it later runs none of its calls.
 func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.Plan, error) {
 	p, err := s.cfg.Bus.Plan(ctx, requestID)
 	if err == nil {
@@ -153,10 +151,12 @@ func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.P
 	if !errors.Is(err, bus.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	rec, err := s.intake(ctx, requestID)
+	// Plans are recorded as requests are accepted; one accepted by Hermes before that, and not
+	// planned yet, is known by its intake record.
+	rec, err := s.legacyIntake(ctx, requestID)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("%w: no request %s is known (or it is older than the state TTL)", ErrNotFound, requestID)
+		if errors.Is(err, bus.ErrNotFound) {
+			return nil, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

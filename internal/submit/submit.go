@@ -3,7 +3,8 @@
 // later, and cancel it. The HTTP gateway, the command line and the front doors to come are
 // thin layers over a Submitter: decode, submit, render.
 //
-// Guarantees: a request_id is accepted once (hermes-intake); the same request submitted again
+// Guarantees: a request_id is accepted once (its plan, recorded with create in hermes-calls as
+// it is accepted, before anything is published); the same request submitted again
 // — concurrently, later, from another process — runs nothing twice and gets the first
 // response (Outcome.Replayed), or waits for it while it runs; another request under a used id
 // gets ErrConflict and is never published. Accepting and publishing run to completion even if
@@ -15,8 +16,6 @@ package submit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,10 +112,11 @@ func (s *Submitter) Run(ctx context.Context) error {
 	return stop()
 }
 
-// Listen starts receiving responses, as Run does, and returns once the subscription is in
-// place; stop ends it.
+// Listen starts receiving responses, as Run does, and returns once the subscriptions are in
+// place; stop ends them. Responses are those the record stream announces as it stores them;
+// while Hermes before that still runs (its buckets exist), also those its routers publish.
 func (s *Submitter) Listen() (stop func() error, err error) {
-	sub, err := s.cfg.Conn.Subscribe(protocol.FilterLiveResponses, func(msg *nats.Msg) {
+	handle := func(msg *nats.Msg) {
 		m, err := protocol.Unmarshal(msg.Data)
 		if err != nil {
 			s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
@@ -128,12 +128,31 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 			return
 		}
 		s.waiting.deliver(resp)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
 	}
-	_ = sub.SetPendingLimits(1<<20, 1<<30)
-	return sub.Unsubscribe, nil
+	filters := []string{protocol.FilterLiveResponses}
+	if s.cfg.Bus.Legacy() {
+		filters = append(filters, protocol.LegacyFilterResponses)
+	}
+	var subs []*nats.Subscription
+	stop = func() error {
+		var first error
+		for _, sub := range subs {
+			if err := sub.Unsubscribe(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	for _, f := range filters {
+		sub, err := s.cfg.Conn.Subscribe(f, handle)
+		if err != nil {
+			_ = stop()
+			return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
+		}
+		_ = sub.SetPendingLimits(1<<20, 1<<30)
+		subs = append(subs, sub)
+	}
+	return stop, nil
 }
 
 // Connected reports whether the NATS connection is up.
@@ -166,16 +185,15 @@ type Outcome struct {
 	TraceID string
 }
 
-// intake is what hermes-intake records for each accepted request_id: enough to recognise the
-// same request again and to cancel it before any router has planned it.
-type intake struct {
-	Fingerprint string    `json:"fingerprint"`
-	SessionID   string    `json:"session_id"`
-	TraceID     string    `json:"trace_id"`
-	AcceptedAt  time.Time `json:"accepted_at"`
-	CallIDs     []string  `json:"call_ids,omitempty"`
-	Names       []string  `json:"names,omitempty"`
-	Serial      bool      `json:"serial,omitempty"`
+// legacyIntake is what Hermes before plans were recorded at intake kept in hermes-intake for
+// each accepted request_id.
+type legacyIntake struct {
+	SessionID  string    `json:"session_id"`
+	TraceID    string    `json:"trace_id"`
+	AcceptedAt time.Time `json:"accepted_at"`
+	CallIDs    []string  `json:"call_ids,omitempty"`
+	Names      []string  `json:"names,omitempty"`
+	Serial     bool      `json:"serial,omitempty"`
 }
 
 // Submit accepts sub's request (once per request_id), publishes it and waits for its response
@@ -211,32 +229,38 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), sub.Trace
 	m.Recipient = protocol.RoleRouter
-	rec := intakeOf(req, sub.Trace.TraceID)
-	recBytes, _ := json.Marshal(rec)
-	if _, err := s.cfg.Bus.Intake.Create(actx, protocol.KeyIntake(req.RequestID), recBytes); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			log.Error("record intake", "err", err)
-			return nil, fmt.Errorf("%w: record intake: %v", ErrUnavailable, err)
-		}
-		prev, err := s.intake(actx, req.RequestID)
-		if err != nil {
-			log.Error("read intake", "err", err)
-			return nil, fmt.Errorf("%w: read intake: %v", ErrUnavailable, err)
-		}
-		if prev.Fingerprint != rec.Fingerprint {
+	// Accepting is recording the request's plan: its calls, session and fingerprint, written
+	// once per request_id. The same request again finds it and joins the first run; another
+	// request under the id is refused before anything reaches the bus.
+	plan := bus.PlanOf(m, req, time.Now())
+	plan.AtIntake = true
+	created, first, err := s.cfg.Bus.CreatePlan(actx, req.RequestID, plan)
+	if err != nil {
+		log.Error("record the plan", "err", err)
+		return nil, fmt.Errorf("%w: record the plan: %v", ErrUnavailable, err)
+	}
+	if !created {
+		if first.Fingerprint != "" && first.Fingerprint != plan.Fingerprint {
 			return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
 		}
-		if resp, ok := s.recorded(actx, req.RequestID, prev.SessionID); ok {
+		if resp, ok := s.recorded(actx, req.RequestID, first.SessionID); ok {
 			out.Response, out.Replayed = resp, true
 			return out, nil
 		}
 		// Accepted before but not answered yet (or the first submitter died before
 		// publishing): publishing again is safe, the stream and the router deduplicate it.
-		m.Trace.TraceID, out.TraceID = prev.TraceID, prev.TraceID
+		if first.Trace.TraceID != "" {
+			m.Trace.TraceID, out.TraceID = first.Trace.TraceID, first.Trace.TraceID
+		}
 	}
-	// Published only once the id is accepted (or known to carry this same request): a
-	// different request under a used id must never reach the bus.
-	if _, err := s.pub.Publish(actx, protocol.SubjectRequest(req.Session()), m); err != nil {
+	// Published only once the plan is recorded (or known to be this same request's): a
+	// different request under a used id must never reach the bus. The first publication says
+	// its plan is recorded, so the router taking it need not record or read it.
+	var hdr nats.Header
+	if created {
+		hdr = nats.Header{bus.HeaderPlanned: []string{"1"}}
+	}
+	if _, err := s.pub.PublishWith(actx, protocol.SubjectRequest(req.Session()), m, hdr); err != nil {
 		log.Error("publish request", "err", err)
 		return nil, fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
 	}
@@ -268,23 +292,20 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 }
 
-func intakeOf(req *protocol.Request, traceID string) *intake {
-	canon, _ := json.Marshal(req)
-	sum := sha256.Sum256(canon)
-	rec := &intake{Fingerprint: hex.EncodeToString(sum[:]), SessionID: req.Session(), TraceID: traceID, AcceptedAt: time.Now().UTC(),
-		Serial: req.Serial, CallIDs: make([]string, len(req.ToolCalls)), Names: make([]string, len(req.ToolCalls))}
-	for i, c := range req.ToolCalls {
-		rec.CallIDs[i], rec.Names[i] = c.ToolCallID, c.Name
+// legacyIntake reads what Hermes before plans were recorded at intake kept for requestID, or
+// returns an error wrapping bus.ErrNotFound.
+func (s *Submitter) legacyIntake(ctx context.Context, requestID string) (*legacyIntake, error) {
+	if s.cfg.Bus.Intake == nil {
+		return nil, fmt.Errorf("%w: intake", bus.ErrNotFound)
 	}
-	return rec
-}
-
-func (s *Submitter) intake(ctx context.Context, requestID string) (*intake, error) {
-	e, err := s.cfg.Bus.Intake.Get(ctx, protocol.KeyIntake(requestID))
+	e, err := s.cfg.Bus.Intake.Get(ctx, requestID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: intake", bus.ErrNotFound)
+	}
 	if err != nil {
 		return nil, err
 	}
-	var rec intake
+	var rec legacyIntake
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("submit: decode intake of %s: %w", requestID, err)
 	}
@@ -317,15 +338,19 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 	if !errors.Is(err, bus.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	_, ierr := s.cfg.Bus.Intake.Get(ctx, protocol.KeyIntake(requestID))
 	_, perr := s.cfg.Bus.Plan(ctx, requestID)
-	if ierr == nil || perr == nil {
+	if perr == nil {
 		return nil, true, nil
 	}
-	if !errors.Is(ierr, jetstream.ErrKeyNotFound) {
+	if !errors.Is(perr, bus.ErrNotFound) {
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, perr)
+	}
+	if _, ierr := s.legacyIntake(ctx, requestID); ierr == nil {
+		return nil, true, nil
+	} else if !errors.Is(ierr, bus.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, ierr)
 	}
-	return nil, false, fmt.Errorf("%w: no request %s is known (or it is older than the state TTL)", ErrNotFound, requestID)
+	return nil, false, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
 }
 
 // waiters hands responses seen on the bus to the callers waiting for them.

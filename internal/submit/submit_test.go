@@ -122,8 +122,15 @@ func TestSubmit(t *testing.T) {
 	if _, err := f.s.Submit(ctx, Submission{Request: req("r_big", "a"), Size: f.b.MaxMessageBytes(), Wait: time.Second}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
-	if _, err := f.b.Intake.Get(ctx, protocol.KeyIntake("r_big")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := f.b.Plan(ctx, "r_big"); !errors.Is(err, bus.ErrNotFound) {
 		t.Errorf("a refused request was accepted: %v", err)
+	}
+	// Accepted: its plan recorded at intake, the first publication saying so.
+	if p, err := f.b.Plan(ctx, "r1"); err != nil || !p.AtIntake || strings.Join(p.CallIDs, ",") != "a,b" || p.Fingerprint == "" {
+		t.Errorf("plan at intake: %+v %v", p, err)
+	}
+	if raw, err := f.b.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest("r1")); err != nil || raw.Header.Get(bus.HeaderPlanned) == "" {
+		t.Errorf("the first publication does not say it was planned: %v", err)
 	}
 	// No answer within the wait: pending, the request keeps running; Status follows it.
 	f.hold.Store(true)
@@ -180,8 +187,8 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("long reason: %v", err)
 	}
 
-	// Accepted, not planned by any router: the cancellation plans it (cancelled), marks its
-	// calls in the ledger and answers it.
+	// Accepted (planned at intake), not taken by any router: the cancellation marks its calls
+	// in the ledger and answers it.
 	if out, err := f.s.Submit(ctx, Submission{Request: req("q1", "a", "b"), Wait: 100 * time.Millisecond}); err != nil || !out.Pending {
 		t.Fatalf("submit: %+v %v", out, err)
 	}
@@ -201,7 +208,7 @@ func TestCancel(t *testing.T) {
 			t.Errorf("claim of %s not cancelled: %v", r.ToolCallID, err)
 		}
 	}
-	if p, err := f.b.Plan(ctx, "q1"); err != nil || !p.Cancelled || len(p.CallIDs) != 2 {
+	if p, err := f.b.Plan(ctx, "q1"); err != nil || !p.AtIntake || len(p.CallIDs) != 2 {
 		t.Errorf("plan %+v %v", p, err)
 	}
 	// Again: the same response, replayed.
@@ -263,5 +270,40 @@ func (f *fixture) submitPlanned(t *testing.T, id string, calls ...string) {
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult(id, calls[0]), id, id
 	if _, _, err := f.b.RecordResult(ctx, pub, m, &res); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A request accepted by Hermes before plans were recorded at intake, and not planned yet, is
+// known by its intake record while that bucket exists: Status says it runs, Cancel answers it.
+func TestRequestAcceptedBeforePlansAtIntake(t *testing.T) {
+	f := newFixture(t)
+	f.hold.Store(true)
+	ctx := t.Context()
+	js, err := jetstream.New(f.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketIntake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"fingerprint":"x","session_id":"old_s","trace_id":"t-old","accepted_at":"2026-12-01T00:00:00Z","call_ids":["a"],"names":["echo"]}`
+	if _, err := old.Create(ctx, "old_q", []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	b := f.srv.Provision(t, bus.Config{})
+	s, err := New(Config{Conn: f.nc, Bus: b, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: "new"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pending, err := s.Status(ctx, "old_q"); err != nil || !pending {
+		t.Fatalf("status: %v %v", pending, err)
+	}
+	resp, _, err := s.Cancel(ctx, "old_q", Cancellation{By: "test"})
+	if err != nil || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled || resp.SessionID != "old_s" {
+		t.Fatalf("cancel: %+v %v", resp, err)
+	}
+	if p, err := b.Plan(ctx, "old_q"); err != nil || !p.Cancelled || p.Trace.TraceID != "t-old" {
+		t.Fatalf("plan %+v %v", p, err)
 	}
 }

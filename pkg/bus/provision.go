@@ -24,10 +24,15 @@ const (
 
 // KV buckets.
 const (
-	// BucketIntake holds one key per request_id accepted at the edge: idempotent intake.
-	BucketIntake = "hermes-intake"
-	// BucketCalls holds each request's plan (key <request_id>), written with Create. (Hermes
-	// before results were recorded on the stream alone kept them here too, under
+	// LegacyBucketIntake held one key per request_id accepted at the edge, in Hermes before
+	// the plan was recorded at intake. Hermes no longer creates it; while it exists, requests
+	// accepted there and not planned yet can be found and cancelled.
+	LegacyBucketIntake = "hermes-intake"
+	// BucketCalls holds each request's plan (key <request_id>), written with Create when the
+	// request is accepted (or by the first router to take a request published without one).
+	// Plans live as long as the record keeps a request's results and response, so a reused
+	// request_id is recognised for as long as its first run can be read back. (Hermes before
+	// results were recorded on the stream alone kept them here too, under
 	// <request_id>.<tool_call_id>.)
 	BucketCalls = "hermes-calls"
 	// LegacyBucketResponses held the one response of each request (key <request_id>) in Hermes
@@ -80,9 +85,9 @@ type Config struct {
 	// DuplicateWindow within which a republished Nats-Msg-Id is dropped. It must cover the
 	// longest retry horizon. Default 10 minutes.
 	DuplicateWindow time.Duration
-	// StateTTL is how long plans, results, responses and claims are kept in KV, and so how long
-	// a repeated request_id is answered from the first run; request ids themselves are kept an
-	// hour longer. Default 24 hours.
+	// StateTTL is how long claims and serial order are kept in KV. Plans, and so request ids,
+	// are kept an hour longer than the longer of StateTTL and MaxAge: a repeated request_id is
+	// answered from its first run for as long as the record keeps that run. Default 24 hours.
 	StateTTL time.Duration
 	// AckWait is the fixed ack deadline of every consumer; long handlers signal progress.
 	// Default 30 s.
@@ -102,8 +107,8 @@ type Config struct {
 	OpenOnly bool
 }
 
-// intakeMargin is how much longer request ids are remembered than the rest of a request's
-// state: longer than any request runs.
+// intakeMargin is how much longer plans, and so request ids, are remembered than what the
+// record keeps of their request: longer than any request runs.
 const intakeMargin = time.Hour
 
 // Advisories the server publishes when a consumer of the record gives a message up; the
@@ -150,9 +155,10 @@ func (c Config) withDefaults() Config {
 // Bus is a provisioned connection to Hermes' stream, consumers and buckets. It is safe for
 // concurrent use.
 type Bus struct {
-	JS       jetstream.JetStream
-	Stream   jetstream.Stream
-	DLQ      jetstream.Stream
+	JS     jetstream.JetStream
+	Stream jetstream.Stream
+	DLQ    jetstream.Stream
+	// Intake is LegacyBucketIntake when it exists, else nil.
 	Intake   jetstream.KeyValue
 	Calls    jetstream.KeyValue
 	Tools    jetstream.KeyValue
@@ -243,10 +249,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		dst        *jetstream.KeyValue
 		consistent bool
 	}{
-		// Intake outlives the rest of a request's state, so that a request_id reused after
-		// its window finds nothing left of the first request.
-		{BucketIntake, cfg.StateTTL + intakeMargin, 0, &b.Intake, true},
-		{BucketCalls, cfg.StateTTL, 0, &b.Calls, true},
+		// Plans outlive what the record keeps of their request, so that a request_id reused
+		// later finds nothing left of the first request.
+		{BucketCalls, planTTL(cfg, stream), 0, &b.Calls, true},
 		{BucketTools, 0, 0, &b.Tools, false},
 		{BucketClaims, cfg.StateTTL, 0, &b.Claims, true},
 		{BucketSessions, cfg.StateTTL, 0, &b.Sessions, true},
@@ -269,6 +274,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
+	switch kv, err := js.KeyValue(ctx, LegacyBucketIntake); {
+	case err == nil:
+		b.Intake = kv
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("bus: look up bucket %s: %w", LegacyBucketIntake, err)
+	}
 	switch kv, err := js.KeyValue(ctx, LegacyBucketResponses); {
 	case err == nil:
 		b.legacyResponses, b.legacyResults = kv, true
@@ -285,8 +296,20 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
-	if _, err := b.ensureConsumer(ctx, b.DLQ, ConsumerDeadLetters, advisorySubjects...); err != nil {
+	// An advisory is tried until it is handled: giving one up could leave a request that
+	// waits on the dead message without a response. (The processor acks what it can never
+	// handle.)
+	dl := b.consumer(ConsumerDeadLetters, advisorySubjects...)
+	dl.MaxDeliver = -1
+	c, err := b.ensureConsumerSpec(ctx, b.DLQ, dl)
+	if err != nil {
 		return nil, err
+	}
+	if have := c.CachedInfo().Config; !cfg.OpenOnly && have.MaxDeliver != -1 {
+		have.MaxDeliver = -1
+		if _, err := b.DLQ.UpdateConsumer(ctx, have); err != nil {
+			return nil, fmt.Errorf("bus: let consumer %s retry without end: %w", ConsumerDeadLetters, err)
+		}
 	}
 	// A work queue's consumer delivers all: what is in it is work not yet done. A timer is
 	// tried until its wake-up is done; giving one up would leave what it wakes parked.
@@ -296,6 +319,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		return nil, err
 	}
 	return b, nil
+}
+
+// planTTL is how long plans are kept: an hour longer than the record keeps messages (as the
+// stream is, whatever this process was configured with), and at least the state TTL; forever
+// when the record keeps everything.
+func planTTL(cfg Config, record jetstream.Stream) time.Duration {
+	age := record.CachedInfo().Config.MaxAge
+	if age <= 0 {
+		return 0
+	}
+	return max(cfg.StateTTL, age) + intakeMargin
 }
 
 // Config returns the configuration the bus was provisioned with, defaults applied.
@@ -538,12 +572,22 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
 	}
-	if !consistent || !create {
+	if !create {
 		return kv, nil
 	}
 	s, err := js.Stream(ctx, KVStream(cfg.Bucket))
 	if err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+	}
+	if sc := s.CachedInfo().Config; sc.MaxAge > 0 && (cfg.TTL == 0 || sc.MaxAge < cfg.TTL) {
+		// Keys must now live longer (plans as long as the record): never shortened here.
+		sc.MaxAge = cfg.TTL
+		if s, err = js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: keep bucket %s's keys for %s: %w", cfg.Bucket, cfg.TTL, err)
+		}
+	}
+	if !consistent {
+		return kv, nil
 	}
 	if sc := s.CachedInfo().Config; sc.Replicas > 1 && (sc.AllowDirect || sc.MirrorDirect) {
 		sc.AllowDirect, sc.MirrorDirect = false, false

@@ -26,6 +26,10 @@ const (
 	// HeaderWoken marks a parked message published again when woken; its value is the wake
 	// key that woke it.
 	HeaderWoken = "Hermes-Woken"
+	// HeaderPlanned marks a request whose plan was recorded when it was accepted, just
+	// before this message was published for the first time: a router taking its first
+	// delivery need not record or read the plan.
+	HeaderPlanned = "Hermes-Planned"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.
@@ -55,6 +59,27 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Mes
 		return nil, err
 	}
 	return p.publishEncoded(ctx, subject, m, data)
+}
+
+// PublishWith is Publish with extra headers.
+func (p *Publisher) PublishWith(ctx context.Context, subject string, m *protocol.Message, extra nats.Header) (*jetstream.PubAck, error) {
+	if m.MsgID == "" {
+		return nil, fmt.Errorf("bus: publish to %s: message has no msg_id", subject)
+	}
+	m.Sender = p.sender
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	msg := p.msg(subject, m, data)
+	for k, v := range extra {
+		msg.Header[k] = v
+	}
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
+	}
+	return ack, nil
 }
 
 // PublishNoWait publishes m like Publish but does not wait for the stream's ack: for events

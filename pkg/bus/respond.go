@@ -46,15 +46,17 @@ type Recorded struct {
 }
 
 // RecordResult makes m the one result of its call: it is stored on the record under
-// protocol.SubjectResult with an expected last subject sequence of 0, so the first result of a
-// call wins — a worker presumed dead that finished first, the dead-letter processor, a
+// protocol.SubjectResult with an expected last subject sequence, so the first result of a call
+// wins — a worker presumed dead that finished first, the dead-letter processor, a
 // cancellation. m must be a tool_result message for res with its MsgID set. It returns the
-// recorded result and whether it is m.
+// recorded result and whether it is m. Anything on the call's subject that is not a result of
+// this call (bytes no reader decodes, another request's message) does not count: it is
+// superseded.
 func (b *Bus) RecordResult(ctx context.Context, p *Publisher, m *protocol.Message, res *protocol.ToolResult) (*Recorded, bool, error) {
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
-	return b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, 0)
+	return b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, resultOf(m.RequestID, res.ToolCallID), nil)
 }
 
 // RecordRedrivenResult is RecordResult for the result of a call re-driven from the dead
@@ -65,18 +67,8 @@ func (b *Bus) RecordRedrivenResult(ctx context.Context, p *Publisher, m *protoco
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordRedrivenResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
-	subject := protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID)
-	have, err := b.lastRecorded(ctx, subject)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return b.recordOnce(ctx, p, subject, m, 0)
-	case err != nil:
-		return nil, false, err
-	case IsDeadAnswer(have.Msg):
-		return b.recordOnce(ctx, p, subject, m, have.Seq)
-	default:
-		return have, false, nil
-	}
+	return b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, resultOf(m.RequestID, res.ToolCallID),
+		func(r *Recorded) bool { return IsDeadAnswer(r.Msg) })
 }
 
 // IsDeadAnswer reports whether m is a result the dead-letter processor recorded for a call it
@@ -86,24 +78,30 @@ func IsDeadAnswer(m *protocol.Message) bool {
 }
 
 // Respond makes m the one response to its request: it is stored on the record under
-// protocol.SubjectResponse with an expected last subject sequence of 0, so however many
-// processes respond to a request, and however often, the first response is the only one
-// recorded, and the only one callers see (the stream announces what it stored, see
-// protocol.LiveResponseRepublish). m must be a response message with its MsgID set
-// (protocol.MsgIDResponse). It reports whether m was the one recorded.
+// protocol.SubjectResponse with an expected last subject sequence, so however many processes
+// respond to a request, and however often, the first response is the only one recorded, and
+// the only one callers see: the stream announces what it stores (protocol.LiveResponseRepublish),
+// and a responder that finds a response recorded before announces that one again. m must be a
+// response message with its MsgID set (protocol.MsgIDResponse). It reports whether m was the
+// one recorded.
 func (b *Bus) Respond(ctx context.Context, p *Publisher, m *protocol.Message) (bool, error) {
 	if m.Type != protocol.TypeResponse || m.MsgID == "" {
 		return false, fmt.Errorf("bus: Respond needs a response message with a msg_id, got %s", m.Type)
 	}
-	_, mine, err := b.recordOnce(ctx, p, protocol.SubjectResponse(m.RequestID, m.SessionID), m, 0)
+	have, mine, err := b.recordOnce(ctx, p, protocol.SubjectResponse(m.RequestID, m.SessionID), m, responseOf(m.RequestID), nil)
+	if err == nil && !mine {
+		// Whoever waits for it may have missed the stream's announcement (the caller of a
+		// request posted again, a gateway reconnecting): this costs one message nobody stores.
+		_ = b.Announce(ctx, have)
+	}
 	return mine, err
 }
 
 // Announce publishes a recorded response again to those awaiting it (outside the stream), as
 // the stream did when it stored it: for a caller that began waiting after that.
 func (b *Bus) Announce(ctx context.Context, r *Recorded) error {
-	if r.Msg.Type != protocol.TypeResponse {
-		return fmt.Errorf("bus: Announce takes a response, got %s", r.Msg.Type)
+	if r.Msg == nil || r.Msg.Type != protocol.TypeResponse {
+		return errors.New("bus: Announce takes a recorded response")
 	}
 	msg := &nats.Msg{Subject: protocol.SubjectLiveResponse(r.Msg.RequestID, r.Msg.SessionID), Data: r.Data, Header: nats.Header{}}
 	if err := b.JS.Conn().PublishMsg(msg); err != nil {
@@ -112,10 +110,42 @@ func (b *Bus) Announce(ctx context.Context, r *Recorded) error {
 	return nil
 }
 
-// recordOnce stores m, stamped with p's sender, on subject if the last message there is still
-// the one at sequence after (0: none) — the first message on subject, or the one superseding
-// that message. Otherwise the message recorded there is returned, and mine is false.
-func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *protocol.Message, after uint64) (*Recorded, bool, error) {
+// counts reports whether a message on a subject of the record counts as what the subject is
+// for; anything else there is as good as nothing.
+type counts func(*Recorded) bool
+
+// resultOf counts a result of call callID of requestID.
+func resultOf(requestID, callID string) counts {
+	return func(r *Recorded) bool {
+		if r.Msg == nil || r.Msg.Type != protocol.TypeToolResult || r.Msg.RequestID != requestID {
+			return false
+		}
+		res, err := r.Msg.DecodeToolResult()
+		return err == nil && res.ToolCallID == callID
+	}
+}
+
+// responseOf counts a response of requestID.
+func responseOf(requestID string) counts {
+	return func(r *Recorded) bool {
+		if r.Msg == nil || r.Msg.Type != protocol.TypeResponse || r.Msg.RequestID != requestID {
+			return false
+		}
+		_, err := r.Msg.DecodeResponse()
+		return err == nil
+	}
+}
+
+// recordTries bounds the rounds of recordOnce: each is a write that lost to another in flight,
+// or that superseded something.
+const recordTries = 20
+
+// recordOnce stores m, stamped with p's sender, as what subject holds: if the subject holds no
+// message, or its last one does not count as such (valid), or may be superseded (supersede),
+// m is stored after it, conditionally on it still being the last. Otherwise the message that
+// counts is returned, and mine is false; mine is also true when what counts is m's own bytes
+// (an earlier try of this very write).
+func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *protocol.Message, valid counts, supersede counts) (*Recorded, bool, error) {
 	m.Sender = p.sender
 	data, err := protocol.Marshal(m)
 	if err != nil {
@@ -125,36 +155,76 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 	if limit := b.MaxMessageBytes() - headerAllowance; len(data) > limit {
 		return nil, false, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, m.Type, len(data), limit)
 	}
-	msg := p.msg(subject, m, data)
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
-	ack, err := p.js.PublishMsg(ctx, msg)
-	switch {
-	case err == nil && !ack.Duplicate:
-		return &Recorded{Msg: m, Data: data, Seq: ack.Sequence}, true, nil
-	case err == nil:
-		// The same message id was stored within the duplicate window: this process's own
-		// earlier try, or another's message under the same id.
-		have, err := b.recordedAt(ctx, ack.Sequence)
-		if err != nil {
-			return nil, false, err
+	var after uint64
+	for n := 1; ; n++ {
+		msg := p.msg(subject, m, data)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
+		ack, err := p.js.PublishMsg(ctx, msg)
+		var have *Recorded
+		switch {
+		case err == nil && !ack.Duplicate:
+			return &Recorded{Msg: m, Data: data, Seq: ack.Sequence}, true, nil
+		case err == nil:
+			// The same message id was stored within the duplicate window: this write's own
+			// earlier try, or another message under the same id.
+			if have, err = b.recordedAt(ctx, ack.Sequence); err != nil {
+				return nil, false, err
+			}
+			if bytes.Equal(have.Data, data) {
+				return have, true, nil
+			}
+			if have.Seq != 0 && valid(have) {
+				return have, false, nil
+			}
+			// Another message under this id that does not count: what the subject holds
+			// decides.
+			if have, err = b.lastRecorded(ctx, subject); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, false, err
+			}
+		case apiErrorCode(err, jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+			// Something was stored on subject first, or a write to it is in flight.
+			if have, err = b.lastRecorded(ctx, subject); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, false, fmt.Errorf("bus: read the %s recorded before: %w", m.Type, err)
+			}
+		case apiErrorCode(err, jsErrCodeMsgIDInProcess):
+			// The same message id is being stored (a cluster's leader has not committed it
+			// yet): its outcome decides, in a moment.
+		default:
+			return nil, false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, err)
 		}
-		return have, bytes.Equal(have.Data, data), nil
-	case wrongLastSequence(err):
-		// Recorded before: by another, or by this process's own earlier try (its bytes).
-		have, err := b.lastRecorded(ctx, subject)
-		if err != nil {
-			return nil, false, fmt.Errorf("bus: read the %s recorded before: %w", m.Type, err)
+		switch {
+		case have == nil:
+			// Nothing visible yet: a write in flight; try again.
+		case bytes.Equal(have.Data, data):
+			return have, true, nil
+		case valid(have) && (supersede == nil || !supersede(have)):
+			return have, false, nil
+		default:
+			after = have.Seq // superseded: stored after it, if it is still the last
 		}
-		return have, bytes.Equal(have.Data, data), nil
-	default:
-		return nil, false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, err)
+		if n == recordTries {
+			return nil, false, fmt.Errorf("bus: record %s on %s: still contended after %d tries", m.Type, subject, n)
+		}
+		if !retry.Sleep(ctx, time.Duration(n)*10*time.Millisecond) {
+			return nil, false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, ctx.Err())
+		}
 	}
 }
 
-func wrongLastSequence(err error) bool {
+// jsErrCodeMsgIDInProcess: a message with the same id is being stored (clustered streams).
+const jsErrCodeMsgIDInProcess jetstream.ErrorCode = 10158
+
+func apiErrorCode(err error, codes ...jetstream.ErrorCode) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	for _, c := range codes {
+		if apiErr.ErrorCode == c {
+			return true
+		}
+	}
+	return false
 }
 
 // msgGetRequest and msgGetResponse are the stream leader's message get API
@@ -171,26 +241,52 @@ type msgGetResponse struct {
 		Description string `json:"description"`
 	} `json:"error"`
 	Message *struct {
-		Subject string `json:"subject"`
-		Seq     uint64 `json:"seq"`
-		Data    []byte `json:"data"`
+		Subject string    `json:"subject"`
+		Seq     uint64    `json:"seq"`
+		Header  []byte    `json:"hdrs"`
+		Data    []byte    `json:"data"`
+		Time    time.Time `json:"time"`
 	} `json:"message"`
 }
 
 // lastRecorded reads the last message on subject (which may hold wildcards) from the stream
-// leader, or returns an error wrapping ErrNotFound.
+// leader, or returns an error wrapping ErrNotFound. Its Msg is nil when its bytes are no
+// HermesMessage.
 func (b *Bus) lastRecorded(ctx context.Context, subject string) (*Recorded, error) {
-	return b.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	raw, err := b.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	if err != nil {
+		return nil, err
+	}
+	return recordedOf(raw), nil
 }
 
-// recordedAt reads the message at seq from the stream leader.
+// recordedAt reads the message at seq from the stream leader; its Msg is nil when its bytes
+// are no HermesMessage.
 func (b *Bus) recordedAt(ctx context.Context, seq uint64) (*Recorded, error) {
+	raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq})
+	if err != nil {
+		return nil, err
+	}
+	return recordedOf(raw), nil
+}
+
+func recordedOf(raw *jetstream.RawStreamMsg) *Recorded {
+	m, err := protocol.Unmarshal(raw.Data)
+	if err != nil {
+		m = nil
+	}
+	return &Recorded{Msg: m, Data: raw.Data, Seq: raw.Sequence}
+}
+
+// RecordAt reads the message stored at seq in the record from the stream leader — never from
+// a replica that has not stored it yet — or returns an error wrapping ErrNotFound.
+func (b *Bus) RecordAt(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	return b.leaderGet(ctx, msgGetRequest{Seq: seq})
 }
 
 // leaderGet reads one message of the record from its stream leader: unlike a direct get,
 // never from a replica that has not caught up, so what was stored before is always seen.
-func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*Recorded, error) {
+func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -215,34 +311,54 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*Recorded, erro
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) {
-			return nil, fmt.Errorf("%w: nothing on %s", ErrNotFound, req.LastFor)
+			return nil, fmt.Errorf("%w: nothing at %d %s", ErrNotFound, req.Seq, req.LastFor)
 		}
 		return nil, fmt.Errorf("bus: read the record: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
 		return nil, errors.New("bus: read the record: empty answer")
 	}
-	m, err := protocol.Unmarshal(resp.Message.Data)
-	if err != nil {
-		return nil, Permanent(fmt.Errorf("bus: recorded message %d on %s: %w", resp.Message.Seq, resp.Message.Subject, err))
+	raw := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if raw.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("bus: read the record: headers of %d: %w", raw.Sequence, err)
+		}
 	}
-	return &Recorded{Msg: m, Data: resp.Message.Data, Seq: resp.Message.Seq}, nil
+	return raw, nil
 }
 
 // leaderRetry spaces out reads while a stream has no leader.
 var leaderRetry = retry.Policy{Initial: 20 * time.Millisecond, Factor: 2, Max: 500 * time.Millisecond}
 
-// Results reads the recorded results of the calls callIDs of requestID (of session) in one
-// batch, and returns those it found by call id. atLeast, when not 0, is the sequence of a result
-// the caller holds: a batch from a replica that has not stored it yet is not used (the read is
-// tried again), so every result recorded before that one is seen. Results recorded by Hermes
-// before they were kept on the stream alone are looked up in their bucket while it exists.
+// Results returns the recorded results of the calls callIDs of requestID (of session), those it
+// found, by call id. With atLeast, the sequence of a recorded result the caller holds, they
+// are read in one batch (a direct get of the last message of each call's subject) that is
+// taken only if it includes that result: a replica that has stored it has stored every result
+// before it, and a batch cut short before it is read again. (One cut short after it misses
+// only results recorded later, whose own aggregation sees this one.) Without atLeast, each call's
+// result is read from the stream leader. Results recorded by Hermes before they were kept on the
+// stream alone are looked up in their bucket while it exists. A message on a call's subject
+// that is not a result of that call is as good as none.
 func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []string, atLeast uint64) (map[string]*Recorded, error) {
+	out := map[string]*Recorded{}
+	if atLeast == 0 {
+		for _, id := range callIDs {
+			r, _, err := b.Result(ctx, requestID, id, session)
+			switch {
+			case err == nil:
+				out[id] = r
+			case !errors.Is(err, ErrNotFound):
+				return nil, err
+			}
+		}
+		return out, nil
+	}
 	subjects := make([]string, len(callIDs))
+	callOf := make(map[string]string, len(callIDs))
 	for i, id := range callIDs {
 		subjects[i] = protocol.SubjectResult(requestID, id, session)
+		callOf[subjects[i]] = id
 	}
-	out := map[string]*Recorded{}
 	err := retry.Do(ctx, leaderRetry, time.Now().Add(5*time.Second), func() error {
 		clear(out)
 		var top uint64
@@ -258,15 +374,10 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []
 				return err
 			}
 			top = max(top, raw.Sequence)
-			m, err := protocol.Unmarshal(raw.Data)
-			if err != nil {
-				return retry.Stop(Permanent(fmt.Errorf("bus: recorded result %d on %s: %w", raw.Sequence, raw.Subject, err)))
+			id, ok := callOf[raw.Subject]
+			if r := recordedOf(raw); ok && resultOf(requestID, id)(r) {
+				out[id] = r
 			}
-			res, err := m.DecodeToolResult()
-			if err != nil {
-				return retry.Stop(Permanent(fmt.Errorf("bus: recorded result %d on %s: %w", raw.Sequence, raw.Subject, err)))
-			}
-			out[res.ToolCallID] = &Recorded{Msg: m, Data: raw.Data, Seq: raw.Sequence}
 		}
 		if top < atLeast {
 			return fmt.Errorf("a replica of the record answered without result %d", atLeast)
@@ -292,9 +403,13 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []
 }
 
 // Result returns the recorded result of one call, read from the stream leader, or an error
-// wrapping ErrNotFound.
+// wrapping ErrNotFound. A message on the call's subject that is not a result of that call is as
+// good as none.
 func (b *Bus) Result(ctx context.Context, requestID, callID, session string) (*Recorded, *protocol.ToolResult, error) {
 	r, err := b.lastRecorded(ctx, protocol.SubjectResult(requestID, callID, session))
+	if err == nil && !resultOf(requestID, callID)(r) {
+		err = fmt.Errorf("%w: no result of %s/%s (the subject holds something else)", ErrNotFound, requestID, callID)
+	}
 	if errors.Is(err, ErrNotFound) && b.legacyResults {
 		r, err = b.legacyResult(ctx, requestID, callID)
 	}
@@ -309,13 +424,17 @@ func (b *Bus) Result(ctx context.Context, requestID, callID, session string) (*R
 }
 
 // Response returns requestID's recorded response, read from the stream leader, or an error
-// wrapping ErrNotFound. session may be empty when the caller does not know it.
+// wrapping ErrNotFound. session may be empty when the caller does not know it. A message on
+// the response's subject that is not a response of requestID is as good as none.
 func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorded, *protocol.Response, error) {
 	subject := protocol.FilterResponseOf(requestID)
 	if session != "" {
 		subject = protocol.SubjectResponse(requestID, session)
 	}
 	r, err := b.lastRecorded(ctx, subject)
+	if err == nil && !responseOf(requestID)(r) {
+		err = fmt.Errorf("%w: no response of %s (the subject holds something else)", ErrNotFound, requestID)
+	}
 	if errors.Is(err, ErrNotFound) && b.legacyResponses != nil {
 		r, err = b.legacyResponse(ctx, requestID)
 	}
@@ -342,6 +461,10 @@ func (b *Bus) Answered(ctx context.Context, requestID, session string) (bool, er
 		return false, fmt.Errorf("bus: read the response of %s: %w", requestID, err)
 	}
 }
+
+// Legacy reports whether buckets of Hermes before results and responses were recorded on the
+// stream alone are still looked up.
+func (b *Bus) Legacy() bool { return b.legacyResults }
 
 // legacyResult reads a result recorded in hermes-calls by Hermes before results were kept on
 // the stream alone.

@@ -3,6 +3,8 @@ package bus
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -35,6 +37,23 @@ type Plan struct {
 	Serial bool `msgpack:"serial,omitempty"`
 	// Cancelled marks a plan written by a cancellation before any router took the request.
 	Cancelled bool `msgpack:"cancelled,omitempty"`
+	// AtIntake marks a plan recorded as the request was accepted, before any router took it.
+	// (Without it, the plan was recorded by a router: its request passed the serial stage.)
+	AtIntake bool `msgpack:"at_intake,omitempty"`
+}
+
+// PlanOf is the plan of request r, carried by m (its request message), accepted at now. Its
+// fingerprint is a hash of the request as the message carries it, so the same request gets the
+// same fingerprint whoever makes the plan.
+func PlanOf(m *protocol.Message, r *protocol.Request, now time.Time) *Plan {
+	sum := sha256.Sum256(m.Payload)
+	p := &Plan{SessionID: m.SessionID, Trace: m.Trace, RequestMsg: m.MsgID, AcceptedAt: now.UTC(),
+		Fingerprint: hex.EncodeToString(sum[:16]), Serial: r.Serial,
+		CallIDs: make([]string, len(r.ToolCalls)), Names: make([]string, len(r.ToolCalls))}
+	for i, c := range r.ToolCalls {
+		p.CallIDs[i], p.Names[i] = c.ToolCallID, c.Name
+	}
+	return p
 }
 
 // DecodePlan reads a recorded plan, whatever the bytes: hostile input gives an error, never a

@@ -6,9 +6,6 @@ import "strings"
 // already validated by a decoder or CheckID: a valid id holds no '.', so every key below has a
 // fixed number of tokens and one id cannot pose as another's key.
 
-// KeyIntake is the hermes-intake key of an accepted request_id.
-func KeyIntake(requestID string) string { return requestID }
-
 // KeyPlan is the hermes-calls key of a request's plan.
 func KeyPlan(requestID string) string { return requestID }
 

@@ -118,6 +118,9 @@ func FilterResponseOf(requestID string) string { return prefixResponse + request
 // published the responses of session (hermes.response.<session>); old records hold them.
 func LegacySubjectResponse(session string) string { return subjectRoot + ".response." + session }
 
+// LegacyFilterResponses matches every LegacySubjectResponse.
+const LegacyFilterResponses = prefixResponse + "*"
+
 // Live responses: the record stream republishes every response it stores to
 // hermes.live.response.<request_id>.<session>, outside the stream, for callers awaiting one. A
 // response that was not recorded (it lost to an earlier one) never reaches them.
@@ -165,7 +168,7 @@ func FiltersResults() []string { return []string{prefixResult + "*.*", prefixRes
 // FiltersResponses match every recorded response: hermes.response.<request_id>.<session>,
 // and hermes.response.<session> as Hermes before recorded them.
 func FiltersResponses() []string {
-	return []string{prefixResponse + "*.*", prefixResponse + "*"}
+	return []string{prefixResponse + "*.*", LegacyFilterResponses}
 }
 
 // FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool

@@ -151,7 +151,8 @@ func TestCancelRequest(t *testing.T) {
 }
 
 // TestCancelBeforeAnyRouter: a request still queued (no router runs) is cancelled; when a
-// router comes, it runs none of its calls, and the record has no tool call for it.
+// router comes, none of its calls runs: the router reads nothing on a request's first delivery
+// and dispatches them, and workers find them cancelled in the call ledger.
 func TestCancelBeforeAnyRouter(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{routers: -1, workers: 1})
@@ -168,13 +169,18 @@ func TestCancelBeforeAnyRouter(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	s.addRouter("late-router")
-	// The request reaches the router, which finds it answered and dispatches nothing. A later
-	// request of the same session is routed after it (one partition, in order).
+	// The request reaches the router before a later request of the same session (one
+	// partition, in order); its call reaches a worker, which does not start it.
 	after := request("cq_after", "", call("c", "echo", map[string]any{}))
 	after["session_id"] = "cq_sess"
 	s.route(after)
-	if n := s.countRecorded("cq_1", protocol.TypeToolCall); n != 0 {
-		t.Errorf("%d tool calls dispatched for a cancelled request", n)
+	waitFor(t, "the cancelled call refused", func() bool { return s.countRecorded("cq_1", protocol.TypeToolCall) == 1 })
+	time.Sleep(300 * time.Millisecond) // a worker that did start it would have said so by now
+	if n := s.countRecorded("cq_1", protocol.TypeToolStarted); n != 0 {
+		t.Errorf("%d tries of a cancelled request's call started", n)
+	}
+	if n := s.countRecorded("cq_1", protocol.TypeToolResult); n != 1 {
+		t.Errorf("%d results recorded for the cancelled call, want its CANCELLED one", n)
 	}
 	if n := len(s.recorder.tries("cq_1/a")); n != 0 {
 		t.Errorf("the cancelled call ran %d times", n)

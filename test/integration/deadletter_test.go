@@ -157,3 +157,55 @@ func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
 		t.Fatalf("hermes_responses_total{status=partial_success} = %v, want 1", got)
 	}
 }
+
+// TestResultsGivenUpTwiceAreStillAnswered: every result of a request is given up by the
+// routers' consumer (terminated, as the server gives up a result whose aggregation failed on
+// every delivery), and so is anything published again for them: the dead-letter processor
+// answers the request itself. (Before, it re-drove a result once and, given up again, left the
+// request without a response.)
+func TestResultsGivenUpTwiceAreStillAnswered(t *testing.T) {
+	s := start(t, options{routers: -1, workers: 0})
+	router := s.spawn("router", "short-lived-router", "--routes", "testdata/routes.yaml", "--dead-letters=false")
+	waitFor(t, "the router to start", func() bool { return strings.Contains(router.out.String(), "running") })
+	got := s.postAsync(request("given_up", "", call("a", "echo", map[string]any{"n": 1}), call("b", "echo", map[string]any{"n": 2})), "?timeout=1m")
+	waitFor(t, "both calls dispatched", func() bool { return s.countRecorded("given_up", protocol.TypeToolCall) == 2 })
+	router.kill() // nobody aggregates from now on
+	s.addWorker("w")
+	waitFor(t, "both results recorded", func() bool { return s.countRecorded("given_up", protocol.TypeToolResult) == 2 })
+	s.addDeadLetters("dl")
+
+	// Give up every result delivered to the routers' consumer, copies too, for a while.
+	cons, err := s.js.Consumer(s.ctx, protocol.StreamName, bus.ConsumerRouterResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			continue
+		}
+		for msg := range batch.Messages() {
+			if msg.Term() == nil {
+				given++
+			}
+		}
+	}
+	if given < 2 {
+		t.Fatalf("gave up %d results, want both", given)
+	}
+	select {
+	case a := <-got:
+		if a.status != http.StatusOK {
+			t.Fatalf("HTTP %d: %s", a.status, a.body)
+		}
+		if r := decodeResponse(t, a.body); r.Status != protocol.StatusSuccess || len(r.Results) != 2 {
+			t.Fatalf("response %+v", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request was left without a response")
+	}
+	if n := s.countRecorded("given_up", protocol.TypeResponse); n != 1 {
+		t.Fatalf("%d responses recorded, want 1", n)
+	}
+}

@@ -187,15 +187,21 @@ func (s *system) addRouter(instance string) *app.RouterService {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.routers = append(s.routers, r)
+	s.goRun(r.Run)
+	s.addDeadLetters(instance)
+	return r
+}
+
+// addDeadLetters starts a dead-letter processor.
+func (s *system) addDeadLetters(instance string) {
+	s.t.Helper()
 	_, db := s.connect() // a connection of its own, as in hermes up
 	d, err := app.NewDeadLetters(db, instance, s.opts.limits, s.opts.metrics, s.opts.logger)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.routers = append(s.routers, r)
-	s.goRun(r.Run)
 	s.goRun(d.Run)
-	return r
 }
 
 func (s *system) addWorker(instance string) *worker.Worker {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -140,7 +141,7 @@ func (n *nemesis) inject() {
 	if n.cluster != nil {
 		server = "stop-node"
 	}
-	faults := []string{"kill-worker", "kill-router", server, "duplicate", "poison"}
+	faults := []string{"kill-worker", "kill-router", server, "duplicate", "poison", "give-up-result"}
 	f := faults[n.rng.IntN(len(faults))]
 	n.counts[f]++
 	switch f {
@@ -165,6 +166,10 @@ func (n *nemesis) inject() {
 		n.nats.start()
 	case "duplicate":
 		n.duplicate()
+	case "give-up-result":
+		if !n.giveUpResult() {
+			n.counts[f]--
+		}
 	case "poison":
 		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.LegacySubjectResult("nem_poison")}
 		garbage := [][]byte{[]byte("not msgpack"), {0xdd, 0xff, 0xff, 0xff, 0xff}, {}, {0x91, 0x91, 0x91}}
@@ -174,6 +179,37 @@ func (n *nemesis) inject() {
 			n.t.Logf("poison publish: %v (the server may be restarting)", err)
 		}
 	}
+}
+
+// giveUpResult takes results from the routers' consumer and terminates them — as the server
+// gives up a result the routers failed to aggregate on every delivery — until it has done so to
+// two (a request's given-up result, and perhaps its copy or its sibling: given up twice). It
+// hands back anything else at once. It reports whether it gave any up.
+func (n *nemesis) giveUpResult() bool {
+	cons, err := n.s.js.Consumer(n.s.ctx, protocol.StreamName, bus.ConsumerRouterResults)
+	if err != nil {
+		n.t.Logf("give-up-result: %v (the server may be restarting)", err)
+		return false
+	}
+	given := 0
+	deadline := time.Now().Add(3 * time.Second)
+	for given < 2 && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(4, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			continue
+		}
+		for msg := range batch.Messages() {
+			m, err := protocol.Unmarshal(msg.Data())
+			if err == nil && m.Type == protocol.TypeToolResult && strings.HasPrefix(m.SessionID, "nem_s") && given < 2 {
+				if msg.Term() == nil {
+					given++
+				}
+				continue
+			}
+			_ = msg.Nak()
+		}
+	}
+	return given > 0
 }
 
 // duplicate publishes a recorded request, tool call or result again under a new message id, as
@@ -195,6 +231,10 @@ func (n *nemesis) duplicate() {
 	subject := raw.Subject
 	if m.Type == protocol.TypeRequest {
 		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition
+	}
+	if m.Type == protocol.TypeToolResult {
+		// A result's own subject is written once; a copy goes where a re-drive puts one.
+		subject = protocol.LegacySubjectResult(m.SessionID)
 	}
 	m.MsgID += fmt.Sprintf(":nemesis-%d", n.counts["duplicate"])
 	pub := bus.NewPublisher(n.s.js, m.Sender)

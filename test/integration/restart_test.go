@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -296,10 +294,10 @@ func TestGatewayAnswersWhileNATSRestarts(t *testing.T) {
 
 	nats.start()
 	s.waitReady()
-	// The 503 accepted nothing: no intake record appears once the connection is back.
+	// The 503 accepted nothing: no plan appears once the connection is back.
 	_, b := s.connect()
-	if _, err := b.Intake.Get(context.Background(), "down_during"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("the request refused with 503 left an intake record (err %v)", err)
+	if _, err := b.Plan(context.Background(), "down_during"); !errors.Is(err, bus.ErrNotFound) {
+		t.Errorf("the request refused with 503 left a plan (err %v)", err)
 	}
 	for _, req := range []map[string]any{during, inFlightReq} {
 		runs := []clientRun{s.persistentClient(req, 5*time.Second, time.Now().Add(30*time.Second))}

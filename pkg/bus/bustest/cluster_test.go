@@ -26,7 +26,7 @@ func TestCluster(t *testing.T) {
 	put := func(key string) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := b.Intake.Create(ctx, key, []byte("x"))
+		_, err := b.Calls.Create(ctx, key, []byte("x"))
 		return err
 	}
 	if err := put("before"); err != nil {
@@ -60,7 +60,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"before", "during", "after"} {
-		if _, err := b.Intake.Get(ctx, key); err != nil {
+		if _, err := b.Calls.Get(ctx, key); err != nil {
 			t.Errorf("%s: %v", key, err)
 		}
 	}

@@ -25,8 +25,10 @@ type common struct {
 	metricsAddr string
 	replicas    int
 	stateTTL    time.Duration
-	limits      protocol.Limits
-	deadLetters bool
+	// recordMaxMsgs bounds the record (bus.Config.MaxMsgs).
+	recordMaxMsgs int64
+	limits        protocol.Limits
+	deadLetters   bool
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
@@ -35,14 +37,15 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.metricsAddr, "metrics", os.Getenv("HERMES_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env HERMES_METRICS); the gateway and hermes up also serve /metrics on their HTTP port")
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
-	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long request ids, results and responses are kept (applies when the buckets are first created)")
+	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long claims and serial order are kept (applies when the buckets are first created)")
+	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", bus.DefaultMaxMsgs, "most messages the record keeps (oldest dropped beyond); bounds the server's memory for the record's subjects (applies when the stream is first created)")
 	fs.IntVar(&c.limits.MaxToolCalls, "max-tool-calls", protocol.DefaultLimits.MaxToolCalls, "most tool calls one request may carry")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }
 
 func (c *common) busConfig() bus.Config {
-	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL}
+	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs}
 }
 
 func envOr(name, def string) string {

@@ -136,11 +136,12 @@ type Record struct {
 	// AtLeast is the sequence of a recorded result the caller holds (0: none): only a read
 	// that includes it is taken (bus.Bus.Results).
 	AtLeast uint64
-	// Held, when set, is the result of call HeldCall that the caller holds, used if the
-	// record has none on that call's subject (Hermes before published results on the
-	// session's subject only).
+	// Held, when set, is the result of call HeldCall that the caller holds: as recorded on
+	// its call's subject (with AtLeast its sequence), or, with HeldOnly, published by Hermes
+	// before on the session's subject only, used if the record has none on the call's subject.
 	Held     *bus.Recorded
 	HeldCall string
+	HeldOnly bool
 	// Cause, Trace and Serial are as in Response.
 	Cause  string
 	Trace  protocol.TraceContext
@@ -153,11 +154,17 @@ type Record struct {
 // when results a cancellation recorded are among them. A recorded result that cannot be read
 // is a Permanent error.
 func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
-	recorded, err := a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.AtLeast)
-	if err != nil {
-		return false, err
+	var recorded map[string]*bus.Recorded
+	if r.Held != nil && len(r.CallIDs) == 1 && r.CallIDs[0] == r.HeldCall && (r.AtLeast != 0 || r.HeldOnly) {
+		// The request's one result is in hand, as recorded: nothing to read.
+		recorded = map[string]*bus.Recorded{r.HeldCall: r.Held}
+	} else {
+		var err error
+		if recorded, err = a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.AtLeast); err != nil {
+			return false, err
+		}
 	}
-	if r.Held != nil && recorded[r.HeldCall] == nil {
+	if r.HeldOnly && recorded[r.HeldCall] == nil {
 		recorded[r.HeldCall] = r.Held
 	}
 	results := make([]protocol.ToolResult, len(r.CallIDs))
@@ -176,7 +183,7 @@ func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
 			cancelled = rec.Msg.Correlation.Cancelled
 		}
 	}
-	_, err = a.Respond(ctx, &Response{RequestID: r.RequestID, SessionID: r.SessionID, Results: results,
+	_, err := a.Respond(ctx, &Response{RequestID: r.RequestID, SessionID: r.SessionID, Results: results,
 		Cause: r.Cause, Trace: r.Trace, Serial: r.Serial, Cancelled: cancelled})
 	return true, err
 }

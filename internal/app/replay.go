@@ -96,7 +96,7 @@ func whatIf(ctx context.Context, env Env, natsURL, file string, filters []string
 	}
 	if filters == nil {
 		// Requests, tool calls and results of every session; "*" stands for every tool.
-		filters = append(append([]string{protocol.FilterRequests}, protocol.FiltersResults()...), protocol.FiltersAllToolCalls()...)
+		filters = append([]string{protocol.FilterRequests, protocol.FilterResults}, protocol.FiltersAllToolCalls()...)
 	}
 	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {

@@ -46,15 +46,21 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 	// that has not stored this one yet is not read from, so every result recorded before this
 	// one is seen, and whichever result is recorded last completes the request.
 	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, AtLeast: d.StreamSeq,
+		Held: &bus.Recorded{Msg: m, Data: d.Data, Seq: d.StreamSeq}, HeldCall: res.ToolCallID,
 		Cause: cause, Trace: trace, Serial: serial}
-	if protocol.IsLegacyResultSubject(d.Subject) {
+	switch {
+	case protocol.IsLegacyResultSubject(d.Subject):
 		// A copy on the session's subject (a re-drive): the results are read from the stream
 		// leader, the call's own among them. While Hermes before that recorded results on
 		// their call's subject still runs, one published there only is its call's result.
-		rec.AtLeast = 0
+		rec.AtLeast, rec.Held = 0, nil
 		if a.bus.Legacy() {
-			rec.Held, rec.HeldCall = &bus.Recorded{Msg: m, Data: d.Data}, res.ToolCallID
+			rec.Held, rec.HeldOnly = &bus.Recorded{Msg: m, Data: d.Data}, true
 		}
+	case d.Subject != protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
+		// Not on its own call's subject (no Hermes service puts it there): it is not what
+		// was recorded for its call; the record says what was.
+		rec.AtLeast, rec.Held = 0, nil
 	}
 	_, err = a.answer.FromRecord(ctx, rec)
 	return err

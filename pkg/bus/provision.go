@@ -303,7 +303,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	case !errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, fmt.Errorf("bus: look up bucket %s: %w", LegacyBucketResponses, err)
 	}
-	if _, err := b.ensureConsumerFilters(ctx, b.Stream, ConsumerRouterResults, protocol.FiltersResults()...); err != nil {
+	if _, err := b.ensureConsumerFilter(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
 		return nil, err
 	}
 	for p := range protocol.RequestPartitions {
@@ -458,25 +458,21 @@ func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name 
 	return b.ensureConsumerSpec(ctx, stream, b.consumer(name, filters...))
 }
 
-// ensureConsumerFilters is ensureConsumer for a consumer whose filters a newer Hermes
-// extends: an existing one lacking some of filters gets them added (nothing is removed).
-func (b *Bus) ensureConsumerFilters(ctx context.Context, stream jetstream.Stream, name string, filters ...string) (jetstream.Consumer, error) {
-	c, err := b.ensureConsumer(ctx, stream, name, filters...)
+// ensureConsumerFilter is ensureConsumer for a consumer whose filter a newer Hermes widens:
+// an existing one with other filters gets filter instead (which must match everything they
+// did: nothing is left unread).
+func (b *Bus) ensureConsumerFilter(ctx context.Context, stream jetstream.Stream, name, filter string) (jetstream.Consumer, error) {
+	c, err := b.ensureConsumer(ctx, stream, name, filter)
 	if err != nil || b.cfg.OpenOnly {
 		return c, err
 	}
 	have := c.CachedInfo().Config
-	current := have.FilterSubjects
-	if have.FilterSubject != "" {
-		current = []string{have.FilterSubject}
-	}
-	missing := missingSubjects(current, filters)
-	if len(missing) == 0 {
+	if have.FilterSubject == filter && len(have.FilterSubjects) == 0 {
 		return c, nil
 	}
-	have.FilterSubject, have.FilterSubjects = "", append(current, missing...)
+	have.FilterSubject, have.FilterSubjects = filter, nil
 	if c, err = stream.UpdateConsumer(ctx, have); err != nil {
-		return nil, fmt.Errorf("bus: add the filters %v to consumer %s: %w", missing, name, err)
+		return nil, fmt.Errorf("bus: widen the filter of consumer %s to %s: %w", name, filter, err)
 	}
 	return c, nil
 }

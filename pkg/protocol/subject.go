@@ -161,9 +161,10 @@ const (
 	FilterRequests = subjectRoot + ".request.*.*"
 )
 
-// FiltersResults match every recorded result, and every result published on the session's
-// subject (by Hermes before, or re-driven).
-func FiltersResults() []string { return []string{prefixResult + "*.*", prefixResult + "*"} }
+// FilterResults matches every recorded result (hermes.result.<request_id>:<tool_call_id>.<session>),
+// and every result published on the session's subject (hermes.result.<session>, by Hermes
+// before, or re-driven): one filter, which the server matches faster than two.
+const FilterResults = prefixResult + ">"
 
 // FiltersResponses match every recorded response: hermes.response.<request_id>.<session>,
 // and hermes.response.<session> as Hermes before recorded them.

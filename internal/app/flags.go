@@ -38,7 +38,7 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
 	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long claims and serial order are kept (applies when the buckets are first created)")
-	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", bus.DefaultMaxMsgs, "most messages the record keeps (oldest dropped beyond); bounds the server's memory for the record's subjects (applies when the stream is first created)")
+	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", -1, "most messages the record keeps, -1 for no limit (applies when the stream is first created); bounds the server's memory for the record's subjects, but the oldest dropped beyond it include work not yet done, whose requests then wait forever")
 	fs.IntVar(&c.limits.MaxToolCalls, "max-tool-calls", protocol.DefaultLimits.MaxToolCalls, "most tool calls one request may carry")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")

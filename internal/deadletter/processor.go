@@ -253,8 +253,9 @@ func (p *Processor) aggregate(ctx context.Context, m *protocol.Message, reason s
 	switch {
 	case err == nil:
 		callIDs, serial, trace, cause = plan.CallIDs, plan.Serial, plan.Trace, plan.RequestMsg
-	case errors.Is(err, bus.ErrNotFound) && m.Correlation != nil && validIDs(m.Correlation.CallIDs, p.maxCalls()):
-		callIDs, serial = m.Correlation.CallIDs, m.Correlation.Serial
+	case (errors.Is(err, bus.ErrNotFound) || bus.IsPermanent(err)) && m.Correlation != nil && validIDs(m.Correlation.CallIDs, p.maxCalls()):
+		// No plan to read (or none that decodes): the result's own correlation names the calls.
+		plan, callIDs, serial = nil, m.Correlation.CallIDs, m.Correlation.Serial
 	case errors.Is(err, bus.ErrNotFound) || bus.IsPermanent(err):
 		p.log.Warn("a given-up result names no request Hermes knows; nothing to answer", "request_id", m.RequestID, "session_id", m.SessionID, "err", err)
 		return nil

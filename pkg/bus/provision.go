@@ -84,10 +84,10 @@ type Config struct {
 	MaxBytes int64
 	// MaxMsgs of the record; oldest messages are discarded beyond it. The server keeps every
 	// subject of a stream in memory (about 190 bytes each), and each request adds subjects of
-	// its own (its response, each call's result, its plan's key), so this bounds that memory
-	// whatever the request rate. Plans are bounded to half as many: every request holds at
-	// least two messages of the record, so a plan outlives what the record keeps of its
-	// request. Default 2,000,000.
+	// its own (its response, each call's result), so this bounds that memory whatever the
+	// request rate — but the record is also the work queue: beyond the limit, requests, calls
+	// and results not yet handled are dropped too, and wait for an answer forever. Default
+	// unlimited (-1): the record is bounded by MaxAge, its memory by the request rate.
 	MaxMsgs int64
 	// DuplicateWindow within which a republished Nats-Msg-Id is dropped. It must cover the
 	// longest retry horizon. Default 10 minutes.
@@ -114,9 +114,6 @@ type Config struct {
 	OpenOnly bool
 }
 
-// DefaultMaxMsgs is the record's default message limit (Config.MaxMsgs).
-const DefaultMaxMsgs = 2_000_000
-
 // intakeMargin is how much longer plans, and so request ids, are remembered than what the
 // record keeps of their request: longer than any request runs.
 const intakeMargin = time.Hour
@@ -139,7 +136,7 @@ func (c Config) withDefaults() Config {
 		c.MaxBytes = -1
 	}
 	if c.MaxMsgs == 0 {
-		c.MaxMsgs = DefaultMaxMsgs
+		c.MaxMsgs = -1
 	}
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = 10 * time.Minute
@@ -285,9 +282,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
-	if err := b.boundPlans(ctx, stream); err != nil {
-		return nil, err
-	}
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
@@ -336,31 +330,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		return nil, err
 	}
 	return b, nil
-}
-
-// boundPlans bounds the plans to half the record's message limit (as the stream is), dropping
-// the oldest beyond it — they outlive what the record keeps of their requests either way.
-func (b *Bus) boundPlans(ctx context.Context, record jetstream.Stream) error {
-	if b.cfg.OpenOnly {
-		return nil
-	}
-	limit := record.CachedInfo().Config.MaxMsgs
-	if limit > 0 {
-		limit = max(limit/2, 1)
-	}
-	s, err := b.JS.Stream(ctx, KVStream(BucketCalls))
-	if err != nil {
-		return fmt.Errorf("bus: provision bucket %s: %w", BucketCalls, err)
-	}
-	sc := s.CachedInfo().Config
-	if sc.MaxMsgs == limit && sc.Discard == jetstream.DiscardOld {
-		return nil
-	}
-	sc.MaxMsgs, sc.Discard = limit, jetstream.DiscardOld
-	if _, err := b.JS.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("bus: bound bucket %s to %d plans: %w", BucketCalls, limit, err)
-	}
-	return nil
 }
 
 // planTTL is how long plans are kept: an hour longer than the record keeps messages (as the
@@ -590,7 +559,7 @@ func streamDrift(have, want jetstream.StreamConfig) []string {
 	if have.Duplicates != want.Duplicates {
 		add("duplicate window", have.Duplicates, want.Duplicates)
 	}
-	if have.MaxMsgs != want.MaxMsgs && want.MaxMsgs != 0 {
+	if have.MaxMsgs != want.MaxMsgs {
 		add("message limit", have.MaxMsgs, want.MaxMsgs)
 	}
 	return d

@@ -50,15 +50,7 @@ func (p *Publisher) Sender() protocol.Sender { return p.sender }
 // for the stream's ack. m.MsgID becomes the Nats-Msg-Id, so publishing the same logical message
 // again within the duplicate window stores it once; the returned ack then has Duplicate set.
 func (p *Publisher) Publish(ctx context.Context, subject string, m *protocol.Message) (*jetstream.PubAck, error) {
-	if m.MsgID == "" {
-		return nil, fmt.Errorf("bus: publish to %s: message has no msg_id", subject)
-	}
-	m.Sender = p.sender
-	data, err := protocol.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return p.publishEncoded(ctx, subject, m, data)
+	return p.PublishWith(ctx, subject, m, nil)
 }
 
 // PublishWith is Publish with extra headers.
@@ -71,15 +63,7 @@ func (p *Publisher) PublishWith(ctx context.Context, subject string, m *protocol
 	if err != nil {
 		return nil, err
 	}
-	msg := p.msg(subject, m, data)
-	for k, v := range extra {
-		msg.Header[k] = v
-	}
-	ack, err := p.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
-	}
-	return ack, nil
+	return p.publishEncoded(ctx, subject, m, data, m.MsgID, extra)
 }
 
 // PublishNoWait publishes m like Publish but does not wait for the stream's ack: for events
@@ -107,21 +91,17 @@ func (p *Publisher) PublishNoWait(ctx context.Context, subject string, m *protoc
 // stream message id msgID instead of m's own, with extra headers: a message published again
 // as a new one, e.g. a parked message woken. It waits for the stream's ack.
 func (p *Publisher) PublishAs(ctx context.Context, subject string, m *protocol.Message, data []byte, msgID string, extra nats.Header) (*jetstream.PubAck, error) {
+	return p.publishEncoded(ctx, subject, m, data, msgID, extra)
+}
+
+// publishEncoded publishes data, the encoding of m, as it is, under message id msgID and with
+// extra headers, and waits for the stream's ack.
+func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte, msgID string, extra nats.Header) (*jetstream.PubAck, error) {
 	msg := p.msg(subject, m, data)
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	for k, v := range extra {
 		msg.Header[k] = v
 	}
-	ack, err := p.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)
-	}
-	return ack, nil
-}
-
-// publishEncoded publishes data, the encoding of m, as it is.
-func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *protocol.Message, data []byte) (*jetstream.PubAck, error) {
-	msg := p.msg(subject, m, data)
 	ack, err := p.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", m.Type, subject, err)

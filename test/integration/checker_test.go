@@ -141,14 +141,21 @@ func (s *system) drain() {
 	s.t.Helper()
 	_, b := s.connect()
 	ctx := context.Background()
-	waitFor(s.t, "the consumers to drain", func() bool {
-		for name := range b.Stream.ListConsumers(ctx).Info() {
-			if name.NumPending > 0 || name.NumAckPending > 0 {
+	busy := ""
+	drained := func() bool {
+		for info := range b.Stream.ListConsumers(ctx).Info() {
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				busy = fmt.Sprintf("%s: %d pending, %d awaiting ack, %d redelivered", info.Name, info.NumPending, info.NumAckPending, info.NumRedelivered)
 				return false
 			}
 		}
 		return true
-	})
+	}
+	for deadline := time.Now().Add(20 * time.Second); !drained(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out waiting for the consumers to drain (%s)", busy)
+		}
+	}
 }
 
 // report logs the classification in a stable order.

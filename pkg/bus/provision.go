@@ -559,7 +559,7 @@ func streamDrift(have, want jetstream.StreamConfig) []string {
 	if have.Duplicates != want.Duplicates {
 		add("duplicate window", have.Duplicates, want.Duplicates)
 	}
-	if have.MaxMsgs != want.MaxMsgs {
+	if want.MaxMsgs != 0 && have.MaxMsgs != want.MaxMsgs {
 		add("message limit", have.MaxMsgs, want.MaxMsgs)
 	}
 	return d

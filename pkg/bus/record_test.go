@@ -368,3 +368,13 @@ func TestRecordMessageLimit(t *testing.T) {
 		t.Fatalf("default limit %d", def.Stream.CachedInfo().Config.MaxMsgs)
 	}
 }
+
+// Provisioning again with the same settings reports no drift: a stream whose limits this
+// process leaves unset is not said to differ.
+func TestProvisionAgainReportsNoDrift(t *testing.T) {
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.Config{})
+	if again := srv.Provision(t, bus.Config{}); len(again.Drift) != 0 {
+		t.Fatalf("drift: %v", again.Drift)
+	}
+}

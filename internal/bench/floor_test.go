@@ -113,6 +113,9 @@ func startFloor(b *testing.B) *floor {
 		b.Fatal(err)
 	}
 	_ = sub.SetPendingLimits(1<<20, 1<<30) // as the gateway's
+	if err := f.gateway.JS.Conn().Flush(); err != nil { // as the gateway's: in place from here on
+		b.Fatal(err)
+	}
 
 	ctx := b.Context() // done before the cleanups run
 	must := func(c jetstream.Consumer, err error) jetstream.Consumer {

@@ -152,6 +152,11 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		subs = append(subs, sub)
 	}
+	// In place once the server has them: a response announced after Listen returns is seen.
+	if err := s.cfg.Conn.Flush(); err != nil {
+		_ = stop()
+		return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
+	}
 	return stop, nil
 }
 

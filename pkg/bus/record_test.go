@@ -157,11 +157,15 @@ func TestRespondRecordsAndAnnouncesTheFirstResponse(t *testing.T) {
 	b := srv.Provision(t, bus.Config{})
 	ctx := t.Context()
 	live := make(chan *nats.Msg, 8)
-	sub, err := srv.Connect(t).ChanSubscribe(protocol.FilterLiveResponses, live)
+	listener := srv.Connect(t)
+	sub, err := listener.ChanSubscribe(protocol.FilterLiveResponses, live)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := listener.Flush(); err != nil { // the server knows the subscription from here on
+		t.Fatal(err)
+	}
 	r1 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r1"})
 	r2 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r2"})
 	if mine, err := b.Respond(ctx, r1, responseMsg(t, "q1", "s1", protocol.StatusSuccess)); err != nil || !mine {

@@ -92,6 +92,9 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server knows the subscription from here on
+		t.Fatal(err)
+	}
 	defer sub.Unsubscribe()
 	m, _ := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: "bad_1", SessionID: "sess_bad",
 		ToolCalls: []protocol.ToolCall{{ToolCallID: "bad.id", Name: "echo", Arguments: json.RawMessage(`{}`)}}})

@@ -285,18 +285,13 @@ func (b *Bus) RecordAt(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg
 }
 
 // leaderGet reads one message of the record from its stream leader: unlike a direct get,
-// never from a replica that has not caught up, so what was stored before is always seen. A
-// record of one replica has no other: there it is a direct get, which the server answers
-// without its API queue.
+// never from a replica that has not caught up, so what was stored before is always seen.
 func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-	}
-	if b.Stream != nil && b.Stream.CachedInfo().Config.Replicas <= 1 && b.Stream.CachedInfo().Config.AllowDirect {
-		return b.directGet(ctx, body, req)
 	}
 	var reply *nats.Msg
 	// The leader may be changing: no one answers then, or the answer is "not available".
@@ -330,29 +325,6 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawS
 		}
 	}
 	return raw, nil
-}
-
-// directGet reads one message of a record of one replica with a direct get.
-func (b *Bus) directGet(ctx context.Context, body []byte, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
-	reply, err := b.JS.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+protocol.StreamName, body)
-	if err != nil {
-		return nil, fmt.Errorf("bus: read the record: %w", err)
-	}
-	if status := reply.Header.Get("Status"); status != "" {
-		if status == "404" {
-			return nil, fmt.Errorf("%w: nothing at %d %s", ErrNotFound, req.Seq, req.LastFor)
-		}
-		return nil, fmt.Errorf("bus: read the record: status %s %s", status, reply.Header.Get("Description"))
-	}
-	seq, err := strconv.ParseUint(reply.Header.Get(jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("bus: read the record: no sequence in a direct get's answer: %w", err)
-	}
-	hdr := nats.Header{}
-	for k, v := range reply.Header {
-		hdr[k] = v
-	}
-	return &jetstream.RawStreamMsg{Subject: reply.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: hdr, Data: reply.Data}, nil
 }
 
 // leaderRetry spaces out reads while a stream has no leader.

@@ -112,7 +112,7 @@ func startFloor(b *testing.B) *floor {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_ = sub.SetPendingLimits(1<<20, 1<<30) // as the gateway's
+	_ = sub.SetPendingLimits(1<<20, 1<<30)              // as the gateway's
 	if err := f.gateway.JS.Conn().Flush(); err != nil { // as the gateway's: in place from here on
 		b.Fatal(err)
 	}

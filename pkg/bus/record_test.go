@@ -296,7 +296,7 @@ func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
 		t.Fatalf("read back: %+v %v", got, err)
 	}
 	// Another call's result on this call's subject: not this call's.
-	forged, fres := resultMsg(t, "r2", "b", "s1", `"forged"`, "")
+	forged, _ := resultMsg(t, "r2", "b", "s1", `"forged"`, "")
 	data, _ := protocol.Marshal(forged)
 	if _, err := b.JS.Publish(ctx, protocol.SubjectResult("r2", "c", "s1"), data); err != nil {
 		t.Fatal(err)
@@ -304,7 +304,6 @@ func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
 	if _, _, err := b.Result(ctx, "r2", "c", "s1"); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("another call's result counted: %v", err)
 	}
-	_ = fres
 	// A response subject holding garbage: not answered, and the first response supersedes it.
 	if _, err := b.JS.Publish(ctx, protocol.SubjectResponse("q1", "s1"), []byte{0xdd, 0xff}); err != nil {
 		t.Fatal(err)

@@ -216,8 +216,9 @@ func TestResultAndResponseSubjects(t *testing.T) {
 	if !subjectMatches(FilterResults, res) || !subjectMatches(FilterResults, LegacySubjectResult("s1")) || subjectMatches(FilterResults, resp) {
 		t.Errorf("FilterResults %v", FilterResults)
 	}
-	if !in(FiltersResponses(), resp) || !in(FiltersResponses(), LegacySubjectResponse("s1")) || in(FiltersResponses(), res) {
-		t.Errorf("FiltersResponses %v", FiltersResponses())
+	if !in(StreamSubjects(), LegacySubjectResponse("s1")) || !subjectMatches(LegacyFilterResponses, LegacySubjectResponse("s1")) ||
+		subjectMatches(LegacyFilterResponses, resp) {
+		t.Errorf("LegacyFilterResponses %v", LegacyFilterResponses)
 	}
 	if !subjectMatches(FilterResponseOf("r1"), resp) || subjectMatches(FilterResponseOf("r2"), resp) {
 		t.Errorf("FilterResponseOf")

@@ -166,12 +166,6 @@ const (
 // before, or re-driven): one filter, which the server matches faster than two.
 const FilterResults = prefixResult + ">"
 
-// FiltersResponses match every recorded response: hermes.response.<request_id>.<session>,
-// and hermes.response.<session> as Hermes before recorded them.
-func FiltersResponses() []string {
-	return []string{prefixResponse + "*.*", LegacyFilterResponses}
-}
-
 // FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool
 // matches every tool of the kind.
 func FilterToolCalls(kind, tool string) string {
@@ -248,9 +242,6 @@ func MsgIDRedrive(redrive string) string { return "redrive:" + redrive }
 func RedriveID(seq uint64, nanos int64) string {
 	return strconv.FormatUint(seq, 10) + "-" + strconv.FormatInt(nanos, 10)
 }
-
-// AutoRedriveID names the one automatic re-drive of the result stored at seq.
-func AutoRedriveID(seq uint64) string { return "auto-" + strconv.FormatUint(seq, 10) }
 
 // MsgIDDeadLetter identifies the dead letter of the message consumer gave up at stream
 // sequence seq.

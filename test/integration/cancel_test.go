@@ -174,8 +174,15 @@ func TestCancelBeforeAnyRouter(t *testing.T) {
 	after := request("cq_after", "", call("c", "echo", map[string]any{}))
 	after["session_id"] = "cq_sess"
 	s.route(after)
-	waitFor(t, "the cancelled call refused", func() bool { return s.countRecorded("cq_1", protocol.TypeToolCall) == 1 })
-	time.Sleep(300 * time.Millisecond) // a worker that did start it would have said so by now
+	waitFor(t, "the cancelled call dispatched", func() bool { return s.countRecorded("cq_1", protocol.TypeToolCall) == 1 })
+	waitFor(t, "a worker to have settled the call", func() bool {
+		cons, err := s.js.Consumer(s.ctx, protocol.StreamName, bus.ToolConsumer(protocol.ActionHTTP, "record"))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(s.ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 	if n := s.countRecorded("cq_1", protocol.TypeToolStarted); n != 0 {
 		t.Errorf("%d tries of a cancelled request's call started", n)
 	}

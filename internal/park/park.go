@@ -21,10 +21,12 @@
 package park
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,24 +184,27 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("park: read the timer of %s: %w", key, err)
 	}
-	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	names, err := l.list(ctx, protocol.KeyParked(key, "*"))
 	if err != nil {
 		return 0, fmt.Errorf("park: list what waits for %s: %w", key, err)
 	}
-	var names []string
-	for k := range keys.Keys() {
-		names = append(names, k)
-	}
 	wakeListed()
-	woken := 0
+	var entries []jetstream.KeyValueEntry
 	for _, k := range names {
 		e, err := l.bus.Parked.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // woken meanwhile by someone else
 		}
 		if err != nil {
-			return woken, fmt.Errorf("park: read %s: %w", k, err)
+			return 0, fmt.Errorf("park: read %s: %w", k, err)
 		}
+		entries = append(entries, e)
+	}
+	// In the order they were parked.
+	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
+	woken := 0
+	for _, e := range entries {
+		k := e.Key()
 		var s spot
 		if err := decodeSpot(e.Value(), &s); err != nil {
 			l.log.Error("a parked message cannot be read; it is removed", "key", k, "err", err)
@@ -244,13 +249,12 @@ var wakeListed = func() {}
 // rescheduleLeft sets key's timer to the earliest time among the messages still parked under
 // it, if any has one.
 func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
-	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	keys, err := l.list(ctx, protocol.KeyParked(key, "*"))
 	if err != nil {
 		return fmt.Errorf("park: list what waits for %s: %w", key, err)
 	}
-	defer func() { _ = keys.Stop() }()
 	var earliest time.Time
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := l.bus.Parked.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // woken meanwhile
@@ -271,15 +275,28 @@ func (l *Lot) rescheduleLeft(ctx context.Context, key string) error {
 
 // Parked reports how many messages wait under key.
 func (l *Lot) Parked(ctx context.Context, key string) (int, error) {
-	keys, err := l.bus.Parked.ListKeysFiltered(ctx, protocol.KeyParked(key, "*"))
+	keys, err := l.list(ctx, protocol.KeyParked(key, "*"))
 	if err != nil {
 		return 0, fmt.Errorf("park: list what waits for %s: %w", key, err)
 	}
-	n := 0
-	for range keys.Keys() {
-		n++
+	return len(keys), nil
+}
+
+// list returns the keys of the lot matching filter (which may hold wildcards), read from the
+// bucket stream's subjects by its leader. (A key-value watcher would wait for a message that a
+// concurrent wake-up removes after the watcher counted it, until its context ends.)
+func (l *Lot) list(ctx context.Context, filter string) ([]string, error) {
+	prefix := bus.KVSubject(bus.BucketParked, "")
+	info, err := l.bus.ParkedStream.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, err
 	}
-	return n, nil
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subject, prefix))
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 // Run wakes what waits for timers as they go off, and sweeps the lot when Settled is set,
@@ -313,16 +330,13 @@ func (l *Lot) Sweep(ctx context.Context) (int, error) {
 	if l.Settled == nil {
 		return 0, nil
 	}
-	lister, err := l.bus.Parked.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return 0, nil
-	}
+	all, err := l.list(ctx, ">")
 	if err != nil {
 		return 0, fmt.Errorf("park: list the lot: %w", err)
 	}
 	seen := map[string]bool{}
 	var keys []string
-	for k := range lister.Keys() {
+	for _, k := range all {
 		if i := strings.LastIndexByte(k, '.'); i > 0 && !seen[k[:i]] {
 			seen[k[:i]] = true
 			keys = append(keys, k[:i])

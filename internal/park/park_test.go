@@ -348,3 +348,38 @@ func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
 		t.Fatalf("the timer goes off at %v (%q), want %v", at, m.Header.Get(scheduleHeader), second)
 	}
 }
+
+// Wake-ups of the same key at once — a response's responder, a cancellation, the sweep —
+// each finish promptly, whichever removes a parked message first; and each message is woken.
+func TestConcurrentWakeUpsOfOneKeyFinish(t *testing.T) {
+	f := newFixture(t)
+	for round := range 30 {
+		key := protocol.WakeOnResponse(fmt.Sprintf("cw_%d", round))
+		for i := range 5 {
+			id := fmt.Sprintf("cw_%d_%d", round, i)
+			if _, err := f.lot.Park(t.Context(), Wait{Key: key}, id, protocol.SubjectRequest("cw"), request(t, id, "cw")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, 6)
+		for range cap(errs) {
+			go func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+				defer cancel()
+				_, err := f.lot.Wake(ctx, key)
+				errs <- err
+			}()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a wake-up did not finish: %v", round, err)
+			}
+		}
+		if n, err := f.lot.Parked(t.Context(), key); err != nil || n != 0 {
+			t.Fatalf("round %d: %d still parked, %v", round, n, err)
+		}
+	}
+	if got := len(f.published(t, "cw")); got < 150 {
+		t.Fatalf("%d woken messages published, want every one of 150 at least once", got)
+	}
+}

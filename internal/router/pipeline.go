@@ -25,6 +25,9 @@ type Job struct {
 	// Planned is set on the first delivery of a request's first publication by the gateway,
 	// which recorded its plan as it accepted it (bus.HeaderPlanned).
 	Planned bool
+	// FirstPass is set by the serial stage when the request passes it for the first time,
+	// unanswered: nothing of it was dispatched before this delivery.
+	FirstPass bool
 	// Log names the request in every line.
 	Log *slog.Logger
 	// Plan is the request's recorded plan, set by the plan stage.

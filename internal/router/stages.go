@@ -89,6 +89,9 @@ func (s *SerialStage) decide(ctx context.Context, job *Job) (Verdict, error) {
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Continue(), fmt.Errorf("read serial order: %w", err)
 	}
+	// Its first pass through this stage, unanswered: nothing of it was dispatched yet (the
+	// plan stage need not look for results).
+	job.FirstPass = true
 	prev, err := s.predecessor(ctx, job)
 	if err != nil || prev == noPredecessor {
 		return Continue(), err
@@ -311,6 +314,12 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 	if first.Fingerprint != "" && first.Fingerprint != mine.Fingerprint {
 		job.Log.Warn("request_id reused for a different request; ignored")
 		return Stop(), nil
+	}
+	if job.FirstPass && first.AtIntake && !first.Cancelled {
+		// Passing the serial stage for the first time, which found it unanswered: nothing
+		// was dispatched, and no call has a result to look for. (A plan recorded by a router
+		// of an earlier version, which marked nothing else, says the request went.)
+		return Continue(), nil
 	}
 	if answered, err := s.Plans.Announce(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
 		if err == nil && first.Serial && s.WakeNext != nil {

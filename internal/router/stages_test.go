@@ -291,6 +291,26 @@ func TestPlanStage(t *testing.T) {
 	if _, err := (&PlanStage{Plans: failing}).Process(ctx, job(t, "r3", "s", false, "echo", "a")); !errors.Is(err, bustest.ErrUnreachable) {
 		t.Fatalf("store failing: %v", err)
 	}
+	// A serial request passing the serial stage for the first time: its plan (recorded at
+	// intake) is found, and nothing else is looked up — nothing of it was dispatched.
+	sp := newPlans()
+	jf := job(t, "r5", "s", true, "echo", "a")
+	sp.plans["r5"] = bus.PlanOf(jf.Msg, jf.Req, now)
+	sp.plans["r5"].AtIntake = true
+	sp.results[protocol.KeyResult("r5", "a")] = true // would mark the call done if looked up
+	jf.FirstPass = true
+	if v, err := (&PlanStage{Plans: sp}).Process(ctx, jf); err != nil || v.kind != goOn || jf.Calls[0].Done || len(sp.republished) != 0 {
+		t.Fatalf("first pass: %+v %v, done %v, announced %v", v, err, jf.Calls[0].Done, sp.republished)
+	}
+	// Its plan recorded by a router of an earlier version (which marked nothing else): it
+	// went, and its results are looked up.
+	jo := job(t, "r6", "s", true, "echo", "a")
+	sp.plans["r6"] = bus.PlanOf(jo.Msg, jo.Req, now)
+	sp.results[protocol.KeyResult("r6", "a")] = true
+	jo.FirstPass = true
+	if v, err := (&PlanStage{Plans: sp}).Process(ctx, jo); err != nil || v.kind != stopIt {
+		t.Fatalf("first pass of a request a router planned: %+v %v (its one call has a result: answered from it)", v, err)
+	}
 	// Planned at intake, on its first delivery: the store is not asked.
 	jp := job(t, "r4", "s", false, "echo", "a")
 	jp.Planned = true

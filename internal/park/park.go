@@ -36,6 +36,7 @@ import (
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/retry"
 )
 
 // Wait says what a parked message waits for: its Key to be woken, or At to pass, whichever
@@ -125,6 +126,18 @@ func (l *Lot) remove(ctx context.Context, key string, revision uint64) error {
 	return nil
 }
 
+// dropMarker removes key's delete marker, if that is what the bucket holds for it: only the
+// marker, never a message parked since.
+func (l *Lot) dropMarker(ctx context.Context, key string) {
+	m, err := l.bus.ParkedStream.GetLastMsgForSubject(ctx, bus.KVSubject(bus.BucketParked, key))
+	if err == nil && m.Header.Get(kvOperationHeader) != "" {
+		_ = l.remove(ctx, key, m.Sequence)
+	}
+}
+
+// kvOperationHeader marks a key-value bucket's delete and purge markers.
+const kvOperationHeader = "KV-Operation"
+
 // scheduleHeader is the header holding a schedule's spec ("@at <RFC 3339>").
 const scheduleHeader = "Nats-Schedule"
 
@@ -193,7 +206,10 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	for _, k := range names {
 		e, err := l.bus.Parked.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // woken meanwhile by someone else
+			// Woken meanwhile by someone else, or a delete marker left by an earlier version
+			// (which deleted what it woke): the marker goes.
+			l.dropMarker(ctx, k)
+			continue
 		}
 		if err != nil {
 			return 0, fmt.Errorf("park: read %s: %w", k, err)
@@ -243,6 +259,9 @@ func (l *Lot) Wake(ctx context.Context, key string) (int, error) {
 	return woken, nil
 }
 
+// listRetry spaces out listings while the bucket has no leader.
+var listRetry = retry.Policy{Initial: 20 * time.Millisecond, Factor: 2, Max: 500 * time.Millisecond}
+
 // wakeListed runs in Wake once it listed what to wake; tests park more there.
 var wakeListed = func() {}
 
@@ -283,11 +302,23 @@ func (l *Lot) Parked(ctx context.Context, key string) (int, error) {
 }
 
 // list returns the keys of the lot matching filter (which may hold wildcards), read from the
-// bucket stream's subjects by its leader. (A key-value watcher would wait for a message that a
-// concurrent wake-up removes after the watcher counted it, until its context ends.)
+// bucket stream's subjects as its leader counts them. (A key-value watcher would wait for a
+// message that a concurrent wake-up removes after the watcher counted it, until its context
+// ends.) While a replicated bucket has no leader, every replica answers from what it holds,
+// which may lag: such an answer is not taken, and the listing is asked for again.
 func (l *Lot) list(ctx context.Context, filter string) ([]string, error) {
 	prefix := bus.KVSubject(bus.BucketParked, "")
-	info, err := l.bus.ParkedStream.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	var info *jetstream.StreamInfo
+	err := retry.Do(ctx, listRetry, time.Now().Add(10*time.Second), func() (err error) {
+		info, err = l.bus.ParkedStream.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+		switch {
+		case err != nil:
+			return retry.Stop(err)
+		case info.Cluster != nil && info.Config.Replicas > 1 && info.Cluster.Leader == "":
+			return errors.New("the bucket has no leader")
+		}
+		return nil
+	}, nil)
 	if err != nil {
 		return nil, err
 	}

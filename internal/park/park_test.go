@@ -242,6 +242,35 @@ func TestWokenLeaveNothingBehind(t *testing.T) {
 	}
 }
 
+// A delete marker left in the lot by an earlier version (which deleted what it woke) is
+// listed under its key; a wake-up of the key removes it, and keeps what is parked beside it.
+func TestWakeRemovesMarkersOfEarlierVersions(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	key := protocol.WakeOnResponse("old")
+	if _, err := f.lot.Park(ctx, Wait{Key: key}, "gone", protocol.SubjectRequest("s1"), request(t, "gone", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.Parked.Delete(ctx, protocol.KeyParked(key, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.lot.Parked(ctx, key); err != nil || n != 1 {
+		t.Fatalf("the marker is listed: %d, %v", n, err)
+	}
+	if _, err := f.lot.Park(ctx, Wait{Key: protocol.WakeOnResponse("other")}, "stays", protocol.SubjectRequest("s1"), request(t, "stays", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.lot.Wake(ctx, key); err != nil || n != 0 {
+		t.Fatalf("wake: %d, %v", n, err)
+	}
+	if n, err := f.lot.Parked(ctx, key); err != nil || n != 0 {
+		t.Fatalf("after the wake-up: %d listed, %v", n, err)
+	}
+	if n, err := f.lot.Parked(ctx, protocol.WakeOnResponse("other")); err != nil || n != 1 {
+		t.Fatalf("what waits for another key: %d, %v", n, err)
+	}
+}
+
 // Unpark takes out what Park put, but not what was parked at the same place since.
 func TestUnpark(t *testing.T) {
 	f := newFixture(t)

@@ -188,9 +188,6 @@ type Bus struct {
 	// too: results and responses of requests from before the upgrade are looked up there.
 	legacyResponses jetstream.KeyValue
 	legacyResults   bool
-	// directReads: the record has one replica and allows direct gets, which read what its
-	// leader reads (there is no other replica to lag) without the server's API queue.
-	directReads bool
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
@@ -256,9 +253,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		return nil, fmt.Errorf("%w (timers need NATS 2.12 or later)", err)
 	}
 	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg}
-	if sc := stream.CachedInfo().Config; sc.Replicas <= 1 && sc.AllowDirect {
-		b.directReads = true
-	}
 	for _, kv := range []struct {
 		name       string
 		ttl        time.Duration

@@ -284,10 +284,8 @@ func (b *Bus) RecordAt(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg
 	return b.leaderGet(ctx, msgGetRequest{Seq: seq})
 }
 
-// leaderGet reads one message of the record from its stream leader: unlike a direct get from
-// any replica, never from a replica that has not caught up, so what was stored before is
-// always seen. A record of one replica has no other: there it is a direct get, which reads the
-// same store without the server's API queue.
+// leaderGet reads one message of the record from its stream leader: unlike a direct get,
+// never from a replica that has not caught up, so what was stored before is always seen.
 func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
@@ -295,30 +293,17 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawS
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	api := "$JS.API.STREAM.MSG.GET." + protocol.StreamName
-	if b.directReads {
-		api = "$JS.API.DIRECT.GET." + protocol.StreamName
-	}
 	var reply *nats.Msg
-	// The leader may be changing, or the server restarting: no one answers then, or the
-	// answer is "not available".
+	// The leader may be changing: no one answers then, or the answer is "not available".
 	err := retry.Do(ctx, leaderRetry, time.Time{}, func() (err error) {
-		reply, err = b.JS.Conn().RequestWithContext(ctx, api, body)
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
+		reply, err = b.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+protocol.StreamName, body)
+		if errors.Is(err, nats.ErrNoResponders) {
 			return err
-		case err != nil:
-			return retry.Stop(err)
-		case b.directReads && reply.Header.Get("Status") == "503":
-			return errors.New("the record is not available")
 		}
-		return nil
+		return retry.Stop(err)
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bus: read the record: %w", err)
-	}
-	if b.directReads {
-		return directMsg(reply, req)
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
@@ -340,24 +325,6 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawS
 		}
 	}
 	return raw, nil
-}
-
-// directMsg reads the answer of a direct get: the message, with its stream headers, or a
-// status.
-func directMsg(reply *nats.Msg, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
-	switch status := reply.Header.Get("Status"); status {
-	case "":
-	case "404":
-		return nil, fmt.Errorf("%w: nothing at %d %s", ErrNotFound, req.Seq, req.LastFor)
-	default:
-		return nil, fmt.Errorf("bus: read the record: status %s %s", status, reply.Header.Get("Description"))
-	}
-	seq, err := strconv.ParseUint(reply.Header.Get(jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("bus: read the record: a direct get answered without a sequence: %w", err)
-	}
-	at, _ := time.Parse(time.RFC3339Nano, reply.Header.Get(jetstream.TimeStampHeaer))
-	return &jetstream.RawStreamMsg{Subject: reply.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: reply.Header, Data: reply.Data, Time: at}, nil
 }
 
 // leaderRetry spaces out reads while a stream has no leader.

@@ -211,6 +211,9 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 	}
 }
 
+// jsErrCodeClusterNotAvailable: a replicated stream has no leader (an election is under way).
+const jsErrCodeClusterNotAvailable = 10008
+
 // jsErrCodeMsgIDInProcess: a message with the same id is being stored (clustered streams).
 const jsErrCodeMsgIDInProcess jetstream.ErrorCode = 10158
 
@@ -293,20 +296,26 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawS
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	var reply *nats.Msg
+	var resp msgGetResponse
 	// The leader may be changing: no one answers then, or the answer is "not available".
-	err := retry.Do(ctx, leaderRetry, time.Time{}, func() (err error) {
-		reply, err = b.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+protocol.StreamName, body)
-		if errors.Is(err, nats.ErrNoResponders) {
+	err := retry.Do(ctx, leaderRetry, time.Time{}, func() error {
+		reply, err := b.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+protocol.StreamName, body)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
 			return err
+		case err != nil:
+			return retry.Stop(err)
 		}
-		return retry.Stop(err)
+		resp = msgGetResponse{}
+		if err := json.Unmarshal(reply.Data, &resp); err != nil {
+			return retry.Stop(err)
+		}
+		if resp.Error != nil && resp.Error.ErrCode == jsErrCodeClusterNotAvailable {
+			return fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+		}
+		return nil
 	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("bus: read the record: %w", err)
-	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
 		return nil, fmt.Errorf("bus: read the record: %w", err)
 	}
 	if resp.Error != nil {

@@ -110,7 +110,7 @@ func New(cfg Config) (*Router, error) {
 	wake := r.agg.answer.WakeNext
 	stages := []Stage{
 		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, Plan: cfg.Bus.Plan, WakeNext: wake},
-		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub, answer: r.agg.answer}, WakeNext: wake},
+		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub, answer: r.agg.answer}, WakeNext: wake, StateTTL: cfg.Bus.Config().StateTTL},
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})

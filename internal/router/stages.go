@@ -289,6 +289,9 @@ type PlanStage struct {
 	WakeNext func(ctx context.Context, requestID string) error
 	// Now stamps plans; nil means time.Now.
 	Now func() time.Time
+	// StateTTL is how long the serial stage's marks are kept (bus.Config.StateTTL); 0 means
+	// for ever.
+	StateTTL time.Duration
 }
 
 // Name is "plan".
@@ -315,10 +318,11 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		job.Log.Warn("request_id reused for a different request; ignored")
 		return Stop(), nil
 	}
-	if job.FirstPass && first.AtIntake && !first.Cancelled {
+	if job.FirstPass && first.AtIntake && !first.Cancelled && s.young(first) {
 		// Passing the serial stage for the first time, which found it unanswered: nothing
 		// was dispatched, and no call has a result to look for. (A plan recorded by a router
-		// of an earlier version, which marked nothing else, says the request went.)
+		// of an earlier version, which marked nothing else, says the request went; so may
+		// the mark's absence on a request older than the serial order is kept.)
 		return Continue(), nil
 	}
 	if answered, err := s.Plans.Announce(ctx, job.Msg.RequestID, job.Msg.SessionID); err != nil || answered {
@@ -357,6 +361,12 @@ func (s *PlanStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		}
 	}
 	return Continue(), nil
+}
+
+// young reports whether p's request is recent enough that the serial stage's marks of it are
+// still kept (within half the state TTL, leaving room for clocks that differ).
+func (s *PlanStage) young(p *bus.Plan) bool {
+	return s.StateTTL <= 0 || s.now().Sub(p.AcceptedAt) < s.StateTTL/2
 }
 
 func (s *PlanStage) now() time.Time {

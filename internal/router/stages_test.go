@@ -302,6 +302,16 @@ func TestPlanStage(t *testing.T) {
 	if v, err := (&PlanStage{Plans: sp}).Process(ctx, jf); err != nil || v.kind != goOn || jf.Calls[0].Done || len(sp.republished) != 0 {
 		t.Fatalf("first pass: %+v %v, done %v, announced %v", v, err, jf.Calls[0].Done, sp.republished)
 	}
+	// One older than the serial stage's marks are kept: they may have expired; its results
+	// are looked up.
+	jt := job(t, "r7", "s", true, "echo", "a")
+	sp.plans["r7"] = bus.PlanOf(jt.Msg, jt.Req, now.Add(-13*time.Hour))
+	sp.plans["r7"].AtIntake = true
+	sp.results[protocol.KeyResult("r7", "a")] = true
+	jt.FirstPass = true
+	if v, err := (&PlanStage{Plans: sp, StateTTL: 24 * time.Hour, Now: func() time.Time { return now }}).Process(ctx, jt); err != nil || v.kind != stopIt {
+		t.Fatalf("first pass of a request older than half the state TTL: %+v %v (its one call has a result: answered from it)", v, err)
+	}
 	// Its plan recorded by a router of an earlier version (which marked nothing else): it
 	// went, and its results are looked up.
 	jo := job(t, "r6", "s", true, "echo", "a")

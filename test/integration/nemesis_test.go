@@ -317,7 +317,7 @@ func (s *system) collect(session string, client *http.Client, runs []clientRun) 
 			}
 		}
 	}
-	s.t.Logf("session %s: %d requests, %d awaiting their answer when the load stopped, drained in %v",
+	s.t.Logf("session %s: %d requests, %d not answered within their post's wait, the last collected %v after the load stopped",
 		session, len(runs), waiting, time.Since(started).Round(time.Second))
 	return runs
 }

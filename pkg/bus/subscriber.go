@@ -193,22 +193,41 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 }
 
 // terminal returns a wrapped err when the consumer cannot be read any more: deleted, the
-// connection closed, or "no responders" for a consumer that no longer exists.
+// connection closed, or "no responders" for a consumer that no longer exists. A consumer that
+// is missing only while JetStream comes back (a server restarting, JetStream re-enabled: the
+// stream is loaded before its consumers) is not gone: it must stay missing for consumerGone.
 func (s *Subscriber) terminal(ctx context.Context, err error) error {
-	if isTerminal(err) {
+	switch {
+	case errors.Is(err, jetstream.ErrBadRequest) || errors.Is(err, nats.ErrConnectionClosed):
 		return fmt.Errorf("bus: consume: %w", err)
-	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		if _, ierr := s.Consumer.Info(ctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("bus: consume: %w", ierr)
+	case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, nats.ErrNoResponders):
+		if gone := s.gone(ctx); gone != nil {
+			return fmt.Errorf("bus: consume: %w", gone)
 		}
 	}
 	return nil
 }
 
-func isTerminal(err error) bool {
-	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-		errors.Is(err, jetstream.ErrBadRequest) || errors.Is(err, nats.ErrConnectionClosed)
+// consumerGone is how long a consumer must be missing before a subscriber stops.
+const consumerGone = 3 * time.Second
+
+// gone returns the error that says the consumer does not exist, if it stays so for
+// consumerGone; nil if it is there (again), or its state cannot be told.
+func (s *Subscriber) gone(ctx context.Context) error {
+	deadline := time.Now().Add(consumerGone)
+	for {
+		_, err := s.Consumer.Info(ctx)
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		if !retry.Sleep(ctx, 250*time.Millisecond) {
+			return nil
+		}
+	}
 }
 
 // handle runs the handler for msg and settles it: the one place that decides ack, nak or term.

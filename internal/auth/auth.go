@@ -1,0 +1,112 @@
+// Package auth says who calls Hermes and what they may do. A caller is an API key (kept on the
+// bus as a hash, never as the key) or a bearer token from an OIDC issuer; each has one role, and
+// each role a fixed set of permissions. The gateway asks for a caller on every endpoint but
+// /healthz and /readyz, and checks the permission the endpoint needs.
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Role is a caller's role. The names are the ones policies use (allowed_roles: [admin]).
+type Role string
+
+// The built-in roles.
+const (
+	// RoleAdmin may do everything, keys included.
+	RoleAdmin Role = "admin"
+	// RoleOperator runs Hermes: dead letters, replay, metrics, every session.
+	RoleOperator Role = "operator"
+	// RoleUser submits requests and chats, and reads its own sessions.
+	RoleUser Role = "user"
+)
+
+// Roles lists the built-in roles, most powerful first.
+var Roles = []Role{RoleAdmin, RoleOperator, RoleUser}
+
+// Permission is one thing a caller may do.
+type Permission string
+
+// The permissions endpoints check.
+const (
+	// PermSubmit: post requests and chat; read what one submitted.
+	PermSubmit Permission = "submit"
+	// PermReadAll: read every session and request, not only one's own.
+	PermReadAll Permission = "sessions:read_all"
+	// PermDeadLetters: list and re-drive dead letters.
+	PermDeadLetters Permission = "dead_letters"
+	// PermReplay: replay sessions and run what-if replays.
+	PermReplay Permission = "replay"
+	// PermMetrics: read /metrics.
+	PermMetrics Permission = "metrics"
+	// PermKeys: create, list and revoke API keys.
+	PermKeys Permission = "keys"
+	// PermApprove: approve or reject held calls.
+	PermApprove Permission = "approve"
+	// PermToolsAdmin: register and change tools.
+	PermToolsAdmin Permission = "tools:admin"
+	// PermActForUsers: name the end user a request is made for (an application acting for
+	// its users). Given to a key when it is created, or by the admin role.
+	PermActForUsers Permission = "act_for_users"
+)
+
+// Permissions lists every permission.
+var Permissions = []Permission{PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
+	PermApprove, PermToolsAdmin, PermActForUsers}
+
+var rolePermissions = map[Role][]Permission{
+	RoleAdmin:    Permissions,
+	RoleOperator: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics},
+	RoleUser:     {PermSubmit},
+}
+
+// ParseRole returns the role named s, or an error listing the roles there are.
+func ParseRole(s string) (Role, error) {
+	r := Role(strings.TrimSpace(s))
+	if _, ok := rolePermissions[r]; !ok {
+		return "", fmt.Errorf("auth: unknown role %q: the roles are %s", s, joinRoles())
+	}
+	return r, nil
+}
+
+func joinRoles() string {
+	names := make([]string, len(Roles))
+	for i, r := range Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Has reports whether role r grants p.
+func (r Role) Has(p Permission) bool { return slices.Contains(rolePermissions[r], p) }
+
+// Caller is who made a request: set by the gateway from a credential, never by the client.
+type Caller struct {
+	// ID names the caller for ownership and the record: "key:<key id>" or
+	// "oidc:<issuer>#<subject>".
+	ID string
+	// Name is a label for people: the key's name, the token's preferred name or subject.
+	Name string
+	Role Role
+	// ActForUsers is set on a key created to act for its end users.
+	ActForUsers bool
+}
+
+// Can reports whether c may do p.
+func (c *Caller) Can(p Permission) bool {
+	if c == nil {
+		return false
+	}
+	if p == PermActForUsers && c.ActForUsers {
+		return true
+	}
+	return c.Role.Has(p)
+}
+
+// ErrUnauthenticated is wrapped by every error that says a credential does not name a caller:
+// missing, malformed, unknown, expired or revoked. Its text is for logs; a client is told only
+// that it is not authenticated.
+var ErrUnauthenticated = errors.New("auth: not authenticated")

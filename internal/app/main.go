@@ -23,6 +23,7 @@ var Commands = map[string]Command{
 	"demo-tools":   RunDemoTools,
 	"route":        RunRoute,
 	"dlq":          RunDLQ,
+	"keys":         RunKeys,
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
 	"bench":        RunBench,
@@ -44,6 +45,7 @@ Commands:
   route       post a request file to a gateway and print the response
   cancel      cancel a request: its calls not started never start, running ones are stopped
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
+  keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take
               --dead-letters to run it beside them; the router does by default)
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C

@@ -1,7 +1,7 @@
-// Package auth says who calls Hermes and what they may do. A caller is an API key (kept on the
-// bus as a hash, never as the key) or a bearer token from an OIDC issuer; each has one role, and
-// each role a fixed set of permissions. The gateway asks for a caller on every endpoint but
-// /healthz and /readyz, and checks the permission the endpoint needs.
+// Package auth says who calls Hermes and what they may do. A caller is named by an API key
+// (kept on the bus as a hash, never as the key); it has one role, and each role a fixed set of
+// permissions. (Bearer tokens from an OIDC issuer, and the gateway asking for a caller on its
+// endpoints, are to come.)
 package auth
 
 import (
@@ -24,8 +24,11 @@ const (
 	RoleUser Role = "user"
 )
 
+// roles lists the built-in roles, most powerful first.
+var roles = []Role{RoleAdmin, RoleOperator, RoleUser}
+
 // Roles lists the built-in roles, most powerful first.
-var Roles = []Role{RoleAdmin, RoleOperator, RoleUser}
+func Roles() []Role { return slices.Clone(roles) }
 
 // Permission is one thing a caller may do.
 type Permission string
@@ -53,19 +56,22 @@ const (
 	PermActForUsers Permission = "act_for_users"
 )
 
-// Permissions lists every permission.
-var Permissions = []Permission{PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
+// permissions lists every permission.
+var permissions = []Permission{PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
 	PermApprove, PermToolsAdmin, PermActForUsers}
 
+// Permissions lists every permission.
+func Permissions() []Permission { return slices.Clone(permissions) }
+
 var rolePermissions = map[Role][]Permission{
-	RoleAdmin:    Permissions,
+	RoleAdmin:    slices.Clone(permissions),
 	RoleOperator: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics},
 	RoleUser:     {PermSubmit},
 }
 
-// ParseRole returns the role named s, or an error listing the roles there are.
+// ParseRole returns the role named exactly s, or an error listing the roles there are.
 func ParseRole(s string) (Role, error) {
-	r := Role(strings.TrimSpace(s))
+	r := Role(s)
 	if _, ok := rolePermissions[r]; !ok {
 		return "", fmt.Errorf("auth: unknown role %q: the roles are %s", s, joinRoles())
 	}
@@ -73,8 +79,8 @@ func ParseRole(s string) (Role, error) {
 }
 
 func joinRoles() string {
-	names := make([]string, len(Roles))
-	for i, r := range Roles {
+	names := make([]string, len(roles))
+	for i, r := range roles {
 		names[i] = string(r)
 	}
 	return strings.Join(names, ", ")
@@ -107,6 +113,6 @@ func (c *Caller) Can(p Permission) bool {
 }
 
 // ErrUnauthenticated is wrapped by every error that says a credential does not name a caller:
-// missing, malformed, unknown, expired or revoked. Its text is for logs; a client is told only
+// malformed, unknown, wrong, revoked, or its record damaged. Its text is for logs; a client is told only
 // that it is not authenticated.
 var ErrUnauthenticated = errors.New("auth: not authenticated")

@@ -46,21 +46,31 @@ func ParseKey(key string) (id, secret string, err error) {
 
 // Key is what is kept of an API key: never the key itself, only a hash of its secret.
 type Key struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	Role        Role      `json:"role"`
-	ActForUsers bool      `json:"act_for_users,omitempty"`
-	Hash        string    `json:"hash"` // hex SHA-256 of the secret
-	CreatedAt   time.Time `json:"created_at"`
-	CreatedBy   string    `json:"created_by,omitempty"`
-	RevokedAt   time.Time `json:"revoked_at,omitzero"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Role        Role   `json:"role"`
+	ActForUsers bool   `json:"act_for_users,omitempty"`
+	// Hash is the lower-case hex SHA-256 of the secret as it is written in the key (its 52
+	// characters).
+	Hash      string    `json:"hash,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by,omitempty"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
 }
 
 // Revoked reports whether k was revoked.
 func (k *Key) Revoked() bool { return !k.RevokedAt.IsZero() }
 
-// Caller is the caller k names.
+// Check reports whether secret is k's, in time that does not depend on where they differ.
+func (k *Key) Check(secret string) bool {
+	return subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(k.Hash)) == 1
+}
+
+// Caller is the caller k names; nil when k is revoked.
 func (k *Key) Caller() *Caller {
+	if k.Revoked() {
+		return nil
+	}
 	return &Caller{ID: "key:" + k.ID, Name: k.Name, Role: k.Role, ActForUsers: k.ActForUsers}
 }
 
@@ -70,9 +80,9 @@ const maxKeyRecord = 4 << 10
 // ErrBadRecord is wrapped by DecodeKey's errors: the stored bytes are no key record.
 var ErrBadRecord = errors.New("auth: not a key record")
 
-// DecodeKey reads a stored key record, whatever the bytes: hostile input gives an error
-// wrapping ErrBadRecord.
-func DecodeKey(data []byte) (*Key, error) {
+// DecodeKey reads the record stored under id, whatever the bytes: hostile input, or a record
+// that is not id's, gives an error wrapping ErrBadRecord.
+func DecodeKey(id string, data []byte) (*Key, error) {
 	if len(data) > maxKeyRecord {
 		return nil, fmt.Errorf("%w: %d bytes (at most %d)", ErrBadRecord, len(data), maxKeyRecord)
 	}
@@ -80,11 +90,16 @@ func DecodeKey(data []byte) (*Key, error) {
 	if err := json.Unmarshal(data, &k); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
+	switch {
+	case k.ID != id || !encodedID(k.ID):
+		return nil, fmt.Errorf("%w: stored under %s, it says it is %q", ErrBadRecord, id, k.ID)
+	case !namePattern.MatchString(k.Name):
+		return nil, fmt.Errorf("%w: no valid name", ErrBadRecord)
+	case len(k.Hash) != 2*sha256.Size || strings.Trim(k.Hash, "0123456789abcdef") != "":
+		return nil, fmt.Errorf("%w: no valid hash", ErrBadRecord)
+	}
 	if _, err := ParseRole(string(k.Role)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRecord, err)
-	}
-	if _, err := hex.DecodeString(k.Hash); err != nil || len(k.Hash) != 2*sha256.Size || !encodedID(k.ID) {
-		return nil, fmt.Errorf("%w: no valid id and hash", ErrBadRecord)
 	}
 	return &k, nil
 }
@@ -169,10 +184,7 @@ func (s *Keys) Verify(ctx context.Context, key string) (*Caller, error) {
 	case err != nil:
 		return nil, err
 	}
-	if k.ID != id {
-		return nil, fmt.Errorf("%w: key id %s holds the record of %s", ErrUnauthenticated, id, k.ID)
-	}
-	if subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(k.Hash)) != 1 {
+	if !k.Check(secret) {
 		return nil, fmt.Errorf("%w: wrong secret for key id %s", ErrUnauthenticated, id)
 	}
 	if k.Revoked() {
@@ -186,36 +198,31 @@ func (s *Keys) get(ctx context.Context, id string) (*Key, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	k, err := DecodeKey(e.Value())
+	k, err := DecodeKey(id, e.Value())
 	if err != nil {
 		return nil, 0, err
 	}
 	return k, e.Revision(), nil
 }
 
-// ErrNoSuchKey is returned by Revoke for a key id (or name) the store does not hold.
+// ErrNoSuchKey is returned by Revoke for a key id or name the store does not hold.
 var ErrNoSuchKey = errors.New("auth: no such key")
 
-// Revoke revokes the key with id or name; revoking again changes nothing. It returns the
-// key's record.
+// Revoke revokes the key with id idOrName, or else the one named so; revoking a revoked key
+// changes nothing. It returns the key's record.
 func (s *Keys) Revoke(ctx context.Context, idOrName string) (*Key, error) {
-	id := idOrName
-	if !encodedID(id) {
-		all, err := s.List(ctx)
-		if err != nil {
+	id := ""
+	if encodedID(idOrName) {
+		if _, _, err := s.get(ctx, idOrName); err == nil {
+			id = idOrName
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, err
 		}
-		id = ""
-		for _, k := range all {
-			if k.Name == idOrName && !k.Revoked() {
-				if id != "" {
-					return nil, fmt.Errorf("auth: more than one key is named %s; revoke it by id", idOrName)
-				}
-				id = k.ID
-			}
-		}
-		if id == "" {
-			return nil, fmt.Errorf("%w: %s", ErrNoSuchKey, idOrName)
+	}
+	if id == "" {
+		var err error
+		if id, err = s.named(ctx, idOrName); err != nil {
+			return nil, err
 		}
 	}
 	for range 8 {
@@ -236,37 +243,70 @@ func (s *Keys) Revoke(ctx context.Context, idOrName string) (*Key, error) {
 		}
 		if _, err := s.kv.Update(ctx, id, data, rev); err == nil {
 			return k, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, fmt.Errorf("auth: revoke %s: %w", id, err)
 		}
 	}
 	return nil, fmt.Errorf("auth: revoke %s: changed by others meanwhile; try again", id)
 }
 
-// List returns every key's record, revoked ones too, oldest first.
-func (s *Keys) List(ctx context.Context) ([]*Key, error) {
-	lister, err := s.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+// named returns the id of the key named name: the one not revoked, or else a revoked one.
+func (s *Keys) named(ctx context.Context, name string) (string, error) {
+	all, _, err := s.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("auth: list keys: %w", err)
+		return "", err
+	}
+	live, revoked := "", ""
+	for _, k := range all {
+		switch {
+		case k.Name != name:
+		case k.Revoked():
+			revoked = k.ID
+		case live != "":
+			return "", fmt.Errorf("auth: more than one key is named %s; revoke it by id", name)
+		default:
+			live = k.ID
+		}
+	}
+	switch {
+	case live != "":
+		return live, nil
+	case revoked != "":
+		return revoked, nil
+	}
+	return "", fmt.Errorf("%w: %s", ErrNoSuchKey, name)
+}
+
+// List returns every key's record, revoked ones too, oldest first, and the ids of records
+// that are damaged (not a key's), which it leaves out.
+func (s *Keys) List(ctx context.Context) ([]*Key, []string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: list keys: %w", err)
 	}
 	var ids []string
 	for id := range lister.Keys() {
 		ids = append(ids, id)
 	}
+	if err := ctx.Err(); err != nil { // the listing ends early, without an error of its own
+		return nil, nil, fmt.Errorf("auth: list keys: %w", err)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids) // a key written while listed may be listed twice
 	var out []*Key
+	var damaged []string
 	for _, id := range ids {
 		k, _, err := s.get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case errors.Is(err, ErrBadRecord):
+			damaged = append(damaged, id)
+		case err != nil:
+			return nil, nil, err
+		default:
+			out = append(out, k)
 		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b *Key) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return out, nil
+	slices.SortStableFunc(out, func(a, b *Key) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, damaged, nil
 }

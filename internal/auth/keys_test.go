@@ -68,9 +68,18 @@ func TestKeysCreateVerifyRevoke(t *testing.T) {
 	if _, err := keys.Revoke(ctx, "nobody"); !errors.Is(err, ErrNoSuchKey) {
 		t.Fatalf("revoke an unknown name: %v", err)
 	}
-	list, err := keys.List(ctx)
-	if err != nil || len(list) != 1 || !list[0].Revoked() || list[0].Name != "ci-bot" {
-		t.Fatalf("list: %+v %v", list, err)
+	if k, err := keys.Revoke(ctx, "ci-bot"); err != nil || k.ID != rec.ID {
+		t.Fatalf("revoke again by name: %+v %v", k, err)
+	}
+	list, damaged, err := keys.List(ctx)
+	if err != nil || len(list) != 1 || !list[0].Revoked() || list[0].Name != "ci-bot" || len(damaged) != 0 {
+		t.Fatalf("list: %+v %v %v", list, damaged, err)
+	}
+	// A name that looks like an id is still revoked by name.
+	if _, idLike, err := keys.Create(ctx, NewKey{Name: "billingservice22", Role: RoleUser}); err != nil {
+		t.Fatal(err)
+	} else if k, err := keys.Revoke(ctx, "billingservice22"); err != nil || k.ID != idLike.ID {
+		t.Fatalf("revoke a name shaped like an id: %+v %v", k, err)
 	}
 }
 
@@ -83,12 +92,16 @@ func TestKeysCreateRefusesBadInput(t *testing.T) {
 			t.Errorf("created %+v", spec)
 		}
 	}
-	if list, _ := keys.List(t.Context()); len(list) != 0 {
-		t.Fatalf("kept %d keys", len(list))
+	if _, _, err := keys.Create(t.Context(), NewKey{Name: "spaced", Role: " admin"}); err == nil {
+		t.Error("created a key with role \" admin\"")
+	}
+	if list, _, err := keys.List(t.Context()); err != nil || len(list) != 0 {
+		t.Fatalf("kept %d keys, %v", len(list), err)
 	}
 }
 
-// A record that is not a key's (written by someone else, or damaged) names nobody.
+// A record that is not a key's (written by someone else, or damaged) names nobody, is listed as
+// damaged, and is never taken for the key whose id it claims.
 func TestKeysRecordNotAKey(t *testing.T) {
 	keys, bucket := newKeys(t)
 	ctx := t.Context()
@@ -96,7 +109,15 @@ func TestKeysRecordNotAKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, junk := range []string{"{", `{"id":"` + rec.ID + `","role":"admin","hash":"00"}`, `{"id":"` + rec.ID + `","role":"god","hash":"` + rec.Hash + `"}`} {
+	victimKey, victim, err := keys.Create(ctx, NewKey{Name: "victim", Role: RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, junk := range []string{"{", `{"id":"` + rec.ID + `","name":"app","role":"admin","hash":"00"}`,
+		`{"id":"` + rec.ID + `","name":"app","role":"god","hash":"` + rec.Hash + `"}`,
+		`{"id":"` + rec.ID + `","name":"app","role":" user","hash":"` + rec.Hash + `"}`,
+		`{"id":"` + rec.ID + `","name":"app","role":"user","hash":"` + strings.ToUpper(rec.Hash) + `"}`,
+		`{"id":"` + rec.ID + `","name":"\u001b[31mapp","role":"user","hash":"` + rec.Hash + `"}`} {
 		if _, err := bucket.Put(ctx, rec.ID, []byte(junk)); err != nil {
 			t.Fatal(err)
 		}
@@ -104,17 +125,34 @@ func TestKeysRecordNotAKey(t *testing.T) {
 			t.Errorf("record %s: %v", junk, err)
 		}
 	}
+	// A decoy stored under another id, copying the victim's record but for its name.
+	decoy := `{"id":"` + victim.ID + `","name":"decoy","role":"admin","hash":"` + victim.Hash + `"}`
+	decoyID := strings.Repeat("z", 16)
+	if _, err := bucket.Put(ctx, decoyID, []byte(decoy)); err != nil {
+		t.Fatal(err)
+	}
+	list, damaged, err := keys.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != victim.ID || len(damaged) != 2 {
+		t.Fatalf("list: %+v, damaged %v, %v", list, damaged, err)
+	}
+	if _, err := keys.Revoke(ctx, "decoy"); !errors.Is(err, ErrNoSuchKey) {
+		t.Fatalf("revoke the decoy: %v", err)
+	}
+	if _, err := keys.Verify(ctx, victimKey); err != nil {
+		t.Fatalf("the victim's key after the decoy: %v", err)
+	}
 }
 
 // Roles grant what the permission table says; act_for_users comes with admin or the key.
 func TestRolePermissions(t *testing.T) {
 	want := map[Role][]Permission{
-		RoleAdmin:    Permissions,
+		RoleAdmin: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
+			PermApprove, PermToolsAdmin, PermActForUsers},
 		RoleOperator: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics},
 		RoleUser:     {PermSubmit},
 	}
 	for role, perms := range want {
-		for _, p := range Permissions {
+		for _, p := range Permissions() {
 			has := false
 			for _, q := range perms {
 				has = has || q == p
@@ -139,8 +177,12 @@ func FuzzDecodeKey(f *testing.F) {
 	f.Add([]byte(`{"id":"abcdefghijklmnop","name":"x","role":"user","hash":"` + strings.Repeat("0", 64) + `","created_at":"` + time.Now().Format(time.RFC3339) + `"}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		k, err := DecodeKey(data)
-		if err == nil && (k.Role == "" || len(k.Hash) != 64 || len(k.ID) != 16) {
+		k, err := DecodeKey("abcdefghijklmnop", data)
+		if err != nil {
+			return
+		}
+		if r, err := ParseRole(string(k.Role)); err != nil || r != k.Role || k.ID != "abcdefghijklmnop" ||
+			len(k.Hash) != 64 || strings.ToLower(k.Hash) != k.Hash || !namePattern.MatchString(k.Name) {
 			t.Fatalf("accepted %+v", k)
 		}
 	})

@@ -51,6 +51,10 @@ const (
 	// BucketParked holds the messages parked until something wakes them (package park), under
 	// protocol.KeyParked. It has no TTL: a parked message leaves only when it is woken.
 	BucketParked = "hermes-parked"
+	// BucketKeys holds the callers' API keys (key: the key's id), each as a hash of its
+	// secret, never the key (package auth). No TTL: a key lives until it is revoked, and a
+	// revoked one stays listed.
+	BucketKeys = "hermes-keys"
 )
 
 // KVStream names the stream JetStream keeps a key-value bucket in.
@@ -175,6 +179,8 @@ type Bus struct {
 	Claims   jetstream.KeyValue
 	Sessions jetstream.KeyValue
 	Parked   jetstream.KeyValue
+	// Keys is the API keys bucket (BucketKeys).
+	Keys jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
 	// leaves no delete marker behind.
 	ParkedStream jetstream.Stream
@@ -269,6 +275,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		// No TTL: a parked message must never be dropped while it waits (an approval may
 		// take days); bounded in bytes instead, refusing new ones when full.
 		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true},
+		// A revocation must be seen by the next read, from whichever gateway.
+		{BucketKeys, 0, 0, &b.Keys, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,

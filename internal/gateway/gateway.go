@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -47,6 +48,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Gatherer, when set, is served at GET /metrics.
 	Gatherer prometheus.Gatherer
+	// Callers, when set, names the caller of every request but /healthz, /readyz and the
+	// web page's files, and each endpoint checks its permission (auth.PermSubmit; /metrics
+	// auth.PermMetrics). Nil serves everyone, as Hermes did before callers had identities.
+	Callers Verifier
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -108,9 +113,9 @@ func newGateway(cfg Config, s submitter) *Gateway {
 		g.log = slog.New(slog.DiscardHandler)
 	}
 	g.mux = http.NewServeMux()
-	g.mux.HandleFunc("POST /v1/route", g.handleRoute)
-	g.mux.HandleFunc("GET /v1/requests/{request_id}", g.handleGetRequest)
-	g.mux.HandleFunc("DELETE /v1/requests/{request_id}", g.handleCancel)
+	g.mux.HandleFunc("POST /v1/route", g.require(auth.PermSubmit, g.handleRoute))
+	g.mux.HandleFunc("GET /v1/requests/{request_id}", g.require(auth.PermSubmit, g.handleGetRequest))
+	g.mux.HandleFunc("DELETE /v1/requests/{request_id}", g.require(auth.PermSubmit, g.handleCancel))
 	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -118,7 +123,7 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g.registerSessions()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
-		g.mux.Handle("GET /metrics", metrics.Handler(cfg.Gatherer))
+		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
 	}
 	g.handler = g.cfg.Metrics.Instrument(g.mux)
 	return g

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -44,8 +45,8 @@ type sessionsAPI struct {
 func (g *Gateway) registerSessions() {
 	g.sessions.streams.max = maxEventStreams
 	g.sessions.listings = make(chan struct{}, maxListings)
-	g.mux.HandleFunc("GET /v1/sessions", g.handleListSessions)
-	g.mux.HandleFunc("GET /v1/sessions/{session_id}/events", g.handleSessionEvents)
+	g.mux.HandleFunc("GET /v1/sessions", g.require(auth.PermSubmit, g.handleListSessions))
+	g.mux.HandleFunc("GET /v1/sessions/{session_id}/events", g.require(auth.PermSubmit, g.handleSessionEvents))
 }
 
 // handleSessionEvents streams the session's recorded messages as server-sent events: its whole

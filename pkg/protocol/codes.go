@@ -40,4 +40,9 @@ const (
 	CodeAlreadyFinished = "ALREADY_FINISHED"
 	// CodeInternal: Hermes failed in a way that is its own bug; the message says where.
 	CodeInternal = "INTERNAL"
+	// CodeUnauthenticated: no valid credentials (401, with WWW-Authenticate).
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	// CodeForbidden: the caller lacks the permission the endpoint needs (403); the message
+	// names it.
+	CodeForbidden = "FORBIDDEN"
 )

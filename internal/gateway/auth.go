@@ -11,12 +11,6 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// Verifier names the caller a credential belongs to (auth.Keys), or returns an error wrapping
-// auth.ErrUnauthenticated; any other error means it could not tell.
-type Verifier interface {
-	Verify(ctx context.Context, credential string) (*auth.Caller, error)
-}
-
 type callerKey struct{}
 
 // CallerOf returns the caller the gateway authenticated for ctx's request; nil when the gateway

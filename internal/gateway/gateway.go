@@ -51,7 +51,7 @@ type Config struct {
 	// Callers, when set, names the caller of every request but /healthz, /readyz and the
 	// web page's files, and each endpoint checks its permission (auth.PermSubmit; /metrics
 	// auth.PermMetrics). Nil serves everyone, as Hermes did before callers had identities.
-	Callers Verifier
+	Callers auth.Verifier
 	// Logger; nil discards.
 	Logger *slog.Logger
 }

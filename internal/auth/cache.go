@@ -1,0 +1,99 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Verifier names the caller a credential belongs to, or returns an error wrapping
+// ErrUnauthenticated; any other error means it could not tell.
+type Verifier interface {
+	Verify(ctx context.Context, credential string) (*Caller, error)
+}
+
+var _ Verifier = (*Keys)(nil)
+
+// Cached remembers for TTL what Next said about a credential — the caller it names, or that it
+// names none — so a busy gateway reads the key store once per credential per TTL, and a revoked
+// key stops working within TTL. What Next could not tell (the store unreachable) is not
+// remembered. At most Max credentials are remembered (by their hash, never as given); when
+// full, the oldest half goes. It is safe for concurrent use.
+type Cached struct {
+	Next Verifier
+	// TTL is how long an answer is remembered. Default 5 s.
+	TTL time.Duration
+	// Max bounds the credentials remembered. Default 10 000.
+	Max int
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]cached
+}
+
+type cached struct {
+	caller *Caller
+	err    error
+	at     time.Time
+}
+
+// Verify answers from memory, or asks Next.
+func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error) {
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	ttl := c.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Second
+	}
+	key := sha256.Sum256([]byte(credential))
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < ttl {
+		return e.caller, e.err
+	}
+	caller, err := c.Next.Verify(ctx, credential)
+	if err != nil && !errors.Is(err, ErrUnauthenticated) {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[[sha256.Size]byte]cached{}
+	}
+	limit := c.Max
+	if limit <= 0 {
+		limit = 10_000
+	}
+	if len(c.entries) >= limit {
+		c.evict(now, ttl, limit/2)
+	}
+	c.entries[key] = cached{caller: caller, err: err, at: now}
+	return caller, err
+}
+
+// evict drops what has expired, then the oldest entries until at most keep are left.
+func (c *Cached) evict(now time.Time, ttl time.Duration, keep int) {
+	var oldest time.Time
+	for k, e := range c.entries {
+		if now.Sub(e.at) >= ttl {
+			delete(c.entries, k)
+		} else if oldest.IsZero() || e.at.Before(oldest) {
+			oldest = e.at
+		}
+	}
+	// Entries remembered at the same instant are many only under a flood: a cutoff that moves
+	// forward from the oldest keeps the newest half, roughly.
+	step := max(ttl/16, time.Millisecond)
+	for cutoff := oldest; len(c.entries) > keep; cutoff = cutoff.Add(step) {
+		for k, e := range c.entries {
+			if !e.at.After(cutoff) {
+				delete(c.entries, k)
+			}
+		}
+	}
+}

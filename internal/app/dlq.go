@@ -2,12 +2,10 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/hermesbus/hermes/internal/deadletter"
 )
@@ -57,28 +55,13 @@ func RunDLQ(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		for i := range letters {
-			if err := enc.Encode(&letters[i]); err != nil {
-				return err
+	return writeList(env.Stdout, *asJSON, letters, "no dead letters", "SEQ\tAT\tCONSUMER\tSUBJECT\tDELIVERIES\tREQUEST\tREASON",
+		func(l deadletter.Letter) string {
+			req := l.RequestID
+			if req == "" {
+				req = "-"
 			}
-		}
-		return nil
-	}
-	if len(letters) == 0 {
-		fmt.Fprintln(env.Stdout, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAT\tCONSUMER\tSUBJECT\tDELIVERIES\tREQUEST\tREASON")
-	for _, l := range letters {
-		req := l.RequestID
-		if req == "" {
-			req = "-"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, l.At.Format("2006-01-02 15:04:05"), l.Consumer, l.Subject,
-			l.Deliveries, req, strings.ReplaceAll(l.Reason, "\n", " "))
-	}
-	return tw.Flush()
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s", l.Seq, l.At.Format("2006-01-02 15:04:05"), l.Consumer, l.Subject,
+				l.Deliveries, req, strings.ReplaceAll(l.Reason, "\n", " "))
+		})
 }

@@ -2,10 +2,8 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/hermesbus/hermes/internal/auth"
 )
@@ -80,28 +78,14 @@ func RunKeys(ctx context.Context, args []string, env Env) error {
 	for _, id := range damaged {
 		fmt.Fprintf(env.Stderr, "warning: the record under key id %s is not a key's (damaged, or written by something else); it names no caller\n", id)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, k := range list {
-			k.Hash = "" // not needed to manage keys (omitted)
-			if err := enc.Encode(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(env.Stdout, "no keys")
-		return nil
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tACT FOR USERS\tCREATED\tREVOKED")
 	for _, k := range list {
+		k.Hash = "" // not needed to manage keys (omitted)
+	}
+	return writeList(env.Stdout, *asJSON, list, "no keys", "ID\tNAME\tROLE\tACT FOR USERS\tCREATED\tREVOKED", func(k *auth.Key) string {
 		revoked := "-"
 		if k.Revoked() {
 			revoked = k.RevokedAt.Format("2006-01-02 15:04:05")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", k.ID, k.Name, k.Role, k.ActForUsers, k.CreatedAt.Format("2006-01-02 15:04:05"), revoked)
-	}
-	return tw.Flush()
+		return fmt.Sprintf("%s\t%s\t%s\t%v\t%s\t%s", k.ID, k.Name, k.Role, k.ActForUsers, k.CreatedAt.Format("2006-01-02 15:04:05"), revoked)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -78,22 +79,23 @@ func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error)
 
 // evict drops what has expired, then the oldest entries until at most keep are left.
 func (c *Cached) evict(now time.Time, ttl time.Duration, keep int) {
-	var oldest time.Time
+	type aged struct {
+		key [sha256.Size]byte
+		at  time.Time
+	}
+	var live []aged
 	for k, e := range c.entries {
 		if now.Sub(e.at) >= ttl {
 			delete(c.entries, k)
-		} else if oldest.IsZero() || e.at.Before(oldest) {
-			oldest = e.at
+		} else {
+			live = append(live, aged{k, e.at})
 		}
 	}
-	// Entries remembered at the same instant are many only under a flood: a cutoff that moves
-	// forward from the oldest keeps the newest half, roughly.
-	step := max(ttl/16, time.Millisecond)
-	for cutoff := oldest; len(c.entries) > keep; cutoff = cutoff.Add(step) {
-		for k, e := range c.entries {
-			if !e.at.After(cutoff) {
-				delete(c.entries, k)
-			}
-		}
+	if len(live) <= keep {
+		return
+	}
+	slices.SortFunc(live, func(a, b aged) int { return a.at.Compare(b.at) })
+	for _, e := range live[:len(live)-keep] {
+		delete(c.entries, e.key)
 	}
 }

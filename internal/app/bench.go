@@ -195,7 +195,7 @@ func storedPerRequest(ctx context.Context, sys *System, n int, runID string) (fl
 	if err != nil {
 		return 0, err
 	}
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Tool: "echo", Calls: 1, Args: "{}", RunID: runID + "-warm"}
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}", RunID: runID + "-warm"}
 	for i := range 5 {
 		if err := h.Do(ctx, 0, i); err != nil {
 			return 0, fmt.Errorf("bench: warm-up request: %w", err)
@@ -282,7 +282,7 @@ func runIO(ctx context.Context, workers []int, clients, workerConc, delayMS int,
 		for _, p := range procs {
 			cpu0 += p.CPU()
 		}
-		h := bench.Drive(ctx, load(clients), (&bench.Hermes{Client: bench.NewClient(clients), URL: sys.GatewayURL, Tool: "echo", Calls: 1,
+		h := bench.Drive(ctx, load(clients), (&bench.Hermes{Client: bench.NewClient(clients), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1,
 			Args: args, RunID: fmt.Sprintf("%s-io-%d", runID, n)}).Do)
 		cpu := time.Duration(0)
 		for _, p := range procs {

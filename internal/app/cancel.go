@@ -33,6 +33,8 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 	gw := fs.String("url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
 	natsURL := fs.String("nats", "", "cancel on the bus directly, through this NATS server, instead of a gateway")
 	reason := fs.String("reason", "", "why, recorded with the cancellation")
+	var key keyFlag
+	key.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,6 +59,9 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return usage("%v", err)
 	}
+	if err := key.authorize(req); err != nil {
+		return usage("%v", err)
+	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: %w (is Hermes running? start it with: go run ./cmd/hermes up)", err)}
@@ -70,6 +75,8 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 		return nil
 	case http.StatusConflict:
 		return &ExitError{Code: 1}
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: gateway answered %s: %s", resp.Status, key.unauthorized(resp.StatusCode))}
 	default:
 		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: gateway answered %s", resp.Status)}
 	}

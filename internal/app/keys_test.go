@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,5 +62,57 @@ func TestKeysCommand(t *testing.T) {
 	}
 	if list, _, _ := keys.List(t.Context()); len(list) != 1 {
 		t.Fatalf("%d keys kept", len(list))
+	}
+}
+
+// hermes up's admin key: made and kept (0600) on the first start, taken from the file after,
+// reported — not replaced — once revoked; and found by the CLI, HERMES_API_KEY first.
+func TestAdminKeyFile(t *testing.T) {
+	srv := bustest.NewServer(t)
+	keys := auth.NewKeys(srv.Provision(t, bus.Config{}).Keys)
+	path := filepath.Join(t.TempDir(), "data", adminKeyFile)
+	first, err := ensureAdminKey(t.Context(), keys, path)
+	if err != nil || !first.Made || first.Path != path || first.Problem != "" {
+		t.Fatalf("first start: %+v %v", first, err)
+	}
+	if c, err := keys.Verify(t.Context(), first.Key); err != nil || c.Role != auth.RoleAdmin {
+		t.Fatalf("the key made: %+v %v", c, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kept as %v, %v", fi, err)
+	}
+	again, err := ensureAdminKey(t.Context(), keys, path)
+	if err != nil || again.Made || again.Key != first.Key {
+		t.Fatalf("second start: %+v %v", again, err)
+	}
+	if _, err := keys.Revoke(t.Context(), "hermes-up-admin"); err != nil {
+		t.Fatal(err)
+	}
+	revoked, err := ensureAdminKey(t.Context(), keys, path)
+	if err != nil || revoked.Key != "" || revoked.Made || !strings.Contains(revoked.Problem, "names no caller") {
+		t.Fatalf("after revoking: %+v %v", revoked, err)
+	}
+	if list, _, _ := keys.List(t.Context()); len(list) != 1 {
+		t.Fatalf("a revoked key was replaced: %d keys", len(list))
+	}
+	if kept, _ := os.ReadFile(path); strings.TrimSpace(string(kept)) != first.Key {
+		t.Fatal("the key file was rewritten")
+	}
+	if tmp, err := ensureAdminKey(t.Context(), keys, ""); err != nil || !tmp.Made || tmp.Path != "" {
+		t.Fatalf("kept nowhere: %+v %v", tmp, err)
+	}
+
+	kf := keyFlag{file: path}
+	t.Setenv("HERMES_API_KEY", "")
+	if k, err := kf.key(); err != nil || k != first.Key {
+		t.Fatalf("from the file: %q %v", k, err)
+	}
+	t.Setenv("HERMES_API_KEY", " hk_from_env ")
+	if k, err := kf.key(); err != nil || k != "hk_from_env" {
+		t.Fatalf("from the environment: %q %v", k, err)
+	}
+	t.Setenv("HERMES_API_KEY", "")
+	if k, err := (&keyFlag{file: filepath.Join(t.TempDir(), "none")}).key(); err != nil || k != "" {
+		t.Fatalf("no key anywhere: %q %v", k, err)
 	}
 }

@@ -29,6 +29,8 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	wait := fset.Duration("timeout", 0, "how long the gateway waits for the response (default: the gateway's)")
 	traceID := fset.String("trace-id", "", "X-Trace-ID to send")
 	natsURL := fset.String("nats", "", "submit on the bus directly, through this NATS server, instead of a gateway")
+	var key keyFlag
+	key.register(fset)
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +54,9 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if err := key.authorize(req); err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
 	if *traceID != "" {
 		req.Header.Set("X-Trace-ID", *traceID)
 	}
@@ -67,10 +72,13 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stderr, "HTTP %d  X-Trace-ID: %s\n", resp.StatusCode, resp.Header.Get("X-Trace-ID"))
 	writePretty(env, out)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("route: gateway answered %s", resp.Status)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("route: gateway answered %s: %s", resp.Status, key.unauthorized(resp.StatusCode))
 	}
-	return nil
+	return fmt.Errorf("route: gateway answered %s", resp.Status)
 }
 
 // routeOnBus submits body on the bus through a Submitter of this process's own and prints the

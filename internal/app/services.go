@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -175,6 +176,10 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway
 	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
 	return gateway.New(cfg)
 }
+
+// keyVerifier names callers by the API keys kept on b, each answer remembered for a few
+// seconds (a revoked key stops working within auth.Cached's TTL).
+func keyVerifier(b *bus.Bus) auth.Verifier { return &auth.Cached{Next: auth.NewKeys(b.Keys)} }
 
 // NewDeadLetters builds the dead-letter processor on b.
 func NewDeadLetters(b *bus.Bus, instance string, limits protocol.Limits, m *metrics.Metrics, log *slog.Logger) (*deadletter.Processor, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
@@ -43,6 +44,9 @@ type SystemConfig struct {
 	Limits      protocol.Limits
 	Instance    string
 	Logger      *slog.Logger
+	// KeyFile keeps the admin key the system starts with (see ensureAdminKey); empty makes a
+	// new key each start, kept nowhere (System.Key tells it).
+	KeyFile string
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -56,6 +60,8 @@ type System struct {
 	NATSDescription string
 	// Services names what runs, for people: "router (stages serial, plan, route)", …
 	Services []string
+	// Key is the admin API key the gateway takes (see SystemConfig.KeyFile).
+	Key SystemKey
 
 	front   func(context.Context) error
 	back    []func(context.Context) error
@@ -174,8 +180,12 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	if err != nil {
 		return nil, err
 	}
+	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(gb.Keys), cfg.KeyFile); err != nil {
+		return nil, err
+	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
+	gc.Callers = keyVerifier(gb)
 	g, err := NewGateway(gnc, gb, gc)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -60,7 +61,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wf.config(""), Gateway: gf.config("", c.limits), Bus: c.busConfig(),
-		Limits: c.limits, Instance: c.instance, Logger: log,
+		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile),
 	})
 	if err != nil {
 		return err
@@ -107,10 +108,27 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
-	fmt.Fprintf(&b, "  services    %s\n\n", strings.Join(sys.Services, "\n              "))
+	fmt.Fprintf(&b, "  services    %s\n", strings.Join(sys.Services, "\n              "))
+	k := sys.Key
+	switch {
+	case k.Made:
+		fmt.Fprintf(&b, "  admin key   %s\n              shown this once; kept in %s (mode 0600), where hermes route and cancel find it\n\n", k.Key, k.Path)
+	case k.Key != "":
+		fmt.Fprintf(&b, "  admin key   in %s (hermes route and cancel find it there)\n\n", k.Path)
+	default:
+		fmt.Fprintf(&b, "  admin key   none: %s\n\n", k.Problem)
+	}
+	keyFile := k.Path
+	if keyFile == "" {
+		keyFile = defaultKeyFile
+	}
+	flagKey := ""
+	if keyFile != defaultKeyFile {
+		flagKey = " --key-file " + keyFile
+	}
 	fmt.Fprintf(&b, "Try:\n")
-	fmt.Fprintf(&b, "  curl -s %s/v1/route -H 'Content-Type: application/json' -d @examples/request.json\n", base)
-	fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s -f examples/request-parallel.json\n\n", base)
+	fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/request.json\n", base, keyFile)
+	fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n\n", base, flagKey)
 	fmt.Fprintf(&b, "Watch:\n")
 	if clientURL == "" {
 		fmt.Fprintf(&b, "  (hermes tail and replay need NATS clients: start with --nats-listen %s)\n\n", natsListenAddr)

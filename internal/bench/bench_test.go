@@ -30,7 +30,7 @@ func startSystem(b *testing.B) *app.System {
 	done := make(chan struct{})
 	go func() { _ = sys.Run(ctx); close(done) }()
 	b.Cleanup(func() { cancel(); <-done })
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Tool: "echo", Calls: 1, Args: "{}", RunID: "warm"}
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}", RunID: "warm"}
 	for i := 0; ; i++ { // ready once a request goes through
 		if h.Do(ctx, 0, i) == nil {
 			return sys
@@ -62,7 +62,7 @@ func run(b *testing.B, parallelism int, do bench.Do) {
 
 func benchHermes(b *testing.B, calls, parallelism int) {
 	sys := startSystem(b)
-	run(b, parallelism, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Tool: "echo", Calls: calls, Args: "{}",
+	run(b, parallelism, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: calls, Args: "{}",
 		RunID: fmt.Sprintf("b%d-%d", os.Getpid(), runs.Add(1))}).Do)
 }
 

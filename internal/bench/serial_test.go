@@ -20,11 +20,20 @@ import (
 func BenchmarkSerialSession(b *testing.B) {
 	sys := startSystem(b)
 	client := bench.NewClient(4)
+	call := func(method, url, body string) (*http.Response, error) {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+sys.Key.Key)
+		return client.Do(req)
+	}
 	session := fmt.Sprintf("serial%d_%d", os.Getpid(), runs.Add(1))
 	post := func(id string) {
 		body := fmt.Sprintf(`{"request_id":%q,"session_id":%q,"serial":true,"tool_calls":[`+
 			`{"tool_call_id":"a","name":"echo","arguments":{}},{"tool_call_id":"b","name":"echo","arguments":{}}]}`, id, session)
-		resp, err := client.Post(sys.GatewayURL+"/v1/route?timeout=1ms", "application/json", strings.NewReader(body))
+		resp, err := call(http.MethodPost, sys.GatewayURL+"/v1/route?timeout=1ms", body)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -41,7 +50,7 @@ func BenchmarkSerialSession(b *testing.B) {
 		post(last)
 	}
 	for {
-		resp, err := client.Get(sys.GatewayURL + "/v1/requests/" + last)
+		resp, err := call(http.MethodGet, sys.GatewayURL+"/v1/requests/"+last, "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,7 +22,9 @@ func NewClient(conc int) *http.Client {
 type Hermes struct {
 	Client *http.Client
 	// URL is the gateway base URL.
-	URL   string
+	URL string
+	// Key is the API key sent with each request.
+	Key   string
 	Tool  string
 	Calls int
 	// Args is each call's arguments (a JSON object).
@@ -47,6 +49,7 @@ func (h *Hermes) Do(ctx context.Context, client, seq int) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.Key)
 	resp, err := h.Client.Do(req)
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -200,8 +202,10 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: "metrics-it"})
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "admin.key")
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: "metrics-it", KeyFile: keyFile})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -209,11 +213,55 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = sys.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// The system made an admin key and kept it, for its owner only; without it nothing but the
+	// probes answers.
+	if !sys.Key.Made || sys.Key.Path != keyFile || !strings.HasPrefix(sys.Key.Key, "hk_") {
+		t.Fatalf("admin key: made %v, kept in %q", sys.Key.Made, sys.Key.Path)
+	}
+	if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v", fi, err)
+	}
+	if kept, _ := os.ReadFile(keyFile); strings.TrimSpace(string(kept)) != sys.Key.Key {
+		t.Fatal("the key file does not hold the key")
+	}
+	call := func(method, path, key, body string) *http.Response {
+		req, err := http.NewRequest(method, sys.GatewayURL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
 	body := `{"request_id":"m1","tool_calls":[{"tool_call_id":"a","name":"echo","arguments":{"fail_times":1}},` +
 		`{"tool_call_id":"b","name":"nope","arguments":{}}]}`
+	waitFor(t, "the gateway to be ready", func() bool {
+		r, err := http.Get(sys.GatewayURL + "/readyz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == http.StatusOK
+	})
+	for _, p := range []string{"/v1/route", "/metrics", "/v1/sessions"} {
+		method := http.MethodGet
+		if p == "/v1/route" {
+			method = http.MethodPost
+		}
+		r := call(method, p, "", body)
+		r.Body.Close()
+		if r.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s %s without a key: HTTP %d", method, p, r.StatusCode)
+		}
+	}
 	var resp *http.Response
 	waitFor(t, "the gateway to answer", func() bool {
-		resp, err = http.Post(sys.GatewayURL+"/v1/route", "application/json", strings.NewReader(body))
+		resp = call(http.MethodPost, "/v1/route", sys.Key.Key, body)
 		if err != nil {
 			return false
 		}
@@ -229,10 +277,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		t.Fatalf("answer: %s", answer)
 	}
 	scrape := func() string {
-		r, err := http.Get(sys.GatewayURL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := call(http.MethodGet, "/metrics", sys.Key.Key, "")
 		defer r.Body.Close()
 		b, _ := io.ReadAll(r.Body)
 		return string(b)

@@ -150,7 +150,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	defer ln.Close()
 	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
 		gc := gf.config(c.instance, c.limits)
-		gc.Metrics, gc.Gatherer, gc.Logger, gc.Callers = obs.metrics, obs.reg, log, keyVerifier(b)
+		gc.Metrics, gc.Gatherer, gc.Logger, gc.Callers = obs.metrics, obs.reg, log, KeyVerifier(b)
 		g, err := NewGateway(nc, b, gc)
 		if err != nil {
 			return nil, nil, err

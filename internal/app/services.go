@@ -177,9 +177,9 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway
 	return gateway.New(cfg)
 }
 
-// keyVerifier names callers by the API keys kept on b, each answer remembered for a few
+// KeyVerifier names callers by the API keys kept on b, each answer remembered for a few
 // seconds (a revoked key stops working within auth.Cached's TTL).
-func keyVerifier(b *bus.Bus) auth.Verifier { return &auth.Cached{Next: auth.NewKeys(b.Keys)} }
+func KeyVerifier(b *bus.Bus) auth.Verifier { return &auth.Cached{Next: auth.NewKeys(b.Keys)} }
 
 // NewDeadLetters builds the dead-letter processor on b.
 func NewDeadLetters(b *bus.Bus, instance string, limits protocol.Limits, m *metrics.Metrics, log *slog.Logger) (*deadletter.Processor, error) {

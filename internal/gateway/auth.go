@@ -67,3 +67,74 @@ func (g *Gateway) authenticate(r *http.Request) (*auth.Caller, error) {
 	}
 	return g.cfg.Callers.Verify(r.Context(), strings.TrimSpace(cred))
 }
+
+// headerUser names the end user a request is made for, for clients that cannot put it in the
+// body (and for the event stream, with ?user= for an EventSource, which cannot set headers).
+const headerUser = "X-Hermes-User"
+
+// actor is who a request is made by, and for.
+type actor struct {
+	caller *auth.Caller // nil when the gateway asks for no caller
+	user   string
+}
+
+// owner names who a session this actor opens belongs to.
+func (a actor) owner() string { return ownerOf(a.caller, a.user) }
+
+// readsAll reports whether a may read every session; true when the gateway asks for no caller.
+func (a actor) readsAll() bool { return a.caller == nil || a.caller.Can(auth.PermReadAll) }
+
+// record is the actor as the record keeps it (nil without a caller).
+func (a actor) record() *protocol.Caller {
+	if a.caller == nil {
+		return nil
+	}
+	return &protocol.Caller{ID: a.caller.ID, Name: a.caller.Name, Role: string(a.caller.Role), User: a.user}
+}
+
+// actorOf returns who r is made by and for: the caller the gateway authenticated, and the end
+// user the request names (bodyUser, the X-Hermes-User header or ?user=; they must agree), which
+// only a caller that may act for its users may name. When it returns false, it has answered.
+func (g *Gateway) actorOf(w http.ResponseWriter, r *http.Request, bodyUser string) (actor, bool) {
+	a := actor{caller: CallerOf(r.Context()), user: bodyUser}
+	for _, v := range []struct{ field, user string }{{headerUser, r.Header.Get(headerUser)}, {"user", r.URL.Query().Get("user")}} {
+		if v.user == "" {
+			continue
+		}
+		if err := protocol.CheckUser(v.field, v.user); err != nil {
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+			return a, false
+		}
+		if a.user != "" && a.user != v.user {
+			err := &protocol.FieldError{Field: v.field, Reason: fmt.Sprintf("names another user than the request does (%q)", a.user)}
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+			return a, false
+		}
+		a.user = v.user
+	}
+	if a.user != "" && a.caller != nil && !a.caller.Can(auth.PermActForUsers) {
+		writeError(w, http.StatusForbidden, protocol.CodeForbidden,
+			fmt.Sprintf("naming the end user needs the permission %s, which this caller does not have", auth.PermActForUsers), nil)
+		return a, false
+	}
+	if a.caller == nil {
+		a.user = "" // nobody to vouch for it
+	}
+	return a, true
+}
+
+// mayRead reports whether a may see session: its own, or any when a reads every session. A
+// session nobody owns is seen only by those who read every session.
+func (g *Gateway) mayRead(ctx context.Context, a actor, session string) (bool, error) {
+	if a.readsAll() {
+		return true, nil
+	}
+	owner, err := g.owners.of(ctx, session)
+	return err == nil && owner == a.owner(), err
+}
+
+// writeNoSession answers 404 for a session that is not the caller's, in the words used for one
+// that does not exist: whether someone else's exists is not the caller's to learn.
+func writeNoSession(w http.ResponseWriter, session string) {
+	writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no session %s of yours is known", session), nil)
+}

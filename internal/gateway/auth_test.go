@@ -23,6 +23,10 @@ func (fakeVerifier) Verify(_ context.Context, cred string) (*auth.Caller, error)
 	switch cred {
 	case "user-key":
 		return &auth.Caller{ID: "key:u", Name: "app", Role: auth.RoleUser}, nil
+	case "other-key":
+		return &auth.Caller{ID: "key:b", Name: "bob", Role: auth.RoleUser}, nil
+	case "app-key":
+		return &auth.Caller{ID: "key:app", Name: "shop", Role: auth.RoleUser, ActForUsers: true}, nil
 	case "operator-key":
 		return &auth.Caller{ID: "key:o", Name: "ops", Role: auth.RoleOperator}, nil
 	case "broken":
@@ -82,5 +86,96 @@ func TestEndpointsNeedACaller(t *testing.T) {
 	g.Handle("GET /whoami", g.require(auth.PermSubmit, func(_ http.ResponseWriter, r *http.Request) { seen = CallerOf(r.Context()) }))
 	if do("GET", "/whoami", "", "Bearer user-key"); seen == nil || seen.ID != "key:u" {
 		t.Errorf("the handler saw caller %+v", seen)
+	}
+}
+
+// A session belongs to the caller (and end user) that opened it: anyone else gets 404 — as for
+// a session that does not exist — on posting into it, following it, and reading or cancelling
+// its requests, unless their role reads every session. Only a caller that may act for its users
+// names one, and the envelope records the caller the gateway authenticated, never one the body
+// claims.
+func TestSessionsBelongToTheirCaller(t *testing.T) {
+	f := &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1")}, resp: okResponse("r1"), connected: true}
+	g := newGateway(Config{Instance: "test", MaxBodyBytes: 1 << 10, Callers: fakeVerifier{}}, f)
+	do := func(method, target, body, key string, hdr ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		rec := httptest.NewRecorder()
+		g.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	post := func(id, session, key string, extra string, hdr ...string) *httptest.ResponseRecorder {
+		return do("POST", "/v1/route", fmt.Sprintf(`{"request_id":%q,"session_id":%q%s,"tool_calls":[{"tool_call_id":"c","name":"echo","arguments":{}}]}`,
+			id, session, extra), key, hdr...)
+	}
+	if rec := post("r1", "s1", "user-key", ""); rec.Code != http.StatusOK {
+		t.Fatalf("the owner opens s1: %d %s", rec.Code, rec.Body)
+	}
+	got := f.submitted[0]
+	if got.Caller == nil || got.Caller.ID != "key:u" || got.Caller.Role != "user" || got.Owner != "key:u" {
+		t.Fatalf("recorded caller %+v, owner %q", got.Caller, got.Owner)
+	}
+	if rec := post("r2", "s1", "user-key", ""); rec.Code != http.StatusOK {
+		t.Fatalf("the owner posts again: %d %s", rec.Code, rec.Body)
+	}
+	// Someone else: 404 everywhere, worded as for what does not exist.
+	n := len(f.submitted)
+	for _, c := range []struct{ method, target string }{{"POST", ""}, {"GET", "/v1/requests/r1"}, {"DELETE", "/v1/requests/r1"}, {"GET", "/v1/sessions/s1/events"}} {
+		var rec *httptest.ResponseRecorder
+		if c.method == "POST" {
+			rec = post("r3", "s1", "other-key", "")
+		} else {
+			rec = do(c.method, c.target, "", "other-key")
+		}
+		if rec.Code != http.StatusNotFound || apiErr(t, rec).Error.Code != protocol.CodeNotFound {
+			t.Errorf("bob %s %s: %d %s", c.method, c.target, rec.Code, rec.Body)
+		}
+	}
+	if len(f.submitted) != n || len(f.cancelled) != 0 {
+		t.Fatalf("bob's post or cancel went through: %d submitted, %d cancelled", len(f.submitted)-n, len(f.cancelled))
+	}
+	if rec := do("GET", "/v1/sessions/nobody/events", "", "user-key"); rec.Code != http.StatusNotFound {
+		t.Errorf("following a session that does not exist: %d %s", rec.Code, rec.Body)
+	}
+	// The owner, and an operator, may read it.
+	for _, key := range []string{"user-key", "operator-key"} {
+		if rec := do("GET", "/v1/requests/r1", "", key); rec.Code != http.StatusOK {
+			t.Errorf("%s reads r1: %d %s", key, rec.Code, rec.Body)
+		}
+	}
+	// A client cannot claim a caller, and only an application key names its end users.
+	if rec := post("r4", "s4", "user-key", `,"caller":{"id":"key:o"}`); rec.Code != http.StatusBadRequest {
+		t.Errorf("a caller in the body: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range []struct{ extra, hdr string }{{`,"user":"alice"`, ""}, {"", "alice"}} {
+		rec := post("r5", "s5", "user-key", c.extra, headerUser, c.hdr)
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), string(auth.PermActForUsers)) {
+			t.Errorf("a plain key names a user (%q %q): %d %s", c.extra, c.hdr, rec.Code, rec.Body)
+		}
+	}
+	if rec := post("r6", "alice_s", "app-key", `,"user":"alice@example.com"`); rec.Code != http.StatusOK {
+		t.Fatalf("the shop for alice: %d %s", rec.Code, rec.Body)
+	}
+	if c := f.submitted[len(f.submitted)-1]; c.Caller.User != "alice@example.com" || c.Owner != "key:app#alice@example.com" {
+		t.Fatalf("for alice: %+v %q", c.Caller, c.Owner)
+	}
+	if rec := post("r7", "alice_s", "app-key", "", headerUser, "bob"); rec.Code != http.StatusNotFound {
+		t.Errorf("the shop, for bob, in alice's session: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("r8", "alice_s", "app-key", `,"user":"alice@example.com"`, headerUser, "bob"); rec.Code != http.StatusBadRequest {
+		t.Errorf("two different users named: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("r9", "x", "app-key", `,"user":"a b"`); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "user") {
+		t.Errorf("a malformed user: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do("GET", "/v1/requests/r6?user=alice@example.com", "", "app-key"); rec.Code != http.StatusOK {
+		t.Errorf("the shop reads alice's request: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do("GET", "/v1/requests/r6", "", "app-key"); rec.Code != http.StatusNotFound {
+		t.Errorf("the shop, for nobody, reads alice's request: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -61,6 +62,7 @@ type submitter interface {
 	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
 	Status(ctx context.Context, requestID string) (*protocol.Response, bool, error)
 	Cancel(ctx context.Context, requestID string, c submit.Cancellation) (*protocol.Response, bool, error)
+	Session(ctx context.Context, requestID string) (string, error)
 	Connected() bool
 	Run(ctx context.Context) error
 }
@@ -75,6 +77,7 @@ type Gateway struct {
 	mux      *http.ServeMux
 	handler  http.Handler // mux, counted
 	sessions sessionsAPI
+	owners   *owners // who each session belongs to; nil when the gateway asks for no caller
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -111,6 +114,15 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Callers != nil {
+		var kv jetstream.KeyValue
+		if cfg.Bus != nil {
+			kv = cfg.Bus.Owners
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		g.owners = newOwners(ctx, kv)
+		cancel()
 	}
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/route", g.require(auth.PermSubmit, g.handleRoute))
@@ -211,11 +223,30 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
+	a, ok := g.actorOf(w, r, req.User)
+	if !ok {
+		return
+	}
+	sub := submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)}
+	if a.caller != nil {
+		owner, err := g.owners.claim(sctx, req.Session(), a.owner())
+		if err != nil {
+			g.log.Warn("claim a session", "session_id", req.Session(), "err", err)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "nothing was accepted; retry with the same request_id", nil)
+			return
+		}
+		if owner != a.owner() && !a.readsAll() {
+			writeNoSession(w, req.Session())
+			return
+		}
+		sub.Caller, sub.Owner = a.record(), owner
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
 			attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
 	}
-	out, err := g.submit.Submit(sctx, submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)})
+	out, err := g.submit.Submit(sctx, sub)
 	switch {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):
@@ -268,6 +299,9 @@ func (g *Gateway) handleGetRequest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
+	if _, ok := g.mayReadRequest(w, r, id); !ok {
+		return
+	}
 	resp, pending, err := g.submit.Status(r.Context(), id)
 	switch {
 	case err == nil && pending:
@@ -292,13 +326,17 @@ func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
+	a, ok := g.mayReadRequest(w, r, id)
+	if !ok {
+		return
+	}
 	reason := r.URL.Query().Get("reason")
 	if len(reason) > protocol.MaxCancelTextBytes || !utf8.ValidString(reason) {
 		err := &protocol.FieldError{Field: "reason", Reason: fmt.Sprintf("must be UTF-8 of at most %d bytes", protocol.MaxCancelTextBytes)}
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	resp, replayed, err := g.submit.Cancel(r.Context(), id, submit.Cancellation{By: callerOf(r), Reason: reason})
+	resp, replayed, err := g.submit.Cancel(r.Context(), id, submit.Cancellation{By: a.describe(r), Reason: reason})
 	switch {
 	case err == nil:
 		if replayed {
@@ -324,9 +362,41 @@ func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// callerOf names the caller of r for the record: its address as this gateway saw it.
-func callerOf(r *http.Request) string {
-	return "http " + r.RemoteAddr
+// describe names a for the record: the caller's name and id (and the end user), or, when the
+// gateway asks for no caller, r's address as this gateway saw it.
+func (a actor) describe(r *http.Request) string {
+	if a.caller == nil {
+		return "http " + r.RemoteAddr
+	}
+	s := a.caller.Name + " (" + a.caller.ID + ")"
+	if a.user != "" {
+		s += " for " + a.user
+	}
+	return s
+}
+
+// mayReadRequest answers 404 unless the actor of r may read request id's session, as it would
+// for an unknown request; 503 when that cannot be told. It returns the actor.
+func (g *Gateway) mayReadRequest(w http.ResponseWriter, r *http.Request, id string) (actor, bool) {
+	a, ok := g.actorOf(w, r, "")
+	if !ok || a.readsAll() {
+		return a, ok
+	}
+	session, err := g.submit.Session(r.Context(), id)
+	if err == nil {
+		var mine bool
+		if mine, err = g.mayRead(r.Context(), a, session); err == nil && mine {
+			return a, true
+		}
+	}
+	if err == nil || errors.Is(err, submit.ErrNotFound) {
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no request %s is known (or it is older than the state TTL)", id), nil)
+		return a, false
+	}
+	g.log.Warn("read a request's session", "request_id", id, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable", nil)
+	return a, false
 }
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {

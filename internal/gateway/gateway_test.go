@@ -44,6 +44,16 @@ func (f *fakeSubmitter) Cancel(_ context.Context, id string, c submit.Cancellati
 	return f.resp, f.replayed, f.err
 }
 
+// Session answers from the requests submitted so far.
+func (f *fakeSubmitter) Session(_ context.Context, id string) (string, error) {
+	for _, sub := range f.submitted {
+		if sub.Request.RequestID == id {
+			return sub.Request.Session(), nil
+		}
+	}
+	return "", submit.ErrNotFound
+}
+
 func (f *fakeSubmitter) Connected() bool               { return f.connected }
 func (f *fakeSubmitter) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 

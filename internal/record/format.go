@@ -118,6 +118,10 @@ func (f *Formatter) request(b *strings.Builder, e *Entry, m *protocol.Message, r
 	}
 	fmt.Fprintf(b, "%s (session %s) %s: %s", r.RequestID, m.SessionID, plural(len(r.ToolCalls), "call"),
 		truncate(strings.Join(calls, ", "), callsWidth))
+	if c := m.Caller; c != nil {
+		b.WriteString(" by ")
+		b.WriteString(callerName(c))
+	}
 	if r.Intent != "" {
 		b.WriteString("  intent=")
 		b.WriteString(strconv.Quote(truncate(r.Intent, intentWidth)))
@@ -213,6 +217,19 @@ func tag(b *strings.Builder, name string) {
 	t := "[" + name + "]"
 	b.WriteString(t)
 	b.WriteString(strings.Repeat(" ", max(len("[response]")-len(t), 0)+1))
+}
+
+// callerName names the caller of a request for people: "name (id, role)", and "for user".
+func callerName(c *protocol.Caller) string {
+	s := clean(truncate(c.Name, 64)) + " (" + clean(truncate(c.ID, 80))
+	if c.Role != "" {
+		s += ", " + clean(truncate(c.Role, 32))
+	}
+	s += ")"
+	if c.User != "" {
+		s += " for " + clean(truncate(c.User, 64))
+	}
+	return s
 }
 
 func senderName(s protocol.Sender) string {

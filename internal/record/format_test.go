@@ -48,6 +48,14 @@ func TestFormatFlow(t *testing.T) {
 			Status: protocol.StatusFailed, Error: &protocol.ResponseError{Code: "DEAD_LETTERED", Message: "tool_calls[0].tool_call_id is invalid"}}, "deadletter-1"),
 			`12:00:01.144 [response] req_abc failed (0 results): DEAD_LETTERED tool_calls[0].tool_call_id is invalid`},
 	}
+	byShop := entry(t, 11, 0, protocol.TypeRequest, sampleRequest(), "gateway-1")
+	byShop.Msg.Caller = &protocol.Caller{ID: "key:abc", Name: "shop\x1b[2J", Role: "user", User: "alice@example.com"}
+	cases = append(cases, struct {
+		name string
+		e    *Entry
+		want string
+	}{"request with its caller", byShop,
+		`12:00:01.123 [request]  req_abc (session s1) 2 calls: get_policy_status call_1, weather_search call_2 by shop\u001b[2J (key:abc, user) for alice@example.com  intent="查询王五的保单"`})
 	for _, c := range cases {
 		if got := f.Format(c.e); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)

@@ -20,6 +20,7 @@ type jsonEntry struct {
 	RequestID   string                 `json:"request_id,omitempty"`
 	CausationID string                 `json:"causation_id,omitempty"`
 	Sender      *protocol.Sender       `json:"sender,omitempty"`
+	Caller      *protocol.Caller       `json:"caller,omitempty"`
 	Recipient   string                 `json:"recipient,omitempty"`
 	CreatedAt   time.Time              `json:"created_at,omitzero"`
 	Attempt     int                    `json:"attempt,omitempty"`
@@ -31,13 +32,13 @@ type jsonEntry struct {
 
 // JSON returns e as one JSON object on one line, without a newline: seq, subject, time (when the
 // stream stored it, UTC), the envelope's fields (type, msg_id, session_id, request_id,
-// causation_id, sender, recipient, created_at, attempt, deadline, trace), and payload, the
+// causation_id, sender, caller, recipient, created_at, attempt, deadline, trace), and payload, the
 // decoded payload as the HTTP API writes it. An unreadable message has error instead of payload.
 func JSON(e *Entry) ([]byte, error) {
 	j := jsonEntry{Seq: e.Seq, Subject: e.Subject, Time: e.Time.UTC(), Payload: e.Payload}
 	if m := e.Msg; m != nil {
 		j.Type, j.MsgID, j.SessionID, j.RequestID, j.CausationID = m.Type, m.MsgID, m.SessionID, m.RequestID, m.CausationID
-		j.Recipient, j.CreatedAt, j.Attempt, j.Deadline = m.Recipient, m.CreatedAt, m.Attempt, m.Deadline
+		j.Recipient, j.CreatedAt, j.Attempt, j.Deadline, j.Caller = m.Recipient, m.CreatedAt, m.Attempt, m.Deadline, m.Caller
 		if m.Sender != (protocol.Sender{}) {
 			j.Sender = &m.Sender
 		}

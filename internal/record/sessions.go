@@ -35,7 +35,9 @@ type Session struct {
 // session in the record, through a consumer delivering the last message per subject), keeping
 // only the latest limit, then asks the stream how many requests each of those has. Its time grows
 // with the number of sessions in the record, its memory only with limit; bound it with ctx.
-func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int) ([]Session, error) {
+//
+// With owner set, only sessions whose latest request names owner (bus.HeaderOwner) count.
+func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owner string) ([]Session, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -88,6 +90,9 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int) ([]S
 			}
 			if consSeq++; md.Sequence.Consumer != consSeq {
 				return nil, errors.New("record: sessions: messages were lost in transit; try again")
+			}
+			if owner != "" && msg.Headers().Get(bus.HeaderOwner) != owner {
+				continue
 			}
 			s := Session{ID: lastToken(msg.Subject()), LastRequestID: msg.Headers().Get(bus.HeaderRequestID),
 				LastSeq: md.Sequence.Stream, LastAt: md.Timestamp.UTC(), subject: msg.Subject()}

@@ -33,7 +33,7 @@ func recent(t testing.TB, js jetstream.JetStream, limit int) []Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	got, err := RecentSessions(ctx, js, limit)
+	got, err := RecentSessions(ctx, js, limit, "")
 	if err != nil {
 		t.Fatal(err)
 	}

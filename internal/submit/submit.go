@@ -175,6 +175,11 @@ type Submission struct {
 	// Size is the request's encoded size as received, checked against the bus message limit
 	// (0: not checked here).
 	Size int
+	// Caller, when set, is who made the request, recorded in its envelope (and every message
+	// that follows it).
+	Caller *protocol.Caller
+	// Owner, when set, names who the request's session belongs to (bus.HeaderOwner).
+	Owner string
 }
 
 // Outcome is what came of a submission.
@@ -233,7 +238,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		return nil, err
 	}
 	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), sub.Trace
-	m.Recipient = protocol.RoleRouter
+	m.Recipient, m.Caller = protocol.RoleRouter, sub.Caller
 	// Accepting is recording the request's plan: its calls, session and fingerprint, written
 	// once per request_id. The same request again finds it and joins the first run; another
 	// request under the id is refused before anything reaches the bus.
@@ -264,6 +269,12 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	var hdr nats.Header
 	if created {
 		hdr = nats.Header{bus.HeaderPlanned: []string{"1"}}
+	}
+	if sub.Owner != "" {
+		if hdr == nil {
+			hdr = nats.Header{}
+		}
+		hdr.Set(bus.HeaderOwner, sub.Owner)
 	}
 	if _, err := s.pub.PublishWith(actx, protocol.SubjectRequest(req.Session()), m, hdr); err != nil {
 		log.Error("publish request", "err", err)
@@ -356,6 +367,19 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, ierr)
 	}
 	return nil, false, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
+}
+
+// Session returns the session of request requestID, from its plan: ErrNotFound when no plan
+// of it is kept (unknown, older than the record, or accepted before plans were kept at intake).
+func (s *Submitter) Session(ctx context.Context, requestID string) (string, error) {
+	p, err := s.cfg.Bus.Plan(ctx, requestID)
+	switch {
+	case err == nil:
+		return p.SessionID, nil
+	case errors.Is(err, bus.ErrNotFound):
+		return "", fmt.Errorf("%w: no request %s is known", ErrNotFound, requestID)
+	}
+	return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // waiters hands responses seen on the bus to the callers waiting for them.

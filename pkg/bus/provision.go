@@ -55,6 +55,11 @@ const (
 	// secret, never the key (package auth). No TTL: a key lives until it is revoked, and a
 	// revoked one stays listed.
 	BucketKeys = "hermes-keys"
+	// BucketOwners says who each session belongs to (key: the session id): written once,
+	// when the session's first request is accepted through a gateway; kept as long as plans
+	// (so as long as the record holds any of the session's messages), and renewed by the
+	// gateway while the session is used.
+	BucketOwners = "hermes-owners"
 )
 
 // KVStream names the stream JetStream keeps a key-value bucket in.
@@ -181,6 +186,8 @@ type Bus struct {
 	Parked   jetstream.KeyValue
 	// Keys is the API keys bucket (BucketKeys).
 	Keys jetstream.KeyValue
+	// Owners is the session owners bucket (BucketOwners).
+	Owners jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
 	// leaves no delete marker behind.
 	ParkedStream jetstream.Stream
@@ -277,6 +284,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true},
 		// A revocation must be seen by the next read, from whichever gateway.
 		{BucketKeys, 0, 0, &b.Keys, true},
+		// An owner, once written, must be what every gateway reads.
+		{BucketOwners, planTTL(cfg, stream), 0, &b.Owners, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,

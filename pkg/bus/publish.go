@@ -30,6 +30,10 @@ const (
 	// before this message was published for the first time: a router taking its first
 	// delivery need not record or read the plan.
 	HeaderPlanned = "Hermes-Planned"
+	// HeaderOwner, on a request the gateway accepted, names who its session belongs to
+	// (caller id, and "#" and the end user when there is one), so that listings can keep to
+	// a caller's own sessions reading headers only.
+	HeaderOwner = "Hermes-Owner"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.

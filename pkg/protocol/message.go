@@ -2,7 +2,10 @@ package protocol
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -78,7 +81,78 @@ type Message struct {
 	// needs to aggregate without reading the request's plan. Hermes' own services set it; it
 	// is not part of any payload a caller sees.
 	Correlation *Correlation `msgpack:"correlation,omitempty" json:"correlation,omitempty"`
-	Payload     []byte       `msgpack:"payload" json:"-"`
+	// Caller is who made the request this message belongs to, as the gateway authenticated
+	// it: set by the gateway from a credential (never from what a client says) and carried
+	// by every message that follows the request. Nil on requests submitted on the bus
+	// directly.
+	Caller  *Caller `msgpack:"caller,omitempty" json:"caller,omitempty"`
+	Payload []byte  `msgpack:"payload" json:"-"`
+}
+
+// Caller is an authenticated caller, as the record keeps it.
+type Caller struct {
+	// ID names the caller: "key:<key id>" or "oidc:<issuer>#<subject>".
+	ID string `msgpack:"id" json:"id"`
+	// Name is a label for people: a key's name, a token's preferred name.
+	Name string `msgpack:"name,omitempty" json:"name,omitempty"`
+	Role string `msgpack:"role,omitempty" json:"role,omitempty"`
+	// User is the end user an application caller made the request for; empty when it made
+	// it for itself.
+	User string `msgpack:"user,omitempty" json:"user,omitempty"`
+}
+
+// Caller bounds.
+const (
+	MaxCallerIDLen   = 512
+	MaxCallerNameLen = 128
+	MaxUserLen       = 128
+)
+
+// CheckUser returns a FieldError naming field when user is not an end user's id: 1 to
+// MaxUserLen letters, digits and '.', '_', '-', '@', '+', ':', starting with a letter or digit.
+func CheckUser(field, user string) error {
+	if user == "" {
+		return fieldErr(field, "is empty")
+	}
+	if len(user) > MaxUserLen {
+		return fieldErr(field, fmt.Sprintf("is %d bytes long; the limit is %d", len(user), MaxUserLen))
+	}
+	for i := 0; i < len(user); i++ {
+		c := user[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("._-@+:", rune(c))) {
+			return fieldErr(field, fmt.Sprintf("must hold only letters, digits, '.', '_', '-', '@', '+' and ':', starting with a letter or digit (got %s)", quoteShort(user)))
+		}
+	}
+	return nil
+}
+
+// Validate checks c as the record keeps it: printable fields within their bounds.
+func (c *Caller) Validate() error {
+	switch {
+	case c.ID == "" || len(c.ID) > MaxCallerIDLen || !printable(c.ID):
+		return fieldErr("caller.id", fmt.Sprintf("must be 1 to %d printable characters", MaxCallerIDLen))
+	case len(c.Name) > MaxCallerNameLen || !printable(c.Name):
+		return fieldErr("caller.name", fmt.Sprintf("must be at most %d printable characters", MaxCallerNameLen))
+	case len(c.Role) > MaxCallerNameLen || !printable(c.Role):
+		return fieldErr("caller.role", fmt.Sprintf("must be at most %d printable characters", MaxCallerNameLen))
+	case c.User != "":
+		return CheckUser("caller.user", c.User)
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // Correlation is the routing bookkeeping of a tool call and its result.
@@ -117,12 +191,17 @@ func (m *Message) Validate() error {
 	if err := CheckID("session_id", m.SessionID); err != nil {
 		return err
 	}
+	if m.Caller != nil {
+		if err := m.Caller.Validate(); err != nil {
+			return err
+		}
+	}
 	return CheckID("request_id", m.RequestID)
 }
 
-// Follow makes m a consequence of cause: same request, session, trace, deadline and
+// Follow makes m a consequence of cause: same request, session, trace, deadline, caller and
 // correlation, caused by cause, identified by msgID.
 func (m *Message) Follow(cause *Message, msgID string) {
-	m.MsgID, m.RequestID, m.SessionID = msgID, cause.RequestID, cause.SessionID
+	m.MsgID, m.RequestID, m.SessionID, m.Caller = msgID, cause.RequestID, cause.SessionID, cause.Caller
 	m.CausationID, m.Trace, m.Deadline, m.Correlation = cause.MsgID, cause.Trace, cause.Deadline, cause.Correlation
 }

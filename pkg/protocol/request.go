@@ -115,6 +115,12 @@ func DecodeRequestJSON(data []byte, lim Limits) (*Request, error) {
 			}
 		case "tool_calls":
 			err = decodeCallsJSON(v, &r.ToolCalls)
+		case "user":
+			if !isNull(v) {
+				if err = jsonString(v, k, &r.User); err == nil {
+					err = CheckUser(k, r.User)
+				}
+			}
 		case "serial":
 			if !isNull(v) {
 				if err = json.Unmarshal(v, &r.Serial); err != nil {
@@ -122,7 +128,7 @@ func DecodeRequestJSON(data []byte, lim Limits) (*Request, error) {
 				}
 			}
 		default:
-			err = fieldErr(k, "is not a known field (request_id, session_id, intent, tool_calls, serial)")
+			err = fieldErr(k, "is not a known field (request_id, session_id, intent, tool_calls, serial, user)")
 		}
 		if err != nil {
 			return nil, err

@@ -17,6 +17,10 @@ type Request struct {
 	// Serial requests of a session run one at a time, in the order they were accepted: each
 	// is dispatched once the session's previous serial request has its response.
 	Serial bool `json:"serial,omitempty" msgpack:"serial,omitempty"`
+	// User is the end user the request is made for, as its JSON says. Only a caller allowed
+	// to act for its users may name one; the gateway then records it in the envelope's
+	// Caller, never in this payload.
+	User string `json:"user,omitempty" msgpack:"-"`
 }
 
 // Session returns the request's session id: SessionID, or RequestID when it has none.

@@ -43,6 +43,7 @@ type options struct {
 	metrics    *metrics.Metrics  // shared by every service; nil: each its own, unexported
 	natsURL    string            // an external server; default: an embedded one
 	limits     protocol.Limits   // of routers and dead-letter processors
+	callers    bool              // the gateway asks every caller for an API key
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -131,8 +132,11 @@ func start(t *testing.T, opts options) *system {
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
 	nc, gb := s.connect()
-	g, err := app.NewGateway(nc, gb, gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10,
-		Metrics: s.opts.metrics, Logger: s.opts.logger})
+	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger}
+	if s.opts.callers {
+		gc.Callers = app.KeyVerifier(gb)
+	}
+	g, err := app.NewGateway(nc, gb, gc)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -362,6 +362,14 @@
     schedule(s);
   }
 
+  // callerName names who made a request, as the gateway recorded it.
+  function callerName(c) {
+    let s = String(c.name || c.id || '?');
+    if (c.role) s += ' (' + String(c.role) + ')';
+    if (c.user) s += ' for ' + String(c.user);
+    return s;
+  }
+
   function requestOf(s, id) {
     let r = s.requests.get(id);
     if (!r) {
@@ -541,7 +549,8 @@
       Number.isFinite(t0) ? clock(t0) : '',
       ' · ', plural(calls.length, 'call', 'calls'),
       ' · ', resp ? 'answered in ' + dur(msgTime(resp) - t0) : 'running for ' + dur(now - t0),
-      req && req.payload && req.payload.serial ? ' · serial' : ''));
+      req && req.payload && req.payload.serial ? ' · serial' : '',
+      req && req.caller ? ' · by ' + callerName(req.caller) : ''));
     block.append(head);
 
     const cancel = r.other.find((m) => m.type === 'cancel.v1' && m.payload);

@@ -1,0 +1,155 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/auth"
+)
+
+// callerKeys makes an API key per name: role, and act_for_users for names starting "app".
+func callerKeys(t *testing.T, s *system, roles map[string]auth.Role) map[string]string {
+	t.Helper()
+	_, b := s.connect()
+	keys := auth.NewKeys(b.Keys)
+	out := map[string]string{}
+	for name, role := range roles {
+		key, _, err := keys.Create(context.Background(), auth.NewKey{Name: name, Role: role, ActForUsers: strings.HasPrefix(name, "app")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = key
+	}
+	return out
+}
+
+// call sends method target with key (and header pairs) and returns status and body.
+func (s *system) call(method, target, key, body string, header ...string) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+target, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+// Through a real bus: sessions belong to whoever opened them, listings keep to one's own
+// (operators see all), someone else's session is 404 on every endpoint and its event stream is
+// not held open, the record names the caller, and a revoked key stops working within the
+// verifier's cache.
+func TestCallersOwnTheirSessions(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "ops": auth.RoleOperator, "app-shop": auth.RoleUser})
+	req := func(id, session, extra string) string {
+		return fmt.Sprintf(`{"request_id":%q,"session_id":%q%s,"tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"n":1}}]}`, id, session, extra)
+	}
+	if code, body := s.call("POST", "/v1/route", "", req("own_0", "own_alice", "")); code != http.StatusUnauthorized {
+		t.Fatalf("no key: %d %s", code, body)
+	}
+	for i := range 2 {
+		if code, body := s.call("POST", "/v1/route", keys["alice"], req(fmt.Sprintf("own_a%d", i), "own_alice", "")); code != http.StatusOK {
+			t.Fatalf("alice: %d %s", code, body)
+		}
+	}
+	if code, body := s.call("POST", "/v1/route", keys["app-shop"], req("own_s1", "own_shop_carol", `,"user":"carol"`)); code != http.StatusOK {
+		t.Fatalf("the shop for carol: %d %s", code, body)
+	}
+	// Bob, into alice's session: 404, and nothing of his reaches it.
+	if code, body := s.call("POST", "/v1/route", keys["bob"], req("own_b1", "own_alice", "")); code != http.StatusNotFound {
+		t.Fatalf("bob posts into alice's session: %d %s", code, body)
+	}
+	for _, target := range []string{"/v1/requests/own_a0", "/v1/sessions/own_alice/events"} {
+		start := time.Now()
+		if code, body := s.call("GET", target, keys["bob"], ""); code != http.StatusNotFound || time.Since(start) > 5*time.Second {
+			t.Errorf("bob GET %s: %d after %s: %s", target, code, time.Since(start), body)
+		}
+	}
+	if code, body := s.call("DELETE", "/v1/requests/own_a0", keys["bob"], ""); code != http.StatusNotFound {
+		t.Errorf("bob cancels alice's request: %d %s", code, body)
+	}
+	if code, body := s.call("GET", "/v1/sessions/own_nobody/events", keys["alice"], ""); code != http.StatusNotFound {
+		t.Errorf("a session that does not exist: %d %s", code, body)
+	}
+	// Listings: one's own; an operator sees all.
+	for who, want := range map[string][]string{"alice": {"own_alice"}, "bob": nil, "app-shop": nil, "ops": {"own_alice", "own_shop_carol"}} {
+		code, body := s.call("GET", "/v1/sessions", keys[who], "")
+		if code != http.StatusOK {
+			t.Fatalf("%s lists: %d %s", who, code, body)
+		}
+		for _, id := range []string{"own_alice", "own_shop_carol"} {
+			if listed, wanted := strings.Contains(body, `"`+id+`"`), contains(want, id); listed != wanted {
+				t.Errorf("%s's listing has %s: %v, want %v: %s", who, id, listed, wanted, body)
+			}
+		}
+	}
+	if _, body := s.call("GET", "/v1/sessions?user=carol", keys["app-shop"], ""); !strings.Contains(body, `"own_shop_carol"`) {
+		t.Errorf("the shop lists carol's sessions: %s", body)
+	}
+	// The record names the caller the gateway authenticated.
+	events, err := http.NewRequest("GET", s.base+"/v1/sessions/own_alice/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events.Header.Set("Authorization", "Bearer "+keys["alice"])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(events.WithContext(ctx))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("alice follows her session: %v %v", resp, err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") && strings.Contains(line, `"type":"request.v1"`) {
+			if !strings.Contains(line, `"caller":{"id":"key:`) || !strings.Contains(line, `"name":"alice","role":"user"`) {
+				t.Errorf("the request's event: %s", line)
+			}
+			break
+		}
+	}
+	resp.Body.Close()
+	code, out, errOut := hermes(t, app.RunReplay, "--nats", s.srv.URL, "--session", "own_shop_carol")
+	if code != 0 || !strings.Contains(out, "by app-shop (key:") || !strings.Contains(out, "for carol") {
+		t.Errorf("replay: %d %s %s", code, out, errOut)
+	}
+	// Revoked: refused within the verifier's cache time.
+	_, b := s.connect()
+	if _, err := auth.NewKeys(b.Keys).Revoke(context.Background(), "bob"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob's revoked key to be refused", func() bool {
+		code, _ := s.call("GET", "/v1/sessions", keys["bob"], "")
+		return code == http.StatusUnauthorized
+	})
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

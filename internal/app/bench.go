@@ -19,6 +19,7 @@ import (
 
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/retry"
 )
@@ -218,7 +219,9 @@ func benchSystem(ctx context.Context, syncAlways bool, workers, workerConc int) 
 	}
 	sys, err := StartSystem(ctx, SystemConfig{DataDir: dir, SyncAlways: syncAlways, NATSListen: "127.0.0.1:0",
 		HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", Routes: table, ToolWorkers: workers,
-		Worker: WorkerConfig{Concurrency: workerConc}, Instance: "bench"})
+		Worker: WorkerConfig{Concurrency: workerConc}, Instance: "bench",
+		// One caller drives all the load: no per-caller limit may shape what is measured.
+		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -115,19 +117,35 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 
 // gatewayFlags are the gateway's own flags.
 type gatewayFlags struct {
-	addr    string
-	maxBody int64
-	wait    time.Duration
+	addr        string
+	maxBody     int64
+	wait        time.Duration
+	publicHosts string
+	callers     gateway.CallerLimits
 }
 
 func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "http", envOr("HERMES_HTTP", "127.0.0.1:8080"), "HTTP listen address (env HERMES_HTTP)")
 	fs.Int64Var(&g.maxBody, "max-body-bytes", 1<<20, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&g.wait, "wait", 30*time.Second, "how long POST /v1/route waits for the response by default")
+	fs.StringVar(&g.publicHosts, "public-host", os.Getenv("HERMES_PUBLIC_HOST"),
+		"host names clients reach the gateway by, comma-separated, besides IP addresses and localhost; other Host headers get 421 (env HERMES_PUBLIC_HOST)")
+	d := gateway.DefaultCallerLimits
+	fs.Float64Var(&g.callers.RequestsPerSecond, "caller-rate", d.RequestsPerSecond, "requests a second one caller may make (-1: no limit)")
+	fs.IntVar(&g.callers.Burst, "caller-burst", d.Burst, "requests one caller may make at once above its rate")
+	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit)")
+	fs.IntVar(&g.callers.Streams, "caller-streams", d.Streams, "session event streams one caller may have open (-1: no limit)")
 }
 
 func (g *gatewayFlags) config(instance string, limits protocol.Limits) gateway.Config {
-	return gateway.Config{Instance: instance, MaxBodyBytes: g.maxBody, DefaultWait: g.wait, Limits: limits}
+	var hosts []string
+	for h := range strings.SplitSeq(g.publicHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return gateway.Config{Instance: instance, MaxBodyBytes: g.maxBody, DefaultWait: g.wait, Limits: limits,
+		PublicHosts: hosts, CallerLimits: g.callers}
 }
 
 // RunGateway runs the HTTP gateway: hermes gateway / cmd/gateway.
@@ -150,7 +168,8 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	defer ln.Close()
 	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
 		gc := gf.config(c.instance, c.limits)
-		gc.Metrics, gc.Gatherer, gc.Logger, gc.Callers = obs.metrics, obs.reg, log, KeyVerifier(b)
+		gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
+		gc.Callers, gc.Signins = KeyVerifier(b), NewSignins(b)
 		g, err := NewGateway(nc, b, gc)
 		if err != nil {
 			return nil, nil, err

@@ -181,6 +181,9 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway
 // seconds (a revoked key stops working within auth.Cached's TTL).
 func KeyVerifier(b *bus.Bus) auth.Verifier { return &auth.Cached{Next: auth.NewKeys(b.Keys)} }
 
+// NewSignins keeps browsers' sign-ins on b; those made with an API key end when it is revoked.
+func NewSignins(b *bus.Bus) *auth.Signins { return auth.NewSignins(b.Signins, auth.NewKeys(b.Keys)) }
+
 // NewDeadLetters builds the dead-letter processor on b.
 func NewDeadLetters(b *bus.Bus, instance string, limits protocol.Limits, m *metrics.Metrics, log *slog.Logger) (*deadletter.Processor, error) {
 	return deadletter.New(deadletter.Config{Bus: b, Instance: instance, Limits: limits, Metrics: m,

@@ -185,7 +185,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
-	gc.Callers = KeyVerifier(gb)
+	gc.Callers, gc.Signins = KeyVerifier(gb), NewSignins(gb)
 	g, err := NewGateway(gnc, gb, gc)
 	if err != nil {
 		return nil, err

@@ -93,12 +93,12 @@ func (r Role) Has(p Permission) bool { return slices.Contains(rolePermissions[r]
 type Caller struct {
 	// ID names the caller for ownership and the record: "key:<key id>" or
 	// "oidc:<issuer>#<subject>".
-	ID string
+	ID string `json:"id"`
 	// Name is a label for people: the key's name, the token's preferred name or subject.
-	Name string
-	Role Role
+	Name string `json:"name,omitempty"`
+	Role Role   `json:"role"`
 	// ActForUsers is set on a key created to act for its end users.
-	ActForUsers bool
+	ActForUsers bool `json:"act_for_users,omitempty"`
 }
 
 // Can reports whether c may do p.

@@ -99,3 +99,43 @@ func (c *Cached) evict(now time.Time, ttl time.Duration, keep int) {
 		delete(c.entries, e.key)
 	}
 }
+
+// Forget drops what is remembered of credential (a sign-out on this gateway takes effect at
+// once).
+func (c *Cached) Forget(credential string) {
+	key := sha256.Sum256([]byte(credential))
+	c.mu.Lock()
+	delete(c.entries, key)
+	c.mu.Unlock()
+}
+
+// Known returns what is remembered of credential, if anything is and it is still fresh: the
+// caller it names (nil when it names none). Nothing is asked of Next.
+func (c *Cached) Known(credential string) (*Caller, bool) {
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	ttl := c.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Second
+	}
+	key := sha256.Sum256([]byte(credential))
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if !ok || now.Sub(e.at) >= ttl {
+		return nil, false
+	}
+	return e.caller, true
+}
+
+// WasValid reports whether credential named a caller when last checked, however long ago (while
+// it is remembered at all).
+func (c *Cached) WasValid(credential string) bool {
+	key := sha256.Sum256([]byte(credential))
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	return ok && e.caller != nil
+}

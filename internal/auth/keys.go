@@ -114,6 +114,7 @@ type kv interface {
 	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
 	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
 	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+	Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
 }
 
 // Keys is the store of API keys (the bus's hermes-keys bucket). It is safe for concurrent use.

@@ -205,3 +205,93 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// A sign-in stands for its caller until it expires, is signed out, or its key is revoked; its
+// token is never kept, and a wrong or malformed one names nobody.
+func TestSignins(t *testing.T) {
+	js, err := jetstream.New(bustest.NewServer(t).Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "hermes-keys-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := NewKeys(kb)
+	bucket, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "hermes-signins-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signins := NewSignins(bucket, keys)
+	key, _, err := keys.Create(t.Context(), NewKey{Name: "alice", Role: RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := keys.Verify(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, until, err := signins.Create(t.Context(), alice, time.Time{})
+	if err != nil || !strings.HasPrefix(token, SigninPrefix) || time.Until(until) > SigninTTL {
+		t.Fatalf("create: %q %v %v", token, until, err)
+	}
+	if c, err := signins.Verify(t.Context(), token); err != nil || c.ID != alice.ID || c.Role != RoleUser {
+		t.Fatalf("verify: %+v %v", c, err)
+	}
+	e, _ := bucket.Get(t.Context(), token[3:19])
+	_, secret, _ := strings.Cut(token[3:], "_")
+	if strings.Contains(string(e.Value()), secret) {
+		t.Fatal("the token's secret is kept")
+	}
+	other := "a"
+	if strings.HasSuffix(token, "a") {
+		other = "b"
+	}
+	for _, bad := range []string{"", token + "x", token[:len(token)-1] + other, "hs_" + strings.Repeat("a", 16) + "_" + strings.Repeat("b", 52), key} {
+		if _, err := signins.Verify(t.Context(), bad); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	// Expired.
+	signins.now = func() time.Time { return time.Now().Add(SigninTTL + time.Minute) }
+	if _, err := signins.Verify(t.Context(), token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("expired: %v", err)
+	}
+	signins.now = time.Now
+	// The key revoked.
+	if _, err := keys.Revoke(t.Context(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := signins.Verify(t.Context(), token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("key revoked: %v", err)
+	}
+	// Signed out.
+	bob := &Caller{ID: "oidc:https://idp#bob", Name: "bob", Role: RoleOperator}
+	token, _, err = signins.Create(t.Context(), bob, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := signins.Verify(t.Context(), token); err != nil || c.Name != "bob" {
+		t.Fatalf("bob: %+v %v", c, err)
+	}
+	if err := signins.Delete(t.Context(), token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := signins.Verify(t.Context(), token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("signed out: %v", err)
+	}
+	if err := signins.Delete(t.Context(), token); err != nil {
+		t.Errorf("signing out twice: %v", err)
+	}
+}
+
+func FuzzDecodeSignin(f *testing.F) {
+	f.Add("aaaaaaaaaaaaaaaa", []byte(`{"id":"aaaaaaaaaaaaaaaa","hash":"`+strings.Repeat("0", 64)+`","caller":{"id":"key:x","role":"user"},"expires":"2030-01-01T00:00:00Z"}`))
+	f.Add("aaaaaaaaaaaaaaaa", []byte(`{}`))
+	f.Fuzz(func(t *testing.T, id string, data []byte) {
+		s, err := decodeSignin(id, data)
+		if err == nil && (s.ID != id || s.Caller.ID == "") {
+			t.Fatalf("%q under %q: %+v", data, id, s)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
 )
 
@@ -23,7 +24,8 @@ func startSystem(b *testing.B) *app.System {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64}, Instance: "bench"})
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64}, Instance: "bench",
+		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
 	if err != nil {
 		b.Fatal(err)
 	}

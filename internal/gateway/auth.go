@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,52 +19,71 @@ func CallerOf(ctx context.Context) *auth.Caller {
 	return c
 }
 
-// require wraps h: with a verifier configured, the request must carry a credential
-// (Authorization: Bearer …) naming a caller with permission p — 401 with WWW-Authenticate when
-// it names none, 403 naming the permission when the caller lacks it, 503 when the credentials
-// cannot be checked. Without a verifier, h is served as it is.
+// require wraps h: with a verifier configured, the request must carry a credential — a bearer
+// credential (Authorization: Bearer …), or a browser's sign-in cookie — naming a caller with
+// permission p ("" for any caller) and within its rate: 401 with WWW-Authenticate when it names
+// none, 403 naming the permission when the caller lacks it, 429 when it is over its rate or its
+// address has failed too many credentials, 503 when credentials cannot be checked. Without a
+// verifier, h is served as it is.
 func (g *Gateway) require(p auth.Permission, h http.HandlerFunc) http.HandlerFunc {
 	if g.cfg.Callers == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := g.authenticate(r)
-		switch {
-		case errors.Is(err, auth.ErrUnauthenticated):
-			g.log.Info("unauthenticated request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "why", err)
-			challenge := `Bearer realm="hermes"`
-			if r.Header.Get("Authorization") != "" {
-				challenge += `, error="invalid_token"`
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			writeError(w, http.StatusUnauthorized, protocol.CodeUnauthenticated,
-				"a valid API key is required: Authorization: Bearer hk_…", nil)
+		c, ok := g.authenticate(w, r)
+		if !ok {
 			return
-		case err != nil:
-			g.log.Warn("credentials could not be checked", "err", err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "credentials cannot be checked now; retry", nil)
-			return
-		case !c.Can(p):
+		}
+		if p != "" && !c.Can(p) {
 			writeError(w, http.StatusForbidden, protocol.CodeForbidden,
 				fmt.Sprintf("this needs the permission %s, which role %s does not have", p, c.Role), nil)
+			return
+		}
+		if !g.limits.allow(w, c) {
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	}
 }
 
-// authenticate reads the bearer credential of r and asks the verifier whose it is.
-func (g *Gateway) authenticate(r *http.Request) (*auth.Caller, error) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return nil, fmt.Errorf("%w: no Authorization header", auth.ErrUnauthenticated)
+// authenticate names the caller of r, or answers and returns false. A credential from an
+// address that failed too many lately is checked only when this gateway knows it already.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Caller, bool) {
+	var v auth.Verifier = g.cfg.Callers
+	cred := ""
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(rest) == "" {
+			g.refuse(w, r, fmt.Errorf("%w: the Authorization header is not a bearer credential", auth.ErrUnauthenticated), true)
+			return nil, false
+		}
+		cred = strings.TrimSpace(rest)
+	} else if ck, err := r.Cookie(SigninCookie); err == nil && g.signins != nil && ck.Value != "" {
+		v, cred = g.signins, ck.Value
+	} else {
+		g.refuse(w, r, fmt.Errorf("%w: no credential", auth.ErrUnauthenticated), false)
+		return nil, false
 	}
-	scheme, cred, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(cred) == "" {
-		return nil, fmt.Errorf("%w: the Authorization header is not a bearer credential", auth.ErrUnauthenticated)
+	remembered, _ := v.(interface {
+		Known(string) (*auth.Caller, bool)
+		WasValid(string) bool
+	})
+	if remembered != nil {
+		if c, known := remembered.Known(cred); known && c != nil {
+			return c, true
+		}
 	}
-	return g.cfg.Callers.Verify(r.Context(), strings.TrimSpace(cred))
+	// A credential this gateway has seen name a caller is checked again whatever its address
+	// did: callers sharing an address with someone guessing keep working.
+	if (remembered == nil || !remembered.WasValid(cred)) && !g.limits.allowAttempt(w, r) {
+		return nil, false
+	}
+	c, err := v.Verify(r.Context(), cred)
+	if err != nil {
+		g.refuse(w, r, err, true)
+		return nil, false
+	}
+	return c, true
 }
 
 // headerUser names the end user a request is made for, for clients that cannot put it in the

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,9 +41,12 @@ func (fakeVerifier) Verify(_ context.Context, cred string) (*auth.Caller, error)
 // permission 403 naming it, a store that cannot answer 503; the handler sees the caller.
 func TestEndpointsNeedACaller(t *testing.T) {
 	f := &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1")}, resp: okResponse("r1"), connected: true}
-	g := newGateway(Config{Instance: "test", MaxBodyBytes: 1 << 10, Callers: fakeVerifier{}, Gatherer: prometheus.NewRegistry()}, f)
+	g := newGateway(Config{PublicHosts: testHosts, Instance: "test", MaxBodyBytes: 1 << 10, Callers: fakeVerifier{}, Gatherer: prometheus.NewRegistry()}, f)
+	n := 0
 	do := func(method, target, body, authz string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
+		n++
+		req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", n) // guessing from one address is slowed: TestGuessingIsSlowed
 		req.Header.Set("Content-Type", "application/json")
 		if authz != "" {
 			req.Header.Set("Authorization", authz)
@@ -96,7 +100,7 @@ func TestEndpointsNeedACaller(t *testing.T) {
 // claims.
 func TestSessionsBelongToTheirCaller(t *testing.T) {
 	f := &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1")}, resp: okResponse("r1"), connected: true}
-	g := newGateway(Config{Instance: "test", MaxBodyBytes: 1 << 10, Callers: fakeVerifier{}}, f)
+	g := newGateway(Config{PublicHosts: testHosts, Instance: "test", MaxBodyBytes: 1 << 10, Callers: fakeVerifier{}}, f)
 	do := func(method, target, body, key string, hdr ...string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -177,5 +181,41 @@ func TestSessionsBelongToTheirCaller(t *testing.T) {
 	}
 	if rec := do("GET", "/v1/requests/r6", "", "app-key"); rec.Code != http.StatusNotFound {
 		t.Errorf("the shop, for nobody, reads alice's request: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// An address that fails too many credentials is slowed to one attempt every few seconds (429
+// with Retry-After, the credential not even checked), while callers this gateway has seen
+// before from it, and other addresses, go on as usual.
+func TestGuessingIsSlowed(t *testing.T) {
+	f := &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1")}, connected: true}
+	g := newGateway(Config{PublicHosts: testHosts, Instance: "test", Callers: &auth.Cached{Next: fakeVerifier{}}}, f)
+	do := func(from, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/v1/whoami", nil)
+		req.RemoteAddr = from + ":4000"
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		g.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := do("198.51.100.7", "user-key"); rec.Code != http.StatusOK {
+		t.Fatalf("a user: %d %s", rec.Code, rec.Body)
+	}
+	for i := range failureBurst {
+		if rec := do("198.51.100.7", fmt.Sprintf("guess-%d", i)); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d", i, rec.Code)
+		}
+	}
+	rec := do("198.51.100.7", "operator-key")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || apiErr(t, rec).Error.Code != protocol.CodeRateLimited {
+		t.Fatalf("after %d failures, a key never seen: %d %s", failureBurst, rec.Code, rec.Body)
+	}
+	g.signins = nil
+	g.cfg.Callers.(*auth.Cached).TTL = time.Nanosecond // the user's answer is stale: checked again
+	if rec := do("198.51.100.7", "user-key"); rec.Code != http.StatusOK {
+		t.Errorf("the user seen before, from the same address: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do("203.0.113.9", "operator-key"); rec.Code != http.StatusOK {
+		t.Errorf("another address: %d %s", rec.Code, rec.Body)
 	}
 }

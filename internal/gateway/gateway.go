@@ -53,6 +53,14 @@ type Config struct {
 	// web page's files, and each endpoint checks its permission (auth.PermSubmit; /metrics
 	// auth.PermMetrics). Nil serves everyone, as Hermes did before callers had identities.
 	Callers auth.Verifier
+	// Signins, with Callers, lets browsers sign in (POST /v1/signin) and then call with a
+	// cookie; nil: bearer credentials only.
+	Signins Signins
+	// PublicHosts are the host names the gateway answers for besides IP addresses and
+	// localhost (the Host header; see guard).
+	PublicHosts []string
+	// CallerLimits bound each caller (with Callers); zero fields take DefaultCallerLimits.
+	CallerLimits CallerLimits
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -78,6 +86,8 @@ type Gateway struct {
 	handler  http.Handler // mux, counted
 	sessions sessionsAPI
 	owners   *owners // who each session belongs to; nil when the gateway asks for no caller
+	limits   *limits
+	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -111,7 +121,10 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s, limits: newLimits(cfg.CallerLimits)}
+	if cfg.Signins != nil {
+		g.signins = &auth.Cached{Next: cfg.Signins}
+	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -133,11 +146,12 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	})
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
 	g.registerSessions()
+	g.registerBrowser()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
 	}
-	g.handler = g.cfg.Metrics.Instrument(g.mux)
+	g.handler = g.cfg.Metrics.Instrument(g.guard(g.mux))
 	return g
 }
 
@@ -241,6 +255,11 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sub.Caller, sub.Owner = a.record(), owner
+		release, ok := g.limits.hold(w, a.caller, false)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),

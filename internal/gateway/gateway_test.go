@@ -65,8 +65,11 @@ func okResponse(id string) *protocol.Response {
 // serve sends one request to a gateway around f and returns the recorded answer.
 func serve(t *testing.T, f *fakeSubmitter, method, target, body string, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
-	g := newGateway(Config{Instance: "test", MaxBodyBytes: 1 << 10}, f)
+	g := newGateway(Config{PublicHosts: testHosts, Instance: "test", MaxBodyBytes: 1 << 10}, f)
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -213,3 +216,6 @@ func TestStatusAndCancelRenderWhatSubmitSays(t *testing.T) {
 		t.Errorf("cancellation %+v", f.cancelled)
 	}
 }
+
+// testHosts are the host names the gateways of these tests serve: httptest's.
+var testHosts = []string{"example.com"}

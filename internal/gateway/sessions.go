@@ -82,6 +82,11 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 			writeNoSession(w, session)
 			return
 		}
+		release, ok := g.limits.hold(w, a.caller, true)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	if !g.cfg.Conn.IsConnected() {
 		writeNotConnected(w, "retry")

@@ -60,6 +60,10 @@ const (
 	// (so as long as the record holds any of the session's messages), and renewed by the
 	// gateway while the session is used.
 	BucketOwners = "hermes-owners"
+	// BucketSignins holds browsers' sign-ins (package auth): the caller each stands for and a
+	// hash of its secret, never the token. A sign-in lasts 12 hours at most (the bucket's TTL);
+	// the bucket is bounded in bytes, refusing new sign-ins when full.
+	BucketSignins = "hermes-signins"
 )
 
 // KVStream names the stream JetStream keeps a key-value bucket in.
@@ -188,6 +192,8 @@ type Bus struct {
 	Keys jetstream.KeyValue
 	// Owners is the session owners bucket (BucketOwners).
 	Owners jetstream.KeyValue
+	// Signins is the sign-ins bucket (BucketSignins).
+	Signins jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
 	// leaves no delete marker behind.
 	ParkedStream jetstream.Stream
@@ -286,6 +292,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		{BucketKeys, 0, 0, &b.Keys, true},
 		// An owner, once written, must be what every gateway reads.
 		{BucketOwners, planTTL(cfg, stream), 0, &b.Owners, true},
+		// Signing out must end a sign-in for every gateway at once.
+		{BucketSignins, 12 * time.Hour, 64 << 20, &b.Signins, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,

@@ -45,4 +45,14 @@ const (
 	// CodeForbidden: the caller lacks the permission the endpoint needs (403); the message
 	// names it.
 	CodeForbidden = "FORBIDDEN"
+	// CodeUnsupportedMediaType: a state-changing request sent as text or a form (415), which a
+	// page on another site could send without asking; send JSON.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeCrossOrigin: a state-changing request from a page on another origin (403).
+	CodeCrossOrigin = "CROSS_ORIGIN"
+	// CodeHostNotServed: the Host header names no host the gateway serves (421): a DNS
+	// rebinding attempt, or a missing --public-host.
+	CodeHostNotServed = "HOST_NOT_SERVED"
+	// CodeRateLimited: the caller is over one of its limits (429, with Retry-After).
+	CodeRateLimited = "RATE_LIMITED"
 )

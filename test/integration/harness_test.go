@@ -134,7 +134,7 @@ func (s *system) startGateway(instance string) {
 	nc, gb := s.connect()
 	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger}
 	if s.opts.callers {
-		gc.Callers = app.KeyVerifier(gb)
+		gc.Callers, gc.Signins = app.KeyVerifier(gb), app.NewSignins(gb)
 	}
 	g, err := app.NewGateway(nc, gb, gc)
 	if err != nil {

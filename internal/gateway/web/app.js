@@ -155,7 +155,10 @@
     clearTimeout(sessionsTimer);
     try {
       const resp = await fetch('/v1/sessions?limit=50', { headers: { Accept: 'application/json' }, cache: 'no-store' });
-      if (!resp.ok) {
+      if (resp.status === 401) {
+        showSignin('Your sign-in has ended; sign in again.');
+        return;
+      } else if (!resp.ok) {
         const e = await errorText(resp);
         showSessionsError('Could not load sessions: HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : ''));
       } else {
@@ -313,6 +316,10 @@
       if (resp.ok) {
         ctl.abort();
       } else {
+        if (resp.status === 401) {
+          showSignin('Your sign-in has ended; sign in again.');
+          return;
+        }
         const e = await errorText(resp);
         why = 'HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : '');
         // A request the gateway refuses as such will not get better by asking again.
@@ -908,7 +915,100 @@
     }
   }
 
-  function init() {
+  // ---- signing in ----------------------------------------------------------------------
+
+  // whoami asks who the page is signed in as: the caller, null when the gateway asks for
+  // none, or undefined when nobody is signed in.
+  async function whoami() {
+    const resp = await fetch('/v1/whoami', { headers: { Accept: 'application/json' }, cache: 'no-store' });
+    if (resp.status === 401) return undefined;
+    if (!resp.ok) throw new Error('HTTP ' + resp.status);
+    const body = await resp.json();
+    return body.caller;
+  }
+
+  function showCaller(c) {
+    $('who').hidden = !c;
+    $('signout').hidden = !c;
+    $('who').textContent = c ? 'signed in as ' + (c.name || c.id) + ' (' + c.role + ')' : '';
+  }
+
+  let started = false;
+
+  function showSignin(why) {
+    clearTimeout(sessionsTimer);
+    if (current) {
+      current.closed = true;
+      if (current.es) current.es.close();
+    }
+    $('layout').hidden = true;
+    $('new-request').hidden = true;
+    showCaller(null);
+    $('signin').hidden = false;
+    const box = $('signin-error');
+    box.hidden = !why;
+    box.textContent = why || '';
+    $('signin-key').focus();
+  }
+
+  async function signin(ev) {
+    ev.preventDefault();
+    const key = $('signin-key').value.trim();
+    if (!key) return;
+    const btn = $('signin-submit');
+    btn.disabled = true;
+    try {
+      const resp = await fetch('/v1/signin', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ credential: key }) });
+      if (!resp.ok) {
+        const e = await errorText(resp);
+        showSignin(resp.status === 401 ? 'That key or token is not valid.' : 'Could not sign in: HTTP ' + resp.status + (e.message ? ' — ' + e.message : ''));
+        return;
+      }
+      $('signin-key').value = '';
+      const body = await resp.json();
+      // The page starts afresh, so nothing of an earlier sign-in stays on it.
+      if (started) { location.reload(); return; }
+      enter(body.caller);
+    } catch (err) {
+      showSignin('The gateway is not reachable (' + err.message + ').');
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  async function signout() {
+    try {
+      await fetch('/v1/signout', { method: 'POST' });
+    } finally {
+      location.reload();
+    }
+  }
+
+  function enter(caller) {
+    $('signin').hidden = true;
+    $('layout').hidden = false;
+    $('new-request').hidden = false;
+    showCaller(caller);
+    if (started) return;
+    started = true;
+    start();
+  }
+
+  async function init() {
+    $('signin-form').addEventListener('submit', signin);
+    $('signout').addEventListener('click', signout);
+    let caller;
+    try {
+      caller = await whoami();
+    } catch (err) {
+      caller = null; // let the page say what fails as it loads
+    }
+    if (caller === undefined) showSignin('');
+    else enter(caller);
+  }
+
+  function start() {
     $('open-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       const id = $('open-id').value.trim();

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -122,6 +123,7 @@ type gatewayFlags struct {
 	wait        time.Duration
 	publicHosts string
 	callers     gateway.CallerLimits
+	oidc        auth.OIDCConfig
 }
 
 func (g *gatewayFlags) register(fs *flag.FlagSet) {
@@ -135,7 +137,13 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.callers.Burst, "caller-burst", d.Burst, "requests one caller may make at once above its rate")
 	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit)")
 	fs.IntVar(&g.callers.Streams, "caller-streams", d.Streams, "session event streams one caller may have open (-1: no limit)")
+	fs.StringVar(&g.oidc.Issuer, "oidc-issuer", os.Getenv("HERMES_OIDC_ISSUER"), "take bearer tokens (JWTs) this OpenID Connect issuer signs, besides API keys (env HERMES_OIDC_ISSUER)")
+	fs.StringVar(&g.oidc.Audience, "oidc-audience", os.Getenv("HERMES_OIDC_AUDIENCE"), "the audience (client id) tokens must be for (env HERMES_OIDC_AUDIENCE)")
+	fs.StringVar(&g.oidc.RoleClaim, "oidc-role-claim", envOr("HERMES_OIDC_ROLE_CLAIM", "roles"), "the claim holding the caller's role: admin, operator or user (a string or a list)")
+	fs.StringVar(&g.oidc.NameClaim, "oidc-name-claim", envOr("HERMES_OIDC_NAME_CLAIM", "preferred_username"), "the claim naming the caller for people")
+	fs.StringVar(&g.oidc.ActForUsersClaim, "oidc-act-for-users-claim", os.Getenv("HERMES_OIDC_ACT_FOR_USERS_CLAIM"), "a boolean claim letting the caller name end users (none when empty)")
 }
+
 
 func (g *gatewayFlags) config(instance string, limits protocol.Limits) gateway.Config {
 	var hosts []string
@@ -169,7 +177,11 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
 		gc := gf.config(c.instance, c.limits)
 		gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
-		gc.Callers, gc.Signins = KeyVerifier(b), NewSignins(b)
+		callers, verr := CallerVerifier(b, gf.oidc)
+		if verr != nil {
+			return nil, nil, verr
+		}
+		gc.Callers, gc.Signins = callers, NewSignins(b)
 		g, err := NewGateway(nc, b, gc)
 		if err != nil {
 			return nil, nil, err

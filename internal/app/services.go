@@ -177,9 +177,20 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway
 	return gateway.New(cfg)
 }
 
-// KeyVerifier names callers by the API keys kept on b, each answer remembered for a few
-// seconds (a revoked key stops working within auth.Cached's TTL).
-func KeyVerifier(b *bus.Bus) auth.Verifier { return &auth.Cached{Next: auth.NewKeys(b.Keys)} }
+// CallerVerifier names callers by the API keys kept on b and, when o names an issuer, by that
+// issuer's tokens; each answer is remembered for a few seconds (a revoked key stops working
+// within auth.Cached's TTL, an expired token at its expiry).
+func CallerVerifier(b *bus.Bus, o auth.OIDCConfig) (auth.Verifier, error) {
+	chain := auth.Chain{Keys: auth.NewKeys(b.Keys)}
+	if o.Issuer != "" || o.Audience != "" {
+		v, err := auth.NewOIDC(o)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-issuer and --oidc-audience: %w", err)
+		}
+		chain.OIDC = v
+	}
+	return &auth.Cached{Next: chain}, nil
+}
 
 // NewSignins keeps browsers' sign-ins on b; those made with an API key end when it is revoked.
 func NewSignins(b *bus.Bus) *auth.Signins { return auth.NewSignins(b.Signins, auth.NewKeys(b.Keys)) }

@@ -44,6 +44,8 @@ type SystemConfig struct {
 	Limits      protocol.Limits
 	Instance    string
 	Logger      *slog.Logger
+	// OIDC, when it names an issuer, lets the gateway take that issuer's tokens too.
+	OIDC auth.OIDCConfig
 	// KeyFile keeps the admin key the system starts with (see ensureAdminKey); empty makes a
 	// new key each start, kept nowhere (System.Key tells it).
 	KeyFile string
@@ -185,7 +187,10 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
-	gc.Callers, gc.Signins = KeyVerifier(gb), NewSignins(gb)
+	if gc.Callers, err = CallerVerifier(gb, cfg.OIDC); err != nil {
+		return nil, err
+	}
+	gc.Signins = NewSignins(gb)
 	g, err := NewGateway(gnc, gb, gc)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 // Package auth says who calls Hermes and what they may do. A caller is named by an API key
 // (kept on the bus as a hash, never as the key); it has one role, and each role a fixed set of
-// permissions. (Bearer tokens from an OIDC issuer, and the gateway asking for a caller on its
-// endpoints, are to come.)
+// permissions. Bearer tokens of an OpenID Connect issuer (OIDC) name callers too, their role in
+// a claim; browsers hold sign-ins (Signins) made with either.
 package auth
 
 import (
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Role is a caller's role. The names are the ones policies use (allowed_roles: [admin]).
@@ -99,6 +100,9 @@ type Caller struct {
 	Role Role   `json:"role"`
 	// ActForUsers is set on a key created to act for its end users.
 	ActForUsers bool `json:"act_for_users,omitempty"`
+	// Expires, when set, is when the credential that named the caller stops naming it (a
+	// token's expiry).
+	Expires time.Time `json:"-"`
 }
 
 // Can reports whether c may do p.

@@ -40,6 +40,12 @@ type cached struct {
 	at     time.Time
 }
 
+// fresh reports whether e may still be answered from: younger than ttl, and the credential it
+// is about not expired.
+func (e cached) fresh(now time.Time, ttl time.Duration) bool {
+	return now.Sub(e.at) < ttl && (e.caller == nil || e.caller.Expires.IsZero() || now.Before(e.caller.Expires))
+}
+
 // Verify answers from memory, or asks Next.
 func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error) {
 	now := time.Now()
@@ -54,7 +60,7 @@ func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error)
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
-	if ok && now.Sub(e.at) < ttl {
+	if ok && e.fresh(now, ttl) {
 		return e.caller, e.err
 	}
 	caller, err := c.Next.Verify(ctx, credential)
@@ -124,7 +130,7 @@ func (c *Cached) Known(credential string) (*Caller, bool) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
-	if !ok || now.Sub(e.at) >= ttl {
+	if !ok || !e.fresh(now, ttl) {
 		return nil, false
 	}
 	return e.caller, true

@@ -86,11 +86,11 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, err, true)
 		return
 	}
-	var until time.Time
-	if e, ok := g.cfg.Callers.(interface{ Expiry(string) time.Time }); ok {
-		until = e.Expiry(strings.TrimSpace(in.Credential))
+	if _, err := auth.ParseRole(string(c.Role)); err != nil {
+		writeError(w, http.StatusForbidden, protocol.CodeForbidden, "this caller has no role in Hermes; there is nothing it could do signed in", nil)
+		return
 	}
-	token, until, err := g.cfg.Signins.Create(r.Context(), c, until)
+	token, until, err := g.cfg.Signins.Create(r.Context(), c, c.Expires)
 	if err != nil {
 		g.log.Warn("sign in", "err", err)
 		w.Header().Set("Retry-After", "1")

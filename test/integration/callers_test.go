@@ -12,6 +12,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/auth/authtest"
 )
 
 // callerKeys makes an API key per name: role, and act_for_users for names starting "app".
@@ -152,4 +153,46 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Bearer tokens of an OpenID Connect issuer the test runs name callers beside API keys: the
+// role comes from the configured claim, a token without one may do nothing (403), an expired
+// or foreign one is 401, and a browser can sign in with one.
+func TestOIDCCallers(t *testing.T) {
+	iss := authtest.NewIssuer(t)
+	s := start(t, options{workers: 1, callers: true, oidc: auth.OIDCConfig{Issuer: iss.URL, Audience: authtest.Audience, RoleClaim: "hermes_role"}})
+	keys := callerKeys(t, s, map[string]auth.Role{"ops": auth.RoleOperator})
+	ann := iss.Token(`"sub":"ann-1","preferred_username":"ann","hermes_role":"user"`)
+	body := `{"request_id":"oidc_1","session_id":"oidc_ann","tool_calls":[{"tool_call_id":"c","name":"echo","arguments":{}}]}`
+	if code, out := s.call("POST", "/v1/route", ann, body); code != http.StatusOK {
+		t.Fatalf("ann's token: %d %s", code, out)
+	}
+	if code, out := s.call("GET", "/v1/requests/oidc_1", ann, ""); code != http.StatusOK {
+		t.Fatalf("ann reads her request: %d %s", code, out)
+	}
+	if code, out := s.call("GET", "/v1/sessions", keys["ops"], ""); code != http.StatusOK || !strings.Contains(out, `"oidc_ann"`) {
+		t.Fatalf("an API key beside tokens: %d %s", code, out)
+	}
+	code, out, _ := hermes(t, app.RunReplay, "--nats", s.srv.URL, "--session", "oidc_ann")
+	if code != 0 || !strings.Contains(out, "by ann (oidc:"+iss.URL+"#ann-1, user)") {
+		t.Errorf("replay: %s", out)
+	}
+	noRole := iss.Token(`"sub":"carl"`)
+	if code, out := s.call("POST", "/v1/route", noRole, strings.ReplaceAll(body, "oidc_1", "oidc_2")); code != http.StatusForbidden || !strings.Contains(out, "submit") {
+		t.Errorf("a token without a role: %d %s", code, out)
+	}
+	other := authtest.NewIssuer(t)
+	for name, tok := range map[string]string{
+		"expired":        iss.Token(fmt.Sprintf(`"sub":"ann-1","hermes_role":"admin","exp":%d`, time.Now().Add(-time.Minute).Unix())),
+		"another issuer": other.Token(fmt.Sprintf(`"sub":"ann-1","hermes_role":"admin","iss":%q`, iss.URL)),
+		"another aud":    iss.Token(`"sub":"ann-1","hermes_role":"admin","aud":"not-hermes"`),
+	} {
+		if code, out := s.call("GET", "/v1/sessions", tok, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s", name, code, out)
+		}
+	}
+	code, out = s.call("POST", "/v1/signin", "", `{"credential":"`+ann+`"}`)
+	if code != http.StatusOK || !strings.Contains(out, `"name":"ann"`) {
+		t.Errorf("signing in with a token: %d %s", code, out)
+	}
 }

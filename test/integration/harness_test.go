@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -44,6 +45,7 @@ type options struct {
 	natsURL    string            // an external server; default: an embedded one
 	limits     protocol.Limits   // of routers and dead-letter processors
 	callers    bool              // the gateway asks every caller for an API key
+	oidc       auth.OIDCConfig   // with callers: the issuer whose tokens it takes too
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -134,7 +136,11 @@ func (s *system) startGateway(instance string) {
 	nc, gb := s.connect()
 	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger}
 	if s.opts.callers {
-		gc.Callers, gc.Signins = app.KeyVerifier(gb), app.NewSignins(gb)
+		callers, err := app.CallerVerifier(gb, s.opts.oidc)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		gc.Callers, gc.Signins = callers, app.NewSignins(gb)
 	}
 	g, err := app.NewGateway(nc, gb, gc)
 	if err != nil {

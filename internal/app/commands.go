@@ -144,7 +144,6 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.oidc.ActForUsersClaim, "oidc-act-for-users-claim", os.Getenv("HERMES_OIDC_ACT_FOR_USERS_CLAIM"), "a boolean claim letting the caller name end users (none when empty)")
 }
 
-
 func (g *gatewayFlags) config(instance string, limits protocol.Limits) gateway.Config {
 	var hosts []string
 	for h := range strings.SplitSeq(g.publicHosts, ",") {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 )
@@ -32,14 +34,18 @@ type OIDCConfig struct {
 }
 
 // OIDC names the callers of OIDC bearer tokens. The issuer is asked for its configuration on
-// first use, and again after a failure: a gateway starts while the issuer is away. It is safe
-// for concurrent use.
+// first use — one request at a time, the others waiting only as long as their own context
+// lets them — and, after a failure, not again for retryDiscovery: a gateway starts while the
+// issuer is away, and does not pile up requests behind it. It is safe for concurrent use.
 type OIDC struct {
 	cfg OIDCConfig
 	now func() time.Time
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
+	asking   chan struct{} // closed when the discovery under way ends; nil when none is
+	failed   error         // the last discovery's error, until failedAt+retryDiscovery
+	failedAt time.Time
 }
 
 // NewOIDC returns the verifier of cfg's tokens; nothing is fetched until the first token.
@@ -58,24 +64,56 @@ func NewOIDC(cfg OIDCConfig) (*OIDC, error) {
 
 var _ Verifier = (*OIDC)(nil)
 
-// discoveryTimeout bounds asking the issuer for its configuration.
-const discoveryTimeout = 10 * time.Second
+const (
+	// discoveryTimeout bounds asking the issuer for its configuration.
+	discoveryTimeout = 10 * time.Second
+	// retryDiscovery is how long a failed discovery is answered from memory.
+	retryDiscovery = 5 * time.Second
+)
 
 func (o *OIDC) tokenVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.verifier != nil {
-		return o.verifier, nil
+	for {
+		o.mu.Lock()
+		switch {
+		case o.verifier != nil:
+			v := o.verifier
+			o.mu.Unlock()
+			return v, nil
+		case o.failed != nil && o.now().Sub(o.failedAt) < retryDiscovery:
+			err := o.failed
+			o.mu.Unlock()
+			return nil, err
+		case o.asking != nil:
+			wait := o.asking
+			o.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("auth: OIDC issuer %s: %w", o.cfg.Issuer, ctx.Err())
+			}
+		}
+		o.asking = make(chan struct{})
+		o.mu.Unlock()
+		break
 	}
-	dctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	// The discovery is not the request's: it goes on (within its own timeout) if the request
+	// that started it ends.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discoveryTimeout)
 	defer cancel()
 	p, err := oidc.NewProvider(dctx, o.cfg.Issuer)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	close(o.asking)
+	o.asking = nil
 	if err != nil {
-		return nil, fmt.Errorf("auth: OIDC issuer %s: %w", o.cfg.Issuer, err)
+		o.failed, o.failedAt = fmt.Errorf("auth: OIDC issuer %s: %w", o.cfg.Issuer, err), o.now()
+		return nil, o.failed
 	}
 	// Keys are fetched with a context of their own: a request that ends must not fail the
 	// fetch another is waiting for.
 	o.verifier = p.VerifierContext(context.WithoutCancel(ctx), &oidc.Config{ClientID: o.cfg.Audience, Now: o.now})
+	o.failed = nil
 	return o.verifier, nil
 }
 
@@ -98,17 +136,20 @@ func (o *OIDC) Verify(ctx context.Context, token string) (*Caller, error) {
 	if err := t.Claims(&claims); err != nil {
 		return nil, fmt.Errorf("%w: token claims: %v", ErrUnauthenticated, err)
 	}
+	// The subject names the caller in owners and the record: it must be printable, and hold
+	// no '#', which separates it from the end user in an owner.
+	if t.Subject == "" || !printable(t.Subject) || strings.Contains(t.Subject, "#") {
+		return nil, fmt.Errorf("%w: the token's subject is empty, holds '#' or is not printable", ErrUnauthenticated)
+	}
 	c := &Caller{ID: "oidc:" + t.Issuer + "#" + t.Subject, Name: t.Subject, Expires: t.Expiry}
-	var name string
-	if json.Unmarshal(claims[o.cfg.NameClaim], &name) == nil && name != "" {
-		c.Name = name
-	}
-	if len(c.Name) > 128 {
-		c.Name = c.Name[:128]
-	}
 	if len(c.ID) > 512 {
 		return nil, fmt.Errorf("%w: issuer and subject are longer than 512 bytes", ErrUnauthenticated)
 	}
+	var name string
+	if json.Unmarshal(claims[o.cfg.NameClaim], &name) == nil && name != "" && printable(name) {
+		c.Name = name
+	}
+	c.Name = cut(c.Name, 128)
 	c.Role = strongestRole(claims[o.cfg.RoleClaim])
 	if o.cfg.ActForUsersClaim != "" {
 		var act bool
@@ -152,4 +193,29 @@ func (c Chain) Verify(ctx context.Context, credential string) (*Caller, error) {
 		return c.OIDC.Verify(ctx, credential)
 	}
 	return nil, fmt.Errorf("%w: neither an API key nor a token this gateway takes", ErrUnauthenticated)
+}
+
+// printable reports whether s is UTF-8 without control or format characters (which could
+// rearrange or hide what a terminal or page shows).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// cut shortens s to at most n bytes, on a character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hermesbus/hermes/internal/auth/authtest"
 )
@@ -59,6 +60,10 @@ func TestOIDCTokens(t *testing.T) {
 		"not a JWT":             "hello",
 		"an API key's shape":    KeyPrefix + strings.Repeat("a", 16) + "_" + strings.Repeat("b", 52),
 		"three dots of garbage": "a.b.c",
+		"a '#' in the subject":  iss.Token(`"sub":"app#alice","hermes_roles":"user"`),
+		"a control character":   iss.Token(`"sub":"u\u001b[31m","hermes_roles":"user"`),
+		"a bidi override":       iss.Token(`"sub":"u\u202e","hermes_roles":"user"`),
+		"no subject":            iss.Token(`"hermes_roles":"user"`),
 	} {
 		_, err := v.Verify(ctx, tok)
 		if !errors.Is(err, ErrUnauthenticated) {
@@ -68,12 +73,30 @@ func TestOIDCTokens(t *testing.T) {
 			t.Errorf("%s: the error repeats the token", name)
 		}
 	}
+	// A long name is cut on a character boundary; an unprintable one is not used.
+	long, err := v.Verify(ctx, iss.Token(`"sub":"u9","preferred_username":"`+strings.Repeat("a", 127)+`é"`))
+	if err != nil || len(long.Name) > 128 || !utf8.ValidString(long.Name) {
+		t.Errorf("a long name: %q %v", long.Name, err)
+	}
+	if c, err := v.Verify(ctx, iss.Token(`"sub":"u10","preferred_username":"admin\u202e"`)); err != nil || c.Name != "u10" {
+		t.Errorf("an unprintable name: %+v %v", c, err)
+	}
 	// An issuer that cannot be reached is not "unauthenticated": the gateway says 503.
 	gone := authtest.NewIssuer(t)
 	gone.Close()
 	down, _ := NewOIDC(OIDCConfig{Issuer: gone.URL, Audience: "hermes"})
 	if _, err := down.Verify(ctx, good); err == nil || errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("issuer down: %v", err)
+	}
+	// … and is not asked again at once: the next requests are answered from memory.
+	start := time.Now()
+	for range 20 {
+		if _, err := down.Verify(ctx, good); err == nil {
+			t.Fatal("issuer down: accepted")
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("20 requests while the issuer is down took %s", d)
 	}
 	if _, err := NewOIDC(OIDCConfig{Issuer: iss.URL}); err == nil {
 		t.Error("no audience accepted")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -145,6 +146,10 @@ func TestSessionsBelongToTheirCaller(t *testing.T) {
 	if rec := do("GET", "/v1/sessions/nobody/events", "", "user-key"); rec.Code != http.StatusNotFound {
 		t.Errorf("following a session that does not exist: %d %s", rec.Code, rec.Body)
 	}
+	// An operator reads every session but writes only into its own.
+	if rec := post("r3", "s1", "operator-key", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("an operator posts into s1: %d %s", rec.Code, rec.Body)
+	}
 	// The owner, and an operator, may read it.
 	for _, key := range []string{"user-key", "operator-key"} {
 		if rec := do("GET", "/v1/requests/r1", "", key); rec.Code != http.StatusOK {
@@ -217,5 +222,14 @@ func TestGuessingIsSlowed(t *testing.T) {
 	}
 	if rec := do("203.0.113.9", "operator-key"); rec.Code != http.StatusOK {
 		t.Errorf("another address: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// A canceller's description fits what the record keeps of it, whatever the caller's id.
+func TestDescribeFitsTheRecord(t *testing.T) {
+	a := actor{caller: &auth.Caller{ID: "oidc:https://issuer.example/" + strings.Repeat("長", 200) + "#sub", Name: "名前", Role: auth.RoleUser}, user: "u"}
+	s := a.describe(httptest.NewRequest("DELETE", "/", nil))
+	if len(s) > protocol.MaxCancelTextBytes || !utf8.ValidString(s) || !strings.HasPrefix(s, "名前 (oidc:") {
+		t.Fatalf("%d bytes, valid %v: %q", len(s), utf8.ValidString(s), s)
 	}
 }

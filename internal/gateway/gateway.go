@@ -243,23 +243,29 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	sub := submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)}
 	if a.caller != nil {
-		owner, err := g.owners.claim(sctx, req.Session(), a.owner())
+		release, ok := g.limits.hold(w, a.caller, false)
+		if !ok {
+			return
+		}
+		defer release()
+		// Requests go only into one's own sessions, whatever one may read: a session someone
+		// else opened (perhaps under the id one was about to use) would hand them what is sent.
+		var history func(context.Context) (bool, error)
+		if !a.readsAll() {
+			history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, req.Session()) }
+		}
+		owner, err := g.owners.claim(sctx, req.Session(), a.owner(), history)
 		if err != nil {
 			g.log.Warn("claim a session", "session_id", req.Session(), "err", err)
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "nothing was accepted; retry with the same request_id", nil)
 			return
 		}
-		if owner != a.owner() && !a.readsAll() {
+		if owner != a.owner() {
 			writeNoSession(w, req.Session())
 			return
 		}
 		sub.Caller, sub.Owner = a.record(), owner
-		release, ok := g.limits.hold(w, a.caller, false)
-		if !ok {
-			return
-		}
-		defer release()
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
@@ -276,6 +282,9 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, submit.ErrNotConnected):
 		writeNotConnected(w, "nothing was accepted; retry with the same request_id")
+		return
+	case errors.Is(err, protocol.ErrInvalid):
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, strings.TrimPrefix(err.Error(), "submit: "), err)
 		return
 	case errors.Is(err, submit.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable; retry with the same request_id", nil)
@@ -390,6 +399,15 @@ func (a actor) describe(r *http.Request) string {
 	s := a.caller.Name + " (" + a.caller.ID + ")"
 	if a.user != "" {
 		s += " for " + a.user
+	}
+	// The record keeps at most protocol.MaxCancelTextBytes of it (a token's issuer and
+	// subject may be longer): cut on a character boundary.
+	if len(s) > protocol.MaxCancelTextBytes {
+		cut := protocol.MaxCancelTextBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }

@@ -22,6 +22,14 @@ const (
 	maxOwnersCached = 100_000
 	// maxOwnerRecord bounds an owner record read from the bucket.
 	maxOwnerRecord = 2 << 10
+	// renewAfter is how old an owner record gets before a request of its owner writes it
+	// again. The bucket keeps a record an hour longer than the record stream keeps a message,
+	// so renewing at least every half hour keeps the owner longer than any request of the
+	// session.
+	renewAfter = 30 * time.Minute
+	// unownedHistory stands as the owner of a session the record holds requests of that no
+	// owner record names (submitted on the bus directly, or before callers): nobody's.
+	unownedHistory = "(requests without an owner)"
 )
 
 // ownerOf names who a session opened by caller c for end user user belongs to: the caller's
@@ -69,6 +77,7 @@ type owners struct {
 type ownerSeen struct {
 	owner string
 	since time.Time // when the record was written
+	rev   uint64    // its revision
 	at    time.Time // when this gateway read it
 }
 
@@ -84,10 +93,12 @@ func newOwners(ctx context.Context, kv jetstream.KeyValue) *owners {
 	return o
 }
 
-// claim makes owner the owner of session unless it has one, and returns who owns it. A record
-// past half its life is written again by its owner, so a session in use never loses its owner
-// while the record still holds its messages.
-func (o *owners) claim(ctx context.Context, session, owner string) (string, error) {
+// claim makes owner the owner of session unless it has one, and returns who owns it. A session
+// without an owner record whose requests the record holds (history reports them) is not
+// claimed: its owner is unownedHistory. With history nil, such a session is claimed as any
+// other (for callers who read every session). A record past renewAfter is written again by its
+// owner, so a session in use never loses its owner while the record holds its requests.
+func (o *owners) claim(ctx context.Context, session, owner string, history func(context.Context) (bool, error)) (string, error) {
 	if s, ok := o.cached(session); ok {
 		if s.owner == owner {
 			o.renew(ctx, session, s)
@@ -105,9 +116,20 @@ func (o *owners) claim(ctx context.Context, session, owner string) (string, erro
 	}
 	for range 3 {
 		rec, _ := json.Marshal(ownerRecord{Owner: owner, Since: o.now().UTC()})
-		_, err := o.kv.Create(ctx, session, rec)
+		rev, err := o.kv.Create(ctx, session, rec)
 		if err == nil {
-			o.remember(session, ownerSeen{owner: owner, since: o.now(), at: o.now()})
+			if history != nil {
+				had, herr := history(ctx)
+				if herr != nil || had {
+					// Not this caller's to take: give the claim back.
+					_ = o.kv.Delete(ctx, session, jetstream.LastRevision(rev))
+					if herr != nil {
+						return "", fmt.Errorf("gateway: claim session %s: %w", session, herr)
+					}
+					return unownedHistory, nil
+				}
+			}
+			o.remember(session, ownerSeen{owner: owner, since: o.now(), rev: rev, at: o.now()})
 			return owner, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -152,22 +174,31 @@ func (o *owners) read(ctx context.Context, session string) (ownerSeen, bool, err
 		// but those who read every session.
 		rec = &ownerRecord{Owner: "(damaged owner record)"}
 	}
-	s := ownerSeen{owner: rec.Owner, since: e.Created(), at: o.now()}
+	s := ownerSeen{owner: rec.Owner, since: e.Created(), rev: e.Revision(), at: o.now()}
 	o.remember(session, s)
 	return s, true, nil
 }
 
-// renew writes s's record again once it is past half its life (best effort: a failure leaves
-// it to the next request).
+// renew writes s's record again once it is older than renewAfter, over the revision read (a
+// record that changed meanwhile is left as it is). Best effort: a failure leaves it to the next
+// request.
 func (o *owners) renew(ctx context.Context, session string, s ownerSeen) {
-	if o.ttl <= 0 || o.now().Sub(s.since) < o.ttl/2 {
+	if o.ttl <= 0 || o.now().Sub(s.since) < min(renewAfter, o.ttl/2) {
 		return
 	}
 	rec, _ := json.Marshal(ownerRecord{Owner: s.owner, Since: o.now().UTC()})
-	if _, err := o.kv.Put(ctx, session, rec); err == nil {
-		s.since = o.now()
+	if rev, err := o.kv.Update(ctx, session, rec, s.rev); err == nil {
+		s.since, s.rev = o.now(), rev
 		o.remember(session, s)
+	} else {
+		o.forget(session) // read it again next time
 	}
+}
+
+func (o *owners) forget(session string) {
+	o.mu.Lock()
+	delete(o.seen, session)
+	o.mu.Unlock()
 }
 
 func (o *owners) cached(session string) (ownerSeen, bool) {

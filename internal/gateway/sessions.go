@@ -167,11 +167,17 @@ func (g *Gateway) sessionKnown(ctx context.Context, a actor, session string) (bo
 		return false, nil
 	case owner != "":
 		return true, nil
-	case g.cfg.Bus == nil:
-		return false, nil
 	}
 	// Nobody owns it: requests submitted on the bus directly, or from before callers.
-	_, err = g.cfg.Bus.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest(session))
+	return g.recorded(ctx, session)
+}
+
+// recorded reports whether the record holds requests of session.
+func (g *Gateway) recorded(ctx context.Context, session string) (bool, error) {
+	if g.cfg.Bus == nil {
+		return false, nil
+	}
+	_, err := g.cfg.Bus.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest(session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

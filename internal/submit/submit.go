@@ -239,6 +239,10 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), sub.Trace
 	m.Recipient, m.Caller = protocol.RoleRouter, sub.Caller
+	if err := m.Validate(); err != nil {
+		// What the router would refuse is refused here, before anything is kept.
+		return nil, fmt.Errorf("submit: %w", err)
+	}
 	// Accepting is recording the request's plan: its calls, session and fingerprint, written
 	// once per request_id. The same request again finds it and joins the first run; another
 	// request under the id is refused before anything reaches the bus.

@@ -142,13 +142,14 @@ func (c *Caller) Validate() error {
 	return nil
 }
 
-// printable reports whether s is valid UTF-8 without control characters.
+// printable reports whether s is valid UTF-8 without control or format characters (bidi
+// overrides and the like, which could make a name read as something else).
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) || r == utf8.RuneError {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError {
 			return false
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,18 +124,50 @@ func TestCallersOwnTheirSessions(t *testing.T) {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
+	found := false
+	for !found && sc.Scan() {
 		if line := sc.Text(); strings.HasPrefix(line, "data: ") && strings.Contains(line, `"type":"request.v1"`) {
+			found = true
 			if !strings.Contains(line, `"caller":{"id":"key:`) || !strings.Contains(line, `"name":"alice","role":"user"`) {
 				t.Errorf("the request's event: %s", line)
 			}
-			break
 		}
 	}
 	resp.Body.Close()
+	if !found {
+		t.Error("no request event on alice's stream")
+	}
 	code, out, errOut := hermes(t, app.RunReplay, "--nats", s.srv.URL, "--session", "own_shop_carol")
 	if code != 0 || !strings.Contains(out, "by app-shop (key:") || !strings.Contains(out, "for carol") {
 		t.Errorf("replay: %d %s %s", code, out, errOut)
+	}
+	// Someone whose owner record is gone (expired) keeps the session: the record still holds
+	// its requests, so nobody else can claim it. Nor a session submitted on the bus directly.
+	_, ob := s.connect()
+	if err := ob.Owners.Purge(context.Background(), "own_alice"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := s.call("POST", "/v1/route", keys["bob"], req("own_b2", "own_alice", "")); code != http.StatusNotFound {
+		t.Fatalf("bob claims alice's session once its owner record is gone: %d %s", code, body)
+	}
+	if code, body := s.call("GET", "/v1/sessions/own_alice/events", keys["bob"], ""); code != http.StatusNotFound {
+		t.Fatalf("bob follows it: %d %s", code, body)
+	}
+	if code, out, errOut := hermes(t, app.RunRoute, "--nats", s.srv.URL, "-f", writeTemp(t, req("bus_1", "own_on_bus", ""))); code != 0 {
+		t.Fatalf("a request on the bus: %s %s", out, errOut)
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if code, body := s.call("POST", "/v1/route", keys[who], req("own_"+who+"_bus", "own_on_bus", "")); code != http.StatusNotFound {
+			t.Errorf("%s claims a session submitted on the bus: %d %s", who, code, body)
+		}
+	}
+	if code := s.streamStatus("/v1/sessions/own_on_bus/events", keys["ops"]); code != http.StatusOK {
+		t.Errorf("an operator follows it: %d", code)
+	}
+	// Reading every session is not writing into them: an operator's request never lands in a
+	// session someone else opened (perhaps to catch what the operator sends).
+	if code, body := s.call("POST", "/v1/route", keys["ops"], req("own_o1", "own_shop_carol", "")); code != http.StatusNotFound {
+		t.Errorf("an operator posts into carol's session: %d %s", code, body)
 	}
 	// Revoked: refused within the verifier's cache time.
 	_, b := s.connect()
@@ -195,4 +229,32 @@ func TestOIDCCallers(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(out, `"name":"ann"`) {
 		t.Errorf("signing in with a token: %d %s", code, out)
 	}
+}
+
+// writeTemp writes data to a file of the test's and returns its path.
+func writeTemp(t *testing.T, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "data.json")
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// streamStatus opens an event stream with key and returns the status it answers with.
+func (s *system) streamStatus(target, key string) int {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+target, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("GET %s: %v", target, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

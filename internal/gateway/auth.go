@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -30,7 +31,7 @@ func (g *Gateway) require(p auth.Permission, h http.HandlerFunc) http.HandlerFun
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, ok := g.authenticate(w, r)
+		c, recheck, ok := g.authenticate(w, r)
 		if !ok {
 			return
 		}
@@ -42,27 +43,44 @@ func (g *Gateway) require(p auth.Permission, h http.HandlerFunc) http.HandlerFun
 		if !g.limits.allow(w, c) {
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		ctx := context.WithValue(r.Context(), callerKey{}, c)
+		h(w, r.WithContext(context.WithValue(ctx, recheckKey{}, recheck)))
 	}
+}
+
+type recheckKey struct{}
+
+// stillValid asks again whether the credential of ctx's request names a caller (answered
+// from the verifier's memory within its TTL): an error wrapping auth.ErrUnauthenticated once
+// it no longer does (revoked, expired, signed out). Nil when the gateway asks for no caller.
+func stillValid(ctx context.Context) error {
+	if f, ok := ctx.Value(recheckKey{}).(func(context.Context) error); ok {
+		return f(ctx)
+	}
+	return nil
 }
 
 // authenticate names the caller of r, or answers and returns false. A credential from an
 // address that failed too many lately is checked only when this gateway knows it already.
-func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Caller, bool) {
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Caller, func(context.Context) error, bool) {
 	var v auth.Verifier = g.cfg.Callers
 	cred := ""
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(rest) == "" {
 			g.refuse(w, r, fmt.Errorf("%w: the Authorization header is not a bearer credential", auth.ErrUnauthenticated), true)
-			return nil, false
+			return nil, nil, false
 		}
 		cred = strings.TrimSpace(rest)
 	} else if ck, err := r.Cookie(SigninCookie); err == nil && g.signins != nil && ck.Value != "" {
 		v, cred = g.signins, ck.Value
 	} else {
 		g.refuse(w, r, fmt.Errorf("%w: no credential", auth.ErrUnauthenticated), false)
-		return nil, false
+		return nil, nil, false
+	}
+	recheck := func(ctx context.Context) error {
+		_, err := v.Verify(ctx, cred)
+		return err
 	}
 	remembered, _ := v.(interface {
 		Known(string) (*auth.Caller, bool)
@@ -70,20 +88,31 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Ca
 	})
 	if remembered != nil {
 		if c, known := remembered.Known(cred); known && c != nil {
-			return c, true
+			return c, recheck, true
 		}
 	}
 	// A credential this gateway has seen name a caller is checked again whatever its address
 	// did: callers sharing an address with someone guessing keep working.
-	if (remembered == nil || !remembered.WasValid(cred)) && !g.limits.allowAttempt(w, r) {
-		return nil, false
+	succeeded := func() {}
+	if remembered == nil || !remembered.WasValid(cred) {
+		var ok bool
+		if succeeded, ok = g.limits.attempt(w, r); !ok {
+			return nil, nil, false
+		}
 	}
 	c, err := v.Verify(r.Context(), cred)
-	if err != nil {
+	switch {
+	case err == nil:
+		succeeded()
+	case !errors.Is(err, auth.ErrUnauthenticated):
+		succeeded() // not the credential's fault
 		g.refuse(w, r, err, true)
-		return nil, false
+		return nil, nil, false
+	default:
+		g.refuse(w, r, err, true)
+		return nil, nil, false
 	}
-	return c, true
+	return c, recheck, true
 }
 
 // headerUser names the end user a request is made for, for clients that cannot put it in the

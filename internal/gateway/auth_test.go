@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -222,6 +223,24 @@ func TestGuessingIsSlowed(t *testing.T) {
 	}
 	if rec := do("203.0.113.9", "operator-key"); rec.Code != http.StatusOK {
 		t.Errorf("another address: %d %s", rec.Code, rec.Body)
+	}
+	// Guesses sent all at once are held to the same allowance; an IPv6 client's /64 is one
+	// address.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 50 {
+		wg.Go(func() {
+			from := fmt.Sprintf("[2001:db8:1:2::%x]", i+1)
+			rec := do(from, fmt.Sprintf("burst-%d", i))
+			mu.Lock()
+			codes[rec.Code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusUnauthorized] != failureBurst || codes[http.StatusTooManyRequests] != 50-failureBurst {
+		t.Errorf("50 guesses at once from one /64: %v", codes)
 	}
 }
 

@@ -78,12 +78,19 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, ferr.Error(), ferr)
 		return
 	}
-	if !g.limits.allowAttempt(w, r) {
+	succeeded, ok := g.limits.attempt(w, r)
+	if !ok {
 		return
 	}
 	c, err := g.cfg.Callers.Verify(r.Context(), strings.TrimSpace(in.Credential))
+	if err == nil || !errors.Is(err, auth.ErrUnauthenticated) {
+		succeeded()
+	}
 	if err != nil {
 		g.refuse(w, r, err, true)
+		return
+	}
+	if !g.limits.allowSignin(w, c) {
 		return
 	}
 	if _, err := auth.ParseRole(string(c.Role)); err != nil {
@@ -216,9 +223,6 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, err error, gave
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "credentials cannot be checked now; retry", nil)
 		return
-	}
-	if gave {
-		g.limits.failed(r)
 	}
 	g.log.Debug("unauthenticated request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "why", err)
 	challenge := `Bearer realm="hermes"`

@@ -55,6 +55,10 @@ const (
 	// more attempt is taken every failureEvery, others get 429 without being checked.
 	failureBurst = 10
 	failureEvery = 6 * time.Second
+	// signinBurst sign-ins of one caller are made at once, then one every signinEvery: what a
+	// caller can keep of the sign-ins bucket stays small (12 h / 2 min = 360 at most).
+	signinBurst = 10
+	signinEvery = 2 * time.Minute
 )
 
 // limits keeps the per-caller counts, and the failed credentials per client address that slow
@@ -69,6 +73,7 @@ type limits struct {
 
 type callerUse struct {
 	rate    *rate.Limiter // nil: no rate limit
+	signins *rate.Limiter
 	waiting int
 	streams int
 	seen    time.Time
@@ -85,7 +90,7 @@ func (l *limits) use(c *auth.Caller, now time.Time) *callerUse {
 		if len(l.callers) >= maxTracked {
 			l.forgetIdle(now)
 		}
-		u = &callerUse{}
+		u = &callerUse{signins: rate.NewLimiter(rate.Every(signinEvery), signinBurst)}
 		if l.cfg.RequestsPerSecond > 0 {
 			u.rate = rate.NewLimiter(rate.Limit(l.cfg.RequestsPerSecond), max(l.cfg.Burst, 1))
 		}
@@ -135,6 +140,23 @@ func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
 	return true
 }
 
+// allowSignin takes one of c's sign-ins, or answers 429.
+func (l *limits) allowSignin(w http.ResponseWriter, c *auth.Caller) bool {
+	now := time.Now()
+	l.mu.Lock()
+	res := l.use(c, now).signins.ReserveN(now, 1)
+	wait := res.DelayFrom(now)
+	if wait > 0 {
+		res.CancelAt(now)
+	}
+	l.mu.Unlock()
+	if wait > 0 {
+		tooMany(w, wait, "this caller signed in too often lately; wait")
+		return false
+	}
+	return true
+}
+
 // hold takes one of c's waiting requests (streams, when stream) for the handler's time, or
 // answers 429. Call the returned release when done.
 func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, stream bool) (release func(), ok bool) {
@@ -158,54 +180,68 @@ func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, stream bool) (relea
 	}, true
 }
 
-// allowAttempt answers 429 when r's address has failed too many credentials lately: guessing
-// is slowed to one attempt per failureEvery.
-func (l *limits) allowAttempt(w http.ResponseWriter, r *http.Request) bool {
-	now := time.Now()
-	l.mu.Lock()
-	lim, ok := l.failures[clientAddr(r)]
-	var wait time.Duration
-	if ok && lim.TokensAt(now) < 1 {
-		wait = time.Duration((1 - lim.TokensAt(now)) * float64(failureEvery))
-	}
-	l.mu.Unlock()
-	if wait > 0 {
-		tooMany(w, wait, "too many failed credentials from this address; wait")
-		return false
-	}
-	return true
-}
-
-// failed counts a credential from r's address that named no caller.
-func (l *limits) failed(r *http.Request) {
+// attempt takes one of the unknown credentials r's address may have checked, or answers 429
+// when it has failed too many lately: guessing is slowed to one attempt per failureEvery,
+// however many are sent at once. Call succeeded when the credential named a caller, to give
+// the attempt back.
+func (l *limits) attempt(w http.ResponseWriter, r *http.Request) (succeeded func(), ok bool) {
 	now := time.Now()
 	addr := clientAddr(r)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	lim, ok := l.failures[addr]
 	if !ok {
 		if len(l.failures) >= maxTracked {
-			for a, f := range l.failures {
-				if f.TokensAt(now) >= failureBurst {
-					delete(l.failures, a)
-				}
-			}
-			if len(l.failures) >= maxTracked {
-				clear(l.failures)
-			}
+			l.forgetFailures(now)
 		}
 		lim = rate.NewLimiter(rate.Every(failureEvery), failureBurst)
 		l.failures[addr] = lim
 	}
-	lim.AllowN(now, 1)
+	res := lim.ReserveN(now, 1)
+	wait := res.DelayFrom(now)
+	if wait > 0 {
+		res.CancelAt(now)
+	}
+	l.mu.Unlock()
+	if wait > 0 {
+		tooMany(w, wait, "too many failed credentials from this address; wait")
+		return nil, false
+	}
+	return func() {
+		l.mu.Lock()
+		res.CancelAt(now) // as of when it was taken, so that it is given back whole
+		l.mu.Unlock()
+	}, true
 }
 
-// clientAddr is the address r came from, without its port.
-func clientAddr(r *http.Request) string {
-	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
+// forgetFailures drops the addresses whose allowance is full again (forgetting them changes
+// nothing), then, if still full, the ones closest to full. Call with l.mu held.
+func (l *limits) forgetFailures(now time.Time) {
+	for a, f := range l.failures {
+		if f.TokensAt(now) >= failureBurst {
+			delete(l.failures, a)
+		}
 	}
-	return r.RemoteAddr
+	for a, f := range l.failures {
+		if len(l.failures) < maxTracked*9/10 {
+			return
+		}
+		if f.TokensAt(now) >= failureBurst/2 {
+			delete(l.failures, a)
+		}
+	}
+}
+
+// clientAddr is the address r came from, without its port; IPv6 addresses by their /64, which
+// one client holds whole.
+func clientAddr(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		h = r.RemoteAddr
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return h
 }
 
 func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {

@@ -26,6 +26,9 @@ const (
 	// eventWriteTimeout bounds one write to an event stream: a client that stops reading is
 	// dropped, and its slot freed, once its buffers are full for this long.
 	eventWriteTimeout = 30 * time.Second
+	// recheckInterval is how often an event stream asks whether its credential still names a
+	// caller.
+	recheckInterval = 5 * time.Second
 	// eventsRetry is the reconnection delay, in milliseconds, an event stream asks of clients.
 	eventsRetry = "2000"
 
@@ -135,6 +138,7 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		keepalives.Go(func() { keepalive(ctx, keepaliveEvery, cancel, send) })
+		keepalives.Go(func() { recheckEvery(ctx, recheckInterval, cancel) })
 	}
 	var buf []byte
 	err = record.Stream(ctx, g.cfg.Bus.JS, filters, from, ready, func(e *record.Entry) error {
@@ -215,6 +219,25 @@ func keepalive(ctx context.Context, every time.Duration, stop context.CancelFunc
 			return
 		case <-t.C:
 			if send([]byte(": keepalive\n\n")) != nil {
+				stop()
+				return
+			}
+		}
+	}
+}
+
+// recheckEvery asks every interval whether the stream's credential still names a caller, and
+// calls stop once it does not: a revoked key, an expired token or a sign-out ends the streams
+// it opened too. (A credential that cannot be checked for a moment keeps its stream.)
+func recheckEvery(ctx context.Context, every time.Duration, stop context.CancelFunc) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := stillValid(ctx); errors.Is(err, auth.ErrUnauthenticated) {
 				stop()
 				return
 			}

@@ -169,15 +169,39 @@ func TestCallersOwnTheirSessions(t *testing.T) {
 	if code, body := s.call("POST", "/v1/route", keys["ops"], req("own_o1", "own_shop_carol", "")); code != http.StatusNotFound {
 		t.Errorf("an operator posts into carol's session: %d %s", code, body)
 	}
-	// Revoked: refused within the verifier's cache time.
+	// Revoked: refused within the verifier's cache time, and its open event streams end.
+	if code, body := s.call("POST", "/v1/route", keys["bob"], req("own_b9", "own_bob", "")); code != http.StatusOK {
+		t.Fatalf("bob's own session: %d %s", code, body)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	sreq, _ := http.NewRequestWithContext(sctx, http.MethodGet, s.base+"/v1/sessions/own_bob/events", nil)
+	sreq.Header.Set("Authorization", "Bearer "+keys["bob"])
+	stream, err := http.DefaultClient.Do(sreq)
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("bob follows his session: %v %v", stream, err)
+	}
+	ended := make(chan time.Time, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, stream.Body)
+		stream.Body.Close()
+		ended <- time.Now()
+	}()
 	_, b := s.connect()
 	if _, err := auth.NewKeys(b.Keys).Revoke(context.Background(), "bob"); err != nil {
 		t.Fatal(err)
 	}
+	revoked := time.Now()
 	waitFor(t, "bob's revoked key to be refused", func() bool {
 		code, _ := s.call("GET", "/v1/sessions", keys["bob"], "")
 		return code == http.StatusUnauthorized
 	})
+	select {
+	case at := <-ended:
+		t.Logf("bob's stream ended %s after the revocation", at.Sub(revoked).Round(time.Millisecond))
+	case <-sctx.Done():
+		t.Error("bob's event stream outlived his revoked key by 30 s")
+	}
 }
 
 func contains(list []string, s string) bool {

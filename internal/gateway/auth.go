@@ -72,8 +72,8 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Ca
 			return nil, nil, false
 		}
 		cred = strings.TrimSpace(rest)
-	} else if ck, err := r.Cookie(SigninCookie); err == nil && g.signins != nil && ck.Value != "" {
-		v, cred = g.signins, ck.Value
+	} else if token := signinOf(r); token != "" && g.signins != nil {
+		v, cred = g.signins, token
 	} else {
 		g.refuse(w, r, fmt.Errorf("%w: no credential", auth.ErrUnauthenticated), false)
 		return nil, nil, false

@@ -17,9 +17,30 @@ import (
 )
 
 // SigninCookie is the cookie a signed-in browser holds: HttpOnly (no script reads it),
-// SameSite=Strict (no other site's page sends it), Secure when the gateway is reached over
-// HTTPS.
-const SigninCookie = "hermes_signin"
+// SameSite=Strict (no other site's page sends it). Over HTTPS it is SecureSigninCookie
+// instead: Secure, and with the __Host- prefix, so that no other host of the site can set one
+// for the gateway's.
+const (
+	SigninCookie       = "hermes_signin"
+	SecureSigninCookie = "__Host-hermes_signin"
+)
+
+// signinCookie is the name of the sign-in cookie for r.
+func signinCookie(r *http.Request) string {
+	if overHTTPS(r) {
+		return SecureSigninCookie
+	}
+	return SigninCookie
+}
+
+// signinOf returns the sign-in token r carries, if any: the secure cookie over HTTPS only.
+func signinOf(r *http.Request) string {
+	ck, err := r.Cookie(signinCookie(r))
+	if err != nil {
+		return ""
+	}
+	return ck.Value
+}
 
 // Signins keeps browsers' sign-ins (auth.Signins).
 type Signins interface {
@@ -104,7 +125,7 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the sign-in could not be kept; retry", nil)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: SigninCookie, Value: token, Path: "/", Expires: until, MaxAge: int(time.Until(until).Seconds()),
+	http.SetCookie(w, &http.Cookie{Name: signinCookie(r), Value: token, Path: "/", Expires: until, MaxAge: int(time.Until(until).Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	g.log.Info("signed in", "caller", c.ID, "name", c.Name, "until", until)
 	writeJSON(w, http.StatusOK, map[string]any{"caller": callerView(c), "until": until.UTC()})
@@ -113,18 +134,18 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 // handleSignout ends the browser's sign-in (everywhere: the record goes) and clears its
 // cookie. Signing out when not signed in is no error.
 func (g *Gateway) handleSignout(w http.ResponseWriter, r *http.Request) {
-	if ck, err := r.Cookie(SigninCookie); err == nil && g.cfg.Signins != nil {
-		if err := g.cfg.Signins.Delete(r.Context(), ck.Value); err != nil {
+	if token := signinOf(r); token != "" && g.cfg.Signins != nil {
+		if err := g.cfg.Signins.Delete(r.Context(), token); err != nil {
 			g.log.Warn("sign out", "err", err)
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the sign-in could not be ended; retry", nil)
 			return
 		}
 		if f, ok := g.signins.(interface{ Forget(string) }); ok {
-			f.Forget(ck.Value)
+			f.Forget(token)
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: SigninCookie, Value: "", Path: "/", MaxAge: -1,
+	http.SetCookie(w, &http.Cookie{Name: signinCookie(r), Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -178,6 +178,21 @@ func TestSignInAndOut(t *testing.T) {
 	if rec := do("POST", "/v1/signout", "", nil); rec.Code != http.StatusNoContent {
 		t.Errorf("signing out when signed out: %d", rec.Code)
 	}
+	// Over HTTPS (here: a proxy that says so) the cookie is Secure and __Host-, and only that
+	// one is taken.
+	rec = do("POST", "/v1/signin", `{"credential":"user-key"}`, nil, "X-Forwarded-Proto", "https")
+	set = rec.Header().Get("Set-Cookie")
+	if rec.Code != http.StatusOK || !strings.HasPrefix(set, SecureSigninCookie+"=") || !strings.Contains(set, "Secure") {
+		t.Fatalf("sign in over HTTPS: %d %q", rec.Code, set)
+	}
+	secure := rec.Result().Cookies()[0]
+	if rec := do("GET", "/v1/whoami", "", secure, "X-Forwarded-Proto", "https"); rec.Code != http.StatusOK {
+		t.Errorf("whoami over HTTPS: %d", rec.Code)
+	}
+	plain := &http.Cookie{Name: SigninCookie, Value: secure.Value}
+	if rec := do("GET", "/v1/whoami", "", plain, "X-Forwarded-Proto", "https"); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a cookie without the prefix, over HTTPS: %d", rec.Code)
+	}
 }
 
 // Each caller is held to its rate (429 with Retry-After), its waiting requests and its event

@@ -72,7 +72,9 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
 	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
-	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes")
+	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes (with HERMES_API_KEY or --key-file's key)")
+	var key keyFlag
+	key.register(fs)
 	directURL := fs.String("direct-url", "", "with --url: the tool URL to call directly (echo)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("markdown", "", "write the report as Markdown to this file")
@@ -114,7 +116,13 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 		if *directURL == "" {
 			return fmt.Errorf("--url needs --direct-url, the echo tool's URL to compare with")
 		}
-		runMain(ctx, *url, *directURL, "external", callList, concList, load, runID, progress)
+		k, err := key.key()
+		if err != nil {
+			return err
+		}
+		if err := runMain(ctx, *url, k, *directURL, "external", callList, concList, load, runID, progress); err != nil {
+			return err
+		}
 	} else {
 		for _, sync := range strings.Split(*syncs, ",") {
 			always, err := syncPolicy(sync)
@@ -133,8 +141,11 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 				rep.StoredRequests = *stored
 				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
 			}
-			runMain(ctx, sys.GatewayURL, sys.DemoURL+"/v1/echo", sync, callList, concList, load, runID+sync, progress)
+			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, callList, concList, load, runID+sync, progress)
 			stop()
+			if err != nil {
+				return err
+			}
 		}
 		if len(workerList) > 0 {
 			peak, err := runIO(ctx, workerList, *ioClients, *ioWorkerConc, *ioDelay, load, runID, progress)
@@ -166,8 +177,10 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	return nil
 }
 
-// runMain runs the 1-call and 3-call scenarios at each concurrency, direct then Hermes.
-func runMain(ctx context.Context, gw, direct, sync string, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) {
+// runMain runs the 1-call and 3-call scenarios at each concurrency, direct then Hermes, calling
+// the gateway with key. A scenario where every request failed ends it with the first error: what
+// it would report measures nothing.
+func runMain(ctx context.Context, gw, key, direct, sync string, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) error {
 	for _, n := range calls {
 		name := fmt.Sprintf("%d call", n)
 		if n > 1 {
@@ -177,11 +190,17 @@ func runMain(ctx context.Context, gw, direct, sync string, calls, concs []int, l
 			client := bench.NewClient(c * n)
 			d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
 			add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
-			h := bench.Drive(ctx, load(c), (&bench.Hermes{Client: client, URL: gw, Tool: "echo", Calls: n, Args: "{}",
+			h := bench.Drive(ctx, load(c), (&bench.Hermes{Client: client, URL: gw, Key: key, Tool: "echo", Calls: n, Args: "{}",
 				RunID: fmt.Sprintf("%s-%d-%d", runID, n, c)}).Do)
 			add(benchRow{Scenario: name, Target: "hermes", Sync: sync, Concurrency: c, Stats: h})
+			for _, st := range []bench.Stats{d, h} {
+				if st.Requests == 0 && st.Errors > 0 {
+					return fmt.Errorf("bench: %s at %d clients: every request failed: %s", name, c, st.FirstError)
+				}
+			}
 		}
 	}
+	return nil
 }
 
 // storedPerRequest counts the messages a 1-call request stores in sys's streams and buckets,

@@ -49,7 +49,9 @@ func (h *Hermes) Do(ctx context.Context, client, seq int) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+h.Key)
+	if h.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+h.Key)
+	}
 	resp, err := h.Client.Do(req)
 	if err != nil {
 		return err

@@ -38,69 +38,104 @@ type SystemKey struct {
 // each other's). An empty path makes a new key kept nowhere. A key at path that no longer names
 // a caller (revoked, or from another bus) is reported, not replaced: revoking it must stick.
 func ensureAdminKey(ctx context.Context, keys *auth.Keys, path string) (SystemKey, error) {
-	if path != "" {
-		data, err := os.ReadFile(path)
-		switch {
-		case err == nil:
-			key := strings.TrimSpace(string(data))
-			_, verr := keys.Verify(ctx, key)
-			switch {
-			case verr == nil:
-				return SystemKey{Key: key, Path: path}, nil
-			case errors.Is(verr, auth.ErrUnauthenticated):
-				return SystemKey{Path: path, Problem: fmt.Sprintf("the key in %s names no caller on this bus (revoked, or made for another); delete the file to make a new admin key, or use hermes keys create", path)}, nil
-			default:
-				return SystemKey{}, fmt.Errorf("check the admin key in %s: %w", path, verr)
-			}
-		case !errors.Is(err, fs.ErrNotExist):
-			return SystemKey{}, fmt.Errorf("read the admin key: %w", err)
-		}
-	}
-	key, _, err := keys.Create(ctx, auth.NewKey{Name: "hermes-up-admin", Role: auth.RoleAdmin, CreatedBy: "hermes up"})
-	if err != nil {
-		return SystemKey{}, err
-	}
 	if path == "" {
-		return SystemKey{Key: key, Made: true}, nil
+		key, _, err := keys.Create(ctx, auth.NewKey{Name: "hermes-up-admin", Role: auth.RoleAdmin, CreatedBy: "hermes up"})
+		return SystemKey{Key: key, Made: err == nil}, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+	for range 2 {
+		if k, found, err := keptKey(ctx, keys, path); found || err != nil {
+			return k, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+		}
+		// The file is taken first (so that two starts never both make a key), then the key
+		// made and written; a key that could not be kept is revoked, so none is left that
+		// nobody holds.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue // another start took it: read what it keeps
+		}
+		if err != nil {
+			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+		}
+		key, k, err := keys.Create(ctx, auth.NewKey{Name: "hermes-up-admin", Role: auth.RoleAdmin, CreatedBy: "hermes up"})
+		if err == nil {
+			_, err = f.WriteString(key + "\n")
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(path)
+			if k != nil {
+				_, _ = keys.Revoke(context.WithoutCancel(ctx), k.ID)
+			}
+			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+		}
+		return SystemKey{Key: key, Made: true, Path: path}, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+	return SystemKey{}, fmt.Errorf("keep the admin key: %s is being written by another start; try again", path)
+}
+
+// keptKey reads the key kept at path: found false when there is no file (or an empty one,
+// being written by another start).
+func keptKey(ctx context.Context, keys *auth.Keys, path string) (SystemKey, bool, error) {
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return SystemKey{}, false, nil
+	case err != nil:
+		return SystemKey{}, false, fmt.Errorf("read the admin key: %w", err)
 	}
-	_, err = f.WriteString(key + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	key := strings.TrimSpace(string(data))
+	if key == "" {
+		return SystemKey{}, false, nil
 	}
-	if err != nil {
-		_ = os.Remove(path)
-		return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
+	_, err = keys.Verify(ctx, key)
+	switch {
+	case err == nil:
+		return SystemKey{Key: key, Path: path}, true, nil
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return SystemKey{Path: path, Problem: fmt.Sprintf("the key in %s names no caller on this bus: revoked, or made for another bus "+
+			"(with --nats, give --data a directory of its own); make one with hermes keys create, or move the file away to have a new admin key made", path)}, true, nil
 	}
-	return SystemKey{Key: key, Made: true, Path: path}, nil
+	return SystemKey{}, false, fmt.Errorf("check the admin key in %s: %w", path, err)
 }
 
 // keyFlag is how a command that calls a gateway finds its API key: HERMES_API_KEY, else the
 // file --key-file names (by default hermes up's admin key). The key itself is never a flag, so
 // it does not show in process lists or shell history.
-type keyFlag struct{ file string }
-
-func (k *keyFlag) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.file, "key-file", envOr("HERMES_KEY_FILE", defaultKeyFile),
-		"file holding the API key, used when HERMES_API_KEY is not set (env HERMES_KEY_FILE)")
+type keyFlag struct {
+	file string // as given; empty: HERMES_KEY_FILE, else defaultKeyFile, either of which may be missing
+	used string // where the key sent came from, for messages
 }
 
-// key returns the API key to send; empty when there is none (the gateway will say 401).
+func (k *keyFlag) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.file, "key-file", "",
+		"file holding the API key, used when HERMES_API_KEY is not set (default: HERMES_KEY_FILE, else "+defaultKeyFile+", hermes up's admin key)")
+}
+
+// key returns the API key to send; empty when there is none (the gateway will say 401). A
+// --key-file or HERMES_KEY_FILE that names no file is an error.
 func (k *keyFlag) key() (string, error) {
 	if v := strings.TrimSpace(os.Getenv("HERMES_API_KEY")); v != "" {
+		k.used = "HERMES_API_KEY"
 		return v, nil
 	}
-	data, err := os.ReadFile(k.file)
+	path, explicit := k.file, true
+	if path == "" {
+		path = os.Getenv("HERMES_KEY_FILE")
+	}
+	if path == "" {
+		path, explicit = defaultKeyFile, false
+	}
+	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
+		k.used = path
 		return strings.TrimSpace(string(data)), nil
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) && !explicit:
 		return "", nil
 	default:
 		return "", fmt.Errorf("read the API key: %w", err)
@@ -116,13 +151,17 @@ func (k *keyFlag) authorize(r *http.Request) error {
 	return err
 }
 
-// unauthorized explains a gateway's 401 or 403 to someone at a terminal.
-func (k *keyFlag) unauthorized(status int) string {
-	if status == http.StatusForbidden {
+// refused explains a gateway's 401, 403 or 429 to someone at a terminal; "" for other answers.
+func (k *keyFlag) refused(status int) string {
+	switch {
+	case status == http.StatusForbidden:
 		return "the API key's role may not do this"
-	}
-	if os.Getenv("HERMES_API_KEY") != "" {
-		return "the gateway did not accept HERMES_API_KEY"
+	case status == http.StatusTooManyRequests:
+		return "the gateway is slowing this caller or address down (too many requests, or failed keys); wait and retry"
+	case status != http.StatusUnauthorized:
+		return ""
+	case k.used != "":
+		return "the gateway did not take the key from " + k.used + " (revoked, or made for another Hermes?)"
 	}
 	return fmt.Sprintf("give an API key: set HERMES_API_KEY, or --key-file (hermes up keeps its admin key in %s)", defaultKeyFile)
 }

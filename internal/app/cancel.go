@@ -60,7 +60,7 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 		return usage("%v", err)
 	}
 	if err := key.authorize(req); err != nil {
-		return usage("%v", err)
+		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: %w", err)}
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
@@ -75,8 +75,8 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 		return nil
 	case http.StatusConflict:
 		return &ExitError{Code: 1}
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: gateway answered %s: %s", resp.Status, key.unauthorized(resp.StatusCode))}
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: gateway answered %s: %s", resp.Status, key.refused(resp.StatusCode))}
 	default:
 		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: gateway answered %s", resp.Status)}
 	}

@@ -133,10 +133,10 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.publicHosts, "public-host", os.Getenv("HERMES_PUBLIC_HOST"),
 		"host names clients reach the gateway by, comma-separated, besides IP addresses and localhost; other Host headers get 421 (env HERMES_PUBLIC_HOST)")
 	d := gateway.DefaultCallerLimits
-	fs.Float64Var(&g.callers.RequestsPerSecond, "caller-rate", d.RequestsPerSecond, "requests a second one caller may make (-1: no limit)")
+	fs.Float64Var(&g.callers.RequestsPerSecond, "caller-rate", d.RequestsPerSecond, "requests a second one caller may make (-1: no limit; 0: the default)")
 	fs.IntVar(&g.callers.Burst, "caller-burst", d.Burst, "requests one caller may make at once above its rate")
-	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit)")
-	fs.IntVar(&g.callers.Streams, "caller-streams", d.Streams, "session event streams one caller may have open (-1: no limit)")
+	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit; 0: the default)")
+	fs.IntVar(&g.callers.Streams, "caller-streams", d.Streams, "session event streams one caller may have open (-1: no limit; 0: the default)")
 	fs.StringVar(&g.oidc.Issuer, "oidc-issuer", os.Getenv("HERMES_OIDC_ISSUER"), "take bearer tokens (JWTs) this OpenID Connect issuer signs, besides API keys (env HERMES_OIDC_ISSUER)")
 	fs.StringVar(&g.oidc.Audience, "oidc-audience", os.Getenv("HERMES_OIDC_AUDIENCE"), "the audience (client id) tokens must be for (env HERMES_OIDC_AUDIENCE)")
 	fs.StringVar(&g.oidc.RoleClaim, "oidc-role-claim", envOr("HERMES_OIDC_ROLE_CLAIM", "roles"), "the claim holding the caller's role: admin, operator or user (a string or a list)")

@@ -112,7 +112,12 @@ func TestAdminKeyFile(t *testing.T) {
 		t.Fatalf("from the environment: %q %v", k, err)
 	}
 	t.Setenv("HERMES_API_KEY", "")
-	if k, err := (&keyFlag{file: filepath.Join(t.TempDir(), "none")}).key(); err != nil || k != "" {
+	// A file named that is not there is an error; the default one missing is no key.
+	if k, err := (&keyFlag{file: filepath.Join(t.TempDir(), "none")}).key(); err == nil {
+		t.Fatalf("--key-file naming no file: %q", k)
+	}
+	t.Chdir(t.TempDir())
+	if k, err := (&keyFlag{}).key(); err != nil || k != "" {
 		t.Fatalf("no key anywhere: %q %v", k, err)
 	}
 }

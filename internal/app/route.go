@@ -75,8 +75,8 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return nil
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("route: gateway answered %s: %s", resp.Status, key.unauthorized(resp.StatusCode))
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+		return fmt.Errorf("route: gateway answered %s: %s", resp.Status, key.refused(resp.StatusCode))
 	}
 	return fmt.Errorf("route: gateway answered %s", resp.Status)
 }

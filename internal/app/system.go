@@ -182,9 +182,6 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	if err != nil {
 		return nil, err
 	}
-	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(gb.Keys), cfg.KeyFile); err != nil {
-		return nil, err
-	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
 	if gc.Callers, err = CallerVerifier(gb, cfg.OIDC); err != nil {
@@ -197,6 +194,11 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	gln, err := listen(cfg.HTTPAddr, "gateway")
 	if err != nil {
+		return nil, err
+	}
+	sys.cleanup = append(sys.cleanup, func() { gln.Close() })
+	// Made once the gateway has its port, so that a key made is a key shown.
+	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(gb.Keys), cfg.KeyFile); err != nil {
 		return nil, err
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()

@@ -32,7 +32,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	var wf workerFlags
 	wf.register(fs)
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
-	data := fs.String("data", "hermes-data", "JetStream store directory of the embedded server")
+	data := fs.String("data", "hermes-data", "JetStream store directory of the embedded server, and where the admin key is kept (admin.key)")
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
 	sync := fs.String("sync", "interval", "store sync policy of the embedded server: interval or always")
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
@@ -104,7 +104,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Hermes is up.\n")
 	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET|DELETE /v1/requests/{id} · /healthz · /readyz\n", base)
-	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live\n", base)
+	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live (sign in with a key)\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
@@ -127,8 +127,18 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 		flagKey = " --key-file " + keyFile
 	}
 	fmt.Fprintf(&b, "Try:\n")
-	fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/request.json\n", base, keyFile)
-	fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n\n", base, flagKey)
+	if k.Key == "" {
+		nats := "--nats " + bus.Redact(clientURL)
+		if clientURL == "" {
+			nats = "(with --nats-listen, against its NATS)"
+		}
+		fmt.Fprintf(&b, "  export HERMES_API_KEY=$(go run ./cmd/hermes keys create --name me --role admin %s)\n", nats)
+		fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $HERMES_API_KEY\" -H 'Content-Type: application/json' -d @examples/request.json\n", base)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s -f examples/request-parallel.json\n\n", base)
+	} else {
+		fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/request.json\n", base, keyFile)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n\n", base, flagKey)
+	}
 	fmt.Fprintf(&b, "Watch:\n")
 	if clientURL == "" {
 		fmt.Fprintf(&b, "  (hermes tail and replay need NATS clients: start with --nats-listen %s)\n\n", natsListenAddr)

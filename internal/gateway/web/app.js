@@ -322,6 +322,7 @@
         }
         const e = await errorText(resp);
         why = 'HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : '');
+        if (resp.status === 404) why = 'no session ' + s.id + ' of yours is known (yet): it starts with its first request';
         // A request the gateway refuses as such will not get better by asking again.
         retry = resp.status >= 500 || resp.status === 404 || resp.status === 429 || resp.status === 408;
       }
@@ -874,6 +875,8 @@
           el('strong', null, responseWords[st] || st), ' — request ', el('span', { class: 'mono' }, rid),
           ' answered', resp.headers.get('X-Hermes-Replayed') === 'true' ? ' (replayed: this request id was sent before)' : '', '.']);
         afterSend(session);
+      } else if (resp.status === 401) {
+        showSignin('Your sign-in has ended; sign in again (the request was not sent).');
       } else if (resp.status === 504) {
         showSendResult('warn', [el('strong', null, '… Accepted, still running'), ' — request ', el('span', { class: 'mono' }, rid),
           ' is running; the session view shows it as it goes.']);
@@ -922,7 +925,10 @@
   async function whoami() {
     const resp = await fetch('/v1/whoami', { headers: { Accept: 'application/json' }, cache: 'no-store' });
     if (resp.status === 401) return undefined;
-    if (!resp.ok) throw new Error('HTTP ' + resp.status);
+    if (!resp.ok) {
+      const e = await errorText(resp);
+      throw new Error('HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : ''));
+    }
     const body = await resp.json();
     return body.caller;
   }
@@ -978,11 +984,19 @@
   }
 
   async function signout() {
+    const why = 'Signed out.';
     try {
-      await fetch('/v1/signout', { method: 'POST' });
-    } finally {
-      location.reload();
+      const resp = await fetch('/v1/signout', { method: 'POST' });
+      if (!resp.ok) {
+        const e = await errorText(resp);
+        alert('Could not sign out: HTTP ' + resp.status + (e.message ? ' — ' + e.message : '') + '. Try again.');
+        return;
+      }
+    } catch (err) {
+      alert('Could not sign out: the gateway is not reachable (' + err.message + '). Try again.');
+      return;
     }
+    showSignin(why);
   }
 
   function enter(caller) {
@@ -999,10 +1013,15 @@
     $('signin-form').addEventListener('submit', signin);
     $('signout').addEventListener('click', signout);
     let caller;
-    try {
-      caller = await whoami();
-    } catch (err) {
-      caller = null; // let the page say what fails as it loads
+    for (let wait = 1000; ; wait = Math.min(wait * 2, 15000)) {
+      try {
+        caller = await whoami();
+        break;
+      } catch (err) {
+        // Busy, unreachable or slowing this address down: say so and ask again.
+        showSignin('Cannot tell who you are yet: ' + err.message + '. Retrying in ' + Math.round(wait / 1000) + ' s.');
+        await new Promise((ok) => setTimeout(ok, wait));
+      }
     }
     if (caller === undefined) showSignin('');
     else enter(caller);

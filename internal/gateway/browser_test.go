@@ -221,8 +221,8 @@ func TestCallerLimits(t *testing.T) {
 		t.Fatalf("another caller: %d", rec.Code)
 	}
 	alice := &auth.Caller{ID: "key:a"}
-	for _, stream := range []bool{false, true} {
-		limit := map[bool]int{false: 2, true: 1}[stream]
+	for _, stream := range []holdKind{holdWaiting, holdStream, holdListing} {
+		limit := map[holdKind]int{holdWaiting: 2, holdStream: 1, holdListing: 1}[stream]
 		var releases []func()
 		for range limit {
 			release, ok := g.limits.hold(httptest.NewRecorder(), alice, stream)

@@ -243,7 +243,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	sub := submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)}
 	if a.caller != nil {
-		release, ok := g.limits.hold(w, a.caller, false)
+		release, ok := g.limits.hold(w, a.caller, holdWaiting)
 		if !ok {
 			return
 		}

@@ -74,8 +74,9 @@ type limits struct {
 type callerUse struct {
 	rate    *rate.Limiter // nil: no rate limit
 	signins *rate.Limiter
-	waiting int
-	streams int
+	waiting  int
+	streams  int
+	listings int
 	seen    time.Time
 }
 
@@ -104,7 +105,7 @@ func (l *limits) use(c *auth.Caller, now time.Time) *callerUse {
 // them changes nothing); if none is idle, the oldest half.
 func (l *limits) forgetIdle(now time.Time) {
 	for id, u := range l.callers {
-		if u.waiting == 0 && u.streams == 0 && (u.rate == nil || u.rate.TokensAt(now) >= float64(u.rate.Burst())) {
+		if u.waiting == 0 && u.streams == 0 && u.listings == 0 && (u.rate == nil || u.rate.TokensAt(now) >= float64(u.rate.Burst())) {
 			delete(l.callers, id)
 		}
 	}
@@ -113,7 +114,7 @@ func (l *limits) forgetIdle(now time.Time) {
 	}
 	cut := now.Add(-time.Minute)
 	for id, u := range l.callers {
-		if u.seen.Before(cut) && u.waiting == 0 && u.streams == 0 {
+		if u.seen.Before(cut) && u.waiting == 0 && u.streams == 0 && u.listings == 0 {
 			delete(l.callers, id)
 		}
 	}
@@ -157,14 +158,30 @@ func (l *limits) allowSignin(w http.ResponseWriter, c *auth.Caller) bool {
 	return true
 }
 
-// hold takes one of c's waiting requests (streams, when stream) for the handler's time, or
-// answers 429. Call the returned release when done.
-func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, stream bool) (release func(), ok bool) {
+// holdKind is what a hold takes.
+type holdKind int
+
+const (
+	holdWaiting holdKind = iota // a POST /v1/route waiting for its response
+	holdStream                  // an open event stream
+	holdListing                 // a session listing running (one per caller: they scan the record)
+)
+
+// hold takes one of c's k for the handler's time, or answers 429. Call the returned release
+// when done.
+func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, k holdKind) (release func(), ok bool) {
 	l.mu.Lock()
 	u := l.use(c, time.Now())
-	n, limit, what := &u.waiting, l.cfg.Waiting, "requests waiting for their response"
-	if stream {
+	var n *int
+	var limit int
+	var what string
+	switch k {
+	case holdWaiting:
+		n, limit, what = &u.waiting, l.cfg.Waiting, "requests waiting for their response"
+	case holdStream:
 		n, limit, what = &u.streams, l.cfg.Streams, "event streams open"
+	default:
+		n, limit, what = &u.listings, 1, "session listings running"
 	}
 	if limit > 0 && *n >= limit {
 		l.mu.Unlock()

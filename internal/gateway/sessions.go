@@ -85,7 +85,7 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 			writeNoSession(w, session)
 			return
 		}
-		release, ok := g.limits.hold(w, a.caller, true)
+		release, ok := g.limits.hold(w, a.caller, holdStream)
 		if !ok {
 			return
 		}
@@ -357,6 +357,13 @@ func (g *Gateway) handleListSessions(w http.ResponseWriter, r *http.Request) {
 	owner := "" // every session
 	if !a.readsAll() {
 		owner = a.owner()
+	}
+	if a.caller != nil {
+		release, ok := g.limits.hold(w, a.caller, holdListing)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	list, err := record.RecentSessions(ctx, g.cfg.Bus.JS, limit, owner)
 	if err != nil {

@@ -262,9 +262,6 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	var resp *http.Response
 	waitFor(t, "the gateway to answer", func() bool {
 		resp = call(http.MethodPost, "/v1/route", sys.Key.Key, body)
-		if err != nil {
-			return false
-		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
 			return false

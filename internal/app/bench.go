@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/retry"
 )
 
@@ -72,6 +74,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
 	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
+	role := fs.String("role", "user", "the role of the key the load is sent with (a user's requests are checked against the sessions of others, an operator's and admin's are not)")
 	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes (with HERMES_API_KEY or --key-file's key)")
 	var key keyFlag
 	key.register(fs)
@@ -131,6 +134,10 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 			}
 			sys, stop, err := benchSystem(ctx, always, 1, 64)
 			if err != nil {
+				return err
+			}
+			if err := benchKey(ctx, sys, *role); err != nil {
+				stop()
 				return err
 			}
 			if *stored > 0 && rep.StoredRequests == 0 {
@@ -223,6 +230,25 @@ func storedPerRequest(ctx context.Context, sys *System, n int, runID string) (fl
 	}
 	h.RunID = runID + "-stored"
 	return bench.StoredPerRequest(ctx, js, n, h.Do)
+}
+
+// benchKey makes the key the load of sys is sent with: one of role (sys.Key, the admin key,
+// for admin).
+func benchKey(ctx context.Context, sys *System, role string) error {
+	r, err := auth.ParseRole(role)
+	if err != nil || r == auth.RoleAdmin {
+		return err
+	}
+	nc, b, err := Connect(ctx, sys.ClientURL, "hermes-bench-keys", bus.Config{OpenOnly: true}, nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	key, _, err := auth.NewKeys(b.Keys).Create(ctx, auth.NewKey{Name: "bench-" + role, Role: r, CreatedBy: "hermes bench"})
+	if err == nil {
+		sys.Key = SystemKey{Key: key}
+	}
+	return err
 }
 
 // benchSystem starts an in-process Hermes on loopback with a fresh store.

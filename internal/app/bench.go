@@ -74,6 +74,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
 	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
+	perClient := fs.Bool("session-per-client", false, "send each client's requests in one session (as chats do) instead of each in a session of its own")
 	role := fs.String("role", "user", "the role of the key the load is sent with (a user's requests are checked against the sessions of others, an operator's and admin's are not)")
 	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes (with HERMES_API_KEY or --key-file's key)")
 	var key keyFlag
@@ -123,7 +124,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return err
 		}
-		if err := runMain(ctx, *url, k, *directURL, "external", callList, concList, load, runID, progress); err != nil {
+		if err := runMain(ctx, *url, k, *directURL, "external", *perClient, callList, concList, load, runID, progress); err != nil {
 			return err
 		}
 	} else {
@@ -148,7 +149,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 				rep.StoredRequests = *stored
 				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
 			}
-			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, callList, concList, load, runID+sync, progress)
+			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, *perClient, callList, concList, load, runID+sync, progress)
 			stop()
 			if err != nil {
 				return err
@@ -187,7 +188,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 // runMain runs the 1-call and 3-call scenarios at each concurrency, direct then Hermes, calling
 // the gateway with key. A scenario where every request failed ends it with the first error: what
 // it would report measures nothing.
-func runMain(ctx context.Context, gw, key, direct, sync string, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) error {
+func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) error {
 	for _, n := range calls {
 		name := fmt.Sprintf("%d call", n)
 		if n > 1 {
@@ -198,7 +199,7 @@ func runMain(ctx context.Context, gw, key, direct, sync string, calls, concs []i
 			d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
 			add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
 			h := bench.Drive(ctx, load(c), (&bench.Hermes{Client: client, URL: gw, Key: key, Tool: "echo", Calls: n, Args: "{}",
-				RunID: fmt.Sprintf("%s-%d-%d", runID, n, c)}).Do)
+				RunID: fmt.Sprintf("%s-%d-%d", runID, n, c), SessionPerClient: perClient}).Do)
 			add(benchRow{Scenario: name, Target: "hermes", Sync: sync, Concurrency: c, Stats: h})
 			for _, st := range []bench.Stats{d, h} {
 				if st.Requests == 0 && st.Errors > 0 {

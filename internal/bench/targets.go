@@ -31,12 +31,19 @@ type Hermes struct {
 	Args string
 	// RunID makes request ids unique across runs.
 	RunID string
+	// SessionPerClient sends each client's requests in one session of its own (as a chat
+	// would), instead of each request in a session of its own.
+	SessionPerClient bool
 }
 
 // Do posts one request and checks it succeeded.
 func (h *Hermes) Do(ctx context.Context, client, seq int) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"request_id":"%s-%d-%d","tool_calls":[`, h.RunID, client, seq)
+	fmt.Fprintf(&b, `{"request_id":"%s-%d-%d",`, h.RunID, client, seq)
+	if h.SessionPerClient {
+		fmt.Fprintf(&b, `"session_id":"%s-s%d",`, h.RunID, client)
+	}
+	b.WriteString(`"tool_calls":[`)
 	for i := range h.Calls {
 		if i > 0 {
 			b.WriteByte(',')

@@ -46,21 +46,28 @@ func (e cached) fresh(now time.Time, ttl time.Duration) bool {
 	return now.Sub(e.at) < ttl && (e.caller == nil || e.caller.Expires.IsZero() || now.Before(e.caller.Expires))
 }
 
-// Verify answers from memory, or asks Next.
-func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error) {
-	now := time.Now()
+// lookup returns what is remembered of credential and whether it is fresh, with the key it is
+// remembered under, the time and the TTL in force.
+func (c *Cached) lookup(credential string) (e cached, fresh bool, key [sha256.Size]byte, now time.Time, ttl time.Duration) {
+	now = time.Now()
 	if c.now != nil {
 		now = c.now()
 	}
-	ttl := c.TTL
+	ttl = c.TTL
 	if ttl <= 0 {
 		ttl = 5 * time.Second
 	}
-	key := sha256.Sum256([]byte(credential))
+	key = sha256.Sum256([]byte(credential))
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
-	if ok && e.fresh(now, ttl) {
+	return e, ok && e.fresh(now, ttl), key, now, ttl
+}
+
+// Verify answers from memory, or asks Next.
+func (c *Cached) Verify(ctx context.Context, credential string) (*Caller, error) {
+	e, fresh, key, now, ttl := c.lookup(credential)
+	if fresh {
 		return e.caller, e.err
 	}
 	caller, err := c.Next.Verify(ctx, credential)
@@ -118,19 +125,8 @@ func (c *Cached) Forget(credential string) {
 // Known returns what is remembered of credential, if anything is and it is still fresh: the
 // caller it names (nil when it names none). Nothing is asked of Next.
 func (c *Cached) Known(credential string) (*Caller, bool) {
-	now := time.Now()
-	if c.now != nil {
-		now = c.now()
-	}
-	ttl := c.TTL
-	if ttl <= 0 {
-		ttl = 5 * time.Second
-	}
-	key := sha256.Sum256([]byte(credential))
-	c.mu.Lock()
-	e, ok := c.entries[key]
-	c.mu.Unlock()
-	if !ok || !e.fresh(now, ttl) {
+	e, fresh, _, _, _ := c.lookup(credential)
+	if !fresh {
 		return nil, false
 	}
 	return e.caller, true

@@ -127,11 +127,7 @@ func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
 	u := l.use(c, now)
 	var wait time.Duration
 	if u.rate != nil {
-		r := u.rate.ReserveN(now, 1)
-		if d := r.DelayFrom(now); d > 0 {
-			r.CancelAt(now)
-			wait = d
-		}
+		_, wait = take(u.rate, now)
 	}
 	l.mu.Unlock()
 	if wait > 0 {
@@ -145,11 +141,7 @@ func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
 func (l *limits) allowSignin(w http.ResponseWriter, c *auth.Caller) bool {
 	now := time.Now()
 	l.mu.Lock()
-	res := l.use(c, now).signins.ReserveN(now, 1)
-	wait := res.DelayFrom(now)
-	if wait > 0 {
-		res.CancelAt(now)
-	}
+	_, wait := take(l.use(c, now).signins, now)
 	l.mu.Unlock()
 	if wait > 0 {
 		tooMany(w, wait, "this caller signed in too often lately; wait")
@@ -213,11 +205,7 @@ func (l *limits) attempt(w http.ResponseWriter, r *http.Request) (succeeded func
 		lim = rate.NewLimiter(rate.Every(failureEvery), failureBurst)
 		l.failures[addr] = lim
 	}
-	res := lim.ReserveN(now, 1)
-	wait := res.DelayFrom(now)
-	if wait > 0 {
-		res.CancelAt(now)
-	}
+	res, wait := take(lim, now)
 	l.mu.Unlock()
 	if wait > 0 {
 		tooMany(w, wait, "too many failed credentials from this address; wait")
@@ -246,6 +234,17 @@ func (l *limits) forgetFailures(now time.Time) {
 			delete(l.failures, a)
 		}
 	}
+}
+
+// take takes one token of lim at now; when there is none, it takes nothing and says how long
+// until there is.
+func take(lim *rate.Limiter, now time.Time) (*rate.Reservation, time.Duration) {
+	res := lim.ReserveN(now, 1)
+	wait := res.DelayFrom(now)
+	if wait > 0 {
+		res.CancelAt(now)
+	}
+	return res, wait
 }
 
 // clientAddr is the address r came from, without its port; IPv6 addresses by their /64, which

@@ -211,6 +211,12 @@ func appendEvent(buf []byte, e *record.Entry) []byte {
 
 // keepalive sends a comment every interval until ctx is done; a send that fails calls stop.
 func keepalive(ctx context.Context, every time.Duration, stop context.CancelFunc, send func([]byte) error) {
+	untilNot(ctx, every, stop, func() bool { return send([]byte(": keepalive\n\n")) == nil })
+}
+
+// untilNot calls ok every interval until ctx is done, or until ok says false: then it calls
+// stop.
+func untilNot(ctx context.Context, every time.Duration, stop context.CancelFunc, ok func() bool) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -218,7 +224,7 @@ func keepalive(ctx context.Context, every time.Duration, stop context.CancelFunc
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if send([]byte(": keepalive\n\n")) != nil {
+			if !ok() {
 				stop()
 				return
 			}
@@ -230,19 +236,7 @@ func keepalive(ctx context.Context, every time.Duration, stop context.CancelFunc
 // calls stop once it does not: a revoked key, an expired token or a sign-out ends the streams
 // it opened too. (A credential that cannot be checked for a moment keeps its stream.)
 func recheckEvery(ctx context.Context, every time.Duration, stop context.CancelFunc) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := stillValid(ctx); errors.Is(err, auth.ErrUnauthenticated) {
-				stop()
-				return
-			}
-		}
-	}
+	untilNot(ctx, every, stop, func() bool { return !errors.Is(stillValid(ctx), auth.ErrUnauthenticated) })
 }
 
 // eventsAfter reads where a client resumes: the Last-Event-ID header an EventSource sends when

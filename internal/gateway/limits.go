@@ -72,12 +72,12 @@ type limits struct {
 }
 
 type callerUse struct {
-	rate    *rate.Limiter // nil: no rate limit
-	signins *rate.Limiter
+	rate     *rate.Limiter // nil: no rate limit
+	signins  *rate.Limiter
 	waiting  int
 	streams  int
 	listings int
-	seen    time.Time
+	seen     time.Time
 }
 
 func newLimits(cfg CallerLimits) *limits {

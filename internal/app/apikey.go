@@ -10,12 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/auth"
 )
 
 // adminKeyFile is the file in hermes up's data dir that holds the admin key it made.
 const adminKeyFile = "admin.key"
+
+// abandonedAfter is how old an empty key file is when the start that made it is taken to have
+// died before writing it.
+const abandonedAfter = 10 * time.Second
 
 // defaultKeyFile is where the CLI looks for a key when HERMES_API_KEY is not set: hermes up's
 // admin key, in its default data dir.
@@ -59,7 +64,9 @@ func ensureAdminKey(ctx context.Context, keys *auth.Keys, path string) (SystemKe
 		if err != nil {
 			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
 		}
-		key, k, err := keys.Create(ctx, auth.NewKey{Name: "hermes-up-admin", Role: auth.RoleAdmin, CreatedBy: "hermes up"})
+		// Not cut short by the caller: a key the store kept must reach the file, or be revoked.
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		key, k, err := keys.Create(kctx, auth.NewKey{Name: "hermes-up-admin", Role: auth.RoleAdmin, CreatedBy: "hermes up"})
 		if err == nil {
 			_, err = f.WriteString(key + "\n")
 		}
@@ -69,10 +76,12 @@ func ensureAdminKey(ctx context.Context, keys *auth.Keys, path string) (SystemKe
 		if err != nil {
 			_ = os.Remove(path)
 			if k != nil {
-				_, _ = keys.Revoke(context.WithoutCancel(ctx), k.ID)
+				_, _ = keys.Revoke(kctx, k.ID)
 			}
+			cancel()
 			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
 		}
+		cancel()
 		return SystemKey{Key: key, Made: true, Path: path}, nil
 	}
 	return SystemKey{}, fmt.Errorf("keep the admin key: %s is being written by another start; try again", path)
@@ -90,6 +99,11 @@ func keptKey(ctx context.Context, keys *auth.Keys, path string) (SystemKey, bool
 	}
 	key := strings.TrimSpace(string(data))
 	if key == "" {
+		// Being written by another start, or left empty by one that died: after a while, the
+		// latter, and out of the way.
+		if fi, err := os.Stat(path); err == nil && time.Since(fi.ModTime()) > abandonedAfter {
+			_ = os.Remove(path)
+		}
 		return SystemKey{}, false, nil
 	}
 	_, err = keys.Verify(ctx, key)

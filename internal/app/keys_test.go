@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -97,6 +98,18 @@ func TestAdminKeyFile(t *testing.T) {
 	}
 	if kept, _ := os.ReadFile(path); strings.TrimSpace(string(kept)) != first.Key {
 		t.Fatal("the key file was rewritten")
+	}
+	// An empty file left by a start that died is taken for abandoned once it is old.
+	left := filepath.Join(t.TempDir(), adminKeyFile)
+	if err := os.WriteFile(left, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(left, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := ensureAdminKey(t.Context(), keys, left); err != nil || !k.Made {
+		t.Fatalf("an abandoned empty file: %+v %v", k, err)
 	}
 	if tmp, err := ensureAdminKey(t.Context(), keys, ""); err != nil || !tmp.Made || tmp.Path != "" {
 		t.Fatalf("kept nowhere: %+v %v", tmp, err)

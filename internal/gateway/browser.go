@@ -133,20 +133,26 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 
 // handleSignout ends the browser's sign-in (everywhere: the record goes) and clears its
 // cookie. Signing out when not signed in is no error.
+// Both cookie names are ended, so that one set before the gateway was reached over HTTPS does
+// not outlive the sign-out.
 func (g *Gateway) handleSignout(w http.ResponseWriter, r *http.Request) {
-	if token := signinOf(r); token != "" && g.cfg.Signins != nil {
-		if err := g.cfg.Signins.Delete(r.Context(), token); err != nil {
+	for _, name := range []string{SecureSigninCookie, SigninCookie} {
+		ck, err := r.Cookie(name)
+		if err != nil || ck.Value == "" || g.cfg.Signins == nil {
+			continue
+		}
+		if err := g.cfg.Signins.Delete(r.Context(), ck.Value); err != nil {
 			g.log.Warn("sign out", "err", err)
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the sign-in could not be ended; retry", nil)
 			return
 		}
 		if f, ok := g.signins.(interface{ Forget(string) }); ok {
-			f.Forget(token)
+			f.Forget(ck.Value)
 		}
+		http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1,
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: name == SecureSigninCookie || overHTTPS(r)})
 	}
-	http.SetCookie(w, &http.Cookie{Name: signinCookie(r), Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	w.WriteHeader(http.StatusNoContent)
 }
 

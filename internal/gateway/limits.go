@@ -105,7 +105,8 @@ func (l *limits) use(c *auth.Caller, now time.Time) *callerUse {
 // them changes nothing); if none is idle, the oldest half.
 func (l *limits) forgetIdle(now time.Time) {
 	for id, u := range l.callers {
-		if u.waiting == 0 && u.streams == 0 && u.listings == 0 && (u.rate == nil || u.rate.TokensAt(now) >= float64(u.rate.Burst())) {
+		if u.waiting == 0 && u.streams == 0 && u.listings == 0 && (u.rate == nil || u.rate.TokensAt(now) >= float64(u.rate.Burst())) &&
+			u.signins.TokensAt(now) >= signinBurst {
 			delete(l.callers, id)
 		}
 	}
@@ -219,20 +220,19 @@ func (l *limits) attempt(w http.ResponseWriter, r *http.Request) (succeeded func
 }
 
 // forgetFailures drops the addresses whose allowance is full again (forgetting them changes
-// nothing), then, if still full, the ones closest to full. Call with l.mu held.
+// nothing), then, while more than 80 % of the bound are left, any: memory stays bounded, at the
+// price of a guesser forgotten early. Call with l.mu held.
 func (l *limits) forgetFailures(now time.Time) {
 	for a, f := range l.failures {
 		if f.TokensAt(now) >= failureBurst {
 			delete(l.failures, a)
 		}
 	}
-	for a, f := range l.failures {
-		if len(l.failures) < maxTracked*9/10 {
+	for a := range l.failures {
+		if len(l.failures) <= maxTracked*8/10 {
 			return
 		}
-		if f.TokensAt(now) >= failureBurst/2 {
-			delete(l.failures, a)
-		}
+		delete(l.failures, a)
 	}
 }
 

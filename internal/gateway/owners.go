@@ -94,8 +94,8 @@ func newOwners(ctx context.Context, kv jetstream.KeyValue) *owners {
 }
 
 // claim makes owner the owner of session unless it has one, and returns who owns it. A session
-// without an owner record whose requests the record holds (history reports them) is not
-// claimed: its owner is unownedHistory. With history nil, such a session is claimed as any
+// without an owner record whose requests the record holds (history reports them, asked first)
+// is not claimed: its owner is unownedHistory. With history nil, such a session is claimed as any
 // other (for callers who read every session). A record past renewAfter is written again by its
 // owner, so a session in use never loses its owner while the record holds its requests.
 func (o *owners) claim(ctx context.Context, session, owner string, history func(context.Context) (bool, error)) (string, error) {
@@ -115,20 +115,31 @@ func (o *owners) claim(ctx context.Context, session, owner string, history func(
 		return owner, nil
 	}
 	for range 3 {
+		// A session nobody owns that has requests already is not this caller's: asked before
+		// anything is written, so no one ever sees a claim that would have to be taken back.
+		// (A request stored in between comes with its own claim, which the create below
+		// finds.)
+		if history != nil {
+			had, err := history(ctx)
+			if err != nil {
+				return "", fmt.Errorf("gateway: claim session %s: %w", session, err)
+			}
+			if had {
+				s, found, err := o.read(ctx, session)
+				switch {
+				case err != nil:
+					return "", err
+				case !found:
+					return unownedHistory, nil
+				case s.owner == owner:
+					o.renew(ctx, session, s)
+				}
+				return s.owner, nil
+			}
+		}
 		rec, _ := json.Marshal(ownerRecord{Owner: owner, Since: o.now().UTC()})
 		rev, err := o.kv.Create(ctx, session, rec)
 		if err == nil {
-			if history != nil {
-				had, herr := history(ctx)
-				if herr != nil || had {
-					// Not this caller's to take: give the claim back.
-					_ = o.kv.Delete(ctx, session, jetstream.LastRevision(rev))
-					if herr != nil {
-						return "", fmt.Errorf("gateway: claim session %s: %w", session, herr)
-					}
-					return unownedHistory, nil
-				}
-			}
 			o.remember(session, ownerSeen{owner: owner, since: o.now(), rev: rev, at: o.now()})
 			return owner, nil
 		}

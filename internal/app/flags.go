@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +40,15 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
 	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long claims and serial order are kept (applies when the buckets are first created)")
 	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", -1, "most messages the record keeps, -1 for no limit (applies when the stream is first created); bounds the server's memory for the record's subjects, but the oldest dropped beyond it include work not yet done, whose requests then wait forever")
-	fs.IntVar(&c.limits.MaxToolCalls, "max-tool-calls", protocol.DefaultLimits.MaxToolCalls, "most tool calls one request may carry")
+	c.limits.MaxToolCalls = protocol.DefaultLimits.MaxToolCalls
+	fs.Func("max-tool-calls", fmt.Sprintf("most tool calls one request may carry, 1 to %d (default %d)", protocol.MaxElements, protocol.DefaultLimits.MaxToolCalls), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > protocol.MaxElements {
+			return fmt.Errorf("must be a number from 1 to %d (what one bus message may hold)", protocol.MaxElements)
+		}
+		c.limits.MaxToolCalls = n
+		return nil
+	})
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }

@@ -8,10 +8,17 @@ import (
 // MaxDepth bounds the nesting of arrays and maps in a msgpack message.
 const MaxDepth = 32
 
+// MaxElements bounds the elements of one msgpack array, and the entries of one map: far above
+// what any Hermes message holds (a request's calls, a response's results, a plan's call ids
+// are bounded by Limits.MaxToolCalls, at most this), so that a message of tiny elements cannot
+// make a decoder allocate a struct for each of millions.
+const MaxElements = 4096
+
 // CheckMsgpack walks data as exactly one msgpack value without decoding it and fails, wrapping
-// ErrMalformed, when a declared length exceeds the bytes that remain, nesting exceeds maxDepth,
-// a reserved byte appears, or bytes trail the value. After it passes, a decoder allocates at
-// most in proportion to len(data): every element takes at least one byte.
+// ErrMalformed, when a declared length exceeds the bytes that remain, an array or map holds more
+// than MaxElements, nesting exceeds maxDepth, a reserved byte appears, or bytes trail the value.
+// After it passes, a decoder allocates at most in proportion to len(data) (every element takes
+// at least one byte), and no slice of structs longer than MaxElements.
 func CheckMsgpack(data []byte, maxDepth int) error {
 	// pending[i] is how many values are still expected at nesting level i.
 	pending := make([]uint64, 1, 8)
@@ -93,6 +100,13 @@ func CheckMsgpack(data []byte, maxDepth int) error {
 		}
 		p += int(skip)
 		if children > 0 {
+			elems := children // an array's elements, or a map's entries
+			if c&0xf0 == 0x80 || c == 0xde || c == 0xdf {
+				elems /= 2
+			}
+			if elems > MaxElements {
+				return fmt.Errorf("%w: msgpack array or map of %d elements at %d (at most %d)", ErrMalformed, elems, p, MaxElements)
+			}
 			if children > remaining {
 				return fmt.Errorf("%w: msgpack declares %d elements at %d but %d bytes remain", ErrMalformed, children, p, remaining)
 			}

@@ -1,8 +1,11 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +69,45 @@ func TestHostileInputAllocatesLittle(t *testing.T) {
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(64<<10+16*len(data)) {
 			t.Errorf("%s: decoding %d hostile bytes allocated %d bytes", name, len(data), grew)
 		}
+	}
+}
+
+// 7 MB of empty tool calls on the bus: refused before a decoder allocates a struct for each
+// (it took 791 MiB before the element bound).
+func TestMillionsOfTinyElementsAreRefusedBeforeAllocating(t *testing.T) {
+	const n = 7 << 20
+	req := []byte{0x82, 0xaa}
+	req = append(req, "request_id"...)
+	req = append(req, 0xa1, 'r', 0xaa)
+	req = append(req, "tool_calls"...)
+	req = binary.BigEndian.AppendUint32(append(req, 0xdd), n)
+	req = append(req, bytes.Repeat([]byte{0x80}, n)...)
+	m, err := NewMessage(TypeRequest, &Request{RequestID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID, m.Payload = "m", "r", "r", req
+	data, err := Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = env.DecodeRequest(Limits{})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "elements") {
+		t.Fatalf("decode: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("refusing it allocated %d MiB", grew>>20)
+	}
+	// What Hermes sends stays well within: a request of MaxElements calls decodes.
+	if err := CheckMsgpack(append(binary.BigEndian.AppendUint16([]byte{0xdc}, MaxElements), bytes.Repeat([]byte{0x80}, MaxElements)...), MaxDepth); err != nil {
+		t.Errorf("%d elements: %v", MaxElements, err)
 	}
 }

@@ -25,6 +25,7 @@ func (l Limits) orDefault() Limits {
 	if l.MaxToolCalls <= 0 {
 		l.MaxToolCalls = DefaultLimits.MaxToolCalls
 	}
+	l.MaxToolCalls = min(l.MaxToolCalls, MaxElements) // what one message may hold
 	if l.MaxArgumentsBytes <= 0 {
 		l.MaxArgumentsBytes = DefaultLimits.MaxArgumentsBytes
 	}

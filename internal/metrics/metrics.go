@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,9 +44,6 @@ type Metrics struct {
 	// HTTPRequests and HTTPDuration describe the gateway's HTTP traffic by route pattern.
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
-
-	codes  sync.Map     // error codes used as label values
-	nCodes atomic.Int64 // how many
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -223,25 +218,14 @@ func (o workerObserver) Recorded(r *protocol.ToolResult) {
 	o.m.ToolResults.WithLabelValues(r.Name, r.Status, o.m.codeLabel(r.ErrorCode)).Inc()
 }
 
-// maxErrorCodes bounds the distinct error codes that become label values: tools choose their
-// own codes, and must not make series without end.
-const maxErrorCodes = 100
-
-// OtherErrorCode is the label of error codes beyond the first maxErrorCodes seen.
+// OtherErrorCode is the label of an error code that is not one of Hermes' (a result recorded
+// by an older Hermes, or forged): labels come from a bounded set.
 const OtherErrorCode = "(other)"
 
-// codeLabel is code as a label value: itself while fewer than maxErrorCodes distinct codes
-// were seen, else OtherErrorCode.
+// codeLabel is code as a label value: one of Hermes' codes (or none), else OtherErrorCode.
 func (m *Metrics) codeLabel(code string) string {
-	if _, ok := m.codes.Load(code); ok {
+	if code == "" || protocol.IsHermesCode(code) {
 		return code
 	}
-	if m.nCodes.Add(1) > maxErrorCodes {
-		m.nCodes.Add(-1)
-		return OtherErrorCode
-	}
-	if _, loaded := m.codes.LoadOrStore(code, struct{}{}); loaded {
-		m.nCodes.Add(-1)
-	}
-	return code
+	return OtherErrorCode
 }

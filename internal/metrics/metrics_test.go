@@ -151,22 +151,22 @@ func testCounter(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// TestToolErrorCodesMakeBoundedSeries: tools choose their own error codes; past a bound they
-// share one label value.
-func TestToolErrorCodesMakeBoundedSeries(t *testing.T) {
+// TestErrorCodeLabelsAreHermes: error_code labels are Hermes' codes only; anything else (a
+// result recorded before tools' codes moved to tool_error_code, or forged) shares one label.
+func TestErrorCodeLabelsAreHermes(t *testing.T) {
 	m := New(nil)
 	obs := m.Worker()
-	for i := range 3 * maxErrorCodes {
+	for i := range 300 {
 		obs.Recorded(&protocol.ToolResult{Name: "t", Status: protocol.ResultError, ErrorCode: fmt.Sprintf("CODE_%d", i)})
 	}
-	obs.Recorded(&protocol.ToolResult{Name: "t", Status: protocol.ResultError, ErrorCode: "CODE_0"})
-	if n := testutil.CollectAndCount(m.ToolResults); n != maxErrorCodes+1 {
-		t.Errorf("%d series, want %d", n, maxErrorCodes+1)
+	obs.Recorded(&protocol.ToolResult{Name: "t", Status: protocol.ResultError, ErrorCode: protocol.CodeToolHTTP4xx, ToolErrorCode: "ORDER_NOT_FOUND"})
+	if n := testutil.CollectAndCount(m.ToolResults); n != 2 {
+		t.Errorf("%d series, want 2", n)
 	}
-	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, OtherErrorCode)); v != 2*maxErrorCodes {
+	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, OtherErrorCode)); v != 300 {
 		t.Errorf("(other) = %v", v)
 	}
-	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, "CODE_0")); v != 2 {
-		t.Errorf("CODE_0 = %v", v)
+	if v := testutil.ToFloat64(m.ToolResults.WithLabelValues("t", protocol.ResultError, protocol.CodeToolHTTP4xx)); v != 1 {
+		t.Errorf("TOOL_HTTP_4XX = %v", v)
 	}
 }

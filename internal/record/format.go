@@ -150,7 +150,10 @@ func (f *Formatter) result(b *strings.Builder, m *protocol.Message, r *protocol.
 		code = "(no error_code)"
 	}
 	msg := "error " + clean(code)
-	if r.ErrorOrigin != "" {
+	switch {
+	case r.ErrorOrigin != "" && r.ToolErrorCode != "":
+		msg += " (" + clean(r.ErrorOrigin) + ": " + clean(truncate(r.ToolErrorCode, 64)) + ")"
+	case r.ErrorOrigin != "":
 		msg += " (" + clean(r.ErrorOrigin) + ")"
 	}
 	b.WriteString(" ")

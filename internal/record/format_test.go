@@ -48,6 +48,14 @@ func TestFormatFlow(t *testing.T) {
 			Status: protocol.StatusFailed, Error: &protocol.ResponseError{Code: "DEAD_LETTERED", Message: "tool_calls[0].tool_call_id is invalid"}}, "deadletter-1"),
 			`12:00:01.144 [response] req_abc failed (0 results): DEAD_LETTERED tool_calls[0].tool_call_id is invalid`},
 	}
+	cases = append(cases, struct {
+		name string
+		e    *Entry
+		want string
+	}{"a tool's own code", entry(t, 12, 16, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_2", Name: "order_query",
+		Status: protocol.ResultError, Content: json.RawMessage(`{"message":"no such order"}`), ExecutionTimeMS: 3, Attempts: 1,
+		ErrorCode: protocol.CodeToolHTTP4xx, ErrorOrigin: protocol.OriginTool, ToolErrorCode: "ORDER_NOT_FOUND"}, "worker-1"),
+		`12:00:01.139 [done]     req_abc order_query call_2 3 ms error TOOL_HTTP_4XX (tool: ORDER_NOT_FOUND) after 1 try: {"message":"no such order"}`})
 	byShop := entry(t, 11, 0, protocol.TypeRequest, sampleRequest(), "gateway-1")
 	byShop.Msg.Caller = &protocol.Caller{ID: "key:abc", Name: "shop\x1b[2J", Role: "user", User: "alice@example.com"}
 	cases = append(cases, struct {

@@ -10,8 +10,44 @@ import (
 // LLMs, never executed.
 const MaxHintBytes = 1024
 
-// MaxErrorCodeBytes bounds an error code: codes come from tools too.
+// MaxErrorCodeBytes bounds an error code.
 const MaxErrorCodeBytes = 64
+
+// hermesCodes are the codes Hermes sets in error_code: those and only those (see codes.go).
+var hermesCodes = map[string]bool{
+	CodeNoRoute: true, CodeActionUnsupported: true, CodeToolTimeout: true, CodeToolUnreachable: true,
+	CodeToolHTTP5xx: true, CodeToolHTTP4xx: true, CodeToolRateLimited: true, CodeToolRedirected: true,
+	CodeToolBadResponse: true, CodeToolFailed: true, CodeResultTooLarge: true, CodeEnvNotAllowed: true,
+	CodeEnvUnset: true, CodeBadArguments: true, CodeDeadlineExceeded: true, CodeDeadLettered: true,
+	CodeCancelled: true,
+}
+
+// IsHermesCode reports whether code is one of the codes Hermes sets in error_code.
+func IsHermesCode(code string) bool { return hermesCodes[code] }
+
+// ToolCode returns code when a tool may report it as its own (tool_error_code): 1 to
+// MaxErrorCodeBytes upper-case letters, digits and '_', and not one of Hermes' codes (a tool
+// must not pass for Hermes). Anything else is "".
+func ToolCode(code string) string {
+	if code == "" || len(code) > MaxErrorCodeBytes || IsHermesCode(code) {
+		return ""
+	}
+	for i := 0; i < len(code); i++ {
+		if c := code[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return ""
+		}
+	}
+	return code
+}
+
+// ToolFailure is the failed result of a tool that answered an error: code is Hermes' word for
+// it (TOOL_HTTP_4XX, TOOL_FAILED, …), toolCode the tool's own, kept in tool_error_code when
+// ToolCode accepts it (dropped otherwise: what a tool says is data, never Hermes' verdict).
+func ToolFailure(code, toolCode, hint string, content any) ToolResult {
+	r := ErrorResult(code, OriginTool, hint, content)
+	r.ToolErrorCode = ToolCode(toolCode)
+	return r
+}
 
 // ErrorResult is the one constructor of failed results: status error, the code (cut to
 // MaxErrorCodeBytes), who failed (OriginHermes or OriginTool), a recovery hint for the caller

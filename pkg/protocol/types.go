@@ -87,10 +87,14 @@ type ToolResult struct {
 	// ExecutionTimeMS is the tool's own figure when it sends X-Execution-Time, else measured.
 	ExecutionTimeMS int64 `json:"execution_time_ms" msgpack:"execution_time_ms"`
 	// Attempts counts tries of the tool (0 when it was never tried, e.g. NO_ROUTE).
-	Attempts     int    `json:"attempts" msgpack:"attempts"`
-	ErrorCode    string `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
-	ErrorOrigin  string `json:"error_origin,omitempty" msgpack:"error_origin,omitempty"`
-	RecoveryHint string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
+	Attempts int `json:"attempts" msgpack:"attempts"`
+	// ErrorCode is Hermes' code for the failure: one of codes.go's result codes, whoever
+	// failed (ErrorOrigin).
+	ErrorCode   string `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
+	ErrorOrigin string `json:"error_origin,omitempty" msgpack:"error_origin,omitempty"`
+	// ToolErrorCode is the tool's own code for its failure, when it gave a valid one (ToolCode).
+	ToolErrorCode string `json:"tool_error_code,omitempty" msgpack:"tool_error_code,omitempty"`
+	RecoveryHint  string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
 	// Route is the name of the rule that routed the call.
 	Route string `json:"route,omitempty" msgpack:"route,omitempty"`
 }

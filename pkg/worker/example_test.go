@@ -34,7 +34,7 @@ func ExampleNewFuncs() {
 		"shout": func(ctx context.Context, args json.RawMessage) (any, error) {
 			var in struct{ Text string }
 			if err := json.Unmarshal(args, &in); err != nil {
-				return nil, &worker.ToolError{Code: "BAD_ARGUMENTS", Hint: "send {\"text\": \"…\"}", Err: err}
+				return nil, &worker.ToolError{Code: "INVALID_TEXT", Hint: "send {\"text\": \"…\"}", Err: err}
 			}
 			return map[string]string{"text": strings.ToUpper(in.Text)}, nil
 		},

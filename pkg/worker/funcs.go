@@ -21,7 +21,8 @@ type Func func(ctx context.Context, args json.RawMessage) (any, error)
 
 // ToolError is a failure a Func reports about its call.
 type ToolError struct {
-	// Code is the tool's error code (error_origin "tool"); default TOOL_FAILED.
+	// Code is the tool's own error code, kept in tool_error_code when protocol.ToolCode takes
+	// it; error_code is TOOL_FAILED (error_origin "tool").
 	Code string
 	// Hint tells the caller what to do about it.
 	Hint string
@@ -155,11 +156,7 @@ type funcAnswer struct {
 func funcFailure(err error) Outcome {
 	var te *ToolError
 	if errors.As(err, &te) {
-		code := te.Code
-		if code == "" {
-			code = protocol.CodeToolFailed
-		}
-		return Failed(code, protocol.OriginTool, te.Hint, err.Error(), te.Retryable)
+		return Outcome{Result: protocol.ToolFailure(protocol.CodeToolFailed, te.Code, te.Hint, err.Error()), Retryable: te.Retryable}
 	}
 	return Failed(protocol.CodeToolFailed, protocol.OriginTool, "the tool failed; see its content", err.Error(), false)
 }

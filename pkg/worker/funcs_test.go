@@ -79,3 +79,31 @@ func TestNewFuncsRefusesBadTools(t *testing.T) {
 		t.Error("a tool without a function was accepted")
 	}
 }
+
+// A Go tool's own code is its own (tool_error_code), never Hermes' verdict: error_code is
+// TOOL_FAILED, and a code that is one of Hermes', or not a code, is dropped.
+func TestFuncCodesAreTheTools(t *testing.T) {
+	funcs, err := worker.NewFuncs(map[string]worker.Func{
+		"fail": func(_ context.Context, args json.RawMessage) (any, error) {
+			var in struct{ Code string }
+			_ = json.Unmarshal(args, &in)
+			return nil, &worker.ToolError{Code: in.Code, Hint: "h", Retryable: true, Err: errors.New("no")}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for code, kept := range map[string]string{"OVERLOADED": "OVERLOADED", protocol.CodeNoRoute: "", protocol.CodeDeadLettered: "", "not a code": "", "": ""} {
+		args, _ := json.Marshal(map[string]string{"code": code})
+		out, err := funcs.Execute(context.Background(), &worker.Call{RequestID: "r", SessionID: "s", Dispatch: &protocol.Dispatch{
+			Call: protocol.ToolCall{ToolCallID: "c", Name: "fail", Arguments: args}, Route: "fail",
+			Action: protocol.Action{Kind: protocol.ActionGo, TimeoutMS: 1000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := out.Result
+		if r.ErrorCode != protocol.CodeToolFailed || r.ErrorOrigin != protocol.OriginTool || r.ToolErrorCode != kept || !out.Retryable {
+			t.Errorf("code %q: error_code %q origin %q tool_error_code %q retryable %v", code, r.ErrorCode, r.ErrorOrigin, r.ToolErrorCode, out.Retryable)
+		}
+	}
+}

@@ -283,7 +283,7 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		`hermes_request_total{status="partial_success",tool="echo"} 1`,
 		`hermes_request_total{status="partial_success",tool="(unrouted)"} 1`,
 		`hermes_responses_total{status="partial_success"} 1`,
-		`hermes_tool_retries_total{error_code="UNAVAILABLE",tool="echo"} 1`,
+		`hermes_tool_retries_total{error_code="TOOL_HTTP_5XX",tool="echo"} 1`,
 		`hermes_tool_results_total{error_code="",status="ok",tool="echo"} 1`,
 		`hermes_tool_dispatch_duration_seconds_count{tool="echo"} 1`,
 		`hermes_tool_execution_duration_seconds_count{tool="echo"} 2`,

@@ -685,7 +685,7 @@
     }
     return el('div', { class: 'wf-err', data: { call: c.id } },
       el('span', { class: 'err-code' }, String(res.error_code || 'ERROR')),
-      res.error_origin ? el('span', { class: 'err-origin' }, '(' + res.error_origin + ')') : null,
+      res.error_origin ? el('span', { class: 'err-origin' }, '(' + res.error_origin + (res.tool_error_code ? ': ' + res.tool_error_code : '') + ')') : null,
       content ? el('span', { class: 'err-content mono' }, content) : null,
       res.recovery_hint ? el('span', { class: 'hint' }, el('b', null, 'Hint: '), String(res.recovery_hint)) : null);
   }

@@ -172,23 +172,19 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	return out, nil
 }
 
-// toolFailure turns an HTTP error status into an error outcome, keeping the tool's own
-// error_code and recovery_hint when its body carries them.
+// toolFailure turns an HTTP error status into an error outcome: code is Hermes' word for the
+// status; the tool's own error_code (in tool_error_code, when valid and not one of Hermes') and
+// recovery_hint are kept when its body carries them.
 func toolFailure(out worker.Outcome, body []byte, code string, status int, retryable bool, hint string) worker.Outcome {
 	hint = fmt.Sprintf("HTTP %d: %s", status, hint)
 	var own struct {
 		ErrorCode    string `json:"error_code"`
 		RecoveryHint string `json:"recovery_hint"`
 	}
-	if json.Unmarshal(body, &own) == nil {
-		if own.ErrorCode != "" {
-			code = own.ErrorCode
-		}
-		if own.RecoveryHint != "" {
-			hint = own.RecoveryHint
-		}
+	if json.Unmarshal(body, &own) == nil && own.RecoveryHint != "" {
+		hint = own.RecoveryHint
 	}
-	r := protocol.ErrorResult(code, protocol.OriginTool, hint, out.Result.Content)
+	r := protocol.ToolFailure(code, own.ErrorCode, hint, out.Result.Content)
 	r.ExecutionTimeMS = out.Result.ExecutionTimeMS
 	return worker.Outcome{Result: r, Retryable: retryable}
 }

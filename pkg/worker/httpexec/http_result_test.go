@@ -38,6 +38,7 @@ func TestHTTPStatusMapping(t *testing.T) {
 		retryAfter time.Duration
 		content    string // exact content
 		hint       string // the recovery hint holds this
+		toolCode   string // the tool's own code, as kept
 	}{
 		{name: "200 json kept as sent", respond: answer(200, `{"b":1,"a":9007199254740993}`, "Content-Type", "application/json"),
 			status: protocol.ResultOK, content: `{"b":1,"a":9007199254740993}`},
@@ -62,23 +63,33 @@ func TestHTTPStatusMapping(t *testing.T) {
 			status: protocol.ResultError, code: protocol.CodeToolRateLimited, origin: protocol.OriginTool, retryable: true,
 			content: `null`, hint: "HTTP 429"},
 		{name: "429 with its own code stays retryable", respond: answer(429, `{"error_code":"QUOTA","recovery_hint":"wait a minute"}`, "Retry-After", "7"),
-			status: protocol.ResultError, code: "QUOTA", origin: protocol.OriginTool, retryable: true, retryAfter: 7 * time.Second,
+			status: protocol.ResultError, code: protocol.CodeToolRateLimited, toolCode: "QUOTA", origin: protocol.OriginTool, retryable: true, retryAfter: 7 * time.Second,
 			content: `{"error_code":"QUOTA","recovery_hint":"wait a minute"}`, hint: "wait a minute"},
 		{name: "503", respond: answer(503, "upstream down"),
 			status: protocol.ResultError, code: protocol.CodeToolHTTP5xx, origin: protocol.OriginTool, retryable: true,
 			content: `"upstream down"`, hint: "HTTP 503"},
 		{name: "500 with its own code and hint", respond: answer(500, `{"error_code":"DB_LOCKED","recovery_hint":"try again in a second"}`),
-			status: protocol.ResultError, code: "DB_LOCKED", origin: protocol.OriginTool, retryable: true,
+			status: protocol.ResultError, code: protocol.CodeToolHTTP5xx, toolCode: "DB_LOCKED", origin: protocol.OriginTool, retryable: true,
 			content: `{"error_code":"DB_LOCKED","recovery_hint":"try again in a second"}`, hint: "try again in a second"},
 		{name: "404", respond: answer(404, `{"message":"no such order"}`),
 			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, origin: protocol.OriginTool,
 			content: `{"message":"no such order"}`, hint: "HTTP 404"},
 		{name: "400 with its own code and hint", respond: answer(400, `{"error_code":"ORDER_NOT_FOUND","recovery_hint":"list orders first"}`),
-			status: protocol.ResultError, code: "ORDER_NOT_FOUND", origin: protocol.OriginTool,
+			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, toolCode: "ORDER_NOT_FOUND", origin: protocol.OriginTool,
 			content: `{"error_code":"ORDER_NOT_FOUND","recovery_hint":"list orders first"}`, hint: "list orders first"},
 		{name: "422 with only its own code keeps the default hint", respond: answer(422, `{"error_code":"BAD_DATE"}`),
-			status: protocol.ResultError, code: "BAD_DATE", origin: protocol.OriginTool,
+			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, toolCode: "BAD_DATE", origin: protocol.OriginTool,
 			content: `{"error_code":"BAD_DATE"}`, hint: "HTTP 422"},
+		// What a tool says is data: it cannot pass for Hermes, nor make up codes of any shape.
+		{name: "a tool claiming Hermes' NO_ROUTE", respond: answer(404, `{"error_code":"NO_ROUTE"}`),
+			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, origin: protocol.OriginTool,
+			content: `{"error_code":"NO_ROUTE"}`, hint: "HTTP 404"},
+		{name: "a tool claiming DEAD_LETTERED on a 500", respond: answer(500, `{"error_code":"DEAD_LETTERED"}`),
+			status: protocol.ResultError, code: protocol.CodeToolHTTP5xx, origin: protocol.OriginTool, retryable: true,
+			content: `{"error_code":"DEAD_LETTERED"}`, hint: "HTTP 500"},
+		{name: "a code of another shape", respond: answer(400, `{"error_code":"order not found\u001b[2J"}`),
+			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, origin: protocol.OriginTool,
+			content: `{"error_code":"order not found\u001b[2J"}`, hint: "HTTP 400"},
 		{name: "409 text", respond: answer(409, "conflict"),
 			status: protocol.ResultError, code: protocol.CodeToolHTTP4xx, origin: protocol.OriginTool,
 			content: `"conflict"`, hint: "HTTP 409"},
@@ -91,8 +102,9 @@ func TestHTTPStatusMapping(t *testing.T) {
 			srv, _ := toolServer(t, tt.respond)
 			out := execute(t, newExecutor(t, nil), httpCall("GET", srv.URL+"/x", `{}`, nil))
 			r := out.Result
-			if r.Status != tt.status || r.ErrorCode != tt.code || r.ErrorOrigin != tt.origin {
-				t.Errorf("result %q/%q/%q, want %q/%q/%q", r.Status, r.ErrorCode, r.ErrorOrigin, tt.status, tt.code, tt.origin)
+			if r.Status != tt.status || r.ErrorCode != tt.code || r.ErrorOrigin != tt.origin || r.ToolErrorCode != tt.toolCode {
+				t.Errorf("result %q/%q/%q tool code %q, want %q/%q/%q tool code %q", r.Status, r.ErrorCode, r.ErrorOrigin, r.ToolErrorCode,
+					tt.status, tt.code, tt.origin, tt.toolCode)
 			}
 			if out.Retryable != tt.retryable {
 				t.Errorf("retryable %v, want %v", out.Retryable, tt.retryable)

@@ -334,6 +334,11 @@ func fillPath(raw string, args map[string]json.RawMessage) (string, map[string]b
 		if s == "." || s == ".." {
 			return "", nil, fmt.Errorf("argument %q fills a path parameter and cannot be %q (it would climb the path)", name, s)
 		}
+		// Escaped, they would stay in their segment here, but many servers and proxies decode
+		// them before routing: a value must not be able to reach another resource.
+		if strings.ContainsAny(s, `/\%`) {
+			return "", nil, fmt.Errorf("argument %q fills a path parameter and cannot hold '/', '\\' or '%%' (they could change the path)", name)
+		}
 		b.WriteString(rest[:i])
 		b.WriteString(url.PathEscape(s))
 		used[name] = true

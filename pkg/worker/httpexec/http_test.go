@@ -244,9 +244,7 @@ func TestHTTPPathPlaceholder(t *testing.T) {
 	}{
 		{"plain id", "GET", `{"order_id":"A-17"}`, nil, "/orders/A-17/status", "/orders/A-17/status", url.Values{}},
 		{"number", "GET", `{"order_id":9007199254740993}`, nil, "/orders/9007199254740993/status", "/orders/9007199254740993/status", url.Values{}},
-		{"slashes stay in one segment", "GET", `{"order_id":"a/../b"}`, nil, "/orders/a%2F..%2Fb/status", "/orders/a/../b/status", url.Values{}},
 		{"query and fragment characters escaped", "GET", `{"order_id":"x?admin=1#f"}`, nil, "/orders/x%3Fadmin=1%23f/status", "/orders/x?admin=1#f/status", url.Values{}},
-		{"percent escaped", "GET", `{"order_id":"100%25"}`, nil, "/orders/100%2525/status", "/orders/100%25/status", url.Values{}},
 		{"space and unicode", "GET", `{"order_id":"café au lait"}`, nil, "/orders/caf%C3%A9%20au%20lait/status", "/orders/café au lait/status", url.Values{}},
 		{"other arguments go to the query", "GET", `{"order_id":"A-17","verbose":true}`, nil, "/orders/A-17/status", "/orders/A-17/status", url.Values{"verbose": {"true"}}},
 		{"filled from a route param", "GET", `{"verbose":true}`, map[string]string{"order_id": "P-1"}, "/orders/P-1/status", "/orders/P-1/status", url.Values{"verbose": {"true"}}},
@@ -273,10 +271,10 @@ func TestHTTPPathPlaceholder(t *testing.T) {
 
 func TestHTTPPathTwoPlaceholders(t *testing.T) {
 	srv, reqs := toolServer(t, nil)
-	wantOK(t, execute(t, newExecutor(t, nil), httpCall("POST", srv.URL+"/shops/{shop}/orders/{id}", `{"id":5,"shop":"s/1","qty":2}`, nil)))
+	wantOK(t, execute(t, newExecutor(t, nil), httpCall("POST", srv.URL+"/shops/{shop}/orders/{id}", `{"id":5,"shop":"s 1","qty":2}`, nil)))
 	s := received(t, reqs)
-	if s.EscapedPath != "/shops/s%2F1/orders/5" {
-		t.Errorf("escaped path %q, want /shops/s%%2F1/orders/5", s.EscapedPath)
+	if s.EscapedPath != "/shops/s%201/orders/5" {
+		t.Errorf("escaped path %q, want /shops/s%%201/orders/5", s.EscapedPath)
 	}
 	if string(s.Body) != `{"qty":2}` {
 		t.Errorf("body %s, want {\"qty\":2}", s.Body)
@@ -299,7 +297,16 @@ func TestHTTPPathNeverChangesHost(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			srv, reqs := toolServer(t, nil)
 			args, _ := json.Marshal(map[string]string{"id": v})
-			wantOK(t, execute(t, newExecutor(t, nil), httpCall("GET", srv.URL+"/items/{id}/x", string(args), nil)))
+			out := execute(t, newExecutor(t, nil), httpCall("GET", srv.URL+"/items/{id}/x", string(args), nil))
+			if strings.ContainsAny(v, `/\%`) {
+				// Refused outright: servers that decode before routing would see another path.
+				if out.Result.ErrorCode != protocol.CodeBadArguments || !strings.Contains(string(out.Result.Content), "path parameter") {
+					t.Fatalf("%q: %s %s", v, out.Result.ErrorCode, out.Result.Content)
+				}
+				noRequest(t, reqs)
+				return
+			}
+			wantOK(t, out)
 			s := received(t, reqs)
 			if want := strings.TrimPrefix(srv.URL, "http://"); s.Host != want {
 				t.Errorf("Host %q, want %q", s.Host, want)

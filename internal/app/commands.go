@@ -82,7 +82,7 @@ type workerFlags struct {
 func (w *workerFlags) register(fs *flag.FlagSet) {
 	w.resolve = resolveFlag{}
 	fs.Var(&w.tools, "tools", "tools to serve, comma-separated (default: every routed tool, following new ones)")
-	fs.Var(&w.allowEnv, "allow-env", "environment variables ${env.NAME} headers may read, comma-separated: NAME, or NAME@host:port to send it only to that host")
+	fs.Var(&w.allowEnv, "allow-env", "environment variables ${env.NAME} headers may read, comma-separated, each bound to the one origin its value may be sent to: NAME@https://host:port")
 	fs.Var(w.resolve, "resolve", "dial host:port=other:port instead (like curl --resolve), comma-separated")
 	fs.IntVar(&w.concurrency, "concurrency", 32, "calls of one tool running at once")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")

@@ -158,7 +158,11 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
 	if m == nil {
 		m = metrics.New(nil)
 	}
-	execs := []worker.Executor{httpexec.New(cfg.AllowEnv, cfg.Resolve)}
+	he, err := httpexec.New(cfg.AllowEnv, cfg.Resolve)
+	if err != nil {
+		return nil, err
+	}
+	execs := []worker.Executor{he}
 	for _, e := range cfg.Executors {
 		if e != nil && e.Kind() == protocol.ActionHTTP {
 			execs = execs[1:]

@@ -176,7 +176,7 @@ func TestEnvSecretsStayOffTheBus(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer tools.Close()
-	s := start(t, options{workers: 1, allowEnv: []string{"HERMES_IT_SECRET"},
+	s := start(t, options{workers: 1, allowEnv: []string{"HERMES_IT_SECRET@http://127.0.0.1:8082"},
 		resolve: map[string]string{"127.0.0.1:8082": strings.TrimPrefix(tools.URL, "http://")}})
 	status, _, body := s.post(request("secret_1", "", call("a", "secret_tool", map[string]any{}), call("b", "forbidden_tool", map[string]any{})), "", "X-Trace-ID", "trace-secret")
 	if status != http.StatusOK {

@@ -141,7 +141,7 @@ func TestLogLinesNameTheirMessageAndNoSecret(t *testing.T) {
 	defer tools.Close()
 	var logs lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s := start(t, options{workers: 1, logger: log, allowEnv: []string{"HERMES_IT_SECRET"},
+	s := start(t, options{workers: 1, logger: log, allowEnv: []string{"HERMES_IT_SECRET@http://127.0.0.1:8082"},
 		resolve: map[string]string{"127.0.0.1:8082": strings.TrimPrefix(tools.URL, "http://")}})
 	status, _, body := s.post(request("logs_1", "",
 		call("retried", "echo", map[string]any{"fail_times": 1}),

@@ -37,7 +37,7 @@ func TestSeedRequestSucceeds(t *testing.T) {
 func TestSeedInsuranceRoutes(t *testing.T) {
 	t.Setenv("POLICY_TOKEN", "seed-token-value")
 	s := start(t, options{routesFile: seedPath("routes-insurance.yaml"), workers: 1,
-		allowEnv: []string{"POLICY_TOKEN"}, demoHosts: []string{"policy-service:8000"}})
+		allowEnv: []string{"POLICY_TOKEN@http://policy-service:8000"}, demoHosts: []string{"policy-service:8000"}})
 	cases := []struct {
 		tool, intent, route string
 	}{
@@ -149,9 +149,9 @@ func TestRetriesAndFailures(t *testing.T) {
 	if r := result(t, resp, "slow"); r.ErrorOrigin != protocol.OriginHermes {
 		t.Errorf("timeout origin %q, want hermes", r.ErrorOrigin)
 	}
-	// A path parameter is escaped: it cannot climb out of /v1/orders/.
-	if r := result(t, resp, "order"); !strings.Contains(string(r.Content), "ORD-2026/../x") {
-		t.Errorf("path parameter was not kept whole: %+v %s", r, r.Content)
+	// A path parameter that could climb out of /v1/orders/ is refused before any request.
+	if r := result(t, resp, "order"); r.ErrorCode != protocol.CodeBadArguments || r.Attempts > 1 || !strings.Contains(r.RecoveryHint, "path parameter") {
+		t.Errorf("path parameter with '/': %+v %s", r, r.Content)
 	}
 	if resp.Status != protocol.StatusPartialSuccess {
 		t.Errorf("status %s, want partial_success", resp.Status)

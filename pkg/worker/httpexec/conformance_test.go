@@ -58,7 +58,7 @@ func TestConformance(t *testing.T) {
 	srv := httptest.NewServer(tool)
 	defer srv.Close()
 	workertest.Run(t, workertest.Harness{
-		Executor: httpexec.New(nil, nil),
+		Executor: mustNew(t),
 		Call: func(t *testing.T, id string, b workertest.Behavior) *worker.Call {
 			body := workertest.Script(id, b)
 			return &worker.Call{RequestID: "req_conf", SessionID: "s", Dispatch: &protocol.Dispatch{
@@ -82,4 +82,13 @@ func TestConformance(t *testing.T) {
 			return false
 		},
 	})
+}
+
+func mustNew(t *testing.T) *httpexec.Executor {
+	t.Helper()
+	e, err := httpexec.New(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

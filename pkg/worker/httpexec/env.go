@@ -3,7 +3,10 @@ package httpexec
 import (
 	"bytes"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -12,9 +15,10 @@ import (
 type EnvResolver struct {
 	// Allowed holds the names that may be resolved.
 	Allowed map[string]bool
-	// Hosts binds names to the one host:port their value may be sent to. A tool_call message
-	// names its own URL, so without a binding anyone able to publish on the bus could have an
-	// allowed value sent to a host of their choosing.
+	// Hosts binds names to the one origin (scheme://host:port, see Origin) their value may be
+	// sent to. A tool_call message names its own URL, so without a binding anyone able to
+	// publish on the bus could have an allowed value sent to a place of their choosing: New
+	// refuses an unbound name.
 	Hosts map[string]string
 	// Lookup reads a variable; nil means os.LookupEnv.
 	Lookup func(string) (string, bool)
@@ -82,15 +86,56 @@ func redactSecrets(body []byte, secrets []string) []byte {
 // out ordinary text.
 const minSecretLen = 4
 
-// Resolve replaces every ${env.NAME} in value, the value of header, for a call to any host;
-// names bound to a host are refused.
+// Resolve replaces every ${env.NAME} in value, the value of header, for a call to any origin;
+// names bound to an origin are refused.
 func (r *EnvResolver) Resolve(header, value string) (string, error) {
 	return r.ResolveFor("", header, value)
 }
 
-// ResolveFor replaces every ${env.NAME} in value, the value of header of a call to host
-// (host:port as in the URL).
-func (r *EnvResolver) ResolveFor(host, header, value string) (string, error) {
+// Origin is u's scheme://host:port, lower-case, the port made explicit (80 for http, 443 for
+// https): what a name is bound to.
+func Origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
+}
+
+// ParseAllowEnv reads --allow-env entries, NAME@scheme://host:port each (the port may be left
+// out for http's 80 and https' 443): the names ${env.NAME} may read, each bound to the one origin
+// its value may be sent to. A name without an origin is an error: it would go wherever a
+// tool_call message points.
+func ParseAllowEnv(entries []string) (*EnvResolver, error) {
+	env := &EnvResolver{Allowed: map[string]bool{}, Hosts: map[string]string{}}
+	for _, e := range entries {
+		name, where, bound := strings.Cut(e, "@")
+		if !envName.MatchString(name) {
+			return nil, fmt.Errorf("--allow-env %q: %q is not a variable name", e, name)
+		}
+		if !bound {
+			return nil, fmt.Errorf("--allow-env %s: bind it to the one origin its value may be sent to, as %s@https://host:port "+
+				"(unbound, it would go wherever a tool_call message points)", name, name)
+		}
+		u, err := url.Parse(where)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("--allow-env %s@%s: the origin must be scheme://host[:port] with scheme http or https, e.g. %s@https://policy-service:8443", name, where, name)
+		}
+		if old, dup := env.Hosts[name]; dup && old != Origin(u) {
+			return nil, fmt.Errorf("--allow-env %s: bound twice (%s and %s); a value goes to one origin", name, old, Origin(u))
+		}
+		env.Allowed[name], env.Hosts[name] = true, Origin(u)
+	}
+	return env, nil
+}
+
+// envName is what a ${env.NAME} may name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// ResolveFor replaces every ${env.NAME} in value, the value of header of a call to origin
+// (Origin of its URL).
+func (r *EnvResolver) ResolveFor(origin, header, value string) (string, error) {
 	if !strings.Contains(value, "${") {
 		return value, nil
 	}
@@ -111,7 +156,7 @@ func (r *EnvResolver) ResolveFor(host, header, value string) (string, error) {
 		if r == nil || !r.Allowed[name] {
 			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header}
 		}
-		if bound, ok := r.Hosts[name]; ok && !strings.EqualFold(bound, host) {
+		if bound, ok := r.Hosts[name]; ok && !strings.EqualFold(bound, origin) {
 			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header, host: bound}
 		}
 		lookup := r.Lookup

@@ -2,6 +2,7 @@ package httpexec
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -139,16 +140,47 @@ func TestEnvResolverNoAllowList(t *testing.T) {
 	}
 }
 
-func TestEnvBoundToHost(t *testing.T) {
-	r := &EnvResolver{Allowed: map[string]bool{"KEY": true}, Hosts: map[string]string{"KEY": "policy-service:8000"},
-		Lookup: mapLookup(map[string]string{"KEY": canary})}
-	if got, err := r.ResolveFor("policy-service:8000", "X-Key", "${env.KEY}"); err != nil || got != canary {
-		t.Fatalf("bound host: %q %v", got, err)
+// A name is bound to one origin — scheme, host and port — and its value goes nowhere else:
+// not to another host, port or scheme (an https secret never travels over http).
+func TestEnvBoundToOrigin(t *testing.T) {
+	r, err := ParseAllowEnv([]string{"KEY@http://Policy-Service:8000", "TLS@https://vault.example"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, host := range []string{"attacker.example:80", "", "policy-service:8001"} {
-		_, err := r.ResolveFor(host, "X-Key", "${env.KEY}")
-		if err == nil || !strings.Contains(err.Error(), "policy-service:8000") || strings.Contains(err.Error(), canary) {
-			t.Errorf("host %q: error %v", host, err)
+	r.Lookup = mapLookup(map[string]string{"KEY": canary, "TLS": canary})
+	origin := func(raw string) string {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Origin(u)
+	}
+	for name, target := range map[string]string{"KEY": "http://policy-service:8000/x", "TLS": "https://VAULT.example:443/y"} {
+		if got, err := r.ResolveFor(origin(target), "X-Key", "${env."+name+"}"); err != nil || got != canary {
+			t.Fatalf("%s to %s: %q %v", name, target, got, err)
+		}
+	}
+	for _, target := range []string{"http://attacker.example:8000/", "http://policy-service:8001/", "https://policy-service:8000/", "http://169.254.169.254/"} {
+		_, err := r.ResolveFor(origin(target), "X-Key", "${env.KEY}")
+		if err == nil || !strings.Contains(err.Error(), "http://policy-service:8000") || strings.Contains(err.Error(), canary) {
+			t.Errorf("to %s: error %v", target, err)
+		}
+	}
+	if _, err := r.ResolveFor(origin("http://vault.example/"), "X-Key", "${env.TLS}"); err == nil {
+		t.Error("an https-bound secret went over http")
+	}
+}
+
+// An --allow-env name without an origin, or with one that is not scheme://host[:port], is
+// refused at start.
+func TestAllowEnvMustBeBound(t *testing.T) {
+	for _, bad := range []string{"POLICY_TOKEN", "POLICY_TOKEN@policy-service:8000", "P@ftp://x", "P@https://", "P@https://x/path",
+		"P@https://user:pw@x", "P@https://x?q=1", "bad name@https://x", "P@https://a,P@https://b"} {
+		entries := strings.Split(bad, ",")
+		if _, err := ParseAllowEnv(entries); err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.HasPrefix(bad, "POLICY_TOKEN") && !strings.Contains(err.Error(), "POLICY_TOKEN@https://") {
+			t.Errorf("%q: %v does not show how to bind it", bad, err)
 		}
 	}
 }

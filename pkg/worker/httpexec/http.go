@@ -36,18 +36,14 @@ type Executor struct {
 var _ worker.Executor = (*Executor)(nil)
 
 // New returns an executor that dials through NewHTTPClient(resolve) and resolves the
-// environment variables allowEnv names (each NAME, sent to whatever host a call names, or
-// NAME@host:port, sent only to that host).
-func New(allowEnv []string, resolve map[string]string) *Executor {
-	env := &EnvResolver{Allowed: map[string]bool{}, Hosts: map[string]string{}}
-	for _, n := range allowEnv {
-		name, host, bound := strings.Cut(n, "@")
-		env.Allowed[name] = true
-		if bound {
-			env.Hosts[name] = host
-		}
+// environment variables allowEnv names, each bound to the one origin its value may be sent to
+// (ParseAllowEnv: NAME@scheme://host:port; an unbound name is an error).
+func New(allowEnv []string, resolve map[string]string) (*Executor, error) {
+	env, err := ParseAllowEnv(allowEnv)
+	if err != nil {
+		return nil, err
 	}
-	return &Executor{Client: NewHTTPClient(resolve), Env: env}
+	return &Executor{Client: NewHTTPClient(resolve), Env: env}, nil
 }
 
 // Kind is protocol.ActionHTTP.
@@ -259,7 +255,7 @@ func (h *Executor) build(ctx context.Context, c *worker.Call) (*http.Request, er
 		return nil, err
 	}
 	for name, v := range a.Headers {
-		rv, err := h.Env.ResolveFor(u.Host, name, v)
+		rv, err := h.Env.ResolveFor(Origin(u), name, v)
 		if err != nil {
 			return nil, err
 		}

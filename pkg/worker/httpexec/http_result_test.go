@@ -432,8 +432,11 @@ func TestHTTPRedirectKeepsSecretsHome(t *testing.T) {
 	srv, _ := toolServer(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, other.URL+"/collect", http.StatusFound)
 	})
-	// The HTTP executor as New builds it, reading KEY from a canary.
-	h := New([]string{"KEY"}, nil)
+	// The HTTP executor as New builds it, reading KEY (bound to srv) from a canary.
+	h, err := New([]string{"KEY@" + srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.Env.Lookup = mapLookup(map[string]string{"KEY": canary})
 	c := httpCall("GET", srv.URL+"/orders", `{}`, nil)
 	c.Dispatch.Action.HTTP.Headers = map[string]string{"X-Api-Key": "${env.KEY}"}
@@ -452,7 +455,10 @@ func TestHTTPRedirectKeepsSecretsHome(t *testing.T) {
 func TestHTTPSizeIsJudgedBeforeRedaction(t *testing.T) {
 	secret := strings.Repeat("S", 40)
 	srv, _ := toolServer(t, answer(200, strings.Repeat(secret, 100))) // 4000 bytes
-	h := New([]string{"TOKEN"}, nil)
+	h, err := New([]string{"TOKEN@" + srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.Env.Lookup = mapLookup(map[string]string{"TOKEN": secret})
 	c := httpCall("GET", srv.URL+"/x", `{}`, nil)
 	c.MaxResultBytes = 1000

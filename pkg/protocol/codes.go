@@ -23,6 +23,9 @@ const (
 	CodeDeadLettered = "DEAD_LETTERED"
 	// CodeCancelled: the request was cancelled before the call finished.
 	CodeCancelled = "CANCELLED"
+	// CodeDestinationRefused: the call's URL leads to an address workers never call
+	// (link-local and cloud metadata, or loopback through a name).
+	CodeDestinationRefused = "DESTINATION_REFUSED"
 )
 
 // Error codes of the HTTP API's JSON errors ({"error": {"code", "message", "field"}}).

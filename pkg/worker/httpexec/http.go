@@ -51,7 +51,9 @@ func (h *Executor) Kind() string { return protocol.ActionHTTP }
 
 // NewHTTPTransport returns a transport tuned for many concurrent calls to few tool hosts.
 // resolve maps host:port as written in routes to another host:port to dial (like curl
-// --resolve); it never changes the Host header or the URL.
+// --resolve); it never changes the Host header or the URL. Other addresses are dialed only when
+// checkDestination allows the address connected to: never link-local (cloud metadata), and
+// loopback only when the URL writes it (localhost, 127.0.0.1, [::1]).
 func NewHTTPTransport(resolve map[string]string) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
@@ -62,9 +64,10 @@ func NewHTTPTransport(resolve map[string]string) *http.Transport {
 		ForceAttemptHTTP2:   false,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if to, ok := resolve[addr]; ok {
-				addr = to
+				// The worker's own --resolve: where its operator says the tool is.
+				return dialer.DialContext(ctx, network, to)
 			}
-			return dialer.DialContext(ctx, network, addr)
+			return guardedDialer(dialer, addr).DialContext(ctx, network, addr)
 		},
 	}
 	return t
@@ -193,6 +196,17 @@ func (h *Executor) transportFailure(ctx context.Context, err error, c *worker.Ca
 		tc := *c
 		tc.Timeout = timeout
 		return worker.TimedOut(&tc), nil
+	}
+	// The URL (and its query, which may hold what it should not) stays out of the text: what
+	// failed is said without it.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, ErrDestinationRefused) {
+		return worker.Failed(protocol.CodeDestinationRefused, protocol.OriginHermes,
+			fmt.Sprintf("route %s points at an address tool workers do not call; point it at the tool's own host", c.Dispatch.Route),
+			scrub(err.Error()), false), nil
 	}
 	host := ""
 	if c.Dispatch.Action.HTTP != nil {

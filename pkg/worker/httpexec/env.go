@@ -2,11 +2,14 @@ package httpexec
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -72,14 +75,32 @@ func (r *EnvResolver) Secrets(headers map[string]string) []string {
 }
 
 // redactSecrets replaces each secret of at least minSecretLen bytes in body with [redacted],
-// so a tool that echoes its credentials (in an error, say) does not put them on the bus.
+// in every form a tool might echo it in — as sent, JSON-escaped, URL-encoded (query and path),
+// and base64 (standard and URL alphabets, padded or not) — so a tool that echoes its
+// credentials (in an error, say) does not put them on the bus.
 func redactSecrets(body []byte, secrets []string) []byte {
 	for _, s := range secrets {
-		if len(s) >= minSecretLen && bytes.Contains(body, []byte(s)) {
-			body = bytes.ReplaceAll(body, []byte(s), []byte("[redacted]"))
+		if len(s) < minSecretLen {
+			continue
+		}
+		for _, form := range secretForms(s) {
+			if bytes.Contains(body, []byte(form)) {
+				body = bytes.ReplaceAll(body, []byte(form), []byte("[redacted]"))
+			}
 		}
 	}
 	return body
+}
+
+// secretForms lists the ways s may be written in an answer, longest first (so a longer form is
+// replaced before a shorter one inside it).
+func secretForms(s string) []string {
+	js, _ := json.Marshal(s)
+	forms := []string{s, string(js[1 : len(js)-1]), url.QueryEscape(s), url.PathEscape(s),
+		base64.StdEncoding.EncodeToString([]byte(s)), base64.URLEncoding.EncodeToString([]byte(s)),
+		base64.RawStdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s))}
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(forms)
 }
 
 // minSecretLen is the shortest value redacted from tool answers: shorter ones would blank

@@ -1,6 +1,8 @@
 package httpexec
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"strings"
@@ -194,5 +196,20 @@ func TestSecretsAreRedactedFromAnswers(t *testing.T) {
 	got := string(redactSecrets(body, secrets))
 	if want := `{"error":"bad token [redacted]","ab":"not-allowed-value"}`; got != want {
 		t.Fatalf("redacted %s, want %s", got, want)
+	}
+}
+
+// A secret a tool echoes is redacted in every form it may come back in: JSON-escaped,
+// URL-encoded, base64.
+func TestSecretsAreRedactedInEveryForm(t *testing.T) {
+	secret := `s3cr/t+"tok=en"`
+	forms := secretForms(secret)
+	js, _ := json.Marshal(secret)
+	for _, f := range []string{secret, string(js[1 : len(js)-1]), url.QueryEscape(secret), base64.StdEncoding.EncodeToString([]byte(secret)),
+		base64.RawURLEncoding.EncodeToString([]byte(secret))} {
+		body := []byte(`{"echo":"` + f + `","n":1}`)
+		if got := string(redactSecrets(body, []string{secret})); strings.Contains(got, f) || !strings.Contains(got, "[redacted]") {
+			t.Errorf("form %q: %s (forms %q)", f, got, forms)
+		}
 	}
 }

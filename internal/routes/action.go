@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,9 @@ func (d *decoder) headers(parent fields, path string) (map[string]string, error)
 		if reason := checkHeaderValue(v.Value); reason != "" {
 			return nil, d.errorf(line, field, "%s", reason)
 		}
+		if reason := checkCredential(name, v.Value); reason != "" {
+			return nil, d.errorf(line, field, "%s", reason)
+		}
 		out[name] = v.Value
 	}
 	return out, nil
@@ -293,8 +297,64 @@ func checkURL(raw string) string {
 	if strings.ContainsAny(authority, "{}") || strings.ContainsAny(query, "{}") {
 		return "may hold {name} placeholders only in its path"
 	}
+	for k, vs := range u.Query() {
+		if credentialName(k) && slices.ContainsFunc(vs, func(v string) bool { return v != "" }) {
+			return fmt.Sprintf("holds a credential in its query (%s=…): routes are shared and recorded; send it in a header whose value is ${env.NAME}", k)
+		}
+	}
 	return checkPathPlaceholders(path)
 }
+
+// credentialParts mark a header or query parameter name holding them as carrying a credential;
+// credentialNames do so only as the whole name.
+var (
+	credentialParts = []string{"auth", "token", "secret", "password", "passwd", "api_key", "apikey", "api-key", "cookie"}
+	credentialNames = []string{"key", "sig", "signature", "code"}
+)
+
+// credentialName reports whether name (a header or query parameter) carries a credential.
+func credentialName(name string) bool {
+	n := strings.ToLower(name)
+	return slices.Contains(credentialNames, n) || slices.ContainsFunc(credentialParts, func(w string) bool { return strings.Contains(n, w) })
+}
+
+// secretPrefixes start well-known kinds of secret, whatever header they are in.
+var secretPrefixes = []string{"sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "ASIA", "hk_", "glpat-", "AIza"}
+
+// authSchemes may precede the credential in a header value.
+var authSchemes = []string{"bearer", "basic", "token", "apikey", "digest"}
+
+// checkCredential returns why a route may not hold header name: value, or "": a credential
+// must be a ${env.NAME} placeholder, resolved on the worker, never a literal in a file that is
+// shared, kept in version control and recorded with every call. It never quotes value.
+func checkCredential(name, value string) string {
+	literal := placeholder.ReplaceAllString(value, "")
+	for _, w := range strings.Fields(literal) {
+		for _, p := range secretPrefixes {
+			if strings.HasPrefix(w, p) && len(w) > len(p)+8 {
+				return fmt.Sprintf("holds what looks like a literal secret (%s…); put it in the worker's environment and write ${env.NAME} here", p)
+			}
+		}
+	}
+	if !credentialName(name) {
+		return ""
+	}
+	rest := strings.TrimSpace(literal)
+	for _, s := range authSchemes {
+		if len(rest) >= len(s) && strings.EqualFold(rest[:len(s)], s) && (len(rest) == len(s) || rest[len(s)] == ' ') {
+			rest = strings.TrimSpace(rest[len(s):])
+			break
+		}
+	}
+	if rest != "" {
+		return fmt.Sprintf("%s carries a credential, and its value holds literal text besides ${env.NAME} placeholders: "+
+			"put the secret in the worker's environment and write e.g. \"Bearer ${env.NAME}\"", name)
+	}
+	return ""
+}
+
+// placeholder matches a ${env.NAME} placeholder.
+var placeholder = regexp.MustCompile(`\$\{env\.[A-Za-z_][A-Za-z0-9_]*\}`)
 
 // checkPathPlaceholders checks that every { in path opens a {name} placeholder.
 func checkPathPlaceholders(path string) string {

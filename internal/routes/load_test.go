@@ -485,3 +485,45 @@ func TestErrorsDoNotLeakSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A credential written into a route — a header that carries one with literal text, a
+// well-known secret shape in any header, a credential in the URL's query — is refused at load,
+// pointing at ${env.NAME}, and the error never repeats it. Placeholders, and headers that carry
+// none, load.
+func TestLiteralCredentialsAreRefused(t *testing.T) {
+	const secret = "sk-proj-abcdefghijklmnop"
+	for _, data := range []string{
+		httpBlock("        url: http://h/x", "        headers: {Authorization: 'Bearer "+secret+"'}"),
+		httpBlock("        url: http://h/x", "        headers: {Authorization: 'Basic dXNlcjpwYXNzd29yZA=='}"),
+		httpBlock("        url: http://h/x", "        headers: {X-Api-Key: 'abc123secretvalue'}"),
+		httpBlock("        url: http://h/x", "        headers: {X-Auth-Token: 'Bearer ${env.A} plus-literal'}"),
+		httpBlock("        url: http://h/x", "        headers: {X-Custom: '"+secret+"'}"),
+		httpBlock("        url: http://h/x", "        headers: {Cookie: 'session=abcdef'}"),
+		httpBlock("        url: 'http://h/x?api_key=abcdef123'"),
+		httpBlock("        url: 'http://h/x?access_token=abcdef123&q=1'"),
+		httpBlock("        url: 'http://h/x?key=abcdef123'"),
+	} {
+		_, err := Parse("routes.yaml", []byte(data))
+		if err == nil {
+			t.Errorf("Parse succeeded:\n%s", data)
+			continue
+		}
+		if !strings.Contains(err.Error(), "${env.NAME}") {
+			t.Errorf("the error does not point at ${env.NAME}: %v", err)
+		}
+		for _, leak := range []string{secret, "dXNlcjpwYXNzd29yZA", "abc123secretvalue", "abcdef123", "plus-literal"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("the error repeats the credential: %v", err)
+			}
+		}
+	}
+	for _, data := range []string{
+		httpBlock("        url: http://h/x", "        headers: {Authorization: 'Bearer ${env.TOKEN}'}"),
+		httpBlock("        url: http://h/x", "        headers: {X-Auth-Token: '${env.POLICY_TOKEN}', X-Tenant: acme, Accept-Language: zh-CN}"),
+		httpBlock("        url: 'http://h/x?q=weather&units=metric&keyword=x'"),
+	} {
+		if _, err := Parse("routes.yaml", []byte(data)); err != nil {
+			t.Errorf("refused: %v\n%s", err, data)
+		}
+	}
+}

@@ -166,6 +166,23 @@ func TestJSON(t *testing.T) {
 		t.Fatalf("got %+v from %s", got, line)
 	}
 
+	// A dispatched action's header values never show, whatever they hold; the entry itself is
+	// not changed.
+	d := sampleDispatch()
+	d.Action.HTTP.Headers = map[string]string{"Authorization": "Bearer sk-live-0123456789abcdef", "X-Auth-Token": "${env.POLICY_TOKEN}"}
+	e = entry(t, 9, 2, protocol.TypeToolCall, d, "forger")
+	line, err = JSON(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(line), "sk-live") || strings.Contains(string(line), "POLICY_TOKEN") ||
+		!strings.Contains(string(line), `"Authorization":"`+HiddenHeaderValue+`"`) {
+		t.Errorf("header values shown: %s", line)
+	}
+	if e.Payload.(*protocol.Dispatch).Action.HTTP.Headers["Authorization"] == HiddenHeaderValue {
+		t.Error("hiding changed the entry")
+	}
+
 	line, err = JSON(Decode(8, "hermes.request.s1", t0, []byte{0xc1}))
 	if err != nil {
 		t.Fatal(err)

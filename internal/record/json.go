@@ -33,9 +33,10 @@ type jsonEntry struct {
 // JSON returns e as one JSON object on one line, without a newline: seq, subject, time (when the
 // stream stored it, UTC), the envelope's fields (type, msg_id, session_id, request_id,
 // causation_id, sender, caller, recipient, created_at, attempt, deadline, trace), and payload, the
-// decoded payload as the HTTP API writes it. An unreadable message has error instead of payload.
+// decoded payload as the HTTP API writes it (a dispatch's header values hidden: HiddenHeaderValue).
+// An unreadable message has error instead of payload.
 func JSON(e *Entry) ([]byte, error) {
-	j := jsonEntry{Seq: e.Seq, Subject: e.Subject, Time: e.Time.UTC(), Payload: e.Payload}
+	j := jsonEntry{Seq: e.Seq, Subject: e.Subject, Time: e.Time.UTC(), Payload: hideHeaders(e.Payload)}
 	if m := e.Msg; m != nil {
 		j.Type, j.MsgID, j.SessionID, j.RequestID, j.CausationID = m.Type, m.MsgID, m.SessionID, m.RequestID, m.CausationID
 		j.Recipient, j.CreatedAt, j.Attempt, j.Deadline, j.Caller = m.Recipient, m.CreatedAt, m.Attempt, m.Deadline, m.Caller
@@ -56,4 +57,39 @@ func JSON(e *Entry) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// HiddenHeaderValue stands for the value of a dispatched action's header wherever the record is
+// shown: header values carry credentials (as ${env.NAME} placeholders, or literally in a message
+// not written by Hermes), and only their names are anyone's business.
+const HiddenHeaderValue = "(hidden)"
+
+// hideHeaders returns p, a dispatch's copy with its action's header values hidden.
+func hideHeaders(p any) any {
+	d, ok := p.(*protocol.Dispatch)
+	if !ok {
+		return p
+	}
+	hide := func(h map[string]string) map[string]string {
+		if len(h) == 0 {
+			return h
+		}
+		out := make(map[string]string, len(h))
+		for k := range h {
+			out[k] = HiddenHeaderValue
+		}
+		return out
+	}
+	c := *d
+	if a := c.Action.HTTP; a != nil {
+		cp := *a
+		cp.Headers = hide(a.Headers)
+		c.Action.HTTP = &cp
+	}
+	if a := c.Action.GRPC; a != nil {
+		cp := *a
+		cp.Headers = hide(a.Headers)
+		c.Action.GRPC = &cp
+	}
+	return &c
 }

@@ -30,6 +30,7 @@ type common struct {
 	recordMaxMsgs int64
 	limits        protocol.Limits
 	deadLetters   bool
+	noProvision   bool
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
@@ -49,12 +50,14 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 		c.limits.MaxToolCalls = n
 		return nil
 	})
+	fs.BoolVar(&c.noProvision, "no-provision", os.Getenv("HERMES_NO_PROVISION") == "true",
+		"create or change no stream, bucket or fixed consumer: they were set up by hermes provision, and this service may lack the right to (env HERMES_NO_PROVISION=true)")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }
 
 func (c *common) busConfig() bus.Config {
-	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs}
+	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision}
 }
 
 func envOr(name, def string) string {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -132,5 +133,32 @@ func TestAdminKeyFile(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if k, err := (&keyFlag{}).key(); err != nil || k != "" {
 		t.Fatalf("no key anywhere: %q %v", k, err)
+	}
+}
+
+// hermes provision sets a NATS server up; before it, a service with --no-provision refuses to
+// start, naming it; after it, such a service starts, and the bus still makes tool consumers.
+func TestProvisionThenServicesWithoutIt(t *testing.T) {
+	srv := bustest.NewServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, _, err := Connect(ctx, srv.URL, "no-provision", bus.Config{NoProvision: true}, nil)
+	if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "hermes provision") {
+		t.Fatalf("--no-provision before provisioning: %v", err)
+	}
+	var out, errOut bytes.Buffer
+	if err := RunProvision(ctx, []string{"--nats", srv.URL}, Env{Stdout: &out, Stderr: &errOut}); err != nil {
+		t.Fatal(err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "Hermes is set up") || !strings.Contains(out.String(), bus.BucketOwners) {
+		t.Fatalf("provision printed %q", out.String())
+	}
+	nc, b, err := Connect(ctx, srv.URL, "no-provision", bus.Config{NoProvision: true}, nil)
+	if err != nil {
+		t.Fatalf("--no-provision after provisioning: %v", err)
+	}
+	defer nc.Close()
+	if _, err := b.EnsureToolConsumer(ctx, "http", "new_tool"); err != nil {
+		t.Fatalf("a tool consumer under --no-provision: %v", err)
 	}
 }

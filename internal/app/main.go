@@ -24,6 +24,7 @@ var Commands = map[string]Command{
 	"route":        RunRoute,
 	"dlq":          RunDLQ,
 	"keys":         RunKeys,
+	"provision":    RunProvision,
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
 	"bench":        RunBench,
@@ -46,6 +47,8 @@ Commands:
   cancel      cancel a request: its calls not started never start, running ones are stopped
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
+  provision   set Hermes up on a NATS server (streams, buckets, consumers) and exit; services
+              then run with --no-provision, without the right to manage streams
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take
               --dead-letters to run it beside them; the router does by default)
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C

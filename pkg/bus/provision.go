@@ -125,6 +125,11 @@ type Config struct {
 	// something is missing: for clients (the command line) that must not shape a deployment
 	// with their own settings.
 	OpenOnly bool
+	// NoProvision makes Provision open the streams, buckets and fixed consumers as OpenOnly
+	// does — they are set up beforehand, by hermes provision, so services run without the
+	// right to create or change them — while the bus still creates each tool's consumer as
+	// routes name new tools (EnsureToolConsumer).
+	NoProvision bool
 }
 
 // intakeMargin is how much longer plans, and so request ids, are remembered than what the
@@ -213,6 +218,10 @@ type Bus struct {
 // consumers if they do not exist. It is idempotent and safe to run from every process at start.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
+	// What provisioning creates, it creates only without OpenOnly and NoProvision; what the
+	// bus creates later (tool consumers), only without OpenOnly.
+	runCfg := cfg
+	cfg.OpenOnly = cfg.OpenOnly || cfg.NoProvision
 	var drift []string
 	src, dest := protocol.RequestTransform()
 	rsrc, rdest := protocol.LiveResponseRepublish()
@@ -354,6 +363,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if _, err := b.ensureConsumerSpec(ctx, b.Timers, spec); err != nil {
 		return nil, err
 	}
+	b.cfg = runCfg
 	return b, nil
 }
 
@@ -491,7 +501,7 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 		return nil, fmt.Errorf("bus: look up consumer %s: %w", name, err)
 	}
 	if b.cfg.OpenOnly {
-		return nil, fmt.Errorf("%w: consumer %s (start a Hermes service to create it)", ErrNotProvisioned, name)
+		return nil, fmt.Errorf("%w: consumer %s (run hermes provision)", ErrNotProvisioned, name)
 	}
 	c, err = stream.CreateConsumer(ctx, spec)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
@@ -510,7 +520,7 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 func ensureStream(ctx context.Context, js jetstream.JetStream, create bool, want jetstream.StreamConfig, drift *[]string) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
-		return nil, fmt.Errorf("%w: stream %s (start a Hermes service — router, toolworker, gateway or hermes up — to create it)", ErrNotProvisioned, want.Name)
+		return nil, fmt.Errorf("%w: stream %s (run hermes provision, or start a service without --no-provision)", ErrNotProvisioned, want.Name)
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
@@ -596,7 +606,7 @@ func streamDrift(have, want jetstream.StreamConfig) []string {
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent, create bool) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
-		return nil, fmt.Errorf("%w: bucket %s (start a Hermes service to create it)", ErrNotProvisioned, cfg.Bucket)
+		return nil, fmt.Errorf("%w: bucket %s (run hermes provision)", ErrNotProvisioned, cfg.Bucket)
 	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)

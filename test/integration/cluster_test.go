@@ -398,3 +398,38 @@ func TestClusterDeployment(t *testing.T) {
 		}
 	}
 }
+
+// Every command docker-compose.yml runs is one the binaries take (flags included).
+func TestComposeCommandsParse(t *testing.T) {
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Command []string `yaml:"command"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &compose); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"provision", "demo-tools", "router", "toolworker", "gateway"} {
+		cmd := compose.Services[name].Command
+		if len(cmd) > 0 && cmd[0] == "hermes" {
+			cmd = cmd[1:]
+		}
+		if len(cmd) == 0 {
+			t.Errorf("%s: no command", name)
+			continue
+		}
+		run, ok := app.Commands[cmd[0]]
+		if !ok {
+			t.Errorf("%s: no command %q", name, cmd[0])
+			continue
+		}
+		var out bytes.Buffer
+		if code := app.Exec(run, append(cmd[1:], "-h"), app.Env{Stdout: &out, Stderr: &out}); code != 0 {
+			t.Errorf("%s: %q is refused (exit %d):\n%s", name, cmd, code, out.String())
+		}
+	}
+}

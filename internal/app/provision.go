@@ -1,0 +1,51 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// RunProvision sets Hermes up on a NATS server and exits: hermes provision. It creates the
+// record and dead-letter streams, the timers stream, every bucket and the fixed consumers, with
+// the settings its flags give (as a service starting without --no-provision would), and reports
+// where what exists differs from them. Run it once per deployment with a user that may manage
+// streams; the services can then run with --no-provision and without that right.
+func RunProvision(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("provision", "hermes provision [flags]", env.Stderr)
+	var c common
+	c.register(fs, "provision")
+	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg := c.busConfig()
+	cfg.NoProvision = false // provisioning is what this command is for
+	nc, b, err := Connect(ctx, c.natsURL, c.instance, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	si := b.Stream.CachedInfo()
+	var out strings.Builder
+	fmt.Fprintf(&out, "Hermes is set up on %s.\n", nc.ConnectedUrlRedacted())
+	fmt.Fprintf(&out, "  record       stream %s, %d replica(s), kept %s, %s\n", si.Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
+	fmt.Fprintf(&out, "  dead letters stream %s\n", b.DLQ.CachedInfo().Config.Name)
+	fmt.Fprintf(&out, "  buckets      %s\n", strings.Join([]string{bus.BucketCalls, bus.BucketClaims, bus.BucketSessions, bus.BucketParked,
+		bus.BucketTools, bus.BucketKeys, bus.BucketOwners, bus.BucketSignins}, ", "))
+	for _, d := range b.Drift {
+		fmt.Fprintf(&out, "  differs: %s\n", d)
+	}
+	fmt.Fprintf(&out, "Services may now run with --no-provision.\n")
+	fmt.Fprint(env.Stdout, out.String())
+	return nil
+}
+
+func limitText(n int64, unit string) string {
+	if n < 0 {
+		return "no limit in " + unit
+	}
+	return fmt.Sprintf("at most %d %s", n, unit)
+}

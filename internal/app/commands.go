@@ -17,6 +17,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -47,6 +48,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
 	conc := fs.Int("concurrency", 64, "results handled at once")
 	reload := fs.Duration("reload", 2*time.Second, "how often to check the routes file for changes; 0 turns reload off")
+	sealKey := fs.String("seal-key", os.Getenv("HERMES_SEAL_KEY"), "private key file (hermes seal-key) to seal every tool call with, so that workers trusting it run only calls a router sent (env HERMES_SEAL_KEY)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -61,7 +63,13 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	}
 	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
 		obs.watchBacklog(b, log)
-		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc,
+		var seal *router.SealKey
+		if *sealKey != "" {
+			if seal, err = readSealKey(*sealKey); err != nil {
+				return nil, nil, err
+			}
+		}
+		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: seal,
 			Limits: c.limits, Metrics: obs.metrics, Logger: log})
 		if err != nil {
 			return nil, nil, err
@@ -77,6 +85,7 @@ type workerFlags struct {
 	resolve     resolveFlag
 	concurrency int
 	maxResult   int64
+	trusted     string
 }
 
 func (w *workerFlags) register(fs *flag.FlagSet) {
@@ -86,11 +95,20 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.Var(w.resolve, "resolve", "dial host:port=other:port instead (like curl --resolve), comma-separated")
 	fs.IntVar(&w.concurrency, "concurrency", 32, "calls of one tool running at once")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
+	fs.StringVar(&w.trusted, "trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys (hermes seal-key prints them): run only tool calls they sealed, drop any other (env HERMES_TRUSTED_SEALS)")
 }
 
-func (w *workerFlags) config(instance string) WorkerConfig {
-	return WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
+func (w *workerFlags) config(instance string) (WorkerConfig, error) {
+	cfg := WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
 		Concurrency: w.concurrency, MaxResultBytes: w.maxResult}
+	if w.trusted != "" {
+		keys, err := readTrustedSeals(w.trusted)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TrustedSeals = keys
+	}
+	return cfg, nil
 }
 
 // RunToolWorker runs a tool worker: hermes toolworker / cmd/toolworker.
@@ -106,7 +124,10 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	return c.runService(ctx, "hermes-toolworker", "tool worker running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
-		wc := wf.config(c.instance)
+		wc, err := wf.config(c.instance)
+		if err != nil {
+			return nil, nil, err
+		}
 		wc.Metrics, wc.Logger = obs.metrics, log
 		w, err := NewWorker(b, wc)
 		if err != nil {

@@ -162,3 +162,51 @@ func TestProvisionThenServicesWithoutIt(t *testing.T) {
 		t.Fatalf("a tool consumer under --no-provision: %v", err)
 	}
 }
+
+// hermes seal-key writes a private key (0600, never over a file) and prints the public line a
+// worker's --trusted-seals file holds; the two read back as a pair; malformed files are refused.
+func TestSealKeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	priv := filepath.Join(dir, "router.key")
+	var out, errOut bytes.Buffer
+	if err := RunSealKey(t.Context(), []string{"--out", priv, "--id", "r-2026"}, Env{Stdout: &out, Stderr: &errOut}); err != nil {
+		t.Fatal(err, errOut.String())
+	}
+	if fi, err := os.Stat(priv); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file %v %v", fi, err)
+	}
+	pubFile := filepath.Join(dir, "trusted")
+	if err := os.WriteFile(pubFile, []byte("# routers\n"+out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := readSealKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted, err := readTrustedSeals(pubFile)
+	if err != nil || !trusted["r-2026"].Equal(k.Key.Public()) {
+		t.Fatalf("the pair does not match: %v", err)
+	}
+	if err := RunSealKey(t.Context(), []string{"--out", priv}, Env{Stdout: &out, Stderr: &errOut}); err == nil {
+		t.Error("a key file was overwritten")
+	}
+	bad := filepath.Join(dir, "bad")
+	for _, content := range []string{"", "hermes-seal-key r1 notbase64!", "hermes-seal-public r1 AAAA", "something else"} {
+		_ = os.WriteFile(bad, []byte(content), 0o600)
+		if _, err := readSealKey(bad); err == nil {
+			t.Errorf("seal key %q accepted", content)
+		}
+		if _, err := readTrustedSeals(bad); err == nil {
+			t.Errorf("trusted keys %q accepted", content)
+		}
+	}
+	// hermes up's pair: made once, then read.
+	k1, t1, err := upSealKeys(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _, err := upSealKeys(filepath.Join(dir, "data"))
+	if err != nil || !k1.Key.Equal(k2.Key) || !t1[k1.ID].Equal(k1.Key.Public()) {
+		t.Fatalf("hermes up's seal keys changed between starts: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ var Commands = map[string]Command{
 	"dlq":          RunDLQ,
 	"keys":         RunKeys,
 	"provision":    RunProvision,
+	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
 	"bench":        RunBench,
@@ -47,6 +48,8 @@ Commands:
   cancel      cancel a request: its calls not started never start, running ones are stopped
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
+  seal-key    make a router's key for sealing tool calls (workers given its public line run
+              only sealed calls)
   provision   set Hermes up on a NATS server (streams, buckets, consumers) and exit; services
               then run with --no-provision, without the right to manage streams
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take

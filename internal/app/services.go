@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -94,7 +95,9 @@ type RouterConfig struct {
 	// Stages run between the plan and the route stages.
 	Stages  []router.Stage
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Seal, when set, signs every tool call the router dispatches.
+	Seal   *router.SealKey
+	Logger *slog.Logger
 }
 
 // RouterService is a router, reloading its routes file when it changes.
@@ -109,7 +112,7 @@ type RouterService struct {
 func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	log := orDiscard(cfg.Logger).With("service", "router")
 	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
-		Limits: cfg.Limits, Stages: cfg.Stages, Metrics: cfg.Metrics, Logger: log})
+		Limits: cfg.Limits, Stages: cfg.Stages, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +151,10 @@ type WorkerConfig struct {
 	// Executors run beside the HTTP executor (Go tools in this process, say); one of kind http
 	// replaces it.
 	Executors []worker.Executor
-	Metrics   *metrics.Metrics
-	Logger    *slog.Logger
+	// TrustedSeals, when set, makes the worker run only tool calls these routers' keys sealed.
+	TrustedSeals map[string]ed25519.PublicKey
+	Metrics      *metrics.Metrics
+	Logger       *slog.Logger
 }
 
 // NewWorker builds a tool worker on b.
@@ -171,7 +176,7 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
 	}
 	execs = append(execs, cfg.Executors...)
 	return worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
-		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Observer: m.Worker(),
+		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Observer: m.Worker(), TrustedSeals: cfg.TrustedSeals,
 		Logger: orDiscard(cfg.Logger).With("service", "toolworker")})
 }
 

@@ -134,13 +134,23 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 		return nc, b, err
 	}
+	// Every call the router sends is sealed, and the workers here run only sealed calls: a
+	// call published on the bus by anyone else is dropped. The key pair lives in the data dir.
+	seal, trusted, err := upSealKeys(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	for id, k := range cfg.Worker.TrustedSeals {
+		trusted[id] = k
+	}
+	cfg.Worker.TrustedSeals = trusted
 	_, rb, err := conn("router")
 	if err != nil {
 		return nil, err
 	}
 	obs.watchBacklog(rb, log)
 	r, err := NewRouter(rb, RouterConfig{Instance: cfg.Instance + "-router", Routes: cfg.Routes, Path: routesPath(cfg),
-		Reload: 2 * time.Second, Concurrency: 64, Limits: cfg.Limits, Metrics: obs.metrics, Logger: log})
+		Reload: 2 * time.Second, Concurrency: 64, Limits: cfg.Limits, Metrics: obs.metrics, Seal: seal, Logger: log})
 	if err != nil {
 		return nil, err
 	}

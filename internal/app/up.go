@@ -57,10 +57,14 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		}
 	}
 
+	wc, err := wf.config("")
+	if err != nil {
+		return err
+	}
 	sys, err := StartSystem(ctx, SystemConfig{
 		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
-		ToolWorkers: 1, Worker: wf.config(""), Gateway: gf.config("", c.limits), Bus: c.busConfig(),
+		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
 	})
 	if err != nil {

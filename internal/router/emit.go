@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/park"
@@ -24,9 +25,10 @@ type parker interface {
 // correlation (its call ids, whether it is serial), so a redelivery publishes nothing twice
 // and any router can aggregate the results without reading the plan.
 type busOutlet struct {
-	bus *bus.Bus
-	pub *bus.Publisher
-	lot parker
+	bus  *bus.Bus
+	pub  *bus.Publisher
+	lot  parker
+	seal *SealKey // nil: calls go unsealed
 }
 
 var _ Outlet = (*busOutlet)(nil)
@@ -65,6 +67,13 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 			out.Correlation = corr
 			tracing.Inject(ctx, &out.Trace)
 			out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
+			if k := o.seal; k != nil {
+				ttl := k.TTL
+				if ttl <= 0 {
+					ttl = 24 * time.Hour
+				}
+				out.SealWith(k.Key, k.ID, time.Now().Add(ttl))
+			}
 			batch = append(batch, bus.Outgoing{Subject: protocol.SubjectToolCall(c.Dispatch.Action.Kind, c.Call.Name, m.SessionID), Msg: out})
 		default:
 			// A pending call no stage resolved: a stage is missing; nothing can send it.

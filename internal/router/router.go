@@ -2,11 +2,13 @@ package router
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -39,8 +41,19 @@ type Config struct {
 	Stages []Stage
 	// Metrics counts answered requests; nil counts into unexported metrics.
 	Metrics *metrics.Metrics
+	// Seal, when set, signs every tool call this router dispatches (protocol.Seal), so that
+	// workers trusting its key run only calls a router sent.
+	Seal *SealKey
 	// Logger; nil discards.
 	Logger *slog.Logger
+}
+
+// SealKey is a router's signing key: its id, the ed25519 private key, and how long a seal is
+// good (default 24 hours: a call is run within that or not at all).
+type SealKey struct {
+	ID  string
+	Key ed25519.PrivateKey
+	TTL time.Duration
 }
 
 // Validate reports a missing required field.
@@ -114,7 +127,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})
-	r.pipeline = &Pipeline{Stages: stages, Out: &busOutlet{bus: cfg.Bus, pub: r.pub, lot: r.lot}}
+	r.pipeline = &Pipeline{Stages: stages, Out: &busOutlet{bus: cfg.Bus, pub: r.pub, lot: r.lot, seal: cfg.Seal}}
 	return r, nil
 }
 

@@ -85,8 +85,10 @@ type Message struct {
 	// it: set by the gateway from a credential (never from what a client says) and carried
 	// by every message that follows the request. Nil on requests submitted on the bus
 	// directly.
-	Caller  *Caller `msgpack:"caller,omitempty" json:"caller,omitempty"`
-	Payload []byte  `msgpack:"payload" json:"-"`
+	Caller *Caller `msgpack:"caller,omitempty" json:"caller,omitempty"`
+	// Seal, on a tool call, is the signature of the router that dispatched it (see Seal).
+	Seal    *Seal  `msgpack:"seal,omitempty" json:"-"`
+	Payload []byte `msgpack:"payload" json:"-"`
 }
 
 // Caller is an authenticated caller, as the record keeps it.

@@ -33,6 +33,17 @@ type runner struct {
 // left to it, and a cancelled call is not started (or, running, is stopped).
 func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	w, m, log := r.w, d.Msg, d.Log
+	if keys := w.cfg.TrustedSeals; len(keys) > 0 {
+		if err := m.VerifySeal(keys, time.Now()); err != nil {
+			// Dropped, not terminated: a termination would become a dead letter answering
+			// ids the forger chose.
+			n := w.refused.Add(1)
+			if last := w.refusedLog.Load(); time.Since(time.Unix(0, last)) > time.Second && w.refusedLog.CompareAndSwap(last, time.Now().UnixNano()) {
+				log.Warn("refused a tool call no trusted router sealed", "why", err, "refused_so_far", n)
+			}
+			return nil
+		}
+	}
 	disp, err := m.DecodeDispatch()
 	if err != nil {
 		return bus.Permanent(err)

@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +42,12 @@ type Config struct {
 	Middleware []Middleware
 	// Observer is told of tries, retries and results (metrics); nil observes nothing.
 	Observer Observer
+	// TrustedSeals, when set, are the routers' public keys by key id: the worker runs only
+	// tool calls one of them sealed (protocol.Seal). Any other call — forged by whoever else
+	// can publish on the bus — is dropped: not run, no result, no dead letter (which would
+	// answer the forged ids and pre-empt a genuine result), counted in RefusedCalls and
+	// logged (at most once a second). Empty runs every call, as before seals.
+	TrustedSeals map[string]ed25519.PublicKey
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -98,7 +106,13 @@ type Worker struct {
 
 	mu      sync.Mutex
 	serving map[string]bool // consumer name → served
+
+	refused    atomic.Int64 // calls dropped for their seal
+	refusedLog atomic.Int64 // unix nanos of the last refusal logged
 }
+
+// RefusedCalls counts the tool calls this worker dropped because no trusted router sealed them.
+func (w *Worker) RefusedCalls() int64 { return w.refused.Load() }
 
 // New returns a Worker for cfg. Nothing runs until Run.
 func New(cfg Config) (*Worker, error) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -46,6 +48,7 @@ type options struct {
 	limits     protocol.Limits   // of routers and dead-letter processors
 	callers    bool              // the gateway asks every caller for an API key
 	oidc       auth.OIDCConfig   // with callers: the issuer whose tokens it takes too
+	seal       *router.SealKey   // routers seal every call with it; workers run only sealed calls
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -193,7 +196,8 @@ func (s *system) goRun(run func(context.Context) error) {
 func (s *system) addRouter(instance string) *app.RouterService {
 	s.t.Helper()
 	_, b := s.connect()
-	r, err := app.NewRouter(b, app.RouterConfig{Instance: instance, Routes: s.table, Limits: s.opts.limits, Metrics: s.opts.metrics, Logger: s.opts.logger})
+	r, err := app.NewRouter(b, app.RouterConfig{Instance: instance, Routes: s.table, Limits: s.opts.limits, Metrics: s.opts.metrics,
+		Seal: s.opts.seal, Logger: s.opts.logger})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -224,6 +228,9 @@ func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	s.t.Helper()
 	_, b := s.connect()
 	cfg.AllowEnv, cfg.Resolve = s.opts.allowEnv, s.resolve
+	if k := s.opts.seal; k != nil && cfg.TrustedSeals == nil {
+		cfg.TrustedSeals = map[string]ed25519.PublicKey{k.ID: k.Key.Public().(ed25519.PublicKey)}
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = s.opts.metrics
 	}

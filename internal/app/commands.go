@@ -232,6 +232,7 @@ func RunNATS(ctx context.Context, args []string, env Env) error {
 	listenAddr := fs.String("listen", "127.0.0.1:4222", "client listen address")
 	data := fs.String("data", "hermes-data", "JetStream store directory")
 	sync := fs.String("sync", "interval", "store sync policy: interval (fast; an acked message survives a process crash) or always (fsync before ack; survives power loss)")
+	maxStore := fs.Int64("max-file-store", bus.DefaultMaxFileStore, "most bytes JetStream's file store holds (max_file_store); Hermes' streams and buckets must fit (about 12.4 GiB at their default limits)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	log, err := parse(fs, args, env, &level)
 	if err != nil {
@@ -241,7 +242,7 @@ func RunNATS(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: *data, Listen: *listenAddr, SyncAlways: syncAlways, Logger: log})
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: *data, Listen: *listenAddr, SyncAlways: syncAlways, MaxFileStore: *maxStore, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,9 @@ type common struct {
 	limits        protocol.Limits
 	deadLetters   bool
 	noProvision   bool
+	recordBytes   int64
+	deadBytes     int64
+	stateBytes    int64
 }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
@@ -40,7 +43,7 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the stream and KV buckets (3 on a cluster)")
 	fs.DurationVar(&c.stateTTL, "state-ttl", 24*time.Hour, "how long claims and serial order are kept (applies when the buckets are first created)")
-	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", -1, "most messages the record keeps, -1 for no limit (applies when the stream is first created); bounds the server's memory for the record's subjects, but the oldest dropped beyond it include work not yet done, whose requests then wait forever")
+	fs.Int64Var(&c.recordMaxMsgs, "record-max-msgs", -1, "most messages the record keeps, -1 for no limit (applies when the stream is first created); bounds the server's memory for the record's subjects; gateways refuse new requests at 90 % of it")
 	c.limits.MaxToolCalls = protocol.DefaultLimits.MaxToolCalls
 	fs.Func("max-tool-calls", fmt.Sprintf("most tool calls one request may carry, 1 to %d (default %d)", protocol.MaxElements, protocol.DefaultLimits.MaxToolCalls), func(v string) error {
 		n, err := strconv.Atoi(v)
@@ -50,6 +53,9 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 		c.limits.MaxToolCalls = n
 		return nil
 	})
+	fs.Int64Var(&c.recordBytes, "record-max-bytes", bus.DefaultRecordMaxBytes, "most bytes the record keeps (applies when the stream is first created); gateways refuse new requests at 90 % of it, so that accepted ones finish; -1 for no limit")
+	fs.Int64Var(&c.deadBytes, "dead-letters-max-bytes", 1<<30, "most bytes the dead-letter stream keeps, oldest dropped beyond (applies when first created)")
+	fs.Int64Var(&c.stateBytes, "state-max-bytes", 512<<20, "most bytes each state bucket (plans, claims, serial order, owners) keeps (applies when first created); gateways refuse new requests at 90 % of the plans'")
 	fs.BoolVar(&c.noProvision, "no-provision", os.Getenv("HERMES_NO_PROVISION") == "true",
 		"create or change no stream, bucket or fixed consumer: they were set up by hermes provision, and this service may lack the right to (env HERMES_NO_PROVISION=true)")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
@@ -57,7 +63,8 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 }
 
 func (c *common) busConfig() bus.Config {
-	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision}
+	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision,
+		MaxBytes: c.recordBytes, DeadLetterMaxBytes: c.deadBytes, StateMaxBytes: c.stateBytes}
 }
 
 func envOr(name, def string) string {

@@ -64,6 +64,8 @@ type System struct {
 	Services []string
 	// Key is the admin API key the gateway takes (see SystemConfig.KeyFile).
 	Key SystemKey
+	// Bus is the bus configuration the system provisions with, defaults applied.
+	Bus bus.Config
 
 	front   func(context.Context) error
 	back    []func(context.Context) error
@@ -73,7 +75,7 @@ type System struct {
 // StartSystem starts NATS (or connects), provisions the bus and builds every service; nothing
 // handles messages until Run.
 func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error) {
-	sys = &System{}
+	sys = &System{Bus: bus.WithDefaults(cfg.Bus)}
 	defer func() {
 		if err != nil {
 			sys.close()
@@ -90,7 +92,8 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	sys.cleanup = append(sys.cleanup, obs.close)
 	var connOpts []nats.Option
 	if cfg.NATSURL == "" {
-		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways})
+		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways,
+			MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30)})
 		if err != nil {
 			return nil, err
 		}

@@ -112,6 +112,9 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
+	bc := sys.Bus
+	fmt.Fprintf(&b, "  storage     record ≤ %s (requests refused at 90 %%), dead letters ≤ %s, state ≤ %s per bucket, parked ≤ %s\n",
+		sizeText(bc.MaxBytes), sizeText(bc.DeadLetterMaxBytes), sizeText(bc.StateMaxBytes), sizeText(bc.ParkedMaxBytes))
 	fmt.Fprintf(&b, "  services    %s\n", strings.Join(sys.Services, "\n              "))
 	k := sys.Key
 	switch {
@@ -153,4 +156,17 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	}
 	fmt.Fprintf(&b, "Ctrl-C stops.\n")
 	fmt.Fprint(env.Stdout, b.String())
+}
+
+// sizeText is n bytes for people; "no limit" when n is negative.
+func sizeText(n int64) string {
+	switch {
+	case n < 0:
+		return "no limit"
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
 }

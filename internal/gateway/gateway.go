@@ -61,6 +61,9 @@ type Config struct {
 	PublicHosts []string
 	// CallerLimits bound each caller (with Callers); zero fields take DefaultCallerLimits.
 	CallerLimits CallerLimits
+	// StoreCheckEvery is how often the gateway looks at how full the store is (requests are
+	// refused near its limits). Default 2 s.
+	StoreCheckEvery time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -88,6 +91,7 @@ type Gateway struct {
 	owners   *owners // who each session belongs to; nil when the gateway asks for no caller
 	limits   *limits
 	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
+	store    storeGauge
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -164,7 +168,14 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Listen receives responses until ctx is done. Run calls it; use it directly when serving
 // Handler from another server.
-func (g *Gateway) Listen(ctx context.Context) error { return g.submit.Run(ctx) }
+func (g *Gateway) Listen(ctx context.Context) error {
+	every := g.cfg.StoreCheckEvery
+	if every <= 0 {
+		every = storeCheckEvery
+	}
+	go g.watchStore(ctx, every)
+	return g.submit.Run(ctx)
+}
 
 // Run serves HTTP on ln until ctx is done, then stops accepting, gives in-flight requests up to
 // 10 s, and returns.
@@ -237,6 +248,11 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
+	if why := g.store.full.Load(); why != nil {
+		w.Header().Set("Retry-After", "30")
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeStoreFull, *why, nil)
+		return
+	}
 	a, ok := g.actorOf(w, r, req.User)
 	if !ok {
 		return

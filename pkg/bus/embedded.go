@@ -26,9 +26,16 @@ type ServerConfig struct {
 	// Cluster, when set, makes the server one node of a JetStream cluster; Name must then be
 	// unique among the nodes.
 	Cluster *ClusterConfig
+	// MaxFileStore bounds JetStream's file store (max_file_store): the streams' and buckets'
+	// byte limits must fit in it (StoreBytes). Default DefaultMaxFileStore.
+	MaxFileStore int64
 	// Logger receives the server's notices and errors; nil discards them.
 	Logger *slog.Logger
 }
+
+// DefaultMaxFileStore is the embedded server's file store limit where none is configured: room
+// for the default limits of every stream and bucket (StoreBytes), with a margin.
+const DefaultMaxFileStore = 16 << 30
 
 // ClusterConfig makes an embedded server a node of a JetStream cluster. Every node has the same
 // Name and Routes; JetStream needs routes configured from the start (a node with none does not
@@ -67,6 +74,12 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		NoLog:      cfg.Logger == nil,
 		// One bus message carries a whole response; NATS' default of 1 MiB is tight for that.
 		MaxPayload: MaxPayload,
+		// Set, not left to the server's default (a share of the free disk), so that Hermes'
+		// limits fit whatever the machine.
+		JetStreamMaxStore: cfg.MaxFileStore,
+	}
+	if opts.JetStreamMaxStore <= 0 {
+		opts.JetStreamMaxStore = DefaultMaxFileStore
 	}
 	if opts.ServerName == "" {
 		if cfg.Cluster != nil {

@@ -93,8 +93,17 @@ type Config struct {
 	Replicas int
 	// MaxAge of the record. Default 7 days.
 	MaxAge time.Duration
-	// MaxBytes of the record; oldest messages are discarded beyond it. Default unlimited (-1).
+	// MaxBytes of the record. At the limit new messages are refused (nothing stored is
+	// dropped, work not yet done included): the gateway stops accepting requests before, at
+	// IntakeStopsAt of it, so that accepted ones can still finish. -1: no limit. Default
+	// DefaultRecordMaxBytes.
 	MaxBytes int64
+	// DeadLetterMaxBytes bounds the dead-letter stream (oldest dropped beyond it). Default
+	// 1 GiB.
+	DeadLetterMaxBytes int64
+	// StateMaxBytes bounds each state bucket (plans, claims, serial order, owners); full, it
+	// refuses new entries. Default 512 MiB.
+	StateMaxBytes int64
 	// MaxMsgs of the record; oldest messages are discarded beyond it. The server keeps every
 	// subject of a stream in memory (about 190 bytes each), and each request adds subjects of
 	// its own (its response, each call's result), so this bounds that memory whatever the
@@ -132,6 +141,35 @@ type Config struct {
 	NoProvision bool
 }
 
+// DefaultRecordMaxBytes is the record's byte limit where none is configured.
+const DefaultRecordMaxBytes = 8 << 30
+
+// IntakeStopsAt is the share of a byte limit (of the record, or of the plans' bucket) at which
+// gateways stop accepting requests: what is left lets accepted requests finish.
+const IntakeStopsAt = 0.9
+
+// Byte limits of the small buckets and the timers: far above what they hold, a bound all the
+// same.
+const (
+	smallBucketMaxBytes = 16 << 20
+	signinsMaxBytes     = 64 << 20
+	timersMaxBytes      = 256 << 20
+)
+
+// StoreBytes is what the streams and buckets of cfg may hold together on one server (each node
+// of a cluster holds its replica): what its JetStream file store (max_file_store) must allow, at
+// least.
+func StoreBytes(cfg Config) int64 {
+	cfg = cfg.withDefaults()
+	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes
+	for _, n := range []int64{cfg.MaxBytes, cfg.DeadLetterMaxBytes} {
+		if n > 0 {
+			total += n
+		}
+	}
+	return total
+}
+
 // intakeMargin is how much longer plans, and so request ids, are remembered than what the
 // record keeps of their request: longer than any request runs.
 const intakeMargin = time.Hour
@@ -143,6 +181,9 @@ var advisorySubjects = []string{
 	"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + protocol.StreamName + ".*",
 }
 
+// WithDefaults returns c with the defaults of its zero fields filled in.
+func WithDefaults(c Config) Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -151,7 +192,13 @@ func (c Config) withDefaults() Config {
 		c.MaxAge = 7 * 24 * time.Hour
 	}
 	if c.MaxBytes == 0 {
-		c.MaxBytes = -1
+		c.MaxBytes = DefaultRecordMaxBytes
+	}
+	if c.DeadLetterMaxBytes == 0 {
+		c.DeadLetterMaxBytes = 1 << 30
+	}
+	if c.StateMaxBytes == 0 {
+		c.StateMaxBytes = 512 << 20
 	}
 	if c.MaxMsgs == 0 {
 		c.MaxMsgs = -1
@@ -232,7 +279,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dest},
 		Retention:        jetstream.LimitsPolicy,
 		Storage:          jetstream.FileStorage,
-		Discard:          jetstream.DiscardOld,
+		Discard:          jetstream.DiscardNew,
 		MaxAge:           cfg.MaxAge,
 		MaxBytes:         cfg.MaxBytes,
 		MaxMsgs:          cfg.MaxMsgs,
@@ -257,6 +304,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      cfg.DeadLetterMaxAge,
+		MaxBytes:    cfg.DeadLetterMaxBytes,
 		Duplicates:  cfg.DuplicateWindow,
 		Replicas:    cfg.Replicas,
 	}, &drift)
@@ -275,6 +323,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		Storage:           jetstream.FileStorage,
 		Duplicates:        2 * time.Minute,
 		AllowMsgSchedules: true,
+		MaxBytes:          timersMaxBytes,
 		Replicas:          cfg.Replicas,
 	}, &drift)
 	if err != nil {
@@ -290,19 +339,19 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	}{
 		// Plans outlive what the record keeps of their request, so that a request_id reused
 		// later finds nothing left of the first request.
-		{BucketCalls, planTTL(cfg, stream), 0, &b.Calls, true},
-		{BucketTools, 0, 0, &b.Tools, false},
-		{BucketClaims, cfg.StateTTL, 0, &b.Claims, true},
-		{BucketSessions, cfg.StateTTL, 0, &b.Sessions, true},
+		{BucketCalls, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Calls, true},
+		{BucketTools, 0, smallBucketMaxBytes, &b.Tools, false},
+		{BucketClaims, cfg.StateTTL, cfg.StateMaxBytes, &b.Claims, true},
+		{BucketSessions, cfg.StateTTL, cfg.StateMaxBytes, &b.Sessions, true},
 		// No TTL: a parked message must never be dropped while it waits (an approval may
 		// take days); bounded in bytes instead, refusing new ones when full.
 		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true},
 		// A revocation must be seen by the next read, from whichever gateway.
-		{BucketKeys, 0, 0, &b.Keys, true},
+		{BucketKeys, 0, smallBucketMaxBytes, &b.Keys, true},
 		// An owner, once written, must be what every gateway reads.
-		{BucketOwners, planTTL(cfg, stream), 0, &b.Owners, true},
+		{BucketOwners, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Owners, true},
 		// Signing out must end a sign-in for every gateway at once.
-		{BucketSignins, 12 * time.Hour, 64 << 20, &b.Signins, true},
+		{BucketSignins, 12 * time.Hour, signinsMaxBytes, &b.Signins, true},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,

@@ -58,4 +58,7 @@ const (
 	CodeHostNotServed = "HOST_NOT_SERVED"
 	// CodeRateLimited: the caller is over one of its limits (429, with Retry-After).
 	CodeRateLimited = "RATE_LIMITED"
+	// CodeStoreFull: the record (or the plans' bucket) is near its byte limit; new requests
+	// are refused until there is room (503, with Retry-After); accepted ones still finish.
+	CodeStoreFull = "STORE_FULL"
 )

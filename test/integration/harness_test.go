@@ -137,7 +137,7 @@ func start(t *testing.T, opts options) *system {
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
 	nc, gb := s.connect()
-	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger}
+	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger, StoreCheckEvery: 50 * time.Millisecond}
 	if s.opts.callers {
 		callers, err := app.CallerVerifier(gb, s.opts.oidc)
 		if err != nil {

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// storeCheckEvery is how often a gateway looks at how full the record and the plans are.
+const storeCheckEvery = 2 * time.Second
+
+// storeGauge says whether the store is too full to accept requests: nil when it is not, else
+// why (naming the limit).
+type storeGauge struct {
+	full atomic.Pointer[string]
+}
+
+// watchStore checks the store every interval until ctx is done.
+func (g *Gateway) watchStore(ctx context.Context, every time.Duration) {
+	if g.cfg.Bus == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		g.checkStore(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkStore reads how full the record and the plans' bucket are. At bus.IntakeStopsAt of a
+// byte limit, requests are refused until there is room again (messages age out): what is left
+// lets the requests already accepted finish. A store that cannot be read changes nothing.
+func (g *Gateway) checkStore(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, storeCheckEvery)
+	defer cancel()
+	check := func(s jetstream.Stream, what, flag string) (string, bool) {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return "", false
+		}
+		max, used := info.Config.MaxBytes, info.State.Bytes
+		if maxMsgs := info.Config.MaxMsgs; maxMsgs > 0 && float64(info.State.Msgs) >= bus.IntakeStopsAt*float64(maxMsgs) {
+			return fmt.Sprintf("%s holds %d of its %d messages (--record-max-msgs); new requests are refused until older messages age out, so that accepted ones can finish",
+				what, info.State.Msgs, maxMsgs), true
+		}
+		if max <= 0 || float64(used) < bus.IntakeStopsAt*float64(max) {
+			return "", true
+		}
+		return fmt.Sprintf("%s holds %s of its %s limit (%s); new requests are refused until older messages age out, so that accepted ones can finish",
+			what, bytesText(int64(used)), bytesText(max), flag), true
+	}
+	why, ok := check(g.cfg.Bus.Stream, "the record", "--record-max-bytes")
+	if ok && why == "" {
+		if plans, err := g.cfg.Bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {
+			why, ok = check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes")
+		}
+	}
+	if !ok {
+		return
+	}
+	if why == "" {
+		if g.store.full.Swap(nil) != nil {
+			g.log.Info("the store has room again; accepting requests")
+		}
+		return
+	}
+	if g.store.full.Swap(&why) == nil {
+		g.log.Warn("the store is nearly full; refusing new requests", "why", why)
+	}
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -137,16 +137,21 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 		return nc, b, err
 	}
-	// Every call the router sends is sealed, and the workers here run only sealed calls: a
-	// call published on the bus by anyone else is dropped. The key pair lives in the data dir.
+	// Every call the router sends is sealed (the key pair lives in the data dir). On its own
+	// server, the workers here run only sealed calls: a call published on the bus by anyone
+	// else is dropped. On a server shared with other routers, they trust only what
+	// --trusted-seals names, if anything: calls of routers they do not know must not be
+	// taken from the shared consumers and dropped.
 	seal, trusted, err := upSealKeys(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	for id, k := range cfg.Worker.TrustedSeals {
-		trusted[id] = k
+	if cfg.NATSURL == "" {
+		for id, k := range cfg.Worker.TrustedSeals {
+			trusted[id] = k
+		}
+		cfg.Worker.TrustedSeals = trusted
 	}
-	cfg.Worker.TrustedSeals = trusted
 	_, rb, err := conn("router")
 	if err != nil {
 		return nil, err

@@ -61,8 +61,11 @@ func (g *Gateway) checkStore(ctx context.Context) {
 	}
 	why, ok := check(g.cfg.Bus.Stream, "the record", "--record-max-bytes")
 	if ok && why == "" {
+		// The plans unreadable for a moment: the record's answer stands.
 		if plans, err := g.cfg.Bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {
-			why, ok = check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes")
+			if w, pok := check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes"); pok {
+				why = w
+			}
 		}
 	}
 	if !ok {

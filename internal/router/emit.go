@@ -68,9 +68,11 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 			tracing.Inject(ctx, &out.Trace)
 			out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
 			if k := o.seal; k != nil {
+				// No longer than the call ledger remembers the call: a seal that outlived its
+				// claim could have a captured call run twice.
 				ttl := k.TTL
 				if ttl <= 0 {
-					ttl = 24 * time.Hour
+					ttl = min(24*time.Hour, o.bus.Config().StateTTL)
 				}
 				out.SealWith(k.Key, k.ID, time.Now().Add(ttl))
 			}

@@ -297,9 +297,11 @@ func checkURL(raw string) string {
 	if strings.ContainsAny(authority, "{}") || strings.ContainsAny(query, "{}") {
 		return "may hold {name} placeholders only in its path"
 	}
-	for k, vs := range u.Query() {
-		if credentialName(k) && slices.ContainsFunc(vs, func(v string) bool { return v != "" }) {
-			return fmt.Sprintf("holds a credential in its query (%s=…): routes are shared and recorded; send it in a header whose value is ${env.NAME}", k)
+	// The raw query, split as servers may (on & and ;), not only as Go's parser does.
+	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, v, _ := strings.Cut(pair, "=")
+		if name, err := url.QueryUnescape(k); err == nil && credentialName(name) && v != "" {
+			return fmt.Sprintf("holds a credential in its query (%s=…): routes are shared and recorded; send it in a header whose value is ${env.NAME}", name)
 		}
 	}
 	return checkPathPlaceholders(path)
@@ -319,7 +321,7 @@ func credentialName(name string) bool {
 }
 
 // secretPrefixes start well-known kinds of secret, whatever header they are in.
-var secretPrefixes = []string{"sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "ASIA", "hk_", "glpat-", "AIza"}
+var secretPrefixes = []string{"sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "ASIA", "hk_", "glpat-", "AIza", "eyJ"}
 
 // authSchemes may precede the credential in a header value.
 var authSchemes = []string{"bearer", "basic", "token", "apikey", "digest"}

@@ -502,6 +502,8 @@ func TestLiteralCredentialsAreRefused(t *testing.T) {
 		httpBlock("        url: 'http://h/x?api_key=abcdef123'"),
 		httpBlock("        url: 'http://h/x?access_token=abcdef123&q=1'"),
 		httpBlock("        url: 'http://h/x?key=abcdef123'"),
+		httpBlock("        url: 'http://h/x?q=1;api_key=abcdef123'"),
+		httpBlock("        url: http://h/x", "        headers: {X-Session-Context: 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcdef123'}"),
 	} {
 		_, err := Parse("routes.yaml", []byte(data))
 		if err == nil {

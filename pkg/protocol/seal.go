@@ -24,9 +24,13 @@ type Seal struct {
 // ErrUnsealed is wrapped by VerifySeal's errors: the message is not one a trusted router sealed.
 var ErrUnsealed = errors.New("protocol: not sealed by a trusted router")
 
-// sealedBytes is what a seal signs: a domain tag, the message's type, ids, expiry and payload,
-// each length-prefixed (no two messages share it). The attempt and trace are not sealed: they
-// change as the call is retried, and decide nothing a forger could use.
+// ErrSealExpired is VerifySeal's error for a message a trusted router did seal, whose seal has
+// expired: its ids are genuine (it may be answered), but it must not run.
+var ErrSealExpired = errors.New("protocol: the router's seal has expired")
+
+// sealedBytes is what a seal signs: a domain tag, the message's type, ids, expiry, deadline and
+// payload, each length-prefixed (no two messages share it). The attempt and trace are not
+// sealed: they change as the call is retried, and decide nothing a forger could use.
 func (m *Message) sealedBytes(keyID string, expires time.Time) []byte {
 	b := make([]byte, 0, 128+len(m.Payload))
 	field := func(s []byte) {
@@ -40,6 +44,11 @@ func (m *Message) sealedBytes(keyID string, expires time.Time) []byte {
 	field([]byte(m.RequestID))
 	field([]byte(m.SessionID))
 	b = binary.BigEndian.AppendUint64(b, uint64(expires.UnixNano()))
+	var deadline int64
+	if !m.Deadline.IsZero() {
+		deadline = m.Deadline.UnixNano()
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(deadline))
 	field(m.Payload)
 	return b
 }
@@ -58,10 +67,11 @@ func (m *Message) VerifySeal(keys map[string]ed25519.PublicKey, now time.Time) e
 		return fmt.Errorf("%w: the message has no seal", ErrUnsealed)
 	case keys[s.KeyID] == nil:
 		return fmt.Errorf("%w: sealed with key %q, which this worker does not trust", ErrUnsealed, truncateID(s.KeyID))
-	case len(s.Sig) != ed25519.SignatureSize || !ed25519.Verify(keys[s.KeyID], m.sealedBytes(s.KeyID, s.Expires), s.Sig):
+	case len(keys[s.KeyID]) != ed25519.PublicKeySize || len(s.Sig) != ed25519.SignatureSize ||
+		!ed25519.Verify(keys[s.KeyID], m.sealedBytes(s.KeyID, s.Expires), s.Sig):
 		return fmt.Errorf("%w: the seal does not match the message", ErrUnsealed)
 	case now.After(s.Expires):
-		return fmt.Errorf("%w: the seal expired at %s", ErrUnsealed, s.Expires.Format(time.RFC3339))
+		return fmt.Errorf("%w at %s", ErrSealExpired, s.Expires.Format(time.RFC3339))
 	}
 	return nil
 }

@@ -50,13 +50,23 @@ func TestSeal(t *testing.T) {
 		"short signature":  func(m *Message) { m.Seal.Sig = m.Seal.Sig[:10] },
 		"another key":      func(m *Message) { m.SealWith(otherPriv, "r1", now.Add(time.Hour)) },
 		"an untrusted key": func(m *Message) { m.SealWith(otherPriv, "evil", now.Add(time.Hour)) },
-		"expired":          func(m *Message) { m.SealWith(priv, "r1", now.Add(-time.Second)) },
+		"deadline moved":   func(m *Message) { m.Deadline = now.Add(time.Minute) },
 	} {
 		m := sealed()
 		change(m)
 		if err := m.VerifySeal(keys, now); !errors.Is(err, ErrUnsealed) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// Expired, but genuine: told apart, so that the call can be answered (not run).
+	m := sealed()
+	m.SealWith(priv, "r1", now.Add(-time.Second))
+	if err := m.VerifySeal(keys, now); !errors.Is(err, ErrSealExpired) || errors.Is(err, ErrUnsealed) {
+		t.Errorf("expired: %v", err)
+	}
+	// A trusted key of the wrong length is no key (and no panic).
+	if err := sealed().VerifySeal(map[string]ed25519.PublicKey{"r1": {1, 2, 3}}, now); !errors.Is(err, ErrUnsealed) {
+		t.Errorf("a short trusted key: %v", err)
 	}
 }
 

@@ -34,7 +34,9 @@ type runner struct {
 func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	w, m, log := r.w, d.Msg, d.Log
 	if keys := w.cfg.TrustedSeals; len(keys) > 0 {
-		if err := m.VerifySeal(keys, time.Now()); err != nil {
+		// A genuine call whose seal expired goes on, to be answered DEADLINE_EXCEEDED (try),
+		// never run: its request must get an answer.
+		if err := m.VerifySeal(keys, time.Now()); err != nil && !errors.Is(err, protocol.ErrSealExpired) {
 			// Dropped, not terminated: a termination would become a dead letter answering
 			// ids the forger chose.
 			n := w.refused.Add(1)
@@ -187,6 +189,11 @@ func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp
 			"the request's deadline passed before the call could run; send it again with a later deadline",
 			"deadline exceeded", false), nil
 	}
+	if len(w.cfg.TrustedSeals) > 0 && m.Seal != nil && time.Now().After(m.Seal.Expires) {
+		return Failed(protocol.CodeDeadlineExceeded, protocol.OriginHermes,
+			"the call waited longer than its router's seal is good for (its ledger entry may be gone, so it is not run); send the request again",
+			"seal expired", false), nil
+	}
 	exec := w.execs[disp.Action.Kind]
 	if exec == nil || disp.Action.Kind != kind {
 		// Only calls queued by Hermes before action kinds can hold another kind than their
@@ -218,12 +225,21 @@ func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp 
 	return w.finish(ctx, m, &res, redrive)
 }
 
-// finish records the call's final result and publishes it. Once recorded, the call is done:
+// finish records the call's final result and publishes it (its error_code made one of Hermes',
+// the executor's own code moved to tool_error_code). Once recorded, the call is done:
 // if publishing fails, the redelivery publishes the recorded result instead of running the
 // call again. A result too large for one bus message is recorded as a RESULT_TOO_LARGE error.
 // A re-driven call (redrive set) publishes under a message id of its own: the id of the first
 // answer is spent in the duplicate window.
 func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
+	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) {
+		// An executor's own code is the tool's word, not Hermes': error_code stays one of
+		// Hermes' codes whatever an executor sets.
+		if res.ToolErrorCode == "" {
+			res.ToolErrorCode = protocol.ToolCode(res.ErrorCode)
+		}
+		res.ErrorCode = protocol.CodeToolFailed
+	}
 	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)
 	if redrive != "" {
 		id = protocol.MsgIDRedrivenResult(cause.RequestID, res.ToolCallID, redrive)

@@ -62,6 +62,11 @@ func (c *Config) Validate() error {
 	case len(c.Executors) == 0:
 		return errors.New("worker: Config.Executors needs at least one executor")
 	}
+	for id, k := range c.TrustedSeals {
+		if len(k) != ed25519.PublicKeySize {
+			return fmt.Errorf("worker: Config.TrustedSeals[%q] is %d bytes, not an ed25519 public key", id, len(k))
+		}
+	}
 	kinds := map[string]bool{}
 	for _, e := range c.Executors {
 		if e == nil {

@@ -17,13 +17,47 @@ var ErrDestinationRefused = errors.New("destination refused")
 // metadataAddrs are cloud metadata services outside the link-local ranges.
 var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6
+	netip.MustParseAddr("fd20:ce::254"),    // Google Cloud over IPv6
 	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
+	netip.MustParseAddr("168.63.129.16"),   // Azure's wire server
+}
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries by a translation scheme
+// (NAT64 64:ff9b::/96, 6to4 2002::/16, IPv4-compatible ::/96), so that it is checked too.
+func embeddedIPv4(ip netip.Addr) (netip.Addr, bool) {
+	if !ip.Is6() || ip.Is4In6() {
+		return netip.Addr{}, false
+	}
+	b := ip.As16()
+	switch {
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && allZero(b[4:12]):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case b[0] == 0x20 && b[1] == 0x02:
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case allZero(b[0:12]) && !allZero(b[12:16]) && !ip.IsLoopback():
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	}
+	return netip.Addr{}, false
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkDestination says whether a worker may connect to ip, for a URL whose host is
 // explicitLoopback (written as localhost or a loopback address).
 func checkDestination(ip netip.Addr, explicitLoopback bool) error {
 	ip = ip.Unmap()
+	if v4, ok := embeddedIPv4(ip); ok {
+		if err := checkDestination(v4, false); err != nil {
+			return fmt.Errorf("%w (carried by %s)", err, ip)
+		}
+	}
 	switch {
 	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
 		return fmt.Errorf("%w: %s is link-local (where instance metadata and its credentials live)", ErrDestinationRefused, ip)

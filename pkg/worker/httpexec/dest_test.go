@@ -35,7 +35,9 @@ func TestDestinationsWorkersDoNotCall(t *testing.T) {
 	}{
 		{"127.0.0.1", true, true}, {"::1", true, true}, {"127.0.0.1", false, false}, {"::ffff:127.0.0.1", false, false},
 		{"169.254.169.254", true, false}, {"10.1.2.3", false, true}, {"203.0.113.5", false, true}, {"100.100.100.200", false, false},
-		{"224.0.0.1", false, false},
+		{"224.0.0.1", false, false}, {"64:ff9b::a9fe:a9fe", false, false}, {"2002:a9fe:a9fe::1", false, false},
+		{"::a9fe:a9fe", false, false}, {"168.63.129.16", false, false}, {"fd20:ce::254", false, false},
+		{"64:ff9b::cb00:7105", false, true}, {"2001:db8::1", false, true},
 	} {
 		err := checkDestination(netip.MustParseAddr(c.ip), c.explicit)
 		if (err == nil) != c.ok {

@@ -96,7 +96,12 @@ func redactSecrets(body []byte, secrets []string) []byte {
 // replaced before a shorter one inside it).
 func secretForms(s string) []string {
 	js, _ := json.Marshal(s)
-	forms := []string{s, string(js[1 : len(js)-1]), url.QueryEscape(s), url.PathEscape(s),
+	jsonEscaped := string(js[1 : len(js)-1])
+	lowerHex := func(e string) string { // %2F as %2f, as some encoders write it
+		return percentHex.ReplaceAllStringFunc(e, strings.ToLower)
+	}
+	forms := []string{s, jsonEscaped, strings.ReplaceAll(jsonEscaped, "/", `\/`), url.QueryEscape(s), url.PathEscape(s),
+		lowerHex(url.QueryEscape(s)), lowerHex(url.PathEscape(s)),
 		base64.StdEncoding.EncodeToString([]byte(s)), base64.URLEncoding.EncodeToString([]byte(s)),
 		base64.RawStdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s))}
 	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
@@ -150,6 +155,9 @@ func ParseAllowEnv(entries []string) (*EnvResolver, error) {
 	}
 	return env, nil
 }
+
+// percentHex matches a percent-escape.
+var percentHex = regexp.MustCompile(`%[0-9A-F]{2}`)
 
 // envName is what a ${env.NAME} may name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

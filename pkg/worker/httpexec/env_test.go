@@ -206,7 +206,7 @@ func TestSecretsAreRedactedInEveryForm(t *testing.T) {
 	forms := secretForms(secret)
 	js, _ := json.Marshal(secret)
 	for _, f := range []string{secret, string(js[1 : len(js)-1]), url.QueryEscape(secret), base64.StdEncoding.EncodeToString([]byte(secret)),
-		base64.RawURLEncoding.EncodeToString([]byte(secret))} {
+		base64.RawURLEncoding.EncodeToString([]byte(secret)), `s3cr\/t+\"tok=en\"`, "s3cr%2ft%2b%22tok%3den%22"} {
 		body := []byte(`{"echo":"` + f + `","n":1}`)
 		if got := string(redactSecrets(body, []string{secret})); strings.Contains(got, f) || !strings.Contains(got, "[redacted]") {
 			t.Errorf("form %q: %s (forms %q)", f, got, forms)

@@ -341,7 +341,7 @@ func fillPath(raw string, args map[string]json.RawMessage) (string, map[string]b
 		if !ok || s == "" {
 			return "", nil, fmt.Errorf("argument %q fills a path parameter and must be a non-empty string or number", name)
 		}
-		if s == "." || s == ".." {
+		if seg, _, _ := strings.Cut(s, ";"); seg == "." || seg == ".." { // ";" starts path parameters some servers strip
 			return "", nil, fmt.Errorf("argument %q fills a path parameter and cannot be %q (it would climb the path)", name, s)
 		}
 		// Escaped, they would stay in their segment here, but many servers and proxies decode

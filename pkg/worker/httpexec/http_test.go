@@ -324,7 +324,7 @@ func TestHTTPPathNeverChangesHost(t *testing.T) {
 // TestHTTPPathDotSegment: a path argument of "." or ".." is not escaped, so it becomes a dot
 // segment that every server resolves against the path: the call lands on another resource.
 func TestHTTPPathDotSegment(t *testing.T) {
-	for _, v := range []string{"..", "."} {
+	for _, v := range []string{"..", ".", "..;", ".;x=1"} {
 		t.Run(v, func(t *testing.T) {
 			srv, reqs := toolServer(t, nil)
 			args, _ := json.Marshal(map[string]string{"user_id": v})

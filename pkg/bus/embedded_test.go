@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
@@ -34,5 +37,32 @@ func TestStartServerClusterConfig(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A server whose file store cannot hold Hermes' byte limits refuses to provision, and the error
+// says what to raise or lower.
+func TestProvisionExplainsAStoreTooSmall(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), MaxFileStore: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nc, err := nats.Connect("", s.ConnectOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bus.Provision(t.Context(), js, bus.Config{})
+	if err == nil || !strings.Contains(err.Error(), "max_file_store") || !strings.Contains(err.Error(), "--record-max-bytes") {
+		t.Fatalf("provisioning 12 GiB of limits on a 1 GiB store: %v", err)
+	}
+	// Within it, it does.
+	if _, err := bus.Provision(t.Context(), js, bus.Config{MaxBytes: 64 << 20, DeadLetterMaxBytes: 16 << 20, StateMaxBytes: 16 << 20, ParkedMaxBytes: 64 << 20}); err != nil {
+		t.Fatalf("limits that fit: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -416,6 +417,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	return b, nil
 }
 
+// storageHint explains the server's refusal to reserve a stream's byte limit: the streams and
+// buckets together must fit the server's JetStream file store (and the account's limits).
+func storageHint(err error) string {
+	if err == nil || !strings.Contains(err.Error(), "insufficient storage") {
+		return ""
+	}
+	return " (the NATS server's max_file_store, or the account's JetStream limits, must hold the byte limits of every Hermes " +
+		"stream and bucket together, about 12.4 GiB at the defaults: raise it, or lower --record-max-bytes and --state-max-bytes)"
+}
+
 // planTTL is how long plans are kept: an hour longer than the record keeps messages (as the
 // stream is, whatever this process was configured with), and at least the state TTL; forever
 // when the record keeps everything.
@@ -578,7 +589,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, create bool, want
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: provision stream %s: %w", want.Name, err)
+		return nil, fmt.Errorf("bus: provision stream %s: %w%s", want.Name, err, storageHint(err))
 	}
 	have := s.CachedInfo().Config
 	if !create {
@@ -664,7 +675,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("bus: provision bucket %s: %w%s", cfg.Bucket, err, storageHint(err))
 	}
 	if !create {
 		return kv, nil

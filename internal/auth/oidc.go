@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // OIDCConfig says which bearer tokens name callers: JWTs an OpenID Connect issuer signed for
@@ -138,7 +138,7 @@ func (o *OIDC) Verify(ctx context.Context, token string) (*Caller, error) {
 	}
 	// The subject names the caller in owners and the record: it must be printable, and hold
 	// no '#', which separates it from the end user in an owner.
-	if t.Subject == "" || !printable(t.Subject) || strings.Contains(t.Subject, "#") {
+	if t.Subject == "" || !protocol.Printable(t.Subject) || strings.Contains(t.Subject, "#") {
 		return nil, fmt.Errorf("%w: the token's subject is empty, holds '#' or is not printable", ErrUnauthenticated)
 	}
 	c := &Caller{ID: "oidc:" + t.Issuer + "#" + t.Subject, Name: t.Subject, Expires: t.Expiry}
@@ -146,10 +146,10 @@ func (o *OIDC) Verify(ctx context.Context, token string) (*Caller, error) {
 		return nil, fmt.Errorf("%w: issuer and subject are longer than 512 bytes", ErrUnauthenticated)
 	}
 	var name string
-	if json.Unmarshal(claims[o.cfg.NameClaim], &name) == nil && name != "" && printable(name) {
+	if json.Unmarshal(claims[o.cfg.NameClaim], &name) == nil && name != "" && protocol.Printable(name) {
 		c.Name = name
 	}
-	c.Name = cut(c.Name, 128)
+	c.Name = protocol.Shorten(c.Name, protocol.MaxCallerNameLen)
 	c.Role = strongestRole(claims[o.cfg.RoleClaim])
 	if o.cfg.ActForUsersClaim != "" {
 		var act bool
@@ -193,29 +193,4 @@ func (c Chain) Verify(ctx context.Context, credential string) (*Caller, error) {
 		return c.OIDC.Verify(ctx, credential)
 	}
 	return nil, fmt.Errorf("%w: neither an API key nor a token this gateway takes", ErrUnauthenticated)
-}
-
-// printable reports whether s is UTF-8 without control or format characters (which could
-// rearrange or hide what a terminal or page shows).
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return false
-		}
-	}
-	return true
-}
-
-// cut shortens s to at most n bytes, on a character boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -417,15 +417,8 @@ func (a actor) describe(r *http.Request) string {
 		s += " for " + a.user
 	}
 	// The record keeps at most protocol.MaxCancelTextBytes of it (a token's issuer and
-	// subject may be longer): cut on a character boundary.
-	if len(s) > protocol.MaxCancelTextBytes {
-		cut := protocol.MaxCancelTextBytes
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
+	// subject may be longer).
+	return protocol.Shorten(s, protocol.MaxCancelTextBytes)
 }
 
 // mayReadRequest answers 404 unless the actor of r may read request id's session, as it would

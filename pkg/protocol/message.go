@@ -132,11 +132,11 @@ func CheckUser(field, user string) error {
 // Validate checks c as the record keeps it: printable fields within their bounds.
 func (c *Caller) Validate() error {
 	switch {
-	case c.ID == "" || len(c.ID) > MaxCallerIDLen || !printable(c.ID):
+	case c.ID == "" || len(c.ID) > MaxCallerIDLen || !Printable(c.ID):
 		return fieldErr("caller.id", fmt.Sprintf("must be 1 to %d printable characters", MaxCallerIDLen))
-	case len(c.Name) > MaxCallerNameLen || !printable(c.Name):
+	case len(c.Name) > MaxCallerNameLen || !Printable(c.Name):
 		return fieldErr("caller.name", fmt.Sprintf("must be at most %d printable characters", MaxCallerNameLen))
-	case len(c.Role) > MaxCallerNameLen || !printable(c.Role):
+	case len(c.Role) > MaxCallerNameLen || !Printable(c.Role):
 		return fieldErr("caller.role", fmt.Sprintf("must be at most %d printable characters", MaxCallerNameLen))
 	case c.User != "":
 		return CheckUser("caller.user", c.User)
@@ -144,9 +144,9 @@ func (c *Caller) Validate() error {
 	return nil
 }
 
-// printable reports whether s is valid UTF-8 without control or format characters (bidi
-// overrides and the like, which could make a name read as something else).
-func printable(s string) bool {
+// Printable reports whether s is valid UTF-8 without control or format characters (bidi
+// overrides and the like, which could make a name read as something else) or line breaks.
+func Printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}

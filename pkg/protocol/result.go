@@ -98,9 +98,16 @@ func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	end := n
-	for end > 0 && !utf8.RuneStart(s[end]) {
-		end--
+	return Shorten(s, n) + "…"
+}
+
+// Shorten returns s cut to at most n bytes on a character boundary (no mark added).
+func Shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:end] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -66,7 +66,7 @@ func (m *Message) VerifySeal(keys map[string]ed25519.PublicKey, now time.Time) e
 	case s == nil:
 		return fmt.Errorf("%w: the message has no seal", ErrUnsealed)
 	case keys[s.KeyID] == nil:
-		return fmt.Errorf("%w: sealed with key %q, which this worker does not trust", ErrUnsealed, truncateID(s.KeyID))
+		return fmt.Errorf("%w: sealed with key %q, which this worker does not trust", ErrUnsealed, cut(s.KeyID, 64))
 	case len(keys[s.KeyID]) != ed25519.PublicKeySize || len(s.Sig) != ed25519.SignatureSize ||
 		!ed25519.Verify(keys[s.KeyID], m.sealedBytes(s.KeyID, s.Expires), s.Sig):
 		return fmt.Errorf("%w: the seal does not match the message", ErrUnsealed)
@@ -74,11 +74,4 @@ func (m *Message) VerifySeal(keys map[string]ed25519.PublicKey, now time.Time) e
 		return fmt.Errorf("%w at %s", ErrSealExpired, s.Expires.Format(time.RFC3339))
 	}
 	return nil
-}
-
-func truncateID(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

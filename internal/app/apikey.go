@@ -51,13 +51,10 @@ func ensureAdminKey(ctx context.Context, keys *auth.Keys, path string) (SystemKe
 		if k, found, err := keptKey(ctx, keys, path); found || err != nil {
 			return k, err
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return SystemKey{}, fmt.Errorf("keep the admin key: %w", err)
-		}
 		// The file is taken first (so that two starts never both make a key), then the key
 		// made and written; a key that could not be kept is revoked, so none is left that
 		// nobody holds.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := takeSecretFile(path)
 		if errors.Is(err, fs.ErrExist) {
 			continue // another start took it: read what it keeps
 		}
@@ -178,4 +175,13 @@ func (k *keyFlag) refused(status int) string {
 		return "the gateway did not take the key from " + k.used + " (revoked, or made for another Hermes?)"
 	}
 	return fmt.Sprintf("give an API key: set HERMES_API_KEY, or --key-file (hermes up keeps its admin key in %s)", defaultKeyFile)
+}
+
+// takeSecretFile creates path for a secret — its directory 0700 if missing, the file 0600 —
+// and fails (wrapping fs.ErrExist) when the file exists: a secret is never written over.
+func takeSecretFile(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 }

@@ -65,9 +65,11 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 		obs.watchBacklog(b, log)
 		var seal *router.SealKey
 		if *sealKey != "" {
-			if seal, err = readSealKey(*sealKey); err != nil {
-				return nil, nil, err
+			k, kerr := readSealKey(*sealKey)
+			if kerr != nil {
+				return nil, nil, kerr
 			}
+			seal = k
 		}
 		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: seal,
 			Limits: c.limits, Metrics: obs.metrics, Logger: log})

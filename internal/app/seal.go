@@ -88,10 +88,7 @@ func newSealKey(path, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := takeSecretFile(path)
 	if err != nil {
 		return "", fmt.Errorf("seal key: %w", err)
 	}

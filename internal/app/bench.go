@@ -214,7 +214,7 @@ func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, 
 // storedPerRequest counts the messages a 1-call request stores in sys's streams and buckets,
 // over n sequential requests, after a few that create what the first calls of a tool do.
 func storedPerRequest(ctx context.Context, sys *System, n int, runID string) (float64, error) {
-	nc, err := nats.Connect(sys.ClientURL, nats.Name("hermes-bench"))
+	nc, err := nats.Connect(sys.ClientURL, nats.Name("hermes-bench"), sys.userOption(bus.RoleAdmin))
 	if err != nil {
 		return 0, fmt.Errorf("bench: connect to count stored messages: %w", err)
 	}
@@ -240,7 +240,7 @@ func benchKey(ctx context.Context, sys *System, role string) error {
 	if err != nil || r == auth.RoleAdmin {
 		return err
 	}
-	nc, b, err := Connect(ctx, sys.ClientURL, "hermes-bench-keys", bus.Config{OpenOnly: true}, nil)
+	nc, b, err := Connect(ctx, sys.ClientURL, "hermes-bench-keys", bus.Config{OpenOnly: true}, nil, sys.userOption(bus.RoleAdmin))
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func runIO(ctx context.Context, workers []int, clients, workerConc, delayMS int,
 		demo := strings.TrimPrefix(sys.DemoURL, "http://")
 		var procs []*bench.Process
 		for i := range n {
-			p, err := bench.StartProcess(self, []string{"toolworker", "--nats", sys.ClientURL, "--instance", fmt.Sprintf("bench-worker-%d", i+1),
+			p, err := bench.StartProcess(self, []string{"toolworker", "--nats", sys.ClientURL, "--nats-nkey", sys.Seeds[bus.RoleWorker], "--no-provision", "--instance", fmt.Sprintf("bench-worker-%d", i+1),
 				"--tools", "echo", "--concurrency", strconv.Itoa(workerConc), "--resolve", demoToolsAddr + "=" + demo}, `"serving tool"`, 30*time.Second)
 			if err != nil {
 				stop()
@@ -373,7 +373,7 @@ func measureStarts(ctx context.Context) ([]benchStart, error) {
 	var runs []run
 	for _, r := range []run{
 		{"router", "", []string{"router", "--nats", sys.ClientURL, "--instance", "cold-router"}, `"router running"`},
-		{"toolworker", "", []string{"toolworker", "--nats", sys.ClientURL, "--instance", "cold-worker"}, `"tool worker running"`},
+		{"toolworker", "", []string{"toolworker", "--nats", sys.ClientURL, "--nats-nkey", sys.Seeds[bus.RoleWorker], "--no-provision", "--instance", "cold-worker"}, `"tool worker running"`},
 		{"gateway", "", []string{"gateway", "--nats", sys.ClientURL, "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
 	} {
 		runs = append(runs, run{"hermes " + r.name, self, r.args, r.ready})

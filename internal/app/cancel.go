@@ -31,7 +31,7 @@ already (its response is printed), 2 trouble (unknown request, bad flags, Hermes
 func RunCancel(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("cancel", cancelUsage, env.Stderr)
 	gw := fs.String("url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
-	natsURL := fs.String("nats", "", "cancel on the bus directly, through this NATS server, instead of a gateway")
+	natsURL := natsFlags(fs, "", "cancel on the bus directly, through this NATS server, instead of a gateway")
 	reason := fs.String("reason", "", "why, recorded with the cancellation")
 	var key keyFlag
 	key.register(fs)
@@ -48,8 +48,8 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 	if err := protocol.CheckID("request_id", id); err != nil {
 		return usage("%v", err)
 	}
-	if *natsURL != "" {
-		return cancelOnBus(ctx, env, *natsURL, id, *reason)
+	if natsURL.url != "" {
+		return cancelOnBus(ctx, env, natsURL, id, *reason)
 	}
 	target := strings.TrimRight(*gw, "/") + "/v1/requests/" + id
 	if *reason != "" {
@@ -83,9 +83,13 @@ func RunCancel(ctx context.Context, args []string, env Env) error {
 }
 
 // cancelOnBus cancels id through a Submitter of this process's own.
-func cancelOnBus(ctx context.Context, env Env, natsURL, id, reason string) error {
+func cancelOnBus(ctx context.Context, env Env, natsURL *natsTarget, id, reason string) error {
 	log, _ := newLogger(env.Stderr, "warn")
-	nc, b, err := Connect(ctx, natsURL, "hermes-cancel", bus.Config{OpenOnly: true}, log)
+	opts, err := natsURL.auth.cliOptions()
+	if err != nil {
+		return err
+	}
+	nc, b, err := Connect(ctx, natsURL.url, "hermes-cancel", bus.Config{OpenOnly: true}, log, opts...)
 	if err != nil {
 		return &ExitError{Code: 2, Err: fmt.Errorf("cancel: %w", err)}
 	}

@@ -28,6 +28,7 @@ func RunDLQ(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	c.cli = true
 	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err

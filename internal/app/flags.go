@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,10 @@ import (
 // common holds the flags every service shares.
 type common struct {
 	natsURL     string
+	natsAuth    natsAuth
+	// cli: a command-line tool, which connects as hermes up's admin when given no credentials
+	// (natsAuth.cliOptions).
+	cli bool
 	instance    string
 	logLevel    string
 	metricsAddr string
@@ -38,6 +43,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.natsURL, "nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
+	c.natsAuth.register(fs)
 	fs.StringVar(&c.instance, "instance", defaultInstance(role), "name of this instance in the messages it sends")
 	fs.StringVar(&c.metricsAddr, "metrics", os.Getenv("HERMES_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env HERMES_METRICS); the gateway and hermes up also serve /metrics on their HTTP port")
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
@@ -146,7 +152,72 @@ func (r resolveFlag) Set(v string) error {
 
 // dial connects to the configured NATS server and provisions the bus.
 func (c *common) dial(ctx context.Context, log *slog.Logger) (*nats.Conn, *bus.Bus, error) {
-	return Connect(ctx, c.natsURL, c.instance, c.busConfig(), log)
+	options := c.natsAuth.options
+	if c.cli {
+		options = c.natsAuth.cliOptions
+	}
+	opts, err := options()
+	if err != nil {
+		return nil, nil, err
+	}
+	return Connect(ctx, c.natsURL, c.instance, c.busConfig(), log, opts...)
+}
+
+// natsAuth holds how a command authenticates to NATS: the flags every command that connects
+// takes.
+type natsAuth struct{ c bus.Credentials }
+
+// Environment variables of the NATS credential flags.
+const (
+	envNATSNKey  = "HERMES_NATS_NKEY"
+	envNATSCreds = "HERMES_NATS_CREDS"
+)
+
+func (a *natsAuth) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.c.NKeyFile, "nats-nkey", os.Getenv(envNATSNKey), "file holding the nkey seed of this service's NATS user (hermes nats-auth writes one per user; hermes up keeps its own in DATA/nats) (env "+envNATSNKey+")")
+	fs.StringVar(&a.c.CredsFile, "nats-creds", os.Getenv(envNATSCreds), "NATS user credentials file (JWT and seed), for servers in operator mode (env "+envNATSCreds+")")
+	fs.StringVar(&a.c.CAFile, "nats-ca", os.Getenv("HERMES_NATS_CA"), "CA certificate that verifies the NATS server's, for TLS (env HERMES_NATS_CA)")
+	fs.StringVar(&a.c.CertFile, "nats-cert", os.Getenv("HERMES_NATS_CERT"), "client certificate for NATS servers that verify clients (env HERMES_NATS_CERT; with --nats-key)")
+	fs.StringVar(&a.c.KeyFile, "nats-key", os.Getenv("HERMES_NATS_KEY"), "key of --nats-cert (env HERMES_NATS_KEY)")
+	fs.StringVar(&a.c.Inbox, "nats-inbox", os.Getenv("HERMES_NATS_INBOX"), "reply-subject prefix, for a NATS user whose permissions name one (an external client's: _INBOX_<user>) (env HERMES_NATS_INBOX)")
+}
+
+func (a *natsAuth) options() ([]nats.Option, error) { return a.c.Options() }
+
+// defaultAdminSeed is where hermes up, run from the same directory with its default --data,
+// keeps its admin user's seed.
+var defaultAdminSeed = filepath.Join("hermes-data", "nats", string(bus.RoleAdmin)+".nk")
+
+// cliOptions are options for a command-line tool: as given, or, when no credentials are,
+// as the admin user of a hermes up run from this directory (its seed found in
+// hermes-data/nats), so that hermes tail, replay, keys and dlq work beside it as they are.
+func (a *natsAuth) cliOptions() ([]nats.Option, error) {
+	if a.c.NKeyFile == "" && a.c.CredsFile == "" {
+		if _, err := os.Stat(defaultAdminSeed); err == nil {
+			c := a.c
+			c.NKeyFile = defaultAdminSeed
+			return c.Options()
+		}
+	}
+	return a.c.Options()
+}
+
+// natsTarget is --nats and the credential flags, for the command-line tools.
+type natsTarget struct {
+	url  string
+	auth natsAuth
+}
+
+// natsFlags registers --nats (default def, overridden by the environment when def is not
+// empty) and the credential flags.
+func natsFlags(fs *flag.FlagSet, def, usage string) *natsTarget {
+	t := &natsTarget{}
+	if def != "" {
+		def = envOr(bus.EnvURL, def)
+	}
+	fs.StringVar(&t.url, "nats", def, usage)
+	t.auth.register(fs)
+	return t
 }
 
 // registerDeadLetters adds --dead-letters, on by default where def says.

@@ -48,6 +48,7 @@ func RunKeys(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("keys create: --role: %w", err)
 		}
 	}
+	c.cli = true
 	nc, b, err := c.dial(ctx, log)
 	if err != nil {
 		return err

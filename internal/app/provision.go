@@ -23,7 +23,11 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	}
 	cfg := c.busConfig()
 	cfg.NoProvision = false // provisioning is what this command is for
-	nc, b, err := Connect(ctx, c.natsURL, c.instance, cfg, log)
+	opts, err := c.natsAuth.options()
+	if err != nil {
+		return err
+	}
+	nc, b, err := Connect(ctx, c.natsURL, c.instance, cfg, log, opts...)
 	if err != nil {
 		return err
 	}

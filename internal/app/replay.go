@@ -63,10 +63,10 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 		}
 	}
 	if *routesFile != "" {
-		return whatIf(ctx, env, *natsURL, *routesFile, filters, from, *asJSON)
+		return whatIf(ctx, env, natsURL, *routesFile, filters, from, *asJSON)
 	}
 
-	nc, js, err := dialRecord(ctx, *natsURL, "replay")
+	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {
 		return err
 	}
@@ -81,14 +81,14 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("replay: %w", err)
 	}
 	if n == 0 {
-		fmt.Fprintf(env.Stderr, "no messages for session %s (%s) on %s\n", *session, from, bus.Redact(*natsURL))
+		fmt.Fprintf(env.Stderr, "no messages for session %s (%s) on %s\n", *session, from, bus.Redact(natsURL.url))
 	}
 	return nil
 }
 
 // whatIf compares the recorded routing of every call (of session, when filters name one) with
 // the routes file's. It runs nothing and publishes nothing.
-func whatIf(ctx context.Context, env Env, natsURL, file string, filters []string, from record.Start, asJSON bool) error {
+func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filters []string, from record.Start, asJSON bool) error {
 	trouble := func(err error) error { return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)} }
 	table, err := routes.Load(file)
 	if err != nil {

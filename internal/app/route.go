@@ -28,7 +28,7 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	url := fset.String("url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
 	wait := fset.Duration("timeout", 0, "how long the gateway waits for the response (default: the gateway's)")
 	traceID := fset.String("trace-id", "", "X-Trace-ID to send")
-	natsURL := fset.String("nats", "", "submit on the bus directly, through this NATS server, instead of a gateway")
+	natsURL := natsFlags(fset, "", "submit on the bus directly, through this NATS server, instead of a gateway")
 	var key keyFlag
 	key.register(fset)
 	if err := fset.Parse(args); err != nil {
@@ -42,8 +42,8 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if *natsURL != "" {
-		return routeOnBus(ctx, env, *natsURL, body, *wait, *traceID)
+	if natsURL.url != "" {
+		return routeOnBus(ctx, env, natsURL, body, *wait, *traceID)
 	}
 	target := strings.TrimRight(*url, "/") + "/v1/route"
 	if *wait > 0 {
@@ -83,7 +83,7 @@ func RunRoute(ctx context.Context, args []string, env Env) error {
 
 // routeOnBus submits body on the bus through a Submitter of this process's own and prints the
 // response, as the gateway would.
-func routeOnBus(ctx context.Context, env Env, natsURL string, body []byte, wait time.Duration, traceID string) error {
+func routeOnBus(ctx context.Context, env Env, natsURL *natsTarget, body []byte, wait time.Duration, traceID string) error {
 	req, err := protocol.DecodeRequestJSON(body, protocol.Limits{})
 	if err != nil {
 		return fmt.Errorf("route: %w", err)
@@ -92,7 +92,11 @@ func routeOnBus(ctx context.Context, env Env, natsURL string, body []byte, wait 
 		wait = 30 * time.Second
 	}
 	log, _ := newLogger(env.Stderr, "warn")
-	nc, b, err := Connect(ctx, natsURL, "hermes-route", bus.Config{OpenOnly: true}, log)
+	opts, err := natsURL.auth.cliOptions()
+	if err != nil {
+		return err
+	}
+	nc, b, err := Connect(ctx, natsURL.url, "hermes-route", bus.Config{OpenOnly: true}, log, opts...)
 	if err != nil {
 		return fmt.Errorf("route: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 
 // SystemConfig describes a whole Hermes in one process: what hermes up and hermes bench run.
 type SystemConfig struct {
-	// NATSURL names an external server; empty embeds one.
-	NATSURL string
+	// NATSURL names an external server; empty embeds one. NATSAuth is how every service
+	// authenticates to an external server (the embedded one gives each its own user).
+	NATSURL  string
+	NATSAuth bus.Credentials
 	// DataDir, SyncAlways and NATSListen configure the embedded server.
 	DataDir    string
 	SyncAlways bool
@@ -66,6 +69,9 @@ type System struct {
 	Key SystemKey
 	// Bus is the bus configuration the system provisions with, defaults applied.
 	Bus bus.Config
+	// Seeds are the files holding the nkey seeds of the embedded server's users, by role
+	// (DATA/nats/<role>.nk); empty with an external server.
+	Seeds map[bus.Role]string
 
 	front   func(context.Context) error
 	back    []func(context.Context) error
@@ -90,15 +96,30 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		return nil, err
 	}
 	sys.cleanup = append(sys.cleanup, obs.close)
+	// Each service connects as the user of its role (roleOpts); the embedded server lets in
+	// no one else, and each user only what its role needs (bus.AccessOf).
 	var connOpts []nats.Option
+	roleOpts := map[bus.Role][]nats.Option{}
 	if cfg.NATSURL == "" {
+		users, seeds, err := upUsers(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		sys.Seeds = seeds
 		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways,
-			MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30)})
+			MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30), Users: users})
 		if err != nil {
 			return nil, err
 		}
 		sys.cleanup = append(sys.cleanup, s.Close)
 		connOpts = append(connOpts, s.ConnectOption())
+		for role, path := range seeds {
+			o, err := nats.NkeyOptionFromSeed(path)
+			if err != nil {
+				return nil, fmt.Errorf("NATS user %s: %w", role, err)
+			}
+			roleOpts[role] = []nats.Option{o}
+		}
 		abs, _ := filepath.Abs(cfg.DataDir)
 		sync := "interval"
 		if cfg.SyncAlways {
@@ -111,6 +132,9 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 	} else {
 		sys.ClientURL, sys.NATSDescription = cfg.NATSURL, bus.Redact(cfg.NATSURL)
+		if connOpts, err = cfg.NATSAuth.Options(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.DemoAddr != "" {
 		ln, err := listen(cfg.DemoAddr, "demo tools")
@@ -129,13 +153,20 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 		sys.DemoURL = "http://" + ln.Addr().String()
 	}
-	// One connection per service, as separate processes would have.
-	conn := func(name string) (*nats.Conn, *bus.Bus, error) {
-		nc, b, err := Connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, cfg.Bus, log, connOpts...)
+	// One connection per service, as separate processes would have. The admin's provisions
+	// the bus; the services only use it, as they would with --no-provision.
+	conn := func(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
+		bc := cfg.Bus
+		bc.NoProvision = role != bus.RoleAdmin
+		nc, b, err := Connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, bc, log, append(slices.Clone(connOpts), roleOpts[role]...)...)
 		if err == nil {
 			sys.cleanup = append(sys.cleanup, nc.Close)
 		}
 		return nc, b, err
+	}
+	_, ab, err := conn("provision", bus.RoleAdmin)
+	if err != nil {
+		return nil, err
 	}
 	// Every call the router sends is sealed (the key pair lives in the data dir). On its own
 	// server, the workers here run only sealed calls: a call published on the bus by anyone
@@ -152,7 +183,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		}
 		cfg.Worker.TrustedSeals = trusted
 	}
-	_, rb, err := conn("router")
+	_, rb, err := conn("router", bus.RoleRouter)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +196,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	sys.back = append(sys.back, r.Run)
 	sys.Services = append(sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
 	{
-		_, db, err := conn("dead-letters")
+		_, db, err := conn("dead-letters", bus.RoleRouter)
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +212,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 		if i > 0 {
 			name = fmt.Sprintf("toolworker-%d", i+1)
 		}
-		_, wb, err := conn(name)
+		_, wb, err := conn(name, bus.RoleWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +227,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 			sys.Services = append(sys.Services, fmt.Sprintf("tool worker × %d (kinds %s)", cfg.ToolWorkers, strings.Join(w.Kinds(), ", ")))
 		}
 	}
-	gnc, gb, err := conn("gateway")
+	gnc, gb, err := conn("gateway", bus.RoleGateway)
 	if err != nil {
 		return nil, err
 	}
@@ -216,13 +247,44 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error)
 	}
 	sys.cleanup = append(sys.cleanup, func() { gln.Close() })
 	// Made once the gateway has its port, so that a key made is a key shown.
-	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(gb.Keys), cfg.KeyFile); err != nil {
+	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(ab.Keys), cfg.KeyFile); err != nil {
 		return nil, err
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()
 	sys.Services = append(sys.Services, "gateway")
 	sys.front = func(ctx context.Context) error { return g.Run(ctx, gln) }
 	return sys, nil
+}
+
+// userOption connects as role's user of the embedded server; it does nothing with an external
+// server.
+func (s *System) userOption(role bus.Role) nats.Option {
+	path, ok := s.Seeds[role]
+	if !ok {
+		return func(*nats.Options) error { return nil }
+	}
+	o, err := nats.NkeyOptionFromSeed(path)
+	if err != nil {
+		return func(*nats.Options) error { return err }
+	}
+	return o
+}
+
+// upUsers are the embedded server's NATS users, one per role, each with its seed kept in
+// DATA/nats/<role>.nk (made on first start, mode 0600): the services here connect with them,
+// and so may the command line (the admin's) and more workers or clients started beside.
+func upUsers(dataDir string) ([]bus.User, map[bus.Role]string, error) {
+	dir := filepath.Join(dataDir, "nats")
+	var users []bus.User
+	seeds := map[bus.Role]string{}
+	for _, r := range bus.Roles {
+		u, path, err := bus.LoadOrNewUser(dir, string(r), r)
+		if err != nil {
+			return nil, nil, err
+		}
+		users, seeds[r] = append(users, u), path
+	}
+	return users, seeds, nil
 }
 
 // routesPath is the file the router reloads, if any.

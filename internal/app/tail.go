@@ -35,14 +35,14 @@ func RunTail(ctx context.Context, args []string, env Env) error {
 		}
 		what = "session " + *session
 	}
-	nc, js, err := dialRecord(ctx, *natsURL, "tail")
+	nc, js, err := dialRecord(ctx, natsURL, "tail")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	p := newPrinter(env.Stdout, *asJSON, false, colorFor(env.Stdout))
 	ready := func() {
-		fmt.Fprintf(env.Stderr, "following %s on %s (Ctrl-C stops)\n", what, bus.Redact(*natsURL))
+		fmt.Fprintf(env.Stderr, "following %s on %s (Ctrl-C stops)\n", what, bus.Redact(natsURL.url))
 	}
 	if err := record.Follow(ctx, js, filters, ready, p.print); err != nil {
 		return fmt.Errorf("tail: %w", err)
@@ -50,9 +50,9 @@ func RunTail(ctx context.Context, args []string, env Env) error {
 	return nil
 }
 
-// natsFlag registers --nats as every command has it.
-func natsFlag(fs *flag.FlagSet) *string {
-	return fs.String("nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
+// natsFlag registers --nats as every command has it, and the credential flags.
+func natsFlag(fs *flag.FlagSet) *natsTarget {
+	return natsFlags(fs, bus.DefaultURL, "NATS server URL (env "+bus.EnvURL+")")
 }
 
 // parseFlags parses flags only; a bad flag or a stray argument is a usage error (exit 2).
@@ -71,10 +71,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // dialRecord connects a reader of the record. Unlike the services it provisions nothing: a
 // reader must not create streams on a server that is not Hermes'.
-func dialRecord(ctx context.Context, url, role string) (*nats.Conn, jetstream.JetStream, error) {
+func dialRecord(ctx context.Context, t *natsTarget, role string) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := t.auth.cliOptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	nc, err := bus.Connect(cctx, url, defaultInstance(role), nil)
+	nc, err := bus.Connect(cctx, t.url, defaultInstance(role), nil, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w (is Hermes running? hermes up serves NATS at %s; elsewhere pass --nats or set %s)",
 			role, err, bus.DefaultURL, bus.EnvURL)

@@ -62,7 +62,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	sys, err := StartSystem(ctx, SystemConfig{
-		NATSURL: c.natsURL, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
+		NATSURL: c.natsURL, NATSAuth: c.natsAuth.c, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
@@ -111,6 +111,11 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live (sign in with a key)\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
+	nkey := ""
+	if admin := sys.Seeds[bus.RoleAdmin]; admin != "" {
+		fmt.Fprintf(&b, "  NATS users  admin, gateway, router, toolworker, client: each allowed only what its role needs;\n              their nkey seeds in %s (--nats-nkey)\n", filepath.Dir(admin))
+		nkey = " --nats-nkey " + admin
+	}
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
 	bc := sys.Bus
 	fmt.Fprintf(&b, "  storage     record ≤ %s (requests refused at 90 %%), dead letters ≤ %s, state ≤ %s per bucket, parked ≤ %s\n",
@@ -135,7 +140,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	}
 	fmt.Fprintf(&b, "Try:\n")
 	if k.Key == "" {
-		nats := "--nats " + bus.Redact(clientURL)
+		nats := "--nats " + bus.Redact(clientURL) + nkey
 		if clientURL == "" {
 			nats = "(with --nats-listen, against its NATS)"
 		}
@@ -151,8 +156,8 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 		fmt.Fprintf(&b, "  (hermes tail and replay need NATS clients: start with --nats-listen %s)\n\n", natsListenAddr)
 	} else {
 		u := bus.Redact(clientURL)
-		fmt.Fprintf(&b, "  go run ./cmd/hermes tail --nats %s\n", u)
-		fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s --session sess_demo_parallel\n\n", u)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes tail --nats %s%s\n", u, nkey)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s%s --session sess_demo_parallel\n\n", u, nkey)
 	}
 	fmt.Fprintf(&b, "Ctrl-C stops.\n")
 	fmt.Fprint(env.Stdout, b.String())

@@ -29,6 +29,12 @@ type ServerConfig struct {
 	// MaxFileStore bounds JetStream's file store (max_file_store): the streams' and buckets'
 	// byte limits must fit in it (StoreBytes). Default DefaultMaxFileStore.
 	MaxFileStore int64
+	// Users, when set, are the only ones let in, each with its role's permissions (AccessOf);
+	// none lets anyone in to do anything.
+	Users []User
+	// Passwords are users who authenticate with a password (in the URL: nats://name:pw@host),
+	// each with its role's permissions.
+	Passwords []PasswordUser
 	// Logger receives the server's notices and errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -80,6 +86,23 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	if opts.JetStreamMaxStore <= 0 {
 		opts.JetStreamMaxStore = DefaultMaxFileStore
+	}
+	if len(cfg.Users) > 0 {
+		users, err := serverUsers(cfg.Users)
+		if err != nil {
+			return nil, err
+		}
+		opts.Nkeys = users
+	}
+	for _, u := range cfg.Passwords {
+		a, err := AccessOf(u.Role, u.Name)
+		if err != nil {
+			return nil, fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
+		}
+		if u.Password == "" {
+			return nil, fmt.Errorf("bus: NATS user %s has no password", u.Name)
+		}
+		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: a.ServerPermissions()})
 	}
 	if opts.ServerName == "" {
 		if cfg.Cluster != nil {

@@ -72,6 +72,8 @@ type system struct {
 	recorder *recorder
 	gwStop   func()
 	poisoned string // a session whose undecodable messages the test published on purpose
+	// violating: the test tried what a user may not do, on purpose
+	violating bool
 }
 
 func start(t *testing.T, opts options) *system {
@@ -84,9 +86,16 @@ func start(t *testing.T, opts options) *system {
 	}
 	s := &system{t: t, opts: opts}
 	if opts.natsURL != "" {
-		s.srv = &bustest.Server{URL: opts.natsURL}
+		s.srv = &bustest.Server{URL: opts.natsURL, Plain: opts.natsURL}
 	} else {
-		s.srv = bustest.NewServer(t)
+		// Every service runs as its own NATS user, with only its role's permissions, as in
+		// hermes up and deploy/: a permission the table lacks fails the test that needed it.
+		s.srv = bustest.NewLockedServer(t)
+		t.Cleanup(func() {
+			if v := s.srv.Violations(); len(v) > 0 && !s.violating {
+				t.Errorf("the NATS server refused what a service did (the permission table lacks it):\n%s", strings.Join(v, "\n"))
+			}
+		})
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	t.Cleanup(s.stop)
@@ -136,7 +145,7 @@ func start(t *testing.T, opts options) *system {
 // startGateway starts a gateway on a new port and points s.base at it.
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
-	nc, gb := s.connect()
+	nc, gb := s.connectAs(bus.RoleGateway)
 	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger, StoreCheckEvery: 50 * time.Millisecond}
 	if s.opts.callers {
 		callers, err := app.CallerVerifier(gb, s.opts.oidc)
@@ -195,7 +204,7 @@ func (s *system) goRun(run func(context.Context) error) {
 // does by default).
 func (s *system) addRouter(instance string) *app.RouterService {
 	s.t.Helper()
-	_, b := s.connect()
+	_, b := s.connectAs(bus.RoleRouter)
 	r, err := app.NewRouter(b, app.RouterConfig{Instance: instance, Routes: s.table, Limits: s.opts.limits, Metrics: s.opts.metrics,
 		Seal: s.opts.seal, Logger: s.opts.logger})
 	if err != nil {
@@ -210,7 +219,7 @@ func (s *system) addRouter(instance string) *app.RouterService {
 // addDeadLetters starts a dead-letter processor.
 func (s *system) addDeadLetters(instance string) {
 	s.t.Helper()
-	_, db := s.connect() // a connection of its own, as in hermes up
+	_, db := s.connectAs(bus.RoleRouter) // a connection of its own, as in hermes up
 	d, err := app.NewDeadLetters(db, instance, s.opts.limits, s.opts.metrics, s.opts.logger)
 	if err != nil {
 		s.t.Fatal(err)
@@ -226,7 +235,7 @@ func (s *system) addWorker(instance string) *worker.Worker {
 // addWorkerWith starts a worker configured by cfg plus the system's env allow-list and resolve map.
 func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	s.t.Helper()
-	_, b := s.connect()
+	_, b := s.connectAs(bus.RoleWorker)
 	cfg.AllowEnv, cfg.Resolve = s.opts.allowEnv, s.resolve
 	if k := s.opts.seal; k != nil && cfg.TrustedSeals == nil {
 		cfg.TrustedSeals = map[string]ed25519.PublicKey{k.ID: k.Key.Public().(ed25519.PublicKey)}
@@ -246,15 +255,24 @@ func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	return w
 }
 
-// connect opens a connection of the system's own, as every Hermes service does (app.Connect),
-// closed by stop after every service ended.
+// connect opens a connection of the system's own as admin, as hermes provision and the
+// command line do (app.Connect), closed by stop after every service ended.
 func (s *system) connect() (*nats.Conn, *bus.Bus) {
 	s.t.Helper()
-	url := s.opts.natsURL
-	if url == "" {
-		url = s.srv.URL
+	return s.connectAs(bus.RoleAdmin)
+}
+
+// connectAs opens a connection as role's NATS user, as a service of that role does (on a
+// server of the test's own; one given by natsURL has no users), closed by stop after every
+// service ended. Services run without provisioning: the system's own connection did.
+func (s *system) connectAs(role bus.Role) (*nats.Conn, *bus.Bus) {
+	s.t.Helper()
+	url, cfg, opts := s.srv.URL, s.opts.bus, []nats.Option(nil)
+	if role != bus.RoleAdmin {
+		url, opts = s.srv.Plain, s.srv.As(s.t, role)
+		cfg.NoProvision = true
 	}
-	nc, b, err := app.Connect(context.Background(), url, "hermes-it", s.opts.bus, s.opts.logger)
+	nc, b, err := app.Connect(context.Background(), url, "hermes-it-"+string(role), cfg, s.opts.logger, opts...)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -4,6 +4,11 @@ package bustest
 
 import (
 	"context"
+	"crypto/rand"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +22,14 @@ import (
 // a test temp dir. It is shut down by t.Cleanup.
 type Server struct {
 	*bus.Server
-	// URL is the nats:// URL of the server.
+	// URL is the nats:// URL of the server; a locked server's names its admin user and
+	// password.
 	URL string
+	// Plain is the URL without credentials.
+	Plain string
+	// seeds of the users of a locked server, by role.
+	seeds map[bus.Role][]byte
+	log   *violations
 }
 
 // NewServer starts a server for t.
@@ -29,10 +40,92 @@ func NewServer(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return &Server{Server: s, URL: s.ClientURL()}
+	return &Server{Server: s, URL: s.ClientURL(), Plain: s.ClientURL()}
 }
 
-// Connect opens a connection to s closed by t.Cleanup.
+// NewLockedServer starts a server for t that lets in only one user per role (bus.Roles; the
+// client role's user is named "client"), each with its role's permissions, and notes every
+// permission the server refuses (Violations). Connect connects as admin; As(role) names the
+// user to connect as.
+func NewLockedServer(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{seeds: map[bus.Role][]byte{}, log: &violations{}}
+	var users []bus.User
+	for _, r := range bus.Roles {
+		if r == bus.RoleAdmin {
+			continue // admin has a password, in URL
+		}
+		u, seed, err := bus.NewUser(string(r), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users, s.seeds[r] = append(users, u), seed
+	}
+	pw := rand.Text()
+	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Users: users,
+		Passwords: []bus.PasswordUser{{Name: "admin", Password: pw, Role: bus.RoleAdmin}}, Logger: slog.New(s.log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	s.Server, s.Plain = srv, srv.ClientURL()
+	s.URL = strings.Replace(s.Plain, "nats://", "nats://admin:"+pw+"@", 1)
+	return s
+}
+
+// As returns the options that connect to Plain as role's user of a locked server (none for a
+// server that is not locked).
+func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
+	t.Helper()
+	seed, ok := s.seeds[role]
+	if !ok {
+		return nil
+	}
+	o, err := bus.SeedOption(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []nats.Option{o}
+	if role == bus.RoleClient {
+		opts = append(opts, nats.CustomInboxPrefix(bus.ClientInbox(string(role))))
+	}
+	return opts
+}
+
+// Violations returns what a locked server refused so far: every publish or subscription a
+// user's permissions did not allow.
+func (s *Server) Violations() []string {
+	if s.log == nil {
+		return nil
+	}
+	return s.log.list()
+}
+
+// violations is a log handler keeping the server's permission violations.
+type violations struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (v *violations) Enabled(context.Context, slog.Level) bool { return true }
+func (v *violations) WithAttrs([]slog.Attr) slog.Handler     { return v }
+func (v *violations) WithGroup(string) slog.Handler          { return v }
+func (v *violations) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "Violation") {
+		v.mu.Lock()
+		v.got = append(v.got, r.Message)
+		v.mu.Unlock()
+	}
+	return nil
+}
+
+func (v *violations) list() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.got)
+}
+
+// Connect opens a connection to s (URL: as admin on a locked server) closed by t.Cleanup.
 func (s *Server) Connect(t testing.TB) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(s.URL, nats.MaxReconnects(-1))

@@ -1,0 +1,272 @@
+package bus
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Role is what a NATS user of a Hermes deployment is for. Each role's permissions (Access)
+// allow the subjects and JetStream API calls its service needs, and nothing else: only the
+// gateway and external clients publish requests, only routers dispatch calls and create tool
+// consumers, only workers (and routers, for calls they cannot dispatch) record results, and
+// only admin creates, changes or deletes streams, buckets and fixed consumers.
+type Role string
+
+// The roles of a Hermes deployment.
+const (
+	// RoleAdmin may do anything: hermes provision, hermes keys, hermes dlq retry and the
+	// other command-line tools run as admin.
+	RoleAdmin Role = "admin"
+	// RoleGateway is the HTTP gateway: it records plans and owners, publishes requests and
+	// cancellations, reads the record and receives responses.
+	RoleGateway Role = "gateway"
+	// RoleRouter is a router, and the dead-letter processor beside it (hermes dead-letters
+	// runs as a router too): it consumes requests, results and dead-letter advisories,
+	// dispatches tool calls, creates tools' consumers and records responses.
+	RoleRouter Role = "router"
+	// RoleWorker is a tool worker: it consumes tool calls, claims them, and records their
+	// results and tool_started events.
+	RoleWorker Role = "toolworker"
+	// RoleClient is an external NATS client: it may publish requests and nothing else (not
+	// read the record, not receive responses). The NATS user is its identity.
+	RoleClient Role = "client"
+)
+
+// Roles lists every role, in the order the permission table shows them.
+var Roles = []Role{RoleAdmin, RoleGateway, RoleRouter, RoleWorker, RoleClient}
+
+// ParseRole returns the role named s.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("no NATS role %q (roles: %s)", s, joinRoles())
+}
+
+func joinRoles() string {
+	var s []string
+	for _, r := range Roles {
+		s = append(s, string(r))
+	}
+	return strings.Join(s, ", ")
+}
+
+// Access is what one role may publish and subscribe to. Deny wins over Allow.
+type Access struct {
+	Publish, Subscribe     []string
+	DenyPublish, DenySub   []string
+	// Inbox is the reply-subject prefix the role's connections must use (nats.CustomInboxPrefix):
+	// services share _INBOX; each external client has an inbox of its own, so that no client
+	// reads replies meant for another connection.
+	Inbox string
+}
+
+// ClientInbox is the inbox prefix of the external client user named user.
+func ClientInbox(user string) string { return "_INBOX_" + user }
+
+// JetStream API subjects.
+const (
+	jsAPI = "$JS.API."
+	jsAck = "$JS.ACK."
+)
+
+// reads are the JetStream calls that only read: stream and consumer info, message gets.
+func reads() []string {
+	return []string{
+		jsAPI + "INFO",
+		jsAPI + "STREAM.INFO.*",
+		jsAPI + "STREAM.NAMES",
+		jsAPI + "STREAM.LIST",
+		jsAPI + "STREAM.MSG.GET.*",
+		jsAPI + "DIRECT.GET.>",
+		jsAPI + "CONSUMER.INFO.*.*",
+		jsAPI + "CONSUMER.NAMES.*",
+		jsAPI + "CONSUMER.LIST.*",
+	}
+}
+
+// ordered lets a role read streams through consumers of its own (ordered consumers, bucket
+// watches), which it creates, pulls from and deletes.
+func ordered(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out,
+			jsAPI+"CONSUMER.CREATE."+s,
+			jsAPI+"CONSUMER.CREATE."+s+".>",
+			jsAPI+"CONSUMER.DELETE."+s+".*",
+			jsAPI+"CONSUMER.MSG.NEXT."+s+".*",
+		)
+	}
+	// Flow control of push consumers (bucket watches) is answered on $JS.FC.
+	return append(out, "$JS.FC.>")
+}
+
+// consume lets a role fetch from and ack the durable consumers named.
+func consume(stream string, consumers ...string) []string {
+	var out []string
+	for _, c := range consumers {
+		out = append(out, jsAPI+"CONSUMER.MSG.NEXT."+stream+"."+c, jsAck+stream+"."+c+".>")
+	}
+	return out
+}
+
+// writes lets a role put, update and delete keys of the buckets named.
+func writes(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, "$KV."+b+".>")
+	}
+	return out
+}
+
+// kvStreams names the streams of the buckets.
+func kvStreams(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, KVStream(b))
+	}
+	return out
+}
+
+// record subjects, by what is written there.
+var (
+	subjRequests  = "hermes.request.*"
+	subjResults   = protocol.FilterResults
+	subjResponses = "hermes.response.>"
+	subjLive      = "hermes.live.>"
+	subjTimers    = "hermes.timer.at.>"
+	subjDLQ       = protocol.FilterDeadLetters
+)
+
+func subjToolCalls() []string {
+	out := []string{"hermes.tool.*.*"}
+	for _, k := range protocol.Kinds {
+		out = append(out, "hermes.tool_"+k+".*.*")
+	}
+	return out
+}
+
+// toolConsumers lets a role create consumers of tool calls, and only of them: the first router
+// to dispatch a tool a call creates its consumer, or a worker serving the tool started before
+// (the consumer's filter is part of the API subject).
+func toolConsumers() []string {
+	var out []string
+	for _, k := range protocol.Kinds {
+		out = append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+".*."+protocol.FilterToolCalls(k, "*"))
+	}
+	return out
+}
+
+// parking lets a role park messages and wake them (package park): entries are removed by
+// revision or purged by key, and timers purged by subject.
+func parking() []string {
+	return []string{jsAPI + "STREAM.MSG.DELETE." + KVStream(BucketParked), jsAPI + "STREAM.PURGE." + KVStream(BucketParked),
+		jsAPI + "STREAM.PURGE." + protocol.TimerStreamName}
+}
+
+func requestConsumers() []string {
+	var out []string
+	for p := range protocol.RequestPartitions {
+		out = append(out, RequestConsumer(p))
+	}
+	return out
+}
+
+// AccessOf returns the permissions of role; user names the NATS user (the client role's inbox
+// is its own).
+func AccessOf(role Role, user string) (Access, error) {
+	var a Access
+	a.Inbox = "_INBOX"
+	a.Subscribe = []string{"_INBOX.>"}
+	switch role {
+	case RoleAdmin:
+		a.Publish, a.Subscribe = []string{">"}, []string{">"}
+		return a, nil
+	case RoleGateway:
+		a.Publish = slices.Concat(reads(),
+			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls)),
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), subjResults, subjResponses, subjLive, subjTimers},
+			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims),
+			parking())
+		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)
+	case RoleRouter:
+		a.Publish = slices.Concat(reads(),
+			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls)),
+			consume(protocol.StreamName, append(requestConsumers(), ConsumerRouterResults)...),
+			consume(protocol.DLQStreamName, ConsumerDeadLetters),
+			consume(protocol.TimerStreamName, ConsumerTimers),
+			toolConsumers(),
+			subjToolCalls(),
+			[]string{subjRequests, "hermes.event.*.*", subjResults, subjResponses, subjLive, subjTimers, subjDLQ},
+			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
+			parking())
+	case RoleWorker:
+		a.Publish = slices.Concat(reads(),
+			ordered(KVStream(BucketTools), KVStream(BucketCalls)),
+			[]string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*", jsAck + protocol.StreamName + ".*.>"},
+			toolConsumers(),
+			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
+			writes(BucketClaims, BucketTools))
+		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
+		// A worker takes calls from tools' consumers only, never a router's.
+		for _, c := range append(requestConsumers(), ConsumerRouterResults) {
+			a.DenyPublish = append(a.DenyPublish, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c, jsAck+protocol.StreamName+"."+c+".>")
+		}
+	case RoleClient:
+		if err := protocol.CheckID("NATS user", user); err != nil {
+			return Access{}, err
+		}
+		a.Inbox = ClientInbox(user)
+		a.Publish = []string{subjRequests}
+		a.Subscribe = []string{a.Inbox + ".>"}
+	default:
+		return Access{}, fmt.Errorf("no NATS role %q (roles: %s)", role, joinRoles())
+	}
+	return a, nil
+}
+
+// ServerPermissions is a in the embedded server's form.
+func (a Access) ServerPermissions() *server.Permissions {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: a.Publish, Deny: a.DenyPublish},
+		Subscribe: &server.SubjectPermission{Allow: a.Subscribe, Deny: a.DenySub},
+	}
+	return p
+}
+
+// Conf renders a as the permissions block of a nats-server configuration file.
+func (a Access) Conf(indent string) string {
+	var b strings.Builder
+	list := func(name string, subjects []string) {
+		if len(subjects) == 0 {
+			return
+		}
+		b.WriteString(indent + "  " + name + ": [")
+		for i, s := range subjects {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.Quote(s))
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString(indent + "permissions: {\n")
+	b.WriteString(indent + "  publish: {\n")
+	list("  allow", a.Publish)
+	list("  deny", a.DenyPublish)
+	b.WriteString(indent + "  }\n")
+	b.WriteString(indent + "  subscribe: {\n")
+	list("  allow", a.Subscribe)
+	list("  deny", a.DenySub)
+	b.WriteString(indent + "  }\n")
+	b.WriteString(indent + "}\n")
+	return b.String()
+}

@@ -21,11 +21,11 @@ import (
 
 // common holds the flags every service shares.
 type common struct {
-	natsURL     string
-	natsAuth    natsAuth
+	natsURL  string
+	natsAuth natsAuth
 	// cli: a command-line tool, which connects as hermes up's admin when given no credentials
 	// (natsAuth.cliOptions).
-	cli bool
+	cli         bool
 	instance    string
 	logLevel    string
 	metricsAddr string

@@ -61,8 +61,8 @@ func joinRoles() string {
 
 // Access is what one role may publish and subscribe to. Deny wins over Allow.
 type Access struct {
-	Publish, Subscribe     []string
-	DenyPublish, DenySub   []string
+	Publish, Subscribe   []string
+	DenyPublish, DenySub []string
 	// Inbox is the reply-subject prefix the role's connections must use (nats.CustomInboxPrefix):
 	// services share _INBOX; each external client has an inbox of its own, so that no client
 	// reads replies meant for another connection.

@@ -108,8 +108,8 @@ type violations struct {
 }
 
 func (v *violations) Enabled(context.Context, slog.Level) bool { return true }
-func (v *violations) WithAttrs([]slog.Attr) slog.Handler     { return v }
-func (v *violations) WithGroup(string) slog.Handler          { return v }
+func (v *violations) WithAttrs([]slog.Attr) slog.Handler       { return v }
+func (v *violations) WithGroup(string) slog.Handler            { return v }
 func (v *violations) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "Violation") {
 		v.mu.Lock()

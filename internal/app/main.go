@@ -25,6 +25,7 @@ var Commands = map[string]Command{
 	"dlq":          RunDLQ,
 	"keys":         RunKeys,
 	"provision":    RunProvision,
+	"nats-auth":    RunNATSAuth,
 	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
@@ -50,6 +51,8 @@ Commands:
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
   seal-key    make a router's key for sealing tool calls (workers given its public line run
               only sealed calls)
+  nats-auth   make a deployment's NATS users (one per service role, and external clients that
+              may publish requests only) and TLS certificates: an auth.conf to include
   provision   set Hermes up on a NATS server (streams, buckets, consumers) and exit; services
               then run with --no-provision, without the right to manage streams
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take

@@ -127,7 +127,13 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 			s.log.Warn("invalid response on the bus", "subject", msg.Subject, "msg_id", m.MsgID, "err", err)
 			return
 		}
-		s.waiting.deliver(resp)
+		if !s.waiting.has(resp.RequestID) {
+			return // nobody here waits for it: not worth a read
+		}
+		// What is announced only says where to look: the caller is handed the response the
+		// record holds under its request's id, never the announcement's bytes (anyone able
+		// to publish on the announcement's subject could forge those).
+		go s.confirm(resp.RequestID, m.SessionID)
 	}
 	filters := []string{protocol.FilterLiveResponses}
 	if s.cfg.Bus.Legacy() {
@@ -158,6 +164,22 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 		return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
 	}
 	return stop, nil
+}
+
+// confirm hands those waiting for requestID the response the record holds for it, if any.
+func (s *Submitter) confirm(requestID, session string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	_, resp, err := s.cfg.Bus.Response(ctx, requestID, session)
+	switch {
+	case err == nil:
+		s.waiting.deliver(resp)
+	case errors.Is(err, bus.ErrNotFound):
+		s.log.Warn("a response was announced that the record does not hold; ignored", "request_id", requestID, "session_id", session)
+	default:
+		// The caller's wait ends with a look at the record of its own.
+		s.log.Warn("could not read an announced response from the record", "request_id", requestID, "err", err)
+	}
 }
 
 // Connected reports whether the NATS connection is up.
@@ -417,6 +439,13 @@ func (w *waiters) add(requestID string) (<-chan *protocol.Response, func()) {
 			w.m[requestID] = list
 		}
 	}
+}
+
+// has reports whether anyone waits for requestID.
+func (w *waiters) has(requestID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m[requestID]) > 0
 }
 
 // deliver hands r to everyone waiting for it, without blocking.

@@ -172,6 +172,19 @@ func parking() []string {
 		jsAPI + "STREAM.PURGE." + protocol.TimerStreamName}
 }
 
+// fixedConsumers are the API subjects that would create, change, delete, take from or ack the
+// routers' consumers: denied to roles that read the record through consumers of their own.
+func fixedConsumers() []string {
+	var out []string
+	for _, c := range append(requestConsumers(), ConsumerRouterResults) {
+		for _, api := range []string{"CONSUMER.CREATE.", "CONSUMER.DELETE.", "CONSUMER.MSG.NEXT."} {
+			out = append(out, jsAPI+api+protocol.StreamName+"."+c)
+		}
+		out = append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+c+".>", jsAck+protocol.StreamName+"."+c+".>")
+	}
+	return out
+}
+
 func requestConsumers() []string {
 	var out []string
 	for p := range protocol.RequestPartitions {
@@ -197,15 +210,16 @@ func AccessOf(role Role, user string) (Access, error) {
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)
+		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
-			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls)),
+			ordered(KVStream(BucketTools), KVStream(BucketCalls)),
 			consume(protocol.StreamName, append(requestConsumers(), ConsumerRouterResults)...),
 			consume(protocol.DLQStreamName, ConsumerDeadLetters),
 			consume(protocol.TimerStreamName, ConsumerTimers),
 			toolConsumers(),
 			subjToolCalls(),
-			[]string{subjRequests, "hermes.event.*.*", subjResults, subjResponses, subjLive, subjTimers, subjDLQ},
+			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 	case RoleWorker:
@@ -217,9 +231,7 @@ func AccessOf(role Role, user string) (Access, error) {
 			writes(BucketClaims, BucketTools))
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
 		// A worker takes calls from tools' consumers only, never a router's.
-		for _, c := range append(requestConsumers(), ConsumerRouterResults) {
-			a.DenyPublish = append(a.DenyPublish, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c, jsAck+protocol.StreamName+"."+c+".>")
-		}
+		a.DenyPublish = fixedConsumers()
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
 			return Access{}, err

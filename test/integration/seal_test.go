@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/router"
@@ -72,5 +74,66 @@ func TestForgedToolCallsAreDropped(t *testing.T) {
 	// And the bus goes on: another genuine call runs.
 	if resp := s.route(map[string]any{"request_id": "sealed_2", "tool_calls": []map[string]any{call("c1", "record", map[string]any{})}}); resp.Status != protocol.StatusSuccess {
 		t.Fatalf("a genuine call after the forged ones: %+v", resp)
+	}
+}
+
+// A response announced on hermes.live.response.<request>.<session> that the record does not
+// hold (published there by a client with the right to, or delivered there by a consumer) is
+// never handed to the caller waiting on POST /v1/route: the gateway hands out the record's
+// response only. A client user of the bus cannot publish a response at all.
+func TestForgedResponsesNeverReachTheCaller(t *testing.T) {
+	s := start(t, options{workers: 1})
+	type answer struct {
+		status int
+		body   []byte
+	}
+	got := make(chan answer, 1)
+	go func() {
+		status, _, body := s.post(request("forged_resp_1", "", call("c1", "echo", map[string]any{"delay_ms": 1500})), "")
+		got <- answer{status, body}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, b := s.connect()
+	waitFor(t, "the request accepted", func() bool { _, err := b.Plan(ctx, "forged_resp_1"); return err == nil })
+	plan, err := b.Plan(ctx, "forged_resp_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := &protocol.Response{RequestID: "forged_resp_1", SessionID: plan.SessionID, Status: protocol.StatusSuccess,
+		Results: []protocol.ToolResult{{ToolCallID: "c1", Name: "echo", Status: protocol.ResultOK, Content: []byte(`{"forged":true}`)}}}
+	m, err := protocol.NewMessage(protocol.TypeResponse, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDResponse("forged_resp_1"), "forged_resp_1", plan.SessionID
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.JS.Conn().Publish(protocol.SubjectLiveResponse("forged_resp_1", plan.SessionID), data); err != nil {
+		t.Fatal(err)
+	}
+	// The client user may not even try to record one.
+	nc, err := nats.Connect(s.srv.Plain, append(s.srv.As(t, bus.RoleClient), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s.violating = true
+	if err := nc.Publish(protocol.SubjectResponse("forged_resp_1", plan.SessionID), data); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	a := <-got
+	if a.status != 200 {
+		t.Fatalf("HTTP %d: %s", a.status, a.body)
+	}
+	resp := decodeResponse(t, a.body)
+	if r := result(t, resp, "c1"); bytes.Contains(r.Content, []byte("forged")) || r.Status != protocol.ResultOK {
+		t.Fatalf("the caller got the forged response: %+v %s", r, r.Content)
+	}
+	if _, genuine, err := b.Response(ctx, "forged_resp_1", plan.SessionID); err != nil || bytes.Contains(genuine.Results[0].Content, []byte("forged")) {
+		t.Fatalf("the record holds %+v (%v)", genuine, err)
 	}
 }

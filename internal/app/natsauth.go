@@ -1,0 +1,199 @@
+package app
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Files hermes nats-auth writes in its --out directory.
+const (
+	authConfFile   = "auth.conf"
+	caCertFile     = "ca.pem"
+	caKeyFile      = "ca-key.pem"
+	serverCertFile = "server-cert.pem"
+	serverKeyFile  = "server-key.pem"
+)
+
+// RunNATSAuth makes the NATS users of a deployment and, with --tls-host, its TLS certificates:
+// hermes nats-auth.
+func RunNATSAuth(_ context.Context, args []string, env Env) error {
+	fs := newFlagSet("nats-auth", "hermes nats-auth --out DIR [--client NAME]... [--tls-host NAMES]", env.Stderr)
+	out := fs.String("out", "", "directory to write into (created mode 0700); what is there already is kept, so running it again adds only what is missing")
+	var clients listFlag
+	fs.Var(&clients, "client", "an external client to make a user for (may publish requests only; the name is its identity), repeatable or comma-separated")
+	tlsHosts := fs.String("tls-host", "", "names and addresses the NATS server is reached by, comma-separated (e.g. nats,localhost): makes a CA and a server certificate for them; empty makes none")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return &ExitError{Code: 2, Err: errors.New("nats-auth: --out is required")}
+	}
+	for _, c := range clients {
+		if err := protocol.CheckID("--client", c); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: %w", err)}
+		}
+		if _, err := bus.ParseRole(c); err == nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: --client %s is the name of a service role; pick another", c)}
+		}
+	}
+	if err := os.MkdirAll(*out, 0o700); err != nil {
+		return err
+	}
+	var users []bus.User
+	var lines []string
+	add := func(name string, role bus.Role) error {
+		u, path, err := bus.LoadOrNewUser(*out, name, role)
+		if err != nil {
+			return err
+		}
+		users = append(users, u)
+		line := fmt.Sprintf("  %-12s role %-10s seed %s", name, role, path)
+		if role == bus.RoleClient {
+			line += "  (connect with --nats-inbox " + bus.ClientInbox(name) + ")"
+		}
+		lines = append(lines, line)
+		return nil
+	}
+	for _, r := range bus.Roles {
+		if r != bus.RoleClient {
+			if err := add(string(r), r); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range clients {
+		if err := add(c, bus.RoleClient); err != nil {
+			return err
+		}
+	}
+	// Users made by an earlier run for clients not named now stay users: keep them listed.
+	if entries, err := os.ReadDir(*out); err == nil {
+		for _, e := range entries {
+			name, ok := strings.CutSuffix(e.Name(), ".nk")
+			if !ok || known(users, name) {
+				continue
+			}
+			if err := add(name, bus.RoleClient); err != nil {
+				return err
+			}
+		}
+	}
+	conf, err := bus.AuthConf(users)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(*out, authConfFile), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "NATS users in %s (include it in the server's configuration):\n%s\n", filepath.Join(*out, authConfFile), strings.Join(lines, "\n"))
+	if *tlsHosts != "" {
+		if err := makeTLS(*out, strings.Split(*tlsHosts, ",")); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "TLS: %s signs %s (for %s); services verify the server with --nats-ca %s\n",
+			filepath.Join(*out, caCertFile), filepath.Join(*out, serverCertFile), *tlsHosts, filepath.Join(*out, caCertFile))
+	}
+	return nil
+}
+
+func known(users []bus.User, name string) bool {
+	for _, u := range users {
+		if u.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// makeTLS writes a CA and a server certificate it signs, for hosts (valid for serving and for
+// the routes between cluster nodes, which are clients of each other), unless they exist.
+func makeTLS(dir string, hosts []string) error {
+	if _, err := os.Stat(filepath.Join(dir, serverCertFile)); err == nil {
+		return nil
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "Hermes NATS CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(5, 0, 0),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "Hermes NATS"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(2, 0, 0),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		if ip := net.ParseIP(h); ip != nil {
+			leaf.IPAddresses = append(leaf.IPAddresses, ip)
+		} else if h != "" {
+			leaf.DNSNames = append(leaf.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name, kind string
+		der        []byte
+		mode       os.FileMode
+	}{
+		{caCertFile, "CERTIFICATE", caDER, 0o644},
+		{caKeyFile, "EC PRIVATE KEY", mustEC(caKey), 0o600},
+		{serverCertFile, "CERTIFICATE", der, 0o644},
+		{serverKeyFile, "EC PRIVATE KEY", mustEC(key), 0o600},
+	} {
+		data := pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})
+		if err := os.WriteFile(filepath.Join(dir, f.name), data, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mustEC(k *ecdsa.PrivateKey) []byte {
+	b, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		panic(err) // a P-256 key always marshals
+	}
+	return b
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}

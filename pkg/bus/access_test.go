@@ -1,0 +1,168 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// attempt is one thing a user tries: publishing on a subject (a message, a JetStream API call
+// or a bucket write are all publishes) or subscribing to one.
+type attempt struct {
+	what      string
+	subject   string
+	subscribe bool
+}
+
+func pub(what, subject string) attempt { return attempt{what: what, subject: subject} }
+func sub(what, subject string) attempt { return attempt{what: what, subject: subject, subscribe: true} }
+
+// TestEachUserIsRefusedWhatItMustNotDo connects as each role's user of a locked server and
+// tries what the role must not do: every attempt is refused by the server, which says so. (What
+// each role must be able to do is what the integration tests run: every service there is its
+// own user, and a refusal fails the test.)
+func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
+	s := bustest.NewLockedServer(t)
+	s.Provision(t, bus.Config{})
+	forged := []attempt{
+		pub("dispatch a tool call", protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1")),
+		pub("dispatch a call the old way", protocol.LegacySubjectToolCall("echo", "s1")),
+		pub("record a response", protocol.SubjectResponse("r1", "s1")),
+		pub("announce a response", protocol.SubjectLiveResponse("r1", "s1")),
+		pub("write a dead letter", protocol.SubjectDeadLetter("x")),
+	}
+	admin := []attempt{
+		pub("create a stream", "$JS.API.STREAM.CREATE.EVIL"),
+		pub("delete the record", "$JS.API.STREAM.DELETE."+protocol.StreamName),
+		pub("change the record", "$JS.API.STREAM.UPDATE."+protocol.StreamName),
+		pub("purge the record", "$JS.API.STREAM.PURGE."+protocol.StreamName),
+		pub("delete a recorded message", "$JS.API.STREAM.MSG.DELETE."+protocol.StreamName),
+		pub("delete a router's consumer", "$JS.API.CONSUMER.DELETE."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+		pub("make an API key", "$KV."+bus.BucketKeys+".k1"),
+		pub("delete the keys' bucket", "$JS.API.STREAM.DELETE."+bus.KVStream(bus.BucketKeys)),
+	}
+	cases := map[bus.Role][]attempt{
+		bus.RoleClient: append(append([]attempt{
+			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
+			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
+			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
+			pub("own a session", "$KV."+bus.BucketOwners+".s1"),
+			pub("read the record", "$JS.API.DIRECT.GET."+protocol.StreamName),
+			pub("read the record's info", "$JS.API.STREAM.INFO."+protocol.StreamName),
+			pub("read a bucket", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketKeys)),
+			pub("read the record through a consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName),
+			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+			sub("receive responses", protocol.FilterLiveResponses),
+			sub("read the services' replies", "_INBOX.>"),
+			sub("read another client's replies", bus.ClientInbox("other")+".>"),
+			sub("watch the tool calls", "hermes.>"),
+		}, forged...), admin...),
+		bus.RoleGateway: append(append([]attempt{
+			pub("list a tool", "$KV."+bus.BucketTools+".http.echo"),
+			pub("take over a router's consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+bus.RequestConsumer(3)+"."+protocol.FilterRequestPartition(3)),
+			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+			pub("ack a router's message", "$JS.ACK."+protocol.StreamName+"."+bus.RequestConsumer(0)+".1.1.1.1.1"),
+			pub("start a tool", protocol.SubjectEvent(protocol.EventToolStarted, "s1")),
+		}, forged[:2]...), admin...),
+		bus.RoleRouter: append([]attempt{
+			pub("own a session", "$KV."+bus.BucketOwners+".s1"),
+			pub("sign a browser in", "$KV."+bus.BucketSignins+".x"),
+			pub("cancel as a caller", protocol.SubjectEvent(protocol.EventCancel, "s1")),
+			pub("make a consumer that reads requests", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.FilterRequests),
+			sub("receive responses", protocol.FilterLiveResponses),
+		}, admin...),
+		bus.RoleWorker: append(append([]attempt{
+			pub("publish a request", protocol.SubjectRequest("s1")),
+			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
+			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
+			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+			pub("ack a router's message", "$JS.ACK."+protocol.StreamName+"."+bus.ConsumerRouterResults+".1.1.1.1.1"),
+			pub("make a consumer that reads requests", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.FilterRequests),
+			sub("receive responses", protocol.FilterLiveResponses),
+		}, forged...), admin...),
+	}
+	for _, role := range bus.Roles {
+		if role == bus.RoleAdmin {
+			continue
+		}
+		t.Run(string(role), func(t *testing.T) {
+			nc, err := nats.Connect(s.Plain, append(s.As(t, role), quiet)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			for _, a := range cases[role] {
+				before := len(s.Violations())
+				if a.subscribe {
+					if _, err := nc.SubscribeSync(a.subject); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := nc.Publish(a.subject, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+				_ = nc.Flush()
+				if !refused(s, before, a.subject) {
+					t.Errorf("%s may %s (%s): the server let it", role, a.what, a.subject)
+				}
+			}
+		})
+	}
+}
+
+// quiet drops the connection's asynchronous errors (the refusals, which the test expects).
+var quiet = nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+
+// refused waits a moment for the server to report refusing subject after the first before
+// violations.
+func refused(s *bustest.Server, before int, subject string) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, v := range s.Violations()[before:] {
+			if strings.Contains(v, `"`+subject+`"`) {
+				return true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// TestAClientPublishesRequestsOnly: the client user's one right works — a request published
+// through JetStream is stored and acked on the client's own inbox.
+func TestAClientPublishesRequestsOnly(t *testing.T) {
+	s := bustest.NewLockedServer(t)
+	s.Provision(t, bus.Config{})
+	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleClient), quiet)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := js.Publish(ctx, protocol.SubjectRequest("s1"), []byte("{}"))
+	if err != nil {
+		t.Fatalf("the client could not publish a request: %v", err)
+	}
+	if ack.Stream != protocol.StreamName {
+		t.Fatalf("stored in %s", ack.Stream)
+	}
+	// Anything else times out unanswered (the server refuses it).
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if _, err := js.Publish(short, protocol.SubjectResponse("r1", "s1"), []byte("{}")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a response published by the client: got %v, want no answer", err)
+	}
+}

@@ -166,14 +166,24 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen receives responses until ctx is done. Run calls it; use it directly when serving
-// Handler from another server.
+// Listen receives responses, and takes external NATS clients' requests, until ctx is done. Run
+// calls it; use it directly when serving Handler from another server.
 func (g *Gateway) Listen(ctx context.Context) error {
 	every := g.cfg.StoreCheckEvery
 	if every <= 0 {
 		every = storeCheckEvery
 	}
 	go g.watchStore(ctx, every)
+	if g.cfg.Bus != nil {
+		done := make(chan struct{})
+		defer func() { <-done }() // a request being taken is finished or handed back first
+		go func() {
+			defer close(done)
+			if err := g.takeClientRequests(ctx); err != nil && ctx.Err() == nil {
+				g.log.Error("external NATS clients' requests are no longer taken", "err", err)
+			}
+		}()
+	}
 	return g.submit.Run(ctx)
 }
 

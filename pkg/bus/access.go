@@ -33,8 +33,10 @@ const (
 	// RoleWorker is a tool worker: it consumes tool calls, claims them, and records their
 	// results and tool_started events.
 	RoleWorker Role = "toolworker"
-	// RoleClient is an external NATS client: it may publish requests and nothing else (not
-	// read the record, not receive responses). The NATS user is its identity.
+	// RoleClient is an external NATS client: it may publish requests, on
+	// protocol.SubjectClientRequest under its own name, and nothing else (not read the record,
+	// not receive responses). The NATS user is its identity: a gateway submits its requests as
+	// the caller nats:<user>.
 	RoleClient Role = "client"
 )
 
@@ -205,6 +207,7 @@ func AccessOf(role Role, user string) (Access, error) {
 		return a, nil
 	case RoleGateway:
 		a.Publish = slices.Concat(reads(),
+			consume(protocol.StreamName, ConsumerClients),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls)),
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims),
@@ -230,14 +233,15 @@ func AccessOf(role Role, user string) (Access, error) {
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
 			writes(BucketClaims, BucketTools))
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
-		// A worker takes calls from tools' consumers only, never a router's.
-		a.DenyPublish = fixedConsumers()
+		// A worker takes calls from tools' consumers only, never a router's or a gateway's.
+		a.DenyPublish = append(fixedConsumers(),
+			jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+ConsumerClients, jsAck+protocol.StreamName+"."+ConsumerClients+".>")
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
 			return Access{}, err
 		}
 		a.Inbox = ClientInbox(user)
-		a.Publish = []string{subjRequests}
+		a.Publish = []string{protocol.SubjectClientRequest(user, "*")}
 		a.Subscribe = []string{a.Inbox + ".>"}
 	default:
 		return Access{}, fmt.Errorf("no NATS role %q (roles: %s)", role, joinRoles())

@@ -52,6 +52,9 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 	}
 	cases := map[bus.Role][]attempt{
 		bus.RoleClient: append(append([]attempt{
+			pub("publish a request past the gateways", protocol.SubjectRequest("s1")),
+			pub("publish a request as another client", protocol.SubjectClientRequest("other", "s1")),
+			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerClients),
 			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
 			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
@@ -81,6 +84,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("receive responses", protocol.FilterLiveResponses),
 		}, admin...),
 		bus.RoleWorker: append(append([]attempt{
+			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerClients),
 			pub("publish a request", protocol.SubjectRequest("s1")),
 			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
@@ -137,7 +141,7 @@ func refused(s *bustest.Server, before int, subject string) bool {
 }
 
 // TestAClientPublishesRequestsOnly: the client user's one right works — a request published
-// through JetStream is stored and acked on the client's own inbox.
+// through JetStream under its own name is stored and acked on the client's own inbox.
 func TestAClientPublishesRequestsOnly(t *testing.T) {
 	s := bustest.NewLockedServer(t)
 	s.Provision(t, bus.Config{})
@@ -152,7 +156,7 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ack, err := js.Publish(ctx, protocol.SubjectRequest("s1"), []byte("{}"))
+	ack, err := js.Publish(ctx, protocol.SubjectClientRequest("client", "s1"), []byte("{}"))
 	if err != nil {
 		t.Fatalf("the client could not publish a request: %v", err)
 	}

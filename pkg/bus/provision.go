@@ -21,6 +21,9 @@ const (
 	ConsumerDeadLetters = "dead-letters"
 	// ConsumerTimers reads the timers that went off, to wake what was parked for them.
 	ConsumerTimers = "park-timers"
+	// ConsumerClients reads the requests external NATS clients publish
+	// (protocol.FilterClientRequests), shared by every gateway.
+	ConsumerClients = "gateway-clients"
 )
 
 // KV buckets.
@@ -391,6 +394,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
+	// Missing where the bus was set up by a Hermes before external clients had users: then
+	// gateways do not take their requests (and say so) until hermes provision runs again.
+	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerClients, protocol.FilterClientRequests); err != nil && !errors.Is(err, ErrNotProvisioned) {
+		return nil, err
+	}
 	// An advisory is tried until it is handled: giving one up could leave a request that
 	// waits on the dead message without a response. (The processor acks what it can never
 	// handle.)
@@ -449,6 +457,11 @@ func (b *Bus) Consumer(ctx context.Context, name string) (jetstream.Consumer, er
 // DeadLetterConsumer returns the consumer of dead-letter advisories.
 func (b *Bus) DeadLetterConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	return b.consumerOf(ctx, b.DLQ, ConsumerDeadLetters)
+}
+
+// ClientConsumer returns the consumer of external clients' requests.
+func (b *Bus) ClientConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return b.consumerOf(ctx, b.Stream, ConsumerClients)
 }
 
 // TimerConsumer returns the consumer of timers that went off.

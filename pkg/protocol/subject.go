@@ -28,6 +28,7 @@ func StreamSubjects() []string {
 		subjectRoot + ".response.*",
 		subjectRoot + ".response.*.*",
 		subjectRoot + ".event.*.*",
+		FilterClientRequests,
 	}
 	for _, k := range Kinds {
 		s = append(s, subjectRoot+".tool_"+k+".*.*")
@@ -38,6 +39,33 @@ func StreamSubjects() []string {
 // SubjectRequest is where a request of session enters the bus. The stream stores it under
 // StoredSubjectRequest: its subject transform adds the session's partition.
 func SubjectRequest(session string) string { return subjectRoot + ".request." + session }
+
+// External clients' requests: an external NATS client may publish on
+// hermes.client.<user>.<session> alone, its own NATS user's name in the subject (the server
+// refuses it any other), so the subject says who sent a request. A gateway takes it from there,
+// names the user as the request's caller and submits it (hermes.request.<session>).
+const (
+	// FilterClientRequests matches every request of an external client.
+	FilterClientRequests = subjectRoot + ".client.*.*"
+
+	prefixClient = subjectRoot + ".client."
+)
+
+// SubjectClientRequest is where external client user publishes a request of session.
+func SubjectClientRequest(user, session string) string { return prefixClient + user + "." + session }
+
+// ClientOfSubject returns the user and session a SubjectClientRequest names.
+func ClientOfSubject(subject string) (user, session string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, prefixClient)
+	if !ok {
+		return "", "", false
+	}
+	user, session, ok = strings.Cut(rest, ".")
+	if !ok || user == "" || session == "" || strings.Contains(session, ".") {
+		return "", "", false
+	}
+	return user, session, true
+}
 
 // RequestPartitions is how many partitions the stream spreads requests over, by a hash of the
 // session id (the server's partition function). Requests of one partition are routed one at a

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"gopkg.in/yaml.v3"
 
 	"github.com/hermesbus/hermes/internal/app"
@@ -341,16 +341,14 @@ func TestClusterDeployment(t *testing.T) {
 	for _, n := range nodes {
 		routes = append(routes, n+":6222")
 	}
+	dir := madeAuth(t)
 	for _, n := range nodes {
-		opts, err := server.ProcessConfigFile("../../deploy/nats-cluster/" + n + ".conf")
-		if err != nil {
-			t.Fatal(err)
-		}
+		opts := deployConf(t, "../../deploy/nats-cluster/"+n+".conf", dir)
 		var got []string
 		for _, u := range opts.Routes {
 			got = append(got, u.Host)
 		}
-		if opts.ServerName != n || !opts.JetStream || opts.StoreDir != "/data" || opts.Port != 4222 ||
+		if opts.ServerName != n || !opts.JetStream || opts.StoreDir != filepath.Join(dir, "data") || opts.Port != 4222 ||
 			opts.Cluster.Name != "hermes" || opts.Cluster.Port != 6222 || !slices.Equal(got, routes) ||
 			opts.MaxPayload != bus.MaxPayload {
 			t.Errorf("%s.conf: name %q, jetstream %v in %q, port %d, cluster %q on %d, routes %v, max_payload %d",
@@ -378,7 +376,7 @@ func TestClusterDeployment(t *testing.T) {
 		if !ok || !slices.Contains(svc.Volumes, "./deploy/nats-cluster/"+n+".conf:/etc/nats/nats.conf:ro") {
 			t.Errorf("service %s does not run deploy/nats-cluster/%s.conf: %+v", n, n, svc)
 		}
-		urls = append(urls, "nats://"+n+":4222")
+		urls = append(urls, "tls://"+n+":4222")
 	}
 	for _, name := range []string{"router", "toolworker", "gateway"} {
 		svc := compose.Services[name]

@@ -28,12 +28,8 @@ import (
 // allowed its role's subjects only, hermes provision sets the bus up as admin, and services
 // connect with the flags the compose files give them.
 func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeAuth(t)
 	auth := filepath.Join(dir, "auth")
-	code, out, errOut := hermes(t, app.RunNATSAuth, "--out", auth, "--tls-host", "localhost,127.0.0.1", "--client", "crm")
-	if code != 0 {
-		t.Fatalf("nats-auth: exit %d: %s %s", code, out, errOut)
-	}
 	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem"} {
 		if _, err := os.Stat(filepath.Join(auth, f)); err != nil {
 			t.Fatalf("nats-auth wrote no %s: %v", f, err)
@@ -134,10 +130,30 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	}
 }
 
-// loadDeployConf reads a configuration of deploy/ as the server would in its container, with
-// /etc/nats/ and /data moved under dir (where auth/ holds what hermes nats-auth made), on
-// loopback ports of its own.
+// madeAuth runs hermes nats-auth as the compose files' comments say (with the client crm), into
+// DIR/auth, and returns DIR.
+func madeAuth(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	code, out, errOut := hermes(t, app.RunNATSAuth, "--out", filepath.Join(dir, "auth"), "--tls-host", "localhost,127.0.0.1,nats,nats-1,nats-2,nats-3", "--client", "crm")
+	if code != 0 {
+		t.Fatalf("nats-auth: exit %d: %s %s", code, out, errOut)
+	}
+	return dir
+}
+
+// loadDeployConf is deployConf on loopback ports of its own.
 func loadDeployConf(t *testing.T, path, dir string) *server.Options {
+	t.Helper()
+	opts := deployConf(t, path, dir)
+	opts.Host, opts.Port, opts.HTTPPort, opts.NoSigs = "127.0.0.1", server.RANDOM_PORT, 0, true
+	opts.Cluster.Port, opts.Routes = 0, nil
+	return opts
+}
+
+// deployConf reads a configuration of deploy/ as the server would in its container, with
+// /etc/nats/ and /data moved under dir (where auth/ holds what hermes nats-auth made).
+func deployConf(t *testing.T, path, dir string) *server.Options {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -153,8 +169,6 @@ func loadDeployConf(t *testing.T, path, dir string) *server.Options {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	opts.Host, opts.Port, opts.HTTPPort, opts.NoSigs = "127.0.0.1", server.RANDOM_PORT, 0, true
-	opts.Cluster.Port, opts.Routes = 0, nil
 	return opts
 }
 

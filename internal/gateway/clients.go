@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// CallerOfClient is the caller an external NATS client's requests are recorded under: its NATS
+// user, named by the subject it published on (which its permissions allow it alone).
+func CallerOfClient(user string) *protocol.Caller {
+	return &protocol.Caller{ID: clientCallerPrefix + user, Name: user, Role: clientRole}
+}
+
+const (
+	clientCallerPrefix = "nats:"
+	clientRole         = "nats-client"
+	// clientRetry is how long a client's request waits before it is tried again when the
+	// store is near full.
+	clientRetry = 30 * time.Second
+)
+
+// takeClientRequests submits the requests external NATS clients publish
+// (protocol.SubjectClientRequest), shared with every other gateway through their consumer,
+// until ctx is done. Each is submitted as the NATS user the subject names — whatever caller
+// the message itself claims — into a session that user owns; it is accepted once per
+// request_id like any other, and its answer is recorded for it (clients read it through a
+// gateway). What can never be submitted (not a request, a session not the subject's, one owned
+// by another caller, a request_id used for another request) is terminated and logged; the
+// record keeps it.
+func (g *Gateway) takeClientRequests(ctx context.Context) error {
+	c, err := g.cfg.Bus.ClientConsumer(ctx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		g.log.Warn("requests of external NATS clients are not taken: the bus was set up by an earlier Hermes; run hermes provision")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: consumer of clients' requests: %w", err)
+	}
+	h := bus.Messages(bus.HandlerFunc(g.takeClientRequest), g.log, "client request")
+	return (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 16, Logger: g.log}).Run(ctx)
+}
+
+// takeClientRequest submits one client's request; its error decides the message's fate.
+func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error {
+	user, session, ok := protocol.ClientOfSubject(d.Subject)
+	if !ok || protocol.CheckID("NATS user", user) != nil {
+		return bus.Permanent(fmt.Errorf("not a client's request subject: %q", d.Subject))
+	}
+	m := d.Msg
+	if m.Type != protocol.TypeRequest {
+		return bus.Permanent(fmt.Errorf("client %s published a %s, not a request", user, m.Type))
+	}
+	req, err := m.DecodeRequest(g.cfg.Limits)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
+	}
+	if req.Session() != session {
+		return bus.Permanent(fmt.Errorf("client %s published a request of session %s on the subject of session %s", user, req.Session(), session))
+	}
+	if why := g.store.full.Load(); why != nil {
+		return bus.RetryAfter(errors.New(*why), clientRetry)
+	}
+	caller := CallerOfClient(user)
+	sub := submit.Submission{Request: req, Trace: m.Trace, Size: len(d.Data), Caller: caller}
+	if g.owners != nil {
+		owner, err := g.owners.claim(ctx, session, caller.ID, func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) })
+		if err != nil {
+			return fmt.Errorf("claim session %s: %w", session, err)
+		}
+		if owner != caller.ID {
+			return bus.Permanent(fmt.Errorf("client %s published into session %s, which is not its own", user, session))
+		}
+		sub.Owner = owner
+	}
+	_, err = g.submit.Submit(ctx, sub)
+	switch {
+	case err == nil:
+		d.Log.Info("external client's request accepted", "client", user)
+		return nil
+	case errors.Is(err, submit.ErrConflict), errors.Is(err, submit.ErrTooLarge), errors.Is(err, protocol.ErrInvalid):
+		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
+	default:
+		return err // not connected, the bus not answering: tried again
+	}
+}

@@ -80,11 +80,11 @@ type System struct {
 
 // StartSystem starts NATS (or connects), provisions the bus and builds every service; nothing
 // handles messages until Run.
-func StartSystem(ctx context.Context, cfg SystemConfig) (sys *System, err error) {
-	sys = &System{Bus: bus.WithDefaults(cfg.Bus)}
+func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
+	sys := &System{Bus: bus.WithDefaults(cfg.Bus)}
 	defer func() {
 		if err != nil {
-			sys.close()
+			sys.close() // what started before the failure: the server, connections, listeners
 		}
 	}()
 	log := cfg.Logger

@@ -82,3 +82,23 @@ func TestReplayAndTailUsage(t *testing.T) {
 		}
 	}
 }
+
+// hermes up with a setting a service refuses (an --allow-env name bound to no origin) fails
+// with that service's error, having shut down what it had started, rather than crash; and the
+// same data dir starts cleanly right after.
+func TestUpRefusesABadSettingCleanly(t *testing.T) {
+	dir := t.TempDir()
+	cfg := SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", Worker: WorkerConfig{AllowEnv: []string{"POLICY_TOKEN"}},
+		ToolWorkers: 1, Instance: "t"}
+	cfg.Routes, _, _, _ = loadRoutes(defaultRoutes)
+	_, err := StartSystem(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "POLICY_TOKEN") {
+		t.Fatalf("got %v, want the unbound name refused", err)
+	}
+	cfg.Worker.AllowEnv = nil
+	sys, err := StartSystem(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("the same data dir after a refused start: %v", err)
+	}
+	sys.close()
+}

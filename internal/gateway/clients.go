@@ -65,7 +65,7 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %s on the subject of session %s", user, req.Session(), session))
 	}
-	if why := g.store.full.Load(); why != nil {
+	if why := g.store.admit(len(d.Data)); why != nil {
 		return bus.RetryAfter(errors.New(*why), clientRetry)
 	}
 	caller := CallerOfClient(user)

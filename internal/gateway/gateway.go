@@ -258,7 +258,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	if why := g.store.full.Load(); why != nil {
+	if why := g.store.admit(len(body)); why != nil {
 		w.Header().Set("Retry-After", "30")
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeStoreFull, *why, nil)
 		return

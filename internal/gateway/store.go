@@ -14,10 +14,39 @@ import (
 // storeCheckEvery is how often a gateway looks at how full the record and the plans are.
 const storeCheckEvery = 2 * time.Second
 
-// storeGauge says whether the store is too full to accept requests: nil when it is not, else
-// why (naming the limit).
+// storeGauge says whether the store is too full to accept requests: full is nil when it is
+// not, else why (naming the limit). Between two looks, the requests accepted since the last
+// one count as what they will write (footprint), so that requests arriving back to back, or a
+// few large ones, cannot take the record past the margin before the next look sees them.
 type storeGauge struct {
 	full atomic.Pointer[string]
+	// The record's byte limit and bytes at the last look (limit 0: none), and the estimated
+	// bytes of requests accepted since.
+	limit, used, pending atomic.Int64
+}
+
+// footprint is what a request of size bytes is expected to write to the record: the request,
+// its calls' dispatches (each carrying its arguments), results echoing them, and the response
+// carrying the results. Measured: a 1 MB request of four echo calls grew the store by 3.9 MB.
+func footprint(size int) int64 { return 4 * int64(size) }
+
+// admit says why a request of size bytes cannot be accepted now, or nil (counting it).
+func (s *storeGauge) admit(size int) *string {
+	if why := s.full.Load(); why != nil {
+		return why
+	}
+	limit := s.limit.Load()
+	if limit <= 0 {
+		return nil
+	}
+	need := footprint(size)
+	if used := s.used.Load() + s.pending.Add(need); float64(used) > bus.IntakeStopsAt*float64(limit) {
+		s.pending.Add(-need)
+		why := fmt.Sprintf("the record would hold about %s of its %s limit with this request (--record-max-bytes); new requests are refused until older messages age out, so that accepted ones can finish",
+			bytesText(used), bytesText(limit))
+		return &why
+	}
+	return nil
 }
 
 // watchStore checks the store every interval until ctx is done.
@@ -49,6 +78,11 @@ func (g *Gateway) checkStore(ctx context.Context) {
 			return "", false
 		}
 		max, used := info.Config.MaxBytes, info.State.Bytes
+		if s == g.cfg.Bus.Stream {
+			g.store.limit.Store(max)
+			g.store.used.Store(int64(used))
+			g.store.pending.Store(0) // what was accepted before is in used now, or soon
+		}
 		if maxMsgs := info.Config.MaxMsgs; maxMsgs > 0 && float64(info.State.Msgs) >= bus.IntakeStopsAt*float64(maxMsgs) {
 			return fmt.Sprintf("%s holds %d of its %d messages (--record-max-msgs); new requests are refused until older messages age out, so that accepted ones can finish",
 				what, info.State.Msgs, maxMsgs), true

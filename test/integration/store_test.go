@@ -54,3 +54,32 @@ func TestAFullRecordRefusesNewRequestsAndFinishesAccepted(t *testing.T) {
 	}
 	t.Logf("%d requests accepted, then: %s", len(accepted), refused)
 }
+
+// Requests larger than the margin the gateway keeps free, sent back to back: each is answered
+// or refused with STORE_FULL, none accepted and then left without room to finish — the gateway
+// counts what each request it accepts will write, not only what the record held at its last look.
+func TestLargeRequestsBackToBackNeverOverfillTheRecord(t *testing.T) {
+	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 512 << 10}})
+	blob := strings.Repeat("y", 12<<10) // 48 KiB a request: it writes about 4 times that
+	var calls []map[string]any
+	for i := range 4 {
+		calls = append(calls, call(fmt.Sprintf("c%d", i), "echo", map[string]any{"blob": blob}))
+	}
+	accepted := 0
+	for i := 0; i < 40; i++ {
+		code, _, body := s.post(map[string]any{"request_id": fmt.Sprintf("big_%d", i), "tool_calls": calls}, "?timeout=10s")
+		switch {
+		case code == http.StatusOK:
+			accepted++
+		case code == http.StatusServiceUnavailable && strings.Contains(string(body), protocol.CodeStoreFull):
+			if accepted == 0 {
+				t.Fatalf("refused before anything was accepted: %s", body)
+			}
+			t.Logf("%d accepted, then: %s", accepted, body)
+			return
+		default:
+			t.Fatalf("request %d (after %d accepted): HTTP %d %s", i, accepted, code, body)
+		}
+	}
+	t.Fatal("40 requests of 48 KiB accepted into a 512 KiB record")
+}

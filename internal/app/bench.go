@@ -372,9 +372,9 @@ func measureStarts(ctx context.Context) ([]benchStart, error) {
 	}
 	var runs []run
 	for _, r := range []run{
-		{"router", "", []string{"router", "--nats", sys.ClientURL, "--instance", "cold-router"}, `"router running"`},
+		{"router", "", []string{"router", "--nats", sys.ClientURL, "--nats-nkey", sys.Seeds[bus.RoleRouter], "--no-provision", "--instance", "cold-router"}, `"router running"`},
 		{"toolworker", "", []string{"toolworker", "--nats", sys.ClientURL, "--nats-nkey", sys.Seeds[bus.RoleWorker], "--no-provision", "--instance", "cold-worker"}, `"tool worker running"`},
-		{"gateway", "", []string{"gateway", "--nats", sys.ClientURL, "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
+		{"gateway", "", []string{"gateway", "--nats", sys.ClientURL, "--nats-nkey", sys.Seeds[bus.RoleGateway], "--no-provision", "--instance", "cold-gateway", "--http", "127.0.0.1:0"}, `"gateway listening"`},
 	} {
 		runs = append(runs, run{"hermes " + r.name, self, r.args, r.ready})
 		// The dedicated binary (cmd/router, ...), as deployed, when it was built beside this one.

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +26,6 @@ import (
 const (
 	authConfFile   = "auth.conf"
 	caCertFile     = "ca.pem"
-	caKeyFile      = "ca-key.pem"
 	serverCertFile = "server-cert.pem"
 	serverKeyFile  = "server-key.pem"
 )
@@ -48,7 +48,7 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 		if err := protocol.CheckID("--client", c); err != nil {
 			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: %w", err)}
 		}
-		if _, err := bus.ParseRole(c); err == nil {
+		if _, err := bus.ParseRole(strings.ToLower(c)); err == nil {
 			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: --client %s is the name of a service role; pick another", c)}
 		}
 	}
@@ -122,9 +122,11 @@ func known(users []bus.User, name string) bool {
 }
 
 // makeTLS writes a CA and a server certificate it signs, for hosts (valid for serving and for
-// the routes between cluster nodes, which are clients of each other), unless they exist.
+// the routes between cluster nodes, which are clients of each other), unless a certificate for
+// the same hosts is there. The CA's key is not kept: nothing else is ever signed with it (run
+// again for other hosts, and a new CA signs the new certificate).
 func makeTLS(dir string, hosts []string) error {
-	if _, err := os.Stat(filepath.Join(dir, serverCertFile)); err == nil {
+	if sameHosts(filepath.Join(dir, serverCertFile), hosts) {
 		return nil
 	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -173,7 +175,6 @@ func makeTLS(dir string, hosts []string) error {
 		mode       os.FileMode
 	}{
 		{caCertFile, "CERTIFICATE", caDER, 0o644},
-		{caKeyFile, "EC PRIVATE KEY", mustEC(caKey), 0o600},
 		{serverCertFile, "CERTIFICATE", der, 0o644},
 		{serverKeyFile, "EC PRIVATE KEY", mustEC(key), 0o600},
 	} {
@@ -183,6 +184,39 @@ func makeTLS(dir string, hosts []string) error {
 		}
 	}
 	return nil
+}
+
+// sameHosts reports whether the certificate in path is for exactly hosts.
+func sameHosts(path string, hosts []string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	var have []string
+	have = append(have, c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		have = append(have, ip.String())
+	}
+	var want []string
+	for _, h := range hosts {
+		if h = strings.TrimSpace(h); h != "" {
+			if ip := net.ParseIP(h); ip != nil {
+				h = ip.String()
+			}
+			want = append(want, h)
+		}
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(have, want)
 }
 
 func mustEC(k *ecdsa.PrivateKey) []byte {

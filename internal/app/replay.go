@@ -106,9 +106,6 @@ func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filt
 	requestSubjects := protocol.PrefixRequests
 	var rec whatif.Record
 	if _, err := record.Read(ctx, js, filters, from, func(e *record.Entry) error {
-		if _, _, ok := protocol.ClientOfSubject(e.Subject); ok {
-			return nil // as an external client published it: what a gateway accepted follows
-		}
 		if e.Err != nil {
 			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(e.Subject, requestSubjects) {
 				rec.AddUnreadable()

@@ -157,7 +157,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	// the bus; the services only use it, as they would with --no-provision.
 	conn := func(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
 		bc := cfg.Bus
-		bc.NoProvision = role != bus.RoleAdmin
+		bc.NoProvision = cfg.Bus.NoProvision || role != bus.RoleAdmin
 		nc, b, err := Connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, bc, log, append(slices.Clone(connOpts), roleOpts[role]...)...)
 		if err == nil {
 			sys.cleanup = append(sys.cleanup, nc.Close)

@@ -171,10 +171,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	p.log.Warn("dead letter", "consumer", a.Consumer, "subject", subject, "stream_seq", a.StreamSeq,
 		"deliveries", a.Deliveries, "reason", reason, "request_id", origHdr.Get(bus.HeaderRequestID),
 		"session_id", origHdr.Get(bus.HeaderSessionID), "msg_id", origHdr.Get(jetstream.MsgIDHeader), "trace_id", origHdr.Get(bus.HeaderTraceID))
-	if data == nil || a.Consumer == bus.ConsumerClients {
-		// An external client's request given up by the gateways was never accepted: nobody
-		// waits for it, and an answer would land in whatever session and under whatever id
-		// the client wrote (another caller's, pre-empting theirs). The dead letter says why.
+	if data == nil {
 		return nil
 	}
 	if m, err := protocol.Unmarshal(data); err == nil && m.Type == protocol.TypeToolResult {

@@ -89,9 +89,12 @@ type Gateway struct {
 	handler  http.Handler // mux, counted
 	sessions sessionsAPI
 	owners   *owners // who each session belongs to; nil when the gateway asks for no caller
-	limits   *limits
-	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
-	store    storeGauge
+	// clientOwners is owners for external NATS clients' requests, whose sessions are owned
+	// whether or not the gateway asks HTTP callers who they are.
+	clientOwners *owners
+	limits       *limits
+	signins      auth.Verifier // cfg.Signins, its answers remembered; nil without
+	store        storeGauge
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -139,6 +142,12 @@ func newGateway(cfg Config, s submitter) *Gateway {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		g.owners = newOwners(ctx, kv)
+		cancel()
+	}
+	g.clientOwners = g.owners
+	if g.clientOwners == nil && cfg.Bus != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		g.clientOwners = newOwners(ctx, cfg.Bus.Owners)
 		cancel()
 	}
 	g.mux = http.NewServeMux()

@@ -105,13 +105,6 @@ func (f *Formatter) Format(e *Entry) string {
 }
 
 func (f *Formatter) request(b *strings.Builder, e *Entry, m *protocol.Message, r *protocol.Request) {
-	if user, _, ok := protocol.ClientOfSubject(e.Subject); ok {
-		// As an external client published it, before a gateway took it: who sent it is the
-		// subject's user, whatever the message claims.
-		tag(b, "client")
-		fmt.Fprintf(b, "%s (session %s) %s from NATS user %s", r.RequestID, m.SessionID, plural(len(r.ToolCalls), "call"), clean(user))
-		return
-	}
 	tag(b, "request")
 	if f.started == nil || len(f.started) >= maxStarted {
 		f.started = make(map[string]time.Time) // forget old requests rather than grow without bound

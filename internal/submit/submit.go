@@ -57,8 +57,10 @@ const (
 	// wait does, but never below minAcceptTime.
 	publishTimeout = 10 * time.Second
 	minAcceptTime  = time.Second
-	// lookupTimeout bounds reading a recorded response once the wait has run out.
+	// lookupTimeout bounds reading a recorded response, when it is announced or once the wait
+	// has run out; lookAgain is how soon a read that failed is tried again.
 	lookupTimeout = time.Second
+	lookAgain     = 200 * time.Millisecond
 	// envelopeAllowance is what the envelope may add to a request on the bus.
 	envelopeAllowance = 4 << 10
 )
@@ -117,23 +119,19 @@ func (s *Submitter) Run(ctx context.Context) error {
 // while Hermes before that still runs (its buckets exist), also those its routers publish.
 func (s *Submitter) Listen() (stop func() error, err error) {
 	handle := func(msg *nats.Msg) {
-		m, err := protocol.Unmarshal(msg.Data)
-		if err != nil {
-			s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
-			return
+		// An announcement only wakes those waiting for its request, who then read the
+		// response their request has on the record, in their own session: never the
+		// announcement's bytes, which anyone able to publish on its subject could forge.
+		requestID, ok := protocol.LiveResponseRequest(msg.Subject)
+		if !ok { // a response of Hermes before responses were announced: its bytes name it
+			m, err := protocol.Unmarshal(msg.Data)
+			if err != nil {
+				s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
+				return
+			}
+			requestID = m.RequestID
 		}
-		resp, err := m.DecodeResponse()
-		if err != nil {
-			s.log.Warn("invalid response on the bus", "subject", msg.Subject, "msg_id", m.MsgID, "err", err)
-			return
-		}
-		if !s.waiting.has(resp.RequestID) {
-			return // nobody here waits for it: not worth a read
-		}
-		// What is announced only says where to look: the caller is handed the response the
-		// record holds under its request's id, never the announcement's bytes (anyone able
-		// to publish on the announcement's subject could forge those).
-		go s.confirm(resp.RequestID, m.SessionID)
+		s.waiting.wake(requestID)
 	}
 	filters := []string{protocol.FilterLiveResponses}
 	if s.cfg.Bus.Legacy() {
@@ -166,22 +164,6 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 	return stop, nil
 }
 
-// confirm hands those waiting for requestID the response the record holds for it, if any.
-func (s *Submitter) confirm(requestID, session string) {
-	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
-	defer cancel()
-	_, resp, err := s.cfg.Bus.Response(ctx, requestID, session)
-	switch {
-	case err == nil:
-		s.waiting.deliver(resp)
-	case errors.Is(err, bus.ErrNotFound):
-		s.log.Warn("a response was announced that the record does not hold; ignored", "request_id", requestID, "session_id", session)
-	default:
-		// The caller's wait ends with a look at the record of its own.
-		s.log.Warn("could not read an announced response from the record", "request_id", requestID, "err", err)
-	}
-}
-
 // Connected reports whether the NATS connection is up.
 func (s *Submitter) Connected() bool { return s.cfg.Conn.IsConnected() }
 
@@ -202,6 +184,9 @@ type Submission struct {
 	Caller *protocol.Caller
 	// Owner, when set, names who the request's session belongs to (bus.HeaderOwner).
 	Owner string
+	// NoWait returns as soon as the request is published (Outcome.Pending), for submitters
+	// nobody waits on; accepting and publishing then get the whole publish timeout.
+	NoWait bool
 }
 
 // Outcome is what came of a submission.
@@ -251,9 +236,13 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	// node without quorum) must not hold the caller past its own wait. Accepting and
 	// publishing go on even if the caller leaves.
 	deadline := time.Now().Add(sub.Wait)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(max(sub.Wait, minAcceptTime), publishTimeout))
+	accept := min(max(sub.Wait, minAcceptTime), publishTimeout)
+	if sub.NoWait {
+		accept = publishTimeout
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), accept)
 	defer cancel()
-	replies, done := s.waiting.add(req.RequestID)
+	wake, done := s.waiting.add(req.RequestID)
 	defer done()
 	m, err := protocol.NewMessage(protocol.TypeRequest, req)
 	if err != nil {
@@ -308,29 +297,64 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 	log.Debug("request published")
 	cancel()
-	timer := time.NewTimer(max(time.Until(deadline), 0))
-	defer timer.Stop()
-	select {
-	case resp := <-replies:
-		out.Response = resp
-		return out, nil
-	case <-timer.C:
-		// The response may have been recorded while this process missed the bus message.
-		// While the connection is down the record cannot be read: asking would hold the
-		// caller until the lookup times out.
-		if s.Connected() {
-			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
-			resp, ok := s.recorded(lctx, req.RequestID, req.Session())
-			lcancel()
-			if ok {
-				out.Response = resp
-				return out, nil
-			}
-		}
+	if sub.NoWait {
 		out.Pending = true
 		return out, nil
-	case <-ctx.Done():
-		return nil, ctx.Err() // the caller left; the request keeps running
+	}
+	timer := time.NewTimer(max(time.Until(deadline), 0))
+	defer timer.Stop()
+	var again <-chan time.Time // a look that failed is tried again
+	warned := false
+	look := func() bool {
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer lcancel()
+		_, resp, err := s.cfg.Bus.Response(lctx, req.RequestID, req.Session())
+		switch {
+		case err == nil:
+			out.Response = resp
+			return true
+		case errors.Is(err, bus.ErrNotFound):
+			// Announced, yet not on the record under this request in its session: not its
+			// response (forged, or another session's). Wait on.
+			if !warned {
+				warned = true
+				log.Warn("a response was announced that the record does not hold for this request; ignored")
+			}
+		default:
+			log.Warn("could not read the announced response; looking again", "err", err)
+			again = time.After(lookAgain)
+		}
+		return false
+	}
+	for {
+		select {
+		case <-wake:
+			if look() {
+				return out, nil
+			}
+		case <-again:
+			again = nil
+			if look() {
+				return out, nil
+			}
+		case <-timer.C:
+			// The response may have been recorded while this process missed the bus message.
+			// While the connection is down the record cannot be read: asking would hold the
+			// caller until the lookup times out.
+			if s.Connected() {
+				lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+				resp, ok := s.recorded(lctx, req.RequestID, req.Session())
+				lcancel()
+				if ok {
+					out.Response = resp
+					return out, nil
+				}
+			}
+			out.Pending = true
+			return out, nil
+		case <-ctx.Done():
+			return nil, ctx.Err() // the caller left; the request keeps running
+		}
 	}
 }
 
@@ -408,18 +432,19 @@ func (s *Submitter) Session(ctx context.Context, requestID string) (string, erro
 	return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
-// waiters hands responses seen on the bus to the callers waiting for them.
+// waiters wakes the callers waiting for a request when its response is announced.
 type waiters struct {
 	mu sync.Mutex
-	m  map[string][]chan *protocol.Response
+	m  map[string][]chan struct{}
 }
 
-// add registers interest in requestID; call the returned func when done waiting.
-func (w *waiters) add(requestID string) (<-chan *protocol.Response, func()) {
-	ch := make(chan *protocol.Response, 1)
+// add registers interest in requestID; call the returned func when done waiting. The channel
+// holds one wake-up: announcements while the caller looks are coalesced.
+func (w *waiters) add(requestID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
 	w.mu.Lock()
 	if w.m == nil {
-		w.m = map[string][]chan *protocol.Response{}
+		w.m = map[string][]chan struct{}{}
 	}
 	w.m[requestID] = append(w.m[requestID], ch)
 	w.mu.Unlock()
@@ -441,20 +466,13 @@ func (w *waiters) add(requestID string) (<-chan *protocol.Response, func()) {
 	}
 }
 
-// has reports whether anyone waits for requestID.
-func (w *waiters) has(requestID string) bool {
+// wake tells everyone waiting for requestID that its response was announced, without blocking.
+func (w *waiters) wake(requestID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.m[requestID]) > 0
-}
-
-// deliver hands r to everyone waiting for it, without blocking.
-func (w *waiters) deliver(r *protocol.Response) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, ch := range w.m[r.RequestID] {
+	for _, ch := range w.m[requestID] {
 		select {
-		case ch <- r:
+		case ch <- struct{}{}:
 		default:
 		}
 	}

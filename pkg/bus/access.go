@@ -96,16 +96,16 @@ func reads() []string {
 }
 
 // ordered lets a role read streams through consumers of its own (ordered consumers, bucket
-// watches), which it creates, pulls from and deletes.
+// watches), which it creates, pulls from and deletes. The record's are created under a name
+// in the API subject, never by the form that takes the name from the request body (which would
+// get past the deny of the routers' consumers).
 func ordered(streams ...string) []string {
 	var out []string
 	for _, s := range streams {
-		out = append(out,
-			jsAPI+"CONSUMER.CREATE."+s,
-			jsAPI+"CONSUMER.CREATE."+s+".>",
-			jsAPI+"CONSUMER.DELETE."+s+".*",
-			jsAPI+"CONSUMER.MSG.NEXT."+s+".*",
-		)
+		out = append(out, jsAPI+"CONSUMER.CREATE."+s+".>", jsAPI+"CONSUMER.MSG.NEXT."+s+".*", jsAPI+"CONSUMER.DELETE."+s+".*")
+		if s != protocol.StreamName {
+			out = append(out, jsAPI+"CONSUMER.CREATE."+s)
+		}
 	}
 	// Flow control of push consumers (bucket watches) is answered on $JS.FC.
 	return append(out, "$JS.FC.>")
@@ -167,11 +167,12 @@ func toolConsumers() []string {
 	return out
 }
 
-// parking lets a role park messages and wake them (package park): entries are removed by
-// revision or purged by key, and timers purged by subject.
+// parking lets a role park messages and wake them (package park): an entry is removed by a
+// purge of its key below a revision (a bucket's messages cannot be deleted one by one), a timer
+// likewise. The purge API takes its filter in the request, so a role that parks could purge the
+// whole lot: the gateway and routers only.
 func parking() []string {
-	return []string{jsAPI + "STREAM.MSG.DELETE." + KVStream(BucketParked), jsAPI + "STREAM.PURGE." + KVStream(BucketParked),
-		jsAPI + "STREAM.PURGE." + protocol.TimerStreamName}
+	return []string{jsAPI + "STREAM.PURGE." + KVStream(BucketParked), jsAPI + "STREAM.PURGE." + protocol.TimerStreamName}
 }
 
 // fixedConsumers are the API subjects that would create, change, delete, take from or ack the
@@ -207,7 +208,7 @@ func AccessOf(role Role, user string) (Access, error) {
 		return a, nil
 	case RoleGateway:
 		a.Publish = slices.Concat(reads(),
-			consume(protocol.StreamName, ConsumerClients),
+			consume(protocol.ClientStreamName, ConsumerClients),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls)),
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims),
@@ -233,9 +234,8 @@ func AccessOf(role Role, user string) (Access, error) {
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
 			writes(BucketClaims, BucketTools))
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
-		// A worker takes calls from tools' consumers only, never a router's or a gateway's.
-		a.DenyPublish = append(fixedConsumers(),
-			jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+ConsumerClients, jsAck+protocol.StreamName+"."+ConsumerClients+".>")
+		// A worker takes calls from tools' consumers only, never a router's.
+		a.DenyPublish = fixedConsumers()
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
 			return Access{}, err

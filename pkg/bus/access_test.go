@@ -54,7 +54,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 		bus.RoleClient: append(append([]attempt{
 			pub("publish a request past the gateways", protocol.SubjectRequest("s1")),
 			pub("publish a request as another client", protocol.SubjectClientRequest("other", "s1")),
-			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerClients),
+			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
 			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
 			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
@@ -70,6 +70,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("watch the tool calls", "hermes.>"),
 		}, forged...), admin...),
 		bus.RoleGateway: append(append([]attempt{
+			pub("create a consumer named in the request body (and so rewrite a router's)", "$JS.API.CONSUMER.CREATE."+protocol.StreamName),
 			pub("list a tool", "$KV."+bus.BucketTools+".http.echo"),
 			pub("take over a router's consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+bus.RequestConsumer(3)+"."+protocol.FilterRequestPartition(3)),
 			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
@@ -84,7 +85,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("receive responses", protocol.FilterLiveResponses),
 		}, admin...),
 		bus.RoleWorker: append(append([]attempt{
-			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerClients),
+			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
 			pub("publish a request", protocol.SubjectRequest("s1")),
 			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
@@ -160,7 +161,7 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the client could not publish a request: %v", err)
 	}
-	if ack.Stream != protocol.StreamName {
+	if ack.Stream != protocol.ClientStreamName {
 		t.Fatalf("stored in %s", ack.Stream)
 	}
 	// Anything else times out unanswered (the server refuses it).
@@ -168,5 +169,81 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 	defer cancel2()
 	if _, err := js.Publish(short, protocol.SubjectResponse("r1", "s1"), []byte("{}")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a response published by the client: got %v, want no answer", err)
+	}
+}
+
+// A client names the reply subject of what it publishes, and the stream acknowledges to it as
+// the server: in Hermes' account that would write the acknowledgement into any bucket. Clients
+// are in an account of their own, whose requests reach Hermes' through a service import, which
+// answers the client itself whatever reply subject it named.
+func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
+	s := bustest.NewLockedServer(t)
+	admin := s.Provision(t, bus.Config{})
+	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleClient), quiet)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	targets := map[string]jetstream.KeyValue{bus.BucketOwners: admin.Owners, bus.BucketCalls: admin.Calls, bus.BucketKeys: admin.Keys}
+	for bucket := range targets {
+		if err := nc.PublishRequest(protocol.SubjectClientRequest("client", "s1"), bus.KVSubject(bucket, "victim"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = nc.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The requests themselves were stored (the stream acknowledged them somewhere)...
+	waitStored := time.Now().Add(3 * time.Second)
+	for {
+		info, err := admin.Clients.Info(ctx)
+		if err == nil && info.State.Msgs == uint64(len(targets)) {
+			break
+		}
+		if time.Now().After(waitStored) {
+			t.Fatalf("the client's requests were not stored: %+v %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	// ...and nothing reached the buckets.
+	for bucket, kv := range targets {
+		if e, err := kv.Get(ctx, "victim"); err == nil {
+			t.Errorf("an external client wrote into %s: %s", bucket, e.Value())
+		}
+	}
+}
+
+// A roll-up (Nats-Rollup: all) on any key would empty a bucket, and a service may write keys of
+// several: no bucket a service writes takes one, but the sign-ins' (whose keys are purged).
+func TestNoServiceRollsUpABucket(t *testing.T) {
+	s := bustest.NewLockedServer(t)
+	admin := s.Provision(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.Claims.Put(ctx, "r1.c1", []byte("claimed")); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleWorker), quiet)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	msg := &nats.Msg{Subject: bus.KVSubject(bus.BucketClaims, "r9.c9"), Data: []byte("x"), Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+	if _, err := js.PublishMsg(ctx, msg); err == nil {
+		t.Fatal("a worker rolled up the claims' bucket")
+	}
+	if _, err := admin.Claims.Get(ctx, "r1.c1"); err != nil {
+		t.Fatalf("the claims' bucket lost its keys: %v", err)
+	}
+	for _, b := range []string{bus.BucketCalls, bus.BucketTools, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, bus.BucketKeys, bus.BucketOwners} {
+		st, err := admin.JS.Stream(ctx, bus.KVStream(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CachedInfo().Config.AllowRollup {
+			t.Errorf("bucket %s takes roll-ups", b)
+		}
 	}
 }

@@ -87,22 +87,15 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if opts.JetStreamMaxStore <= 0 {
 		opts.JetStreamMaxStore = DefaultMaxFileStore
 	}
-	if len(cfg.Users) > 0 {
-		users, err := serverUsers(cfg.Users)
+	if len(cfg.Users) > 0 || len(cfg.Passwords) > 0 {
+		// The same configuration hermes nats-auth writes for a deployment.
+		conf, err := AuthConf(cfg.Users, cfg.Passwords...)
 		if err != nil {
 			return nil, err
 		}
-		opts.Nkeys = users
-	}
-	for _, u := range cfg.Passwords {
-		a, err := AccessOf(u.Role, u.Name)
-		if err != nil {
-			return nil, fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
+		if err := opts.ProcessConfigString(conf); err != nil {
+			return nil, fmt.Errorf("bus: embedded server's users: %w", err)
 		}
-		if u.Password == "" {
-			return nil, fmt.Errorf("bus: NATS user %s has no password", u.Name)
-		}
-		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: a.ServerPermissions()})
 	}
 	if opts.ServerName == "" {
 		if cfg.Cluster != nil {

@@ -22,7 +22,8 @@ const (
 	// ConsumerTimers reads the timers that went off, to wake what was parked for them.
 	ConsumerTimers = "park-timers"
 	// ConsumerClients reads the requests external NATS clients publish
-	// (protocol.FilterClientRequests), shared by every gateway.
+	// (protocol.ClientStreamName), shared by every gateway, one at a time: a session's requests
+	// are submitted in the order they were published.
 	ConsumerClients = "gateway-clients"
 )
 
@@ -165,7 +166,7 @@ const (
 // least.
 func StoreBytes(cfg Config) int64 {
 	cfg = cfg.withDefaults()
-	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes
+	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes + clientsMaxBytes
 	for _, n := range []int64{cfg.MaxBytes, cfg.DeadLetterMaxBytes} {
 		if n > 0 {
 			total += n
@@ -255,6 +256,9 @@ type Bus struct {
 	ParkedStream jetstream.Stream
 	// Timers is the stream of timers (protocol.TimerStreamName).
 	Timers jetstream.Stream
+	// Clients is the stream external clients' requests wait in (protocol.ClientStreamName);
+	// nil on a bus set up before it existed.
+	Clients jetstream.Stream
 	// Drift lists how the existing streams differ from this process's configuration; they are
 	// kept as they are, and the process should say so.
 	Drift []string
@@ -364,7 +368,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			MaxBytes: kv.maxBytes,
 			Storage:  jetstream.FileStorage,
 			Replicas: cfg.Replicas,
-		}, kv.consistent, !cfg.OpenOnly)
+		}, kv.consistent, kv.name == BucketSignins, !cfg.OpenOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -394,9 +398,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 	}
-	// Missing where the bus was set up by a Hermes before external clients had users: then
-	// gateways do not take their requests (and say so) until hermes provision runs again.
-	if _, err := b.ensureConsumer(ctx, b.Stream, ConsumerClients, protocol.FilterClientRequests); err != nil && !errors.Is(err, ErrNotProvisioned) {
+	if err := b.provisionClients(ctx, js, cfg, &drift); err != nil {
 		return nil, err
 	}
 	// An advisory is tried until it is handled: giving one up could leave a request that
@@ -459,9 +461,63 @@ func (b *Bus) DeadLetterConsumer(ctx context.Context) (jetstream.Consumer, error
 	return b.consumerOf(ctx, b.DLQ, ConsumerDeadLetters)
 }
 
-// ClientConsumer returns the consumer of external clients' requests.
+// Bounds of the stream external clients' requests wait in: what one client can make Hermes
+// keep before a gateway takes it.
+const (
+	clientsMaxBytes = 64 << 20
+	// clientsMaxMsgSize is the largest request a client may publish: as the gateway's default
+	// body limit.
+	clientsMaxMsgSize = 1 << 20
+	// clientsPerSession bounds the requests waiting in one client's session.
+	clientsPerSession = 256
+)
+
+// provisionClients sets up the stream external clients' requests wait in and the gateways'
+// consumer of it. Both are missing where the bus was set up by a Hermes before external clients
+// had users and this process may not create them: then gateways take no client's requests (and
+// say so) until hermes provision runs again.
+func (b *Bus) provisionClients(ctx context.Context, js jetstream.JetStream, cfg Config, drift *[]string) error {
+	s, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
+		Name:        protocol.ClientStreamName,
+		Description: "Hermes: external NATS clients' requests, until a gateway takes them",
+		Subjects:    []string{protocol.FilterClientRequests},
+		// Taken once: a request a gateway acked (accepted, or refused for good) is gone.
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+		// Full, it refuses new requests (the client's publish fails) rather than drop waiting
+		// ones; one session cannot take it all.
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxMsgsPerSubject:    clientsPerSession,
+		MaxBytes:             clientsMaxBytes,
+		MaxMsgSize:           clientsMaxMsgSize,
+		Duplicates:           2 * time.Minute,
+		Replicas:             cfg.Replicas,
+	}, drift)
+	if errors.Is(err, ErrNotProvisioned) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b.Clients = s
+	spec := b.consumer(ConsumerClients, protocol.FilterClientRequests)
+	// One at a time, whichever gateway takes it: a session's requests keep their order.
+	// Tried until taken: a request waits while the store is full rather than be given up.
+	spec.DeliverPolicy, spec.MaxAckPending, spec.MaxDeliver = jetstream.DeliverAllPolicy, 1, -1
+	if _, err := b.ensureConsumerSpec(ctx, s, spec); err != nil && !errors.Is(err, ErrNotProvisioned) {
+		return err
+	}
+	return nil
+}
+
+// ClientConsumer returns the consumer of external clients' requests; one that does not
+// exist (a bus set up by an earlier Hermes) wraps jetstream.ErrConsumerNotFound.
 func (b *Bus) ClientConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	return b.consumerOf(ctx, b.Stream, ConsumerClients)
+	if b.Clients == nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", protocol.ClientStreamName, jetstream.ErrConsumerNotFound)
+	}
+	return b.consumerOf(ctx, b.Clients, ConsumerClients)
 }
 
 // TimerConsumer returns the consumer of timers that went off.
@@ -676,7 +732,7 @@ func streamDrift(have, want jetstream.StreamConfig) []string {
 // ensureBucket opens the bucket, creating it if it does not exist. On a replicated bucket that
 // Hermes reads back right after writing (state), direct gets are turned off: followers may
 // answer a direct get before they have a write, and aggregation must see every result.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent, create bool) (jetstream.KeyValue, error) {
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, consistent, rollup, create bool) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
 		return nil, fmt.Errorf("%w: bucket %s (run hermes provision)", ErrNotProvisioned, cfg.Bucket)
@@ -702,6 +758,14 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		sc.MaxAge = cfg.TTL
 		if s, err = js.UpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("bus: keep bucket %s's keys for %s: %w", cfg.Bucket, cfg.TTL, err)
+		}
+	}
+	if sc := s.CachedInfo().Config; sc.AllowRollup && !rollup {
+		// A roll-up (Nats-Rollup: all on any key) empties a whole bucket: whoever may write one
+		// key could. No service purges a key of these buckets, so none may roll them up.
+		sc.AllowRollup = false
+		if s, err = js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: refuse roll-ups on bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	if !consistent {

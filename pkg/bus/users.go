@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -73,6 +72,9 @@ func LoadOrNewUser(dir, name string, role Role) (User, string, error) {
 	if err != nil {
 		return User{}, "", fmt.Errorf("bus: read the seed of NATS user %s: %w", name, err)
 	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return User{}, "", fmt.Errorf("bus: %s, the seed of NATS user %s, may be read by others (mode %v): chmod 600 it, or make a new one", path, name, st.Mode().Perm())
+	}
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
 		return User{}, "", fmt.Errorf("bus: %s holds no nkey seed: %w", path, err)
@@ -94,44 +96,69 @@ func SeedOption(seed []byte) (nats.Option, error) {
 	return nats.Nkey(pub, kp.Sign), nil
 }
 
-// serverUsers turns users into the embedded server's nkey users, each with its role's
-// permissions.
-func serverUsers(users []User) ([]*server.NkeyUser, error) {
-	var out []*server.NkeyUser
-	seen := map[string]bool{}
-	for _, u := range users {
-		if seen[u.NKey] {
-			return nil, fmt.Errorf("bus: NATS user %s: its nkey is another user's", u.Name)
-		}
-		seen[u.NKey] = true
-		a, err := AccessOf(u.Role, u.Name)
-		if err != nil {
-			return nil, fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
-		}
-		out = append(out, &server.NkeyUser{Nkey: u.NKey, Permissions: a.ServerPermissions()})
-	}
-	return out, nil
-}
+// Accounts of a Hermes deployment's NATS server. Hermes' services share one; external clients
+// are in another, which reaches Hermes' only through the import of their request subjects (a
+// service import: the stream's acknowledgement goes back to the publisher, whatever reply
+// subject it named, so a client cannot direct the server to publish anywhere in Hermes'
+// account).
+const (
+	AccountHermes  = "HERMES"
+	AccountClients = "CLIENTS"
+)
 
-// AuthConf renders users as the authorization block of a nats-server configuration file:
-// each user's nkey and its role's permissions.
-func AuthConf(users []User) (string, error) {
-	var b strings.Builder
-	b.WriteString("# Hermes' NATS users: one per service role, each allowed only what the role needs\n")
-	b.WriteString("# (made by hermes nats-auth; the seeds stay beside this file, one per user).\n")
-	b.WriteString("authorization {\n  users: [\n")
+// AuthConf renders users and passwords as the accounts block of a nats-server configuration
+// file: Hermes' account with JetStream and the services' users, the clients' account with
+// theirs, each user with its role's permissions (AccessOf).
+func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
+	var services, clients strings.Builder
+	seen := map[string]string{}
 	for _, u := range users {
+		if other, dup := seen[u.NKey]; dup {
+			return "", fmt.Errorf("bus: NATS users %s and %s have the same nkey", other, u.Name)
+		}
+		seen[u.NKey] = u.Name
+		if !strings.HasPrefix(u.NKey, "U") || len(u.NKey) != 56 {
+			return "", fmt.Errorf("bus: NATS user %s: %q is no user nkey", u.Name, u.NKey)
+		}
 		a, err := AccessOf(u.Role, u.Name)
 		if err != nil {
 			return "", fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
 		}
-		fmt.Fprintf(&b, "    # %s (role %s)\n    {\n      nkey: %q\n", u.Name, u.Role, u.NKey)
-		b.WriteString(a.Conf("      "))
-		b.WriteString("    }\n")
+		b := &services
+		if u.Role == RoleClient {
+			b = &clients
+		}
+		fmt.Fprintf(b, "      # %s (role %s)\n      {\n        nkey: %q\n", u.Name, u.Role, u.NKey)
+		b.WriteString(a.Conf("        "))
+		b.WriteString("      }\n")
 	}
-	b.WriteString("  ]\n}\n")
+	for _, u := range passwords {
+		if u.Role == RoleClient || u.Password == "" || strings.ContainsAny(u.Password, "\"\\\n") {
+			return "", fmt.Errorf("bus: NATS user %s: a password user must be of a service role, with a password of plain characters", u.Name)
+		}
+		a, err := AccessOf(u.Role, u.Name)
+		if err != nil {
+			return "", fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
+		}
+		fmt.Fprintf(&services, "      # %s (role %s)\n      {\n        user: %q\n        password: %q\n", u.Name, u.Role, u.Name, u.Password)
+		services.WriteString(a.Conf("        "))
+		services.WriteString("      }\n")
+	}
+	var b strings.Builder
+	b.WriteString("# Hermes' NATS users: one per service role, each allowed only what the role needs, and\n")
+	b.WriteString("# external clients, in an account of their own, that may publish their requests only\n")
+	b.WriteString("# (made by hermes nats-auth; the seeds stay beside this file, one per user).\n")
+	b.WriteString("accounts {\n")
+	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: [\n%s    ]\n", AccountHermes, services.String())
+	fmt.Fprintf(&b, "    exports: [ { service: %q } ]\n  }\n", FilterClientSubjects)
+	fmt.Fprintf(&b, "  %s {\n    users: [\n%s    ]\n", AccountClients, clients.String())
+	fmt.Fprintf(&b, "    imports: [ { service: { account: %s, subject: %q } } ]\n  }\n}\n", AccountHermes, FilterClientSubjects)
 	return b.String(), nil
 }
+
+// FilterClientSubjects is what the clients' account imports from Hermes': the subjects of
+// external clients' requests.
+const FilterClientSubjects = "hermes.client.>"
 
 // Credentials say how a service authenticates to NATS: at most one of an nkey seed file and a
 // creds file (a user JWT with its seed, for servers in operator mode), or user and password in

@@ -28,7 +28,6 @@ func StreamSubjects() []string {
 		subjectRoot + ".response.*",
 		subjectRoot + ".response.*.*",
 		subjectRoot + ".event.*.*",
-		FilterClientRequests,
 	}
 	for _, k := range Kinds {
 		s = append(s, subjectRoot+".tool_"+k+".*.*")
@@ -42,9 +41,14 @@ func SubjectRequest(session string) string { return subjectRoot + ".request." + 
 
 // External clients' requests: an external NATS client may publish on
 // hermes.client.<user>.<session> alone, its own NATS user's name in the subject (the server
-// refuses it any other), so the subject says who sent a request. A gateway takes it from there,
-// names the user as the request's caller and submits it (hermes.request.<session>).
+// refuses it any other), so the subject says who sent a request. They wait in a stream of their
+// own (ClientStreamName), never in the record: a gateway takes each from there, names the user
+// as the request's caller and submits it (hermes.request.<session>), and only what it accepts
+// is recorded.
 const (
+	// ClientStreamName is the stream external clients' requests wait in until a gateway
+	// takes them (a work queue).
+	ClientStreamName = "HERMES_CLIENTS"
 	// FilterClientRequests matches every request of an external client.
 	FilterClientRequests = subjectRoot + ".client.*.*"
 
@@ -156,13 +160,27 @@ const (
 	// FilterLiveResponses matches every live response.
 	FilterLiveResponses = subjectRoot + ".live.response.*.*"
 
-	prefixResponse = subjectRoot + ".response."
-	prefixResult   = subjectRoot + ".result."
+	prefixResponse     = subjectRoot + ".response."
+	prefixResult       = subjectRoot + ".result."
+	prefixLiveResponse = subjectRoot + ".live.response."
 )
 
 // LiveResponseRepublish is the record stream's republish rule: source and destination.
 func LiveResponseRepublish() (source, destination string) {
 	return prefixResponse + "*.*", subjectRoot + ".live.response.{{wildcard(1)}}.{{wildcard(2)}}"
+}
+
+// LiveResponseRequest returns the request_id a SubjectLiveResponse names.
+func LiveResponseRequest(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, prefixLiveResponse)
+	if !ok {
+		return "", false
+	}
+	id, session, ok := strings.Cut(rest, ".")
+	if !ok || id == "" || session == "" || strings.Contains(session, ".") {
+		return "", false
+	}
+	return id, true
 }
 
 // SubjectLiveResponse is where the recorded response of requestID is announced.

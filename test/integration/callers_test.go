@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/auth/authtest"
+	"github.com/hermesbus/hermes/pkg/bus"
 )
 
 // callerKeys makes an API key per name: role, and act_for_users for names starting "app".
@@ -144,7 +147,11 @@ func TestCallersOwnTheirSessions(t *testing.T) {
 	// Someone whose owner record is gone (expired) keeps the session: the record still holds
 	// its requests, so nobody else can claim it. Nor a session submitted on the bus directly.
 	_, ob := s.connect()
-	if err := ob.Owners.Purge(context.Background(), "own_alice"); err != nil {
+	owners, err := ob.JS.Stream(context.Background(), bus.KVStream(bus.BucketOwners))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owners.Purge(context.Background(), jetstream.WithPurgeSubject(bus.KVSubject(bus.BucketOwners, "own_alice"))); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := s.call("POST", "/v1/route", keys["bob"], req("own_b2", "own_alice", "")); code != http.StatusNotFound {

@@ -35,6 +35,9 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 			t.Fatalf("nats-auth wrote no %s: %v", f, err)
 		}
 	}
+	if entries, _ := os.ReadDir(auth); len(entries) != 9 {
+		t.Fatalf("nats-auth wrote %d files, want those 9 (no CA key)", len(entries))
+	}
 	if st, _ := os.Stat(filepath.Join(auth, "gateway.nk")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("a seed is mode %v", st.Mode().Perm())
 	}
@@ -183,6 +186,7 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 			Environment map[string]string `yaml:"environment"`
 			Ports       []string          `yaml:"ports"`
 			Command     []string          `yaml:"command"`
+			Volumes     []string          `yaml:"volumes"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(data, &compose); err != nil {
@@ -193,15 +197,27 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 		if strings.HasPrefix(name, "nats") && len(svc.Ports) > 0 {
 			t.Errorf("%s: NATS service %s publishes %v", file, name, svc.Ports)
 		}
+		for _, v := range svc.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			if src == "./deploy/auth" || src == "./deploy/auth/" || strings.Contains(src, "ca-key") {
+				t.Errorf("%s: %s mounts %s: each service gets its own seed and the CA certificate only", file, name, src)
+			}
+		}
 		role, ok := want[name]
 		if !ok {
 			continue
 		}
 		env := svc.Environment
-		if got := filepath.Base(env["HERMES_NATS_NKEY"]); got != role+".nk" {
-			t.Errorf("%s: %s connects with seed %q, want %s.nk", file, name, env["HERMES_NATS_NKEY"], role)
-		} else if _, err := os.Stat(filepath.Join(auth, got)); err != nil {
-			t.Errorf("%s: %s: hermes nats-auth makes no %s", file, name, got)
+		seed := "./deploy/auth/" + role + ".nk:" + env["HERMES_NATS_NKEY"] + ":ro"
+		if !slices.Contains(svc.Volumes, seed) {
+			t.Errorf("%s: %s connects with %q, which is not %s's seed (volumes %v)", file, name, env["HERMES_NATS_NKEY"], role, svc.Volumes)
+		} else if _, err := os.Stat(filepath.Join(auth, role+".nk")); err != nil {
+			t.Errorf("%s: %s: hermes nats-auth makes no %s.nk", file, name, role)
+		}
+		for _, v := range svc.Volumes {
+			if strings.HasSuffix(v, ".nk:"+env["HERMES_NATS_NKEY"]+":ro") && v != seed {
+				t.Errorf("%s: %s is given another seed too: %s", file, name, v)
+			}
 		}
 		if filepath.Base(env["HERMES_NATS_CA"]) != "ca.pem" {
 			t.Errorf("%s: %s has no CA to verify the server (HERMES_NATS_CA=%q)", file, name, env["HERMES_NATS_CA"])

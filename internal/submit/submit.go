@@ -308,7 +308,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	look := func() bool {
 		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 		defer lcancel()
-		_, resp, err := s.cfg.Bus.Response(lctx, req.RequestID, req.Session())
+		resp, err := s.cfg.Bus.AnnouncedResponse(lctx, req.RequestID, req.Session())
 		switch {
 		case err == nil:
 			out.Response = resp

@@ -457,6 +457,22 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	return r, resp, nil
 }
 
+// AnnouncedResponse reads requestID's response in session, just announced as recorded: first
+// by a direct get, which any replica answers without going through the stream's API (the
+// announcement comes after the store, so on one server it is always there), then, if that
+// replica has not stored it yet, as Response does, from the leader.
+func (b *Bus) AnnouncedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
+	if raw, err := b.Stream.GetLastMsgForSubject(ctx, protocol.SubjectResponse(requestID, session)); err == nil {
+		if r := recordedOf(raw); responseOf(requestID)(r) {
+			if resp, err := r.Msg.DecodeResponse(); err == nil {
+				return resp, nil
+			}
+		}
+	}
+	_, resp, err := b.Response(ctx, requestID, session)
+	return resp, err
+}
+
 // Answered reports whether requestID has its response recorded. session may be empty when the
 // caller does not know it.
 func (b *Bus) Answered(ctx context.Context, requestID, session string) (bool, error) {

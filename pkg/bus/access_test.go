@@ -100,11 +100,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			continue
 		}
 		t.Run(string(role), func(t *testing.T) {
-			nc, err := nats.Connect(s.Plain, append(s.As(t, role), quiet)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
+			nc := s.ConnectAs(t, role)
 			for _, a := range cases[role] {
 				before := len(s.Violations())
 				if a.subscribe {
@@ -122,9 +118,6 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 		})
 	}
 }
-
-// quiet drops the connection's asynchronous errors (the refusals, which the test expects).
-var quiet = nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
 
 // refused waits a moment for the server to report refusing subject after the first before
 // violations.
@@ -146,11 +139,7 @@ func refused(s *bustest.Server, before int, subject string) bool {
 func TestAClientPublishesRequestsOnly(t *testing.T) {
 	s := bustest.NewLockedServer(t)
 	s.Provision(t, bus.Config{})
-	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleClient), quiet)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.ConnectAs(t, bus.RoleClient)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -179,11 +168,7 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
 	s := bustest.NewLockedServer(t)
 	admin := s.Provision(t, bus.Config{})
-	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleClient), quiet)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.ConnectAs(t, bus.RoleClient)
 	targets := map[string]jetstream.KeyValue{bus.BucketOwners: admin.Owners, bus.BucketCalls: admin.Calls, bus.BucketKeys: admin.Keys}
 	for bucket := range targets {
 		if err := nc.PublishRequest(protocol.SubjectClientRequest("client", "s1"), bus.KVSubject(bucket, "victim"), []byte("{}")); err != nil {
@@ -224,11 +209,7 @@ func TestNoServiceRollsUpABucket(t *testing.T) {
 	if _, err := admin.Claims.Put(ctx, "r1.c1", []byte("claimed")); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.Plain, append(s.As(t, bus.RoleWorker), quiet)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.ConnectAs(t, bus.RoleWorker)
 	js, _ := jetstream.New(nc)
 	msg := &nats.Msg{Subject: bus.KVSubject(bus.BucketClaims, "r9.c9"), Data: []byte("x"), Header: nats.Header{"Nats-Rollup": []string{"all"}}}
 	if _, err := js.PublishMsg(ctx, msg); err == nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/auth"
@@ -24,11 +23,7 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"alice_1","session_id":"alices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
 		t.Fatalf("alice: HTTP %d %s", code, body)
 	}
-	nc, err := nats.Connect(s.srv.Plain, append(s.srv.As(t, bus.RoleClient), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

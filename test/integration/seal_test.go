@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/router"
@@ -115,11 +114,7 @@ func TestForgedResponsesNeverReachTheCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client user may not even try to record one.
-	nc, err := nats.Connect(s.srv.Plain, append(s.srv.As(t, bus.RoleClient), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
 	s.violating = true
 	if err := nc.Publish(protocol.SubjectResponse("forged_resp_1", plan.SessionID), data); err != nil {
 		t.Fatal(err)

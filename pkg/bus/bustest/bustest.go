@@ -92,6 +92,19 @@ func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
 	return opts
 }
 
+// ConnectAs opens a connection to Plain as role's user of a locked server, closed by
+// t.Cleanup. The server's refusals are not printed: tests that try what a user may not do
+// expect them (Violations lists them).
+func (s *Server) ConnectAs(t testing.TB, role bus.Role) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.Plain, append(s.As(t, role), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // Violations returns what a locked server refused so far: every publish or subscription a
 // user's permissions did not allow.
 func (s *Server) Violations() []string {

@@ -86,6 +86,10 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
 	}
 	if why := g.store.admit(len(d.Data)); why != nil {
+		if g.store.never(len(d.Data)) {
+			// Waiting would hold every client's requests behind it for nothing.
+			return bus.Permanent(fmt.Errorf("client %s: %s", user, *why))
+		}
 		return bus.RetryAfter(errors.New(*why), clientRetry)
 	}
 	caller := CallerOfClient(user)

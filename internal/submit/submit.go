@@ -304,7 +304,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	timer := time.NewTimer(max(time.Until(deadline), 0))
 	defer timer.Stop()
 	var again <-chan time.Time // a look that failed is tried again
-	warned := false
+	warned, fails := false, 0
 	look := func() bool {
 		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 		defer lcancel()
@@ -321,8 +321,10 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 				log.Warn("a response was announced that the record does not hold for this request; ignored")
 			}
 		default:
-			log.Warn("could not read the announced response; looking again", "err", err)
-			again = time.After(lookAgain)
+			if fails++; fails == 1 {
+				log.Warn("could not read the announced response; looking again", "err", err)
+			}
+			again = time.After(min(lookAgain<<min(fails-1, 4), 2*time.Second))
 		}
 		return false
 	}

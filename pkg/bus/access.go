@@ -129,15 +129,6 @@ func writes(buckets ...string) []string {
 	return out
 }
 
-// kvStreams names the streams of the buckets.
-func kvStreams(buckets ...string) []string {
-	var out []string
-	for _, b := range buckets {
-		out = append(out, KVStream(b))
-	}
-	return out
-}
-
 // record subjects, by what is written there.
 var (
 	subjRequests  = "hermes.request.*"

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -88,6 +90,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		opts.JetStreamMaxStore = DefaultMaxFileStore
 	}
 	if len(cfg.Users) > 0 || len(cfg.Passwords) > 0 {
+		if cfg.Cluster == nil {
+			if err := moveGlobalStore(cfg.StoreDir, cfg.Logger); err != nil {
+				return nil, err
+			}
+		}
 		// The same configuration hermes nats-auth writes for a deployment.
 		conf, err := AuthConf(cfg.Users, cfg.Passwords...)
 		if err != nil {
@@ -142,6 +149,27 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bus: embedded server not ready within 30 s")
 	}
 	return &Server{Server: s}, nil
+}
+
+// moveGlobalStore moves the JetStream data a server without users kept in the global account
+// ($G) to Hermes' account, where the services are once they have users: without it, a store
+// made before would look empty (and be provisioned anew beside the old one). It moves nothing
+// when Hermes' account has data already.
+func moveGlobalStore(storeDir string, log *slog.Logger) error {
+	global := filepath.Join(storeDir, server.JetStreamStoreDir, "$G")
+	hermes := filepath.Join(storeDir, server.JetStreamStoreDir, AccountHermes)
+	if _, err := os.Stat(global); err != nil {
+		return nil
+	}
+	if _, err := os.Stat(hermes); err == nil {
+		orDiscard(log).Warn("the store holds JetStream data of the global account, from before Hermes' services had users, beside the account's own: left where it is", "dir", global)
+		return nil
+	}
+	if err := os.Rename(global, hermes); err != nil {
+		return fmt.Errorf("bus: move the store's data to account %s: %w", AccountHermes, err)
+	}
+	orDiscard(log).Warn("moved the JetStream data of the global account to Hermes' account: its services now have users", "from", global, "to", hermes)
+	return nil
 }
 
 // hostPort splits a listen address; port 0 becomes the server's "pick a free port".

@@ -1,8 +1,10 @@
 package bus_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,5 +66,56 @@ func TestProvisionExplainsAStoreTooSmall(t *testing.T) {
 	// Within it, it does.
 	if _, err := bus.Provision(t.Context(), js, bus.Config{MaxBytes: 64 << 20, DeadLetterMaxBytes: 16 << 20, StateMaxBytes: 16 << 20, ParkedMaxBytes: 64 << 20}); err != nil {
 		t.Fatalf("limits that fit: %v", err)
+	}
+}
+
+// A store made before the services had users (their streams in the global account) is read
+// back when the embedded server starts with users (the services in Hermes' account): nothing
+// provisioned before is lost from sight, nothing is provisioned anew beside it.
+func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
+	dir := t.TempDir()
+	open, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(open.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := bus.Provision(ctx, js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Keys.Put(ctx, "k1", []byte("an API key record")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	open.Close()
+
+	admin, seed, err := bus.NewUser("admin", bus.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:0", Users: []bus.User{admin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locked.Close()
+	o, _ := bus.SeedOption(seed)
+	nc, err = nats.Connect(locked.ClientURL(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ = jetstream.New(nc)
+	b, err = bus.Provision(ctx, js, bus.Config{OpenOnly: true})
+	if err != nil {
+		t.Fatalf("the bus provisioned before users is not there: %v", err)
+	}
+	if e, err := b.Keys.Get(ctx, "k1"); err != nil || string(e.Value()) != "an API key record" {
+		t.Fatalf("the key made before users: %v", err)
 	}
 }

@@ -477,6 +477,14 @@ const (
 // had users and this process may not create them: then gateways take no client's requests (and
 // say so) until hermes provision runs again.
 func (b *Bus) provisionClients(ctx context.Context, js jetstream.JetStream, cfg Config, drift *[]string) error {
+	// A record that took clients' requests itself (Hermes for a while did) gives the subjects
+	// up: two streams cannot hold them. What it recorded stays.
+	if sc := b.Stream.CachedInfo().Config; !cfg.OpenOnly && slices.Contains(sc.Subjects, protocol.FilterClientRequests) {
+		sc.Subjects = slices.DeleteFunc(slices.Clone(sc.Subjects), func(s string) bool { return s == protocol.FilterClientRequests })
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bus: hand the clients' subjects from the record to %s: %w", protocol.ClientStreamName, err)
+		}
+	}
 	s, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:        protocol.ClientStreamName,
 		Description: "Hermes: external NATS clients' requests, until a gateway takes them",
@@ -514,10 +522,16 @@ func (b *Bus) provisionClients(ctx context.Context, js jetstream.JetStream, cfg 
 // ClientConsumer returns the consumer of external clients' requests; one that does not
 // exist (a bus set up by an earlier Hermes) wraps jetstream.ErrConsumerNotFound.
 func (b *Bus) ClientConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	if b.Clients == nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", protocol.ClientStreamName, jetstream.ErrConsumerNotFound)
+	s := b.Clients
+	if s == nil { // perhaps provisioned since this process started
+		var err error
+		if s, err = b.JS.Stream(ctx, protocol.ClientStreamName); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("bus: stream %s: %w", protocol.ClientStreamName, jetstream.ErrConsumerNotFound)
+		} else if err != nil {
+			return nil, fmt.Errorf("bus: stream %s: %w", protocol.ClientStreamName, err)
+		}
 	}
-	return b.consumerOf(ctx, b.Clients, ConsumerClients)
+	return b.consumerOf(ctx, s, ConsumerClients)
 }
 
 // TimerConsumer returns the consumer of timers that went off.

@@ -457,12 +457,19 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	return r, resp, nil
 }
 
+// directGetTimeout bounds the direct get of an announced response, leaving the rest of the
+// caller's time to the leader's read.
+const directGetTimeout = 300 * time.Millisecond
+
 // AnnouncedResponse reads requestID's response in session, just announced as recorded: first
 // by a direct get, which any replica answers without going through the stream's API (the
 // announcement comes after the store, so on one server it is always there), then, if that
 // replica has not stored it yet, as Response does, from the leader.
 func (b *Bus) AnnouncedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
-	if raw, err := b.Stream.GetLastMsgForSubject(ctx, protocol.SubjectResponse(requestID, session)); err == nil {
+	dctx, cancel := context.WithTimeout(ctx, directGetTimeout) // the rest is the leader's
+	raw, err := b.Stream.GetLastMsgForSubject(dctx, protocol.SubjectResponse(requestID, session))
+	cancel()
+	if err == nil {
 		if r := recordedOf(raw); responseOf(requestID)(r) {
 			if resp, err := r.Msg.DecodeResponse(); err == nil {
 				return resp, nil

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // User is a NATS user of a Hermes deployment: a name (for people, and an external client's
@@ -113,6 +115,9 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 	var services, clients strings.Builder
 	seen := map[string]string{}
 	for _, u := range users {
+		if err := protocol.CheckID("NATS user", u.Name); err != nil {
+			return "", fmt.Errorf("bus: %w", err)
+		}
 		if other, dup := seen[u.NKey]; dup {
 			return "", fmt.Errorf("bus: NATS users %s and %s have the same nkey", other, u.Name)
 		}
@@ -133,7 +138,10 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 		b.WriteString("      }\n")
 	}
 	for _, u := range passwords {
-		if u.Role == RoleClient || u.Password == "" || strings.ContainsAny(u.Password, "\"\\\n") {
+		if err := protocol.CheckID("NATS user", u.Name); err != nil {
+			return "", fmt.Errorf("bus: %w", err)
+		}
+		if u.Role == RoleClient || !plainPassword(u.Password) {
 			return "", fmt.Errorf("bus: NATS user %s: a password user must be of a service role, with a password of plain characters", u.Name)
 		}
 		a, err := AccessOf(u.Role, u.Name)
@@ -154,6 +162,20 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 	fmt.Fprintf(&b, "  %s {\n    users: [\n%s    ]\n", AccountClients, clients.String())
 	fmt.Fprintf(&b, "    imports: [ { service: { account: %s, subject: %q } } ]\n  }\n}\n", AccountHermes, FilterClientSubjects)
 	return b.String(), nil
+}
+
+// plainPassword reports whether p is a password AuthConf can write as it is: printable ASCII
+// without quotes, backslashes or spaces, 8 to 128 characters.
+func plainPassword(p string) bool {
+	if len(p) < 8 || len(p) > 128 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' || c == '\'' {
+			return false
+		}
+	}
+	return true
 }
 
 // FilterClientSubjects is what the clients' account imports from Hermes': the subjects of

@@ -186,7 +186,8 @@ func makeTLS(dir string, hosts []string) error {
 	return nil
 }
 
-// sameHosts reports whether the certificate in path is for exactly hosts.
+// sameHosts reports whether the certificate in path is for exactly hosts, and good for a month
+// at least.
 func sameHosts(path string, hosts []string) bool {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -197,8 +198,8 @@ func sameHosts(path string, hosts []string) bool {
 		return false
 	}
 	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return false
+	if err != nil || time.Until(c.NotAfter) < 30*24*time.Hour {
+		return false // unreadable, or about to expire: a new one is made
 	}
 	var have []string
 	have = append(have, c.DNSNames...)

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // TestStartServerClusterConfig: a cluster node is refused, before anything starts, without
@@ -117,5 +119,37 @@ func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
 	}
 	if e, err := b.Keys.Get(ctx, "k1"); err != nil || string(e.Value()) != "an API key record" {
 		t.Fatalf("the key made before users: %v", err)
+	}
+}
+
+// Provisioning a record that took external clients' requests itself (as Hermes did for a
+// while) hands their subjects to the clients' stream; and a gateway that started before that
+// stream existed finds its consumer once it does.
+func TestTheClientsStreamComesLater(t *testing.T) {
+	s := bustest.NewServer(t)
+	b := s.Provision(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.JS.DeleteStream(ctx, protocol.ClientStreamName); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.Stream.CachedInfo().Config
+	cfg.Subjects = append(cfg.Subjects, protocol.FilterClientRequests)
+	if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(s.Connect(t))
+	gw, err := bus.Provision(ctx, js, bus.Config{OpenOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.ClientConsumer(ctx); err == nil {
+		t.Fatal("the consumer of clients' requests found before it was made")
+	}
+	if _, err := bus.Provision(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("hermes provision on a record holding the clients' subjects: %v", err)
+	}
+	if _, err := gw.ClientConsumer(ctx); err != nil {
+		t.Fatalf("a gateway started before the clients' stream existed does not find it: %v", err)
 	}
 }

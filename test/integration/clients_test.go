@@ -98,6 +98,11 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 			t.Errorf("%s was answered in session %s: %+v", id, session, r)
 		}
 	}
+	// Every request taken, accepted or refused, has left the clients' stream (a work queue).
+	waitFor(t, "the clients' stream drained", func() bool {
+		info, err := admin.Clients.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
 	// Anything but its own requests is refused by the server.
 	s.violating = true
 	for _, subject := range []string{protocol.SubjectRequest("ext_s5"), protocol.SubjectClientRequest("other", "ext_s5"), protocol.SubjectResponse("ext_1", "ext_s1")} {
@@ -106,5 +111,49 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 			t.Errorf("the client published on %s", subject)
 		}
 		cancel()
+	}
+}
+
+// A client's request that could never fit the record's margin is refused at once rather than
+// wait, one at a time, in front of every other client's; the next is taken right after.
+func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
+	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 512 << 10}})
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	publish := func(requestID string, blob int) {
+		t.Helper()
+		var calls []protocol.ToolCall
+		for i := range 2 {
+			calls = append(calls, protocol.ToolCall{ToolCallID: "c" + string(rune('0'+i)), Name: "echo", Arguments: []byte(`{"blob":"` + strings.Repeat("z", blob) + `"}`)})
+		}
+		req := &protocol.Request{RequestID: requestID, SessionID: requestID, ToolCalls: calls}
+		m, err := protocol.NewMessage(protocol.TypeRequest, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest(requestID), requestID, requestID
+		data, err := protocol.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, protocol.SubjectClientRequest("client", requestID), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the gateway has looked at the record's limit
+	publish("ext_huge", 75<<10)        // writes about 4 × 150 KiB: more than 90 % of 512 KiB
+	publish("ext_small", 10)
+	_, admin := s.connect()
+	waitForWithin(t, "the small request answered", 10*time.Second, func() bool {
+		_, _, err := admin.Response(ctx, "ext_small", "ext_small")
+		return err == nil
+	})
+	if _, err := admin.Plan(ctx, "ext_huge"); err == nil {
+		t.Fatal("the request too large for the record was accepted")
 	}
 }

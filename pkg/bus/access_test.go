@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,49 @@ func TestNoServiceRollsUpABucket(t *testing.T) {
 		if st.CachedInfo().Config.AllowRollup {
 			t.Errorf("bucket %s takes roll-ups", b)
 		}
+	}
+}
+
+// A tool worker's user (in Hermes' account with the gateways and routers) can have the server
+// put a stream acknowledgement on a response's subject by naming it as the reply of a result it
+// publishes. A response is read as the first that counts on its subject, so what follows it
+// there never hides it from its caller.
+func TestNothingAfterAResponseHidesIt(t *testing.T) {
+	s := bustest.NewLockedServer(t)
+	admin := s.Provision(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp := &protocol.Response{RequestID: "r1", SessionID: "s1", Status: protocol.StatusSuccess, Results: []protocol.ToolResult{}}
+	m, err := protocol.NewMessage(protocol.TypeResponse, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDResponse("r1"), "r1", "s1"
+	if _, err := admin.Respond(ctx, bus.NewPublisher(admin.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r"}), m); err != nil {
+		t.Fatal(err)
+	}
+	nc := s.ConnectAs(t, bus.RoleWorker)
+	for i := range 3 {
+		if err := nc.PublishRequest(protocol.SubjectResult("r9", "c"+strconv.Itoa(i), "s9"), protocol.SubjectResponse("r1", "s1"), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = nc.Flush()
+	waitAppended := time.Now().Add(3 * time.Second)
+	for {
+		info, err := admin.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.SubjectResponse("r1", "s1")))
+		if err == nil && info.State.Subjects[protocol.SubjectResponse("r1", "s1")] == 4 {
+			break
+		}
+		if time.Now().After(waitAppended) {
+			t.Fatalf("the acknowledgements did not land on the response's subject: %+v %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got, err := admin.AnnouncedResponse(ctx, "r1", "s1"); err != nil || got.RequestID != "r1" {
+		t.Fatalf("the response's caller reads %+v, %v", got, err)
+	}
+	if _, got, err := admin.Response(ctx, "r1", ""); err != nil || got.RequestID != "r1" {
+		t.Fatalf("status reads %+v, %v", got, err)
 	}
 }

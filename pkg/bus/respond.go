@@ -235,6 +235,30 @@ func apiErrorCode(err error, codes ...jetstream.ErrorCode) bool {
 type msgGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
+	// NextFor, with Seq, asks for the first message on the subject at Seq or after.
+	NextFor string `json:"next_by_subj,omitempty"`
+}
+
+// maxSkipped bounds the messages on a response's subject that are no response of its request
+// a read looks past: a response is recorded once, first; anything after it on its subject was
+// put there otherwise (a stream's acknowledgement sent to a reply subject a user named).
+const maxSkipped = 8
+
+// firstRecorded reads from the stream leader the first message on subject that counts,
+// looking past at most maxSkipped that do not.
+func (b *Bus) firstRecorded(ctx context.Context, subject string, valid counts) (*Recorded, error) {
+	seq := uint64(1)
+	for range maxSkipped + 1 {
+		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
+		if err != nil {
+			return nil, err
+		}
+		if r := recordedOf(raw); valid(r) {
+			return r, nil
+		}
+		seq = raw.Sequence + 1
+	}
+	return nil, fmt.Errorf("%w: nothing on %s counts among its first messages", ErrNotFound, subject)
 }
 
 type msgGetResponse struct {
@@ -440,10 +464,9 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	if session != "" {
 		subject = protocol.SubjectResponse(requestID, session)
 	}
-	r, err := b.lastRecorded(ctx, subject)
-	if err == nil && !responseOf(requestID)(r) {
-		err = fmt.Errorf("%w: no response of %s (the subject holds something else)", ErrNotFound, requestID)
-	}
+	// The first response on the subject is the one: it is recorded first, once; what may
+	// follow it there is not a response of this request.
+	r, err := b.firstRecorded(ctx, subject, responseOf(requestID))
 	if errors.Is(err, ErrNotFound) && b.legacyResponses != nil {
 		r, err = b.legacyResponse(ctx, requestID)
 	}
@@ -461,13 +484,13 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 // caller's time to the leader's read.
 const directGetTimeout = 300 * time.Millisecond
 
-// AnnouncedResponse reads requestID's response in session, just announced as recorded: first
-// by a direct get, which any replica answers without going through the stream's API (the
+// AnnouncedResponse reads requestID's response in session, just announced as recorded: the
+// first message on its subject, first by a direct get, which any replica answers without going through the stream's API (the
 // announcement comes after the store, so on one server it is always there), then, if that
 // replica has not stored it yet, as Response does, from the leader.
 func (b *Bus) AnnouncedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
 	dctx, cancel := context.WithTimeout(ctx, directGetTimeout) // the rest is the leader's
-	raw, err := b.Stream.GetLastMsgForSubject(dctx, protocol.SubjectResponse(requestID, session))
+	raw, err := b.Stream.GetMsg(dctx, 1, jetstream.WithGetMsgSubject(protocol.SubjectResponse(requestID, session)))
 	cancel()
 	if err == nil {
 		if r := recordedOf(raw); responseOf(requestID)(r) {

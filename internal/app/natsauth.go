@@ -86,7 +86,7 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 	if entries, err := os.ReadDir(*out); err == nil {
 		for _, e := range entries {
 			name, ok := strings.CutSuffix(e.Name(), ".nk")
-			if !ok || known(users, name) {
+			if !ok || slices.ContainsFunc(users, func(u bus.User) bool { return u.Name == name }) {
 				continue
 			}
 			if err := add(name, bus.RoleClient); err != nil {
@@ -110,15 +110,6 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 			filepath.Join(*out, caCertFile), filepath.Join(*out, serverCertFile), *tlsHosts, filepath.Join(*out, caCertFile))
 	}
 	return nil
-}
-
-func known(users []bus.User, name string) bool {
-	for _, u := range users {
-		if u.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // makeTLS writes a CA and a server certificate it signs, for hosts (valid for serving and for

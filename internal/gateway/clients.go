@@ -15,9 +15,9 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// CallerOfClient is the caller an external NATS client's requests are recorded under: its NATS
+// callerOfClient is the caller an external NATS client's requests are recorded under: its NATS
 // user, named by the subject it published on (which its permissions allow it alone).
-func CallerOfClient(user string) *protocol.Caller {
+func callerOfClient(user string) *protocol.Caller {
 	return &protocol.Caller{ID: clientCallerPrefix + user, Name: user, Role: clientRole}
 }
 
@@ -92,7 +92,7 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 		}
 		return bus.RetryAfter(errors.New(*why), clientRetry)
 	}
-	caller := CallerOfClient(user)
+	caller := callerOfClient(user)
 	sub := submit.Submission{Request: req, Trace: clientTrace(m.Trace), Size: len(d.Data), Caller: caller, NoWait: true}
 	owner, err := g.clientOwners.claim(ctx, session, caller.ID, func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) })
 	if err != nil {

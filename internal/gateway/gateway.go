@@ -182,6 +182,8 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	if every <= 0 {
 		every = storeCheckEvery
 	}
+	// One look before anything is taken: the limits are known to the first request.
+	g.checkStore(ctx)
 	go g.watchStore(ctx, every)
 	if g.cfg.Bus != nil {
 		done := make(chan struct{})

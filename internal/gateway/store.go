@@ -58,17 +58,14 @@ func (s *storeGauge) admit(size int) *string {
 
 // watchStore checks the store every interval until ctx is done.
 func (g *Gateway) watchStore(ctx context.Context, every time.Duration) {
-	if g.cfg.Bus == nil {
-		return
-	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		g.checkStore(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			g.checkStore(ctx)
 		}
 	}
 }
@@ -77,15 +74,18 @@ func (g *Gateway) watchStore(ctx context.Context, every time.Duration) {
 // byte limit, requests are refused until there is room again (messages age out): what is left
 // lets the requests already accepted finish. A store that cannot be read changes nothing.
 func (g *Gateway) checkStore(ctx context.Context) {
+	if g.cfg.Bus == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, storeCheckEvery)
 	defer cancel()
-	check := func(s jetstream.Stream, what, flag string) (string, bool) {
+	check := func(s jetstream.Stream, what, flag string, record bool) (string, bool) {
 		info, err := s.Info(ctx)
 		if err != nil {
 			return "", false
 		}
 		max, used := info.Config.MaxBytes, info.State.Bytes
-		if s == g.cfg.Bus.Stream {
+		if record {
 			g.store.limit.Store(max)
 			g.store.used.Store(int64(used))
 			g.store.pending.Store(0) // what was accepted before is in used now, or soon
@@ -100,11 +100,11 @@ func (g *Gateway) checkStore(ctx context.Context) {
 		return fmt.Sprintf("%s holds %s of its %s limit (%s); new requests are refused until older messages age out, so that accepted ones can finish",
 			what, bytesText(int64(used)), bytesText(max), flag), true
 	}
-	why, ok := check(g.cfg.Bus.Stream, "the record", "--record-max-bytes")
+	why, ok := check(g.cfg.Bus.Stream, "the record", "--record-max-bytes", true)
 	if ok && why == "" {
 		// The plans unreadable for a moment: the record's answer stands.
 		if plans, err := g.cfg.Bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {
-			if w, pok := check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes"); pok {
+			if w, pok := check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes", false); pok {
 				why = w
 			}
 		}

@@ -33,19 +33,8 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 	publish := func(subjectSession, requestID, session string) {
 		t.Helper()
 		req := &protocol.Request{RequestID: requestID, SessionID: session, ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "echo", Arguments: []byte(`{"from":"crm"}`)}}}
-		m, err := protocol.NewMessage(protocol.TypeRequest, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest(requestID), requestID, session
-		m.Caller = &protocol.Caller{ID: "key:someone-else", Name: "admin", Role: "admin"} // claimed, not believed
-		data, err := protocol.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, protocol.SubjectClientRequest("client", subjectSession), data); err != nil {
-			t.Fatalf("the client could not publish a request: %v", err)
-		}
+		// The caller the message claims is not believed.
+		publishClientRequest(ctx, t, js, subjectSession, req, &protocol.Caller{ID: "key:someone-else", Name: "admin", Role: "admin"})
 	}
 	publish("ext_s1", "ext_1", "ext_s1")
 	_, admin := s.connect()
@@ -91,9 +80,8 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 		if _, err := admin.Plan(ctx, id); err == nil {
 			t.Errorf("%s was accepted", id)
 		}
-		// Nor answered: an answer to a request refused here (the dead-letter processor's)
-		// would land in another caller's session, and pre-empt the id there.
-		time.Sleep(200 * time.Millisecond)
+		// Nor answered: an answer to a request refused here would land in another caller's
+		// session, and pre-empt the id there.
 		if _, r, err := admin.Response(ctx, id, session); err == nil {
 			t.Errorf("%s was answered in session %s: %+v", id, session, r)
 		}
@@ -131,22 +119,10 @@ func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
 		for i := range 2 {
 			calls = append(calls, protocol.ToolCall{ToolCallID: "c" + string(rune('0'+i)), Name: "echo", Arguments: []byte(`{"blob":"` + strings.Repeat("z", blob) + `"}`)})
 		}
-		req := &protocol.Request{RequestID: requestID, SessionID: requestID, ToolCalls: calls}
-		m, err := protocol.NewMessage(protocol.TypeRequest, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest(requestID), requestID, requestID
-		data, err := protocol.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, protocol.SubjectClientRequest("client", requestID), data); err != nil {
-			t.Fatal(err)
-		}
+		publishClientRequest(ctx, t, js, requestID, &protocol.Request{RequestID: requestID, SessionID: requestID, ToolCalls: calls}, nil)
 	}
-	time.Sleep(200 * time.Millisecond) // the gateway has looked at the record's limit
-	publish("ext_huge", 75<<10)        // writes about 4 × 150 KiB: more than 90 % of 512 KiB
+	// The gateway knows the record's limit before it takes any client's request (Listen).
+	publish("ext_huge", 75<<10) // writes about 4 × 150 KiB: more than 90 % of 512 KiB
 	publish("ext_small", 10)
 	_, admin := s.connect()
 	waitForWithin(t, "the small request answered", 10*time.Second, func() bool {
@@ -155,5 +131,23 @@ func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
 	})
 	if _, err := admin.Plan(ctx, "ext_huge"); err == nil {
 		t.Fatal("the request too large for the record was accepted")
+	}
+}
+
+// publishClientRequest publishes req as the external client user "client" does, on the subject
+// of subjectSession, its envelope claiming caller (nil: none).
+func publishClientRequest(ctx context.Context, t *testing.T, js jetstream.JetStream, subjectSession string, req *protocol.Request, caller *protocol.Caller) {
+	t.Helper()
+	m, err := protocol.NewMessage(protocol.TypeRequest, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MsgID, m.RequestID, m.SessionID, m.Caller = protocol.MsgIDRequest(req.RequestID), req.RequestID, req.Session(), caller
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, protocol.SubjectClientRequest("client", subjectSession), data); err != nil {
+		t.Fatalf("the client could not publish a request: %v", err)
 	}
 }

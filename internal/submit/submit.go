@@ -260,7 +260,12 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	plan := bus.PlanOf(m, req, time.Now())
 	plan.AtIntake = true
 	created, first, err := s.cfg.Bus.CreatePlan(actx, req.RequestID, plan)
-	if err != nil {
+	switch {
+	case bus.IsPermanent(err):
+		// What is kept under the id is no plan (damaged): no retry reads it better.
+		log.Error("record the plan", "err", err)
+		return nil, fmt.Errorf("%w: request_id %s: what the record keeps under it is not a plan; use a new request_id", ErrConflict, req.RequestID)
+	case err != nil:
 		log.Error("record the plan", "err", err)
 		return nil, fmt.Errorf("%w: record the plan: %v", ErrUnavailable, err)
 	}

@@ -26,6 +26,12 @@ const (
 	// CodeDestinationRefused: the call's URL leads to an address workers never call
 	// (link-local and cloud metadata, or loopback through a name).
 	CodeDestinationRefused = "DESTINATION_REFUSED"
+	// CodeContractViolation: the tool answered outside its contract (origin tool); the
+	// answer is kept in the record's result, not delivered.
+	CodeContractViolation = "CONTRACT_VIOLATION"
+	// CodeContractUnavailable: the contract version the call was routed under could not be
+	// read, so the call was not made (its answer could not have been checked).
+	CodeContractUnavailable = "CONTRACT_UNAVAILABLE"
 )
 
 // Error codes of the HTTP API's JSON errors ({"error": {"code", "message", "field"}}).

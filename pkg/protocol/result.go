@@ -19,7 +19,7 @@ var hermesCodes = map[string]bool{
 	CodeToolHTTP5xx: true, CodeToolHTTP4xx: true, CodeToolRateLimited: true, CodeToolRedirected: true,
 	CodeToolBadResponse: true, CodeToolFailed: true, CodeResultTooLarge: true, CodeEnvNotAllowed: true,
 	CodeEnvUnset: true, CodeBadArguments: true, CodeDeadlineExceeded: true, CodeDeadLettered: true,
-	CodeCancelled: true, CodeDestinationRefused: true,
+	CodeCancelled: true, CodeDestinationRefused: true, CodeContractViolation: true, CodeContractUnavailable: true,
 }
 
 // IsHermesCode reports whether code is one of the codes Hermes sets in error_code.

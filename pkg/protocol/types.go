@@ -97,6 +97,11 @@ type ToolResult struct {
 	RecoveryHint  string `json:"recovery_hint,omitempty" msgpack:"recovery_hint,omitempty"`
 	// Route is the name of the rule that routed the call.
 	Route string `json:"route,omitempty" msgpack:"route,omitempty"`
+	// ContractVersion is the version of the tool's contract the call ran under (0: none).
+	ContractVersion int `json:"contract_version,omitempty" msgpack:"contract_version,omitempty"`
+	// Rejected is an answer the tool gave that broke its contract (CONTRACT_VIOLATION): kept in
+	// the record's result for whoever debugs the tool, never in a response.
+	Rejected json.RawMessage `json:"rejected_content,omitempty" msgpack:"rejected_content,omitempty"`
 }
 
 // ResponseStatus derives a response status from its results.
@@ -126,6 +131,20 @@ type Dispatch struct {
 	// Params are the route's regex captures; an argument of the same name wins over them.
 	Params map[string]string `msgpack:"params,omitempty" json:"params,omitempty"`
 	Action Action            `msgpack:"action" json:"action"`
+	// Contract names the contract version the call runs under, when its tool has one: the
+	// worker checks the tool's answer against that version, whatever is registered since.
+	Contract *ContractRef `msgpack:"contract,omitempty" json:"contract,omitempty"`
+}
+
+// ContractRef names one version of a tool's contract.
+type ContractRef struct {
+	Name    string `msgpack:"name" json:"name"`
+	Version int    `msgpack:"version" json:"version"`
+	// Revision is the version's revision in the contracts' bucket, where it is read.
+	Revision uint64 `msgpack:"revision" json:"revision"`
+	// ResourceLevel and Effects are the contract's, for what schedules or guards calls.
+	ResourceLevel string `msgpack:"resource_level,omitempty" json:"resource_level,omitempty"`
+	Effects       string `msgpack:"effects,omitempty" json:"effects,omitempty"`
 }
 
 // ToolStarted is the payload of a tool_started event, published when a try begins.

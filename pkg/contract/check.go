@@ -1,0 +1,326 @@
+package contract
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	msg "golang.org/x/text/message"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// maxProblems bounds how many problems one check reports.
+const maxProblems = 8
+
+// ArgumentsError says how a call's arguments break the contract's input_schema: each problem
+// names the field and the rule ("order_id: does not match ^ORD[0-9]{12}$").
+type ArgumentsError struct {
+	Tool     string
+	Problems []string
+	// Hint tells the caller (an LLM, often) what to send instead.
+	Hint string
+}
+
+func (e *ArgumentsError) Error() string { return strings.Join(e.Problems, "; ") }
+
+// CheckInput checks a call's arguments (a JSON object; empty counts as {}). It returns nil or
+// an *ArgumentsError.
+func (c *Compiled) CheckInput(args json.RawMessage) error {
+	if c.input == nil {
+		return nil
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return &ArgumentsError{Tool: c.Name, Problems: []string{"the arguments are not JSON"}, Hint: "send the arguments as a JSON object"}
+	}
+	problems := c.input.check(v, "(the arguments)")
+	if len(problems) == 0 {
+		return nil
+	}
+	e := &ArgumentsError{Tool: c.Name}
+	var hints []string
+	for _, p := range problems {
+		e.Problems = append(e.Problems, p.String())
+		if d := c.input.descriptions[p.top()]; d != "" {
+			hints = append(hints, p.top()+" is "+d)
+		}
+	}
+	e.Hint = fmt.Sprintf("call %s again with arguments that follow its input_schema: %s", c.Name, strings.Join(e.Problems, "; "))
+	if len(hints) > 0 {
+		e.Hint += " (" + strings.Join(dedupe(hints), "; ") + ")"
+	}
+	return e
+}
+
+// Shaped reports whether the contract's answers are {"success": …} or {"failure": …}.
+func (c *Compiled) Shaped() bool { return c.shaped }
+
+// Verdict is what the contract says of one answer.
+type Verdict struct {
+	// Violation, when not empty, says how the answer breaks the contract.
+	Violation string
+	// Failure marks a declared failure, with the tool's code and hint.
+	Failure bool
+	Code    string
+	Hint    string
+}
+
+// CheckOutput checks an answer the tool gave (its JSON, as given), with errorStatus when it came
+// with an error status (HTTP 4xx/5xx). A shaped contract judges every answer: a success must
+// come with a success status and match output_schema.success; a failure must carry an error
+// code (^[A-Z0-9_]{1,64}$, not Hermes' own) and match output_schema.failure, exactly (an enum
+// is compared byte for byte). A plain contract judges the answers of successful calls only
+// (under an error status the caller keeps its own verdict).
+func (c *Compiled) CheckOutput(answer json.RawMessage, errorStatus bool) Verdict {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(answer))
+	if err != nil {
+		return Verdict{Violation: "the answer is not JSON"}
+	}
+	if !c.shaped {
+		if errorStatus || c.plain == nil {
+			return Verdict{}
+		}
+		return violation(c.plain.check(v, "(the answer)"))
+	}
+	obj, ok := v.(map[string]any)
+	if !ok || len(obj) != 1 {
+		return Verdict{Violation: `the answer must be {"success": …} or {"failure": {"error_code": …, "recovery_hint": …}}, got ` + describe(v)}
+	}
+	if s, ok := obj["success"]; ok {
+		if errorStatus {
+			return Verdict{Violation: "a success answer came with an error status"}
+		}
+		if c.success == nil {
+			return Verdict{}
+		}
+		return violation(c.success.check(s, "success"))
+	}
+	f, ok := obj["failure"]
+	if !ok {
+		return Verdict{Violation: `the answer must be {"success": …} or {"failure": …}, got ` + describe(v)}
+	}
+	if c.failure != nil {
+		if out := violation(c.failure.check(f, "failure")); out.Violation != "" {
+			return out
+		}
+	}
+	fm, ok := f.(map[string]any)
+	if !ok {
+		return Verdict{Violation: "failure must be an object with error_code and recovery_hint, got " + describe(f)}
+	}
+	code, _ := fm["error_code"].(string)
+	switch {
+	case code == "":
+		return Verdict{Violation: "failure.error_code: is required (a string)"}
+	case protocol.IsHermesCode(code):
+		return Verdict{Violation: "failure.error_code: " + code + " is one of Hermes' own codes"}
+	case protocol.ToolCode(code) != code:
+		return Verdict{Violation: fmt.Sprintf("failure.error_code: %s is not an error code (^[A-Z0-9_]{1,64}$)", quote(code))}
+	}
+	hint, isString := fm["recovery_hint"].(string)
+	if _, has := fm["recovery_hint"]; has && !isString {
+		return Verdict{Violation: "failure.recovery_hint: must be a string"}
+	}
+	return Verdict{Failure: true, Code: code, Hint: hint}
+}
+
+func violation(ps []problem) Verdict {
+	if len(ps) == 0 {
+		return Verdict{}
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return Verdict{Violation: strings.Join(s, "; ")}
+}
+
+// problem is one way a value breaks a schema.
+type problem struct {
+	at   []string // where, in the value
+	root string   // what the value is called
+	what string
+}
+
+func (p problem) String() string {
+	if len(p.at) == 0 {
+		return p.root + ": " + p.what
+	}
+	if p.root == "success" || p.root == "failure" {
+		return p.root + "." + strings.Join(p.at, ".") + ": " + p.what
+	}
+	return strings.Join(p.at, ".") + ": " + p.what
+}
+
+// top is the top-level field the problem is in ("" for the whole value).
+func (p problem) top() string {
+	if len(p.at) == 0 {
+		return ""
+	}
+	return p.at[0]
+}
+
+// check validates v and lists what is wrong (nil when nothing is).
+func (s *schema) check(v any, root string) []problem {
+	err := s.s.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []problem{{root: root, what: protocol.Shorten(err.Error(), 256)}}
+	}
+	var out []problem
+	seen := map[string]bool{}
+	for _, leaf := range leaves(ve) {
+		for _, p := range explain(leaf, root) {
+			if key := p.String(); !seen[key] {
+				seen[key] = true
+				out = append(out, p)
+			}
+		}
+	}
+	// In the order of the fields' names (the validator's is a map's), at most maxProblems.
+	slices.SortStableFunc(out, func(a, b problem) int { return strings.Compare(a.String(), b.String()) })
+	return out[:min(len(out), maxProblems)]
+}
+
+// leaves returns the errors at the bottom of e's tree (the ones that say what is wrong).
+func leaves(e *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return []*jsonschema.ValidationError{e}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range e.Causes {
+		out = append(out, leaves(c)...)
+	}
+	return out
+}
+
+// explain says what one leaf error means, one problem per field it names.
+func explain(e *jsonschema.ValidationError, root string) []problem {
+	at := e.InstanceLocation
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		out := make([]problem, len(k.Missing))
+		for i, m := range k.Missing {
+			out[i] = problem{at: append(append([]string{}, at...), m), root: root, what: "is required"}
+		}
+		return out
+	case *kind.AdditionalProperties:
+		out := make([]problem, len(k.Properties))
+		for i, name := range k.Properties {
+			out[i] = problem{at: append(append([]string{}, at...), name), root: root, what: "is not a field the contract names"}
+		}
+		return out
+	}
+	return []problem{{at: at, root: root, what: message(e)}}
+}
+
+var printer = msg.NewPrinter(language.English)
+
+// message says what is wrong in the words a person or an LLM can act on.
+func message(e *jsonschema.ValidationError) string {
+	switch k := e.ErrorKind.(type) {
+	case *kind.Pattern:
+		return "does not match " + k.Want
+	case *kind.Type:
+		return fmt.Sprintf("is %s, want %s", article(k.Got), strings.Join(k.Want, " or "))
+	case *kind.Enum:
+		want := make([]string, len(k.Want))
+		for i, w := range k.Want {
+			want[i] = describe(w)
+		}
+		return fmt.Sprintf("is %s; must be one of %s", describe(k.Got), strings.Join(want, ", "))
+	case *kind.Const:
+		return fmt.Sprintf("is %s; must be %s", describe(k.Got), describe(k.Want))
+	case *kind.MinLength:
+		return fmt.Sprintf("is %d characters long; at least %d", k.Got, k.Want)
+	case *kind.MaxLength:
+		return fmt.Sprintf("is %d characters long; at most %d", k.Got, k.Want)
+	case *kind.Minimum:
+		return fmt.Sprintf("is %s; at least %s", rat(k.Got), rat(k.Want))
+	case *kind.Maximum:
+		return fmt.Sprintf("is %s; at most %s", rat(k.Got), rat(k.Want))
+	case *kind.ExclusiveMinimum:
+		return fmt.Sprintf("is %s; must be more than %s", rat(k.Got), rat(k.Want))
+	case *kind.ExclusiveMaximum:
+		return fmt.Sprintf("is %s; must be less than %s", rat(k.Got), rat(k.Want))
+	case *kind.MinItems:
+		return fmt.Sprintf("has %d items; at least %d", k.Got, k.Want)
+	case *kind.MaxItems:
+		return fmt.Sprintf("has %d items; at most %d", k.Got, k.Want)
+	case *kind.FalseSchema:
+		return "is not allowed"
+	}
+	return protocol.Shorten(e.ErrorKind.LocalizedString(printer), 256)
+}
+
+func article(t string) string {
+	switch t {
+	case "object", "array", "integer":
+		return "an " + t
+	case "null":
+		return "null"
+	}
+	return "a " + t
+}
+
+func rat(r *big.Rat) string {
+	if r == nil {
+		return "?"
+	}
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return fmt.Sprint(f)
+}
+
+// describe shows a value briefly: strings quoted (so a trailing space shows), compound values
+// by their kind.
+func describe(v any) string {
+	switch v := v.(type) {
+	case string:
+		return quote(v)
+	case map[string]any:
+		keys := sortedKeys(v)
+		if len(keys) > 4 {
+			keys = append(keys[:4], "…")
+		}
+		return "an object with " + strings.Join(keys, ", ")
+	case []any:
+		return fmt.Sprintf("a list of %d", len(v))
+	case nil:
+		return "null"
+	}
+	return protocol.Shorten(fmt.Sprint(v), 64)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(protocol.Shorten(s, 64))
+	return string(b)
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	out := s[:0]
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,157 @@
+// Package contract is what a tool promises: the arguments it takes (input_schema), the answers
+// it gives (output_schema: {"success": …} or {"failure": …}, or a plain value), how it is run
+// (execution_policy) and what calling it does (effects). Hermes checks every call's arguments
+// before dispatch and every answer before anyone sees it.
+//
+// A contract is written in YAML or JSON (Parse), in the shape of seed 003 §3.2; its schemas take
+// two forms, the seed's short one (field → type, required, pattern, …) and full JSON Schema (a
+// top-level type or $schema says which). Compile turns a contract into checks, built with
+// santhosh-tekuri/jsonschema (draft 2020-12 unless the schema names another); no schema is ever
+// fetched from anywhere.
+package contract
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Effects says what calling a tool does.
+type Effects string
+
+const (
+	// EffectsNone: the call changes nothing (a lookup).
+	EffectsNone Effects = "none"
+	// EffectsIdempotent: the call may change something, and the same call again changes
+	// nothing more (the default).
+	EffectsIdempotent Effects = "idempotent"
+	// EffectsSideEffects: each call may change something again (a payment, a message sent).
+	EffectsSideEffects Effects = "side_effects"
+)
+
+// AllEffects lists the effects a contract may declare.
+var AllEffects = []Effects{EffectsNone, EffectsIdempotent, EffectsSideEffects}
+
+// ResourceLevels are the levels execution_policy.resource_level takes: light, medium, heavy.
+var ResourceLevels = []string{"L", "M", "H"}
+
+// Limits of a contract.
+const (
+	// MaxDescriptionBytes bounds a contract's description (it is shown to LLMs).
+	MaxDescriptionBytes = 4096
+	// MaxSourceBytes bounds a contract as written.
+	MaxSourceBytes = 256 << 10
+	// MaxRetries bounds execution_policy.max_retries.
+	MaxRetries = 10
+)
+
+// Contract is one tool's contract as written (its schemas in the form given, as JSON).
+type Contract struct {
+	// Name is the tool's name (a tool call's name).
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// InputSchema checks a call's arguments; none means any arguments.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// OutputSchema checks the tool's answers; none means any answer.
+	OutputSchema    json.RawMessage `json:"output_schema,omitempty"`
+	ExecutionPolicy *Policy         `json:"execution_policy,omitempty"`
+	// Effects is EffectsIdempotent when not written.
+	Effects Effects `json:"effects,omitempty"`
+	// Reach says how the tool is called when the contract names it itself (an action as in
+	// a routes rule); nil: the routes file's rules for Name say.
+	Reach *protocol.Action `json:"reach,omitempty"`
+}
+
+// Policy is a contract's execution_policy. Zero fields are not set.
+type Policy struct {
+	// TimeoutMS bounds each try.
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// MaxRetries is how many tries may follow a failed first one; nil: not set.
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// ResourceLevel is one of ResourceLevels.
+	ResourceLevel string `json:"resource_level,omitempty"`
+}
+
+// EffectsOrDefault returns c's effects, EffectsIdempotent when not written.
+func (c *Contract) EffectsOrDefault() Effects {
+	if c.Effects == "" {
+		return EffectsIdempotent
+	}
+	return c.Effects
+}
+
+// Ref names the version of a contract a call runs under.
+func (c *Compiled) Ref() *protocol.ContractRef {
+	return &protocol.ContractRef{Name: c.Name, Version: c.Version, Revision: c.Revision,
+		ResourceLevel: c.policy().ResourceLevel, Effects: string(c.EffectsOrDefault())}
+}
+
+func (c *Contract) policy() Policy {
+	if c.ExecutionPolicy == nil {
+		return Policy{}
+	}
+	return *c.ExecutionPolicy
+}
+
+// Apply returns a with the contract's execution policy applied, the stricter of the two winning:
+// each try's timeout is the smaller of the action's and the contract's timeout_ms, and the tries
+// are at most 1 + max_retries. What the contract does not set is the action's.
+func (c *Contract) Apply(a protocol.Action) protocol.Action {
+	p := c.policy()
+	if p.TimeoutMS > 0 && (a.TimeoutMS <= 0 || p.TimeoutMS < a.TimeoutMS) {
+		a.TimeoutMS = p.TimeoutMS
+	}
+	if p.MaxRetries != nil && 1+*p.MaxRetries < a.Retry.MaxAttempts {
+		a.Retry.MaxAttempts = 1 + *p.MaxRetries
+	}
+	return a
+}
+
+// check validates what Parse or a program filled in, apart from the schemas.
+func (c *Contract) check() error {
+	if err := protocol.CheckToolName("name", c.Name); err != nil {
+		return &Error{Field: "name", Reason: strings.TrimPrefix(err.Error(), "name: ")}
+	}
+	if len(c.Description) > MaxDescriptionBytes {
+		return &Error{Field: "description", Reason: fmt.Sprintf("is %d bytes; at most %d", len(c.Description), MaxDescriptionBytes)}
+	}
+	if c.Effects != "" && !slices.Contains(AllEffects, c.Effects) {
+		return &Error{Field: "effects", Reason: fmt.Sprintf("must be one of none, idempotent, side_effects; got %q", protocol.Shorten(string(c.Effects), 32))}
+	}
+	if p := c.ExecutionPolicy; p != nil {
+		switch {
+		case p.TimeoutMS < 0 || p.TimeoutMS > routes.MaxTimeoutMS:
+			return &Error{Field: "execution_policy.timeout_ms", Reason: fmt.Sprintf("must be from 1 to %d", routes.MaxTimeoutMS)}
+		case p.MaxRetries != nil && (*p.MaxRetries < 0 || *p.MaxRetries > MaxRetries):
+			return &Error{Field: "execution_policy.max_retries", Reason: fmt.Sprintf("must be from 0 to %d", MaxRetries)}
+		case p.ResourceLevel != "" && !slices.Contains(ResourceLevels, p.ResourceLevel):
+			return &Error{Field: "execution_policy.resource_level", Reason: fmt.Sprintf("must be one of L, M, H; got %q", protocol.Shorten(p.ResourceLevel, 16))}
+		}
+	}
+	return nil
+}
+
+// Error says why a contract was refused: the line (of YAML; 0 when unknown), the field's path
+// (input_schema.order_id.pattern) and the reason. It never quotes a header value.
+type Error struct {
+	Line   int
+	Field  string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}

@@ -200,15 +200,15 @@ func AccessOf(role Role, user string) (Access, error) {
 	case RoleGateway:
 		a.Publish = slices.Concat(reads(),
 			consume(protocol.ClientStreamName, ConsumerClients),
-			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls)),
+			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls), KVStream(BucketContracts)),
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), subjResults, subjResponses, subjLive, subjTimers},
-			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims),
+			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)
 		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
-			ordered(KVStream(BucketTools), KVStream(BucketCalls)),
+			ordered(KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
 			consume(protocol.StreamName, append(requestConsumers(), ConsumerRouterResults)...),
 			consume(protocol.DLQStreamName, ConsumerDeadLetters),
 			consume(protocol.TimerStreamName, ConsumerTimers),
@@ -219,7 +219,7 @@ func AccessOf(role Role, user string) (Access, error) {
 			parking())
 	case RoleWorker:
 		a.Publish = slices.Concat(reads(),
-			ordered(KVStream(BucketTools), KVStream(BucketCalls)),
+			ordered(KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
 			[]string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*", jsAck + protocol.StreamName + ".*.>"},
 			toolConsumers(),
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},

@@ -69,6 +69,9 @@ const (
 	// hash of its secret, never the token. A sign-in lasts 12 hours at most (the bucket's TTL);
 	// the bucket is bounded in bytes, refusing new sign-ins when full.
 	BucketSignins = "hermes-signins"
+	// BucketContracts holds tools' contracts (package registry), one key per tool, each
+	// registration a revision: the last ContractHistory versions stay readable.
+	BucketContracts = "hermes-contracts"
 )
 
 // KVStream names the stream JetStream keeps a key-value bucket in.
@@ -153,11 +156,15 @@ const DefaultRecordMaxBytes = 8 << 30
 // gateways stop accepting requests: what is left lets accepted requests finish.
 const IntakeStopsAt = 0.9
 
+// ContractHistory is how many versions of a tool's contract stay readable (JetStream's most).
+const ContractHistory = 64
+
 // Byte limits of the small buckets and the timers: far above what they hold, a bound all the
 // same.
 const (
 	smallBucketMaxBytes = 16 << 20
 	signinsMaxBytes     = 64 << 20
+	contractsMaxBytes   = 64 << 20
 	timersMaxBytes      = 256 << 20
 )
 
@@ -166,7 +173,7 @@ const (
 // least.
 func StoreBytes(cfg Config) int64 {
 	cfg = cfg.withDefaults()
-	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes + clientsMaxBytes
+	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes + contractsMaxBytes + clientsMaxBytes
 	for _, n := range []int64{cfg.MaxBytes, cfg.DeadLetterMaxBytes} {
 		if n > 0 {
 			total += n
@@ -251,6 +258,8 @@ type Bus struct {
 	Owners jetstream.KeyValue
 	// Signins is the sign-ins bucket (BucketSignins).
 	Signins jetstream.KeyValue
+	// Contracts is the tools' contracts bucket (BucketContracts).
+	Contracts jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
 	// leaves no delete marker behind.
 	ParkedStream jetstream.Stream
@@ -344,26 +353,29 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		maxBytes   int64
 		dst        *jetstream.KeyValue
 		consistent bool
+		history    uint8
 	}{
 		// Plans outlive what the record keeps of their request, so that a request_id reused
 		// later finds nothing left of the first request.
-		{BucketCalls, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Calls, true},
-		{BucketTools, 0, smallBucketMaxBytes, &b.Tools, false},
-		{BucketClaims, cfg.StateTTL, cfg.StateMaxBytes, &b.Claims, true},
-		{BucketSessions, cfg.StateTTL, cfg.StateMaxBytes, &b.Sessions, true},
+		{BucketCalls, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Calls, true, 1},
+		{BucketTools, 0, smallBucketMaxBytes, &b.Tools, false, 1},
+		{BucketClaims, cfg.StateTTL, cfg.StateMaxBytes, &b.Claims, true, 1},
+		{BucketSessions, cfg.StateTTL, cfg.StateMaxBytes, &b.Sessions, true, 1},
 		// No TTL: a parked message must never be dropped while it waits (an approval may
 		// take days); bounded in bytes instead, refusing new ones when full.
-		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true},
+		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true, 1},
 		// A revocation must be seen by the next read, from whichever gateway.
-		{BucketKeys, 0, smallBucketMaxBytes, &b.Keys, true},
+		{BucketKeys, 0, smallBucketMaxBytes, &b.Keys, true, 1},
 		// An owner, once written, must be what every gateway reads.
-		{BucketOwners, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Owners, true},
+		{BucketOwners, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Owners, true, 1},
 		// Signing out must end a sign-in for every gateway at once.
-		{BucketSignins, 12 * time.Hour, signinsMaxBytes, &b.Signins, true},
+		{BucketSignins, 12 * time.Hour, signinsMaxBytes, &b.Signins, true, 1},
+		// A contract's versions are its revisions: a call routed under one finishes under it.
+		{BucketContracts, 0, contractsMaxBytes, &b.Contracts, true, ContractHistory},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   kv.name,
-			History:  1,
+			History:  kv.history,
 			TTL:      kv.ttl,
 			MaxBytes: kv.maxBytes,
 			Storage:  jetstream.FileStorage,

@@ -1,0 +1,151 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/contract"
+)
+
+// maxCompiled bounds the past versions a Live keeps compiled.
+const maxCompiled = 256
+
+// ErrDamaged: what the bucket holds for a tool cannot be read as its contract. Calls to the
+// tool are refused rather than run unchecked.
+var ErrDamaged = errors.New("registry: the tool's contract record is damaged")
+
+// Live is the registry as it is now, followed as it changes: every change written to the
+// bucket is seen as soon as the server delivers it. It is safe for concurrent use.
+type Live struct {
+	store *Store
+	log   *slog.Logger
+
+	mu      sync.RWMutex
+	current map[string]current
+	past    map[version]*contract.Compiled // compiled versions asked for by revision
+	ready   chan struct{}
+}
+
+type current struct {
+	c   *contract.Compiled
+	err error
+}
+
+type version struct {
+	name string
+	rev  uint64
+}
+
+// Follow starts following the bucket and returns once every contract it holds is known. It
+// follows until ctx ends.
+func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live, error) {
+	l := &Live{store: NewStore(kv), log: log, current: map[string]current{}, past: map[version]*contract.Compiled{}, ready: make(chan struct{})}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: follow %s: %w", "the contracts", err)
+	}
+	go l.run(ctx, w)
+	select {
+	case <-l.ready:
+		return l, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher) {
+	defer func() { _ = w.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				if initial {
+					initial = false
+					close(l.ready)
+				}
+				continue
+			}
+			l.apply(e)
+		}
+	}
+}
+
+// apply takes one change of the bucket.
+func (l *Live) apply(e jetstream.KeyValueEntry) {
+	name := e.Key()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.current, name)
+		return
+	}
+	rec, err := decodeRecord(name, e.Value())
+	if err != nil {
+		l.log.Error("a contract record that cannot be read; calls to the tool are refused until it is registered again", "tool", name, "revision", e.Revision(), "err", err)
+		l.current[name] = current{err: fmt.Errorf("%w: %s (revision %d)", ErrDamaged, name, e.Revision())}
+		return
+	}
+	if rec.Removed {
+		delete(l.current, name)
+		l.log.Info("contract removed", "tool", name, "version", rec.Version)
+		return
+	}
+	c, err := contract.Compile(&rec.Contract, rec.Version, e.Revision())
+	if err != nil {
+		l.log.Error("a contract that does not compile; calls to the tool are refused until it is registered again", "tool", name, "version", rec.Version, "err", err)
+		l.current[name] = current{err: fmt.Errorf("%w: %s version %d: %v", ErrDamaged, name, rec.Version, err)}
+		return
+	}
+	l.current[name] = current{c: c}
+	l.log.Info("contract in use", "tool", name, "version", rec.Version, "revision", e.Revision())
+}
+
+// Current returns the tool's contract now: nil when it has none, ErrDamaged when what the
+// bucket holds for it cannot be used.
+func (l *Live) Current(name string) (*contract.Compiled, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	cur := l.current[name]
+	return cur.c, cur.err
+}
+
+// At returns the version of the tool's contract at revision, compiled: the current one, one
+// compiled before, or read from the bucket (ErrNotFound when it no longer holds it).
+func (l *Live) At(ctx context.Context, name string, revision uint64) (*contract.Compiled, error) {
+	key := version{name, revision}
+	l.mu.RLock()
+	cur, past := l.current[name], l.past[key]
+	l.mu.RUnlock()
+	if cur.c != nil && cur.c.Revision == revision {
+		return cur.c, nil
+	}
+	if past != nil {
+		return past, nil
+	}
+	e, err := l.store.At(ctx, name, revision)
+	if err != nil {
+		return nil, err
+	}
+	c, err := contract.Compile(&e.Contract, e.Version, e.Revision)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s version %d: %v", ErrDamaged, name, e.Version, err)
+	}
+	l.mu.Lock()
+	if len(l.past) >= maxCompiled {
+		clear(l.past)
+	}
+	l.past[key] = c
+	l.mu.Unlock()
+	return c, nil
+}

@@ -121,7 +121,8 @@ func (l *Live) Current(name string) (*contract.Compiled, error) {
 }
 
 // At returns the version of the tool's contract at revision, compiled: the current one, one
-// compiled before, or read from the bucket (ErrNotFound when it no longer holds it).
+// compiled before, or read from the bucket. An error wrapping contract.ErrUnavailable says the
+// bucket no longer holds it, or holds it damaged.
 func (l *Live) At(ctx context.Context, name string, revision uint64) (*contract.Compiled, error) {
 	key := version{name, revision}
 	l.mu.RLock()
@@ -134,12 +135,15 @@ func (l *Live) At(ctx context.Context, name string, revision uint64) (*contract.
 		return past, nil
 	}
 	e, err := l.store.At(ctx, name, revision)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, errBadRecord) {
+		return nil, fmt.Errorf("%w: %w", contract.ErrUnavailable, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	c, err := contract.Compile(&e.Contract, e.Version, e.Revision)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s version %d: %v", ErrDamaged, name, e.Version, err)
+		return nil, fmt.Errorf("%w: %w: %s version %d: %v", contract.ErrUnavailable, ErrDamaged, name, e.Version, err)
 	}
 	l.mu.Lock()
 	if len(l.past) >= maxCompiled {

@@ -18,7 +18,7 @@ import (
 
 func parse(t *testing.T, doc string) (*contract.Contract, []byte) {
 	t.Helper()
-	c, err := contract.Parse([]byte(doc))
+	c, err := registry.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}

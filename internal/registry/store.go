@@ -43,17 +43,20 @@ type Entry struct {
 	Revision uint64 `json:"revision"`
 }
 
+// errBadRecord is wrapped by decodeRecord's errors.
+var errBadRecord = errors.New("registry: not a contract record")
+
 // decodeRecord reads a stored record, refusing what is not one for name.
 func decodeRecord(name string, data []byte) (*Record, error) {
 	if len(data) > maxRecordBytes {
-		return nil, fmt.Errorf("registry: %s: a record of %d bytes", name, len(data))
+		return nil, fmt.Errorf("%w: %s: %d bytes", errBadRecord, name, len(data))
 	}
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("registry: %s: not a contract record: %w", name, err)
+		return nil, fmt.Errorf("%w: %s: %v", errBadRecord, name, err)
 	}
 	if r.Contract.Name != name || r.Version < 1 {
-		return nil, fmt.Errorf("registry: %s: not a contract record of this tool", name)
+		return nil, fmt.Errorf("%w: %s: not this tool's", errBadRecord, name)
 	}
 	return &r, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -52,6 +53,9 @@ type Call struct {
 	Hold *park.Wait
 	// Dispatch is what a stage resolved for the tool; set on pending calls by the route stage.
 	Dispatch *protocol.Dispatch
+	// Contract is the tool's contract the call goes under, set by the contract stage (nil:
+	// the tool has none).
+	Contract *contract.Compiled
 }
 
 // Pending reports whether no stage has settled c yet.

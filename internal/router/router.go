@@ -18,6 +18,7 @@ import (
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -36,8 +37,11 @@ type Config struct {
 	// Kinds are the action kinds dispatched; calls routed to another kind are answered
 	// ACTION_UNSUPPORTED. Default protocol.ImplementedKinds.
 	Kinds []string
-	// Stages run between the plan and the route stages, in order (contract checks, policies,
-	// rate limits… to come).
+	// Contracts returns a tool's contract now (registry.Live.Current); nil: no tool has one.
+	// The contract stage runs after the plan stage when it is set.
+	Contracts func(tool string) (*contract.Compiled, error)
+	// Stages run between the contract and the route stages, in order (policies, rate
+	// limits… to come).
 	Stages []Stage
 	// Metrics counts answered requests; nil counts into unexported metrics.
 	Metrics *metrics.Metrics
@@ -124,6 +128,9 @@ func New(cfg Config) (*Router, error) {
 	stages := []Stage{
 		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, Plan: cfg.Bus.Plan, WakeNext: wake},
 		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub, answer: r.agg.answer}, WakeNext: wake, StateTTL: cfg.Bus.Config().StateTTL},
+	}
+	if cfg.Contracts != nil {
+		stages = append(stages, &ContractStage{Contracts: cfg.Contracts})
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})

@@ -401,6 +401,17 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		}
 		call := c.Call
 		rule, params, ok := table.Match(call.Name, job.Req.Intent)
+		if c.Contract != nil && c.Contract.Reach != nil {
+			// The contract says where the tool is: it wins over the routes file.
+			rule, params, ok = &routes.Rule{Name: ContractRoute(call.Name), Action: *c.Contract.Reach}, nil, true
+		}
+		if !ok && c.Contract != nil {
+			job.Log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID, "contract_version", c.Contract.Version)
+			c.Decide(protocol.ErrorResult(protocol.CodeNoRoute, protocol.OriginHermes,
+				fmt.Sprintf("the contract of %s names no reach: add a reach section to it, or a rule for tool_name %s to the routes file (%s)", call.Name, call.Name, table.File),
+				fmt.Sprintf("no route matches tool %q with this intent", call.Name)), "")
+			continue
+		}
 		if !ok {
 			job.Log.Info("no route", "tool", call.Name, "tool_call_id", call.ToolCallID)
 			c.Decide(protocol.ErrorResult(protocol.CodeNoRoute, protocol.OriginHermes,
@@ -420,10 +431,17 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			return Continue(), err
 		}
 		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}
+		if c.Contract != nil {
+			c.Dispatch.Action = c.Contract.Apply(rule.Action)
+			c.Dispatch.Contract = c.Contract.Ref()
+		}
 		job.Log.Debug("routed", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name, "kind", kind)
 	}
 	return Continue(), nil
 }
+
+// ContractRoute names the route of a call that goes where its tool's contract says.
+func ContractRoute(tool string) string { return "contract:" + tool }
 
 func (s *RouteStage) runs(kind string) bool {
 	for _, k := range s.Kinds {

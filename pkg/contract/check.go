@@ -80,8 +80,9 @@ type Verdict struct {
 // with an error status (HTTP 4xx/5xx). A shaped contract judges every answer: a success must
 // come with a success status and match output_schema.success; a failure must carry an error
 // code (^[A-Z0-9_]{1,64}$, not Hermes' own) and match output_schema.failure, exactly (an enum
-// is compared byte for byte). A plain contract judges the answers of successful calls only
-// (under an error status the caller keeps its own verdict).
+// is compared byte for byte). An error status whose body has neither is not judged (a proxy's
+// error page, say: the caller keeps its own verdict, and retries). A plain contract judges the
+// answers of successful calls only.
 func (c *Compiled) CheckOutput(answer json.RawMessage, errorStatus bool) Verdict {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(answer))
 	if err != nil {
@@ -94,6 +95,13 @@ func (c *Compiled) CheckOutput(answer json.RawMessage, errorStatus bool) Verdict
 		return violation(c.plain.check(v, "(the answer)"))
 	}
 	obj, ok := v.(map[string]any)
+	_, hasSuccess := obj["success"]
+	_, hasFailure := obj["failure"]
+	if errorStatus && !hasSuccess && !hasFailure {
+		// An error status without the contract's shape (a proxy's 503 page, a 429): not an
+		// answer of the tool's, the caller keeps its own verdict (retried as such).
+		return Verdict{}
+	}
 	if !ok || len(obj) != 1 {
 		return Verdict{Violation: `the answer must be {"success": …} or {"failure": {"error_code": …, "recovery_hint": …}}, got ` + describe(v)}
 	}
@@ -101,15 +109,53 @@ func (c *Compiled) CheckOutput(answer json.RawMessage, errorStatus bool) Verdict
 		if errorStatus {
 			return Verdict{Violation: "a success answer came with an error status"}
 		}
-		if c.success == nil {
-			return Verdict{}
-		}
-		return violation(c.success.check(s, "success"))
+		return c.checkSuccess(s)
 	}
 	f, ok := obj["failure"]
 	if !ok {
 		return Verdict{Violation: `the answer must be {"success": …} or {"failure": …}, got ` + describe(v)}
 	}
+	return c.checkFailure(f)
+}
+
+// CheckValue checks a value a tool returned as its success (a Go function's result): against
+// output_schema.success when the contract is shaped, the plain schema otherwise.
+func (c *Compiled) CheckValue(value json.RawMessage) Verdict {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(value))
+	if err != nil {
+		return Verdict{Violation: "the answer is not JSON"}
+	}
+	if !c.shaped {
+		if c.plain == nil {
+			return Verdict{}
+		}
+		return violation(c.plain.check(v, "(the answer)"))
+	}
+	return c.checkSuccess(v)
+}
+
+// CheckFailure checks a failure a tool reported as a code and a hint (a Go function's error):
+// against output_schema.failure when the contract is shaped (a plain contract does not judge
+// failures: the Verdict is empty).
+func (c *Compiled) CheckFailure(code, hint string) Verdict {
+	if !c.shaped {
+		return Verdict{}
+	}
+	f := map[string]any{"error_code": code}
+	if hint != "" {
+		f["recovery_hint"] = hint
+	}
+	return c.checkFailure(f)
+}
+
+func (c *Compiled) checkSuccess(s any) Verdict {
+	if c.success == nil {
+		return Verdict{}
+	}
+	return violation(c.success.check(s, "success"))
+}
+
+func (c *Compiled) checkFailure(f any) Verdict {
 	if c.failure != nil {
 		if out := violation(c.failure.check(f, "failure")); out.Violation != "" {
 			return out

@@ -3,8 +3,8 @@
 // (execution_policy) and what calling it does (effects). Hermes checks every call's arguments
 // before dispatch and every answer before anyone sees it.
 //
-// A contract is written in YAML or JSON (Parse), in the shape of seed 003 §3.2; its schemas take
-// two forms, the seed's short one (field → type, required, pattern, …) and full JSON Schema (a
+// A contract is written in YAML or JSON (read by package registry), in the shape of seed 003
+// §3.2; its schemas take two forms, the seed's short one (field → type, required, pattern, …) and full JSON Schema (a
 // top-level type or $schema says which). Compile turns a contract into checks, built with
 // santhosh-tekuri/jsonschema (draft 2020-12 unless the schema names another); no schema is ever
 // fetched from anywhere.
@@ -12,11 +12,11 @@ package contract
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -119,13 +119,18 @@ func (c *Contract) check() error {
 	if len(c.Description) > MaxDescriptionBytes {
 		return &Error{Field: "description", Reason: fmt.Sprintf("is %d bytes; at most %d", len(c.Description), MaxDescriptionBytes)}
 	}
+	if c.Reach != nil {
+		if err := c.Reach.Check(); err != nil {
+			return &Error{Field: "reach", Reason: err.Error()}
+		}
+	}
 	if c.Effects != "" && !slices.Contains(AllEffects, c.Effects) {
 		return &Error{Field: "effects", Reason: fmt.Sprintf("must be one of none, idempotent, side_effects; got %q", protocol.Shorten(string(c.Effects), 32))}
 	}
 	if p := c.ExecutionPolicy; p != nil {
 		switch {
-		case p.TimeoutMS < 0 || p.TimeoutMS > routes.MaxTimeoutMS:
-			return &Error{Field: "execution_policy.timeout_ms", Reason: fmt.Sprintf("must be from 1 to %d", routes.MaxTimeoutMS)}
+		case p.TimeoutMS < 0 || p.TimeoutMS > protocol.MaxTimeoutMS:
+			return &Error{Field: "execution_policy.timeout_ms", Reason: fmt.Sprintf("must be from 1 to %d", protocol.MaxTimeoutMS)}
 		case p.MaxRetries != nil && (*p.MaxRetries < 0 || *p.MaxRetries > MaxRetries):
 			return &Error{Field: "execution_policy.max_retries", Reason: fmt.Sprintf("must be from 0 to %d", MaxRetries)}
 		case p.ResourceLevel != "" && !slices.Contains(ResourceLevels, p.ResourceLevel):
@@ -134,6 +139,10 @@ func (c *Contract) check() error {
 	}
 	return nil
 }
+
+// ErrUnavailable is wrapped by the errors of whoever gives contracts by version (the registry)
+// when that version cannot be had: no longer kept, or damaged.
+var ErrUnavailable = errors.New("contract: that version of the contract is not available")
 
 // Error says why a contract was refused: the line (of YAML; 0 when unknown), the field's path
 // (input_schema.order_id.pattern) and the reason. It never quotes a header value.

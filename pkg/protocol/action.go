@@ -105,6 +105,27 @@ const (
 	MaxIntervalMS = 300_000
 )
 
+// Check rejects an action no routes file could have produced: numbers out of bounds, an http
+// or grpc action without its block.
+func (a *Action) Check() error {
+	if err := a.checkBounds(); err != nil {
+		return err
+	}
+	switch a.Kind {
+	case ActionHTTP:
+		if a.HTTP == nil {
+			return fieldErr("action.http", "is required for an http action")
+		}
+	case ActionGRPC:
+		if a.GRPC == nil {
+			return fieldErr("action.grpc", "is required for a grpc action")
+		}
+	default:
+		// Another kind is carried to the worker, whose executors decide.
+	}
+	return nil
+}
+
 // checkBounds rejects numbers no route could have produced.
 func (a *Action) checkBounds() error {
 	r := &a.Retry

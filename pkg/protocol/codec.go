@@ -81,20 +81,18 @@ func (m *Message) DecodeDispatch() (*Dispatch, error) {
 	if d.Call.Arguments != nil && !json.Valid(d.Call.Arguments) {
 		return nil, fieldErr("call.arguments", "is not valid JSON")
 	}
-	if err := d.Action.checkBounds(); err != nil {
+	if err := d.Action.Check(); err != nil {
 		return nil, err
 	}
-	switch d.Action.Kind {
-	case ActionHTTP:
-		if d.Action.HTTP == nil {
-			return nil, fieldErr("action.http", "is required for an http action")
+	if c := d.Contract; c != nil {
+		switch {
+		case c.Name != d.Call.Name:
+			return nil, fieldErr("contract.name", "is not the call's tool")
+		case c.Version < 1 || c.Revision < 1:
+			return nil, fieldErr("contract.version", "must be at least 1")
+		case len(c.ResourceLevel) > 8 || len(c.Effects) > 32:
+			return nil, fieldErr("contract", "resource_level or effects too long")
 		}
-	case ActionGRPC:
-		if d.Action.GRPC == nil {
-			return nil, fieldErr("action.grpc", "is required for a grpc action")
-		}
-	default:
-		// Another kind is carried to the worker, whose executors decide.
 	}
 	return &d, nil
 }

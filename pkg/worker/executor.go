@@ -82,6 +82,9 @@ type Outcome struct {
 	Retryable bool
 	// RetryAfter is a lower bound for the next try's delay asked for by the tool (Retry-After).
 	RetryAfter time.Duration
+	// Answered says whether Result holds what the tool itself said, for its contract to
+	// judge (CheckContracts).
+	Answered Answered
 }
 
 // OK is a successful outcome with content (a JSON value) that took took.

@@ -131,6 +131,7 @@ func (f *Funcs) Execute(ctx context.Context, call *Call) (Outcome, error) {
 		}
 		out := funcFailure(a.err)
 		out.Result.ExecutionTimeMS = a.took.Milliseconds()
+		out.Answered = AnsweredValue
 		return out, nil
 	}
 	content, err := json.Marshal(a.v)
@@ -142,7 +143,9 @@ func (f *Funcs) Execute(ctx context.Context, call *Call) (Outcome, error) {
 	if call.MaxResultBytes > 0 && int64(len(content)) > call.MaxResultBytes {
 		return TooLarge(call.MaxResultBytes), nil
 	}
-	return OK(content, a.took), nil
+	out := OK(content, a.took)
+	out.Answered = AnsweredValue
+	return out, nil
 }
 
 // funcAnswer is what a Go tool's function gave.

@@ -226,13 +226,13 @@ func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp 
 }
 
 // finish records the call's final result and publishes it (its error_code made one of Hermes',
-// the executor's own code moved to tool_error_code). Once recorded, the call is done:
+// the executor's own code moved to tool_error_code, unless the tool's contract declared it). Once recorded, the call is done:
 // if publishing fails, the redelivery publishes the recorded result instead of running the
 // call again. A result too large for one bus message is recorded as a RESULT_TOO_LARGE error.
 // A re-driven call (redrive set) publishes under a message id of its own: the id of the first
 // answer is spent in the duplicate window.
 func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
-	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) {
+	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) && !declaredCode(res) {
 		// An executor's own code is the tool's word, not Hermes': error_code stays one of
 		// Hermes' codes whatever an executor sets.
 		if res.ToolErrorCode == "" {

@@ -40,6 +40,10 @@ type Config struct {
 	MaxResultBytes int64
 	// Middleware wraps every executor, inside Standard (which is always applied).
 	Middleware []Middleware
+	// Contracts gives the contract versions calls were routed under: their answers are judged
+	// by them (CheckContracts). Nil answers every call routed under a contract
+	// CONTRACT_UNAVAILABLE.
+	Contracts Contracts
 	// Observer is told of tries, retries and results (metrics); nil observes nothing.
 	Observer Observer
 	// TrustedSeals, when set, are the routers' public keys by key id: the worker runs only
@@ -139,7 +143,9 @@ func New(cfg Config) (*Worker, error) {
 	if w.obs == nil {
 		w.obs = nopObserver{}
 	}
-	mw := append(Standard(), cfg.Middleware...)
+	// The contract check sits just inside Recover: it reads the contract before the tool's
+	// timeout starts, and judges what the timeout and the result limit leave.
+	mw := slices.Concat(Standard()[:1], []Middleware{CheckContracts(cfg.Contracts)}, Standard()[1:], cfg.Middleware)
 	for _, e := range cfg.Executors {
 		w.execs[e.Kind()] = Chain(e, mw...)
 		if t, ok := e.(Tools); ok {

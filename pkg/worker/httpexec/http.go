@@ -152,6 +152,7 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		out.Result.Status = protocol.ResultOK
+		out.Answered = worker.AnsweredBody
 		return out, nil
 	case resp.StatusCode == http.StatusTooManyRequests:
 		out = toolFailure(out, body, protocol.CodeToolRateLimited, resp.StatusCode, true,
@@ -167,6 +168,9 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	default:
 		out = toolFailure(out, body, protocol.CodeToolHTTP4xx, resp.StatusCode, false,
 			"the tool refused the call; check the arguments against what the tool expects")
+	}
+	if resp.StatusCode >= 400 {
+		out.Answered = worker.AnsweredBody // a failure body is the tool's answer to its contract
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package contract
+package registry
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -30,31 +31,31 @@ const (
 )
 
 // Parse reads one contract, YAML or JSON (JSON is YAML), and compiles it: what it returns is
-// ready to register. Errors are *Error with the line and field of the problem.
-func Parse(data []byte) (*Contract, error) {
+// ready to register. Errors are *contract.Error with the line and field of the problem.
+func Parse(data []byte) (*contract.Contract, error) {
 	all, err := ParseAll(data)
 	if err != nil {
 		return nil, err
 	}
 	switch len(all) {
 	case 0:
-		return nil, &Error{Line: 1, Reason: "no contract: the document is empty"}
+		return nil, &contract.Error{Line: 1, Reason: "no contract: the document is empty"}
 	case 1:
 		return all[0], nil
 	}
-	return nil, &Error{Reason: fmt.Sprintf("%d contracts in one document; register them one by one, or with hermes apply", len(all))}
+	return nil, &contract.Error{Reason: fmt.Sprintf("%d contracts in one document; register them one by one, or with hermes apply", len(all))}
 }
 
 // ParseAll reads every contract of a YAML stream ("---" between documents), each compiled.
-func ParseAll(data []byte) ([]*Contract, error) {
-	if len(data) > MaxSourceBytes {
-		return nil, &Error{Reason: fmt.Sprintf("%d bytes; a contract has at most %d", len(data), MaxSourceBytes)}
+func ParseAll(data []byte) ([]*contract.Contract, error) {
+	if len(data) > contract.MaxSourceBytes {
+		return nil, &contract.Error{Reason: fmt.Sprintf("%d bytes; a contract has at most %d", len(data), contract.MaxSourceBytes)}
 	}
 	docs, err := routes.Documents("", data)
 	if err != nil {
 		return nil, fromRoutes(err)
 	}
-	var out []*Contract
+	var out []*contract.Contract
 	for _, doc := range docs {
 		c, err := decode(doc)
 		if err != nil {
@@ -84,21 +85,21 @@ func IsContract(doc *yaml.Node) bool {
 }
 
 // decode reads one document's contract and compiles it, reporting errors with their lines.
-func decode(doc *yaml.Node) (*Contract, error) {
+func decode(doc *yaml.Node) (*contract.Contract, error) {
 	if doc.Kind != yaml.MappingNode {
-		return nil, &Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects and reach"}
+		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects and reach"}
 	}
 	lines := map[string]int{}
-	c := &Contract{}
+	c := &contract.Contract{}
 	byKey := map[string]*yaml.Node{}
 	keys := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		if k.Kind != yaml.ScalarNode || !slices.Contains(fields, k.Value) {
-			return nil, &Error{Line: k.Line, Field: protocol.Shorten(k.Value, 64), Reason: "unknown field; a contract has " + strings.Join(fields[1:], ", ")}
+			return nil, &contract.Error{Line: k.Line, Field: protocol.Shorten(k.Value, 64), Reason: "unknown field; a contract has " + strings.Join(fields[1:], ", ")}
 		}
 		if _, dup := byKey[k.Value]; dup {
-			return nil, &Error{Line: k.Line, Field: k.Value, Reason: fmt.Sprintf("duplicate key (first at line %d)", keys[k.Value].Line)}
+			return nil, &contract.Error{Line: k.Line, Field: k.Value, Reason: fmt.Sprintf("duplicate key (first at line %d)", keys[k.Value].Line)}
 		}
 		byKey[k.Value], keys[k.Value] = v, k
 		lines[k.Value] = k.Line
@@ -107,12 +108,12 @@ func decode(doc *yaml.Node) (*Contract, error) {
 		n, ok := byKey[key]
 		if !ok || n.Tag == "!!null" {
 			if required {
-				return "", &Error{Line: doc.Line, Field: key, Reason: "is required"}
+				return "", &contract.Error{Line: doc.Line, Field: key, Reason: "is required"}
 			}
 			return "", nil
 		}
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-			return "", &Error{Line: n.Line, Field: key, Reason: "must be a string"}
+			return "", &contract.Error{Line: n.Line, Field: key, Reason: "must be a string"}
 		}
 		return n.Value, nil
 	}
@@ -120,7 +121,7 @@ func decode(doc *yaml.Node) (*Contract, error) {
 	if kind, err := str("kind", false); err != nil {
 		return nil, err
 	} else if kind != "" && kind != Kind {
-		return nil, &Error{Line: byKey["kind"].Line, Field: "kind", Reason: fmt.Sprintf("is %q; this is read as a contract", protocol.Shorten(kind, 32))}
+		return nil, &contract.Error{Line: byKey["kind"].Line, Field: "kind", Reason: fmt.Sprintf("is %q; this is read as a contract", protocol.Shorten(kind, 32))}
 	}
 	if c.Name, err = str("name", true); err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func decode(doc *yaml.Node) (*Contract, error) {
 	if effects, err = str("effects", false); err != nil {
 		return nil, err
 	}
-	c.Effects = Effects(effects)
+	c.Effects = contract.Effects(effects)
 	for _, s := range []struct {
 		key string
 		dst *json.RawMessage
@@ -160,8 +161,8 @@ func decode(doc *yaml.Node) (*Contract, error) {
 		}
 		c.Reach = &a
 	}
-	if _, err := Compile(c, 0, 0); err != nil {
-		var e *Error
+	if _, err := contract.Compile(c, 0, 0); err != nil {
+		var e *contract.Error
 		if errors.As(err, &e) && e.Line == 0 {
 			e.Line = lineOf(lines, e.Field)
 		}
@@ -171,24 +172,24 @@ func decode(doc *yaml.Node) (*Contract, error) {
 }
 
 // decodePolicy reads execution_policy: timeout_ms, max_retries, resource_level.
-func decodePolicy(n *yaml.Node, lines map[string]int) (*Policy, error) {
+func decodePolicy(n *yaml.Node, lines map[string]int) (*contract.Policy, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, &Error{Line: n.Line, Field: "execution_policy", Reason: "must be a mapping of timeout_ms, max_retries and resource_level"}
+		return nil, &contract.Error{Line: n.Line, Field: "execution_policy", Reason: "must be a mapping of timeout_ms, max_retries and resource_level"}
 	}
-	p := &Policy{}
+	p := &contract.Policy{}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		field := "execution_policy." + protocol.Shorten(k.Value, 64)
 		lines[field] = k.Line
 		if seen[k.Value] {
-			return nil, &Error{Line: k.Line, Field: field, Reason: "duplicate key"}
+			return nil, &contract.Error{Line: k.Line, Field: field, Reason: "duplicate key"}
 		}
 		seen[k.Value] = true
 		integer := func() (int, error) {
 			i, err := strconv.Atoi(v.Value)
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || err != nil {
-				return 0, &Error{Line: v.Line, Field: field, Reason: "must be an integer"}
+				return 0, &contract.Error{Line: v.Line, Field: field, Reason: "must be an integer"}
 			}
 			return i, nil
 		}
@@ -199,7 +200,7 @@ func decodePolicy(n *yaml.Node, lines map[string]int) (*Policy, error) {
 				return nil, err
 			}
 			if t <= 0 {
-				return nil, &Error{Line: v.Line, Field: field, Reason: "must be positive"}
+				return nil, &contract.Error{Line: v.Line, Field: field, Reason: "must be positive"}
 			}
 			p.TimeoutMS = t
 		case "max_retries":
@@ -210,11 +211,11 @@ func decodePolicy(n *yaml.Node, lines map[string]int) (*Policy, error) {
 			p.MaxRetries = &r
 		case "resource_level":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-				return nil, &Error{Line: v.Line, Field: field, Reason: "must be L, M or H"}
+				return nil, &contract.Error{Line: v.Line, Field: field, Reason: "must be L, M or H"}
 			}
 			p.ResourceLevel = v.Value
 		default:
-			return nil, &Error{Line: k.Line, Field: field, Reason: "unknown field; execution_policy has timeout_ms, max_retries and resource_level"}
+			return nil, &contract.Error{Line: k.Line, Field: field, Reason: "unknown field; execution_policy has timeout_ms, max_retries and resource_level"}
 		}
 	}
 	return p, nil
@@ -227,10 +228,10 @@ func decodePolicy(n *yaml.Node, lines map[string]int) (*Policy, error) {
 func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int, depth int, count *int) error {
 	*count++
 	if *count > maxNodes {
-		return &Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("more than %d values in one contract", maxNodes)}
+		return &contract.Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("more than %d values in one contract", maxNodes)}
 	}
 	if depth > maxDepth {
-		return &Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("nested more than %d deep", maxDepth)}
+		return &contract.Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("nested more than %d deep", maxDepth)}
 	}
 	if _, ok := lines[path]; !ok {
 		lines[path] = n.Line
@@ -238,7 +239,7 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int,
 	switch n.Kind {
 	case yaml.AliasNode:
 		if n.Alias == nil {
-			return &Error{Line: n.Line, Field: path, Reason: "unknown alias"}
+			return &contract.Error{Line: n.Line, Field: path, Reason: "unknown alias"}
 		}
 		return writeJSON(b, n.Alias, path, lines, depth+1, count)
 	case yaml.MappingNode:
@@ -247,11 +248,11 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int,
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" || k.Tag == "!!merge" {
-				return &Error{Line: k.Line, Field: path, Reason: "keys must be strings (merge keys are not supported)"}
+				return &contract.Error{Line: k.Line, Field: path, Reason: "keys must be strings (merge keys are not supported)"}
 			}
 			field := path + "." + k.Value
 			if first, dup := seen[k.Value]; dup {
-				return &Error{Line: k.Line, Field: field, Reason: fmt.Sprintf("duplicate key (first at line %d)", first)}
+				return &contract.Error{Line: k.Line, Field: field, Reason: fmt.Sprintf("duplicate key (first at line %d)", first)}
 			}
 			seen[k.Value] = k.Line
 			lines[field] = k.Line
@@ -284,19 +285,19 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int,
 		case "!!bool":
 			var v bool
 			if err := n.Decode(&v); err != nil {
-				return &Error{Line: n.Line, Field: path, Reason: "not a boolean"}
+				return &contract.Error{Line: n.Line, Field: path, Reason: "not a boolean"}
 			}
 			b.WriteString(strconv.FormatBool(v))
 		case "!!int":
 			var v int64
 			if err := n.Decode(&v); err != nil {
-				return &Error{Line: n.Line, Field: path, Reason: "an integer out of range"}
+				return &contract.Error{Line: n.Line, Field: path, Reason: "an integer out of range"}
 			}
 			b.WriteString(strconv.FormatInt(v, 10))
 		case "!!float":
 			var v float64
 			if err := n.Decode(&v); err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-				return &Error{Line: n.Line, Field: path, Reason: "not a number JSON can hold"}
+				return &contract.Error{Line: n.Line, Field: path, Reason: "not a number JSON can hold"}
 			}
 			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
 		default: // strings, and what YAML would read as a date: JSON has strings only
@@ -304,7 +305,7 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int,
 			b.Write(s)
 		}
 	default:
-		return &Error{Line: n.Line, Field: path, Reason: "not a value"}
+		return &contract.Error{Line: n.Line, Field: path, Reason: "not a value"}
 	}
 	return nil
 }
@@ -325,11 +326,11 @@ func lineOf(lines map[string]int, field string) int {
 }
 
 // fromRoutes turns a routes.LoadError (what the YAML reader and the action decoder give) into
-// an *Error.
+// a *contract.Error.
 func fromRoutes(err error) error {
 	var le *routes.LoadError
 	if errors.As(err, &le) {
-		return &Error{Line: le.Line, Field: le.Field, Reason: le.Reason}
+		return &contract.Error{Line: le.Line, Field: le.Field, Reason: le.Reason}
 	}
-	return &Error{Reason: err.Error()}
+	return &contract.Error{Reason: err.Error()}
 }

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Contracts gives a worker the version of a tool's contract a call was routed under
+// (registry.Live). An error wrapping contract.ErrUnavailable says that version cannot be had
+// (no longer kept, or damaged); any other is passing (the bucket out of reach).
+type Contracts interface {
+	At(ctx context.Context, tool string, revision uint64) (*contract.Compiled, error)
+}
+
+// Answered says what part of an Outcome the tool itself said, for its contract to judge.
+type Answered int
+
+const (
+	// NotAnswered: Hermes' verdict on a try that got no answer (a timeout, a refusal, an
+	// unreachable tool); no contract judges it.
+	NotAnswered Answered = iota
+	// AnsweredBody: Content is the tool's whole answer as given (an HTTP body), under a
+	// success or an error status (Result.Status).
+	AnsweredBody
+	// AnsweredValue: Content is a value the tool returned (a Go function's result), or the
+	// failure it reported (Result.ToolErrorCode and RecoveryHint).
+	AnsweredValue
+)
+
+// CheckContracts judges every answer of a call routed under a contract (Dispatch.Contract)
+// against that version of it, whatever was registered since: the answer as given when it keeps
+// the contract; a declared failure's error_code and recovery_hint made the result's (origin
+// tool); CONTRACT_VIOLATION (origin tool, not retried) saying what was wrong when it breaks it,
+// the answer kept in the result's rejected_content for whoever debugs the tool and never
+// delivered. The version is read before the tool is called: a call whose version cannot be had
+// is answered CONTRACT_UNAVAILABLE without calling the tool (its answer could not be judged).
+// With contracts nil, every call routed under a contract is answered so.
+func CheckContracts(contracts Contracts) Middleware {
+	return func(next Executor) Executor {
+		return wrap(next, func(ctx context.Context, call *Call) (Outcome, error) {
+			ref := call.Dispatch.Contract
+			if ref == nil {
+				return next.Execute(ctx, call)
+			}
+			if contracts == nil {
+				return unavailable(ref, errors.New("this worker reads no contracts")), nil
+			}
+			k, err := contracts.At(ctx, ref.Name, ref.Revision)
+			switch {
+			case errors.Is(err, contract.ErrUnavailable):
+				return unavailable(ref, err), nil
+			case err != nil:
+				return Outcome{}, fmt.Errorf("worker: read the contract of %s (version %d): %w", ref.Name, ref.Version, err)
+			}
+			out, err := next.Execute(ctx, call)
+			if err != nil {
+				return out, err
+			}
+			return judge(k, out), nil
+		})
+	}
+}
+
+func unavailable(ref *protocol.ContractRef, err error) Outcome {
+	out := Failed(protocol.CodeContractUnavailable, protocol.OriginHermes,
+		fmt.Sprintf("version %d of the contract of %s cannot be read, so the tool was not called; send the call again to have it routed under the current version", ref.Version, ref.Name),
+		err.Error(), false)
+	out.Result.ContractVersion = ref.Version
+	return out
+}
+
+// judge applies the contract's verdict on one outcome.
+func judge(k *contract.Compiled, out Outcome) Outcome {
+	out.Result.ContractVersion = k.Version
+	res := &out.Result
+	var v contract.Verdict
+	switch out.Answered {
+	case AnsweredBody:
+		v = k.CheckOutput(res.Content, res.Status == protocol.ResultError)
+	case AnsweredValue:
+		if res.Status == protocol.ResultOK {
+			v = k.CheckValue(res.Content)
+		} else {
+			v = k.CheckFailure(res.ToolErrorCode, res.RecoveryHint)
+		}
+	default:
+		return out
+	}
+	switch {
+	case v.Violation != "":
+		bad := Failed(protocol.CodeContractViolation, protocol.OriginTool,
+			fmt.Sprintf("%s answered outside version %d of its contract, so its answer is not passed on; its owner must fix the tool (the answer is kept in the record)", k.Name, k.Version),
+			v.Violation, false)
+		bad.Result.ExecutionTimeMS, bad.Result.ContractVersion, bad.Result.Rejected = res.ExecutionTimeMS, k.Version, res.Content
+		return bad
+	case v.Failure:
+		declared := protocol.ErrorResult(v.Code, protocol.OriginTool, v.Hint, res.Content)
+		declared.ToolErrorCode, declared.ExecutionTimeMS, declared.ContractVersion = v.Code, res.ExecutionTimeMS, k.Version
+		out.Result = declared
+		out.Retryable = out.Retryable && res.Status == protocol.ResultError
+	}
+	return out
+}
+
+// declaredCode reports whether r's error_code is a tool's own code its contract declared
+// (judge made it so): kept as it is rather than folded into TOOL_FAILED.
+func declaredCode(r *protocol.ToolResult) bool {
+	return r.ContractVersion > 0 && r.ErrorOrigin == protocol.OriginTool && r.ToolErrorCode == r.ErrorCode && protocol.ToolCode(r.ErrorCode) == r.ErrorCode
+}

@@ -82,9 +82,17 @@ func CancelledMessage(by, reason string) string {
 // Respond makes r the request's one response, unless it has one already. It reports whether r
 // was recorded (false: an earlier response stands, and was published again). A response with
 // no Error whose results include a cancellation's CANCELLED ones gets the error CANCELLED, with
-// r.Cancelled as its message.
+// r.Cancelled as its message. No result in it carries a rejected answer (rejected_content).
 func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 	results := r.Results
+	if slices.ContainsFunc(results, func(res protocol.ToolResult) bool { return res.Rejected != nil }) {
+		// An answer that broke its tool's contract stays in the call's result on the record,
+		// for whoever debugs the tool; it is never delivered.
+		results = slices.Clone(results)
+		for i := range results {
+			results[i].Rejected = nil
+		}
+	}
 	failure := r.Error
 	if failure == nil && slices.ContainsFunc(results, func(res protocol.ToolResult) bool { return res.Cancelled() }) {
 		// Answered from results a cancellation recorded, by someone other than the canceller

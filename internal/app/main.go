@@ -32,6 +32,8 @@ var Commands = map[string]Command{
 	"bench":        RunBench,
 	"tail":         RunTail,
 	"replay":       RunReplay,
+	"tools":        RunTools,
+	"apply":        RunApply,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -60,6 +62,10 @@ Commands:
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C
   replay      print a session's recorded history (--session S), or what a new routes file
               would route differently (--routes FILE; exit 1 when anything would change)
+  tools       tools' contracts through a gateway: tools ls, tools get NAME, tools register -f
+              FILE, tools rm NAME (changing them needs the tools:admin permission)
+  apply       make the registered contracts what files say (-f DIR_OR_FILE): prints the diff;
+              --dry-run changes nothing, --prune removes what the files no longer name
   bench       measure Hermes against the same tool called directly
 
 Run 'hermes <command> -h' for a command's flags.

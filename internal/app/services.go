@@ -18,6 +18,7 @@ import (
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -100,28 +101,35 @@ type RouterConfig struct {
 	Logger *slog.Logger
 }
 
-// RouterService is a router, reloading its routes file when it changes.
+// RouterService is a router, reloading its routes file when it changes and following the
+// tools' contracts.
 type RouterService struct {
 	*router.Router
-	path   string
-	reload time.Duration
-	log    *slog.Logger
+	path      string
+	reload    time.Duration
+	contracts *registry.Live
+	log       *slog.Logger
 }
 
 // NewRouter builds the router service on b.
 func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	log := orDiscard(cfg.Logger).With("service", "router")
+	live := registry.NewLive(b.Contracts, log)
 	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
-		Limits: cfg.Limits, Stages: cfg.Stages, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+		Limits: cfg.Limits, Contracts: live.Current, Stages: cfg.Stages, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, log: log}, nil
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, log: log}, nil
 }
 
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping
-// the last good table when a change is bad.
+// the last good table when a change is bad. It takes no request before it knows every contract
+// registered.
 func (s *RouterService) Run(ctx context.Context) error {
+	if err := s.contracts.Start(ctx); err != nil {
+		return err
+	}
 	if s.path != "" && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {
@@ -175,9 +183,11 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
 		}
 	}
 	execs = append(execs, cfg.Executors...)
+	log := orDiscard(cfg.Logger).With("service", "toolworker")
+	// A worker reads the contract versions its calls name, by revision: it need not follow.
 	return worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
-		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Observer: m.Worker(), TrustedSeals: cfg.TrustedSeals,
-		Logger: orDiscard(cfg.Logger).With("service", "toolworker")})
+		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Contracts: registry.NewLive(b.Contracts, log),
+		Observer: m.Worker(), TrustedSeals: cfg.TrustedSeals, Logger: log})
 }
 
 // NewGateway builds a gateway on nc and b.

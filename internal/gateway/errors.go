@@ -14,6 +14,8 @@ type apiError struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 		Field   string `json:"field,omitempty"`
+		// Line is the line of a document (a contract) the error is about.
+		Line int `json:"line,omitempty"`
 	} `json:"error"`
 	RequestID string `json:"request_id,omitempty"`
 	StatusURL string `json:"status_url,omitempty"`

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -92,6 +93,8 @@ type Gateway struct {
 	// clientOwners is owners for external NATS clients' requests, whose sessions are owned
 	// whether or not the gateway asks HTTP callers who they are.
 	clientOwners *owners
+	// tools is the tool registry (/api/v1/tools); nil without a contracts bucket.
+	tools *registry.Store
 	limits       *limits
 	signins      auth.Verifier // cfg.Signins, its answers remembered; nil without
 	store        storeGauge
@@ -160,6 +163,7 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
 	g.registerSessions()
 	g.registerBrowser()
+	g.registerTools()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))

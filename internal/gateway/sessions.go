@@ -195,9 +195,10 @@ func setEventHeaders(h http.Header) {
 }
 
 // appendEvent appends e to buf as one event: its stream sequence as id, type message, and
-// record.JSON(e) as its one line of data. An entry JSON cannot encode is sent with the error.
+// record.JSON(e) as its one line of data (a rejected answer withheld: record.ForCallers). An
+// entry JSON cannot encode is sent with the error.
 func appendEvent(buf []byte, e *record.Entry) []byte {
-	data, err := record.JSON(e)
+	data, err := record.JSON(record.ForCallers(e))
 	if err != nil {
 		data, _ = record.JSON(&record.Entry{Seq: e.Seq, Subject: e.Subject, Time: e.Time, Msg: e.Msg,
 			Err: fmt.Errorf("gateway: encode as JSON: %w", err)})

@@ -75,6 +75,9 @@ func (f *Formatter) Format(e *Entry) string {
 	case *protocol.Dispatch:
 		tag(&b, "route")
 		fmt.Fprintf(&b, "%s %s -> %s %s rule=%s", m.RequestID, senderName(m.Sender), p.Call.Name, p.Call.ToolCallID, clean(p.Route))
+		if p.Contract != nil {
+			fmt.Fprintf(&b, " contract=v%d", p.Contract.Version)
+		}
 		if len(p.Call.Arguments) > 0 {
 			b.WriteString(" args=")
 			b.WriteString(jsonValue(p.Call.Arguments, argsWidth))
@@ -134,6 +137,9 @@ func (f *Formatter) result(b *strings.Builder, m *protocol.Message, r *protocol.
 	if r.Attempts > 0 {
 		fmt.Fprintf(b, " %d ms", r.ExecutionTimeMS)
 	}
+	if r.ContractVersion > 0 {
+		fmt.Fprintf(b, " contract=v%d", r.ContractVersion)
+	}
 	if r.Status == protocol.ResultOK {
 		b.WriteString(" ok")
 		if r.Attempts > 1 {
@@ -167,6 +173,10 @@ func (f *Formatter) result(b *strings.Builder, m *protocol.Message, r *protocol.
 	if len(r.Content) > 0 {
 		b.WriteString(": ")
 		b.WriteString(jsonValue(r.Content, contentWidth))
+	}
+	if len(r.Rejected) > 0 {
+		b.WriteString(" rejected=")
+		b.WriteString(jsonValue(r.Rejected, contentWidth))
 	}
 }
 

@@ -93,3 +93,20 @@ func hideHeaders(p any) any {
 	}
 	return &c
 }
+
+// Withheld stands for the answer a tool gave outside its contract (a result's rejected_content)
+// wherever the record is shown to callers: the gateway's event streams and web view. The
+// record keeps it; hermes tail and replay show it.
+const Withheld = `"(withheld: the answer broke the tool's contract; hermes tail shows it)"`
+
+// ForCallers returns e as callers may see it: a result's rejected answer replaced by Withheld.
+func ForCallers(e *Entry) *Entry {
+	r, ok := e.Payload.(*protocol.ToolResult)
+	if !ok || r.Rejected == nil {
+		return e
+	}
+	cp, rc := *e, *r
+	rc.Rejected = json.RawMessage(Withheld)
+	cp.Payload = &rc
+	return &cp
+}

@@ -19,16 +19,18 @@ const maxCompiled = 256
 // tool are refused rather than run unchecked.
 var ErrDamaged = errors.New("registry: the tool's contract record is damaged")
 
-// Live is the registry as it is now, followed as it changes: every change written to the
-// bucket is seen as soon as the server delivers it. It is safe for concurrent use.
+// Live is the registry as it is now, followed as it changes once Start has run: every change
+// written to the bucket is seen as soon as the server delivers it. At works without Start
+// (it reads versions by revision). It is safe for concurrent use.
 type Live struct {
 	store *Store
+	kv    jetstream.KeyValue
 	log   *slog.Logger
 
-	mu      sync.RWMutex
-	current map[string]current
-	past    map[version]*contract.Compiled // compiled versions asked for by revision
-	ready   chan struct{}
+	mu        sync.RWMutex
+	following bool
+	current   map[string]current
+	past      map[version]*contract.Compiled // compiled versions asked for by revision
 }
 
 type current struct {
@@ -41,24 +43,43 @@ type version struct {
 	rev  uint64
 }
 
-// Follow starts following the bucket and returns once every contract it holds is known. It
-// follows until ctx ends.
-func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live, error) {
-	l := &Live{store: NewStore(kv), log: log, current: map[string]current{}, past: map[version]*contract.Compiled{}, ready: make(chan struct{})}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("registry: follow %s: %w", "the contracts", err)
+// ErrNotFollowing is Current's error before Start has run: what is current is not known.
+var ErrNotFollowing = errors.New("registry: the contracts are not followed yet")
+
+// NewLive returns the registry kept in kv (bus.Bus.Contracts), not yet followed.
+func NewLive(kv jetstream.KeyValue, log *slog.Logger) *Live {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	go l.run(ctx, w)
+	return &Live{store: NewStore(kv), kv: kv, log: log, current: map[string]current{}, past: map[version]*contract.Compiled{}}
+}
+
+// Follow returns the registry kept in kv, followed until ctx ends (NewLive, then Start).
+func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live, error) {
+	l := NewLive(kv, log)
+	return l, l.Start(ctx)
+}
+
+// Start follows the bucket until ctx ends, returning once every contract it holds is known.
+func (l *Live) Start(ctx context.Context) error {
+	w, err := l.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("registry: follow the contracts: %w", err)
+	}
+	ready := make(chan struct{})
+	go l.run(ctx, w, ready)
 	select {
-	case <-l.ready:
-		return l, nil
+	case <-ready:
+		l.mu.Lock()
+		l.following = true
+		l.mu.Unlock()
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
-func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher) {
+func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
 	defer func() { _ = w.Stop() }()
 	initial := true
 	for {
@@ -72,7 +93,7 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher) {
 			if e == nil {
 				if initial {
 					initial = false
-					close(l.ready)
+					close(ready)
 				}
 				continue
 			}
@@ -112,10 +133,13 @@ func (l *Live) apply(e jetstream.KeyValueEntry) {
 }
 
 // Current returns the tool's contract now: nil when it has none, ErrDamaged when what the
-// bucket holds for it cannot be used.
+// bucket holds for it cannot be used, ErrNotFollowing before Start.
 func (l *Live) Current(name string) (*contract.Compiled, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	if !l.following {
+		return nil, ErrNotFollowing
+	}
 	cur := l.current[name]
 	return cur.c, cur.err
 }

@@ -66,23 +66,58 @@ func ParseAll(data []byte) ([]*contract.Contract, error) {
 	return out, nil
 }
 
-// IsContract reports whether a YAML document (a mapping node) is a contract: its kind says so,
-// or it has none and names input_schema or output_schema.
-func IsContract(doc *yaml.Node) bool {
+// Document is one YAML document of a file: its root node and its text (the file's own when it
+// holds one document; written again from the node, comments kept, when it holds several).
+type Document struct {
+	Node   *yaml.Node
+	Source []byte
+}
+
+// Split reads data as YAML documents ("---" between them), checked as Parse checks them.
+func Split(data []byte) ([]Document, error) {
+	if len(data) > contract.MaxSourceBytes {
+		return nil, &contract.Error{Reason: fmt.Sprintf("%d bytes; a contract file has at most %d", len(data), contract.MaxSourceBytes)}
+	}
+	nodes, err := routes.Documents("", data)
+	if err != nil {
+		return nil, fromRoutes(err)
+	}
+	out := make([]Document, len(nodes))
+	for i, n := range nodes {
+		out[i].Node, out[i].Source = n, data
+		if len(nodes) > 1 {
+			if out[i].Source, err = yaml.Marshal(n); err != nil {
+				return nil, &contract.Error{Line: n.Line, Reason: "cannot be written again as YAML: " + err.Error()}
+			}
+		}
+	}
+	return out, nil
+}
+
+// KindOf says what a document is: its kind field, or "contract" for a mapping without one
+// that names any of a contract's own fields (input_schema, output_schema, execution_policy,
+// effects, reach); "" when it cannot tell.
+func KindOf(doc *yaml.Node) string {
 	if doc == nil || doc.Kind != yaml.MappingNode {
-		return false
+		return ""
 	}
 	has := map[string]string{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		has[doc.Content[i].Value] = doc.Content[i+1].Value
 	}
 	if kind, ok := has["kind"]; ok {
-		return kind == Kind
+		return kind
 	}
-	_, in := has["input_schema"]
-	_, out := has["output_schema"]
-	return in || out
+	for _, f := range []string{"input_schema", "output_schema", "execution_policy", "effects", "reach"} {
+		if _, ok := has[f]; ok {
+			return Kind
+		}
+	}
+	return ""
 }
+
+// ParseDocument reads one document of Split as a contract, compiled.
+func ParseDocument(d Document) (*contract.Contract, error) { return decode(d.Node) }
 
 // decode reads one document's contract and compiles it, reporting errors with their lines.
 func decode(doc *yaml.Node) (*contract.Contract, error) {

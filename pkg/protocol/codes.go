@@ -67,4 +67,7 @@ const (
 	// CodeStoreFull: the record (or the plans' bucket) is near its byte limit; new requests
 	// are refused until there is room (503, with Retry-After); accepted ones still finish.
 	CodeStoreFull = "STORE_FULL"
+	// CodeInvalidContract: a tool contract that does not parse or compile (with its line and
+	// field).
+	CodeInvalidContract = "INVALID_CONTRACT"
 )

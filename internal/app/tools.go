@@ -1,0 +1,288 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/gateway"
+)
+
+// gatewayAPI calls a gateway's HTTP API with the CLI's API key.
+type gatewayAPI struct {
+	base   string
+	key    keyFlag
+	client *http.Client
+}
+
+func (a *gatewayAPI) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.base, "url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
+	a.key.register(fs)
+	a.client = &http.Client{Timeout: 30 * time.Second}
+}
+
+// apiError is a gateway's error answer.
+type apiError struct {
+	Status int
+	Code   string `json:"code"`
+	Msg    string `json:"message"`
+	Field  string `json:"field"`
+	Line   int    `json:"line"`
+	hint   string
+}
+
+func (e *apiError) Error() string {
+	msg := fmt.Sprintf("gateway answered %d %s: %s", e.Status, e.Code, e.Msg)
+	if e.hint != "" {
+		msg += " (" + e.hint + ")"
+	}
+	return msg
+}
+
+// do sends method path with body (of contentType) and decodes a 2xx answer into out (when not
+// nil); any other answer is an *apiError.
+func (a *gatewayAPI) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if err := a.key.authorize(req); err != nil {
+		return err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w (is Hermes running? start it with: go run ./cmd/hermes up)", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read the answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var body struct {
+			Error apiError `json:"error"`
+		}
+		_ = json.Unmarshal(data, &body)
+		e := body.Error
+		e.Status, e.hint = resp.StatusCode, a.key.refused(resp.StatusCode)
+		if e.Code == "" {
+			e.Msg = strings.TrimSpace(string(data))
+		}
+		return &e
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("the gateway's answer is not what hermes expects: %w", err)
+		}
+	}
+	return nil
+}
+
+// toolList is GET /api/v1/tools.
+type toolList struct {
+	Tools   []gateway.ToolView `json:"tools"`
+	Damaged []string           `json:"damaged"`
+}
+
+const toolsUsage = `hermes tools ls | get NAME [--version N] | register -f FILE | rm NAME [flags]`
+
+// RunTools manages tools' contracts through a gateway: hermes tools.
+func RunTools(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		fmt.Fprintf(env.Stderr, "Usage: %s\n", toolsUsage)
+		return errors.New("tools: say ls, get, register or rm")
+	}
+	sub, args := args[0], args[1:]
+	fset := newFlagSet("tools "+sub, toolsUsage, env.Stderr)
+	var api gatewayAPI
+	api.register(fset)
+	file := fset.String("f", "", "register: the contract file (YAML or JSON; - reads standard input)")
+	version := fset.Int("version", 0, "get: this version (default: the current one)")
+	asJSON := fset.Bool("json", false, "print the gateway's JSON")
+	// The tool's name may come before the flags or after them.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if name == "" && fset.NArg() > 0 {
+		name = fset.Arg(0)
+	}
+	needName := func() error {
+		if name == "" {
+			return fmt.Errorf("tools %s: name the tool", sub)
+		}
+		return nil
+	}
+	switch sub {
+	case "ls":
+		var list toolList
+		if err := api.do(ctx, http.MethodGet, "/api/v1/tools", "", nil, &list); err != nil {
+			return fmt.Errorf("tools ls: %w", err)
+		}
+		if *asJSON {
+			return printJSON(env, list)
+		}
+		printTools(env, list)
+		return nil
+	case "get":
+		if err := needName(); err != nil {
+			return err
+		}
+		path := "/api/v1/tools/" + url.PathEscape(name)
+		if *version > 0 {
+			path += fmt.Sprintf("?version=%d", *version)
+		}
+		var v gateway.ToolView
+		if err := api.do(ctx, http.MethodGet, path, "", nil, &v); err != nil {
+			return fmt.Errorf("tools get: %w", err)
+		}
+		if *asJSON {
+			return printJSON(env, v)
+		}
+		printTool(env, v)
+		return nil
+	case "register":
+		if *file == "" {
+			return errors.New("tools register: -f FILE is required")
+		}
+		data, err := readFileOrStdin(*file)
+		if err != nil {
+			return fmt.Errorf("tools register: %w", err)
+		}
+		v, err := api.registerContract(ctx, data, *file)
+		if err != nil {
+			return fmt.Errorf("tools register: %s: %w", *file, err)
+		}
+		if *asJSON {
+			return printJSON(env, v)
+		}
+		if v.Changed != nil && !*v.Changed {
+			fmt.Fprintf(env.Stdout, "%s: unchanged (version %d)\n", v.Name, v.Version)
+		} else {
+			fmt.Fprintf(env.Stdout, "%s: version %d registered\n", v.Name, v.Version)
+		}
+		return nil
+	case "rm":
+		if err := needName(); err != nil {
+			return err
+		}
+		var v gateway.ToolView
+		if err := api.do(ctx, http.MethodDelete, "/api/v1/tools/"+url.PathEscape(name), "", nil, &v); err != nil {
+			return fmt.Errorf("tools rm: %w", err)
+		}
+		fmt.Fprintf(env.Stdout, "%s: removed (version %d records the removal)\n", name, v.Version)
+		return nil
+	}
+	return fmt.Errorf("tools: unknown subcommand %q; say ls, get, register or rm", sub)
+}
+
+// registerContract posts a contract as written: YAML, or JSON when it reads as JSON.
+func (a *gatewayAPI) registerContract(ctx context.Context, data []byte, name string) (*gateway.ToolView, error) {
+	ct := "application/yaml"
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
+		ct = "application/json"
+	}
+	var v gateway.ToolView
+	if err := a.do(ctx, http.MethodPost, "/api/v1/tools", ct, data, &v); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Line > 0 {
+			return nil, fmt.Errorf("line %d: %s", ae.Line, strings.TrimPrefix(ae.Msg, fmt.Sprintf("line %d: ", ae.Line)))
+		}
+		return nil, err
+	}
+	return &v, nil
+}
+
+func readFileOrStdin(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+	}
+	return os.ReadFile(path)
+}
+
+func printJSON(env Env, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = env.Stdout.Write(append(data, '\n'))
+	return err
+}
+
+func printTools(env Env, list toolList) {
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tVERSION\tEFFECTS\tLEVEL\tREACH\tREGISTERED\tBY\tDESCRIPTION")
+	for _, t := range list.Tools {
+		c := t.Contract
+		effects, level, reach := "idempotent", "-", "routes"
+		if c != nil {
+			effects = string(c.EffectsOrDefault())
+			if c.ExecutionPolicy != nil && c.ExecutionPolicy.ResourceLevel != "" {
+				level = c.ExecutionPolicy.ResourceLevel
+			}
+			if c.Reach != nil {
+				reach = c.Reach.Kind
+			}
+		}
+		desc := ""
+		if c != nil {
+			desc = truncateRunes(c.Description, 40)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Version, effects, level, reach,
+			t.RegisteredAt.Local().Format("2006-01-02 15:04"), t.By, desc)
+	}
+	_ = tw.Flush()
+	for _, d := range list.Damaged {
+		fmt.Fprintf(env.Stdout, "%s: its record cannot be read (calls to it are refused); register it again\n", d)
+	}
+	if len(list.Tools) == 0 && len(list.Damaged) == 0 {
+		fmt.Fprintln(env.Stdout, "(no contracts registered: tools are reached by the routes file alone)")
+	}
+}
+
+func printTool(env Env, v gateway.ToolView) {
+	fmt.Fprintf(env.Stdout, "# %s, version %d (registered %s by %s)\n", v.Name, v.Version, v.RegisteredAt.Local().Format(time.RFC3339), v.By)
+	switch {
+	case v.Source != "":
+		src := v.Source
+		if !strings.HasSuffix(src, "\n") {
+			src += "\n"
+		}
+		fmt.Fprint(env.Stdout, src)
+	case v.Contract != nil:
+		data, _ := json.MarshalIndent(v.Contract, "", "  ")
+		fmt.Fprintf(env.Stdout, "%s\n", data)
+	}
+	fmt.Fprintln(env.Stdout, "# history:")
+	for _, h := range v.History {
+		what := "registered"
+		if h.Removed {
+			what = "removed"
+		}
+		fmt.Fprintf(env.Stdout, "#   v%d  %s  %s by %s\n", h.Version, h.RegisteredAt.Local().Format("2006-01-02 15:04:05"), what, h.By)
+	}
+}
+
+func truncateRunes(s string, n int) string {
+	r := []rune(strings.Join(strings.Fields(s), " "))
+	if len(r) <= n {
+		return string(r)
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// The tool registry over HTTP: contracts registered, read, versioned and removed
+// (/api/v1/tools). Reading needs a caller who may submit; changing needs tools:admin, which a
+// gateway without callers grants nobody.
+
+// contractTypes are the media types a contract is taken in.
+var contractTypes = map[string]bool{"application/yaml": true, "application/x-yaml": true, "text/yaml": true, "application/json": true}
+
+func (g *Gateway) registerTools() {
+	if g.cfg.Bus == nil || g.cfg.Bus.Contracts == nil {
+		return
+	}
+	g.tools = registry.NewStore(g.cfg.Bus.Contracts)
+	g.mux.HandleFunc("GET /api/v1/tools", g.require(auth.PermSubmit, g.handleListTools))
+	g.mux.HandleFunc("GET /api/v1/tools/{name}", g.require(auth.PermSubmit, g.handleGetTool))
+	g.mux.HandleFunc("POST /api/v1/tools", g.require(auth.PermToolsAdmin, g.handleRegisterTool))
+	g.mux.HandleFunc("DELETE /api/v1/tools/{name}", g.require(auth.PermToolsAdmin, g.handleRemoveTool))
+}
+
+// ToolView is a tool's contract as the API shows it.
+type ToolView struct {
+	Name         string    `json:"name"`
+	Version      int       `json:"version"`
+	Revision     uint64    `json:"revision"`
+	RegisteredAt time.Time `json:"registered_at"`
+	By           string    `json:"by,omitempty"`
+	Removed      bool      `json:"removed,omitempty"`
+	// Changed (registration only): false when the contract was registered already as it is.
+	Changed  *bool              `json:"changed,omitempty"`
+	Contract *contract.Contract `json:"contract,omitempty"`
+	Source   string             `json:"source,omitempty"`
+	// History lists every version still kept, oldest first (GET of one tool).
+	History []ToolVersion `json:"history,omitempty"`
+}
+
+// ToolVersion is one version in a tool's history.
+type ToolVersion struct {
+	Version      int       `json:"version"`
+	Revision     uint64    `json:"revision"`
+	RegisteredAt time.Time `json:"registered_at"`
+	By           string    `json:"by,omitempty"`
+	Removed      bool      `json:"removed,omitempty"`
+}
+
+func viewOf(e *registry.Entry, withContract bool) ToolView {
+	v := ToolView{Name: e.Contract.Name, Version: e.Version, Revision: e.Revision, RegisteredAt: e.RegisteredAt, By: e.By, Removed: e.Removed}
+	if withContract && !e.Removed {
+		c := e.Contract
+		v.Contract, v.Source = &c, e.Source
+	}
+	return v
+}
+
+// toolsAdmin refuses changes on a gateway that names no callers: nobody there can be known to
+// hold tools:admin, and a contract may say where workers call.
+func (g *Gateway) toolsAdmin(w http.ResponseWriter) bool {
+	if g.cfg.Callers == nil {
+		writeError(w, http.StatusForbidden, protocol.CodeForbidden,
+			"this gateway asks callers for no key, so nobody holds tools:admin here; change tools through a gateway with keys", nil)
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
+	if !g.toolsAdmin(w) {
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if !contractTypes[mt] {
+		writeError(w, http.StatusUnsupportedMediaType, protocol.CodeUnsupportedMediaType,
+			"a contract is sent as YAML (Content-Type: application/yaml) or JSON (application/json)", nil)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, contract.MaxSourceBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge,
+				fmt.Sprintf("a contract is at most %d bytes", contract.MaxSourceBytes), nil)
+			return
+		}
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the request body: "+err.Error(), nil)
+		return
+	}
+	c, err := registry.Parse(body)
+	if err != nil {
+		writeContractError(w, err)
+		return
+	}
+	e, changed, err := g.tools.Register(r.Context(), c, body, byOf(r))
+	if err != nil {
+		var ce *contract.Error
+		if errors.As(err, &ce) {
+			writeContractError(w, err)
+			return
+		}
+		g.log.Error("register a contract", "tool", c.Name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be registered; retry", nil)
+		return
+	}
+	v := viewOf(e, true)
+	v.Changed = &changed
+	status := http.StatusOK
+	if changed {
+		status = http.StatusCreated
+		g.log.Info("contract registered", "tool", c.Name, "version", e.Version, "by", e.By)
+	}
+	w.Header().Set("Location", "/api/v1/tools/"+c.Name)
+	writeJSON(w, status, v)
+}
+
+func writeContractError(w http.ResponseWriter, err error) {
+	var body apiError
+	body.Error.Code, body.Error.Message = protocol.CodeInvalidContract, err.Error()
+	var ce *contract.Error
+	if errors.As(err, &ce) {
+		body.Error.Field, body.Error.Line = ce.Field, ce.Line
+	}
+	writeJSON(w, http.StatusBadRequest, &body)
+}
+
+// byOf names the caller of r as the registry records who changed a tool.
+func byOf(r *http.Request) string {
+	c := CallerOf(r.Context())
+	if c == nil {
+		return ""
+	}
+	return c.Name + " (" + c.ID + ")"
+}
+
+// toolName reads {name}, answering 400 when it cannot be a tool's.
+func toolName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if err := protocol.CheckToolName("name", name); err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+		return "", false
+	}
+	return name, true
+}
+
+func (g *Gateway) handleListTools(w http.ResponseWriter, r *http.Request) {
+	entries, damaged, err := g.tools.List(r.Context())
+	if err != nil {
+		g.log.Error("list contracts", "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contracts could not be read; retry", nil)
+		return
+	}
+	out := struct {
+		Tools   []ToolView `json:"tools"`
+		Damaged []string   `json:"damaged,omitempty"`
+	}{Tools: []ToolView{}, Damaged: damaged}
+	for _, e := range entries {
+		v := viewOf(e, true)
+		v.Source = ""
+		out.Tools = append(out.Tools, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (g *Gateway) handleGetTool(w http.ResponseWriter, r *http.Request) {
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	hist, err := g.tools.History(r.Context(), name)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no contract is registered for tool "+name, nil)
+		return
+	case err != nil:
+		g.log.Error("read a contract", "tool", name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be read; retry", nil)
+		return
+	}
+	shown := hist[len(hist)-1]
+	if q := r.URL.Query().Get("version"); q != "" {
+		n, err := strconv.Atoi(q)
+		shown = nil
+		for _, e := range hist {
+			if err == nil && e.Version == n {
+				shown = e
+			}
+		}
+		if shown == nil {
+			writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("tool %s has no version %q kept (the last %d are)", name, q, len(hist)), nil)
+			return
+		}
+	}
+	v := viewOf(shown, true)
+	for _, e := range hist {
+		v.History = append(v.History, ToolVersion{Version: e.Version, Revision: e.Revision, RegisteredAt: e.RegisteredAt, By: e.By, Removed: e.Removed})
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (g *Gateway) handleRemoveTool(w http.ResponseWriter, r *http.Request) {
+	if !g.toolsAdmin(w) {
+		return
+	}
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	e, err := g.tools.Remove(r.Context(), name, byOf(r))
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no contract is registered for tool "+name, nil)
+		return
+	case err != nil:
+		g.log.Error("remove a contract", "tool", name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be removed; retry", nil)
+		return
+	}
+	g.log.Info("contract removed", "tool", name, "version", e.Version, "by", e.By)
+	writeJSON(w, http.StatusOK, viewOf(e, false))
+}

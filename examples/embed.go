@@ -4,7 +4,7 @@ package examples
 
 import "embed"
 
-// Files holds routes.yaml and every request*.json.
+// Files holds routes.yaml, every request*.json and the demo tools' contracts (contracts/).
 //
-//go:embed routes.yaml request*.json
+//go:embed routes.yaml request*.json contracts/*.yaml
 var Files embed.FS

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -52,6 +53,9 @@ type SystemConfig struct {
 	// KeyFile keeps the admin key the system starts with (see ensureAdminKey); empty makes a
 	// new key each start, kept nowhere (System.Key tells it).
 	KeyFile string
+	// Contracts is a directory of tools' contracts registered at start (registerContracts);
+	// empty registers none.
+	Contracts string
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -67,6 +71,8 @@ type System struct {
 	Services []string
 	// Key is the admin API key the gateway takes (see SystemConfig.KeyFile).
 	Key SystemKey
+	// Contracts says what contracts the start registered, for people ("" for none).
+	Contracts string
 	// Bus is the bus configuration the system provisions with, defaults applied.
 	Bus bus.Config
 	// Seeds are the files holding the nkey seeds of the embedded server's users, by role
@@ -167,6 +173,16 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	_, ab, err := conn("provision", bus.RoleAdmin)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Contracts != "" {
+		desc, registered, left, err := registerContracts(ctx, registry.NewStore(ab.Contracts), cfg.Contracts)
+		if err != nil {
+			return nil, err
+		}
+		sys.Contracts = fmt.Sprintf("%d tools from %s", len(registered), desc)
+		if len(left) > 0 {
+			sys.Contracts += fmt.Sprintf("; %d registered by others kept (%s)", len(left), strings.Join(left, ", "))
+		}
 	}
 	// Every call the router sends is sealed (the key pair lives in the data dir). On its own
 	// server, the workers here run only sealed calls: a call published on the bus by anyone

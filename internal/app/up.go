@@ -36,6 +36,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
 	sync := fs.String("sync", "interval", "store sync policy of the embedded server: interval or always")
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
+	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start, unless someone else registered the tool's since (env HERMES_CONTRACTS; empty: none)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -66,6 +67,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
+		Contracts: *contracts,
 	})
 	if err != nil {
 		return err
@@ -117,6 +119,9 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 		nkey = " --nats-nkey " + admin
 	}
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
+	if sys.Contracts != "" {
+		fmt.Fprintf(&b, "  contracts   %s: arguments and answers checked (hermes tools ls)\n", sys.Contracts)
+	}
 	bc := sys.Bus
 	fmt.Fprintf(&b, "  storage     record ≤ %s (requests refused at 90 %%), dead letters ≤ %s, state ≤ %s per bucket, parked ≤ %s\n",
 		sizeText(bc.MaxBytes), sizeText(bc.DeadLetterMaxBytes), sizeText(bc.StateMaxBytes), sizeText(bc.ParkedMaxBytes))

@@ -14,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/pkg/contract"
 )
 
 const (
@@ -280,6 +283,14 @@ func TestExamplesRunAgainstTheTools(t *testing.T) {
 				if r.status != http.StatusOK {
 					t.Fatalf("rule %s: %d %s", rule.name, r.status, r.body)
 				}
+				// Both sides keep the tool's contract: the example's arguments, the answer.
+				k := demoContract(t, c.Name)
+				if err := k.CheckInput(c.Arguments); err != nil {
+					t.Errorf("the example's arguments break the contract of %s: %v", c.Name, err)
+				}
+				if v := k.CheckOutput(r.body, false); v.Violation != "" || v.Failure {
+					t.Errorf("the answer breaks the contract of %s: %+v\n%s", c.Name, v, r.body)
+				}
 			})
 		}
 	}
@@ -302,4 +313,51 @@ func doRequest(t *testing.T, h http.Handler, req *http.Request) reply {
 	r := reply{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 	checkEnvelope(t, r)
 	return r
+}
+
+// demoContract reads examples/contracts/<tool>.yaml, compiled.
+func demoContract(t *testing.T, tool string) *contract.Compiled {
+	t.Helper()
+	c, err := registry.Parse([]byte(readFile(t, filepath.Join(examplesDir, "contracts", tool+".yaml"))))
+	if err != nil {
+		t.Fatalf("the contract of %s: %v", tool, err)
+	}
+	k, err := contract.Compile(c, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Every demo tool has a contract, named as the tool, and the seed's is there unchanged.
+func TestEveryDemoToolHasAContract(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir, "contracts", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		c, err := registry.Parse([]byte(readFile(t, f)))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if filepath.Base(f) != c.Name+".yaml" {
+			t.Errorf("%s holds the contract of %s", f, c.Name)
+		}
+		have[c.Name] = true
+	}
+	for _, e := range newTestServer().endpoints() {
+		if !have[e.Tool] {
+			t.Errorf("demo tool %s has no contract in examples/contracts", e.Tool)
+		}
+		delete(have, e.Tool)
+	}
+	if len(have) > 0 {
+		t.Errorf("contracts of tools the demo tools do not serve: %v", have)
+	}
+	// internal/registry/testdata holds the seed's file as the seeds restore it.
+	seed := readFile(t, filepath.Join("..", "registry", "testdata", "contract-order-query.yaml"))
+	if mine := readFile(t, filepath.Join(examplesDir, "contracts", "order_query.yaml")); seed != mine {
+		t.Error("examples/contracts/order_query.yaml is not the seed's contract as written")
+	}
 }

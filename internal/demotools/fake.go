@@ -31,6 +31,28 @@ func (s *server) tool(fn toolFunc) http.Handler {
 	})
 }
 
+// contracted is tool for the tools that answer in the shape of their contract (seed 003
+// §3.2): {"success": value} with 200, or {"failure": {"error_code", "recovery_hint",
+// "message"}} with the error's status.
+func (s *server) contracted(fn toolFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, err := requestArgs(r)
+		var v any
+		if err == nil {
+			v, err = fn(r, a)
+		}
+		if err != nil {
+			te, ok := err.(*toolError)
+			if !ok {
+				te = &toolError{Status: http.StatusInternalServerError, Code: "SERVICE_UNAVAILABLE", Hint: "retry later", Message: err.Error()}
+			}
+			writeJSON(w, te.Status, map[string]any{"failure": te})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"success": v})
+	})
+}
+
 // seeded returns a random source determined by parts alone (compared case-insensitively and
 // without surrounding space), so the same input always yields the same fake data.
 func seeded(parts ...string) *rand.Rand {

@@ -121,3 +121,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// success returns the value of a contract-shaped answer {"success": …}.
+func success(t *testing.T, m map[string]any) map[string]any {
+	t.Helper()
+	v, ok := m["success"].(map[string]any)
+	if !ok || len(m) != 1 {
+		t.Fatalf("not {\"success\": {…}}: %v", m)
+	}
+	return v
+}
+
+// wantFailure checks a contract-shaped failure {"failure": {error_code, recovery_hint}}.
+func wantFailure(t *testing.T, r reply, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	f, ok := r.obj(t)["failure"].(map[string]any)
+	if !ok {
+		t.Fatalf("not {\"failure\": {…}}: %s", r.body)
+	}
+	if f["error_code"] != code {
+		t.Errorf("error_code = %v, want %s", f["error_code"], code)
+	}
+	if h, _ := f["recovery_hint"].(string); h == "" {
+		t.Errorf("no recovery_hint: %s", r.body)
+	}
+}

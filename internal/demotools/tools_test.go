@@ -74,24 +74,28 @@ func TestToolsAnswer(t *testing.T) {
 				wantEq(t, m, "delivered", json.Number("1"))
 				wantEq(t, m, "segments", json.Number("1"))
 			}},
-		{"order query path", "GET", "/v1/orders/ORD-20260312-0042", "", func(t *testing.T, m map[string]any) {
-			wantEq(t, m, "order_id", "ORD-20260312-0042")
-			wantOneOf(t, m, "status", "processing", "shipped", "in_transit", "out_for_delivery", "delivered")
+		{"order query path", "GET", "/v1/orders/ORD202603120042", "", func(t *testing.T, m map[string]any) {
+			m = success(t, m)
+			wantEq(t, m, "order_id", "ORD202603120042")
+			wantOneOf(t, m, "status", "created", "paid", "shipped", "delivered", "cancelled")
 			wantSet(t, m, "carrier", "tracking_number", "placed_at", "latest_event")
 			if items := m["items"].([]any); len(items) == 0 {
 				t.Error("no items")
 			}
 		}},
-		{"order query argument", "GET", "/v1/orders?order_id=ORD-20260312-0042", "", func(t *testing.T, m map[string]any) {
-			wantEq(t, m, "order_id", "ORD-20260312-0042")
+		{"order query argument", "GET", "/v1/orders?order_id=ORD202603120042", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, success(t, m), "order_id", "ORD202603120042")
 		}},
-		{"urge by order", "POST", "/v1/logistics/urge", `{"order_id":"ORD-20260312-0042","note":"请尽快"}`, func(t *testing.T, m map[string]any) {
+		{"urge by order", "POST", "/v1/logistics/urge", `{"order_id":"ORD202603160042","reason":"请尽快"}`, func(t *testing.T, m map[string]any) {
+			m = success(t, m)
 			wantPrefix(t, m, "ticket_id", "URG-")
-			wantEq(t, m, "order_id", "ORD-20260312-0042")
-			wantEq(t, m, "note", "请尽快")
-			wantSet(t, m, "expected_response_minutes", "expected_response_by", "tracking_number")
+			wantEq(t, m, "order_id", "ORD202603160042")
+			wantEq(t, m, "reason", "请尽快")
+			wantEq(t, m, "assigned_to", "仓库发货组")
+			wantSet(t, m, "expected_response_minutes", "expected_response_by")
 		}},
 		{"urge by tracking number", "POST", "/v1/logistics/urge", `{"tracking_number":"SF1234567890123"}`, func(t *testing.T, m map[string]any) {
+			m = success(t, m)
 			wantPrefix(t, m, "ticket_id", "URG-")
 			wantEq(t, m, "carrier", "SF Express")
 		}},
@@ -157,11 +161,6 @@ func TestToolsRejectBadInput(t *testing.T) {
 		{"notify without recipients", "POST", "/v1/notifications", `{"channel":"email","message":"m"}`, "recipients"},
 		{"notify bad phone", "POST", "/v1/notifications", `{"channel":"sms","recipients":["call me"],"message":"m"}`, "recipients[0]"},
 		{"notify without message", "POST", "/v1/notifications", `{"channel":"push","recipients":["user-42"]}`, "message"},
-		{"order without id", "GET", "/v1/orders/", "", "order_id"},
-		{"order without id, no slash", "GET", "/v1/orders", "", "order_id"},
-		{"order bad id", "GET", "/v1/orders/" + url.PathEscape("a b"), "", "order_id"},
-		{"urge without order or tracking", "POST", "/v1/logistics/urge", `{"note":"hurry"}`, "order_id"},
-		{"urge bad tracking", "POST", "/v1/logistics/urge", `{"tracking_number":"#1"}`, "tracking_number"},
 		{"body not an object", "POST", "/v1/meetings", `["title"]`, "body"},
 		{"body not JSON", "POST", "/v1/notifications", `channel=sms`, "body"},
 	}
@@ -178,12 +177,38 @@ func TestToolsRejectBadInput(t *testing.T) {
 	}
 }
 
+// The order tools answer failures in their contract's shape: {"failure": {error_code,
+// recovery_hint}} under the error's status.
+func TestOrderToolsAnswerTheirContractsFailures(t *testing.T) {
+	s := newTestServer()
+	for _, tc := range []struct {
+		name, method, target, body string
+		status                     int
+		code                       string
+	}{
+		{"order without id", "GET", "/v1/orders/", "", 400, "INVALID_ORDER_ID"},
+		{"order without id, no slash", "GET", "/v1/orders", "", 400, "INVALID_ORDER_ID"},
+		{"order bad id", "GET", "/v1/orders/" + url.PathEscape("a b"), "", 400, "INVALID_ORDER_ID"},
+		{"order id of the old form", "GET", "/v1/orders/ORD-20260312-0042", "", 400, "INVALID_ORDER_ID"},
+		{"order from the future", "GET", "/v1/orders/ORD202612310001", "", 404, "ORDER_NOT_FOUND"},
+		{"order of no day", "GET", "/v1/orders/ORD202602300001", "", 404, "ORDER_NOT_FOUND"},
+		{"urge without order or tracking", "POST", "/v1/logistics/urge", `{"reason":"hurry"}`, 400, "INVALID_ARGUMENT"},
+		{"urge bad tracking", "POST", "/v1/logistics/urge", `{"tracking_number":"#1"}`, 400, "INVALID_ARGUMENT"},
+		{"urge an order that does not exist", "POST", "/v1/logistics/urge", `{"order_id":"ORD209901010001"}`, 404, "ORDER_NOT_FOUND"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, s, tc.method, tc.target, tc.body)
+			wantFailure(t, r, tc.status, tc.code)
+		})
+	}
+}
+
 // TestUrgeDeliveredOrder checks the tool's own error: a delivered order cannot be urged.
 func TestUrgeDeliveredOrder(t *testing.T) {
 	s := newTestServer()
 	id := ""
 	for i := range 1000 {
-		if o := s.orderFor(fmt.Sprintf("ORD-%04d", i)); o.Status == "delivered" {
+		if o, ok := s.orderFor(fmt.Sprintf("ORD20260301%04d", i)); ok && o.Status == "delivered" {
 			id = o.ID
 			break
 		}
@@ -191,9 +216,33 @@ func TestUrgeDeliveredOrder(t *testing.T) {
 	if id == "" {
 		t.Fatal("no delivered order among 1000 ids")
 	}
-	wantError(t, do(t, s, "POST", "/v1/logistics/urge", `{"order_id":"`+id+`"}`), http.StatusConflict, "ORDER_DELIVERED")
-	m := do(t, s, "GET", "/v1/orders/"+id, "").obj(t)
+	wantFailure(t, do(t, s, "POST", "/v1/logistics/urge", `{"order_id":"`+id+`"}`), http.StatusConflict, "ORDER_DELIVERED")
+	m := success(t, do(t, s, "GET", "/v1/orders/"+id, "").obj(t))
 	wantSet(t, m, "delivered_at")
+}
+
+// Every status of the seed's enum occurs, and only those.
+func TestOrdersHaveTheSeedsStatuses(t *testing.T) {
+	s := newTestServer()
+	seen := map[string]bool{}
+	for day := 0; day < 20; day++ {
+		for i := range 50 {
+			o, ok := s.orderFor(fmt.Sprintf("ORD%s%04d", testNow.AddDate(0, 0, -day).Format("20060102"), i))
+			if !ok {
+				t.Fatalf("day -%d: not found", day)
+			}
+			seen[o.Status] = true
+		}
+	}
+	for _, st := range []string{"created", "paid", "shipped", "delivered", "cancelled"} {
+		if !seen[st] {
+			t.Errorf("no order is %s", st)
+		}
+		delete(seen, st)
+	}
+	if len(seen) > 0 {
+		t.Errorf("statuses outside the seed's enum: %v", seen)
+	}
 }
 
 func TestHTTPErrors(t *testing.T) {

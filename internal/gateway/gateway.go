@@ -94,10 +94,10 @@ type Gateway struct {
 	// whether or not the gateway asks HTTP callers who they are.
 	clientOwners *owners
 	// tools is the tool registry (/api/v1/tools); nil without a contracts bucket.
-	tools *registry.Store
-	limits       *limits
-	signins      auth.Verifier // cfg.Signins, its answers remembered; nil without
-	store        storeGauge
+	tools   *registry.Store
+	limits  *limits
+	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
+	store   storeGauge
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.

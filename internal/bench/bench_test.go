@@ -15,7 +15,10 @@ import (
 )
 
 // startSystem runs an in-process Hermes with the example routes for b.
-func startSystem(b *testing.B) *app.System {
+func startSystem(b *testing.B) *app.System { return startSystemWith(b, "") }
+
+// startSystemWith runs it with the contracts of directory contracts registered ("" none).
+func startSystemWith(b *testing.B, contracts string) *app.System {
 	b.Helper()
 	data, _ := examples.Files.ReadFile("routes.yaml")
 	table, err := routes.Parse("examples/routes.yaml", data)
@@ -25,7 +28,7 @@ func startSystem(b *testing.B) *app.System {
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
 		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64}, Instance: "bench",
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
+		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}, Contracts: contracts})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,3 +83,14 @@ func BenchmarkHermes1CallC64(b *testing.B)  { benchHermes(b, 1, 32) }
 func BenchmarkDirect1CallC64(b *testing.B)  { benchDirect(b, 1, 32) }
 func BenchmarkHermes3CallsC64(b *testing.B) { benchHermes(b, 3, 32) }
 func BenchmarkDirect3CallsC64(b *testing.B) { benchDirect(b, 3, 32) }
+
+// The seed's order_query, 64 clients, without a contract and under the seed's (arguments
+// checked by the router, the answer by the worker): the same tool, the same answer.
+func benchOrderQuery(b *testing.B, contracts string) {
+	sys := startSystemWith(b, contracts)
+	run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "order_query", Calls: 1,
+		Args: `{"order_id":"ORD202603120042"}`, RunID: fmt.Sprintf("oq%d-%d", os.Getpid(), runs.Add(1))}).Do)
+}
+
+func BenchmarkHermesOrderQueryC64(b *testing.B)         { benchOrderQuery(b, "") }
+func BenchmarkHermesOrderQueryContractC64(b *testing.B) { benchOrderQuery(b, "../../examples/contracts") }

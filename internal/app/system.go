@@ -14,8 +14,8 @@ import (
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
-	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"

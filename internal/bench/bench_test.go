@@ -92,5 +92,7 @@ func benchOrderQuery(b *testing.B, contracts string) {
 		Args: `{"order_id":"ORD202603120042"}`, RunID: fmt.Sprintf("oq%d-%d", os.Getpid(), runs.Add(1))}).Do)
 }
 
-func BenchmarkHermesOrderQueryC64(b *testing.B)         { benchOrderQuery(b, "") }
-func BenchmarkHermesOrderQueryContractC64(b *testing.B) { benchOrderQuery(b, "../../examples/contracts") }
+func BenchmarkHermesOrderQueryC64(b *testing.B) { benchOrderQuery(b, "") }
+func BenchmarkHermesOrderQueryContractC64(b *testing.B) {
+	benchOrderQuery(b, "../../examples/contracts")
+}

@@ -660,10 +660,12 @@
     const label = el('div', { class: 'wf-label' },
       el('span', { class: 'line' },
         el('span', { class: 'st st-' + v.status }, statusWords[v.status]),
-        el('span', { class: 'tool-name' }, c.name || '?')),
+        el('span', { class: 'tool-name' }, c.name || '?'),
+        res && res.contract_version ? el('span', { class: 'contract', title: 'checked against version ' + res.contract_version + ' of the tool\'s contract' }, 'contract v' + res.contract_version) : null),
       el('span', { class: 'call-id mono' }, c.id));
     const tipParts = [c.name + ' ' + c.id, statusWords[v.status]];
     if (res && res.route) tipParts.push('route ' + res.route);
+    if (res && res.contract_version) tipParts.push('contract v' + res.contract_version);
     if (res && Number.isFinite(Number(res.execution_time_ms))) tipParts.push('tool time ' + res.execution_time_ms + ' ms');
     return el('div', {
       class: 'wf-row call st-' + v.status, role: 'listitem', tabindex: '0',
@@ -696,9 +698,9 @@
     const p = m.payload || {};
     switch (m.type) {
       case 'request.v1': return (Array.isArray(p.tool_calls) ? plural(p.tool_calls.length, 'call', 'calls') : '') + (p.intent ? ' — ' + p.intent : '');
-      case 'tool_call.v1': return ((p.call && p.call.name) || '') + ' ' + ((p.call && p.call.tool_call_id) || '') + (p.route ? ' → ' + p.route : '');
+      case 'tool_call.v1': return ((p.call && p.call.name) || '') + ' ' + ((p.call && p.call.tool_call_id) || '') + (p.route ? ' → ' + p.route : '') + (p.contract ? ' · contract v' + p.contract.version : '');
       case 'tool_started.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' try ' + (p.attempt ?? '');
-      case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '');
+      case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '');
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       default: return '';

@@ -17,12 +17,7 @@ type toolFunc func(r *http.Request, a args) (any, error)
 // tool adapts fn to an HTTP handler: it reads the arguments and writes the result as JSON
 // (200) or the error in the tools' error shape.
 func (s *server) tool(fn toolFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, err := requestArgs(r)
-		var v any
-		if err == nil {
-			v, err = fn(r, a)
-		}
+	return serveTool(fn, func(w http.ResponseWriter, v any, err error) {
 		if err != nil {
 			writeError(w, err)
 			return
@@ -35,12 +30,7 @@ func (s *server) tool(fn toolFunc) http.Handler {
 // §3.2): {"success": value} with 200, or {"failure": {"error_code", "recovery_hint",
 // "message"}} with the error's status.
 func (s *server) contracted(fn toolFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, err := requestArgs(r)
-		var v any
-		if err == nil {
-			v, err = fn(r, a)
-		}
+	return serveTool(fn, func(w http.ResponseWriter, v any, err error) {
 		if err != nil {
 			te, ok := err.(*toolError)
 			if !ok {
@@ -50,6 +40,18 @@ func (s *server) contracted(fn toolFunc) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": v})
+	})
+}
+
+// serveTool reads a call's arguments, runs fn and writes what it gave with write.
+func serveTool(fn toolFunc, write func(w http.ResponseWriter, v any, err error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, err := requestArgs(r)
+		var v any
+		if err == nil {
+			v, err = fn(r, a)
+		}
+		write(w, v, err)
 	})
 }
 

@@ -46,7 +46,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field without suggestion", lines("version: 1.0", "defaults: {}"),
 			"routes.yaml:2: defaults: unknown field; want one of version, rules"},
 		{"two documents", lines("version: 1.0", "rules: []", "---", "version: 1.0"),
-			"routes.yaml:3: a routes file holds one YAML document; found another"},
+			"routes.yaml:4: a routes file holds one YAML document; found another"},
 
 		// version
 		{"version missing", lines("rules:", "  - name: r1"),

@@ -2,9 +2,7 @@ package routes
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"regexp"
 	"slices"
@@ -26,36 +24,17 @@ func (d *decoder) errorf(line int, field, format string, args ...any) *LoadError
 }
 
 // document parses data as a single YAML document and returns its root node.
-func (d *decoder) document(data []byte) (root *yaml.Node, err error) {
-	if line, reason := scanText(data); reason != "" {
-		return nil, d.errorf(line, "", "%s", reason)
-	}
-	defer func() {
-		// yaml.v3 is not known to panic on bad input any more; stay safe if it does.
-		if r := recover(); r != nil {
-			root, err = nil, d.errorf(1, "", "invalid YAML: %v", r)
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, d.errorf(1, "", "the file is empty; want version and rules")
-		}
-		return nil, d.syntaxError(data, err)
-	}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
+func (d *decoder) document(data []byte) (*yaml.Node, error) {
+	docs, err := Documents(d.file, data)
+	switch {
 	case err != nil:
-		return nil, d.syntaxError(data, err)
-	default:
-		return nil, d.errorf(extra.Line, "", "a routes file holds one YAML document; found another")
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, err
+	case len(docs) == 0:
 		return nil, d.errorf(1, "", "the file is empty; want version and rules")
+	case len(docs) > 1:
+		return nil, d.errorf(docs[1].Line, "", "a routes file holds one YAML document; found another")
 	}
-	return doc.Content[0], nil
+	return docs[0], nil
 }
 
 // yamlLine finds the line in yaml.v3's error messages ("yaml: line 3: …").

@@ -211,3 +211,44 @@ func TestACallFinishesUnderItsContractVersion(t *testing.T) {
 		return res.ContractVersion == 2 && res.ErrorCode == protocol.CodeContractViolation
 	})
 }
+
+// A contract that names its reach is routed there, whatever the routes file says (it has no
+// rule for this tool); its execution policy, the stricter, bounds the call.
+func TestAContractNamesItsReach(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
+	doc := `name: reached_echo
+description: echo, reached as its contract says
+input_schema:
+  n: {type: integer, required: true}
+  delay_ms: {type: integer}
+reach:
+  http: {url: "http://127.0.0.1:8081/v1/echo", method: POST, timeout_ms: 5000, retry: {max_attempts: 3}}
+execution_policy: {timeout_ms: 300, max_retries: 0}
+`
+	if code, _, body := s.registerContract(keys["admin"], doc); code != http.StatusCreated {
+		t.Fatalf("%d %s", code, body)
+	}
+	var r *protocol.Response
+	waitFor(t, "the contract in use", func() bool {
+		r = s.routeAs(keys["admin"], request(fmt.Sprintf("reach_%d", time.Now().UnixNano()), "",
+			call("ok", "reached_echo", map[string]any{"n": 7}), call("slow", "reached_echo", map[string]any{"n": 8, "delay_ms": 2000})))
+		return result(t, r, "ok").Status == protocol.ResultOK
+	})
+	if ok := result(t, r, "ok"); ok.Route != "contract:reached_echo" || ok.ContractVersion != 1 || !strings.Contains(string(ok.Content), `"n":7`) {
+		t.Errorf("reached: %+v %s", ok, ok.Content)
+	}
+	// 300 ms and one try, not the reach's 5 s and three.
+	if slow := result(t, r, "slow"); slow.ErrorCode != protocol.CodeToolTimeout || slow.Attempts != 1 || !strings.Contains(slow.RecoveryHint, "timeout_ms=300") {
+		t.Errorf("the stricter policy: %+v", slow)
+	}
+	for _, m := range s.record() {
+		if m.Type != protocol.TypeToolCall || !strings.HasPrefix(m.RequestID, "reach_") {
+			continue
+		}
+		d, err := m.DecodeDispatch()
+		if err != nil || d.Contract == nil || d.Contract.Version != 1 || d.Action.TimeoutMS != 300 || d.Action.Retry.MaxAttempts != 1 {
+			t.Errorf("the dispatch: %+v %v", d, err)
+		}
+	}
+}

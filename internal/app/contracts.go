@@ -44,9 +44,10 @@ func contractFiles(dir string) ([]desired, string, error) {
 	return out, dir + " (built-in copy)", nil
 }
 
-// registerContracts registers dir's contracts as hermes up's: a tool with no contract gets
-// the file's, and one whose contract hermes up registered gets the file's if it changed; a
-// contract someone else registered (tools register, apply) is left as it is. It returns what
+// registerContracts registers dir's contracts as hermes up's: a tool that never had a contract
+// gets the file's, and one whose contract hermes up registered gets the file's if it changed; a
+// contract someone else registered, changed or removed since (tools register, rm, apply) is
+// left as it is. It returns what
 // it registered and what it left.
 func registerContracts(ctx context.Context, store *registry.Store, dir string) (desc string, registered, left []string, err error) {
 	want, desc, err := contractFiles(dir)
@@ -54,9 +55,10 @@ func registerContracts(ctx context.Context, store *registry.Store, dir string) (
 		return "", nil, nil, fmt.Errorf("--contracts %s: %w", dir, err)
 	}
 	for _, d := range want {
-		cur, err := store.Get(ctx, d.c.Name)
+		hist, err := store.History(ctx, d.c.Name)
 		switch {
-		case err == nil && cur.By != upRegistrar:
+		case err == nil && hist[len(hist)-1].By != upRegistrar:
+			// Registered, changed or removed by someone else since: theirs stands.
 			left = append(left, d.c.Name)
 			continue
 		case err != nil && !errors.Is(err, registry.ErrNotFound):

@@ -257,7 +257,14 @@ func printTools(env Env, list toolList) {
 }
 
 func printTool(env Env, v gateway.ToolView) {
-	fmt.Fprintf(env.Stdout, "# %s, version %d (registered %s by %s)\n", v.Name, v.Version, v.RegisteredAt.Local().Format(time.RFC3339), v.By)
+	what := "registered"
+	if v.Removed {
+		what = "removed: the tool has no contract"
+	}
+	fmt.Fprintf(env.Stdout, "# %s, version %d (%s %s by %s)\n", v.Name, v.Version, what, v.RegisteredAt.Local().Format(time.RFC3339), v.By)
+	if v.Damaged {
+		fmt.Fprintf(env.Stdout, "# what the registry holds last for %s cannot be read; this version stays in use until it is registered again\n", v.Name)
+	}
 	switch {
 	case v.Source != "":
 		src := v.Source

@@ -36,7 +36,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
 	sync := fs.String("sync", "interval", "store sync policy of the embedded server: interval or always")
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
-	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start, unless someone else registered the tool's since (env HERMES_CONTRACTS; empty: none)")
+	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start (default: the demo tools', when they run), unless someone else registered, changed or removed the tool's since (env HERMES_CONTRACTS; empty: none)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -61,6 +61,9 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	wc, err := wf.config("")
 	if err != nil {
 		return err
+	}
+	if *demoAddr == "" && !flagGiven(fs, "contracts") && os.Getenv("HERMES_CONTRACTS") == "" {
+		*contracts = "" // the demo tools' contracts, without the demo tools, only if asked for
 	}
 	sys, err := StartSystem(ctx, SystemConfig{
 		NATSURL: c.natsURL, NATSAuth: c.natsAuth.c, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
@@ -179,4 +182,11 @@ func sizeText(n int64) string {
 		return fmt.Sprintf("%d MiB", n>>20)
 	}
 	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }

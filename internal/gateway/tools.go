@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -41,6 +42,9 @@ type ToolView struct {
 	RegisteredAt time.Time `json:"registered_at"`
 	By           string    `json:"by,omitempty"`
 	Removed      bool      `json:"removed,omitempty"`
+	// Damaged: what the bucket holds last for the tool is no record (the version shown is the
+	// last one that is, still in use); registering the tool again repairs it.
+	Damaged bool `json:"damaged,omitempty"`
 	// Changed (registration only): false when the contract was registered already as it is.
 	Changed  *bool              `json:"changed,omitempty"`
 	Contract *contract.Contract `json:"contract,omitempty"`
@@ -65,6 +69,35 @@ func viewOf(e *registry.Entry, withContract bool) ToolView {
 		v.Contract, v.Source = &c, e.Source
 	}
 	return v
+}
+
+// hideReach hides a reach's header values, and the contract as written, from callers who may
+// not change tools: as the record hides a dispatch's header values.
+func hideReach(r *http.Request, v *ToolView) {
+	if c := CallerOf(r.Context()); c == nil || c.Can(auth.PermToolsAdmin) || v.Contract == nil || v.Contract.Reach == nil {
+		return
+	}
+	cp := *v.Contract
+	reach := *cp.Reach
+	hide := func(h map[string]string) map[string]string {
+		out := make(map[string]string, len(h))
+		for k := range h {
+			out[k] = record.HiddenHeaderValue
+		}
+		return out
+	}
+	if reach.HTTP != nil {
+		http := *reach.HTTP
+		http.Headers = hide(http.Headers)
+		reach.HTTP = &http
+	}
+	if reach.GRPC != nil {
+		grpc := *reach.GRPC
+		grpc.Headers = hide(grpc.Headers)
+		reach.GRPC = &grpc
+	}
+	cp.Reach = &reach
+	v.Contract, v.Source = &cp, ""
 }
 
 // toolsAdmin refuses changes on a gateway that names no callers: nobody there can be known to
@@ -105,12 +138,18 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, changed, err := g.tools.Register(r.Context(), c, body, byOf(r))
-	if err != nil {
-		var ce *contract.Error
-		if errors.As(err, &ce) {
-			writeContractError(w, err)
-			return
-		}
+	var ce *contract.Error
+	switch {
+	case errors.As(err, &ce):
+		writeContractError(w, err)
+		return
+	case errors.Is(err, registry.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, err.Error(), nil)
+		return
+	case errors.Is(err, registry.ErrFull):
+		writeError(w, http.StatusInsufficientStorage, protocol.CodeStoreFull, err.Error(), nil)
+		return
+	case err != nil:
 		g.log.Error("register a contract", "tool", c.Name, "err", err)
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be registered; retry", nil)
 		return
@@ -169,6 +208,7 @@ func (g *Gateway) handleListTools(w http.ResponseWriter, r *http.Request) {
 	for _, e := range entries {
 		v := viewOf(e, true)
 		v.Source = ""
+		hideReach(r, &v)
 		out.Tools = append(out.Tools, v)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -192,9 +232,13 @@ func (g *Gateway) handleGetTool(w http.ResponseWriter, r *http.Request) {
 	shown := hist[len(hist)-1]
 	if q := r.URL.Query().Get("version"); q != "" {
 		n, err := strconv.Atoi(q)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "version must be a version number (1, 2, …)", nil)
+			return
+		}
 		shown = nil
 		for _, e := range hist {
-			if err == nil && e.Version == n {
+			if e.Version == n {
 				shown = e
 			}
 		}
@@ -204,6 +248,10 @@ func (g *Gateway) handleGetTool(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v := viewOf(shown, true)
+	if _, err := g.tools.Get(r.Context(), name); errors.Is(err, registry.ErrDamaged) {
+		v.Damaged = true // what the bucket holds last is no record: register the tool again
+	}
+	hideReach(r, &v)
 	for _, e := range hist {
 		v.History = append(v.History, ToolVersion{Version: e.Version, Revision: e.Revision, RegisteredAt: e.RegisteredAt, By: e.By, Removed: e.Removed})
 	}
@@ -222,6 +270,9 @@ func (g *Gateway) handleRemoveTool(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, registry.ErrNotFound):
 		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no contract is registered for tool "+name, nil)
+		return
+	case errors.Is(err, registry.ErrFull):
+		writeError(w, http.StatusInsufficientStorage, protocol.CodeStoreFull, err.Error(), nil)
 		return
 	case err != nil:
 		g.log.Error("remove a contract", "tool", name, "err", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -61,75 +62,105 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live
 }
 
 // Start follows the bucket until ctx ends, returning once every contract it holds is known.
+// Should the watch end before ctx, what is current is not known until it is watched again
+// (Current says ErrNotFollowing meanwhile: calls are refused, never run unchecked).
 func (l *Live) Start(ctx context.Context) error {
 	w, err := l.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("registry: follow the contracts: %w", err)
 	}
 	ready := make(chan struct{})
-	go l.run(ctx, w, ready)
+	go l.follow(ctx, w, ready)
 	select {
 	case <-ready:
-		l.mu.Lock()
-		l.following = true
-		l.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
-	defer func() { _ = w.Stop() }()
-	initial := true
-	for {
+// follow takes the watch's changes, and watches again should it end before ctx.
+func (l *Live) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		if w != nil && l.run(ctx, w, ready) {
+			ready = nil
+		}
+		l.mu.Lock()
+		l.following = false
+		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				if initial {
-					initial = false
-					close(ready)
-				}
-				continue
-			}
-			l.apply(e)
+		case <-time.After(delay):
+		}
+		l.log.Warn("the watch of the contracts ended; watching again")
+		var err error
+		if w, err = l.kv.WatchAll(ctx); err != nil {
+			l.log.Error("watch the contracts", "err", err)
+			w = nil
 		}
 	}
 }
 
-// apply takes one change of the bucket.
+// run takes one watch's changes until it ends; once it has given every contract the bucket
+// held, the registry is followed (and ready closed, when not nil: run reports whether it did).
+func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) (closed bool) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return closed
+		case e, ok := <-w.Updates():
+			if !ok {
+				return closed
+			}
+			if e != nil {
+				l.apply(e)
+				continue
+			}
+			l.mu.Lock()
+			l.following = true
+			l.mu.Unlock()
+			if ready != nil && !closed {
+				close(ready)
+				closed = true
+			}
+		}
+	}
+}
+
+// apply takes one change of the bucket. A change that is no contract record Hermes wrote — a
+// record that cannot be read or compiled, a delete or purge (the registry never deletes: a
+// removal is a record) — leaves the version in use as it was, still checked, and is logged;
+// a tool that had none is refused until registered again.
 func (l *Live) apply(e jetstream.KeyValueEntry) {
 	name := e.Key()
+	var c *contract.Compiled
+	rec, err := decodeRecord(name, e.Value())
+	switch {
+	case e.Operation() != jetstream.KeyValuePut:
+		err = fmt.Errorf("the key was %s outside the registry", map[bool]string{true: "deleted", false: "purged"}[e.Operation() == jetstream.KeyValueDelete])
+	case err == nil && !rec.Removed:
+		if c, err = contract.Compile(&rec.Contract, rec.Version, e.Revision()); err != nil {
+			err = fmt.Errorf("version %d does not compile: %w", rec.Version, err)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(l.current, name)
-		return
-	}
-	rec, err := decodeRecord(name, e.Value())
-	if err != nil {
-		l.log.Error("a contract record that cannot be read; calls to the tool are refused until it is registered again", "tool", name, "revision", e.Revision(), "err", err)
+	switch {
+	case err != nil && l.current[name].c != nil:
+		l.log.Error("a change of a contract that is no registration; the version in use is kept", "tool", name,
+			"revision", e.Revision(), "kept_version", l.current[name].c.Version, "err", err)
+	case err != nil:
+		l.log.Error("a contract record that cannot be used; calls to the tool are refused until it is registered again", "tool", name, "revision", e.Revision(), "err", err)
 		l.current[name] = current{err: fmt.Errorf("%w: %s (revision %d)", ErrDamaged, name, e.Revision())}
-		return
-	}
-	if rec.Removed {
+	case rec.Removed:
 		delete(l.current, name)
 		l.log.Info("contract removed", "tool", name, "version", rec.Version)
-		return
+	default:
+		l.current[name] = current{c: c}
+		l.log.Info("contract in use", "tool", name, "version", rec.Version, "revision", e.Revision())
 	}
-	c, err := contract.Compile(&rec.Contract, rec.Version, e.Revision())
-	if err != nil {
-		l.log.Error("a contract that does not compile; calls to the tool are refused until it is registered again", "tool", name, "version", rec.Version, "err", err)
-		l.current[name] = current{err: fmt.Errorf("%w: %s version %d: %v", ErrDamaged, name, rec.Version, err)}
-		return
-	}
-	l.current[name] = current{c: c}
-	l.log.Info("contract in use", "tool", name, "version", rec.Version, "revision", e.Revision())
 }
 
 // Current returns the tool's contract now: nil when it has none, ErrDamaged when what the

@@ -28,6 +28,8 @@ const Kind = "contract"
 const (
 	maxDepth = 32
 	maxNodes = 20_000
+	// maxExpandedBytes bounds a schema as JSON, its aliases expanded.
+	maxExpandedBytes = contract.MaxSourceBytes
 )
 
 // Parse reads one contract, YAML or JSON (JSON is YAML), and compiles it: what it returns is
@@ -262,6 +264,9 @@ func decodePolicy(n *yaml.Node, lines map[string]int) (*contract.Policy, error) 
 // is used, so no alias bomb gets through).
 func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, lines map[string]int, depth int, count *int) error {
 	*count++
+	if b.Len() > maxExpandedBytes {
+		return &contract.Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("expands to more than %d bytes (aliases repeat what they name)", maxExpandedBytes)}
+	}
 	if *count > maxNodes {
 		return &contract.Error{Line: n.Line, Field: path, Reason: fmt.Sprintf("more than %d values in one contract", maxNodes)}
 	}

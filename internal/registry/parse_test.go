@@ -282,6 +282,11 @@ func TestNoDocumentGrowsPastItsBounds(t *testing.T) {
 	if _, err := registry.Parse([]byte(b.String())); err == nil || !strings.Contains(err.Error(), "values in one contract") {
 		t.Errorf("alias bomb: %v", err)
 	}
+	// Few values, each an alias of a long one: the bytes are bounded too.
+	amp := "name: t\ninput_schema:\n  type: object\n  description: &d " + strings.Repeat("x", 60_000) + "\n  examples: [" + strings.TrimSuffix(strings.Repeat("*d, ", 100), ", ") + "]\n"
+	if _, err := registry.Parse([]byte(amp)); err == nil || !strings.Contains(err.Error(), "expands to more than") {
+		t.Errorf("aliases of a long value: %v", err)
+	}
 	deep := "name: t\ninput_schema: " + strings.Repeat("[", 100) + strings.Repeat("]", 100) + "\n"
 	if _, err := registry.Parse([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("deep: %v", err)

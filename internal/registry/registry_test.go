@@ -104,9 +104,11 @@ func TestVersionsHistoryAndFollowers(t *testing.T) {
 	}
 }
 
-// What the bucket holds that is not a contract record (a stream acknowledgement written
-// through a reply subject, say) makes calls to the tool refused, never unchecked.
-func TestADamagedRecordIsRefusedNotIgnored(t *testing.T) {
+// What the bucket holds that is not a contract record Hermes wrote — a stream acknowledgement
+// written through a reply subject, a delete from outside the registry — never makes calls run
+// unchecked: the version in use stays in use, a tool without one is refused, and registering
+// repairs the key, its versions going on.
+func TestDamageIsNeverUnchecked(t *testing.T) {
 	s := bustest.NewServer(t)
 	b := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -115,16 +117,47 @@ func TestADamagedRecordIsRefusedNotIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := registry.NewStore(b.Contracts)
 	c1, src1 := parse(t, v1)
-	if _, _, err := registry.NewStore(b.Contracts).Register(ctx, c1, src1, "x"); err != nil {
+	if _, _, err := store.Register(ctx, c1, src1, "x"); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "version 1 in use", func() bool { c, _ := live.Current("order_query"); return c != nil })
 	if _, err := b.Contracts.Put(ctx, "order_query", []byte(`{"stream":"HERMES","seq":9}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the damage seen", func() bool { _, err := live.Current("order_query"); return errors.Is(err, registry.ErrDamaged) })
-	if _, _, err := registry.NewStore(b.Contracts).Register(ctx, c1, src1, "x"); err == nil {
-		t.Fatal("registered over a record that cannot be read")
+	if _, err := b.Contracts.Put(ctx, "other_tool", []byte(`{"stream":"HERMES","seq":10}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the damage seen", func() bool { _, err := live.Current("other_tool"); return errors.Is(err, registry.ErrDamaged) })
+	if c, err := live.Current("order_query"); err != nil || c == nil || c.Version != 1 {
+		t.Fatalf("the version in use was dropped: %v %v", c, err)
+	}
+	if _, err := store.Get(ctx, "order_query"); !errors.Is(err, registry.ErrDamaged) {
+		t.Fatalf("get of a damaged key: %v", err)
+	}
+	if _, damaged, err := store.List(ctx); err != nil || len(damaged) != 2 {
+		t.Fatalf("list: %v %v", damaged, err)
+	}
+	c2, src2 := parse(t, v2)
+	e, changed, err := store.Register(ctx, c2, src2, "x")
+	if err != nil || !changed || e.Version != 2 {
+		t.Fatalf("registering over the damage: %+v %v", e, err)
+	}
+	waitFor(t, "version 2 in use", func() bool { c, _ := live.Current("order_query"); return c != nil && c.Version == 2 })
+	if _, err := store.Remove(ctx, "other_tool", "x"); err != nil {
+		t.Fatalf("removing a damaged key: %v", err)
+	}
+	// Deleted outside the registry: still checked, and the next registration is version 3.
+	if err := b.Contracts.Delete(ctx, "order_query"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the delete reaches the follower (it changes nothing)
+	if c, err := live.Current("order_query"); err != nil || c == nil || c.Version != 2 {
+		t.Fatalf("after a delete: %v %v", c, err)
+	}
+	if e, _, err := store.Register(ctx, c1, src1, "x"); err != nil || e.Version != 3 {
+		t.Fatalf("after a delete: %+v %v", e, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,88 +75,139 @@ type Store struct {
 func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv, now: time.Now} }
 
 // Register makes c the tool's contract, as a new version, unless it is already the current one
-// (then nothing is written and changed is false). c must have come from contract.Parse or
-// passed contract.Compile. source is the contract as written (may be nil).
+// (then nothing is written and changed is false). c must have come from Parse or passed
+// contract.Compile. source is the contract as written (may be nil). What the bucket holds for
+// the tool that is no record (damaged) is written over: registering is how it is repaired.
 func (s *Store) Register(ctx context.Context, c *contract.Contract, source []byte, by string) (e *Entry, changed bool, err error) {
 	if _, err := contract.Compile(c, 0, 0); err != nil {
 		return nil, false, err
 	}
 	for range 8 {
-		cur, rev, err := s.current(ctx, c.Name)
+		head, err := s.head(ctx, c.Name)
 		if err != nil {
 			return nil, false, err
 		}
-		if cur != nil && !cur.Removed && same(&cur.Contract, c) {
-			return &Entry{Record: *cur, Revision: rev}, false, nil
+		if cur := head.rec; cur != nil && !cur.Removed && same(&cur.Contract, c) {
+			return &Entry{Record: *cur, Revision: head.rev}, false, nil
 		}
-		version := 1
-		if cur != nil {
-			version = cur.Version + 1
+		rec := Record{Contract: *c, Version: head.next, RegisteredAt: s.now().UTC(), By: by, Source: string(source)}
+		e, err := s.write(ctx, head, rec)
+		if errors.Is(err, errChanged) {
+			continue // written by someone else meanwhile: look again
 		}
-		rec := Record{Contract: *c, Version: version, RegisteredAt: s.now().UTC(), By: by, Source: string(source)}
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return nil, false, err
-		}
-		if len(data) > maxRecordBytes {
-			return nil, false, fmt.Errorf("registry: the contract of %s takes %d bytes to keep; at most %d", c.Name, len(data), maxRecordBytes)
-		}
-		var newRev uint64
-		if rev == 0 {
-			newRev, err = s.kv.Create(ctx, c.Name, data)
-		} else {
-			newRev, err = s.kv.Update(ctx, c.Name, data, rev)
-		}
-		if err == nil {
-			return &Entry{Record: rec, Revision: newRev}, true, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return nil, false, fmt.Errorf("registry: register %s: %w", c.Name, err)
-		}
-		// Registered by someone else meanwhile: look again.
+		return e, err == nil, err
 	}
 	return nil, false, fmt.Errorf("registry: register %s: it keeps changing; try again", c.Name)
 }
 
 // Remove ends the tool's contract: a removal is recorded as a version of its own, so the
-// history says who removed it and when. ErrNotFound when it has none.
+// history says who removed it and when. ErrNotFound when it has none. A damaged record is
+// removed as a contract would be.
 func (s *Store) Remove(ctx context.Context, name, by string) (*Entry, error) {
 	for range 8 {
-		cur, rev, err := s.current(ctx, name)
+		head, err := s.head(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		if cur == nil || cur.Removed {
+		if head.rev == 0 || head.rec != nil && head.rec.Removed {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		rec := Record{Contract: contract.Contract{Name: name}, Version: cur.Version + 1, RegisteredAt: s.now().UTC(), By: by, Removed: true}
-		data, _ := json.Marshal(rec)
-		newRev, err := s.kv.Update(ctx, name, data, rev)
-		if err == nil {
-			return &Entry{Record: rec, Revision: newRev}, nil
+		e, err := s.write(ctx, head, Record{Contract: contract.Contract{Name: name}, Version: head.next, RegisteredAt: s.now().UTC(), By: by, Removed: true})
+		if errors.Is(err, errChanged) {
+			continue
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return nil, fmt.Errorf("registry: remove %s: %w", name, err)
-		}
+		return e, err
 	}
 	return nil, fmt.Errorf("registry: remove %s: it keeps changing; try again", name)
 }
 
-// current returns the tool's last record (a removal included) and its revision; nil and 0 when
-// it has none. A damaged record is an error: nothing is written over what cannot be read.
-func (s *Store) current(ctx context.Context, name string) (*Record, uint64, error) {
+// errChanged: the key changed between reading its head and writing over it.
+var errChanged = errors.New("registry: changed meanwhile")
+
+// ErrTooLarge: a contract too large to keep (its source and its form as read, together).
+var ErrTooLarge = errors.New("registry: too large")
+
+// ErrFull: the bucket holds as much as it may; nothing more is registered.
+var ErrFull = errors.New("registry: the contracts' bucket is full")
+
+// write records rec over head (created when the key holds nothing).
+func (s *Store) write(ctx context.Context, head head, rec Record) (*Entry, error) {
+	name := rec.Contract.Name
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxRecordBytes {
+		return nil, fmt.Errorf("%w: the contract of %s takes %d bytes to keep; at most %d", ErrTooLarge, name, len(data), maxRecordBytes)
+	}
+	var rev uint64
+	if head.rev == 0 {
+		rev, err = s.kv.Create(ctx, name, data)
+	} else {
+		rev, err = s.kv.Update(ctx, name, data, head.rev)
+	}
+	switch {
+	case err == nil:
+		return &Entry{Record: rec, Revision: rev}, nil
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return nil, errChanged
+	case strings.Contains(err.Error(), "maximum bytes exceeded"):
+		return nil, fmt.Errorf("%w (%s): remove tools no longer used, or give the bucket more room", ErrFull, name)
+	}
+	return nil, fmt.Errorf("registry: write %s: %w", name, err)
+}
+
+// head is what the bucket holds last for a tool: its record (nil when there is none, or it
+// cannot be read), its revision (0 when the key holds nothing), and the version the next
+// registration takes (after every version kept, whatever became of the key since).
+type head struct {
+	rec  *Record
+	rev  uint64
+	next int
+}
+
+func (s *Store) head(ctx context.Context, name string) (head, error) {
 	e, err := s.kv.Get(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, 0, nil
+		// Never written, or deleted outside the registry: versions go on after those kept.
+		return head{next: s.lastVersion(ctx, name) + 1}, nil
 	case err != nil:
-		return nil, 0, fmt.Errorf("registry: read %s: %w", name, err)
+		return head{}, fmt.Errorf("registry: read %s: %w", name, err)
 	}
-	rec, err := decodeRecord(name, e.Value())
+	h := head{rev: e.Revision()}
+	if rec, err := decodeRecord(name, e.Value()); err == nil {
+		h.rec, h.next = rec, rec.Version+1
+		return h, nil
+	}
+	h.next = s.lastVersion(ctx, name) + 1
+	return h, nil
+}
+
+// lastVersion is the highest version the bucket keeps of name (0: none).
+func (s *Store) lastVersion(ctx context.Context, name string) int {
+	all, err := s.History(ctx, name)
 	if err != nil {
-		return nil, 0, err
+		return 0
 	}
-	return rec, e.Revision(), nil
+	last := 0
+	for _, e := range all {
+		last = max(last, e.Version)
+	}
+	return last
+}
+
+// current returns the tool's last record (a removal included) and its revision; nil and 0 when
+// it has none. A damaged record is an error.
+func (s *Store) current(ctx context.Context, name string) (*Record, uint64, error) {
+	h, err := s.head(ctx, name)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case h.rev != 0 && h.rec == nil:
+		return nil, 0, fmt.Errorf("%w: %s (revision %d): register the tool again to repair it", ErrDamaged, name, h.rev)
+	}
+	return h.rec, h.rev, nil
 }
 
 // Get returns the tool's current contract; ErrNotFound when it has none.

@@ -45,6 +45,7 @@ func (c *Compiled) CheckInput(args json.RawMessage) error {
 		return &ArgumentsError{Tool: c.Name, Problems: []string{"the arguments are not JSON"}, Hint: "send the arguments as a JSON object"}
 	}
 	problems := c.input.check(v, "(the arguments)")
+	problems = append(problems, c.input.caseTwins(v)...)
 	if len(problems) == 0 {
 		return nil
 	}
@@ -171,7 +172,7 @@ func (c *Compiled) checkFailure(f any) Verdict {
 		return Verdict{Violation: "failure.error_code: is required (a string)"}
 	case protocol.IsHermesCode(code):
 		return Verdict{Violation: "failure.error_code: " + code + " is one of Hermes' own codes"}
-	case protocol.ToolCode(code) != code:
+	case !declarable(code):
 		return Verdict{Violation: fmt.Sprintf("failure.error_code: %s is not an error code (^[A-Z0-9_]{1,64}$)", quote(code))}
 	}
 	hint, isString := fm["recovery_hint"].(string)
@@ -203,11 +204,21 @@ func (p problem) String() string {
 	if len(p.at) == 0 {
 		return p.root + ": " + p.what
 	}
-	if p.root == "success" || p.root == "failure" {
-		return p.root + "." + strings.Join(p.at, ".") + ": " + p.what
+	at := make([]string, len(p.at))
+	for i, tok := range p.at {
+		at[i] = protocol.Shorten(tok, maxNameBytes) // names come from the value: shown briefly
+		if len(at[i]) < len(tok) {
+			at[i] += "…"
+		}
 	}
-	return strings.Join(p.at, ".") + ": " + p.what
+	if p.root == "success" || p.root == "failure" {
+		return p.root + "." + strings.Join(at, ".") + ": " + p.what
+	}
+	return strings.Join(at, ".") + ": " + p.what
 }
+
+// maxNameBytes bounds a field name as a problem shows it.
+const maxNameBytes = 64
 
 // top is the top-level field the problem is in ("" for the whole value).
 func (p problem) top() string {
@@ -215,6 +226,25 @@ func (p problem) top() string {
 		return ""
 	}
 	return p.at[0]
+}
+
+// caseTwins lists the arguments named as a field the schema names but for case
+// (ORDER_ID beside order_id): a Go tool decoding JSON matches names regardless of case, so
+// such an argument could reach it unchecked in the field's place.
+func (s *schema) caseTwins(v any) []problem {
+	obj, ok := v.(map[string]any)
+	if !ok || len(s.props) == 0 {
+		return nil
+	}
+	var out []problem
+	for _, k := range sortedKeys(obj) {
+		for _, p := range s.props {
+			if k != p && strings.EqualFold(k, p) {
+				out = append(out, problem{at: []string{k}, root: "(the arguments)", what: "differs from the field " + p + " only in case"})
+			}
+		}
+	}
+	return out
 }
 
 // check validates v and lists what is wrong (nil when nothing is).
@@ -344,6 +374,9 @@ func describe(v any) string {
 		keys := sortedKeys(v)
 		if len(keys) > 4 {
 			keys = append(keys[:4], "…")
+		}
+		for i, k := range keys {
+			keys[i] = protocol.Shorten(k, maxNameBytes)
 		}
 		return "an object with " + strings.Join(keys, ", ")
 	case []any:

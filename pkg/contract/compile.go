@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ type schema struct {
 	short bool
 	// descriptions of the top-level fields, for recovery hints.
 	descriptions map[string]string
+	// props are the top-level fields the schema names.
+	props []string
 }
 
 // Compile checks c and compiles its schemas, recording version and revision. Errors are *Error
@@ -88,9 +91,9 @@ func Compile(c *Contract, version int, revision uint64) (*Compiled, error) {
 	return out, nil
 }
 
-// checkFailureCodes refuses a failure schema whose error_code enum holds a value that cannot be
-// a tool's code: not ^[A-Z0-9_]{1,64}$, or one of Hermes' own codes (a tool must never pass for
-// Hermes).
+// checkFailureCodes refuses a failure schema whose error_code enum (or const) holds a value
+// that cannot be a tool's code: not ^[A-Z0-9_]{1,64}$, or one of Hermes' own codes (a tool must
+// never pass for Hermes). Codes a schema allows otherwise are checked in every answer.
 func checkFailureCodes(f any) error {
 	obj, _ := f.(map[string]any)
 	field, path := "output_schema.failure.properties.error_code.enum", []string{"properties", "error_code", "enum"}
@@ -106,17 +109,44 @@ func checkFailureCodes(f any) error {
 		at = m[k]
 	}
 	codes, _ := at.([]any)
+	if m, ok := resolveParent(obj, path); ok {
+		if c, ok := m["const"]; ok {
+			codes, field = []any{c}, strings.TrimSuffix(field, ".enum")+".const"
+		}
+	}
 	for i, code := range codes {
 		s, _ := code.(string)
-		if protocol.ToolCode(s) != s || s == "" {
+		if !declarable(s) {
 			reason := "an error code is 1 to 64 upper-case letters, digits and _"
 			if protocol.IsHermesCode(s) {
 				reason = s + " is one of Hermes' own codes; a tool reports its own"
+			}
+			if strings.HasSuffix(field, ".const") {
+				return &Error{Field: field, Reason: reason}
 			}
 			return &Error{Field: field + "[" + strconv.Itoa(i) + "]", Reason: reason}
 		}
 	}
 	return nil
+}
+
+// declarable reports whether a tool may declare code as its own failure's.
+func declarable(code string) bool {
+	return code != "" && protocol.ToolCode(code) == code && !protocol.IsHermesCode(code)
+}
+
+// resolveParent returns the mapping that holds path's last key.
+func resolveParent(obj map[string]any, path []string) (map[string]any, bool) {
+	var at any = obj
+	for _, k := range path[:len(path)-1] {
+		m, ok := at.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		at = m[k]
+	}
+	m, ok := at.(map[string]any)
+	return m, ok
 }
 
 // isFull reports whether a schema object is full JSON Schema: it names $schema, or its type is
@@ -212,6 +242,13 @@ func compileSchema(tool, field string, v any) (*schema, error) {
 		s.short = true
 	} else if ok {
 		s.descriptions = descriptionsOf(obj)
+	}
+	if err := checkCost(v, field); err != nil {
+		return nil, err
+	}
+	if obj, ok := v.(map[string]any); ok {
+		props, _ := obj["properties"].(map[string]any)
+		s.props = sortedKeys(props)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -334,7 +371,35 @@ func ecmaRegexp(src string) (jsonschema.Regexp, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := programSize(p); n > MaxPatternProgram {
+		return nil, fmt.Errorf("too complex: %d steps to match one character, at most %d (a shorter repeat count, or fewer alternatives)", n, MaxPatternProgram)
+	}
 	return pattern{re, src}, nil
+}
+
+// Bounds of what a check may cost: patterns run in time proportional to the string times the
+// pattern's program, schemas in time proportional to the value times the schema's expansion.
+const (
+	// MaxPatternProgram bounds a pattern's compiled program (RE2 instructions).
+	MaxPatternProgram = 1000
+	// MaxPatternInput is the longest string a pattern is matched against; a longer one
+	// does not match.
+	MaxPatternInput = 64 << 10
+	// MaxSchemaExpansion bounds the subschemas one value can be checked against, every
+	// $ref followed (a schema whose references fan out exponentially is refused).
+	MaxSchemaExpansion = 20_000
+)
+
+func programSize(p string) int {
+	re, err := syntax.Parse(p, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 // pattern is a compiled pattern that shows as written.
@@ -344,6 +409,81 @@ type pattern struct {
 }
 
 func (p pattern) String() string { return p.src }
+
+// MatchString matches s, refusing strings longer than MaxPatternInput.
+func (p pattern) MatchString(s string) bool {
+	return len(s) <= MaxPatternInput && p.Regexp.MatchString(s)
+}
+
+// checkCost refuses a schema whose subschemas, every local $ref followed, exceed
+// MaxSchemaExpansion: what one value may be checked against. A reference back into a schema
+// being expanded (a recursive schema) counts once: it recurses only as deep as the value.
+func checkCost(root any, field string) error {
+	n := 0
+	var walk func(v any, onStack map[string]bool) bool
+	walk = func(v any, onStack map[string]bool) bool {
+		switch v := v.(type) {
+		case map[string]any:
+			n++
+			if n > MaxSchemaExpansion {
+				return false
+			}
+			if ref, ok := v["$ref"].(string); ok && strings.HasPrefix(ref, "#") && !onStack[ref] {
+				if target, ok := resolvePointer(root, strings.TrimPrefix(ref, "#")); ok {
+					onStack[ref] = true
+					ok := walk(target, onStack)
+					delete(onStack, ref)
+					if !ok {
+						return false
+					}
+				}
+			}
+			for k, sub := range v {
+				if k == "$defs" || k == "definitions" || k == "enum" || k == "const" || k == "examples" || k == "default" {
+					continue // reached through $ref, or values rather than schemas
+				}
+				if !walk(sub, onStack) {
+					return false
+				}
+			}
+		case []any:
+			for _, sub := range v {
+				if !walk(sub, onStack) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !walk(root, map[string]bool{}) {
+		return &Error{Field: field, Reason: fmt.Sprintf("expands, its $refs followed, to more than %d subschemas: a value could take too long to check", MaxSchemaExpansion)}
+	}
+	return nil
+}
+
+// resolvePointer follows a JSON pointer ("/$defs/id") within root.
+func resolvePointer(root any, ptr string) (any, bool) {
+	at := root
+	for _, tok := range pointer(ptr) {
+		switch v := at.(type) {
+		case map[string]any:
+			next, ok := v[tok]
+			if !ok {
+				return nil, false
+			}
+			at = next
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) {
+				return nil, false
+			}
+			at = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return at, true
+}
 
 func isHex4(s string) bool {
 	if len(s) < 4 {

@@ -3,6 +3,7 @@ package contract_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -96,4 +97,75 @@ func FuzzCheck(f *testing.F) {
 		_ = k.CheckValue(data)
 		_ = k.CheckFailure(string(data), string(data))
 	})
+}
+
+func compileJSON(t *testing.T, doc string) (*contract.Compiled, error) {
+	t.Helper()
+	var c contract.Contract
+	if err := json.Unmarshal([]byte(doc), &c); err != nil {
+		t.Fatal(err)
+	}
+	return contract.Compile(&c, 1, 1)
+}
+
+// What a check may cost is bounded when the contract is compiled: a schema whose references
+// fan out exponentially and a pattern too large are refused; a recursive schema is not.
+func TestChecksHaveBoundedCost(t *testing.T) {
+	var defs []string
+	for i := range 24 {
+		defs = append(defs, fmt.Sprintf(`"d%d":{"anyOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1))
+	}
+	defs = append(defs, `"d24":{"type":"string"}`)
+	_, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","$defs":{`+strings.Join(defs, ",")+`},"properties":{"a":{"$ref":"#/$defs/d0"}}}}`)
+	if err == nil || !strings.Contains(err.Error(), "expands") {
+		t.Errorf("exponential references: %v", err)
+	}
+	tree := `{"name":"t","input_schema":{"type":"object","$defs":{"node":{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"properties":{"root":{"$ref":"#/$defs/node"}}}}`
+	k, err := compileJSON(t, tree)
+	if err != nil {
+		t.Fatalf("a recursive schema: %v", err)
+	}
+	if err := k.CheckInput([]byte(`{"root":{"children":[{"children":[]},{"children":[{"children":"x"}]}]}}`)); err == nil {
+		t.Error("a recursive schema checks nothing")
+	}
+	if _, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"[a-z]{1000}x"}}}}`); err == nil || !strings.Contains(err.Error(), "too complex") {
+		t.Errorf("a pattern of 1000 repeats: %v", err)
+	}
+	k, err = compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+$"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := `{"a":"` + strings.Repeat("a", contract.MaxPatternInput+1) + `"}`
+	if err := k.CheckInput([]byte(long)); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Errorf("a string longer than patterns are matched against: %v", err)
+	}
+}
+
+// An argument named as a field but for case is refused: a Go tool decoding JSON would take it
+// for the field, unchecked.
+func TestArgumentsNamedAsAFieldButForCaseAreRefused(t *testing.T) {
+	k, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"order_id":{"type":"string","pattern":"^ORD[0-9]{12}$"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = k.CheckInput([]byte(`{"order_id":"ORD000000000001","ORDER_ID":"../../etc/passwd"}`))
+	if err == nil || err.Error() != "ORDER_ID: differs from the field order_id only in case" {
+		t.Errorf("%v", err)
+	}
+}
+
+// A failure code a contract declares by const is checked as an enum's are; and what an answer
+// says is shown briefly (field names cut).
+func TestFailureConstsAndLongNames(t *testing.T) {
+	if _, err := compileJSON(t, `{"name":"t","output_schema":{"failure":{"type":"object","properties":{"error_code":{"const":"DEAD_LETTERED"}}}}}`); err == nil || !strings.Contains(err.Error(), "const: DEAD_LETTERED is one of Hermes' own codes") {
+		t.Errorf("const: %v", err)
+	}
+	k, err := compileJSON(t, `{"name":"t","output_schema":{"success":{"type":"object","additionalProperties":false}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := k.CheckOutput([]byte(`{"success":{"`+strings.Repeat("k", 500)+`":1}}`), false)
+	if len(v.Violation) > 200 || !strings.Contains(v.Violation, "…") {
+		t.Errorf("a long name shown as %q", v.Violation)
+	}
 }

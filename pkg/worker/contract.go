@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -73,20 +74,38 @@ func unavailable(ref *protocol.ContractRef, err error) Outcome {
 	return out
 }
 
-// judge applies the contract's verdict on one outcome.
+// maxRejectedBytes bounds the rejected answer kept in a result: the reason and the answer must
+// fit one bus message together.
+const maxRejectedBytes = 64 << 10
+
+// judge applies the contract's verdict on one outcome. Whatever an executor says of its own
+// outcome, a success is judged (as the tool's whole answer when the executor does not say it is
+// a value), and so is a failure carrying a code that is not Hermes' own; only Hermes' verdicts on
+// tries that got no answer (timeouts, refusals, unreachable tools) pass as they are.
 func judge(k *contract.Compiled, out Outcome) Outcome {
 	out.Result.ContractVersion = k.Version
 	res := &out.Result
+	errorStatus := res.Status == protocol.ResultError
 	var v contract.Verdict
-	switch out.Answered {
-	case AnsweredBody:
-		v = k.CheckOutput(res.Content, res.Status == protocol.ResultError)
-	case AnsweredValue:
-		if res.Status == protocol.ResultOK {
-			v = k.CheckValue(res.Content)
-		} else {
-			v = k.CheckFailure(res.ToolErrorCode, res.RecoveryHint)
+	switch {
+	case out.Answered == AnsweredValue && !errorStatus:
+		v = k.CheckValue(res.Content)
+	case out.Answered == AnsweredValue:
+		v = k.CheckFailure(res.ToolErrorCode, res.RecoveryHint)
+	case out.Answered == AnsweredBody || !errorStatus:
+		v = k.CheckOutput(res.Content, errorStatus)
+		if errorStatus && v == (contract.Verdict{}) && k.Shaped() {
+			// An error status without the contract's shape (a proxy's page, say): Hermes'
+			// verdict stands (retried as such), but nothing the contract does not declare is
+			// passed on as the tool's: not its body, not a code of its own.
+			withhold(res, "the tool answered an error status without its contract's shape")
+			if res.ToolErrorCode != "" && k.CheckFailure(res.ToolErrorCode, "").Violation != "" {
+				res.ToolErrorCode = ""
+			}
+			return out
 		}
+	case !protocol.IsHermesCode(res.ErrorCode):
+		v = k.CheckFailure(res.ErrorCode, res.RecoveryHint)
 	default:
 		return out
 	}
@@ -95,15 +114,39 @@ func judge(k *contract.Compiled, out Outcome) Outcome {
 		bad := Failed(protocol.CodeContractViolation, protocol.OriginTool,
 			fmt.Sprintf("%s answered outside version %d of its contract, so its answer is not passed on; its owner must fix the tool (the answer is kept in the record)", k.Name, k.Version),
 			v.Violation, false)
-		bad.Result.ExecutionTimeMS, bad.Result.ContractVersion, bad.Result.Rejected = res.ExecutionTimeMS, k.Version, res.Content
+		bad.Result.ExecutionTimeMS, bad.Result.ContractVersion = res.ExecutionTimeMS, k.Version
+		bad.Result.Rejected = rejected(res.Content)
 		return bad
 	case v.Failure:
 		declared := protocol.ErrorResult(v.Code, protocol.OriginTool, v.Hint, res.Content)
 		declared.ToolErrorCode, declared.ExecutionTimeMS, declared.ContractVersion = v.Code, res.ExecutionTimeMS, k.Version
 		out.Result = declared
-		out.Retryable = out.Retryable && res.Status == protocol.ResultError
+		out.Retryable = out.Retryable && errorStatus
+	case errorStatus && res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode):
+		// A code the contract does not judge (a plain contract's failure) is not declared:
+		// the tool's word, in tool_error_code, as without a contract.
+		res.ToolErrorCode, res.ErrorCode = protocol.ToolCode(res.ErrorCode), protocol.CodeToolFailed
 	}
 	return out
+}
+
+// withhold keeps r's content in Rejected only, with reason in its place.
+func withhold(r *protocol.ToolResult, reason string) {
+	if len(r.Content) == 0 {
+		return
+	}
+	r.Rejected = rejected(r.Content)
+	r.Content, _ = json.Marshal(reason)
+}
+
+// rejected is content as kept beside a refusal: as it is, or cut (as a JSON string) when it would
+// not fit one bus message with the reason.
+func rejected(content json.RawMessage) json.RawMessage {
+	if len(content) <= maxRejectedBytes {
+		return content
+	}
+	cut, _ := json.Marshal(protocol.Shorten(string(content), maxRejectedBytes) + "…")
+	return cut
 }
 
 // declaredCode reports whether r's error_code is a tool's own code its contract declared

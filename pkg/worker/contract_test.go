@@ -103,3 +103,40 @@ func TestAWorkerWithoutContractsRunsNoContractCall(t *testing.T) {
 		t.Fatalf("%+v %v", out, err)
 	}
 }
+
+// Whatever the executor says of its outcome, a success is judged, and an error status's body
+// that is not the contract's shape is withheld with any code the contract does not declare.
+func TestEveryAnswerIsJudged(t *testing.T) {
+	k := orderQuery(t, 1, 5, `"paid"`)
+	var answer worker.Outcome
+	exec := worker.Chain(worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
+		return answer, nil
+	}), worker.CheckContracts(versions{5: k}))
+	run := func(out worker.Outcome) protocol.ToolResult {
+		t.Helper()
+		answer = out
+		got, err := exec.Execute(context.Background(), &worker.Call{Dispatch: &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "order_query"},
+			Contract: &protocol.ContractRef{Name: "order_query", Version: 1, Revision: 5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Result
+	}
+	// An executor that does not say what its outcome is (worker.OK from a plugin, say).
+	if r := run(worker.OK(json.RawMessage(`{"anything":"goes","status":"lost"}`), 0)); r.ErrorCode != protocol.CodeContractViolation {
+		t.Errorf("an unmarked success passed unjudged: %+v", r)
+	}
+	// An error status with a JSON body of another shape: retried as Hermes says, nothing of
+	// the body delivered, the undeclared code dropped.
+	out := worker.Outcome{Result: protocol.ToolFailure(protocol.CodeToolHTTP5xx, "NOT_IN_ENUM", "h", json.RawMessage(`{"error_code":"NOT_IN_ENUM","debug":"secret-ish"}`)),
+		Retryable: true, Answered: worker.AnsweredBody}
+	r := run(out)
+	if r.ErrorCode != protocol.CodeToolHTTP5xx || r.ToolErrorCode != "" || strings.Contains(string(r.Content), "debug") || !strings.Contains(string(r.Rejected), "debug") {
+		t.Errorf("an unshaped error body: %+v %s", r, r.Content)
+	}
+	// An executor's own failure code, not one the contract declares, is not passed for one.
+	own := worker.Outcome{Result: protocol.ToolResult{Status: protocol.ResultError, ErrorCode: "MY_CODE", ToolErrorCode: "MY_CODE", ErrorOrigin: protocol.OriginTool}}
+	if r := run(own); r.ErrorCode == "MY_CODE" {
+		t.Errorf("an undeclared code kept as error_code: %+v", r)
+	}
+}

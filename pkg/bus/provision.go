@@ -164,7 +164,7 @@ const ContractHistory = 64
 const (
 	smallBucketMaxBytes = 16 << 20
 	signinsMaxBytes     = 64 << 20
-	contractsMaxBytes   = 64 << 20
+	contractsMaxBytes   = 256 << 20
 	timersMaxBytes      = 256 << 20
 )
 

@@ -44,7 +44,7 @@ const (
 	// MaxDescriptionBytes bounds a contract's description (it is shown to LLMs).
 	MaxDescriptionBytes = 4096
 	// MaxSourceBytes bounds a contract as written.
-	MaxSourceBytes = 256 << 10
+	MaxSourceBytes = 64 << 10
 	// MaxRetries bounds execution_policy.max_retries.
 	MaxRetries = 10
 )

@@ -72,9 +72,10 @@ func viewOf(e *registry.Entry, withContract bool) ToolView {
 }
 
 // hideReach hides a reach's header values, and the contract as written, from callers who may
-// not change tools: as the record hides a dispatch's header values.
+// not change tools (everyone, on a gateway that asks for no key): as the record hides a
+// dispatch's header values.
 func hideReach(r *http.Request, v *ToolView) {
-	if c := CallerOf(r.Context()); c == nil || c.Can(auth.PermToolsAdmin) || v.Contract == nil || v.Contract.Reach == nil {
+	if c := CallerOf(r.Context()); c != nil && c.Can(auth.PermToolsAdmin) || v.Contract == nil || v.Contract.Reach == nil {
 		return
 	}
 	cp := *v.Contract

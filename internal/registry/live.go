@@ -83,7 +83,7 @@ func (l *Live) Start(ctx context.Context) error {
 func (l *Live) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		if w != nil && l.run(ctx, w, ready) {
-			ready = nil
+			ready, delay = nil, 100*time.Millisecond // a watch that served: the next gap is short
 		}
 		l.mu.Lock()
 		l.following = false
@@ -103,16 +103,16 @@ func (l *Live) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan st
 }
 
 // run takes one watch's changes until it ends; once it has given every contract the bucket
-// held, the registry is followed (and ready closed, when not nil: run reports whether it did).
-func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) (closed bool) {
+// held, the registry is followed, ready closed (when not nil), and run reports it served.
+func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) (served bool) {
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
-			return closed
+			return served
 		case e, ok := <-w.Updates():
 			if !ok {
-				return closed
+				return served
 			}
 			if e != nil {
 				l.apply(e)
@@ -121,10 +121,10 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struc
 			l.mu.Lock()
 			l.following = true
 			l.mu.Unlock()
-			if ready != nil && !closed {
+			if ready != nil && !served {
 				close(ready)
-				closed = true
 			}
+			served = true
 		}
 	}
 }
@@ -145,6 +145,20 @@ func (l *Live) apply(e jetstream.KeyValueEntry) {
 			err = fmt.Errorf("version %d does not compile: %w", rec.Version, err)
 		}
 	}
+	l.mu.RLock()
+	had := l.current[name].c != nil
+	l.mu.RUnlock()
+	if err != nil && !had {
+		// Nothing in use yet (a follower starting): the last version that is one serves.
+		if good, gerr := l.lastGood(name); gerr == nil && good != nil {
+			l.log.Error("the last change of a contract is no registration; its last version is used", "tool", name,
+				"revision", e.Revision(), "version", good.Version, "err", err)
+			l.mu.Lock()
+			l.current[name] = current{c: good}
+			l.mu.Unlock()
+			return
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -161,6 +175,22 @@ func (l *Live) apply(e jetstream.KeyValueEntry) {
 		l.current[name] = current{c: c}
 		l.log.Info("contract in use", "tool", name, "version", rec.Version, "revision", e.Revision())
 	}
+}
+
+// lastGood returns the last version the bucket keeps of name that is a contract, compiled; nil
+// when it keeps none (or the last registration is a removal).
+func (l *Live) lastGood(name string) (*contract.Compiled, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all, err := l.store.History(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	last := all[len(all)-1]
+	if last.Removed {
+		return nil, nil
+	}
+	return contract.Compile(&last.Contract, last.Version, last.Revision)
 }
 
 // Current returns the tool's contract now: nil when it has none, ErrDamaged when what the

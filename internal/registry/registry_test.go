@@ -156,6 +156,17 @@ func TestDamageIsNeverUnchecked(t *testing.T) {
 	if c, err := live.Current("order_query"); err != nil || c == nil || c.Version != 2 {
 		t.Fatalf("after a delete: %v %v", c, err)
 	}
+	// A follower that starts now uses the last version that is one.
+	fresh, err := registry.Follow(ctx, b.Contracts, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := fresh.Current("order_query"); err != nil || c == nil || c.Version != 2 {
+		t.Fatalf("a new follower after a delete: %v %v", c, err)
+	}
+	if _, err := store.Get(ctx, "order_query"); !errors.Is(err, registry.ErrDamaged) {
+		t.Fatalf("get after a delete: %v", err)
+	}
 	if e, _, err := store.Register(ctx, c1, src1, "x"); err != nil || e.Version != 3 {
 		t.Fatalf("after a delete: %+v %v", e, err)
 	}

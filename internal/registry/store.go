@@ -90,7 +90,11 @@ func (s *Store) Register(ctx context.Context, c *contract.Contract, source []byt
 		if cur := head.rec; cur != nil && !cur.Removed && same(&cur.Contract, c) {
 			return &Entry{Record: *cur, Revision: head.rev}, false, nil
 		}
-		rec := Record{Contract: *c, Version: head.next, RegisteredAt: s.now().UTC(), By: by, Source: string(source)}
+		version, err := s.next(ctx, c.Name, head)
+		if err != nil {
+			return nil, false, err
+		}
+		rec := Record{Contract: *c, Version: version, RegisteredAt: s.now().UTC(), By: by, Source: string(source)}
 		e, err := s.write(ctx, head, rec)
 		if errors.Is(err, errChanged) {
 			continue // written by someone else meanwhile: look again
@@ -112,7 +116,11 @@ func (s *Store) Remove(ctx context.Context, name, by string) (*Entry, error) {
 		if head.rev == 0 || head.rec != nil && head.rec.Removed {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		e, err := s.write(ctx, head, Record{Contract: contract.Contract{Name: name}, Version: head.next, RegisteredAt: s.now().UTC(), By: by, Removed: true})
+		version, err := s.next(ctx, name, head)
+		if err != nil {
+			return nil, err
+		}
+		e, err := s.write(ctx, head, Record{Contract: contract.Contract{Name: name}, Version: version, RegisteredAt: s.now().UTC(), By: by, Removed: true})
 		if errors.Is(err, errChanged) {
 			continue
 		}
@@ -158,43 +166,58 @@ func (s *Store) write(ctx context.Context, head head, rec Record) (*Entry, error
 }
 
 // head is what the bucket holds last for a tool: its record (nil when there is none, or it
-// cannot be read), its revision (0 when the key holds nothing), and the version the next
-// registration takes (after every version kept, whatever became of the key since).
+// is no record: damaged, or a delete from outside the registry) and its revision (0 when the
+// key never held anything).
 type head struct {
-	rec  *Record
-	rev  uint64
-	next int
+	rec *Record
+	rev uint64
 }
 
 func (s *Store) head(ctx context.Context, name string) (head, error) {
 	e, err := s.kv.Get(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// Never written, or deleted outside the registry: versions go on after those kept.
-		return head{next: s.lastVersion(ctx, name) + 1}, nil
+		// Never written, or deleted or purged outside the registry (a removal is a record):
+		// the marker's revision is what a repair writes over.
+		all, herr := s.kv.History(ctx, name)
+		switch {
+		case errors.Is(herr, jetstream.ErrKeyNotFound):
+			return head{}, nil
+		case herr != nil:
+			return head{}, fmt.Errorf("registry: read %s: %w", name, herr)
+		}
+		return head{rev: all[len(all)-1].Revision()}, nil
 	case err != nil:
 		return head{}, fmt.Errorf("registry: read %s: %w", name, err)
 	}
 	h := head{rev: e.Revision()}
 	if rec, err := decodeRecord(name, e.Value()); err == nil {
-		h.rec, h.next = rec, rec.Version+1
-		return h, nil
+		h.rec = rec
 	}
-	h.next = s.lastVersion(ctx, name) + 1
 	return h, nil
 }
 
-// lastVersion is the highest version the bucket keeps of name (0: none).
-func (s *Store) lastVersion(ctx context.Context, name string) int {
+// next is the version the next write over h takes: after every version the bucket keeps,
+// whatever became of the key since.
+func (s *Store) next(ctx context.Context, name string, h head) (int, error) {
+	if h.rec != nil {
+		return h.rec.Version + 1, nil
+	}
+	if h.rev == 0 {
+		return 1, nil
+	}
 	all, err := s.History(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return 1, nil
+	}
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	last := 0
 	for _, e := range all {
 		last = max(last, e.Version)
 	}
-	return last
+	return last + 1, nil
 }
 
 // current returns the tool's last record (a removal included) and its revision; nil and 0 when

@@ -3,7 +3,9 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -30,6 +32,10 @@ func (s *ContractStage) Process(_ context.Context, job *Job) (Verdict, error) {
 			continue
 		}
 		k, err := s.Contracts(c.Call.Name)
+		if errors.Is(err, registry.ErrNotFollowing) {
+			// Not known for the moment (the watch is being made again): tried again later.
+			return Continue(), fmt.Errorf("contract stage: %w", err)
+		}
 		if err != nil {
 			job.Log.Warn("the tool's contract cannot be read; call refused", "tool", c.Call.Name, "tool_call_id", c.Call.ToolCallID, "err", err)
 			c.Decide(protocol.ErrorResult(protocol.CodeContractUnavailable, protocol.OriginHermes,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -228,27 +229,87 @@ func (p problem) top() string {
 	return p.at[0]
 }
 
-// caseTwins lists the arguments named as a field the schema names but for case
-// (ORDER_ID beside order_id): a Go tool decoding JSON matches names regardless of case, so
-// such an argument could reach it unchecked in the field's place.
+// caseTwins lists the arguments named as a field the schema names but for case (ORDER_ID
+// beside order_id), at any depth the schema describes: a Go tool decoding JSON matches names
+// regardless of case, so such an argument could reach it unchecked in the field's place.
 func (s *schema) caseTwins(v any) []problem {
-	obj, ok := v.(map[string]any)
-	if !ok || len(s.props) == 0 {
-		return nil
-	}
 	var out []problem
-	for _, k := range sortedKeys(obj) {
-		for _, p := range s.props {
-			if k != p && strings.EqualFold(k, p) {
-				out = append(out, problem{at: []string{k}, root: "(the arguments)", what: "differs from the field " + p + " only in case"})
+	twins(v, s.s, nil, &out, 0)
+	for i := range out {
+		out[i].root = "(the arguments)"
+	}
+	return out
+}
+
+func twins(v any, s *jsonschema.Schema, path []string, out *[]problem, depth int) {
+	if depth > 64 || len(*out) >= maxProblems {
+		return
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		declared := map[string][]*jsonschema.Schema{}
+		for _, t := range closure(s) {
+			for name, c := range t.Properties {
+				declared[name] = append(declared[name], c)
+			}
+		}
+		for _, k := range sortedKeys(v) {
+			at := append(append([]string{}, path...), k)
+			if subs, ok := declared[k]; ok {
+				for _, c := range subs {
+					twins(v[k], c, at, out, depth+1)
+				}
+				continue
+			}
+			for _, p := range sortedKeys(declared) {
+				if strings.EqualFold(k, p) {
+					*out = append(*out, problem{at: at, what: "differs from the field " + p + " only in case"})
+				}
+			}
+		}
+	case []any:
+		for _, t := range closure(s) {
+			items, _ := t.Items.(*jsonschema.Schema)
+			for _, it := range []*jsonschema.Schema{t.Items2020, items} {
+				if it == nil {
+					continue
+				}
+				for i, e := range v {
+					twins(e, it, append(append([]string{}, path...), strconv.Itoa(i)), out, depth+1)
+				}
 			}
 		}
 	}
+}
+
+// closure lists s and the schemas it applies to the same value ($ref, allOf, anyOf, …).
+func closure(s *jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	seen := map[*jsonschema.Schema]bool{}
+	var walk func(*jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil || seen[s] || len(out) > MaxSchemaExpansion {
+			return
+		}
+		seen[s] = true
+		out = append(out, s)
+		for _, b := range sameValue(s) {
+			walk(b)
+		}
+	}
+	walk(s)
 	return out
 }
 
 // check validates v and lists what is wrong (nil when nothing is).
 func (s *schema) check(v any, root string) []problem {
+	if s.patterns {
+		// Patterns match strings of MaxPatternInput bytes at most: a longer string or name is
+		// refused here, never let through by what a pattern would not say of it.
+		if long := tooLong(v, nil); long != nil {
+			return []problem{*long.in(root)}
+		}
+	}
 	err := s.s.Validate(v)
 	if err == nil {
 		return nil
@@ -270,6 +331,38 @@ func (s *schema) check(v any, root string) []problem {
 	// In the order of the fields' names (the validator's is a map's), at most maxProblems.
 	slices.SortStableFunc(out, func(a, b problem) int { return strings.Compare(a.String(), b.String()) })
 	return out[:min(len(out), maxProblems)]
+}
+
+// tooLong finds a string or a name longer than patterns match, at path.
+func tooLong(v any, path []string) *problem {
+	switch v := v.(type) {
+	case string:
+		if len(v) > MaxPatternInput {
+			return &problem{at: path, what: fmt.Sprintf("is %d bytes long; this contract's patterns take at most %d", len(v), MaxPatternInput)}
+		}
+	case map[string]any:
+		for _, k := range sortedKeys(v) {
+			at := append(append([]string{}, path...), k)
+			if len(k) > MaxPatternInput {
+				return &problem{at: at, what: fmt.Sprintf("is a name %d bytes long; this contract's patterns take at most %d", len(k), MaxPatternInput)}
+			}
+			if p := tooLong(v[k], at); p != nil {
+				return p
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if p := tooLong(e, append(append([]string{}, path...), strconv.Itoa(i))); p != nil {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+func (p *problem) in(root string) *problem {
+	p.root = root
+	return p
 }
 
 // leaves returns the errors at the bottom of e's tree (the ones that say what is wrong).

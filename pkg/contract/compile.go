@@ -41,8 +41,8 @@ type schema struct {
 	short bool
 	// descriptions of the top-level fields, for recovery hints.
 	descriptions map[string]string
-	// props are the top-level fields the schema names.
-	props []string
+	// patterns: the schema matches patterns somewhere (so long strings are refused first).
+	patterns bool
 }
 
 // Compile checks c and compiles its schemas, recording version and revision. Errors are *Error
@@ -243,13 +243,6 @@ func compileSchema(tool, field string, v any) (*schema, error) {
 	} else if ok {
 		s.descriptions = descriptionsOf(obj)
 	}
-	if err := checkCost(v, field); err != nil {
-		return nil, err
-	}
-	if obj, ok := v.(map[string]any); ok {
-		props, _ := obj["properties"].(map[string]any)
-		s.props = sortedKeys(props)
-	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
@@ -262,7 +255,10 @@ func compileSchema(tool, field string, v any) (*schema, error) {
 	if err != nil {
 		return nil, s.compileError(err)
 	}
-	s.s = compiled
+	if err := checkCost(compiled); err != nil {
+		return nil, &Error{Field: field, Reason: err.Error()}
+	}
+	s.s, s.patterns = compiled, hasPatterns(compiled, map[*jsonschema.Schema]bool{})
 	return s, nil
 }
 
@@ -381,12 +377,12 @@ func ecmaRegexp(src string) (jsonschema.Regexp, error) {
 // pattern's program, schemas in time proportional to the value times the schema's expansion.
 const (
 	// MaxPatternProgram bounds a pattern's compiled program (RE2 instructions).
-	MaxPatternProgram = 1000
+	MaxPatternProgram = 4000
 	// MaxPatternInput is the longest string a pattern is matched against; a longer one
 	// does not match.
 	MaxPatternInput = 64 << 10
-	// MaxSchemaExpansion bounds the subschemas one value can be checked against, every
-	// $ref followed (a schema whose references fan out exponentially is refused).
+	// MaxSchemaExpansion bounds the schema applications one value and its parts can take, per
+	// part (a schema whose branches fan out exponentially is refused).
 	MaxSchemaExpansion = 20_000
 )
 
@@ -415,75 +411,6 @@ func (p pattern) MatchString(s string) bool {
 	return len(s) <= MaxPatternInput && p.Regexp.MatchString(s)
 }
 
-// checkCost refuses a schema whose subschemas, every local $ref followed, exceed
-// MaxSchemaExpansion: what one value may be checked against. A reference back into a schema
-// being expanded (a recursive schema) counts once: it recurses only as deep as the value.
-func checkCost(root any, field string) error {
-	n := 0
-	var walk func(v any, onStack map[string]bool) bool
-	walk = func(v any, onStack map[string]bool) bool {
-		switch v := v.(type) {
-		case map[string]any:
-			n++
-			if n > MaxSchemaExpansion {
-				return false
-			}
-			if ref, ok := v["$ref"].(string); ok && strings.HasPrefix(ref, "#") && !onStack[ref] {
-				if target, ok := resolvePointer(root, strings.TrimPrefix(ref, "#")); ok {
-					onStack[ref] = true
-					ok := walk(target, onStack)
-					delete(onStack, ref)
-					if !ok {
-						return false
-					}
-				}
-			}
-			for k, sub := range v {
-				if k == "$defs" || k == "definitions" || k == "enum" || k == "const" || k == "examples" || k == "default" {
-					continue // reached through $ref, or values rather than schemas
-				}
-				if !walk(sub, onStack) {
-					return false
-				}
-			}
-		case []any:
-			for _, sub := range v {
-				if !walk(sub, onStack) {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	if !walk(root, map[string]bool{}) {
-		return &Error{Field: field, Reason: fmt.Sprintf("expands, its $refs followed, to more than %d subschemas: a value could take too long to check", MaxSchemaExpansion)}
-	}
-	return nil
-}
-
-// resolvePointer follows a JSON pointer ("/$defs/id") within root.
-func resolvePointer(root any, ptr string) (any, bool) {
-	at := root
-	for _, tok := range pointer(ptr) {
-		switch v := at.(type) {
-		case map[string]any:
-			next, ok := v[tok]
-			if !ok {
-				return nil, false
-			}
-			at = next
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(v) {
-				return nil, false
-			}
-			at = v[i]
-		default:
-			return nil, false
-		}
-	}
-	return at, true
-}
 
 func isHex4(s string) bool {
 	if len(s) < 4 {
@@ -514,4 +441,150 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// checkCost refuses a compiled schema that could make one value expensive to check: where the
+// subschemas applied to one value (its branches — $ref, allOf, anyOf, oneOf, not, if/then/else,
+// dependent schemas — and those applied to its parts, along the deepest path) exceed
+// MaxSchemaExpansion, or where a recursion returns to a schema through two branches applied to
+// one value (each level would check the value below it twice: exponential in its depth). A
+// recursion through one branch (a tree, a nullable child) costs in proportion to the value and
+// is taken.
+func checkCost(root *jsonschema.Schema) error {
+	w := costWalk{memo: map[*jsonschema.Schema]float64{}, at: map[*jsonschema.Schema]int{}}
+	if c, _ := w.cost(root); w.err == nil && c > MaxSchemaExpansion {
+		w.err = fmt.Errorf("could take %.0f subschemas to check one value, at most %d: branches that fan out", c, MaxSchemaExpansion)
+	}
+	return w.err
+}
+
+type costWalk struct {
+	memo   map[*jsonschema.Schema]float64
+	at     map[*jsonschema.Schema]int // depth on the walk's stack, for schemas on it
+	depth  int
+	visits int
+	err    error
+}
+
+// cost returns what checking a value against s may take, and the shallowest depth of a schema
+// on the stack that s leads back to (maxInt when none).
+func (w *costWalk) cost(s *jsonschema.Schema) (float64, int) {
+	const none = int(^uint(0) >> 1)
+	if s == nil || w.err != nil {
+		return 0, none
+	}
+	if d, ok := w.at[s]; ok {
+		return 1, d // back to a schema being walked: a recursion
+	}
+	if c, ok := w.memo[s]; ok {
+		return c, none
+	}
+	if w.visits++; w.visits > 10*MaxSchemaExpansion {
+		w.err = fmt.Errorf("too intricate to bound what checking a value may take (more than %d steps)", 10*MaxSchemaExpansion)
+		return 0, none
+	}
+	w.depth++
+	w.at[s] = w.depth
+	defer func() { delete(w.at, s); w.depth-- }()
+	total, back := 1.0, none
+	loops := map[int]int{} // a recursion's depth → how many of s's branches lead to it
+	for _, b := range sameValue(s) {
+		c, d := w.cost(b)
+		total += c
+		if d < w.depth {
+			loops[d]++
+			back = min(back, d)
+		}
+	}
+	for d, n := range loops {
+		if n > 1 && w.err == nil {
+			w.err = fmt.Errorf("a recursion comes back through %d branches that check the same value (at %s): each level would check the next %d times", n, shortLocation(s.Location), n)
+			_ = d
+		}
+	}
+	deepest := 0.0
+	for _, c := range parts(s) {
+		cc, d := w.cost(c)
+		deepest = max(deepest, cc)
+		back = min(back, d)
+	}
+	total += deepest
+	if back == none {
+		w.memo[s] = total
+	}
+	return total, back
+}
+
+// sameValue lists the subschemas s applies to the value it checks.
+func sameValue(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
+	if s.DynamicRef != nil {
+		out = append(out, s.DynamicRef.Ref)
+	}
+	out = append(append(append(out, s.AllOf...), s.AnyOf...), s.OneOf...)
+	for _, k := range sortedKeys(s.DependentSchemas) {
+		out = append(out, s.DependentSchemas[k])
+	}
+	for _, k := range sortedKeys(s.Dependencies) {
+		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
+			out = append(out, d)
+		}
+	}
+	return nonNil(out)
+}
+
+// parts lists the subschemas s applies to the value's parts (properties, items, names).
+func parts(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
+	for _, k := range sortedKeys(s.Properties) {
+		out = append(out, s.Properties[k])
+	}
+	for _, p := range s.PatternProperties {
+		out = append(out, p)
+	}
+	out = append(out, s.PrefixItems...)
+	for _, v := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
+		switch v := v.(type) {
+		case *jsonschema.Schema:
+			out = append(out, v)
+		case []*jsonschema.Schema:
+			out = append(out, v...)
+		}
+	}
+	return nonNil(out)
+}
+
+func nonNil(in []*jsonschema.Schema) []*jsonschema.Schema {
+	out := in[:0]
+	for _, s := range in {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func shortLocation(loc string) string {
+	if _, frag, ok := strings.Cut(loc, "#"); ok {
+		return "#" + frag
+	}
+	return loc
+}
+
+// hasPatterns reports whether s or a schema it applies matches patterns (pattern,
+// patternProperties).
+func hasPatterns(s *jsonschema.Schema, seen map[*jsonschema.Schema]bool) bool {
+	if s == nil || seen[s] {
+		return false
+	}
+	seen[s] = true
+	if s.Pattern != nil || len(s.PatternProperties) > 0 {
+		return true
+	}
+	for _, sub := range append(sameValue(s), parts(s)...) {
+		if hasPatterns(sub, seen) {
+			return true
+		}
+	}
+	return false
 }

@@ -117,8 +117,27 @@ func TestChecksHaveBoundedCost(t *testing.T) {
 	}
 	defs = append(defs, `"d24":{"type":"string"}`)
 	_, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","$defs":{`+strings.Join(defs, ",")+`},"properties":{"a":{"$ref":"#/$defs/d0"}}}}`)
-	if err == nil || !strings.Contains(err.Error(), "expands") {
+	if err == nil || !strings.Contains(err.Error(), "subschemas to check one value") {
 		t.Errorf("exponential references: %v", err)
+	}
+	// A recursion that checks each level's child twice.
+	if _, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","$defs":{"n":{"type":"object","properties":{"c":{"allOf":[{"$ref":"#/$defs/n"},{"$ref":"#/$defs/n"}]}}}},"properties":{"root":{"$ref":"#/$defs/n"}}}}`); err == nil || !strings.Contains(err.Error(), "recursion") {
+		t.Errorf("a recursion through two branches: %v", err)
+	}
+	// Ordinary schemas are taken: entities referring to each other, one definition shared by
+	// many properties, a nullable recursion.
+	var props []string
+	for i := range 700 {
+		props = append(props, fmt.Sprintf(`"p%d":{"$ref":"#/$defs/e"}`, i))
+	}
+	for _, ok := range []string{
+		`{"name":"t","input_schema":{"type":"object","$defs":{"e":{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}}},"properties":{` + strings.Join(props, ",") + `}}}`,
+		`{"name":"t","input_schema":{"type":"object","$defs":{"user":{"type":"object","properties":{"team":{"$ref":"#/$defs/team"}}},"team":{"type":"object","properties":{"lead":{"$ref":"#/$defs/user"},"members":{"type":"array","items":{"$ref":"#/$defs/user"}}}}},"properties":{"u":{"$ref":"#/$defs/user"}}}}`,
+		`{"name":"t","input_schema":{"type":"object","$defs":{"n":{"anyOf":[{"type":"null"},{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}]}},"properties":{"list":{"$ref":"#/$defs/n"}}}}`,
+	} {
+		if _, err := compileJSON(t, ok); err != nil {
+			t.Errorf("an ordinary schema refused: %v", err)
+		}
 	}
 	tree := `{"name":"t","input_schema":{"type":"object","$defs":{"node":{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"properties":{"root":{"$ref":"#/$defs/node"}}}}`
 	k, err := compileJSON(t, tree)
@@ -128,16 +147,27 @@ func TestChecksHaveBoundedCost(t *testing.T) {
 	if err := k.CheckInput([]byte(`{"root":{"children":[{"children":[]},{"children":[{"children":"x"}]}]}}`)); err == nil {
 		t.Error("a recursive schema checks nothing")
 	}
-	if _, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"[a-z]{1000}x"}}}}`); err == nil || !strings.Contains(err.Error(), "too complex") {
-		t.Errorf("a pattern of 1000 repeats: %v", err)
+	if _, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"[a-z]{1000}[0-9]{1000}[A-Z]{1000}x{1000}"}}}}`); err == nil || !strings.Contains(err.Error(), "too complex") {
+		t.Errorf("a pattern of 4000 repeats: %v", err)
+	}
+	if _, err := compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-zA-Z0-9 ]{1,500}$"}}}}`); err != nil {
+		t.Errorf("a common pattern refused: %v", err)
 	}
 	k, err = compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+$"}}}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	long := `{"a":"` + strings.Repeat("a", contract.MaxPatternInput+1) + `"}`
-	if err := k.CheckInput([]byte(long)); err == nil || !strings.Contains(err.Error(), "does not match") {
+	if err := k.CheckInput([]byte(long)); err == nil || !strings.Contains(err.Error(), "a: is 65537 bytes long") {
 		t.Errorf("a string longer than patterns are matched against: %v", err)
+	}
+	// Refused whatever the pattern would have said: never let through by not matching.
+	k, err = compileJSON(t, `{"name":"t","input_schema":{"type":"object","properties":{"cmd":{"type":"string","not":{"pattern":"[;|&]"}}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.CheckInput([]byte(`{"cmd":"ls; rm -rf /` + strings.Repeat(" ", contract.MaxPatternInput) + `"}`)); err == nil {
+		t.Error("a long string got past a pattern it breaks")
 	}
 }
 

@@ -97,14 +97,23 @@ func judge(k *contract.Compiled, out Outcome) Outcome {
 		if errorStatus && v == (contract.Verdict{}) && k.Shaped() {
 			// An error status without the contract's shape (a proxy's page, say): Hermes'
 			// verdict stands (retried as such), but nothing the contract does not declare is
-			// passed on as the tool's: not its body, not a code of its own.
+			// passed on as the tool's: not its body, not its hint, not a code of its own.
 			withhold(res, "the tool answered an error status without its contract's shape")
-			if res.ToolErrorCode != "" && k.CheckFailure(res.ToolErrorCode, "").Violation != "" {
+			if res.ToolErrorCode != "" && k.CheckFailure(res.ToolErrorCode, res.RecoveryHint).Violation != "" {
 				res.ToolErrorCode = ""
+			}
+			if res.ToolErrorCode == "" {
+				res.RecoveryHint = "the tool answered an error without its contract's shape (kept in the record); "
+				if out.Retryable {
+					res.RecoveryHint += "the call may succeed later"
+				} else {
+					res.RecoveryHint += "check the arguments against the tool's contract"
+				}
 			}
 			return out
 		}
-	case !protocol.IsHermesCode(res.ErrorCode):
+	case res.ErrorOrigin == protocol.OriginTool && !protocol.IsHermesCode(res.ErrorCode):
+		// A failure the executor gives as the tool's, with a code of the tool's own.
 		v = k.CheckFailure(res.ErrorCode, res.RecoveryHint)
 	default:
 		return out
@@ -123,9 +132,12 @@ func judge(k *contract.Compiled, out Outcome) Outcome {
 		out.Result = declared
 		out.Retryable = out.Retryable && errorStatus
 	case errorStatus && res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode):
-		// A code the contract does not judge (a plain contract's failure) is not declared:
-		// the tool's word, in tool_error_code, as without a contract.
-		res.ToolErrorCode, res.ErrorCode = protocol.ToolCode(res.ErrorCode), protocol.CodeToolFailed
+		// A code the contract does not judge (a plain contract's failure, an executor's own)
+		// is not declared: the tool's word, in tool_error_code, as without a contract.
+		if res.ToolErrorCode == "" {
+			res.ToolErrorCode = protocol.ToolCode(res.ErrorCode)
+		}
+		res.ErrorCode = protocol.CodeToolFailed
 	}
 	return out
 }

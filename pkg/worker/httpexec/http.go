@@ -169,9 +169,9 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		out = toolFailure(out, body, protocol.CodeToolHTTP4xx, resp.StatusCode, false,
 			"the tool refused the call; check the arguments against what the tool expects")
 	}
-	if resp.StatusCode >= 400 {
-		out.Answered = worker.AnsweredBody // a failure body is the tool's answer to its contract
-	}
+	// Whatever came with an error status or a redirect is the tool's, for its contract to
+	// judge (or withhold).
+	out.Answered = worker.AnsweredBody
 	return out, nil
 }
 

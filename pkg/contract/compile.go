@@ -411,7 +411,6 @@ func (p pattern) MatchString(s string) bool {
 	return len(s) <= MaxPatternInput && p.Regexp.MatchString(s)
 }
 
-
 func isHex4(s string) bool {
 	if len(s) < 4 {
 		return false

@@ -239,12 +239,12 @@ func lineDiff(a, b []string) []string {
 		case i < n && j < m && a[i] == b[j]:
 			i++
 			j++
-		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+			out = append(out, "- "+a[i]) // what goes, before what comes in its place
+			i++
+		default:
 			out = append(out, "+ "+b[j])
 			j++
-		default:
-			out = append(out, "- "+a[i])
-			i++
 		}
 	}
 	return out

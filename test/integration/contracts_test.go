@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -250,5 +252,67 @@ execution_policy: {timeout_ms: 300, max_retries: 0}
 		if err != nil || d.Contract == nil || d.Contract.Version != 1 || d.Action.TimeoutMS != 300 || d.Action.Retry.MaxAttempts != 1 {
 			t.Errorf("the dispatch: %+v %v", d, err)
 		}
+	}
+}
+
+// hermes apply: the diff against what is registered, --dry-run changing nothing, --prune
+// removing what no file names.
+func TestApplyDiffsDryRunsAndPrunes(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
+	t.Setenv("HERMES_API_KEY", keys["admin"])
+	dir := t.TempDir()
+	write := func(name, doc string) {
+		if err := os.WriteFile(dir+"/"+name, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply := func(args ...string) string {
+		t.Helper()
+		var out, errs strings.Builder
+		if err := app.RunApply(context.Background(), append([]string{"--url", s.base, "-f", dir}, args...), app.Env{Stdout: &out, Stderr: &errs}); err != nil {
+			t.Fatalf("apply %v: %v\n%s%s", args, err, out.String(), errs.String())
+		}
+		return out.String()
+	}
+	version := func(name string) int {
+		code, body := s.call("GET", "/api/v1/tools/"+name, keys["admin"], "")
+		if code == http.StatusNotFound {
+			return 0
+		}
+		var v gateway.ToolView
+		_ = json.Unmarshal([]byte(body), &v)
+		if v.Removed {
+			return -v.Version
+		}
+		return v.Version
+	}
+	write("a.yaml", "name: tool_a\ninput_schema:\n  n: {type: integer}\n---\nname: tool_b\neffects: none\n")
+	if out := apply(); !strings.Contains(out, "+ tool_a (new") || !strings.Contains(out, "+ tool_b (new") || version("tool_a") != 1 || version("tool_b") != 1 {
+		t.Fatalf("first apply:\n%s", out)
+	}
+	write("a.yaml", "name: tool_a\ninput_schema:\n  n: {type: string}\n---\nname: tool_b\neffects: none\n")
+	out := apply("--dry-run")
+	del, add := strings.Index(out, `-       "type": "integer"`), strings.Index(out, `+       "type": "string"`)
+	if !strings.Contains(out, "~ tool_a (version 1 → 2") || del < 0 || add < del ||
+		!strings.Contains(out, "= tool_b (version 1, unchanged)") || !strings.Contains(out, "dry run: nothing changed") || version("tool_a") != 1 {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	if out := apply(); !strings.Contains(out, "tool_a: version 2 registered") || version("tool_a") != 2 {
+		t.Fatalf("apply the change:\n%s", out)
+	}
+	write("a.yaml", "name: tool_a\ninput_schema:\n  n: {type: string}\n")
+	if out := apply(); !strings.Contains(out, "tool_b (version 1; no file names it, kept") || version("tool_b") != 1 {
+		t.Fatalf("without --prune:\n%s", out)
+	}
+	if out := apply("--prune"); !strings.Contains(out, "- tool_b (version 1; no file names it)") || version("tool_b") != -2 {
+		t.Fatalf("--prune:\n%s (tool_b %d)", out, version("tool_b"))
+	}
+	// A document that is not a contract, or a tool named twice, is refused before anything
+	// changes.
+	write("b.yaml", "name: tool_a\neffects: none\n")
+	var out2, errs strings.Builder
+	if err := app.RunApply(context.Background(), []string{"--url", s.base, "-f", dir}, app.Env{Stdout: &out2, Stderr: &errs}); err == nil || !strings.Contains(err.Error(), "tool tool_a is named again") {
+		t.Fatalf("a tool named twice: %v", err)
 	}
 }

@@ -88,6 +88,7 @@ type workerFlags struct {
 	concurrency int
 	maxResult   int64
 	trusted     string
+	pools       worker.Pools
 }
 
 func (w *workerFlags) register(fs *flag.FlagSet) {
@@ -96,13 +97,24 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.allowEnv, "allow-env", "environment variables ${env.NAME} headers may read, comma-separated, each bound to the one origin its value may be sent to: NAME@https://host:port")
 	fs.Var(w.resolve, "resolve", "dial host:port=other:port instead (like curl --resolve), comma-separated")
 	fs.IntVar(&w.concurrency, "concurrency", 32, "calls of one tool running at once")
+	fs.IntVar(&w.pools.L, "pool-l", envInt("HERMES_POOL_L", worker.DefaultPoolL), "calls of light tools (contract resource_level L) running at once in this worker (env HERMES_POOL_L)")
+	fs.IntVar(&w.pools.M, "pool-m", envInt("HERMES_POOL_M", worker.DefaultPoolM), "calls of medium tools (resource_level M, and tools without a contract) running at once (env HERMES_POOL_M)")
+	fs.IntVar(&w.pools.H, "pool-h", envInt("HERMES_POOL_H", worker.DefaultPoolH), "calls of heavy tools (resource_level H) running at once (env HERMES_POOL_H)")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
 	fs.StringVar(&w.trusted, "trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys (hermes seal-key prints them): run only tool calls they sealed, drop any other (env HERMES_TRUSTED_SEALS)")
 }
 
 func (w *workerFlags) config(instance string) (WorkerConfig, error) {
 	cfg := WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
-		Concurrency: w.concurrency, MaxResultBytes: w.maxResult}
+		Concurrency: w.concurrency, MaxResultBytes: w.maxResult, Pools: w.pools}
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"--pool-l", w.pools.L}, {"--pool-m", w.pools.M}, {"--pool-h", w.pools.H}} {
+		if p.n < 1 || p.n > 100_000 {
+			return cfg, fmt.Errorf("%s %d: a pool holds 1 to 100000 calls", p.name, p.n)
+		}
+	}
 	if w.trusted != "" {
 		keys, err := readTrustedSeals(w.trusted)
 		if err != nil {

@@ -270,3 +270,11 @@ func (c *common) withDeadLetters(b *bus.Bus, obs *observer, log *slog.Logger, ru
 		return g.Wait()
 	}, nil
 }
+
+// envInt is the integer in environment variable name, or def when it is unset or not one.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

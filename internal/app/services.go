@@ -159,14 +159,30 @@ type WorkerConfig struct {
 	// Executors run beside the HTTP executor (Go tools in this process, say); one of kind http
 	// replaces it.
 	Executors []worker.Executor
+	// Pools sizes the worker's bulkheads by resource level.
+	Pools worker.Pools
 	// TrustedSeals, when set, makes the worker run only tool calls these routers' keys sealed.
 	TrustedSeals map[string]ed25519.PublicKey
 	Metrics      *metrics.Metrics
 	Logger       *slog.Logger
 }
 
+// WorkerService is a tool worker following the tools' contracts (for their resource levels).
+type WorkerService struct {
+	*worker.Worker
+	contracts *registry.Live
+}
+
+// Run runs the worker until ctx is done, once it knows every contract registered.
+func (s *WorkerService) Run(ctx context.Context) error {
+	if err := s.contracts.Start(ctx); err != nil {
+		return err
+	}
+	return s.Worker.Run(ctx)
+}
+
 // NewWorker builds a tool worker on b.
-func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
+func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	m := cfg.Metrics
 	if m == nil {
 		m = metrics.New(nil)
@@ -184,10 +200,22 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*worker.Worker, error) {
 	}
 	execs = append(execs, cfg.Executors...)
 	log := orDiscard(cfg.Logger).With("service", "toolworker")
-	// A worker reads the contract versions its calls name, by revision: it need not follow.
-	return worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
-		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Contracts: registry.NewLive(b.Contracts, log),
+	// The worker reads the contract versions its calls name by revision, and follows the
+	// contracts for each tool's resource level (its bulkhead).
+	live := registry.NewLive(b.Contracts, log)
+	level := func(tool string) string {
+		if c, err := live.Current(tool); err == nil && c != nil && c.ExecutionPolicy != nil {
+			return c.ExecutionPolicy.ResourceLevel
+		}
+		return ""
+	}
+	w, err := worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
+		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Contracts: live, Pools: cfg.Pools, Level: level,
 		Observer: m.Worker(), TrustedSeals: cfg.TrustedSeals, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &WorkerService{Worker: w, contracts: live}, nil
 }
 
 // NewGateway builds a gateway on nc and b.

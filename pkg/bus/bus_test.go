@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -438,4 +439,60 @@ func TestProvisionOpenOnly(t *testing.T) {
 	if err != nil || len(b.Drift) != 0 || b.Parked == nil || b.Timers == nil {
 		t.Fatalf("open after a service: %v, drift %v", err, b.Drift)
 	}
+}
+
+// Subscribers sharing a pool run at most its size of handlers between them, each within its
+// own bound too; one in another pool is not held back by them (a bulkhead).
+func TestSubscribersShareAPool(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
+	heavy, light := bus.NewPool(2), bus.NewPool(4)
+	var running [3]atomic.Int32
+	var peakHeavy atomic.Int32
+	release := make(chan struct{})
+	var lightDone atomic.Int32
+	for i, tool := range []string{"slow_a", "slow_b", "quick"} {
+		cons, err := b.EnsureToolConsumer(ctx, protocol.ActionHTTP, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := heavy
+		if tool == "quick" {
+			pool = light
+		}
+		h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+			running[i].Add(1)
+			defer running[i].Add(-1)
+			if tool == "quick" {
+				lightDone.Add(1)
+				return nil
+			}
+			if n := running[0].Load() + running[1].Load(); n > peakHeavy.Load() {
+				peakHeavy.Store(n)
+			}
+			<-release
+			return nil
+		})
+		go func() {
+			_ = (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 8, Pool: func() *bus.Pool { return pool }}).Run(ctx)
+		}()
+		for j := range 5 {
+			m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{})
+			m.MsgID, m.RequestID, m.SessionID = tool+strconv.Itoa(j), tool+strconv.Itoa(j), "s"
+			if _, err := p.Publish(ctx, protocol.SubjectToolCall(protocol.ActionHTTP, tool, "s"), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, "the heavy pool full", func() bool { return heavy.InUse() == 2 })
+	waitFor(t, "every light call done while the heavy ones wait", func() bool { return lightDone.Load() == 5 })
+	time.Sleep(100 * time.Millisecond) // more heavy handlers would have started by now
+	if n := running[0].Load() + running[1].Load(); n != 2 || peakHeavy.Load() > 2 {
+		t.Fatalf("%d heavy handlers running (peak %d) in a pool of 2", n, peakHeavy.Load())
+	}
+	close(release)
+	waitFor(t, "the heavy pool free", func() bool { return heavy.InUse() == 0 && running[0].Load()+running[1].Load() == 0 })
 }

@@ -48,7 +48,8 @@ func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(c
 // Subscriber runs a Handler over a durable pull consumer with bounded concurrency.
 //
 // It pulls only as many messages as it has free handler slots, so every message it receives
-// starts its handler at once: none waits in a client buffer while its ack deadline runs out.
+// starts its handler at once: none waits in a client buffer while its ack deadline runs out
+// (with a Pool, one may wait for a slot of it, kept in progress meanwhile).
 type Subscriber struct {
 	// Consumer to read from. Required.
 	Consumer jetstream.Consumer
@@ -68,8 +69,69 @@ type Subscriber struct {
 	// PullWait is how long one pull request waits for messages; it also bounds how long Run
 	// takes to stop pulling once ctx is done. Default 500 ms.
 	PullWait time.Duration
+	// Pool, when set, names the pool of handler slots shared with other subscribers that each
+	// message handled here also takes a slot of (a bulkhead). It is asked again before every
+	// pull, so a subscriber moved to another pool uses that one next; a pull waits until the
+	// pool has a free slot, and a message that must wait for one is kept in progress.
+	Pool func() *Pool
 	// Logger for failures; nil discards.
 	Logger *slog.Logger
+}
+
+// Pool is a number of handler slots shared by subscribers (a bulkhead): subscribers of one
+// pool wait only for each other. It is safe for concurrent use.
+type Pool struct{ slots chan struct{} }
+
+// NewPool returns a pool of n slots (at least 1).
+func NewPool(n int) *Pool {
+	p := &Pool{slots: make(chan struct{}, max(n, 1))}
+	for range cap(p.slots) {
+		p.slots <- struct{}{}
+	}
+	return p
+}
+
+// Size is how many slots the pool has.
+func (p *Pool) Size() int { return cap(p.slots) }
+
+// InUse is how many of its slots are taken now.
+func (p *Pool) InUse() int { return cap(p.slots) - len(p.slots) }
+
+// free waits until the pool has a free slot, without taking it; false when ctx ended first.
+func (p *Pool) free(ctx context.Context) bool {
+	select {
+	case <-p.slots:
+		p.slots <- struct{}{}
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// take takes a slot for msg, keeping msg in progress every progress while it waits; false
+// when ctx ended first.
+func (p *Pool) take(ctx context.Context, msg jetstream.Msg, progress time.Duration) bool {
+	select {
+	case <-p.slots:
+		return true
+	default:
+	}
+	var tick <-chan time.Time
+	if progress > 0 {
+		t := time.NewTicker(progress)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-p.slots:
+			return true
+		case <-tick:
+			_ = msg.InProgress()
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Run consumes until ctx is done, then stops pulling (a message that arrives after that is
@@ -132,6 +194,13 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 		case <-ctx.Done():
 			return nil
 		}
+		var pool *Pool
+		if s.Pool != nil {
+			if pool = s.Pool(); pool != nil && !pool.free(ctx) {
+				free <- struct{}{}
+				return nil
+			}
+		}
 		k := 1
 	more:
 		for k < n {
@@ -164,14 +233,20 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 		got := 0
 		for msg := range batch.Messages() {
 			got++
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || pool != nil && !pool.take(ctx, msg, s.Progress) {
 				_ = msg.Nak() // shutting down: let another instance take it now
 				free <- struct{}{}
 				continue
 			}
 			wg.Add(1)
 			go func() {
-				defer func() { free <- struct{}{}; wg.Done() }()
+				defer func() {
+					if pool != nil {
+						pool.slots <- struct{}{}
+					}
+					free <- struct{}{}
+					wg.Done()
+				}()
 				s.handle(hctx, h, msg, logger)
 			}()
 		}

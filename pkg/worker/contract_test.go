@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -149,5 +150,32 @@ func TestEveryAnswerIsJudged(t *testing.T) {
 	own := worker.Outcome{Result: protocol.ToolResult{Status: protocol.ResultError, ErrorCode: "MY_CODE", ToolErrorCode: "MY_CODE", ErrorOrigin: protocol.OriginTool}}
 	if r := run(own); r.ErrorCode == "MY_CODE" {
 		t.Errorf("an undeclared code kept as error_code: %+v", r)
+	}
+}
+
+// A tool's calls take slots of its resource level's pool; a tool without a level is M; with
+// Shared, every level is one pool.
+func TestToolsTakeTheirLevelsPool(t *testing.T) {
+	levels := map[string]string{"report": "H", "lookup": "L", "odd": "X"}
+	w, err := worker.New(worker.Config{Bus: &bus.Bus{}, Instance: "w", Executors: []worker.Executor{worker.ExecutorFunc(protocol.ActionHTTP, nil)},
+		Pools: worker.Pools{L: 5, M: 3, H: 1}, Level: func(tool string) string { return levels[tool] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tool, size := range map[string]int{"report": 1, "lookup": 5, "odd": 3, "plain": 3} {
+		if got := w.Pool(tool).Size(); got != size {
+			t.Errorf("%s: a pool of %d, want %d", tool, got, size)
+		}
+	}
+	if w.Pool("report") == w.Pool("lookup") {
+		t.Error("heavy and light tools share a pool")
+	}
+	shared, err := worker.New(worker.Config{Bus: &bus.Bus{}, Instance: "w", Executors: []worker.Executor{worker.ExecutorFunc(protocol.ActionHTTP, nil)},
+		Pools: worker.Pools{Shared: 8}, Level: func(tool string) string { return levels[tool] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared.Pool("report") != shared.Pool("lookup") || shared.Pool("report").Size() != 8 {
+		t.Error("Shared is not one pool")
 	}
 }

@@ -40,6 +40,11 @@ type Config struct {
 	MaxResultBytes int64
 	// Middleware wraps every executor, inside Standard (which is always applied).
 	Middleware []Middleware
+	// Pools sizes the bulkheads: the calls of a tool take a slot of its resource level's pool
+	// (Pools.Level) in this worker, so slow heavy tools wait only for each other.
+	Pools Pools
+	// Level says a tool's resource level now (its contract's: L, M or H); nil, or "", is M.
+	Level func(tool string) string
 	// Contracts gives the contract versions calls were routed under: their answers are judged
 	// by them (CheckContracts). Nil answers every call routed under a contract
 	// CONTRACT_UNAVAILABLE.
@@ -112,6 +117,7 @@ type Worker struct {
 	log     *slog.Logger
 	obs     Observer
 	running running
+	pools   map[string]*bus.Pool // resource level → its pool
 
 	mu      sync.Mutex
 	serving map[string]bool // consumer name → served
@@ -134,7 +140,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, serving: map[string]bool{},
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, serving: map[string]bool{}, pools: cfg.Pools.make(),
 		execs: map[string]Executor{}, fixed: map[string][]string{},
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
 	if w.log == nil {
@@ -155,6 +161,46 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	return w, nil
+}
+
+// Pools sizes a worker's bulkheads, one pool of handler slots per resource level (contract
+// execution_policy.resource_level: L light, M medium, H heavy). Zero sizes take the defaults.
+type Pools struct {
+	L, M, H int
+	// Shared, when positive, puts every level in one pool of that size: no bulkheads.
+	Shared int
+}
+
+// Default pool sizes of a worker.
+const (
+	DefaultPoolL = 64
+	DefaultPoolM = 32
+	DefaultPoolH = 8
+)
+
+func (p Pools) make() map[string]*bus.Pool {
+	if p.Shared > 0 {
+		one := bus.NewPool(p.Shared)
+		return map[string]*bus.Pool{"L": one, "M": one, "H": one}
+	}
+	size := func(n, def int) int {
+		if n <= 0 {
+			return def
+		}
+		return n
+	}
+	return map[string]*bus.Pool{"L": bus.NewPool(size(p.L, DefaultPoolL)), "M": bus.NewPool(size(p.M, DefaultPoolM)), "H": bus.NewPool(size(p.H, DefaultPoolH))}
+}
+
+// Pool returns the pool the calls of tool take their slots from now.
+func (w *Worker) Pool(tool string) *bus.Pool {
+	level := "M"
+	if w.cfg.Level != nil {
+		if l := w.cfg.Level(tool); w.pools[l] != nil {
+			level = l
+		}
+	}
+	return w.pools[level]
 }
 
 // Kinds are the action kinds this worker runs, sorted.
@@ -315,7 +361,7 @@ func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) erro
 	log := w.log.With("tool", tool, "consumer", name)
 	log.Info("serving tool", "kind", kind)
 	err = (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
-		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Logger: log}).Run(ctx)
+		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Pool: func() *bus.Pool { return w.Pool(tool) }, Logger: log}).Run(ctx)
 	if legacy && (errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound)) {
 		log.Info("the earlier version's consumer is gone; stopped serving it")
 		return errNotThere

@@ -250,9 +250,9 @@ func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.workers = append(s.workers, w)
+	s.workers = append(s.workers, w.Worker)
 	s.goRun(w.Run)
-	return w
+	return w.Worker
 }
 
 // connect opens a connection of the system's own as admin, as hermes provision and the

@@ -1,0 +1,105 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/worker"
+)
+
+// Two tools reached as their contracts say, both the demo echo: a heavy one (H) and a light
+// one (L).
+const (
+	heavyContract = "name: heavy_report\nreach: {http: {url: \"http://127.0.0.1:8081/v1/echo\", timeout_ms: 30000}}\nexecution_policy: {resource_level: H}\n"
+	lightContract = "name: light_lookup\nreach: {http: {url: \"http://127.0.0.1:8081/v1/echo\"}}\nexecution_policy: {resource_level: L}\n"
+)
+
+func startPools(b *testing.B, pools worker.Pools) *app.System {
+	b.Helper()
+	dir := b.TempDir()
+	for name, doc := range map[string]string{"heavy.yaml": heavyContract, "light.yaml": lightContract} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64, Pools: pools}, Instance: "bench", Contracts: dir,
+		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = sys.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "light_lookup", Calls: 1, Args: "{}", RunID: "warm"}
+	for i := 0; h.Do(ctx, 0, i) != nil; i++ {
+		if i > 500 {
+			b.Fatal("Hermes did not get ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return sys
+}
+
+// benchPools times b.N light calls, one after another, while heavy clients keep every heavy
+// slot busy with 2-second calls (heavy > 0), and reports their p50 and p99.
+func benchPools(b *testing.B, pools worker.Pools, heavy int) {
+	sys := startPools(b, pools)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	slow := &bench.Hermes{Client: bench.NewClient(heavy + 1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "heavy_report", Calls: 1,
+		Args: `{"delay_ms":2000}`, RunID: fmt.Sprintf("h%d-%d", os.Getpid(), runs.Add(1))}
+	for c := range heavy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; ctx.Err() == nil; seq++ {
+				_ = slow.Do(ctx, c, seq)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	if heavy > 0 {
+		time.Sleep(500 * time.Millisecond) // the heavy calls take their slots
+	}
+	quick := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "light_lookup", Calls: 1, Args: "{}",
+		RunID: fmt.Sprintf("l%d-%d", os.Getpid(), runs.Add(1))}
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if err := quick.Do(context.Background(), 0, i); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// Bulkheads (L 64, M 32, H 4): the light tool's calls with every heavy slot held, and idle.
+func BenchmarkBulkheadsIdle(b *testing.B)  { benchPools(b, worker.Pools{H: 4}, 0) }
+func BenchmarkBulkheadsHFull(b *testing.B) { benchPools(b, worker.Pools{H: 4}, 16) }
+
+// One shared pool of 8 for every level (no bulkheads): the same.
+func BenchmarkSharedPoolIdle(b *testing.B)  { benchPools(b, worker.Pools{Shared: 8}, 0) }
+func BenchmarkSharedPoolHFull(b *testing.B) { benchPools(b, worker.Pools{Shared: 8}, 16) }

@@ -211,7 +211,7 @@ func decode(doc *yaml.Node) (*contract.Contract, error) {
 // decodePolicy reads execution_policy: timeout_ms, max_retries, resource_level.
 func decodePolicy(n *yaml.Node, lines map[string]int) (*contract.Policy, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, &contract.Error{Line: n.Line, Field: "execution_policy", Reason: "must be a mapping of timeout_ms, max_retries and resource_level"}
+		return nil, &contract.Error{Line: n.Line, Field: "execution_policy", Reason: "must be a mapping of timeout_ms, max_retries, resource_level and max_in_flight"}
 	}
 	p := &contract.Policy{}
 	seen := map[string]bool{}
@@ -246,13 +246,22 @@ func decodePolicy(n *yaml.Node, lines map[string]int) (*contract.Policy, error) 
 				return nil, err
 			}
 			p.MaxRetries = &r
+		case "max_in_flight":
+			n, err := integer()
+			if err != nil {
+				return nil, err
+			}
+			if n <= 0 {
+				return nil, &contract.Error{Line: v.Line, Field: field, Reason: "must be positive"}
+			}
+			p.MaxInFlight = n
 		case "resource_level":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
 				return nil, &contract.Error{Line: v.Line, Field: field, Reason: "must be L, M or H"}
 			}
 			p.ResourceLevel = v.Value
 		default:
-			return nil, &contract.Error{Line: k.Line, Field: field, Reason: "unknown field; execution_policy has timeout_ms, max_retries and resource_level"}
+			return nil, &contract.Error{Line: k.Line, Field: field, Reason: "unknown field; execution_policy has timeout_ms, max_retries, resource_level and max_in_flight"}
 		}
 	}
 	return p, nil

@@ -83,7 +83,7 @@ type Router struct {
 	pipeline  *Pipeline
 	agg       *aggregator
 	lot       *park.Lot
-	consumers sync.Map // consumer name → struct{}: consumers this process has ensured
+	consumers sync.Map // consumer name → the in-flight bound it was given: consumers this process has ensured
 }
 
 // New returns a Router for cfg.
@@ -159,7 +159,7 @@ func (r *Router) Run(ctx context.Context) error {
 	for _, name := range r.Routes().ToolNames() {
 		for _, kind := range r.Routes().KindsOf(name) {
 			if r.runs(kind) {
-				if err := r.ensureTool(ctx, kind, name); err != nil {
+				if err := r.ensureTool(ctx, kind, name, r.inFlight(name)); err != nil {
 					return err
 				}
 			}
@@ -208,15 +208,26 @@ func (r *Router) runs(kind string) bool {
 	return false
 }
 
-func (r *Router) ensureTool(ctx context.Context, kind, tool string) error {
+// inFlight is the bound of tool's calls in flight its contract sets now (0: none).
+func (r *Router) inFlight(tool string) int {
+	if r.cfg.Contracts == nil {
+		return 0
+	}
+	if c, err := r.cfg.Contracts(tool); err == nil && c != nil && c.ExecutionPolicy != nil {
+		return c.ExecutionPolicy.MaxInFlight
+	}
+	return 0
+}
+
+func (r *Router) ensureTool(ctx context.Context, kind, tool string, maxInFlight int) error {
 	name := bus.ToolConsumer(kind, tool)
-	if _, ok := r.consumers.Load(name); ok {
+	if n, ok := r.consumers.Load(name); ok && n.(int) == maxInFlight {
 		return nil
 	}
-	if _, err := r.cfg.Bus.EnsureToolConsumer(ctx, kind, tool); err != nil {
+	if err := r.cfg.Bus.SetToolInFlight(ctx, kind, tool, maxInFlight); err != nil {
 		return err
 	}
-	r.consumers.Store(name, struct{}{})
+	r.consumers.Store(name, maxInFlight)
 	return nil
 }
 

@@ -385,8 +385,10 @@ type RouteStage struct {
 	Table func() *routes.Table
 	// Kinds are the action kinds Hermes dispatches; others are ACTION_UNSUPPORTED.
 	Kinds []string
-	// Ensure makes sure the consumer of tool's calls of kind exists.
-	Ensure func(ctx context.Context, kind, tool string) error
+	// Ensure makes sure the consumer of tool's calls of kind exists, with at most maxInFlight
+	// calls in flight across the workers;
+	// maxInFlight is the contract's execution_policy.max_in_flight (0: the bus's default).
+	Ensure func(ctx context.Context, kind, tool string, maxInFlight int) error
 }
 
 // Name is "route".
@@ -427,7 +429,11 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 				fmt.Sprintf("action kind %q is not supported", kind)), rule.Name)
 			continue
 		}
-		if err := s.Ensure(ctx, kind, call.Name); err != nil {
+		inFlight := 0
+		if c.Contract != nil && c.Contract.ExecutionPolicy != nil {
+			inFlight = c.Contract.ExecutionPolicy.MaxInFlight
+		}
+		if err := s.Ensure(ctx, kind, call.Name, inFlight); err != nil {
 			return Continue(), err
 		}
 		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}

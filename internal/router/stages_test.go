@@ -347,7 +347,7 @@ rules:
 	}
 	var ensured []string
 	s := &RouteStage{Table: func() *routes.Table { return table }, Kinds: protocol.ImplementedKinds,
-		Ensure: func(_ context.Context, kind, tool string) error {
+		Ensure: func(_ context.Context, kind, tool string, _ int) error {
 			ensured = append(ensured, kind+"/"+tool)
 			return nil
 		}}
@@ -380,7 +380,7 @@ rules:
 		t.Errorf("consumers ensured: %v", ensured)
 	}
 	// A consumer that cannot be made fails the delivery, to be retried.
-	s.Ensure = func(context.Context, string, string) error { return bustest.ErrUnreachable }
+	s.Ensure = func(context.Context, string, string, int) error { return bustest.ErrUnreachable }
 	if _, err := s.Process(t.Context(), job(t, "r2", "s", false, "weather", "a")); !errors.Is(err, bustest.ErrUnreachable) {
 		t.Fatalf("ensure failing: %v", err)
 	}
@@ -478,7 +478,7 @@ func TestAStageHoldsOneCall(t *testing.T) {
 	route := &RouteStage{Table: func() *routes.Table {
 		t, _ := routes.Parse("r.yaml", []byte("version: 1.0\nrules:\n  - name: any\n    match: {tool_name: echo}\n    action: {http: {url: 'http://x/'}}\n  - name: notify\n    match: {tool_name: notify_send}\n    action: {http: {url: 'http://x/n'}}\n"))
 		return t
-	}, Kinds: protocol.ImplementedKinds, Ensure: func(context.Context, string, string) error { return nil }}
+	}, Kinds: protocol.ImplementedKinds, Ensure: func(context.Context, string, string, int) error { return nil }}
 	o := &outlet{}
 	j := job(t, "r1", "s", false, "echo", "a", "notify_send", "b")
 	if err := (&Pipeline{Stages: []Stage{approval, route}, Out: o}).Run(t.Context(), j); err != nil {

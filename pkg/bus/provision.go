@@ -580,6 +580,28 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) (jetstr
 	return c, nil
 }
 
+// SetToolInFlight makes n the most calls of tool of kind in flight at once across every worker
+// (its consumer's MaxAckPending; n ≤ 0 is the bus's default). Nothing is written when it is
+// so already.
+func (b *Bus) SetToolInFlight(ctx context.Context, kind, tool string, n int) error {
+	if n <= 0 {
+		n = b.cfg.MaxAckPending
+	}
+	c, err := b.EnsureToolConsumer(ctx, kind, tool)
+	if err != nil {
+		return err
+	}
+	have := c.CachedInfo().Config
+	if have.MaxAckPending == n {
+		return nil
+	}
+	have.MaxAckPending = n
+	if _, err := b.Stream.UpdateConsumer(ctx, have); err != nil {
+		return fmt.Errorf("bus: bound the calls of %s in flight to %d: %w", tool, n, err)
+	}
+	return nil
+}
+
 // LegacyToolConsumer returns the consumer in which Hermes before action kinds queued tool's
 // calls, or nil when there is none.
 func (b *Bus) LegacyToolConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {

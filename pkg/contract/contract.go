@@ -47,6 +47,8 @@ const (
 	MaxSourceBytes = 64 << 10
 	// MaxRetries bounds execution_policy.max_retries.
 	MaxRetries = 10
+	// MaxInFlight bounds execution_policy.max_in_flight.
+	MaxInFlight = 100_000
 )
 
 // Contract is one tool's contract as written (its schemas in the form given, as JSON).
@@ -74,6 +76,9 @@ type Policy struct {
 	MaxRetries *int `json:"max_retries,omitempty"`
 	// ResourceLevel is one of ResourceLevels.
 	ResourceLevel string `json:"resource_level,omitempty"`
+	// MaxInFlight bounds the tool's calls in flight at once across every worker (its
+	// consumer's MaxAckPending); 0: the bus's default.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
 
 // EffectsOrDefault returns c's effects, EffectsIdempotent when not written.
@@ -133,6 +138,8 @@ func (c *Contract) check() error {
 			return &Error{Field: "execution_policy.timeout_ms", Reason: fmt.Sprintf("must be from 1 to %d", protocol.MaxTimeoutMS)}
 		case p.MaxRetries != nil && (*p.MaxRetries < 0 || *p.MaxRetries > MaxRetries):
 			return &Error{Field: "execution_policy.max_retries", Reason: fmt.Sprintf("must be from 0 to %d", MaxRetries)}
+		case p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlight:
+			return &Error{Field: "execution_policy.max_in_flight", Reason: fmt.Sprintf("must be from 1 to %d", MaxInFlight)}
 		case p.ResourceLevel != "" && !slices.Contains(ResourceLevels, p.ResourceLevel):
 			return &Error{Field: "execution_policy.resource_level", Reason: fmt.Sprintf("must be one of L, M, H; got %q", protocol.Shorten(p.ResourceLevel, 16))}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -226,7 +227,7 @@ input_schema:
   delay_ms: {type: integer}
 reach:
   http: {url: "http://127.0.0.1:8081/v1/echo", method: POST, timeout_ms: 5000, retry: {max_attempts: 3}}
-execution_policy: {timeout_ms: 300, max_retries: 0}
+execution_policy: {timeout_ms: 300, max_retries: 0, max_in_flight: 3}
 `
 	if code, _, body := s.registerContract(keys["admin"], doc); code != http.StatusCreated {
 		t.Fatalf("%d %s", code, body)
@@ -243,6 +244,12 @@ execution_policy: {timeout_ms: 300, max_retries: 0}
 	// 300 ms and one try, not the reach's 5 s and three.
 	if slow := result(t, r, "slow"); slow.ErrorCode != protocol.CodeToolTimeout || slow.Attempts != 1 || !strings.Contains(slow.RecoveryHint, "timeout_ms=300") {
 		t.Errorf("the stricter policy: %+v", slow)
+	}
+	// Its calls in flight across every worker: the consumer's MaxAckPending.
+	_, admin := s.connect()
+	cons, err := admin.Stream.Consumer(context.Background(), bus.ToolConsumer(protocol.ActionHTTP, "reached_echo"))
+	if err != nil || cons.CachedInfo().Config.MaxAckPending != 3 {
+		t.Errorf("the tool's consumer: %v %+v", err, cons)
 	}
 	for _, m := range s.record() {
 		if m.Type != protocol.TypeToolCall || !strings.HasPrefix(m.RequestID, "reach_") {

@@ -20,23 +20,11 @@ import (
 	"github.com/hermesbus/hermes/pkg/contract"
 )
 
-// maxRecordBytes bounds a stored record: a contract as written twice (the source and the
-// normalized form) and some.
-const maxRecordBytes = 2*contract.MaxSourceBytes + 64<<10
+// maxRecordBytes bounds a stored record.
+const maxRecordBytes = contract.MaxRecordBytes
 
-// Record is what the bucket keeps per registration.
-type Record struct {
-	Contract contract.Contract `json:"contract"`
-	// Version numbers the tool's registrations from 1, removals included.
-	Version      int       `json:"version"`
-	RegisteredAt time.Time `json:"registered_at"`
-	// By names who registered (or removed) it: the caller as the gateway knew it.
-	By string `json:"by"`
-	// Source is the contract as written, when it came as text.
-	Source string `json:"source,omitempty"`
-	// Removed marks a removal: the tool has no contract from this version on.
-	Removed bool `json:"removed,omitempty"`
-}
+// Record is what the bucket keeps per registration (contract.Record).
+type Record = contract.Record
 
 // Entry is a record with its revision in the bucket.
 type Entry struct {
@@ -45,21 +33,11 @@ type Entry struct {
 }
 
 // errBadRecord is wrapped by decodeRecord's errors.
-var errBadRecord = errors.New("registry: not a contract record")
+var errBadRecord = contract.ErrBadRecord
 
 // decodeRecord reads a stored record, refusing what is not one for name.
 func decodeRecord(name string, data []byte) (*Record, error) {
-	if len(data) > maxRecordBytes {
-		return nil, fmt.Errorf("%w: %s: %d bytes", errBadRecord, name, len(data))
-	}
-	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errBadRecord, name, err)
-	}
-	if r.Contract.Name != name || r.Version < 1 {
-		return nil, fmt.Errorf("%w: %s: not this tool's", errBadRecord, name)
-	}
-	return &r, nil
+	return contract.DecodeRecord(name, data)
 }
 
 // ErrNotFound: the tool has no contract (never had, or it was removed).

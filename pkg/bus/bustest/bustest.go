@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/rand"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -169,4 +171,19 @@ func provision(t testing.TB, nc *nats.Conn, cfg bus.Config) *bus.Bus {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// SeedFile writes role's nkey seed to a file of its own (mode 0600) and returns its path,
+// for programs given a seed file (--nats-nkey); "" for a server that is not locked.
+func (s *Server) SeedFile(t testing.TB, role bus.Role) string {
+	t.Helper()
+	seed, ok := s.seeds[role]
+	if !ok {
+		return ""
+	}
+	path := filepath.Join(t.TempDir(), string(role)+".nk")
+	if err := os.WriteFile(path, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -203,10 +204,20 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	// The worker reads the contract versions its calls name by revision, and follows the
 	// contracts for each tool's resource level (its bulkhead).
 	live := registry.NewLive(b.Contracts, log)
+	var known sync.Map // tool → its last known level, kept while the contracts are not followed
 	level := func(tool string) string {
-		if c, err := live.Current(tool); err == nil && c != nil && c.ExecutionPolicy != nil {
+		c, err := live.Current(tool)
+		switch {
+		case errors.Is(err, registry.ErrNotFollowing):
+			if l, ok := known.Load(tool); ok {
+				return l.(string)
+			}
+			return ""
+		case err == nil && c != nil && c.ExecutionPolicy != nil:
+			known.Store(tool, c.ExecutionPolicy.ResourceLevel)
 			return c.ExecutionPolicy.ResourceLevel
 		}
+		known.Store(tool, "")
 		return ""
 	}
 	w, err := worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,

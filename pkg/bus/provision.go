@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -581,26 +582,41 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) (jetstr
 }
 
 // SetToolInFlight makes n the most calls of tool of kind in flight at once across every worker
-// (its consumer's MaxAckPending; n ≤ 0 is the bus's default). Nothing is written when it is
-// so already.
+// (its consumer's MaxAckPending). n ≤ 0 undoes a bound an earlier n set (the bus's default
+// again) and leaves any other value as it is. Nothing is written when it is so already, or
+// with OpenOnly.
 func (b *Bus) SetToolInFlight(ctx context.Context, kind, tool string, n int) error {
-	if n <= 0 {
-		n = b.cfg.MaxAckPending
-	}
 	c, err := b.EnsureToolConsumer(ctx, kind, tool)
-	if err != nil {
+	if err != nil || b.cfg.OpenOnly {
 		return err
 	}
 	have := c.CachedInfo().Config
-	if have.MaxAckPending == n {
+	_, bound := have.Metadata[metaInFlight]
+	switch {
+	case n > 0 && have.MaxAckPending == n && bound:
 		return nil
+	case n > 0:
+		have.MaxAckPending = n
+		have.Metadata = maps.Clone(have.Metadata)
+		if have.Metadata == nil {
+			have.Metadata = map[string]string{}
+		}
+		have.Metadata[metaInFlight] = strconv.Itoa(n)
+	case !bound:
+		return nil // never bounded by a contract: as it was made (or as an operator set it)
+	default:
+		have.MaxAckPending = b.cfg.MaxAckPending
+		have.Metadata = maps.Clone(have.Metadata)
+		delete(have.Metadata, metaInFlight)
 	}
-	have.MaxAckPending = n
 	if _, err := b.Stream.UpdateConsumer(ctx, have); err != nil {
-		return fmt.Errorf("bus: bound the calls of %s in flight to %d: %w", tool, n, err)
+		return fmt.Errorf("bus: bound the calls of %s in flight to %d: %w", tool, have.MaxAckPending, err)
 	}
 	return nil
 }
+
+// metaInFlight marks a tool consumer whose MaxAckPending a contract's max_in_flight set.
+const metaInFlight = "hermes.max_in_flight"
 
 // LegacyToolConsumer returns the consumer in which Hermes before action kinds queued tool's
 // calls, or nil when there is none.

@@ -49,7 +49,7 @@ func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(c
 //
 // It pulls only as many messages as it has free handler slots, so every message it receives
 // starts its handler at once: none waits in a client buffer while its ack deadline runs out
-// (with a Pool, one may wait for a slot of it, kept in progress meanwhile).
+// (with a Pool, one may wait for a slot of it, kept in progress).
 type Subscriber struct {
 	// Consumer to read from. Required.
 	Consumer jetstream.Consumer
@@ -71,8 +71,9 @@ type Subscriber struct {
 	PullWait time.Duration
 	// Pool, when set, names the pool of handler slots shared with other subscribers that each
 	// message handled here also takes a slot of (a bulkhead). It is asked again before every
-	// pull, so a subscriber moved to another pool uses that one next; a pull waits until the
-	// pool has a free slot, and a message that must wait for one is kept in progress.
+	// pull, so a subscriber moved to another pool uses that one next; a pull waits for a free
+	// slot of it (without holding one while it waits for messages) and asks for no more
+	// messages than the pool has free slots; one that must still wait is kept in progress.
 	Pool func() *Pool
 	// Logger for failures; nil discards.
 	Logger *slog.Logger
@@ -116,17 +117,16 @@ func (p *Pool) take(ctx context.Context, msg jetstream.Msg, progress time.Durati
 		return true
 	default:
 	}
-	var tick <-chan time.Time
-	if progress > 0 {
-		t := time.NewTicker(progress)
-		defer t.Stop()
-		tick = t.C
+	if progress <= 0 {
+		progress = 5 * time.Second
 	}
+	t := time.NewTicker(progress)
+	defer t.Stop()
 	for {
 		select {
 		case <-p.slots:
 			return true
-		case <-tick:
+		case <-t.C:
 			_ = msg.InProgress()
 		case <-ctx.Done():
 			return false
@@ -203,7 +203,9 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 		}
 		k := 1
 	more:
-		for k < n {
+		// No more messages than the pool has free slots now: each is then kept in progress
+		// while it waits for one taken meanwhile by another subscriber (rarely).
+		for k < n && (pool == nil || k < len(pool.slots)) {
 			select {
 			case <-free:
 				k++
@@ -211,11 +213,6 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 				break more
 			}
 		}
-		// The pull ends when the server says it expired, which it says after every message it
-		// sent for the pull; the client gives up only a second later. So every message sent
-		// reaches us (to be handled, or nak'ed at shutdown). A fetch bound to a context would
-		// instead drop what is still buffered when the context ends, and those messages would
-		// wait out their ack deadline.
 		batch, err := s.Consumer.Fetch(k, jetstream.FetchMaxWait(wait))
 		if err != nil {
 			for range k {
@@ -233,20 +230,21 @@ func (s *Subscriber) pull(ctx, hctx context.Context, h Handler, free chan struct
 		got := 0
 		for msg := range batch.Messages() {
 			got++
-			if ctx.Err() != nil || pool != nil && !pool.take(ctx, msg, s.Progress) {
+			if ctx.Err() != nil {
 				_ = msg.Nak() // shutting down: let another instance take it now
 				free <- struct{}{}
 				continue
 			}
 			wg.Add(1)
 			go func() {
-				defer func() {
-					if pool != nil {
-						pool.slots <- struct{}{}
+				defer func() { free <- struct{}{}; wg.Done() }()
+				if pool != nil {
+					if !pool.take(ctx, msg, s.Progress) {
+						_ = msg.Nak()
+						return
 					}
-					free <- struct{}{}
-					wg.Done()
-				}()
+					defer func() { pool.slots <- struct{}{} }()
+				}
 				s.handle(hctx, h, msg, logger)
 			}()
 		}

@@ -63,9 +63,12 @@ func Timeout(d time.Duration) Option {
 }
 
 // Retries bounds the tries that may follow a failed first one (a panic, or a Retryable
-// failure); default 2.
+// failure); default 2, at most contract.MaxRetries.
 func Retries(n int) Option {
-	return func(c *contract.Contract, _ *[]string) { policy(c).MaxRetries = &n }
+	return func(c *contract.Contract, _ *[]string) {
+		policy(c).MaxRetries = &n
+		c.Reach.Retry.MaxAttempts = min(max(n+1, 1), protocol.MaxAttemptsLimit)
+	}
 }
 
 // Effects says what calling the tool does: contract.EffectsNone, EffectsIdempotent (the
@@ -150,15 +153,73 @@ func schemaOf[T any](what string) (json.RawMessage, error) {
 	s := r.ReflectFromType(t)
 	s.Version = "https://json-schema.org/draft/2020-12/schema"
 	s.ID = ""
-	return json.Marshal(s)
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	nullable(doc, t)
+	return json.Marshal(doc)
 }
 
-// expressible checks that every part of t can be said in JSON Schema.
+// nullable lets null stand for a nil slice, map or pointer, as encoding/json writes them, in
+// the schema derived from t.
+func nullable(schema map[string]any, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		props, _ := schema["properties"].(map[string]any)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name := strings.Split(f.Tag.Get("json"), ",")[0]
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			sub, ok := props[name].(map[string]any)
+			if !ok {
+				continue
+			}
+			switch f.Type.Kind() {
+			case reflect.Slice, reflect.Map, reflect.Pointer:
+				if typ, ok := sub["type"].(string); ok {
+					sub["type"] = []any{typ, "null"}
+				}
+			}
+			nullable(sub, f.Type)
+		}
+	case reflect.Slice, reflect.Array:
+		if items, ok := schema["items"].(map[string]any); ok {
+			nullable(items, t.Elem())
+		}
+	case reflect.Map:
+		if extra, ok := schema["additionalProperties"].(map[string]any); ok {
+			nullable(extra, t.Elem())
+		}
+	}
+}
+
+// expressible checks that every part of t can be said in JSON Schema (without references: a
+// recursive type cannot).
 func expressible(t reflect.Type, at string, seen map[reflect.Type]bool) error {
 	if seen[t] {
+		if t.Kind() == reflect.Struct {
+			return fmt.Errorf("%s: %s contains itself; a recursive type cannot be said here", at, t)
+		}
 		return nil
 	}
 	seen[t] = true
+	defer delete(seen, t)
 	switch t.Kind() {
 	case reflect.Chan, reflect.Func, reflect.Complex64, reflect.Complex128, reflect.UnsafePointer, reflect.Interface:
 		if t.Kind() == reflect.Interface && t.NumMethod() == 0 {

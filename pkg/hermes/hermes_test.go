@@ -81,3 +81,38 @@ func TestATypeJSONSchemaCannotSayIsRefused(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+type alertsOut struct {
+	Alerts []string          `json:"alerts"`
+	Meta   map[string]string `json:"meta"`
+	Next   *int              `json:"next"`
+}
+
+type node struct {
+	Name string `json:"name"`
+	Next *node  `json:"next"`
+}
+
+// What encoding/json writes for nil slices, maps and pointers keeps the contract; a recursive
+// type is refused at start; Retries sets the tries.
+func TestNilsRecursionAndRetries(t *testing.T) {
+	d := hermes.Tool("alerts", "", func(context.Context, struct{}) (alertsOut, error) { return alertsOut{}, nil }, hermes.Retries(5))
+	if d.Err() != nil {
+		t.Fatal(d.Err())
+	}
+	c := d.Contract()
+	k, err := contract.Compile(&c, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := k.CheckValue([]byte(`{"alerts":null,"meta":null,"next":null}`)); v.Violation != "" {
+		t.Errorf("nil fields: %s", v.Violation)
+	}
+	if a := k.Apply(*c.Reach); a.Retry.MaxAttempts != 6 {
+		t.Errorf("Retries(5): %d tries", a.Retry.MaxAttempts)
+	}
+	r := hermes.Tool("walk", "", func(context.Context, node) (string, error) { return "", nil })
+	if r.Err() == nil || !strings.Contains(r.Err().Error(), "input.next") {
+		t.Errorf("a recursive type: %v", r.Err())
+	}
+}

@@ -125,10 +125,20 @@ func TestWorkerRunsRetriesAndRecords(t *testing.T) {
 	if m.Sender.Role != protocol.RoleToolWorker || m.Correlation == nil || m.Correlation.CallIDs[0] != "c" || m.MsgID != protocol.MsgIDToolResult("r_ok", "c") {
 		t.Errorf("envelope %+v", m)
 	}
-	r.obs.mu.Lock()
-	defer r.obs.mu.Unlock()
-	if r.obs.started != 2 || r.obs.finished != 2 || r.obs.retrying != 1 || len(r.obs.recorded) != 1 {
-		t.Errorf("observer %+v", r.obs)
+	// The result is on the bus a moment before the observer hears it was recorded.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.obs.mu.Lock()
+		ok := r.obs.started == 2 && r.obs.finished == 2 && r.obs.retrying == 1 && len(r.obs.recorded) == 1
+		if ok || time.Now().After(deadline) {
+			if !ok {
+				t.Errorf("observer %+v", r.obs)
+			}
+			r.obs.mu.Unlock()
+			break
+		}
+		r.obs.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -12,13 +12,15 @@ import (
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
 // startSystem runs an in-process Hermes with the example routes for b.
-func startSystem(b *testing.B) *app.System { return startSystemWith(b, "") }
+func startSystem(b *testing.B) *app.System { return startSystemWith(b, "", worker.Pools{}) }
 
-// startSystemWith runs it with the contracts of directory contracts registered ("" none).
-func startSystemWith(b *testing.B, contracts string) *app.System {
+// startSystemWith runs it with the contracts of directory contracts registered ("" none) and
+// the worker's bulkheads sized by pools.
+func startSystemWith(b *testing.B, contracts string, pools worker.Pools) *app.System {
 	b.Helper()
 	data, _ := examples.Files.ReadFile("routes.yaml")
 	table, err := routes.Parse("examples/routes.yaml", data)
@@ -27,7 +29,7 @@ func startSystemWith(b *testing.B, contracts string) *app.System {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64}, Instance: "bench",
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64, Pools: pools}, Instance: "bench",
 		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}, Contracts: contracts})
 	if err != nil {
 		b.Fatal(err)
@@ -87,7 +89,7 @@ func BenchmarkDirect3CallsC64(b *testing.B) { benchDirect(b, 3, 32) }
 // The seed's order_query, 64 clients, without a contract and under the seed's (arguments
 // checked by the router, the answer by the worker): the same tool, the same answer.
 func benchOrderQuery(b *testing.B, contracts string) {
-	sys := startSystemWith(b, contracts)
+	sys := startSystemWith(b, contracts, worker.Pools{})
 	run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "order_query", Calls: 1,
 		Args: `{"order_id":"ORD202603120042"}`, RunID: fmt.Sprintf("oq%d-%d", os.Getpid(), runs.Add(1))}).Do)
 }

@@ -10,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
-	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/worker"
 )
 
@@ -33,29 +30,7 @@ func startPools(b *testing.B, pools worker.Pools) *app.System {
 			b.Fatal(err)
 		}
 	}
-	data, _ := examples.Files.ReadFile("routes.yaml")
-	table, err := routes.Parse("examples/routes.yaml", data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64, Pools: pools}, Instance: "bench", Contracts: dir,
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = sys.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done })
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "light_lookup", Calls: 1, Args: "{}", RunID: "warm"}
-	for i := 0; h.Do(ctx, 0, i) != nil; i++ {
-		if i > 500 {
-			b.Fatal("Hermes did not get ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return sys
+	return startSystemWith(b, dir, pools)
 }
 
 // benchPools times b.N light calls, one after another, while heavy clients keep every heavy

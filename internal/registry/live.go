@@ -13,9 +13,6 @@ import (
 	"github.com/hermesbus/hermes/pkg/contract"
 )
 
-// maxCompiled bounds the past versions a Live keeps compiled.
-const maxCompiled = 256
-
 // ErrDamaged: what the bucket holds for a tool cannot be read as its contract. Calls to the
 // tool are refused rather than run unchecked.
 var ErrDamaged = errors.New("registry: the tool's contract record is damaged")
@@ -28,20 +25,16 @@ type Live struct {
 	kv    jetstream.KeyValue
 	log   *slog.Logger
 
+	versions contract.Versions // versions asked for by revision
+
 	mu        sync.RWMutex
 	following bool
 	current   map[string]current
-	past      map[version]*contract.Compiled // compiled versions asked for by revision
 }
 
 type current struct {
 	c   *contract.Compiled
 	err error
-}
-
-type version struct {
-	name string
-	rev  uint64
 }
 
 // ErrNotFollowing is Current's error before Start has run: what is current is not known.
@@ -52,7 +45,7 @@ func NewLive(kv jetstream.KeyValue, log *slog.Logger) *Live {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Live{store: NewStore(kv), kv: kv, log: log, current: map[string]current{}, past: map[version]*contract.Compiled{}}
+	return &Live{store: NewStore(kv), kv: kv, log: log, versions: contract.Versions{KV: kv}, current: map[string]current{}}
 }
 
 // Follow returns the registry kept in kv, followed until ctx ends (NewLive, then Start).
@@ -205,36 +198,15 @@ func (l *Live) Current(name string) (*contract.Compiled, error) {
 	return cur.c, cur.err
 }
 
-// At returns the version of the tool's contract at revision, compiled: the current one, one
-// compiled before, or read from the bucket. An error wrapping contract.ErrUnavailable says the
-// bucket no longer holds it, or holds it damaged.
+// At returns the version of the tool's contract at revision, compiled: the current one, or one
+// read from the bucket (contract.Versions). An error wrapping contract.ErrUnavailable says the
+// bucket no longer holds it, or holds no contract there.
 func (l *Live) At(ctx context.Context, name string, revision uint64) (*contract.Compiled, error) {
-	key := version{name, revision}
 	l.mu.RLock()
-	cur, past := l.current[name], l.past[key]
+	cur := l.current[name]
 	l.mu.RUnlock()
 	if cur.c != nil && cur.c.Revision == revision {
 		return cur.c, nil
 	}
-	if past != nil {
-		return past, nil
-	}
-	e, err := l.store.At(ctx, name, revision)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, errBadRecord) {
-		return nil, fmt.Errorf("%w: %w", contract.ErrUnavailable, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := contract.Compile(&e.Contract, e.Version, e.Revision)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w: %s version %d: %v", contract.ErrUnavailable, ErrDamaged, name, e.Version, err)
-	}
-	l.mu.Lock()
-	if len(l.past) >= maxCompiled {
-		clear(l.past)
-	}
-	l.past[key] = c
-	l.mu.Unlock()
-	return c, nil
+	return l.versions.At(ctx, name, revision)
 }

@@ -223,25 +223,6 @@ func (s *Store) Get(ctx context.Context, name string) (*Entry, error) {
 	return &Entry{Record: *rec, Revision: rev}, nil
 }
 
-// At returns the version of the tool's contract at revision (what a call routed under it names).
-func (s *Store) At(ctx context.Context, name string, revision uint64) (*Entry, error) {
-	e, err := s.kv.GetRevision(ctx, name, revision)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: %s at revision %d", ErrNotFound, name, revision)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("registry: read %s at revision %d: %w", name, revision, err)
-	}
-	rec, err := decodeRecord(name, e.Value())
-	if err != nil {
-		return nil, err
-	}
-	if rec.Removed {
-		return nil, fmt.Errorf("%w: %s at revision %d is a removal", ErrNotFound, name, revision)
-	}
-	return &Entry{Record: *rec, Revision: e.Revision()}, nil
-}
-
 // History returns every version the bucket still holds of the tool's contract, oldest first
 // (removals included); ErrNotFound when there is none.
 func (s *Store) History(ctx context.Context, name string) ([]*Entry, error) {

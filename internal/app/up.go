@@ -51,9 +51,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	}
 	listenAt, taken := *natsListen, ""
 	if c.natsURL == "" {
-		explicit := false
-		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "nats-listen" })
-		if listenAt, taken, err = checkNATSListen(*natsListen, explicit); err != nil {
+		if listenAt, taken, err = checkNATSListen(*natsListen, flagGiven(fs, "nats-listen")); err != nil {
 			return err
 		}
 	}

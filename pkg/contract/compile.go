@@ -495,10 +495,9 @@ func (w *costWalk) cost(s *jsonschema.Schema) (float64, int) {
 			back = min(back, d)
 		}
 	}
-	for d, n := range loops {
+	for _, n := range loops {
 		if n > 1 && w.err == nil {
 			w.err = fmt.Errorf("a recursion comes back through %d branches that check the same value (at %s): each level would check the next %d times", n, shortLocation(s.Location), n)
-			_ = d
 		}
 	}
 	deepest := 0.0

@@ -107,6 +107,9 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 func (w *workerFlags) config(instance string) (WorkerConfig, error) {
 	cfg := WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
 		Concurrency: w.concurrency, MaxResultBytes: w.maxResult, Pools: w.pools}
+	if err := badEnvInts("HERMES_POOL_L", "HERMES_POOL_M", "HERMES_POOL_H"); err != nil {
+		return cfg, err
+	}
 	for _, p := range []struct {
 		name string
 		n    int

@@ -271,10 +271,23 @@ func (c *common) withDeadLetters(b *bus.Bus, obs *observer, log *slog.Logger, ru
 	}, nil
 }
 
-// envInt is the integer in environment variable name, or def when it is unset or not one.
+// envInt is the integer in environment variable name, or def when it is unset; a value that
+// is not an integer is def too here, and refused by badEnvInts.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
 	}
 	return def
+}
+
+// badEnvInts names the first of the variables set to something that is not an integer.
+func badEnvInts(names ...string) error {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			if _, err := strconv.Atoi(v); err != nil {
+				return fmt.Errorf("%s=%q: not an integer", n, v)
+			}
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -101,4 +102,25 @@ func TestUpRefusesABadSettingCleanly(t *testing.T) {
 		t.Fatalf("the same data dir after a refused start: %v", err)
 	}
 	sys.close()
+}
+
+// A pool size in the environment that is not a number, or out of bounds, is refused naming it.
+func TestBadPoolSizesAreRefused(t *testing.T) {
+	t.Setenv("HERMES_POOL_H", "lots")
+	var wf workerFlags
+	fs := newFlagSet("t", "", io.Discard)
+	wf.register(fs)
+	if _, err := wf.config("w"); err == nil || !strings.Contains(err.Error(), `HERMES_POOL_H="lots"`) {
+		t.Fatalf("a pool size that is not a number: %v", err)
+	}
+	t.Setenv("HERMES_POOL_H", "")
+	wf = workerFlags{}
+	fs = newFlagSet("t", "", io.Discard)
+	wf.register(fs)
+	if err := fs.Parse([]string{"--pool-l", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.config("w"); err == nil || !strings.Contains(err.Error(), "--pool-l 0") {
+		t.Fatalf("a pool of 0: %v", err)
+	}
 }

@@ -152,7 +152,12 @@ func TestDamageIsNeverUnchecked(t *testing.T) {
 	if err := b.Contracts.Delete(ctx, "order_query"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the delete reaches the follower (it changes nothing)
+	// The watch delivers in order: once a later registration is seen, so was the delete.
+	marker, markerSrc := parse(t, "name: marker_tool\neffects: none\n")
+	if _, _, err := store.Register(ctx, marker, markerSrc, "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a later registration seen", func() bool { c, _ := live.Current("marker_tool"); return c != nil })
 	if c, err := live.Current("order_query"); err != nil || c == nil || c.Version != 2 {
 		t.Fatalf("after a delete: %v %v", c, err)
 	}

@@ -50,7 +50,10 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 		pub("delete a router's consumer", "$JS.API.CONSUMER.DELETE."+protocol.StreamName+"."+bus.RequestConsumer(0)),
 		pub("make an API key", "$KV."+bus.BucketKeys+".k1"),
 		pub("delete the keys' bucket", "$JS.API.STREAM.DELETE."+bus.KVStream(bus.BucketKeys)),
+		pub("purge the contracts", "$JS.API.STREAM.PURGE."+bus.KVStream(bus.BucketContracts)),
 	}
+	// Only gateways (tools:admin callers through /api/v1/tools) and admin register contracts.
+	contracts := pub("register a contract", "$KV."+bus.BucketContracts+".order_query")
 	cases := map[bus.Role][]attempt{
 		bus.RoleClient: append(append([]attempt{
 			pub("publish a request past the gateways", protocol.SubjectRequest("s1")),
@@ -69,6 +72,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read the services' replies", "_INBOX.>"),
 			sub("read another client's replies", bus.ClientInbox("other")+".>"),
 			sub("watch the tool calls", "hermes.>"),
+			contracts,
 		}, forged...), admin...),
 		bus.RoleGateway: append(append([]attempt{
 			pub("create a consumer named in the request body (and so rewrite a router's)", "$JS.API.CONSUMER.CREATE."+protocol.StreamName),
@@ -84,6 +88,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			pub("cancel as a caller", protocol.SubjectEvent(protocol.EventCancel, "s1")),
 			pub("make a consumer that reads requests", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.FilterRequests),
 			sub("receive responses", protocol.FilterLiveResponses),
+			contracts,
 		}, admin...),
 		bus.RoleWorker: append(append([]attempt{
 			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
@@ -94,6 +99,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			pub("ack a router's message", "$JS.ACK."+protocol.StreamName+"."+bus.ConsumerRouterResults+".1.1.1.1.1"),
 			pub("make a consumer that reads requests", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.FilterRequests),
 			sub("receive responses", protocol.FilterLiveResponses),
+			contracts,
 		}, forged...), admin...),
 	}
 	for _, role := range bus.Roles {

@@ -323,3 +323,19 @@ func TestApplyDiffsDryRunsAndPrunes(t *testing.T) {
 		t.Fatalf("a tool named twice: %v", err)
 	}
 }
+
+// A gateway that asks no caller for a key lets nobody change tools: a contract may say where
+// workers call.
+func TestAGatewayWithoutKeysChangesNoTool(t *testing.T) {
+	s := start(t, options{workers: 1})
+	doc := "name: evil\nreach: {http: {url: \"http://127.0.0.1:9/x\"}}\n"
+	if code, body := s.call("POST", "/api/v1/tools", "", doc, "Content-Type", "application/yaml"); code != http.StatusForbidden || !strings.Contains(body, "tools:admin") {
+		t.Errorf("register: %d %s", code, body)
+	}
+	if code, body := s.call("DELETE", "/api/v1/tools/echo", "", ""); code != http.StatusForbidden {
+		t.Errorf("remove: %d %s", code, body)
+	}
+	if code, body := s.call("GET", "/api/v1/tools", "", ""); code != http.StatusOK || strings.Contains(body, "evil") {
+		t.Errorf("list: %d %s", code, body)
+	}
+}

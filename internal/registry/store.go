@@ -32,9 +32,6 @@ type Entry struct {
 	Revision uint64 `json:"revision"`
 }
 
-// errBadRecord is wrapped by decodeRecord's errors.
-var errBadRecord = contract.ErrBadRecord
-
 // decodeRecord reads a stored record, refusing what is not one for name.
 func decodeRecord(name string, data []byte) (*Record, error) {
 	return contract.DecodeRecord(name, data)

@@ -34,6 +34,8 @@ func RunApply(ctx context.Context, args []string, env Env) error {
 	fset.Var(&files, "f", "a contract file (YAML or JSON, several documents allowed) or a directory of them (*.yaml, *.yml, *.json, read recursively); repeatable")
 	dry := fset.Bool("dry-run", false, "print what would change, change nothing")
 	prune := fset.Bool("prune", false, "remove the contracts of tools the files no longer name")
+	var try tryFlags
+	try.register(fset)
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -64,13 +66,14 @@ func RunApply(ctx context.Context, args []string, env Env) error {
 	}
 	var failed []string
 	for _, d := range append(plan.create, plan.update...) {
-		v, err := api.registerContract(ctx, d.source, d.at)
+		v, err := api.registerContract(ctx, d.source, d.at, try.query(true))
 		if err != nil {
 			failed = append(failed, d.c.Name)
-			fmt.Fprintf(env.Stderr, "%s (%s): %v\n", d.c.Name, d.at, err)
+			fmt.Fprintf(env.Stderr, "%s (%s): %v\n", d.c.Name, d.at, refusal(env, err))
 			continue
 		}
 		fmt.Fprintf(env.Stdout, "%s: version %d registered\n", v.Name, v.Version)
+		printReport(env, v.Sandbox)
 	}
 	for _, name := range plan.remove {
 		var v gateway.ToolView

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/sandbox"
 )
 
 // gatewayAPI calls a gateway's HTTP API with the CLI's API key.
@@ -28,7 +29,8 @@ type gatewayAPI struct {
 func (a *gatewayAPI) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.base, "url", envOr("HERMES_URL", "http://127.0.0.1:8080"), "gateway base URL (env HERMES_URL)")
 	a.key.register(fs)
-	a.client = &http.Client{Timeout: 30 * time.Second}
+	// A registration waits for the sandbox, which may take up to its budget.
+	a.client = &http.Client{Timeout: sandbox.MaxBudget + 30*time.Second}
 }
 
 // apiError is a gateway's error answer.
@@ -39,6 +41,8 @@ type apiError struct {
 	Field  string `json:"field"`
 	Line   int    `json:"line"`
 	hint   string
+	// Sandbox is the sandbox's report, when it refused a tool (SANDBOX_REFUSED).
+	Sandbox *sandbox.Report `json:"-"`
 }
 
 func (e *apiError) Error() string {
@@ -73,10 +77,12 @@ func (a *gatewayAPI) do(ctx context.Context, method, path, contentType string, b
 	}
 	if resp.StatusCode/100 != 2 {
 		var body struct {
-			Error apiError `json:"error"`
+			Error   apiError        `json:"error"`
+			Sandbox *sandbox.Report `json:"sandbox"`
 		}
 		_ = json.Unmarshal(data, &body)
 		e := body.Error
+		e.Sandbox = body.Sandbox
 		e.Status, e.hint = resp.StatusCode, a.key.refused(resp.StatusCode)
 		if e.Code == "" {
 			e.Msg = strings.TrimSpace(string(data))
@@ -97,13 +103,13 @@ type toolList struct {
 	Damaged []string           `json:"damaged"`
 }
 
-const toolsUsage = `hermes tools ls | get NAME [--version N] | register -f FILE | rm NAME [flags]`
+const toolsUsage = `hermes tools ls | get NAME [--version N] | register -f FILE [--force] [--allow-side-effects] [--budget D] | check NAME | rm NAME [flags]`
 
 // RunTools manages tools' contracts through a gateway: hermes tools.
 func RunTools(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 {
 		fmt.Fprintf(env.Stderr, "Usage: %s\n", toolsUsage)
-		return errors.New("tools: say ls, get, register or rm")
+		return errors.New("tools: say ls, get, register, check or rm")
 	}
 	sub, args := args[0], args[1:]
 	fset := newFlagSet("tools "+sub, toolsUsage, env.Stderr)
@@ -112,6 +118,8 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 	file := fset.String("f", "", "register: the contract file (YAML or JSON; - reads standard input)")
 	version := fset.Int("version", 0, "get: this version (default: the current one)")
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
+	var try tryFlags
+	try.register(fset)
 	// The tool's name may come before the flags or after them.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -165,17 +173,37 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return fmt.Errorf("tools register: %w", err)
 		}
-		v, err := api.registerContract(ctx, data, *file)
+		v, err := api.registerContract(ctx, data, *file, try.query(true))
 		if err != nil {
-			return fmt.Errorf("tools register: %s: %w", *file, err)
+			return fmt.Errorf("tools register: %s: %w", *file, refusal(env, err))
 		}
 		if *asJSON {
 			return printJSON(env, v)
 		}
 		if v.Changed != nil && !*v.Changed {
 			fmt.Fprintf(env.Stdout, "%s: unchanged (version %d)\n", v.Name, v.Version)
+			return nil
+		}
+		fmt.Fprintf(env.Stdout, "%s: version %d registered\n", v.Name, v.Version)
+		printReport(env, v.Sandbox)
+		return nil
+	case "check":
+		if err := needName(); err != nil {
+			return err
+		}
+		var rep sandbox.Report
+		if err := api.do(ctx, http.MethodPost, "/api/v1/tools/"+url.PathEscape(name)+"/check"+try.query(false), "", nil, &rep); err != nil {
+			return fmt.Errorf("tools check: %w", err)
+		}
+		if *asJSON {
+			if err := printJSON(env, rep); err != nil {
+				return err
+			}
 		} else {
-			fmt.Fprintf(env.Stdout, "%s: version %d registered\n", v.Name, v.Version)
+			fmt.Fprint(env.Stdout, rep.Text())
+		}
+		if rep.Failed() {
+			return fmt.Errorf("tools check: %s no longer keeps its contract: %s", name, rep.Reason)
 		}
 		return nil
 	case "rm":
@@ -189,17 +217,67 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s: removed (version %d records the removal)\n", name, v.Version)
 		return nil
 	}
-	return fmt.Errorf("tools: unknown subcommand %q; say ls, get, register or rm", sub)
+	return fmt.Errorf("tools: unknown subcommand %q; say ls, get, register, check or rm", sub)
 }
 
-// registerContract posts a contract as written: YAML, or JSON when it reads as JSON.
-func (a *gatewayAPI) registerContract(ctx context.Context, data []byte, name string) (*gateway.ToolView, error) {
+// tryFlags say how the sandbox may try a tool.
+type tryFlags struct {
+	force, sideEffects bool
+	budget             time.Duration
+}
+
+func (t *tryFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&t.force, "force", false, "register: register even if the sandbox refuses the tool (its report is kept with the version)")
+	fs.BoolVar(&t.sideEffects, "allow-side-effects", false, "let the sandbox try a tool with side effects where real calls go (without it, only against the contract's sandbox reach)")
+	fs.DurationVar(&t.budget, "budget", 0, fmt.Sprintf("how long the sandbox may take (default %s, at most %s)", sandbox.DefaultBudget, sandbox.MaxBudget))
+}
+
+// query is the flags as the gateway takes them (force only where registering).
+func (t *tryFlags) query(registering bool) string {
+	q := url.Values{}
+	if t.force && registering {
+		q.Set("force", "true")
+	}
+	if t.sideEffects {
+		q.Set("allow_side_effects", "true")
+	}
+	if t.budget > 0 {
+		q.Set("budget", t.budget.String())
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// refusal prints the sandbox's report when err is its refusal, and returns err.
+func refusal(env Env, err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Sandbox != nil {
+		fmt.Fprint(env.Stderr, ae.Sandbox.Text())
+		return fmt.Errorf("refused by the sandbox: %s (nothing was registered; --force registers anyway)", ae.Sandbox.Reason)
+	}
+	return err
+}
+
+// printReport prints what the sandbox said of a version registered.
+func printReport(env Env, raw json.RawMessage) {
+	var rep sandbox.Report
+	if len(raw) == 0 || json.Unmarshal(raw, &rep) != nil {
+		return
+	}
+	fmt.Fprint(env.Stdout, rep.Text())
+}
+
+// registerContract posts a contract as written: YAML, or JSON when it reads as JSON; query
+// (tryFlags.query) says how the sandbox may try it.
+func (a *gatewayAPI) registerContract(ctx context.Context, data []byte, name, query string) (*gateway.ToolView, error) {
 	ct := "application/yaml"
 	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
 		ct = "application/json"
 	}
 	var v gateway.ToolView
-	if err := a.do(ctx, http.MethodPost, "/api/v1/tools", ct, data, &v); err != nil {
+	if err := a.do(ctx, http.MethodPost, "/api/v1/tools"+query, ct, data, &v); err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Line > 0 {
 			return nil, fmt.Errorf("line %d: %s", ae.Line, strings.TrimPrefix(ae.Msg, fmt.Sprintf("line %d: ", ae.Line)))

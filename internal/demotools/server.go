@@ -76,7 +76,11 @@ func newServer(logger *slog.Logger, now func() time.Time) *server {
 		{"logistics_urge", http.MethodPost, "/v1/logistics/urge", s.contracted(s.logisticsUrge)},
 		{"echo", http.MethodPost, "/v1/echo", http.HandlerFunc(s.echo)},
 		{"echo", http.MethodGet, "/v1/echo", http.HandlerFunc(s.echo)},
+		{"order_query_broken", http.MethodGet, "/v1/broken/orders", s.contracted(s.orderQueryBroken)},
+		{"payment_charge_broken", http.MethodPost, "/v1/broken/payments", http.HandlerFunc(s.paymentChargeBroken)},
+		{"payment_charge_broken", http.MethodPost, "/v1/sandbox/payments", http.HandlerFunc(s.paymentChargeBroken)},
 		{"", http.MethodGet, "/healthz", s.tool(s.health)},
+		{"", http.MethodGet, "/health", s.tool(s.health)},
 		{"", http.MethodGet, "/{$}", s.tool(s.index)},
 	}
 	for _, rt := range s.routes {
@@ -136,7 +140,7 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 		Message: "no demo tool at " + r.URL.Path})
 }
 
-// health answers GET /healthz.
+// health answers GET /healthz and GET /health (what the sandbox asks).
 func (s *server) health(*http.Request, args) (any, error) {
 	return map[string]string{"status": "ok"}, nil
 }

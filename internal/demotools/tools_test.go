@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"strings"
@@ -100,11 +101,17 @@ func TestToolsAnswer(t *testing.T) {
 			wantEq(t, m, "carrier", "SF Express")
 		}},
 		{"index", "GET", "/", "", func(t *testing.T, m map[string]any) {
-			if tools := m["tools"].([]any); len(tools) != 9 {
-				t.Errorf("index lists %d tools, want 9", len(tools))
+			if tools := m["tools"].([]any); len(tools) != 11 {
+				t.Errorf("index lists %d tools, want 11", len(tools))
 			}
 		}},
 		{"healthz", "GET", "/healthz", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
+		{"health", "GET", "/health", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
+		{"the broken payment tool at an ordinary amount", "POST", "/v1/broken/payments", `{"amount":12.5,"currency":"CNY"}`, func(t *testing.T, m map[string]any) {
+			m = success(t, m)
+			wantPrefix(t, m, "payment_id", "PAY")
+			wantEq(t, m, "status", "charged")
+		}},
 	}
 	s := newTestServer()
 	for _, tc := range tests {
@@ -316,5 +323,19 @@ func wantSet(t *testing.T, m map[string]any, keys ...string) {
 		if v, ok := m[k]; !ok || v == nil || v == "" {
 			t.Errorf("%s is missing in %v", k, m)
 		}
+	}
+}
+
+// The broken tools' bugs, as the seed tells them: order_query_broken's error code has a
+// trailing space; the payment tool answers text, not JSON, at amount 0.
+func TestTheBrokenToolsBreakTheirContracts(t *testing.T) {
+	r := doRequest(t, newTestServer(), httptest.NewRequest("GET", "/v1/broken/orders?order_id=ORD209901010001", nil))
+	if r.status != 404 || !strings.Contains(string(r.body), `"error_code":"ORDER_NOT_FOUND "`) {
+		t.Errorf("order_query_broken: %d %s", r.status, r.body)
+	}
+	rec := httptest.NewRecorder()
+	newTestServer().ServeHTTP(rec, httptest.NewRequest("POST", "/v1/broken/payments", strings.NewReader(`{"amount":0,"currency":"CNY"}`)))
+	if rec.Code != 200 || json.Valid(rec.Body.Bytes()) || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
+		t.Errorf("amount 0: %d %s %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -22,6 +23,8 @@ type apiError struct {
 	// Response is the request's response, where the error is about a request that has one
 	// (ALREADY_FINISHED).
 	Response *protocol.Response `json:"response,omitempty"`
+	// Sandbox is the sandbox's report, where the error is its refusal (SANDBOX_REFUSED).
+	Sandbox *sandbox.Report `json:"sandbox,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, err error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -95,6 +96,7 @@ type Gateway struct {
 	clientOwners *owners
 	// tools is the tool registry (/api/v1/tools); nil without a contracts bucket.
 	tools   *registry.Store
+	sandbox *sandbox.Sandbox
 	limits  *limits
 	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
 	store   storeGauge

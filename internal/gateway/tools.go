@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -28,10 +30,12 @@ func (g *Gateway) registerTools() {
 		return
 	}
 	g.tools = registry.NewStore(g.cfg.Bus.Contracts)
+	g.sandbox = &sandbox.Sandbox{KV: g.cfg.Bus.Contracts, Submit: g.submit, Log: g.log}
 	g.mux.HandleFunc("GET /api/v1/tools", g.require(auth.PermSubmit, g.handleListTools))
 	g.mux.HandleFunc("GET /api/v1/tools/{name}", g.require(auth.PermSubmit, g.handleGetTool))
 	g.mux.HandleFunc("POST /api/v1/tools", g.require(auth.PermToolsAdmin, g.handleRegisterTool))
 	g.mux.HandleFunc("DELETE /api/v1/tools/{name}", g.require(auth.PermToolsAdmin, g.handleRemoveTool))
+	g.mux.HandleFunc("POST /api/v1/tools/{name}/check", g.require(auth.PermToolsAdmin, g.handleCheckTool))
 }
 
 // ToolView is a tool's contract as the API shows it.
@@ -51,6 +55,8 @@ type ToolView struct {
 	Source   string             `json:"source,omitempty"`
 	// History lists every version still kept, oldest first (GET of one tool).
 	History []ToolVersion `json:"history,omitempty"`
+	// Sandbox is what the sandbox said of this version as it was registered.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 }
 
 // ToolVersion is one version in a tool's history.
@@ -63,7 +69,7 @@ type ToolVersion struct {
 }
 
 func viewOf(e *registry.Entry, withContract bool) ToolView {
-	v := ToolView{Name: e.Contract.Name, Version: e.Version, Revision: e.Revision, RegisteredAt: e.RegisteredAt, By: e.By, Removed: e.Removed}
+	v := ToolView{Name: e.Contract.Name, Version: e.Version, Revision: e.Revision, RegisteredAt: e.RegisteredAt, By: e.By, Removed: e.Removed, Sandbox: e.Sandbox}
 	if withContract && !e.Removed {
 		c := e.Contract
 		v.Contract, v.Source = &c, e.Source
@@ -133,12 +139,44 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the request body: "+err.Error(), nil)
 		return
 	}
+	opts, ok := g.sandboxOptions(w, r)
+	if !ok {
+		return
+	}
+	force, ok := boolParam(w, r, "force")
+	if !ok {
+		return
+	}
 	c, err := registry.Parse(body)
 	if err != nil {
 		writeContractError(w, err)
 		return
 	}
-	e, changed, err := g.tools.Register(r.Context(), c, body, byOf(r))
+	cur, next, err := g.tools.Registered(r.Context(), c)
+	if err != nil {
+		g.log.Error("read a contract", "tool", c.Name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be registered; retry", nil)
+		return
+	}
+	var report []byte
+	if cur == nil { // a new version: tried first
+		opts.Version = next
+		rep, ok := g.try(w, r, c, opts)
+		if !ok {
+			return
+		}
+		if rep.Failed() && !force {
+			g.log.Info("contract refused by the sandbox", "tool", c.Name, "reason", rep.Reason)
+			var body apiError
+			body.Error.Code, body.Error.Message = protocol.CodeSandboxRefused, "the sandbox refused "+c.Name+": "+rep.Reason+"; nothing was registered (fix the tool, or register with force=true to keep the contract and this report)"
+			body.Sandbox = rep
+			writeJSON(w, http.StatusUnprocessableEntity, &body)
+			return
+		}
+		rep.Forced = rep.Failed()
+		report, _ = json.Marshal(rep)
+	}
+	e, changed, err := g.tools.RegisterTried(r.Context(), c, body, byOf(r), report)
 	var ce *contract.Error
 	switch {
 	case errors.As(err, &ce):
@@ -164,6 +202,87 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/api/v1/tools/"+c.Name)
 	writeJSON(w, status, v)
+}
+
+// sandboxOptions reads how a sandbox may try a tool: allow_side_effects (true lets a tool
+// with side effects be tried where real calls go) and budget (a duration, at most
+// sandbox.MaxBudget). When it returns false, it has answered.
+func (g *Gateway) sandboxOptions(w http.ResponseWriter, r *http.Request) (sandbox.Options, bool) {
+	opts := sandbox.Options{Caller: actor{caller: CallerOf(r.Context())}.record(), MaxCalls: g.cfg.Limits.MaxToolCalls}
+	var ok bool
+	if opts.AllowSideEffects, ok = boolParam(w, r, "allow_side_effects"); !ok {
+		return opts, false
+	}
+	if q := r.URL.Query().Get("budget"); q != "" {
+		d, err := time.ParseDuration(q)
+		if err != nil || d <= 0 || d > sandbox.MaxBudget {
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, fmt.Sprintf("budget must be a duration from 1s to %s (e.g. 30s)", sandbox.MaxBudget), nil)
+			return opts, false
+		}
+		opts.Budget = d
+	}
+	return opts, true
+}
+
+// try runs the sandbox on c; when it returns false, it has answered.
+func (g *Gateway) try(w http.ResponseWriter, r *http.Request, c *contract.Contract, opts sandbox.Options) (*sandbox.Report, bool) {
+	rep, err := g.sandbox.Try(r.Context(), c, opts)
+	if err != nil {
+		g.log.Error("the sandbox could not run", "tool", c.Name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the sandbox could not try "+c.Name+" (the bus did not answer); retry", nil)
+		return nil, false
+	}
+	return rep, true
+}
+
+// boolParam reads query parameter name as true or false (absent: false); when it returns
+// false, it has answered.
+func boolParam(w http.ResponseWriter, r *http.Request, name string) (value, ok bool) {
+	q := r.URL.Query().Get(name)
+	if q == "" {
+		return false, true
+	}
+	v, err := strconv.ParseBool(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, name+" must be true or false", nil)
+		return false, false
+	}
+	return v, true
+}
+
+// handleCheckTool runs the sandbox on a tool's registered contract (hermes tools check): the
+// report says whether the tool still keeps it. Nothing is registered.
+func (g *Gateway) handleCheckTool(w http.ResponseWriter, r *http.Request) {
+	if !g.toolsAdmin(w) {
+		return
+	}
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	opts, ok := g.sandboxOptions(w, r)
+	if !ok {
+		return
+	}
+	e, err := g.tools.Get(r.Context(), name)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no contract is registered for tool "+name, nil)
+		return
+	case errors.Is(err, registry.ErrDamaged):
+		writeError(w, http.StatusConflict, protocol.CodeContractUnavailable, "the contract of "+name+" is damaged; register it again", nil)
+		return
+	case err != nil:
+		g.log.Error("read a contract", "tool", name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the contract could not be read; retry", nil)
+		return
+	}
+	opts.Version = e.Version
+	rep, ok := g.try(w, r, &e.Contract, opts)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }
 
 func writeContractError(w http.ResponseWriter, err error) {

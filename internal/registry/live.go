@@ -58,7 +58,7 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live
 // Should the watch end before ctx, what is current is not known until it is watched again
 // (Current says ErrNotFollowing meanwhile: calls are refused, never run unchecked).
 func (l *Live) Start(ctx context.Context) error {
-	w, err := l.kv.WatchAll(ctx)
+	w, err := l.kv.Watch(ctx, toolKeys)
 	if err != nil {
 		return fmt.Errorf("registry: follow the contracts: %w", err)
 	}
@@ -88,7 +88,7 @@ func (l *Live) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan st
 		}
 		l.log.Warn("the watch of the contracts ended; watching again")
 		var err error
-		if w, err = l.kv.WatchAll(ctx); err != nil {
+		if w, err = l.kv.Watch(ctx, toolKeys); err != nil {
 			l.log.Error("watch the contracts", "err", err)
 			w = nil
 		}

@@ -18,7 +18,7 @@ import (
 )
 
 // fields are the keys a contract document may have.
-var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach"}
+var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach", "sandbox"}
 
 // Kind is what a document's optional kind field says of a contract (hermes apply reads files
 // of several kinds).
@@ -124,7 +124,7 @@ func ParseDocument(d Document) (*contract.Contract, error) { return decode(d.Nod
 // decode reads one document's contract and compiles it, reporting errors with their lines.
 func decode(doc *yaml.Node) (*contract.Contract, error) {
 	if doc.Kind != yaml.MappingNode {
-		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects and reach"}
+		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects, reach and sandbox"}
 	}
 	lines := map[string]int{}
 	c := &contract.Contract{}
@@ -197,6 +197,13 @@ func decode(doc *yaml.Node) (*contract.Contract, error) {
 			return nil, fromRoutes(err)
 		}
 		c.Reach = &a
+	}
+	if n, ok := byKey["sandbox"]; ok && n.Tag != "!!null" {
+		a, err := routes.ParseAction("", keys["sandbox"], n, "sandbox")
+		if err != nil {
+			return nil, fromRoutes(err)
+		}
+		c.Sandbox = &a
 	}
 	if _, err := contract.Compile(c, 0, 0); err != nil {
 		var e *contract.Error

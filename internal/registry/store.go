@@ -54,6 +54,12 @@ func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv, now: time.No
 // contract.Compile. source is the contract as written (may be nil). What the bucket holds for
 // the tool that is no record (damaged) is written over: registering is how it is repaired.
 func (s *Store) Register(ctx context.Context, c *contract.Contract, source []byte, by string) (e *Entry, changed bool, err error) {
+	return s.RegisterTried(ctx, c, source, by, nil)
+}
+
+// RegisterTried is Register, keeping with the new version what the sandbox said of it
+// (report, as JSON; nil: it was not tried).
+func (s *Store) RegisterTried(ctx context.Context, c *contract.Contract, source []byte, by string, report json.RawMessage) (e *Entry, changed bool, err error) {
 	if _, err := contract.Compile(c, 0, 0); err != nil {
 		return nil, false, err
 	}
@@ -69,7 +75,7 @@ func (s *Store) Register(ctx context.Context, c *contract.Contract, source []byt
 		if err != nil {
 			return nil, false, err
 		}
-		rec := Record{Contract: *c, Version: version, RegisteredAt: s.now().UTC(), By: by, Source: string(source)}
+		rec := Record{Contract: *c, Version: version, RegisteredAt: s.now().UTC(), By: by, Source: string(source), Sandbox: report}
 		e, err := s.write(ctx, head, rec)
 		if errors.Is(err, errChanged) {
 			continue // written by someone else meanwhile: look again
@@ -77,6 +83,20 @@ func (s *Store) Register(ctx context.Context, c *contract.Contract, source []byt
 		return e, err == nil, err
 	}
 	return nil, false, fmt.Errorf("registry: register %s: it keeps changing; try again", c.Name)
+}
+
+// Registered returns the tool's current entry when it says what c says (registering c would
+// change nothing), nil otherwise; the version c would get is next.
+func (s *Store) Registered(ctx context.Context, c *contract.Contract) (e *Entry, next int, err error) {
+	head, err := s.head(ctx, c.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if cur := head.rec; cur != nil && !cur.Removed && same(&cur.Contract, c) {
+		return &Entry{Record: *cur, Revision: head.rev}, cur.Version, nil
+	}
+	next, err = s.next(ctx, c.Name, head)
+	return nil, next, err
 }
 
 // Remove ends the tool's contract: a removal is recorded as a version of its own, so the
@@ -250,7 +270,7 @@ func (s *Store) History(ctx context.Context, name string) ([]*Entry, error) {
 // List returns every tool's current contract, by name. Damaged records are left out and
 // reported in damaged.
 func (s *Store) List(ctx context.Context) (entries []*Entry, damaged []string, err error) {
-	keys, err := s.kv.ListKeys(ctx)
+	keys, err := s.kv.ListKeysFiltered(ctx, toolKeys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("registry: list: %w", err)
 	}
@@ -274,6 +294,10 @@ func (s *Store) List(ctx context.Context) (entries []*Entry, damaged []string, e
 	}
 	return entries, damaged, nil
 }
+
+// toolKeys matches the keys of tools' contracts in the bucket: one token each, leaving out the
+// candidates the sandbox tries (protocol.SandboxKey).
+const toolKeys = "*"
 
 // same reports whether two contracts say the same (as JSON: the form written is part of it).
 func same(a, b *contract.Contract) bool {

@@ -17,16 +17,25 @@ import (
 // reach and names its version in the dispatch (the worker checks the answer under that
 // version). A tool whose contract record cannot be read is answered CONTRACT_UNAVAILABLE rather
 // than called unchecked. Tools without a contract pass as they are.
+//
+// A sandbox request's calls go under the candidate it names instead (read by revision from
+// Versions), unchecked: the sandbox sends invalid arguments on purpose, and judges what the
+// tool makes of them itself.
 type ContractStage struct {
 	// Contracts returns a tool's contract now (registry.Live.Current): nil when it has none.
 	Contracts func(tool string) (*contract.Compiled, error)
+	// Versions reads the candidates sandbox requests name (contract.Versions.At).
+	Versions func(ctx context.Context, key string, revision uint64) (*contract.Compiled, error)
 }
 
 // Name is "contract".
 func (s *ContractStage) Name() string { return "contract" }
 
 // Process checks job's pending calls.
-func (s *ContractStage) Process(_ context.Context, job *Job) (Verdict, error) {
+func (s *ContractStage) Process(ctx context.Context, job *Job) (Verdict, error) {
+	if sb := job.Req.Sandbox; sb != nil {
+		return s.candidate(ctx, job, sb)
+	}
 	for _, c := range job.Calls {
 		if !c.Pending() {
 			continue
@@ -56,6 +65,32 @@ func (s *ContractStage) Process(_ context.Context, job *Job) (Verdict, error) {
 			r := protocol.ErrorResult(protocol.CodeBadArguments, protocol.OriginHermes, hint, err.Error())
 			r.ContractVersion = k.Version
 			c.Decide(r, "")
+		}
+	}
+	return Continue(), nil
+}
+
+// candidate gives a sandbox request's calls the candidate contract they try.
+func (s *ContractStage) candidate(ctx context.Context, job *Job, sb *protocol.Sandbox) (Verdict, error) {
+	var k *contract.Compiled
+	var err error
+	if s.Versions != nil {
+		k, err = s.Versions(ctx, protocol.SandboxKey(sb.Tool), sb.Revision)
+	} else {
+		err = fmt.Errorf("%w: this router reads no candidates", contract.ErrUnavailable)
+	}
+	if err != nil && !errors.Is(err, contract.ErrUnavailable) {
+		return Continue(), fmt.Errorf("contract stage: read the candidate of %s: %w", sb.Tool, err)
+	}
+	for _, c := range job.Calls {
+		switch {
+		case !c.Pending():
+		case err != nil:
+			job.Log.Info("the candidate a sandbox request tries cannot be read", "tool", sb.Tool, "revision", sb.Revision, "err", err)
+			c.Decide(protocol.ErrorResult(protocol.CodeContractUnavailable, protocol.OriginHermes,
+				"the sandbox's candidate contract is gone (the sandbox ended); run the sandbox again", err.Error()), "")
+		default:
+			c.Contract = k
 		}
 	}
 	return Continue(), nil

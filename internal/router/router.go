@@ -130,7 +130,11 @@ func New(cfg Config) (*Router, error) {
 		&PlanStage{Plans: &busPlans{bus: cfg.Bus, pub: r.pub, answer: r.agg.answer}, WakeNext: wake, StateTTL: cfg.Bus.Config().StateTTL},
 	}
 	if cfg.Contracts != nil {
-		stages = append(stages, &ContractStage{Contracts: cfg.Contracts})
+		cs := &ContractStage{Contracts: cfg.Contracts}
+		if cfg.Bus.Contracts != nil {
+			cs.Versions = (&contract.Versions{KV: cfg.Bus.Contracts}).At
+		}
+		stages = append(stages, cs)
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})
@@ -219,7 +223,12 @@ func (r *Router) inFlight(tool string) int {
 	return 0
 }
 
+// ensureTool makes sure tool's consumer of kind exists with at most maxInFlight calls in
+// flight; a negative bound asks for the one the tool's contract sets now.
 func (r *Router) ensureTool(ctx context.Context, kind, tool string, maxInFlight int) error {
+	if maxInFlight < 0 {
+		maxInFlight = r.inFlight(tool)
+	}
 	name := bus.ToolConsumer(kind, tool)
 	if n, ok := r.consumers.Load(name); ok && n.(int) == maxInFlight {
 		return nil

@@ -2,8 +2,11 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -402,8 +405,18 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			continue
 		}
 		call := c.Call
+		sb := job.Req.Sandbox
+		if sb != nil && c.Contract == nil {
+			c.Decide(protocol.ErrorResult(protocol.CodeContractUnavailable, protocol.OriginHermes,
+				"this router reads no contracts, so it cannot run the sandbox; run it where contracts are followed", "no candidate contract for a sandbox call"), "")
+			continue
+		}
 		rule, params, ok := table.Match(call.Name, job.Req.Intent)
-		if c.Contract != nil && c.Contract.Reach != nil {
+		switch {
+		case sb != nil && c.Contract.Sandbox != nil:
+			// The sandbox tries the tool where its contract says it may be tried.
+			rule, params, ok = &routes.Rule{Name: SandboxRoute(call.Name), Action: *c.Contract.Sandbox}, nil, true
+		case c.Contract != nil && c.Contract.Reach != nil:
 			// The contract says where the tool is: it wins over the routes file.
 			rule, params, ok = &routes.Rule{Name: ContractRoute(call.Name), Action: *c.Contract.Reach}, nil, true
 		}
@@ -429,17 +442,29 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 				fmt.Sprintf("action kind %q is not supported", kind)), rule.Name)
 			continue
 		}
+		probe := sb != nil && call.ToolCallID == sb.Probe
+		if probe && kind != protocol.ActionHTTP {
+			c.Decide(protocol.ToolResult{Status: protocol.ResultOK, Content: json.RawMessage(`{"health":"not asked: only tools reached over HTTP have a /health"}`)}, rule.Name)
+			continue
+		}
 		inFlight := 0
-		if c.Contract != nil && c.Contract.ExecutionPolicy != nil {
+		switch {
+		case sb != nil:
+			inFlight = -1 // a candidate's bound is not the tool's until it is registered
+		case c.Contract != nil && c.Contract.ExecutionPolicy != nil:
 			inFlight = c.Contract.ExecutionPolicy.MaxInFlight
 		}
 		if err := s.Ensure(ctx, kind, call.Name, inFlight); err != nil {
 			return Continue(), err
 		}
 		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}
-		if c.Contract != nil {
+		switch {
+		case probe:
+			c.Dispatch.Action = healthAction(rule.Action)
+		case c.Contract != nil:
 			c.Dispatch.Action = c.Contract.Apply(rule.Action)
 			c.Dispatch.Contract = c.Contract.Ref()
+			c.Dispatch.Contract.Sandbox = sb != nil
 		}
 		job.Log.Debug("routed", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name, "kind", kind)
 	}
@@ -448,6 +473,29 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 
 // ContractRoute names the route of a call that goes where its tool's contract says.
 func ContractRoute(tool string) string { return "contract:" + tool }
+
+// SandboxRoute names the route of a sandbox call that goes where its candidate's sandbox
+// reach says.
+func SandboxRoute(tool string) string { return "sandbox:" + tool }
+
+// healthTimeoutMS bounds the one try of a sandbox's /health probe.
+const healthTimeoutMS = 3000
+
+// healthAction is a: the GET of /health at its URL's origin, tried once, with a's headers (a
+// tool that asks for a key asks for it there too).
+func healthAction(a protocol.Action) protocol.Action {
+	h := *a.HTTP
+	if u, err := url.Parse(h.URL); err == nil {
+		h.URL = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/health"}).String()
+	}
+	h.Method = http.MethodGet
+	a.HTTP = &h
+	if a.TimeoutMS <= 0 || a.TimeoutMS > healthTimeoutMS {
+		a.TimeoutMS = healthTimeoutMS
+	}
+	a.Retry.MaxAttempts = 1
+	return a
+}
 
 func (s *RouteStage) runs(kind string) bool {
 	for _, k := range s.Kinds {

@@ -66,6 +66,10 @@ type Contract struct {
 	// Reach says how the tool is called when the contract names it itself (an action as in
 	// a routes rule); nil: the routes file's rules for Name say.
 	Reach *protocol.Action `json:"reach,omitempty"`
+	// Sandbox is where the sandbox tries the tool, when not where real calls go: a test
+	// double or a staging copy. Only against it (or with the registrar's leave) is a tool with
+	// side effects tried.
+	Sandbox *protocol.Action `json:"sandbox,omitempty"`
 }
 
 // Policy is a contract's execution_policy. Zero fields are not set.
@@ -127,6 +131,11 @@ func (c *Contract) check() error {
 	if c.Reach != nil {
 		if err := c.Reach.Check(); err != nil {
 			return &Error{Field: "reach", Reason: err.Error()}
+		}
+	}
+	if c.Sandbox != nil {
+		if err := c.Sandbox.Check(); err != nil {
+			return &Error{Field: "sandbox", Reason: err.Error()}
 		}
 	}
 	if c.Effects != "" && !slices.Contains(AllEffects, c.Effects) {

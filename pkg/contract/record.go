@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // MaxRecordBytes bounds a stored registration: a contract as written twice (the source and
@@ -27,6 +30,9 @@ type Record struct {
 	Source string `json:"source,omitempty"`
 	// Removed marks a removal: the tool has no contract from this version on.
 	Removed bool `json:"removed,omitempty"`
+	// Sandbox is what the sandbox said of this version as it was registered (its report, as
+	// JSON): the cases tried and what broke, or why none was.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 }
 
 // ErrBadRecord is wrapped by DecodeRecord's errors.
@@ -57,17 +63,19 @@ type Versions struct {
 	seen map[string]*Compiled // name@revision
 }
 
-// At returns the version of tool's contract at revision. An error wrapping ErrUnavailable says
-// the bucket no longer holds it, or holds no contract there.
-func (v *Versions) At(ctx context.Context, tool string, revision uint64) (*Compiled, error) {
-	key := fmt.Sprintf("%s@%d", tool, revision)
+// At returns the version of a tool's contract kept under key (the tool's name, or
+// protocol.SandboxKey of it for a candidate the sandbox tries) at revision. An error wrapping
+// ErrUnavailable says the bucket no longer holds it, or holds no contract there.
+func (v *Versions) At(ctx context.Context, key string, revision uint64) (*Compiled, error) {
+	tool := strings.TrimPrefix(key, protocol.SandboxKey(""))
+	seenKey := fmt.Sprintf("%s@%d", key, revision)
 	v.mu.Lock()
-	if c := v.seen[key]; c != nil {
+	if c := v.seen[seenKey]; c != nil {
 		v.mu.Unlock()
 		return c, nil
 	}
 	v.mu.Unlock()
-	e, err := v.KV.GetRevision(ctx, tool, revision)
+	e, err := v.KV.GetRevision(ctx, key, revision)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %s at revision %d", ErrUnavailable, tool, revision)
 	}
@@ -86,7 +94,7 @@ func (v *Versions) At(ctx context.Context, tool string, revision uint64) (*Compi
 	if v.seen == nil || len(v.seen) >= 256 {
 		v.seen = map[string]*Compiled{}
 	}
-	v.seen[key] = c
+	v.seen[seenKey] = c
 	v.mu.Unlock()
 	return c, nil
 }

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,11 @@ func (d *Def) Contract() contract.Contract { return d.contract }
 
 // Err says why the tool cannot be served (its types cannot be said in JSON Schema, say).
 func (d *Def) Err() error { return d.err }
+
+// CodeBadInput is the failure a tool answers when a call's arguments do not decode into its
+// input type (Hermes checks them against the input schema first, so only a schema looser than
+// the type lets one through). A contract that declares codes (Errors) declares it too.
+const CodeBadInput = "BAD_INPUT"
 
 // Option adds to a tool's contract.
 type Option func(*contract.Contract, *[]string)
@@ -120,6 +126,10 @@ func Tool[In, Out any](name, description string, fn func(ctx context.Context, in
 	}
 	d.contract.InputSchema = in
 	if len(codes) > 0 {
+		// The function's codes, and the SDK's own for arguments its input type cannot take.
+		if !slices.Contains(codes, CodeBadInput) {
+			codes = append(codes, CodeBadInput)
+		}
 		failure, _ := json.Marshal(map[string]any{"type": "object", "required": []string{"error_code"},
 			"properties": map[string]any{"error_code": map[string]any{"type": "string", "enum": codes}, "recovery_hint": map[string]any{"type": "string"}}})
 		d.contract.OutputSchema, _ = json.Marshal(map[string]json.RawMessage{"success": out, "failure": failure})
@@ -134,7 +144,7 @@ func Tool[In, Out any](name, description string, fn func(ctx context.Context, in
 		var v In
 		if len(args) > 0 {
 			if err := json.Unmarshal(args, &v); err != nil {
-				return nil, &worker.ToolError{Code: "BAD_INPUT", Hint: "send arguments that follow the tool's input_schema", Err: err}
+				return nil, &worker.ToolError{Code: CodeBadInput, Hint: "send arguments that follow the tool's input_schema", Err: err}
 			}
 		}
 		return fn(ctx, v)

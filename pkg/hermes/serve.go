@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ type Config struct {
 	// the contracts are registered there before serving. Empty Gateway registers nothing (they
 	// must be registered otherwise: hermes tools register).
 	Gateway, APIKey string
+	// AllowSideEffects lets the gateway's sandbox try tools with side effects (a Go tool has
+	// no other reach to be tried at); Force registers a tool the sandbox refuses, with its
+	// report.
+	AllowSideEffects, Force bool
 	// Instance names this worker; default "hermes-sdk".
 	Instance string
 	// Concurrency bounds calls of one tool at once; Pools the bulkheads (worker.Pools).
@@ -43,9 +48,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Serve registers the tools' contracts (when cfg names a gateway), then runs them as a tool
-// worker until ctx ends. A tool whose types cannot be said in JSON Schema, or whose contract
-// the gateway refuses, is an error before anything is served.
+// Serve runs the tools as a tool worker until ctx ends, registering their contracts (when cfg
+// names a gateway) once it serves them: the gateway's sandbox tries each tool through the bus,
+// so it must already be served. A tool whose types cannot be said in JSON Schema, or whose
+// contract the gateway (or its sandbox) refuses, is an error, and nothing stays served.
 func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	if len(tools) == 0 {
 		return errors.New("hermes: Serve needs at least one tool")
@@ -66,15 +72,6 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 			return fmt.Errorf("hermes: tool %s is served twice", t.Name())
 		}
 		funcs[t.Name()] = t.fn
-	}
-	if cfg.Gateway != "" {
-		for _, t := range tools {
-			if err := register(ctx, cfg, t); err != nil {
-				return err
-			}
-		}
-	} else {
-		log.Warn("no gateway named: the tools' contracts are not registered here")
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = "hermes-sdk"
@@ -106,8 +103,26 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
 	log.Info("serving Go tools", "tools", exec.Tools())
-	return w.Run(ctx)
+	if cfg.Gateway == "" {
+		log.Warn("no gateway named: the tools' contracts are not registered here")
+	}
+	for _, t := range tools {
+		if cfg.Gateway == "" {
+			break
+		}
+		if err := register(ctx, cfg, t); err != nil {
+			cancel(err)
+			<-done
+			return err
+		}
+		log.Info("contract registered", "tool", t.Name())
+	}
+	return <-done
 }
 
 // levels says each tool's resource level, as its contract here does.
@@ -137,20 +152,61 @@ func register(ctx context.Context, cfg Config, t *Def) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(cfg.Gateway, "/")+"/api/v1/tools", bytes.NewReader(body))
+	q := url.Values{}
+	if cfg.AllowSideEffects {
+		q.Set("allow_side_effects", "true")
+	}
+	if cfg.Force {
+		q.Set("force", "true")
+	}
+	path := "/api/v1/tools"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(cfg.Gateway, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+cfg.APIKey)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	// The gateway answers once its sandbox has tried the tool (up to five minutes).
+	resp, err := (&http.Client{Timeout: 6 * time.Minute}).Do(req)
 	if err != nil {
 		return fmt.Errorf("hermes: register the contract of %s: %w", c.Name, err)
 	}
 	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("hermes: register the contract of %s: the gateway answered %d: %s", c.Name, resp.StatusCode, bytes.TrimSpace(answer))
+		return fmt.Errorf("hermes: register the contract of %s: %s", c.Name, refusal(resp.StatusCode, answer))
 	}
 	return nil
+}
+
+// refusal says why the gateway refused a contract: its error, and the cases its sandbox saw
+// broken.
+func refusal(status int, answer []byte) string {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+		Sandbox *struct {
+			Cases []struct {
+				ID, Kind, Name, Outcome, Detail string
+				Arguments                       json.RawMessage
+			} `json:"cases"`
+		} `json:"sandbox"`
+	}
+	if json.Unmarshal(answer, &body) != nil || body.Error.Code == "" {
+		return fmt.Sprintf("the gateway answered %d: %s", status, bytes.TrimSpace(answer))
+	}
+	msg := fmt.Sprintf("the gateway answered %d %s: %s", status, body.Error.Code, body.Error.Message)
+	if body.Sandbox != nil {
+		for _, c := range body.Sandbox.Cases {
+			if c.Outcome == "violation" || c.Outcome == "unfinished" {
+				msg += fmt.Sprintf("\n  %s %s [%s] %s %s: %s", c.ID, strings.ToUpper(c.Outcome), c.Kind, c.Name, c.Arguments, c.Detail)
+			}
+		}
+	}
+	return msg
 }

@@ -70,4 +70,7 @@ const (
 	// CodeInvalidContract: a tool contract that does not parse or compile (with its line and
 	// field).
 	CodeInvalidContract = "INVALID_CONTRACT"
+	// CodeSandboxRefused: the sandbox tried a tool and it broke its contract, or could not be
+	// reached; nothing was registered (422, with the sandbox's report).
+	CodeSandboxRefused = "SANDBOX_REFUSED"
 )

@@ -83,6 +83,21 @@ func (r *Request) Validate(lim Limits) error {
 			return fieldErr(f+".arguments", "must be a JSON object")
 		}
 	}
+	if sb := r.Sandbox; sb != nil {
+		if err := CheckToolName("sandbox.tool", sb.Tool); err != nil {
+			return err
+		}
+		probe := sb.Probe == ""
+		for i := range r.ToolCalls {
+			if r.ToolCalls[i].Name != sb.Tool {
+				return fieldErr(fmt.Sprintf("tool_calls[%d].name", i), "a sandbox request calls only the tool it tries, "+sb.Tool)
+			}
+			probe = probe || r.ToolCalls[i].ToolCallID == sb.Probe
+		}
+		if !probe {
+			return fieldErr("sandbox.probe", "names no call of the request")
+		}
+	}
 	return nil
 }
 

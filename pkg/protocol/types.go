@@ -21,7 +21,27 @@ type Request struct {
 	// to act for its users may name one; the gateway then records it in the envelope's
 	// Caller, never in this payload.
 	User string `json:"user,omitempty" msgpack:"-"`
+	// Sandbox, when set, marks a request of the contract sandbox: its calls try one tool under
+	// a candidate contract. Only Hermes makes such requests (no edge decodes the field).
+	Sandbox *Sandbox `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 }
+
+// Sandbox says what a sandbox request tries: every call calls Tool under the candidate
+// contract kept in the contracts' bucket at SandboxKey(Tool), at Revision. The router skips
+// the input check (some cases are invalid on purpose) and sends the calls where the
+// candidate's sandbox reach says (its reach, or the routes file, without one); workers judge
+// the answers under the candidate.
+type Sandbox struct {
+	Tool     string `json:"tool" msgpack:"tool"`
+	Revision uint64 `json:"revision" msgpack:"revision"`
+	// Probe is the tool_call_id of the call that asks the tool's /health instead of calling
+	// it; "" when none does.
+	Probe string `json:"probe,omitempty" msgpack:"probe,omitempty"`
+}
+
+// SandboxKey is where a tool's candidate contract is kept in the contracts' bucket while the
+// sandbox tries it: beside the tool's own key (tool names hold no dots, so no tool has it).
+func SandboxKey(tool string) string { return "sandbox." + tool }
 
 // Session returns the request's session id: SessionID, or RequestID when it has none.
 func (r *Request) Session() string {
@@ -145,6 +165,16 @@ type ContractRef struct {
 	// ResourceLevel and Effects are the contract's, for what schedules or guards calls.
 	ResourceLevel string `msgpack:"resource_level,omitempty" json:"resource_level,omitempty"`
 	Effects       string `msgpack:"effects,omitempty" json:"effects,omitempty"`
+	// Sandbox: the version is a candidate the sandbox tries, kept at SandboxKey(Name).
+	Sandbox bool `msgpack:"sandbox,omitempty" json:"sandbox,omitempty"`
+}
+
+// Key is where the version is kept in the contracts' bucket.
+func (r *ContractRef) Key() string {
+	if r.Sandbox {
+		return SandboxKey(r.Name)
+	}
+	return r.Name
 }
 
 // ToolStarted is the payload of a tool_started event, published when a try begins.

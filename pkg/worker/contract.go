@@ -14,7 +14,8 @@ import (
 // (registry.Live). An error wrapping contract.ErrUnavailable says that version cannot be had
 // (no longer kept, or damaged); any other is passing (the bucket out of reach).
 type Contracts interface {
-	At(ctx context.Context, tool string, revision uint64) (*contract.Compiled, error)
+	// At reads the version kept under key (protocol.ContractRef.Key) at revision.
+	At(ctx context.Context, key string, revision uint64) (*contract.Compiled, error)
 }
 
 // Answered says what part of an Outcome the tool itself said, for its contract to judge.
@@ -50,7 +51,7 @@ func CheckContracts(contracts Contracts) Middleware {
 			if contracts == nil {
 				return unavailable(ref, errors.New("this worker reads no contracts")), nil
 			}
-			k, err := contracts.At(ctx, ref.Name, ref.Revision)
+			k, err := contracts.At(ctx, ref.Key(), ref.Revision)
 			switch {
 			case errors.Is(err, contract.ErrUnavailable):
 				return unavailable(ref, err), nil

@@ -86,6 +86,11 @@ func TestTheSDKExampleRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
 	var r *protocol.Response
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
 	waitFor(t, "the example's tool answers", func() bool {
 		r = s.routeAs(keys["admin"], request(fmt.Sprintf("sdkex_%d", time.Now().UnixNano()), "",
 			call("c", "city_weather", map[string]any{"city": "上海"}), call("x", "city_weather", map[string]any{"city": "Atlantis"})))

@@ -1,0 +1,99 @@
+package contract_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hermesbus/hermes/pkg/contract"
+)
+
+// The cases the sandbox tries: valid ones the contract accepts, boundary values at the edges
+// of each field, invalid ones it refuses — and each is what it says it is.
+func TestCasesComeFromTheInputSchema(t *testing.T) {
+	k, err := compileJSON(t, `{"name": "order_query",
+		"input_schema": {"order_id": {"type": "string", "required": true, "pattern": "^ORD[0-9]{12}$"}},
+		"output_schema": {"success": {"type": "object"}, "failure": {"type": "object", "properties": {"error_code": {"type": "string", "enum": ["ORDER_NOT_FOUND"]}}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := k.Cases()
+	byName := map[string]contract.Case{}
+	for _, c := range cases {
+		byName[c.Name] = c
+		valid := k.CheckInput(c.Arguments) == nil
+		if valid != (c.Kind != contract.CaseInvalid) {
+			t.Errorf("case %q (%s) %s: CheckInput says valid=%v", c.Name, c.Kind, c.Arguments, valid)
+		}
+	}
+	if c, ok := byName["typical arguments, required fields only"]; !ok || string(c.Arguments) != `{"order_id":"ORD000000000000"}` {
+		t.Errorf("typical case: %+v (all: %s)", c, names(cases))
+	}
+	for _, want := range []string{"order_id missing", `order_id = "INVALID-!" (off its pattern)`, "order_id of the wrong type (12345)"} {
+		if _, ok := byName[want]; !ok {
+			t.Errorf("no case %q; cases: %s", want, names(cases))
+		}
+	}
+
+	// The seed's payment story: amount 0 is tried at the edge.
+	k, err = compileJSON(t, `{"name": "pay", "effects": "side_effects",
+		"input_schema": {"type": "object", "required": ["amount", "currency"], "additionalProperties": false, "properties": {
+			"amount": {"type": "number", "minimum": 0, "maximum": 50000},
+			"currency": {"type": "string", "enum": ["CNY", "USD"]},
+			"note": {"type": "string", "maxLength": 8}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases = k.Cases()
+	var got []string
+	for _, c := range cases {
+		got = append(got, string(c.Kind)+" "+c.Name+" "+string(c.Arguments))
+		if valid := k.CheckInput(c.Arguments) == nil; valid != (c.Kind != contract.CaseInvalid) {
+			t.Errorf("case %q: CheckInput says valid=%v", c.Name, valid)
+		}
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		`boundary amount at its minimum 0 {"amount":0,"currency":"CNY","note":"sample"}`,
+		`boundary amount at its maximum 50000`,
+		`boundary currency = "USD" (of its enum)`,
+		`boundary note at its max length 8 {"amount":1,"currency":"CNY","note":"samplesa"}`,
+		`invalid amount below its minimum (-1)`,
+		`invalid currency = "CNY " (not in its enum)`,
+		`invalid note longer than its max length 8`,
+		`invalid an unknown field`,
+		`invalid no arguments {}`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no case %q; cases:\n%s", want, all)
+		}
+	}
+	if len(cases) > contract.MaxCases {
+		t.Errorf("%d cases; at most %d", len(cases), contract.MaxCases)
+	}
+}
+
+func names(cases []contract.Case) string {
+	b, _ := json.Marshal(cases)
+	return string(b)
+}
+
+// Patterns give strings they match, or nothing when they cannot be followed.
+func TestCasesFollowPatterns(t *testing.T) {
+	for pattern, want := range map[string]string{
+		`^ORD[0-9]{12}$`:            `"ORD000000000000"`,
+		`^(sms|email)-[a-z]+\d{2,}$`: `"sms-a00"`,
+		`^[A-Z]{2}_x?y*$`:            `"AA_"`,
+	} {
+		k, err := compileJSON(t, `{"name": "t", "input_schema": {"type": "object", "required": ["v"], "properties": {"v": {"type": "string", "pattern": `+jsonQuote(pattern)+`}}}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := k.Cases()
+		if len(c) == 0 || c[0].Kind != contract.CaseValid || !strings.Contains(string(c[0].Arguments), want) {
+			t.Errorf("pattern %s: first case %+v; want v = %s", pattern, c, want)
+		}
+	}
+}
+
+func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }

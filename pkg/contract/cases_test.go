@@ -81,7 +81,7 @@ func names(cases []contract.Case) string {
 // Patterns give strings they match, or nothing when they cannot be followed.
 func TestCasesFollowPatterns(t *testing.T) {
 	for pattern, want := range map[string]string{
-		`^ORD[0-9]{12}$`:            `"ORD000000000000"`,
+		`^ORD[0-9]{12}$`:             `"ORD000000000000"`,
 		`^(sms|email)-[a-z]+\d{2,}$`: `"sms-a00"`,
 		`^[A-Z]{2}_x?y*$`:            `"AA_"`,
 	} {

@@ -79,7 +79,8 @@ func unavailable(ref *protocol.ContractRef, err error) Outcome {
 // fit one bus message together.
 const maxRejectedBytes = 64 << 10
 
-// judge applies the contract's verdict on one outcome. Whatever an executor says of its own
+// judge applies the contract's verdict on one outcome. A value a Go function returned under a
+// shaped contract is passed on as {"success": value}. Whatever an executor says of its own
 // outcome, a success is judged (as the tool's whole answer when the executor does not say it is
 // a value), and so is a failure carrying a code that is not Hermes' own; only Hermes' verdicts on
 // tries that got no answer (timeouts, refusals, unreachable tools) pass as they are.
@@ -91,6 +92,11 @@ func judge(k *contract.Compiled, out Outcome) Outcome {
 	switch {
 	case out.Answered == AnsweredValue && !errorStatus:
 		v = k.CheckValue(res.Content)
+		if v.Violation == "" && k.Shaped() {
+			// One success shape whatever kind of tool answered: a shaped contract's
+			// {"success": …}, as an HTTP tool under it answers.
+			res.Content = append(append(json.RawMessage(`{"success":`), res.Content...), '}')
+		}
 	case out.Answered == AnsweredValue:
 		v = k.CheckFailure(res.ToolErrorCode, res.RecoveryHint)
 	case out.Answered == AnsweredBody || !errorStatus:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,7 @@ func TestAGoFunctionBecomesATool(t *testing.T) {
 			call("bad", "stock_count", map[string]any{"sku": "12345"})))
 		return result(t, r, "ok").Status == protocol.ResultOK
 	})
-	if ok := result(t, r, "ok"); string(ok.Content) != `{"sku":"SKU-12345","count":7}` || ok.ContractVersion != 1 || ok.Route != "contract:stock_count" {
+	if ok := result(t, r, "ok"); string(ok.Content) != `{"success":{"sku":"SKU-12345","count":7}}` || ok.ContractVersion != 1 || ok.Route != "contract:stock_count" {
 		t.Errorf("ok: %+v %s", ok, ok.Content)
 	}
 	if u := result(t, r, "unknown"); u.ErrorCode != "SKU_UNKNOWN" || u.ErrorOrigin != protocol.OriginTool || u.RecoveryHint != "check the SKU against the catalogue" {
@@ -96,10 +97,31 @@ func TestTheSDKExampleRuns(t *testing.T) {
 			call("c", "city_weather", map[string]any{"city": "上海"}), call("x", "city_weather", map[string]any{"city": "Atlantis"})))
 		return result(t, r, "c").Status == protocol.ResultOK
 	})
-	if c := result(t, r, "c"); !strings.Contains(string(c.Content), `"city":"上海"`) || c.ContractVersion != 1 {
+	if c := result(t, r, "c"); !strings.HasPrefix(string(c.Content), `{"success":{"city":"上海"`) || c.ContractVersion != 1 {
 		t.Errorf("%+v %s\n%s", c, c.Content, logs.String())
 	}
 	if x := result(t, r, "x"); x.ErrorCode != "CITY_NOT_FOUND" {
 		t.Errorf("%+v", x)
+	}
+}
+
+// An SDK tool is sandboxed at start like any other: one whose answers break its own contract
+// is refused, and Serve returns the refusal naming the case, serving nothing.
+func TestTheSandboxRefusesABrokenGoTool(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
+	broken := sdk.Tool("stock_count_broken", "库存数量（坏的）", func(_ context.Context, in stockIn) (stockOut, error) {
+		return stockOut{SKU: in.SKU, Count: -1}, nil // below the minimum its type declares
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := sdk.Serve(ctx, sdk.Config{NATS: s.srv.Plain, NKey: s.srv.SeedFile(t, bus.RoleWorker),
+		Gateway: s.base, APIKey: keys["admin"], Instance: "sdk-broken"}, broken)
+	if err == nil || !strings.Contains(err.Error(), "SANDBOX_REFUSED") || !strings.Contains(err.Error(), `{"sku":"SKU-00000"}`) ||
+		!strings.Contains(err.Error(), "count: is -1; at least 0") {
+		t.Fatalf("Serve: %v", err)
+	}
+	if code, _ := s.call("GET", "/api/v1/tools/stock_count_broken", keys["admin"], ""); code != http.StatusNotFound {
+		t.Errorf("the refused tool is registered: %d", code)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/hermes"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
 )
@@ -279,11 +280,19 @@ func syncPolicy(v string) (bool, error) {
 	return false, fmt.Errorf("--sync %q: use interval or always", v)
 }
 
-// RunDemoTools runs the demo tool service alone: hermes demo-tools.
+// RunDemoTools runs the demo tool service alone: hermes demo-tools. Given a NATS server, it
+// also serves the Go meeting tools there as a tool worker (as hermes up does), registering
+// their contracts through --gateway when an API key is at hand.
 func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("demo-tools", "hermes demo-tools [flags]", env.Stderr)
 	level := "info"
 	addr := fs.String("listen", "127.0.0.1:8081", "HTTP listen address")
+	natsURL := fs.String("nats", os.Getenv(bus.EnvURL), "NATS server URL: also serve the Go meeting tools ("+strings.Join(demotools.MeetingToolNames, ", ")+") as a tool worker there (env "+bus.EnvURL+"); empty serves the HTTP tools alone")
+	var auth natsAuth
+	auth.register(fs)
+	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the Go tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (env HERMES_URL); empty registers nothing (routes reach them with go actions)")
+	var key keyFlag
+	key.register(fs)
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	log, err := parse(fs, args, env, &level)
 	if err != nil {
@@ -294,7 +303,27 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "Demo tools listening on http://%s. Ctrl-C stops.\n", ln.Addr())
-	return demotools.Serve(ctx, ln, log.With("service", "demo-tools"))
+	if *natsURL == "" {
+		return demotools.Serve(ctx, ln, log.With("service", "demo-tools"))
+	}
+	opts, err := auth.options()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	mc := hermes.Config{NATS: *natsURL, Options: opts, Instance: defaultInstance("demo-tools"), Logger: log.With("service", "meeting-tools")}
+	if *gatewayURL != "" {
+		if mc.APIKey, err = key.key(); err != nil {
+			ln.Close()
+			return err
+		}
+		if mc.APIKey != "" {
+			mc.Gateway = *gatewayURL
+		}
+	}
+	fmt.Fprintf(env.Stdout, "Go meeting tools served on %s.\n", bus.Redact(*natsURL))
+	return runLayers(ctx, func(ctx context.Context) error { return demotools.ServeMeetings(ctx, mc) },
+		func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
 }
 
 // runLayers runs the front (the part that takes new work) and the back (what finishes it) in

@@ -18,6 +18,7 @@ import (
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/hermes"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -268,8 +269,31 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()
 	sys.Services = append(sys.Services, "gateway")
+	if cfg.DemoAddr != "" {
+		sys.back = append(sys.back, sys.meetingTools(cfg, append(slices.Clone(connOpts), roleOpts[bus.RoleWorker]...), log))
+		sys.Services = append(sys.Services, "meeting tools in Go, on the SDK ("+strings.Join(demotools.MeetingToolNames, ", ")+")")
+	}
 	sys.front = func(ctx context.Context) error { return g.Run(ctx, gln) }
 	return sys, nil
+}
+
+// meetingTools serves the demo's Go tools with the SDK as a tool worker's user, registering
+// their contracts through this system's gateway with its admin key (the gateway comes up after
+// them: the SDK waits for it). Should that fail, the rest of the system runs on without them.
+func (s *System) meetingTools(cfg SystemConfig, opts []nats.Option, log *slog.Logger) func(context.Context) error {
+	log = log.With("service", "meeting-tools")
+	mc := hermes.Config{NATS: cfg.NATSURL, Options: opts, Instance: cfg.Instance + "-meeting-tools",
+		TrustedSeals: cfg.Worker.TrustedSeals, Logger: log}
+	if s.Key.Key != "" {
+		mc.Gateway, mc.APIKey = s.GatewayURL, s.Key.Key
+	}
+	return func(ctx context.Context) error {
+		if err := demotools.ServeMeetings(ctx, mc); err != nil && ctx.Err() == nil {
+			log.Error("the Go meeting tools stopped; the rest runs on without them", "err", err)
+			<-ctx.Done()
+		}
+		return nil
+	}
 }
 
 // userOption connects as role's user of the embedded server; it does nothing with an external

@@ -167,46 +167,6 @@ func (a args) integer(field string, lo, hi int64) (n int64, ok bool, err error) 
 	return n, true, nil
 }
 
-// list returns the argument as a list of strings: a JSON array of strings (or one string), or
-// repeated query keys (or one query value holding a JSON array). ok is false when absent.
-func (a args) list(field string) (l []string, ok bool, err error) {
-	raw, isJSON, ok := a.lookup(field)
-	if !ok {
-		return nil, false, nil
-	}
-	if !isJSON {
-		vs := a.query[field]
-		if len(vs) == 1 && strings.HasPrefix(strings.TrimSpace(vs[0]), "[") {
-			raw, isJSON = []byte(vs[0]), true
-		} else {
-			l = vs
-		}
-	}
-	if isJSON {
-		switch raw[0] {
-		case '"':
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return nil, false, badArg(a.name(field), "an array of strings", err.Error())
-			}
-			l = []string{s}
-		case '[':
-			if err := json.Unmarshal(raw, &l); err != nil {
-				return nil, false, badArg(a.name(field), "an array of strings", "not an array of strings")
-			}
-		default:
-			return nil, false, badArg(a.name(field), "an array of strings", "got a JSON "+jsonKind(raw))
-		}
-	}
-	out := l[:0:0]
-	for _, s := range l {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out, len(out) > 0, nil
-}
-
 // object returns the argument as a JSON object (an object in the body, or a query value holding
 // the object's JSON text), with the prefix for its members' errors. ok is false when absent.
 func (a args) object(field string) (obj args, ok bool, err error) {

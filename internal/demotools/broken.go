@@ -9,7 +9,7 @@ import (
 )
 
 // The deliberately broken tools the sandbox refuses (seed 003 §3.2), each breaking its
-// contract the way the seed tells: examples/contracts/broken registers them.
+// contract the way the seed tells: examples/sandbox registers them.
 
 // orderQueryBroken is order_query as the seed's broken tool answered: an order that does not
 // exist is "ORDER_NOT_FOUND " — with a trailing space its contract's enum does not hold.

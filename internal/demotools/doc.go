@@ -1,7 +1,9 @@
 // Package demotools is an HTTP service of fake but believable tools, so the Hermes examples
 // work with nothing else installed: `hermes up` serves it on 127.0.0.1:8081 and
-// examples/routes.yaml routes every demo tool to it (deploy/routes.yaml does the same for
-// docker-compose, at http://demo-tools:8081).
+// examples/routes.yaml routes the HTTP demo tools to it (deploy/routes.yaml does the same for
+// docker-compose, at http://demo-tools:8081). The seed's meeting tools — calendar_free_slots,
+// meeting_book, notify_send — are Go functions served with the SDK (MeetingTools, ServeMeetings):
+// both kinds of tool run wherever the demo tools do.
 //
 // # Tools
 //
@@ -13,14 +15,21 @@
 //	get_policy_number    GET  /v1/policy/number        name | customer_name | match_1 (default: the demo customer 张三)
 //	get_policy_status    GET  /v1/policy/status        name* | customer_name | match_1
 //	weather_search       GET  /v1/weather              city*, date (YYYY-MM-DD, default today)
-//	calendar_free_slots  GET  /v1/calendar/free-slots  date* (YYYY-MM-DD), duration_minutes (default 30)
-//	meeting_book         POST /v1/meetings             title*, start* (RFC 3339), duration_minutes (default 30), attendees* (e-mails), location
-//	notify_send          POST /v1/notifications        channel* (email|sms|push), recipients*, message*, subject
 //	order_query          GET  /v1/orders/{order_id}    order_id* (path; /v1/orders?order_id=… also works)
 //	logistics_urge       POST /v1/logistics/urge       order_id* or tracking_number*, note
 //	echo                 POST /v1/echo (or GET)        anything; see below
+//	order_query_broken   GET  /v1/broken/orders        as order_query; an unknown order is "ORDER_NOT_FOUND " (a trailing space)
+//	payment_charge_broken POST /v1/broken/payments     amount*, currency*; amount 0 answers text, not JSON
+//	                     (and /v1/sandbox/payments, its sandbox reach)
 //
-// GET / lists the tools and GET /healthz answers {"status":"ok"}.
+// The two broken tools are there to be refused by the contract sandbox
+// (examples/sandbox). The Go meeting tools take the seed's arguments:
+//
+//	calendar_free_slots  user_id*, date* (YYYY-MM-DD), duration_minutes (default 60)
+//	meeting_book         title*, attendees* (ids), start_time* (ISO), duration_minutes (default 60), location
+//	notify_send          user_ids*, message*, channel (push|sms|email, default push)
+//
+// GET / lists the HTTP tools; GET /healthz and GET /health answer {"status":"ok"}.
 //
 // # Arguments
 //
@@ -30,8 +39,8 @@
 // both forms. Regex capture groups of a route arrive as extra arguments (match_1, … or by group
 // name); get_policy_status takes the holder's name from match_1, as captured by the seed's
 // intent_regex. The Idempotency-Key header (request_id/tool_call_id, the same on every retry of
-// one call) makes the ids meeting_book, notify_send and logistics_urge hand out stable across
-// retries; echo counts fail_times by it.
+// one call) makes the ids logistics_urge hands out stable across retries; echo counts
+// fail_times by it. (meeting_book's event id follows from its arguments.)
 //
 // # Responses
 //

@@ -2,6 +2,7 @@ package demotools
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -275,6 +276,20 @@ func TestExamplesRunAgainstTheTools(t *testing.T) {
 				if !ok {
 					t.Fatalf("no rule routes %s for intent %q", c.Name, req.Intent)
 				}
+				if rule.url == "" { // a go rule: the SDK's meeting tools
+					out, err := callMeetingTool(c.Name, c.Arguments)
+					if err != nil {
+						t.Fatalf("rule %s: %v", rule.name, err)
+					}
+					k := demoContract(t, c.Name)
+					if err := k.CheckInput(c.Arguments); err != nil {
+						t.Errorf("the example's arguments break the contract of %s: %v", c.Name, err)
+					}
+					if v := k.CheckValue(out); v.Violation != "" {
+						t.Errorf("the answer breaks the contract of %s: %+v\n%s", c.Name, v, out)
+					}
+					return
+				}
 				var r reply
 				for attempt := 1; attempt <= rule.maxAttempts; attempt++ {
 					hr := workerRequest(t, rule, c.Arguments, captured, req.RequestID, c.ToolCallID)
@@ -318,9 +333,48 @@ func doRequest(t *testing.T, h http.Handler, req *http.Request) reply {
 	return r
 }
 
-// demoContract reads examples/contracts/<tool>.yaml, compiled.
+// callMeetingTool calls one of the Go meeting tools with JSON arguments, as Serve would.
+func callMeetingTool(name string, args json.RawMessage) (json.RawMessage, error) {
+	var out any
+	var err error
+	switch name {
+	case "calendar_free_slots":
+		var in FreeSlotsIn
+		if err = json.Unmarshal(args, &in); err == nil {
+			out, err = freeSlots(context.Background(), in)
+		}
+	case "meeting_book":
+		var in MeetingIn
+		if err = json.Unmarshal(args, &in); err == nil {
+			out, err = bookMeeting(context.Background(), in)
+		}
+	case "notify_send":
+		var in NotifyIn
+		if err = json.Unmarshal(args, &in); err == nil {
+			out, err = sendNotice(context.Background(), in)
+		}
+	default:
+		return nil, fmt.Errorf("no Go tool %s", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
+}
+
+// demoContract reads examples/contracts/<tool>.yaml, compiled; a Go tool's comes from its types.
 func demoContract(t *testing.T, tool string) *contract.Compiled {
 	t.Helper()
+	for _, d := range MeetingTools() {
+		if d.Name() == tool {
+			c := d.Contract()
+			k, err := contract.Compile(&c, 1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return k
+		}
+	}
 	c, err := registry.Parse([]byte(readFile(t, filepath.Join(examplesDir, "contracts", tool+".yaml"))))
 	if err != nil {
 		t.Fatalf("the contract of %s: %v", tool, err)
@@ -333,13 +387,13 @@ func demoContract(t *testing.T, tool string) *contract.Compiled {
 }
 
 // Every demo tool has a contract, named as the tool (the deliberately broken ones under
-// contracts/broken), and the seed's is there unchanged.
+// examples/sandbox), and the seed's is there unchanged.
 func TestEveryDemoToolHasAContract(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(examplesDir, "contracts", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken, err := filepath.Glob(filepath.Join(examplesDir, "contracts", "broken", "*.yaml"))
+	broken, err := filepath.Glob(filepath.Join(examplesDir, "sandbox", "*.yaml"))
 	if err != nil || len(broken) != 2 {
 		t.Fatalf("the broken tools' contracts: %v %v", broken, err)
 	}
@@ -354,6 +408,11 @@ func TestEveryDemoToolHasAContract(t *testing.T) {
 			t.Errorf("%s holds the contract of %s", f, c.Name)
 		}
 		have[c.Name] = true
+	}
+	for _, name := range MeetingToolNames {
+		if have[name] {
+			t.Errorf("Go tool %s has a contract file; its contract comes from its types", name)
+		}
 	}
 	for _, e := range newTestServer().endpoints() {
 		if !have[e.Tool] {

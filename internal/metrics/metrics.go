@@ -83,8 +83,12 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 // Answered counts one answered request: once by status, and once per distinct tool its
-// results name.
+// results name. The contract sandbox's requests are not callers' and are not counted (their
+// calls are, by tool, as the tools' own behaviour).
 func (m *Metrics) Answered(resp *protocol.Response) {
+	if protocol.IsSandboxSession(resp.SessionID) {
+		return
+	}
 	status := string(resp.Status)
 	m.Responses.WithLabelValues(status).Inc()
 	if len(resp.Results) == 0 {

@@ -135,6 +135,7 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 	if c.EffectsOrDefault() == contract.EffectsSideEffects && c.Sandbox == nil && !opt.AllowSideEffects {
 		rep.Verdict = Skipped
 		rep.Reason = "the tool has side effects and its contract names no sandbox reach: nothing was sent to it (declare a sandbox reach, or allow side effects to try it where real calls go)"
+		s.log().Info("sandbox: skipped a tool with side effects", "tool", c.Name)
 		return rep, nil
 	}
 	k, err := contract.Compile(c, max(opt.Version, 1), 0)
@@ -175,7 +176,7 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 
 	req := &protocol.Request{
 		RequestID: fmt.Sprintf("sandbox-%s-%d", c.Name, rev),
-		SessionID: "sandbox-" + c.Name,
+		SessionID: protocol.SandboxSession(c.Name),
 		Intent:    "sandbox: try " + c.Name + " against its contract",
 		Sandbox:   &protocol.Sandbox{Tool: c.Name, Revision: rev, Probe: probeID},
 		ToolCalls: []protocol.ToolCall{{ToolCallID: probeID, Name: c.Name, Arguments: json.RawMessage(`{}`)}},
@@ -188,7 +189,7 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 	}
 	rep.RequestID, rep.SessionID = req.RequestID, req.SessionID
 	log := s.log().With("tool", c.Name, "request_id", req.RequestID)
-	log.Info("sandbox: trying a tool", "cases", len(cases), "budget", budget)
+	log.Info("sandbox: trying a tool", "cases", len(cases), "budget", budget.String())
 
 	out, err := s.Submit.Submit(ctx, submit.Submission{Request: req, Wait: budget, Caller: opt.Caller,
 		Trace: protocol.TraceContext{TraceID: req.RequestID}})
@@ -230,7 +231,7 @@ func judge(rep *Report, cases []contract.Case, resp *protocol.Response, budget t
 		rep.Health, unreachable = health(h)
 	}
 	for i, cs := range cases {
-		cr := CaseResult{ID: fmt.Sprintf("case-%02d", i+1), Kind: cs.Kind, Name: cs.Name, Arguments: cs.Arguments}
+		cr := CaseResult{ID: fmt.Sprintf("case-%02d", i+1), Kind: cs.Kind, Name: cs.Name, Arguments: shortArgs(cs.Arguments)}
 		r := byID[cr.ID]
 		if r == nil {
 			cr.Outcome, cr.Detail = CaseUnfinished, "no result"
@@ -339,6 +340,19 @@ func judgeCase(cr *CaseResult, r *protocol.ToolResult) {
 // its error_code the tool's own).
 func declared(r *protocol.ToolResult) bool {
 	return r.ContractVersion > 0 && r.ErrorOrigin == protocol.OriginTool && r.ToolErrorCode != "" && r.ToolErrorCode == r.ErrorCode
+}
+
+// maxArgsBytes bounds the arguments a report quotes per case, so that a report fits beside
+// the contract it is kept with.
+const maxArgsBytes = 512
+
+// shortArgs is args as a report quotes them: as they are, or a JSON string of their start.
+func shortArgs(args json.RawMessage) json.RawMessage {
+	if len(args) <= maxArgsBytes {
+		return args
+	}
+	cut, _ := json.Marshal(fmt.Sprintf("%d bytes: %s…", len(args), protocol.Shorten(string(args), maxArgsBytes)))
+	return cut
 }
 
 // text is a result's description: its content as text, cut.

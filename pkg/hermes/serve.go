@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -24,8 +26,11 @@ import (
 // Config is how Serve reaches Hermes: the bus, as a tool worker's NATS user, and a gateway
 // where the tools' contracts are registered.
 type Config struct {
-	// NATS is the server's URL (tls:// for TLS). Required.
+	// NATS is the server's URL (tls:// for TLS). Required unless Options say how to connect
+	// (an embedded server's in-process connection).
 	NATS string
+	// Options are more NATS connection options, applied after the credentials.
+	Options []nats.Option
 	// Credentials: a tool worker's nkey seed file or creds file, the CA, a client certificate
 	// (bus.Credentials).
 	NKey, Creds, CA, Cert, Key string
@@ -80,7 +85,7 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	if err != nil {
 		return fmt.Errorf("hermes: %w", err)
 	}
-	nc, err := bus.Connect(ctx, cfg.NATS, cfg.Instance, log, opts...)
+	nc, err := bus.Connect(ctx, cfg.NATS, cfg.Instance, log, append(opts, cfg.Options...)...)
 	if err != nil {
 		return fmt.Errorf("hermes: %w", err)
 	}
@@ -115,7 +120,7 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 		if cfg.Gateway == "" {
 			break
 		}
-		if err := register(ctx, cfg, t); err != nil {
+		if err := register(ctx, cfg, t, log); err != nil {
 			cancel(err)
 			<-done
 			return err
@@ -137,7 +142,29 @@ func levels(tools []*Def) func(string) string {
 }
 
 // register posts t's contract to the gateway (as JSON, its reach in a routes file's form).
-func register(ctx context.Context, cfg Config, t *Def) error {
+// registerPatience is how long registering waits for a gateway that is not up yet (refuses
+// connections, or answers 503).
+const registerPatience = time.Minute
+
+// register posts t's contract, trying again while the gateway is not up yet.
+func register(ctx context.Context, cfg Config, t *Def, log *slog.Logger) error {
+	start := time.Now()
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		retry, err := registerOnce(ctx, cfg, t)
+		if err == nil || !retry || time.Since(start)+delay > registerPatience {
+			return err
+		}
+		log.Info("the gateway is not ready; registering again", "tool", t.Name(), "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
+
+// registerOnce posts t's contract once; retry says the gateway was not ready.
+func registerOnce(ctx context.Context, cfg Config, t *Def) (retry bool, err error) {
 	c := t.contract
 	doc := map[string]any{"name": c.Name, "description": c.Description, "input_schema": c.InputSchema,
 		"output_schema": c.OutputSchema, "reach": map[string]any{"go": map[string]any{"timeout_ms": c.Reach.TimeoutMS,
@@ -150,7 +177,7 @@ func register(ctx context.Context, cfg Config, t *Def) error {
 	}
 	body, err := json.Marshal(doc)
 	if err != nil {
-		return err
+		return false, err
 	}
 	q := url.Values{}
 	if cfg.AllowSideEffects {
@@ -165,21 +192,21 @@ func register(ctx context.Context, cfg Config, t *Def) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(cfg.Gateway, "/")+path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+cfg.APIKey)
 	// The gateway answers once its sandbox has tried the tool (up to five minutes).
 	resp, err := (&http.Client{Timeout: 6 * time.Minute}).Do(req)
 	if err != nil {
-		return fmt.Errorf("hermes: register the contract of %s: %w", c.Name, err)
+		return errors.Is(err, syscall.ECONNREFUSED), fmt.Errorf("hermes: register the contract of %s: %w", c.Name, err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("hermes: register the contract of %s: %s", c.Name, refusal(resp.StatusCode, answer))
+		return resp.StatusCode == http.StatusServiceUnavailable, fmt.Errorf("hermes: register the contract of %s: %s", c.Name, refusal(resp.StatusCode, answer))
 	}
-	return nil
+	return false, nil
 }
 
 // refusal says why the gateway refused a contract: its error, and the cases its sandbox saw

@@ -83,9 +83,19 @@ func (r *Request) Validate(lim Limits) error {
 			return fieldErr(f+".arguments", "must be a JSON object")
 		}
 	}
+	if r.Sandbox == nil && IsSandboxSession(r.Session()) {
+		field := "session_id"
+		if r.SessionID == "" {
+			field = "request_id"
+		}
+		return fieldErr(field, fmt.Sprintf("may not start with %q: such sessions are the contract sandbox's", SandboxSessionPrefix))
+	}
 	if sb := r.Sandbox; sb != nil {
 		if err := CheckToolName("sandbox.tool", sb.Tool); err != nil {
 			return err
+		}
+		if r.SessionID != SandboxSession(sb.Tool) {
+			return fieldErr("session_id", "a sandbox request's session is "+SandboxSession(sb.Tool))
 		}
 		probe := sb.Probe == ""
 		for i := range r.ToolCalls {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,17 @@ type Sandbox struct {
 	// it; "" when none does.
 	Probe string `json:"probe,omitempty" msgpack:"probe,omitempty"`
 }
+
+// SandboxSessionPrefix starts the sessions of the contract sandbox, SandboxSession(tool); no
+// other request may use one (Validate), so that what the record, the metrics and the web view
+// show of them is the sandbox's alone.
+const SandboxSessionPrefix = "sandbox-"
+
+// SandboxSession is the session the sandbox's requests trying tool are recorded under.
+func SandboxSession(tool string) string { return SandboxSessionPrefix + tool }
+
+// IsSandboxSession reports whether session is one of the sandbox's.
+func IsSandboxSession(session string) bool { return strings.HasPrefix(session, SandboxSessionPrefix) }
 
 // SandboxKey is where a tool's candidate contract is kept in the contracts' bucket while the
 // sandbox tries it: beside the tool's own key (tool names hold no dots, so no tool has it).

@@ -192,7 +192,7 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 	if err := yaml.Unmarshal(data, &compose); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"provision": "admin", "router": "router", "toolworker": "toolworker", "gateway": "gateway"}
+	want := map[string]string{"provision": "admin", "router": "router", "toolworker": "toolworker", "gateway": "gateway", "demo-tools": "toolworker"}
 	for name, svc := range compose.Services {
 		if strings.HasPrefix(name, "nats") && len(svc.Ports) > 0 {
 			t.Errorf("%s: NATS service %s publishes %v", file, name, svc.Ports)

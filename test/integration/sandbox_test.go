@@ -33,7 +33,7 @@ func refusal(t *testing.T, code int, body string) *sandbox.Report {
 
 func brokenContract(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "contracts", "broken", name+".yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "sandbox", name+".yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -354,6 +354,14 @@ func printTool(env Env, v gateway.ToolView) {
 		data, _ := json.MarshalIndent(v.Contract, "", "  ")
 		fmt.Fprintf(env.Stdout, "%s\n", data)
 	}
+	if len(v.Sandbox) > 0 {
+		var rep sandbox.Report
+		if json.Unmarshal(v.Sandbox, &rep) == nil {
+			for _, line := range strings.Split(strings.TrimRight(rep.Text(), "\n"), "\n") {
+				fmt.Fprintf(env.Stdout, "# %s\n", line)
+			}
+		}
+	}
 	fmt.Fprintln(env.Stdout, "# history:")
 	for _, h := range v.History {
 		what := "registered"

@@ -97,3 +97,33 @@ func TestCasesFollowPatterns(t *testing.T) {
 }
 
 func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// Whatever an input schema says, making cases from it ends, stays small and never mislabels a
+// case.
+func FuzzCases(f *testing.F) {
+	f.Add(`{"order_id":{"type":"string","required":true,"pattern":"^ORD[0-9]{12}$"}}`)
+	f.Add(`{"type":"object","required":["a"],"properties":{"a":{"type":"array","minItems":3,"maxItems":5,"items":{"$ref":"#"}}}}`)
+	f.Add(`{"type":"object","properties":{"n":{"type":"number","exclusiveMinimum":0.5,"maximum":1e300}}}`)
+	f.Add(`{"type":"object","properties":{"s":{"type":"string","pattern":"(a|b){50}[^a-z]+\\d{3,}","minLength":3000}}}`)
+	f.Fuzz(func(t *testing.T, schema string) {
+		var c contract.Contract
+		c.Name = "t"
+		c.InputSchema = json.RawMessage(schema)
+		if !json.Valid(c.InputSchema) {
+			return
+		}
+		k, err := contract.Compile(&c, 1, 1)
+		if err != nil {
+			return
+		}
+		cases := k.Cases()
+		if len(cases) > contract.MaxCases {
+			t.Fatalf("%d cases", len(cases))
+		}
+		for _, cs := range cases {
+			if valid := k.CheckInput(cs.Arguments) == nil; valid != (cs.Kind != contract.CaseInvalid) {
+				t.Fatalf("case %q (%s) %s: valid=%v", cs.Name, cs.Kind, cs.Arguments, valid)
+			}
+		}
+	})
+}

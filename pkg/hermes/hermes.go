@@ -16,6 +16,7 @@ package hermes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -136,11 +137,23 @@ func Tool[In, Out any](name, description string, fn func(ctx context.Context, in
 	} else {
 		d.contract.OutputSchema = out
 	}
-	if _, err := contract.Compile(&d.contract, 0, 0); err != nil {
+	own, err := contract.Compile(&d.contract, 0, 0)
+	if err != nil {
 		d.err = fmt.Errorf("hermes: tool %s: %w", name, err)
 		return d
 	}
 	d.fn = func(ctx context.Context, args json.RawMessage) (any, error) {
+		// Checked here too, against the tool's own schema: a call may come by a route with no
+		// contract registered (or a sandbox's invalid case), and the function must not see
+		// arguments its types would take for zero values.
+		if err := own.CheckInput(args); err != nil {
+			hint := "send arguments that follow the tool's input_schema"
+			var ae *contract.ArgumentsError
+			if errors.As(err, &ae) && ae.Hint != "" {
+				hint = ae.Hint
+			}
+			return nil, &worker.ToolError{Code: CodeBadInput, Hint: hint, Err: err}
+		}
 		var v In
 		if len(args) > 0 {
 			if err := json.Unmarshal(args, &v); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/hermes"
+	"github.com/hermesbus/hermes/pkg/worker"
 )
 
 type weatherIn struct {
@@ -114,5 +115,24 @@ func TestNilsRecursionAndRetries(t *testing.T) {
 	r := hermes.Tool("walk", "", func(context.Context, node) (string, error) { return "", nil })
 	if r.Err() == nil || !strings.Contains(r.Err().Error(), "input.next") {
 		t.Errorf("a recursive type: %v", r.Err())
+	}
+}
+
+// A Go tool checks its arguments against its own schema before its function sees them: a call
+// routed without a registered contract, or a sandbox's invalid case, gets BAD_INPUT naming
+// the field, not a function run on zero values.
+func TestAToolChecksItsOwnArguments(t *testing.T) {
+	ran := false
+	d := hermes.Tool("weather", "天气", func(_ context.Context, in weatherIn) (weatherOut, error) {
+		ran = true
+		return weatherOut{City: in.City}, nil
+	})
+	_, err := hermes.Call(d, context.Background(), []byte(`{"date":"tomorrow"}`))
+	var te *worker.ToolError
+	if !errors.As(err, &te) || te.Code != hermes.CodeBadInput || !strings.Contains(err.Error(), "city") || ran {
+		t.Fatalf("arguments breaking the schema: %v (ran %v)", err, ran)
+	}
+	if out, err := hermes.Call(d, context.Background(), []byte(`{"city":"上海"}`)); err != nil || out.(weatherOut).City != "上海" {
+		t.Fatalf("good arguments: %v %v", out, err)
 	}
 }

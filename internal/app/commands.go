@@ -293,6 +293,7 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the Go tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (env HERMES_URL); empty registers nothing (routes reach them with go actions)")
 	var key keyFlag
 	key.register(fs)
+	trusted := fs.String("trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys: the Go tools run only tool calls they sealed (env HERMES_TRUSTED_SEALS)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	log, err := parse(fs, args, env, &level)
 	if err != nil {
@@ -312,6 +313,12 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	mc := hermes.Config{NATS: *natsURL, Options: opts, Instance: defaultInstance("demo-tools"), Logger: log.With("service", "meeting-tools")}
+	if *trusted != "" {
+		if mc.TrustedSeals, err = readTrustedSeals(*trusted); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	if *gatewayURL != "" {
 		if mc.APIKey, err = key.key(); err != nil {
 			ln.Close()
@@ -322,8 +329,16 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		}
 	}
 	fmt.Fprintf(env.Stdout, "Go meeting tools served on %s.\n", bus.Redact(*natsURL))
-	return runLayers(ctx, func(ctx context.Context) error { return demotools.ServeMeetings(ctx, mc) },
-		func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
+	// The Go tools failing (their contracts refused, the bus out of reach) leaves the HTTP ones
+	// serving, as hermes up does.
+	meetings := func(ctx context.Context) error {
+		if err := demotools.ServeMeetings(ctx, mc); err != nil && ctx.Err() == nil {
+			log.Error("the Go meeting tools stopped; the HTTP demo tools serve on", "err", err)
+			<-ctx.Done()
+		}
+		return nil
+	}
+	return runLayers(ctx, meetings, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
 }
 
 // runLayers runs the front (the part that takes new work) and the back (what finishes it) in

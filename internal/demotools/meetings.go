@@ -108,7 +108,7 @@ func ServeMeetings(ctx context.Context, cfg hermes.Config) error {
 // to show): "nobody" and ids starting "unknown".
 func checkUsers(ids ...string) error {
 	for _, id := range ids {
-		if id == "nobody" || strings.HasPrefix(id, "unknown") {
+		if strings.TrimSpace(id) == "" || id == "nobody" || strings.HasPrefix(id, "unknown") {
 			return hermes.Fail(codeInvalidUser, "check the participant ids against the directory", fmt.Errorf("no user %q", id))
 		}
 	}
@@ -181,8 +181,10 @@ var meetingRooms = []string{"Room 3A 长城", "Room 5C 黄河", "Room 7B 泰山"
 
 // startTime reads an ISO time: RFC 3339, or without a zone (then UTC+08:00), seconds optional.
 func startTime(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04Z07:00"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
 	}
 	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04"} {
 		if t, err := time.ParseInLocation(layout, s, demoZone); err == nil {
@@ -205,7 +207,7 @@ func bookMeeting(_ context.Context, in MeetingIn) (MeetingOut, error) {
 	if minutes == 0 {
 		minutes = 60
 	}
-	r := seeded(append([]string{"meeting", in.Title, start.UTC().Format(time.RFC3339), fmt.Sprint(minutes)}, in.Attendees...)...)
+	r := seeded(append([]string{"meeting", in.Title, start.UTC().Format(time.RFC3339), fmt.Sprint(minutes), in.Location}, in.Attendees...)...)
 	location := in.Location
 	if location == "" {
 		location = pick(r, meetingRooms)

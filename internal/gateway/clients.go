@@ -82,6 +82,10 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
 	}
+	if req.Sandbox != nil {
+		// Only the gateway's own sandbox makes sandbox requests (their calls skip the input check).
+		return bus.Permanent(fmt.Errorf("client %s published a sandbox request; only Hermes makes those", user))
+	}
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
 	}

@@ -174,7 +174,7 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rep.Forced = rep.Failed()
-		report, _ = json.Marshal(rep)
+		report = rep.Kept()
 	}
 	e, changed, err := g.tools.RegisterTried(r.Context(), c, body, byOf(r), report)
 	var ce *contract.Error

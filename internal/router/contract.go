@@ -26,6 +26,10 @@ type ContractStage struct {
 	Contracts func(tool string) (*contract.Compiled, error)
 	// Versions reads the candidates sandbox requests name (contract.Versions.At).
 	Versions func(ctx context.Context, key string, revision uint64) (*contract.Compiled, error)
+	// Candidate returns the revision of tool's candidate kept now (0: none). A sandbox request
+	// runs only while the candidate it names is the one kept: a request replayed (or forged)
+	// after its sandbox ended finds it gone.
+	Candidate func(ctx context.Context, tool string) (uint64, error)
 }
 
 // Name is "contract".
@@ -74,10 +78,19 @@ func (s *ContractStage) Process(ctx context.Context, job *Job) (Verdict, error) 
 func (s *ContractStage) candidate(ctx context.Context, job *Job, sb *protocol.Sandbox) (Verdict, error) {
 	var k *contract.Compiled
 	var err error
-	if s.Versions != nil {
-		k, err = s.Versions(ctx, protocol.SandboxKey(sb.Tool), sb.Revision)
-	} else {
+	var kept uint64
+	switch {
+	case s.Versions == nil || s.Candidate == nil:
 		err = fmt.Errorf("%w: this router reads no candidates", contract.ErrUnavailable)
+	default:
+		if kept, err = s.Candidate(ctx, sb.Tool); err != nil {
+			return Continue(), fmt.Errorf("contract stage: read the candidate of %s: %w", sb.Tool, err)
+		}
+		if kept != sb.Revision {
+			err = fmt.Errorf("%w: the candidate of %s at revision %d is no longer the one tried", contract.ErrUnavailable, sb.Tool, sb.Revision)
+		} else {
+			k, err = s.Versions(ctx, protocol.SandboxKey(sb.Tool), sb.Revision)
+		}
 	}
 	if err != nil && !errors.Is(err, contract.ErrUnavailable) {
 		return Continue(), fmt.Errorf("contract stage: read the candidate of %s: %w", sb.Tool, err)

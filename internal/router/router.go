@@ -131,8 +131,18 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.Contracts != nil {
 		cs := &ContractStage{Contracts: cfg.Contracts}
-		if cfg.Bus.Contracts != nil {
-			cs.Versions = (&contract.Versions{KV: cfg.Bus.Contracts}).At
+		if kv := cfg.Bus.Contracts; kv != nil {
+			cs.Versions = (&contract.Versions{KV: kv}).At
+			cs.Candidate = func(ctx context.Context, tool string) (uint64, error) {
+				e, err := kv.Get(ctx, protocol.SandboxKey(tool))
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					return 0, nil
+				}
+				if err != nil {
+					return 0, err
+				}
+				return e.Revision(), nil
+			}
 		}
 		stages = append(stages, cs)
 	}

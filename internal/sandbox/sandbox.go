@@ -14,10 +14,13 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +103,10 @@ type Report struct {
 	TookMS     int64        `json:"took_ms"`
 	// Forced: registered although refused (set by whoever registers).
 	Forced bool `json:"forced,omitempty"`
+	// Notes say what the sandbox could not try.
+	Notes []string `json:"notes,omitempty"`
+	// Left is how many cases (passed ones) a report kept with a contract leaves out (Compact).
+	Left int `json:"left_out,omitempty"`
 }
 
 // CaseResult is one case and what the tool made of it.
@@ -175,7 +182,7 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 	}()
 
 	req := &protocol.Request{
-		RequestID: fmt.Sprintf("sandbox-%s-%d", c.Name, rev),
+		RequestID: fmt.Sprintf("%s-%d-%s", protocol.SandboxSession(c.Name), rev, randomHex(4)),
 		SessionID: protocol.SandboxSession(c.Name),
 		Intent:    "sandbox: try " + c.Name + " against its contract",
 		Sandbox:   &protocol.Sandbox{Tool: c.Name, Revision: rev, Probe: probeID},
@@ -191,6 +198,9 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 	log := s.log().With("tool", c.Name, "request_id", req.RequestID)
 	log.Info("sandbox: trying a tool", "cases", len(cases), "budget", budget.String())
 
+	// The try runs its course (within its budget) even if whoever asked goes away: its calls
+	// are then finished or cancelled, never left running past the budget.
+	ctx = context.WithoutCancel(ctx)
 	out, err := s.Submit.Submit(ctx, submit.Submission{Request: req, Wait: budget, Caller: opt.Caller,
 		Trace: protocol.TraceContext{TraceID: req.RequestID}})
 	if err != nil {
@@ -208,6 +218,9 @@ func (s *Sandbox) Try(ctx context.Context, c *contract.Contract, opt Options) (*
 		}
 	}
 	judge(rep, cases, resp, budget)
+	if !slices.ContainsFunc(cases, func(c contract.Case) bool { return c.Kind != contract.CaseInvalid }) {
+		rep.Notes = append(rep.Notes, "no valid arguments could be made from input_schema, so the tool's answers to good calls were not tried: give input_schema examples")
+	}
 	rep.TookMS = time.Since(start).Milliseconds()
 	log.Info("sandbox: done", "verdict", rep.Verdict, "passed", rep.Passed, "violations", rep.Violations, "warnings", rep.Warnings, "unfinished", rep.Unfinished)
 	return rep, nil
@@ -227,8 +240,9 @@ func judge(rep *Report, cases []contract.Case, resp *protocol.Response, budget t
 		byID[resp.Results[i].ToolCallID] = &resp.Results[i]
 	}
 	var unreachable, untried string
+	unhealthy := false
 	if h := byID[probeID]; h != nil {
-		rep.Health, unreachable = health(h)
+		rep.Health, unhealthy = health(h)
 	}
 	for i, cs := range cases {
 		cr := CaseResult{ID: fmt.Sprintf("case-%02d", i+1), Kind: cs.Kind, Name: cs.Name, Arguments: shortArgs(cs.Arguments)}
@@ -269,70 +283,76 @@ func judge(rep *Report, cases []contract.Case, resp *protocol.Response, budget t
 		rep.Reason = fmt.Sprintf("%d of %d cases broke the contract", rep.Violations, len(cases))
 	case rep.Unfinished > 0:
 		rep.Reason = fmt.Sprintf("%d of %d cases did not finish within the sandbox's budget of %s", rep.Unfinished, len(cases), budget)
-	case strings.HasPrefix(rep.Health, "unhealthy"):
+	case unhealthy:
 		rep.Reason = "the tool's /health says it is " + rep.Health
 	default:
 		rep.Verdict = Passed
 	}
 }
 
-// health reads the /health probe's result: what to report, and the fault when the tool could
-// not be reached at all.
-func health(r *protocol.ToolResult) (said, unreachable string) {
+// health reads the /health probe's result. Only a tool that says it is unhealthy (5xx) is
+// refused for it; one whose /health cannot be had (none, a redirect, a timeout) is judged by
+// its cases alone.
+func health(r *protocol.ToolResult) (said string, unhealthy bool) {
 	switch {
 	case r.Status == protocol.ResultOK:
 		var v struct {
 			Health string `json:"health"`
 		}
 		if json.Unmarshal(r.Content, &v) == nil && strings.HasPrefix(v.Health, "not asked") {
-			return v.Health, ""
+			return v.Health, false
 		}
-		return "ok", ""
-	case r.ErrorCode == protocol.CodeToolHTTP4xx:
-		return "none (GET /health: " + firstLine(r.RecoveryHint) + ")", ""
-	case r.ErrorCode == protocol.CodeToolUnreachable, r.ErrorCode == protocol.CodeToolTimeout:
-		return "unreachable: " + text(r), text(r)
+		return "ok", false
+	case r.ErrorCode == protocol.CodeToolHTTP5xx:
+		return "unhealthy: " + firstLine(r.RecoveryHint), true
 	case r.ErrorCode == protocol.CodeCancelled:
-		return "not answered within the budget", ""
+		return "not answered within the budget", false
 	default:
-		return "unhealthy: " + r.ErrorCode + " " + firstLine(r.RecoveryHint), ""
+		return "none (GET /health: " + r.ErrorCode + ": " + protocol.Shorten(firstLine(r.RecoveryHint), maxAnswerBytes) + ")", false
 	}
 }
 
 // untriedPrefix starts the detail of a case Hermes could not try (no route, no candidate).
 const untriedPrefix = "the tool could not be tried: "
 
-// judgeCase says what one case's result means.
+// judgeCase says what one case's result means. Valid and boundary cases must get the success or
+// a failure the contract declares; a 5xx, a timeout or an answer outside the contract breaks it,
+// a refusal (4xx, 429) is a warning. Invalid cases should be refused: any refusal passes, one
+// in the wrong shape or an acceptance is a warning (Hermes refuses such arguments itself
+// before any real call).
 func judgeCase(cr *CaseResult, r *protocol.ToolResult) {
 	cr.Code = r.ErrorCode
 	invalid := cr.Kind == contract.CaseInvalid
+	hint := protocol.Shorten(firstLine(r.RecoveryHint), maxAnswerBytes)
 	switch {
-	case r.Status == protocol.ResultOK && invalid:
-		cr.Outcome, cr.Detail = CaseWarning, "the tool accepted arguments its input_schema refuses (Hermes refuses them before any real call reaches it)"
-	case r.Status == protocol.ResultOK:
-		cr.Outcome = CasePassed
 	case r.ErrorCode == protocol.CodeCancelled:
 		cr.Outcome, cr.Detail = CaseUnfinished, "not finished within the sandbox's budget"
+	case r.ErrorCode == protocol.CodeToolUnreachable:
+		cr.Outcome, cr.Detail = CaseViolation, "the tool is unreachable: "+text(r)
+	case r.ErrorCode == protocol.CodeToolTimeout:
+		cr.Outcome, cr.Detail = CaseViolation, "no answer within the contract's timeout: "+text(r)
+	case invalid && r.Status == protocol.ResultOK:
+		cr.Outcome, cr.Detail = CaseWarning, "the tool accepted arguments its input_schema refuses (Hermes refuses them before any real call reaches it)"
+	case invalid && r.ErrorCode == protocol.CodeContractViolation:
+		cr.Outcome, cr.Detail = CaseWarning, "refused, but not as its contract says: "+text(r)
+	case invalid:
+		cr.Outcome, cr.Detail = CasePassed, "refused: "+r.ErrorCode
+	case r.Status == protocol.ResultOK:
+		cr.Outcome = CasePassed
 	case r.ErrorCode == protocol.CodeContractViolation:
 		cr.Outcome, cr.Detail = CaseViolation, text(r)
 		if len(r.Rejected) > 0 {
 			cr.Answer = protocol.Shorten(string(r.Rejected), maxAnswerBytes)
 		}
-	case r.ErrorCode == protocol.CodeToolTimeout:
-		cr.Outcome, cr.Detail = CaseViolation, "no answer within the contract's timeout: "+text(r)
-	case r.ErrorCode == protocol.CodeToolUnreachable:
-		cr.Outcome, cr.Detail = CaseViolation, "the tool is unreachable: "+text(r)
-	case r.ErrorOrigin == protocol.OriginHermes && invalid:
-		cr.Outcome, cr.Detail = CasePassed, "refused before reaching the tool: "+r.ErrorCode+": "+text(r)
 	case r.ErrorOrigin == protocol.OriginHermes:
-		// Hermes could not try the tool (unreachable, no route, no candidate): not a pass.
+		// Hermes could not try the tool (no route, no candidate): not a pass.
 		cr.Outcome, cr.Detail = CaseViolation, untriedPrefix+r.ErrorCode+": "+text(r)
 	case declared(r):
 		cr.Outcome, cr.Detail = CasePassed, "a failure its contract declares: "+r.ErrorCode
-	case invalid:
-		cr.Outcome, cr.Detail = CasePassed, "refused: "+r.ErrorCode
+	case r.ErrorCode == protocol.CodeToolHTTP4xx, r.ErrorCode == protocol.CodeToolRateLimited:
+		cr.Outcome, cr.Detail = CaseWarning, "refused arguments its contract accepts: "+r.ErrorCode+": "+hint
 	default:
-		cr.Outcome, cr.Detail = CaseViolation, "failed on arguments its contract accepts: "+r.ErrorCode+": "+firstLine(r.RecoveryHint)
+		cr.Outcome, cr.Detail = CaseViolation, "failed on arguments its contract accepts: "+r.ErrorCode+": "+hint
 	}
 }
 
@@ -340,6 +360,13 @@ func judgeCase(cr *CaseResult, r *protocol.ToolResult) {
 // its error_code the tool's own).
 func declared(r *protocol.ToolResult) bool {
 	return r.ContractVersion > 0 && r.ErrorOrigin == protocol.OriginTool && r.ToolErrorCode != "" && r.ToolErrorCode == r.ErrorCode
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // maxArgsBytes bounds the arguments a report quotes per case, so that a report fits beside
@@ -369,6 +396,31 @@ func firstLine(s string) string {
 	return s
 }
 
+// MaxKeptBytes bounds a report as kept with a registered version (Kept), well within what the
+// contracts' bucket keeps per registration.
+const MaxKeptBytes = 32 << 10
+
+// Kept is the report as kept with a registered version: whole when it fits MaxKeptBytes, else
+// without its passed cases, then without the last cases that still do not fit (Left counts what
+// is left out).
+func (r *Report) Kept() json.RawMessage {
+	out, _ := json.Marshal(r)
+	if len(out) <= MaxKeptBytes {
+		return out
+	}
+	cp := *r
+	cp.Cases = slices.DeleteFunc(slices.Clone(r.Cases), func(c CaseResult) bool { return c.Outcome == CasePassed })
+	cp.Left = len(r.Cases) - len(cp.Cases)
+	for {
+		out, _ = json.Marshal(&cp)
+		if len(out) <= MaxKeptBytes || len(cp.Cases) == 0 {
+			return out
+		}
+		cp.Cases = cp.Cases[:len(cp.Cases)-1]
+		cp.Left++
+	}
+}
+
 // Text writes the report for people: the verdict, then one line per case that did not pass.
 func (r *Report) Text() string {
 	var b strings.Builder
@@ -386,6 +438,12 @@ func (r *Report) Text() string {
 	}
 	fmt.Fprintf(&b, "\n  health: %s; %d passed, %d violations, %d warnings, %d unfinished, %d ms; record: session %s, request %s\n",
 		r.Health, r.Passed, r.Violations, r.Warnings, r.Unfinished, r.TookMS, r.SessionID, r.RequestID)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	if r.Left > 0 {
+		fmt.Fprintf(&b, "  (%d cases not kept with the contract)\n", r.Left)
+	}
 	for _, c := range r.Cases {
 		if c.Outcome == CasePassed {
 			continue

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
-	"regexp"
 	"regexp/syntax"
 	"slices"
 	"strings"
@@ -63,16 +62,26 @@ func (c *Compiled) Cases() []Case {
 		g.add(CaseValid, "typical arguments, every field", full)
 	}
 	base, isObj := full.(map[string]any)
-	if !fullOK || !isObj {
+	if !fullOK || !isObj || !g.valid(base) {
 		base, isObj = minimal.(map[string]any)
 	}
-	if isObj {
+	// Cases of one field are made from valid arguments only: an invalid case must be invalid
+	// for what it says, not for another field.
+	if isObj && ok && g.valid(base) {
 		for _, name := range sortedProps(root) {
 			g.boundaries(base, name, resolve(root.Properties[name]))
 		}
 		g.invalid(root, base)
 	}
+	g.add(CaseInvalid, "no arguments", map[string]any{})
+	g.add(CaseValid, "no arguments", map[string]any{})
 	return g.cases
+}
+
+// valid reports whether v passes the input schema.
+func (g *caseGen) valid(v any) bool {
+	b, err := json.Marshal(v)
+	return err == nil && g.c.CheckInput(b) == nil
 }
 
 type caseGen struct {
@@ -216,9 +225,6 @@ func (g *caseGen) invalid(root *jsonschema.Schema, base map[string]any) {
 	if ap, ok := root.AdditionalProperties.(bool); ok && !ap {
 		g.add(CaseInvalid, "an unknown field", with(base, "unknown_field", "x"))
 	}
-	if len(base) > 0 {
-		g.add(CaseInvalid, "no arguments", map[string]any{})
-	}
 }
 
 // value makes a typical valid value of s: with every property of objects when full, the
@@ -301,11 +307,16 @@ func (g *caseGen) value(s *jsonschema.Schema, full bool, depth int) (any, bool) 
 // word, within its lengths.
 func (g *caseGen) typicalString(s *jsonschema.Schema) (any, bool) {
 	if s.Pattern != nil {
-		v, ok := fromPattern(s.Pattern.String())
-		if !ok || !lengthOK(s, v) {
+		v, ok := fromPattern(s.Pattern)
+		switch {
+		case !ok:
 			return nil, false
+		case lengthOK(s, v):
+			return v, true
+		case s.MinLength != nil && utf8.RuneCountInString(v) < *s.MinLength:
+			return g.stringOfLength(s, *s.MinLength)
 		}
-		return v, true
+		return nil, false
 	}
 	if s.Format != nil {
 		if v, ok := formatSamples[s.Format.Name]; ok {
@@ -326,29 +337,23 @@ var formatSamples = map[string]string{
 }
 
 // stringOfLength makes a string of n characters s's pattern (if any) accepts: its typical
-// match, cut or padded; ok is false when that does not match.
+// match repeated and cut; ok is false when that does not match.
 func (g *caseGen) stringOfLength(s *jsonschema.Schema, n int) (string, bool) {
 	if n < 0 || n > 1<<16 {
 		return "", false
 	}
 	seed := "sample"
 	if s.Pattern != nil {
-		v, ok := fromPattern(s.Pattern.String())
+		v, ok := fromPattern(s.Pattern)
 		if !ok || v == "" {
 			return "", false
 		}
 		seed = v
 	}
-	var b strings.Builder
-	for utf8.RuneCountInString(b.String()) < n {
-		b.WriteString(seed)
-	}
-	out := []rune(b.String())[:n]
-	v := string(out)
-	if s.Pattern != nil {
-		if re, err := regexp.Compile(s.Pattern.String()); err != nil || !re.MatchString(v) {
-			return "", false
-		}
+	runes := []rune(strings.Repeat(seed, n/utf8.RuneCountInString(seed)+1))
+	v := string(runes[:n])
+	if s.Pattern != nil && !s.Pattern.MatchString(v) {
+		return "", false
 	}
 	return v, true
 }
@@ -385,15 +390,22 @@ func typicalNumber(s *jsonschema.Schema, integer bool) any {
 		v.Sub(s.ExclusiveMaximum, step)
 	}
 	if integer && !v.IsInt() {
-		v.SetInt(new(big.Int).Quo(v.Num(), v.Denom()))
+		// Up within a minimum, down when that passes a maximum.
+		up := new(big.Int).Quo(v.Num(), v.Denom())
+		up.Add(up, big.NewInt(1))
+		if r := new(big.Rat).SetInt(up); (s.Maximum == nil || r.Cmp(s.Maximum) <= 0) && (s.ExclusiveMaximum == nil || r.Cmp(s.ExclusiveMaximum) < 0) {
+			v.SetInt(up)
+		} else {
+			v.SetInt(up.Sub(up, big.NewInt(1)))
+		}
 	}
 	return ratValue(v)
 }
 
-// ratValue is r as JSON writes it: an integer when it is one.
+// ratValue is r as JSON writes it: an integer, exactly, when it is one.
 func ratValue(r *big.Rat) any {
-	if r.IsInt() && r.Num().IsInt64() {
-		return r.Num().Int64()
+	if r.IsInt() {
+		return json.Number(r.Num().String())
 	}
 	f, _ := r.Float64()
 	return f
@@ -451,20 +463,20 @@ func short(v any) string {
 	return string(b)
 }
 
-// fromPattern makes a short string pattern matches: the first branch of each alternation,
+// fromPattern makes a short string a pattern matches: the first branch of each alternation,
 // the fewest repetitions, a plain character of each class. ok is false when what it makes does
-// not match (lookarounds are not RE2's; backreferences neither).
-func fromPattern(pattern string) (string, bool) {
-	re, err := syntax.Parse(pattern, syntax.Perl)
+// not match.
+func fromPattern(p jsonschema.Regexp) (string, bool) {
+	src := p.String()
+	if own, isOwn := p.(pattern); isOwn {
+		src = own.Regexp.String() // as compiled: \uXXXX written as \x{XXXX}
+	}
+	re, err := syntax.Parse(src, syntax.Perl)
 	if err != nil {
 		return "", false
 	}
 	var b strings.Builder
-	if !writeMatch(&b, re.Simplify(), 0) || b.Len() > 4096 {
-		return "", false
-	}
-	m, err := regexp.Compile(pattern)
-	if err != nil || !m.MatchString(b.String()) {
+	if !writeMatch(&b, re.Simplify(), 0) || b.Len() > 4096 || !p.MatchString(b.String()) {
 		return "", false
 	}
 	return b.String(), true
@@ -510,10 +522,11 @@ func writeMatch(b *strings.Builder, re *syntax.Regexp, depth int) bool {
 	return true
 }
 
-// plainRune picks a character of a class given as ranges: a lower-case letter, a digit or an
-// upper-case letter when the class has one, its first character otherwise.
+// plainRune picks a character of a class given as ranges: a lower-case letter, a digit, an
+// upper-case letter, a space or a CJK character when the class has one, its first character
+// otherwise.
 func plainRune(ranges []rune) rune {
-	for _, want := range []rune{'a', '0', 'A'} {
+	for _, want := range []rune{'a', '0', 'A', ' ', '中', '一'} {
 		for i := 0; i+1 < len(ranges); i += 2 {
 			if ranges[i] <= want && want <= ranges[i+1] {
 				return want

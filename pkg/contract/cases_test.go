@@ -127,3 +127,23 @@ func FuzzCases(f *testing.F) {
 		}
 	})
 }
+
+// What the review found the generator missing: a pattern with a minimum length, a pattern
+// written for Chinese text (\uXXXX), an integer minimum that is not whole, a huge integer bound.
+func TestCasesReachHardSchemas(t *testing.T) {
+	for _, tc := range []struct{ schema, want string }{
+		{`{"type":"object","required":["p"],"properties":{"p":{"type":"string","pattern":"^1[0-9]+$","minLength":11,"maxLength":11}}}`, `{"p":"10101010101"}`},
+		{`{"type":"object","required":["name"],"properties":{"name":{"type":"string","pattern":"^[\\u4e00-\\u9fa5]{2,4}$"}}}`, `{"name":"中中"}`},
+		{`{"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":1.5,"maximum":9}}}`, `{"n":2}`},
+		{`{"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":100000000000000000000000}}}`, `{"n":100000000000000000000000}`},
+	} {
+		k, err := compileJSON(t, `{"name":"t","input_schema":`+tc.schema+`}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := k.Cases()
+		if len(cases) == 0 || cases[0].Kind != contract.CaseValid || string(cases[0].Arguments) != tc.want {
+			t.Errorf("%s: %s; want first %s", tc.schema, names(cases), tc.want)
+		}
+	}
+}

@@ -184,7 +184,10 @@ func schemaOf[T any](what string) (json.RawMessage, error) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
-	nullable(doc, t)
+	if what == "output" {
+		// A Go value encodes a nil slice, map or pointer as null; arguments say what they mean.
+		nullable(doc, t)
+	}
 	return json.Marshal(doc)
 }
 

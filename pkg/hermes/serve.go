@@ -116,16 +116,36 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	if cfg.Gateway == "" {
 		log.Warn("no gateway named: the tools' contracts are not registered here")
 	}
-	for _, t := range tools {
-		if cfg.Gateway == "" {
-			break
+	// Registering waits for the gateway's sandbox, which needs this worker running: should the
+	// worker stop meanwhile, that is the error, not the sandbox's refusal that follows it.
+	registered := make(chan error, 1)
+	go func() {
+		for _, t := range tools {
+			if cfg.Gateway == "" {
+				break
+			}
+			if err := register(ctx, cfg, t, log); err != nil {
+				registered <- err
+				return
+			}
+			log.Info("contract registered", "tool", t.Name())
 		}
-		if err := register(ctx, cfg, t, log); err != nil {
+		registered <- nil
+	}()
+	select {
+	case err := <-done:
+		cancel(err)
+		rerr := <-registered
+		if err == nil { // ctx ended while registering: a stop, not a failure
+			return nil
+		}
+		return errors.Join(err, rerr)
+	case err := <-registered:
+		if err != nil {
 			cancel(err)
 			<-done
 			return err
 		}
-		log.Info("contract registered", "tool", t.Name())
 	}
 	return <-done
 }

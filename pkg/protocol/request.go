@@ -83,12 +83,12 @@ func (r *Request) Validate(lim Limits) error {
 			return fieldErr(f+".arguments", "must be a JSON object")
 		}
 	}
-	if r.Sandbox == nil && IsSandboxSession(r.Session()) {
+	if r.Sandbox == nil && (IsSandboxSession(r.SessionID) || IsSandboxSession(r.RequestID)) {
 		field := "session_id"
-		if r.SessionID == "" {
+		if IsSandboxSession(r.RequestID) {
 			field = "request_id"
 		}
-		return fieldErr(field, fmt.Sprintf("may not start with %q: such sessions are the contract sandbox's", SandboxSessionPrefix))
+		return fieldErr(field, fmt.Sprintf("may not start with %q: such ids are the contract sandbox's", SandboxSessionPrefix))
 	}
 	if sb := r.Sandbox; sb != nil {
 		if err := CheckToolName("sandbox.tool", sb.Tool); err != nil {

@@ -255,7 +255,7 @@ func judge(rep *Report, cases []contract.Case, resp *protocol.Response, budget t
 		} else {
 			judgeCase(&cr, r)
 			if r.ErrorCode == protocol.CodeToolUnreachable && unreachable == "" {
-				unreachable = text(r)
+				unreachable = strings.TrimPrefix(text(r), "tool unreachable: ")
 			}
 			if strings.HasPrefix(cr.Detail, untriedPrefix) && untried == "" {
 				untried = strings.TrimPrefix(cr.Detail, untriedPrefix)
@@ -328,7 +328,7 @@ func judgeCase(cr *CaseResult, r *protocol.ToolResult) {
 	case r.ErrorCode == protocol.CodeCancelled:
 		cr.Outcome, cr.Detail = CaseUnfinished, "not finished within the sandbox's budget"
 	case r.ErrorCode == protocol.CodeToolUnreachable:
-		cr.Outcome, cr.Detail = CaseViolation, "the tool is unreachable: "+text(r)
+		cr.Outcome, cr.Detail = CaseViolation, "the tool is unreachable: "+strings.TrimPrefix(text(r), "tool unreachable: ")
 	case r.ErrorCode == protocol.CodeToolTimeout:
 		cr.Outcome, cr.Detail = CaseViolation, "no answer within the contract's timeout: "+text(r)
 	case invalid && r.Status == protocol.ResultOK:

@@ -1,16 +1,21 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/sandbox"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -160,7 +165,7 @@ func TestTheSandboxPassesSkipsAndBounds(t *testing.T) {
 	// Nothing listens on port 9 here: refused as unreachable.
 	code, _, body = s.registerContract(keys["admin"], "name: gone\ninput_schema: {q: {type: string}}\nreach: {http: {url: \"http://127.0.0.1:9/x\", method: POST, timeout_ms: 500}}\n")
 	rep := refusal(t, code, body)
-	if !strings.HasPrefix(rep.Reason, "the tool is unreachable: ") || !strings.HasPrefix(rep.Health, "unreachable") {
+	if rep.Reason != "the tool is unreachable: dial tcp 127.0.0.1:9: connect: connection refused" || !strings.Contains(rep.Health, protocol.CodeToolUnreachable) {
 		t.Errorf("unreachable: %+v", rep)
 	}
 
@@ -178,5 +183,66 @@ func TestTheSandboxPassesSkipsAndBounds(t *testing.T) {
 	}
 	if code, body := s.call("POST", "/api/v1/tools?budget=forever", keys["admin"], slow, "Content-Type", "application/yaml"); code != http.StatusBadRequest || !strings.Contains(body, "budget") {
 		t.Errorf("a bad budget: %d %s", code, body)
+	}
+}
+
+// The attacks on the sandbox the review found, each refused: a NATS client publishing a request
+// marked as the sandbox's (whose calls skip the input check) into a sandbox session, during
+// and after a real sandbox; a caller squatting the sandbox's request ids to block
+// registrations.
+func TestTheSandboxCannotBeForgedOrBlocked(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+	doc := "name: echo_min\ninput_schema: {amount: {type: integer, required: true, minimum: 1}}\nreach: {http: {url: \"http://127.0.0.1:8081/v1/echo\", method: POST}}\n"
+
+	// Squatting: the sandbox's ids are reserved to it.
+	for _, id := range []string{"sandbox-echo_min-1", "sandbox-echo_min-2"} {
+		if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"`+id+`","tool_calls":[{"tool_call_id":"c","name":"echo","arguments":{}}]}`); code != http.StatusBadRequest || !strings.Contains(body, "sandbox") {
+			t.Fatalf("a caller took the sandbox's id %s: %d %s", id, code, body)
+		}
+	}
+	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"r1","session_id":"sandbox-echo_min","tool_calls":[{"tool_call_id":"c","name":"echo","arguments":{}}]}`); code != http.StatusBadRequest {
+		t.Fatalf("a caller wrote into a sandbox session: %d %s", code, body)
+	}
+	code, v, body := s.registerContract(keys["admin"], doc)
+	if code != http.StatusCreated || !strings.Contains(string(v.Sandbox), `"verdict":"passed"`) {
+		t.Fatalf("register: %d %s", code, body)
+	}
+
+	// Forging: a NATS client's sandbox request, naming the candidate the sandbox kept (its
+	// revision is in the record), with arguments the contract refuses.
+	var rev uint64
+	for _, m := range s.record() {
+		if m.SessionID == "sandbox-echo_min" && m.Type == protocol.TypeRequest {
+			if req, err := m.DecodeRequest(protocol.Limits{}); err == nil && req.Sandbox != nil {
+				rev = req.Sandbox.Revision
+			}
+		}
+	}
+	if rev == 0 {
+		t.Fatal("no sandbox request in the record")
+	}
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	forged := &protocol.Request{RequestID: "sandbox-echo_min-forged", SessionID: "sandbox-echo_min",
+		Sandbox:   &protocol.Sandbox{Tool: "echo_min", Revision: rev, Probe: "c"},
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "c", Name: "echo_min", Arguments: []byte(`{"amount":-5}`)}}}
+	publishClientRequest(ctx, t, js, "sandbox-echo_min", forged, nil)
+	publishClientRequest(ctx, t, js, "after_forgery", &protocol.Request{RequestID: "after_forgery", SessionID: "after_forgery",
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "c", Name: "echo", Arguments: []byte(`{}`)}}}, nil)
+	_, admin := s.connect()
+	waitFor(t, "the client's next request answered", func() bool { _, _, err := admin.Response(ctx, "after_forgery", "after_forgery"); return err == nil })
+	if _, err := admin.Plan(ctx, "sandbox-echo_min-forged"); err == nil {
+		t.Fatal("a client's sandbox request was accepted")
+	}
+	for _, m := range s.record() {
+		if m.Type == protocol.TypeToolCall && strings.Contains(string(m.Payload), "-5") {
+			t.Fatalf("the forged call was dispatched: %+v", m)
+		}
 	}
 }

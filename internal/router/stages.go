@@ -443,9 +443,13 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			continue
 		}
 		probe := sb != nil && call.ToolCallID == sb.Probe
-		if probe && kind != protocol.ActionHTTP {
-			c.Decide(protocol.ToolResult{Status: protocol.ResultOK, Content: json.RawMessage(`{"health":"not asked: only tools reached over HTTP have a /health"}`)}, rule.Name)
-			continue
+		var health protocol.Action
+		if probe {
+			var ok bool
+			if health, ok = healthAction(rule.Action); !ok {
+				c.Decide(protocol.ToolResult{Status: protocol.ResultOK, Content: json.RawMessage(`{"health":"not asked: only tools reached over HTTP have a /health"}`)}, rule.Name)
+				continue
+			}
 		}
 		inFlight := 0
 		switch {
@@ -460,7 +464,7 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}
 		switch {
 		case probe:
-			c.Dispatch.Action = healthAction(rule.Action)
+			c.Dispatch.Action = health
 		case c.Contract != nil:
 			c.Dispatch.Action = c.Contract.Apply(rule.Action)
 			c.Dispatch.Contract = c.Contract.Ref()
@@ -482,19 +486,24 @@ func SandboxRoute(tool string) string { return "sandbox:" + tool }
 const healthTimeoutMS = 3000
 
 // healthAction is a: the GET of /health at its URL's origin, tried once, with a's headers (a
-// tool that asks for a key asks for it there too).
-func healthAction(a protocol.Action) protocol.Action {
-	h := *a.HTTP
-	if u, err := url.Parse(h.URL); err == nil {
-		h.URL = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/health"}).String()
+// tool that asks for a key asks for it there too); false when a is no HTTP action.
+func healthAction(a protocol.Action) (protocol.Action, bool) {
+	if a.Kind != protocol.ActionHTTP || a.HTTP == nil {
+		return a, false
 	}
+	h := *a.HTTP
+	u, err := url.Parse(h.URL)
+	if err != nil || u.Host == "" {
+		return a, false
+	}
+	h.URL = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/health"}).String()
 	h.Method = http.MethodGet
 	a.HTTP = &h
 	if a.TimeoutMS <= 0 || a.TimeoutMS > healthTimeoutMS {
 		a.TimeoutMS = healthTimeoutMS
 	}
 	a.Retry.MaxAttempts = 1
-	return a
+	return a, true
 }
 
 func (s *RouteStage) runs(kind string) bool {

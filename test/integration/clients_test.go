@@ -23,11 +23,7 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"alice_1","session_id":"alices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
 		t.Fatalf("alice: HTTP %d %s", code, body)
 	}
-	nc := s.srv.ConnectAs(t, bus.RoleClient)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := clientJS(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	publish := func(subjectSession, requestID, session string) {
@@ -106,11 +102,7 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 // wait, one at a time, in front of every other client's; the next is taken right after.
 func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
 	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 512 << 10}})
-	nc := s.srv.ConnectAs(t, bus.RoleClient)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := clientJS(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	publish := func(requestID string, blob int) {
@@ -136,6 +128,16 @@ func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
 
 // publishClientRequest publishes req as the external client user "client" does, on the subject
 // of subjectSession, its envelope claiming caller (nil: none).
+// clientJS connects to the test's server as the NATS user of role client.
+func clientJS(t *testing.T, s *system) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(s.srv.ConnectAs(t, bus.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func publishClientRequest(ctx context.Context, t *testing.T, js jetstream.JetStream, subjectSession string, req *protocol.Request, caller *protocol.Caller) {
 	t.Helper()
 	m, err := protocol.NewMessage(protocol.TypeRequest, req)

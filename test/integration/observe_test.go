@@ -193,9 +193,10 @@ func TestLogLinesNameTheirMessageAndNoSecret(t *testing.T) {
 	}
 }
 
-// TestUpServesMetricsOnItsHTTPPort runs Hermes as hermes up does and scrapes /metrics after a
-// request with a retried call and one that is not routed.
-func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
+// startUp runs Hermes as hermes up does (the examples' routes, the demo tools, a kept admin
+// key), until the test ends.
+func startUp(t *testing.T, instance string) (sys *app.System, keyFile string) {
+	t.Helper()
 	data, _ := examples.Files.ReadFile("routes.yaml")
 	table, err := routes.Parse("examples/routes.yaml", data)
 	if err != nil {
@@ -203,9 +204,9 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "admin.key")
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: "metrics-it", KeyFile: keyFile})
+	keyFile = filepath.Join(dir, "admin.key")
+	sys, err = app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance, KeyFile: keyFile})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -213,6 +214,13 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = sys.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return sys, keyFile
+}
+
+// TestUpServesMetricsOnItsHTTPPort runs Hermes as hermes up does and scrapes /metrics after a
+// request with a retried call and one that is not routed.
+func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
+	sys, keyFile := startUp(t, "metrics-it")
 	// The system made an admin key and kept it, for its owner only; without it nothing but the
 	// probes answers.
 	if !sys.Key.Made || sys.Key.Path != keyFile || !strings.HasPrefix(sys.Key.Key, "hk_") {

@@ -10,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/sandbox"
-	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -222,11 +219,7 @@ func TestTheSandboxCannotBeForgedOrBlocked(t *testing.T) {
 	if rev == 0 {
 		t.Fatal("no sandbox request in the record")
 	}
-	nc := s.srv.ConnectAs(t, bus.RoleClient)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := clientJS(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	forged := &protocol.Request{RequestID: "sandbox-echo_min-forged", SessionID: "sandbox-echo_min",

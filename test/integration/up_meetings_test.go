@@ -1,18 +1,14 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hermesbus/hermes/examples"
-	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -21,22 +17,7 @@ import (
 // the sandbox first; notify_send, with side effects, is not tried). The examples' requests
 // reach them.
 func TestUpServesTheGoMeetingTools(t *testing.T) {
-	data, _ := examples.Files.ReadFile("routes.yaml")
-	table, err := routes.Parse("examples/routes.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := t.TempDir()
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: "meetings-it", KeyFile: filepath.Join(dir, "admin.key")})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = sys.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	sys, _ := startUp(t, "meetings-it")
 	call := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, sys.GatewayURL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

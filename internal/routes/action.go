@@ -26,6 +26,7 @@ var (
 	httpFields  = []string{"url", "method", "timeout_ms", "headers", "retry"}
 	grpcFields  = []string{"service", "method", "timeout_ms", "headers", "retry"}
 	goFields    = []string{"timeout_ms", "retry"}
+	mcpFields   = []string{"server", "tool", "timeout_ms", "retry"}
 	retryFields = []string{"max_attempts", "backoff_factor", "jitter_ms", "initial_interval_ms", "max_interval_ms"}
 
 	// httpMethods are the methods an http action may use.
@@ -60,6 +61,8 @@ func (d *decoder) action(e entry, path string) (protocol.Action, error) {
 		return d.httpAction(f.byKey["http"], path+".http")
 	case protocol.ActionGo:
 		return d.goAction(f.byKey["go"], path+".go")
+	case protocol.ActionMCP:
+		return d.mcpAction(f.byKey["mcp"], path+".mcp")
 	default:
 		return d.grpcAction(f.byKey["grpc"], path+".grpc")
 	}
@@ -74,6 +77,33 @@ func (d *decoder) goAction(e entry, path string) (protocol.Action, error) {
 		return a, err
 	}
 	return a, d.common(&a, f, path)
+}
+
+// mcpAction decodes an mcp block: a tool of an MCP server the tool workers' own configuration
+// names (server), by its name there (tool).
+func (d *decoder) mcpAction(e entry, path string) (protocol.Action, error) {
+	a := protocol.Action{Kind: protocol.ActionMCP, MCP: &protocol.MCPAction{}}
+	f, err := d.mapping(e.value, path, e.key.Line, mcpFields)
+	if err != nil {
+		return a, err
+	}
+	var line int
+	if a.MCP.Server, line, err = d.str(f, "server", true); err != nil {
+		return a, err
+	}
+	if err := protocol.CheckID("server", a.MCP.Server); err != nil {
+		return a, d.errorf(line, path+".server", "%s", strings.TrimPrefix(err.Error(), "server: "))
+	}
+	if a.MCP.Tool, line, err = d.str(f, "tool", true); err != nil {
+		return a, err
+	}
+	if err := d.common(&a, f, path); err != nil {
+		return a, err
+	}
+	if err := a.Check(); err != nil {
+		return a, d.errorf(line, path+".tool", "%s", err.Error())
+	}
+	return a, nil
 }
 
 // httpAction decodes an http block.

@@ -64,7 +64,8 @@ func checkAction(t *testing.T, a protocol.Action) {
 	switch {
 	case a.Kind == protocol.ActionHTTP && a.HTTP != nil && a.GRPC == nil:
 	case a.Kind == protocol.ActionGRPC && a.GRPC != nil && a.HTTP == nil:
-	case a.Kind == protocol.ActionGo && a.GRPC == nil && a.HTTP == nil:
+	case a.Kind == protocol.ActionGo && a.GRPC == nil && a.HTTP == nil && a.MCP == nil:
+	case a.Kind == protocol.ActionMCP && a.MCP != nil && a.Check() == nil && a.GRPC == nil && a.HTTP == nil:
 	default:
 		t.Fatalf("action kind %q with http %v grpc %v", a.Kind, a.HTTP, a.GRPC)
 	}

@@ -22,7 +22,7 @@ var (
 	topFields    = []string{"version", "rules"}
 	ruleFields   = []string{"name", "description", "match", "action"}
 	matchFields  = []string{"tool_name", "intent_contains", "intent_regex"}
-	actionFields = []string{"http", "go", "grpc"}
+	actionFields = []string{"http", "go", "mcp", "grpc"}
 )
 
 // toolNamePattern is what a tool name may be: it becomes a NATS subject token.

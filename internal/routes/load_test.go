@@ -147,9 +147,9 @@ func TestParseErrors(t *testing.T) {
 			"      grpc: {service: s.S, method: M}",
 		), "routes.yaml:5: rules[0].action: has http and grpc; want exactly one"},
 		{"neither http nor grpc", rule1("    match: {tool_name: t}", "    action: {}"),
-			"routes.yaml:5: rules[0].action: needs one of http, go, grpc"},
+			"routes.yaml:5: rules[0].action: needs one of http, go, mcp, grpc"},
 		{"action null", rule1("    match: {tool_name: t}", "    action:"),
-			"routes.yaml:5: rules[0].action: needs one of http, go, grpc"},
+			"routes.yaml:5: rules[0].action: needs one of http, go, mcp, grpc"},
 		{"unknown action kind", rule1("    match: {tool_name: t}", "    action:", "      htp: {url: 'http://s/x'}"),
 			"routes.yaml:6: rules[0].action.htp: unknown field (did you mean http?)"},
 		{"http null", rule1("    match: {tool_name: t}", "    action:", "      http:"),
@@ -526,6 +526,34 @@ func TestLiteralCredentialsAreRefused(t *testing.T) {
 	} {
 		if _, err := Parse("routes.yaml", []byte(data)); err != nil {
 			t.Errorf("refused: %v\n%s", err, data)
+		}
+	}
+}
+
+// An mcp action names a server of the workers' own configuration and the tool's name there;
+// nothing else (no command, no URL: those come only from a worker's own file).
+func TestMCPActions(t *testing.T) {
+	tab := mustParse(t, lines(
+		"version: 1.0",
+		"rules:",
+		"  - name: echo",
+		"    match: {tool_name: everything__echo}",
+		"    action: {mcp: {server: everything, tool: echo, timeout_ms: 2000, retry: {max_attempts: 3}}}",
+	))
+	a := tab.Rules[0].Action
+	if a.Kind != protocol.ActionMCP || a.MCP == nil || a.MCP.Server != "everything" || a.MCP.Tool != "echo" || a.TimeoutMS != 2000 || a.Retry.MaxAttempts != 3 {
+		t.Fatalf("mcp action = %+v %+v", a, a.MCP)
+	}
+	for doc, want := range map[string]string{
+		"{mcp: {tool: echo}}":                         "server",
+		"{mcp: {server: 'a b', tool: echo}}":          "server",
+		"{mcp: {server: s}}":                          "tool",
+		"{mcp: {server: s, tool: x, command: [sh]}}":  "command",
+		"{mcp: {server: s, tool: \"a\\u0000b\"}}": "tool",
+	} {
+		_, err := Parse("r.yaml", []byte(lines("version: 1.0", "rules:", "  - name: r", "    match: {tool_name: t}", "    action: "+doc)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error naming %s", doc, err, want)
 		}
 	}
 }

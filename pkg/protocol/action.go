@@ -1,6 +1,11 @@
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
 // Action kinds. A route resolves every tool call to exactly one kind of action; the router copies
 // the action into the tool call message so that a tool worker needs no routes file of its own.
@@ -12,7 +17,7 @@ const (
 	// ActionGo runs a tool served in-process by a Go program on the public worker runtime; the
 	// call names the tool, nothing more.
 	ActionGo = "go"
-	// ActionMCP calls a tool of an MCP server (to come).
+	// ActionMCP calls a tool of an MCP server a tool worker holds a session with (MCPAction).
 	ActionMCP = "mcp"
 	// ActionGRPC calls a gRPC method (GRPCAction; to come).
 	ActionGRPC = "grpc"
@@ -23,7 +28,7 @@ var Kinds = []string{ActionHTTP, ActionGo, ActionMCP, ActionGRPC}
 
 // ImplementedKinds are the kinds Hermes runs: a call of another kind is refused at routing with
 // ACTION_UNSUPPORTED.
-var ImplementedKinds = []string{ActionHTTP, ActionGo}
+var ImplementedKinds = []string{ActionHTTP, ActionGo, ActionMCP}
 
 // KnownKind reports whether kind is one of Kinds.
 func KnownKind(kind string) bool {
@@ -49,7 +54,21 @@ type Action struct {
 	HTTP *HTTPAction `msgpack:"http,omitempty" json:"http,omitempty"`
 	// GRPC is set when Kind is ActionGRPC.
 	GRPC *GRPCAction `msgpack:"grpc,omitempty" json:"grpc,omitempty"`
+	// MCP is set when Kind is ActionMCP.
+	MCP *MCPAction `msgpack:"mcp,omitempty" json:"mcp,omitempty"`
 }
+
+// MCPAction calls tool Tool of the MCP server a tool worker's configuration names Server.
+// Which program or URL that is, only the worker's own configuration says: nothing in a call
+// can make a worker start a program.
+type MCPAction struct {
+	Server string `msgpack:"server" json:"server"`
+	// Tool is the tool's name as the server lists it (it may not be a valid Hermes tool name).
+	Tool string `msgpack:"tool" json:"tool"`
+}
+
+// MaxMCPToolNameBytes bounds an MCP tool's name as a server lists it.
+const MaxMCPToolNameBytes = 128
 
 // HTTPAction calls a tool over HTTP.
 type HTTPAction struct {
@@ -119,6 +138,16 @@ func (a *Action) Check() error {
 	case ActionGRPC:
 		if a.GRPC == nil {
 			return fieldErr("action.grpc", "is required for a grpc action")
+		}
+	case ActionMCP:
+		if a.MCP == nil {
+			return fieldErr("action.mcp", "is required for an mcp action")
+		}
+		if err := CheckID("action.mcp.server", a.MCP.Server); err != nil {
+			return err
+		}
+		if t := a.MCP.Tool; t == "" || len(t) > MaxMCPToolNameBytes || !utf8.ValidString(t) || strings.ContainsFunc(t, unicode.IsControl) {
+			return fieldErr("action.mcp.tool", fmt.Sprintf("must be 1 to %d bytes of printable text", MaxMCPToolNameBytes))
 		}
 	default:
 		// Another kind is carried to the worker, whose executors decide.

@@ -30,6 +30,15 @@ type Tools interface {
 	Tools() []string
 }
 
+// ToolSet is implemented by executors whose tools change while they run (an MCP server's
+// list): of the tools of its kind that have a consumer, a worker serves those Has reports,
+// looking again at the others whenever Changed is closed. A tool once served stays served (a
+// call that finds it gone again is the executor's to answer).
+type ToolSet interface {
+	Has(tool string) bool
+	Changed() <-chan struct{}
+}
+
 // Call is one try of a tool call handed to an Executor.
 type Call struct {
 	RequestID string

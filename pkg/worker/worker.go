@@ -114,6 +114,7 @@ type Worker struct {
 	pub     *bus.Publisher
 	execs   map[string]Executor // kind → executor wrapped in its middleware
 	fixed   map[string][]string // kind → the tools its executor names (Tools)
+	sets    map[string]ToolSet  // kind → its executor's changing tools (ToolSet)
 	log     *slog.Logger
 	obs     Observer
 	running running
@@ -141,7 +142,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, serving: map[string]bool{}, pools: cfg.Pools.make(),
-		execs: map[string]Executor{}, fixed: map[string][]string{},
+		execs: map[string]Executor{}, fixed: map[string][]string{}, sets: map[string]ToolSet{},
 		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
@@ -158,6 +159,8 @@ func New(cfg Config) (*Worker, error) {
 			// An executor that names its tools serves those and no others, none if it names
 			// none.
 			w.fixed[e.Kind()] = append([]string{}, t.Tools()...)
+		} else if t, ok := e.(ToolSet); ok {
+			w.sets[e.Kind()] = t
 		}
 	}
 	return w, nil
@@ -258,6 +261,44 @@ func (w *Worker) Run(ctx context.Context) error {
 			start(bus.LegacyToolConsumer(tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, true) })
 		}
 	}
+	// Executors whose tools change (ToolSet) serve, of their kind's tools, those they have:
+	// the others wait here until they change.
+	var waitMu sync.Mutex
+	waiting := map[string]map[string]bool{} // kind → tools not had yet
+	offer := func(kind, tool string) {
+		set := w.sets[kind]
+		if set == nil || set.Has(tool) {
+			serve(kind, tool)
+			return
+		}
+		waitMu.Lock()
+		if waiting[kind] == nil {
+			waiting[kind] = map[string]bool{}
+		}
+		waiting[kind][tool] = true
+		waitMu.Unlock()
+	}
+	for kind, set := range w.sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-set.Changed():
+				}
+				waitMu.Lock()
+				for tool := range waiting[kind] {
+					if set.Has(tool) {
+						delete(waiting[kind], tool)
+						serve(kind, tool)
+					}
+				}
+				waitMu.Unlock()
+			}
+		}()
+	}
 	follow := false
 	for kind := range w.execs {
 		switch {
@@ -307,7 +348,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					}
 					kind, tool, _, ok := protocol.ParseKeyTool(e.Key())
 					if ok && w.execs[kind] != nil && w.fixed[kind] == nil {
-						serve(kind, tool)
+						offer(kind, tool)
 					}
 				}
 			}

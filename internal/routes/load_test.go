@@ -545,11 +545,11 @@ func TestMCPActions(t *testing.T) {
 		t.Fatalf("mcp action = %+v %+v", a, a.MCP)
 	}
 	for doc, want := range map[string]string{
-		"{mcp: {tool: echo}}":                         "server",
-		"{mcp: {server: 'a b', tool: echo}}":          "server",
-		"{mcp: {server: s}}":                          "tool",
-		"{mcp: {server: s, tool: x, command: [sh]}}":  "command",
-		"{mcp: {server: s, tool: \"a\\u0000b\"}}": "tool",
+		"{mcp: {tool: echo}}":                        "server",
+		"{mcp: {server: 'a b', tool: echo}}":         "server",
+		"{mcp: {server: s}}":                         "tool",
+		"{mcp: {server: s, tool: x, command: [sh]}}": "command",
+		"{mcp: {server: s, tool: \"a\\u0000b\"}}":    "tool",
 	} {
 		_, err := Parse("r.yaml", []byte(lines("version: 1.0", "rules:", "  - name: r", "    match: {tool_name: t}", "    action: "+doc)))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -145,7 +145,9 @@ func TestEverythingOverStreamableHTTPSurvivesAKill(t *testing.T) {
 	}
 	// A call of 3 s, and the server killed one second in.
 	result := make(chan worker.Outcome, 1)
-	go func() { result <- execute(t, e, call("web", "trigger-long-running-operation", `{"duration":3,"steps":3}`)) }()
+	go func() {
+		result <- execute(t, e, call("web", "trigger-long-running-operation", `{"duration":3,"steps":3}`))
+	}()
 	time.Sleep(time.Second)
 	_ = server.Process.Kill()
 	_ = server.Wait()

@@ -120,6 +120,8 @@ func keptKey(ctx context.Context, keys *auth.Keys, path string) (SystemKey, bool
 type keyFlag struct {
 	file string // as given; empty: HERMES_KEY_FILE, else defaultKeyFile, either of which may be missing
 	used string // where the key sent came from, for messages
+	// fixed, when set, is the key, whatever the environment says (a service's own).
+	fixed string
 }
 
 func (k *keyFlag) register(fs *flag.FlagSet) {
@@ -130,6 +132,10 @@ func (k *keyFlag) register(fs *flag.FlagSet) {
 // key returns the API key to send; empty when there is none (the gateway will say 401). A
 // --key-file or HERMES_KEY_FILE that names no file is an error.
 func (k *keyFlag) key() (string, error) {
+	if k.fixed != "" {
+		k.used = "the service's key"
+		return k.fixed, nil
+	}
 	if v := strings.TrimSpace(os.Getenv("HERMES_API_KEY")); v != "" {
 		k.used = "HERMES_API_KEY"
 		return v, nil

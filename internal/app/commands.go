@@ -89,6 +89,7 @@ type workerFlags struct {
 	concurrency int
 	maxResult   int64
 	trusted     string
+	mcp         string
 	pools       worker.Pools
 }
 
@@ -103,6 +104,7 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.pools.H, "pool-h", envInt("HERMES_POOL_H", worker.DefaultPoolH), "calls of heavy tools (resource_level H) running at once (env HERMES_POOL_H)")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
 	fs.StringVar(&w.trusted, "trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys (hermes seal-key prints them): run only tool calls they sealed, drop any other (env HERMES_TRUSTED_SEALS)")
+	fs.StringVar(&w.mcp, "mcp", os.Getenv("HERMES_MCP"), "file naming the MCP servers this worker holds (programs over stdio, Streamable HTTP URLs): their tools become Hermes tools (env HERMES_MCP)")
 }
 
 func (w *workerFlags) config(instance string) (WorkerConfig, error) {
@@ -126,6 +128,12 @@ func (w *workerFlags) config(instance string) (WorkerConfig, error) {
 		}
 		cfg.TrustedSeals = keys
 	}
+	if w.mcp != "" {
+		var err error
+		if cfg.MCP, err = LoadMCPConfig(w.mcp); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
 }
 
@@ -137,6 +145,9 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	c.registerDeadLetters(fs, false)
 	var wf workerFlags
 	wf.register(fs)
+	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the MCP servers' tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (tools:admin) (env HERMES_URL)")
+	var key keyFlag
+	key.register(fs)
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -145,6 +156,12 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		wc, err := wf.config(c.instance)
 		if err != nil {
 			return nil, nil, err
+		}
+		if wc.MCP != nil && *gatewayURL != "" {
+			if wc.APIKey, err = key.key(); err != nil {
+				return nil, nil, err
+			}
+			wc.Gateway = *gatewayURL
 		}
 		wc.Metrics, wc.Logger = obs.metrics, log
 		w, err := NewWorker(b, wc)

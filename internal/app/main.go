@@ -34,6 +34,7 @@ var Commands = map[string]Command{
 	"replay":       RunReplay,
 	"tools":        RunTools,
 	"apply":        RunApply,
+	"mcp":          RunMCP,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -63,7 +64,9 @@ Commands:
   replay      print a session's recorded history (--session S), or what a new routes file
               would route differently (--routes FILE; exit 1 when anything would change)
   tools       tools' contracts through a gateway: tools ls, tools get NAME, tools register -f
-              FILE, tools rm NAME (changing them needs the tools:admin permission)
+              FILE, tools check NAME, tools rm NAME (changing them needs the tools:admin
+              permission)
+  mcp         the MCP servers tool workers hold (--mcp FILE) and their states: mcp ls
   apply       make the registered contracts what files say (-f DIR_OR_FILE): prints the diff;
               --dry-run changes nothing, --prune removes what the files no longer name
   bench       measure Hermes against the same tool called directly

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/hermesbus/hermes/pkg/retry"
 	"github.com/hermesbus/hermes/pkg/worker"
 	"github.com/hermesbus/hermes/pkg/worker/httpexec"
+	"github.com/hermesbus/hermes/pkg/worker/mcpexec"
 )
 
 // Connect dials NATS (url, or in-process with opts) and provisions the bus, retrying both
@@ -164,14 +166,20 @@ type WorkerConfig struct {
 	Pools worker.Pools
 	// TrustedSeals, when set, makes the worker run only tool calls these routers' keys sealed.
 	TrustedSeals map[string]ed25519.PublicKey
-	Metrics      *metrics.Metrics
-	Logger       *slog.Logger
+	// MCP, when set, names the MCP servers the worker holds (LoadMCPConfig); their tools'
+	// contracts are registered through Gateway with APIKey (tools:admin), when given.
+	MCP             *MCPConfig
+	Gateway, APIKey string
+	Metrics         *metrics.Metrics
+	Logger          *slog.Logger
 }
 
-// WorkerService is a tool worker following the tools' contracts (for their resource levels).
+// WorkerService is a tool worker following the tools' contracts (for their resource levels),
+// and holding the MCP servers its configuration names.
 type WorkerService struct {
 	*worker.Worker
 	contracts *registry.Live
+	mcp       *mcpService
 }
 
 // Run runs the worker until ctx is done, once it knows every contract registered.
@@ -179,7 +187,33 @@ func (s *WorkerService) Run(ctx context.Context) error {
 	if err := s.contracts.Start(ctx); err != nil {
 		return err
 	}
-	return s.Worker.Run(ctx)
+	if s.mcp == nil {
+		return s.Worker.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.mcp.run(ctx) }()
+	err := s.Worker.Run(ctx)
+	cancel()
+	<-done
+	return err
+}
+
+// RegisterThrough makes the worker register its MCP servers' tools' contracts through the
+// gateway at base with key; it must be called before Run.
+func (s *WorkerService) RegisterThrough(base, key string) {
+	if s.mcp != nil {
+		s.mcp.gateway = &gatewayAPI{base: base, client: &http.Client{Timeout: 30 * time.Second}, key: keyFlag{fixed: key}}
+	}
+}
+
+// MCPStates says what the worker knows of its MCP servers (none without).
+func (s *WorkerService) MCPStates() []mcpexec.State {
+	if s.mcp == nil {
+		return nil
+	}
+	return s.mcp.exec.States()
 }
 
 // NewWorker builds a tool worker on b.
@@ -201,6 +235,13 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	}
 	execs = append(execs, cfg.Executors...)
 	log := orDiscard(cfg.Logger).With("service", "toolworker")
+	var ms *mcpService
+	if cfg.MCP != nil {
+		if ms, err = newMCPServiceFor(cfg.MCP, cfg.Instance, b, cfg.Gateway, cfg.APIKey, m, log); err != nil {
+			return nil, err
+		}
+		execs = append(execs, ms.exec)
+	}
 	// The worker reads the contract versions its calls name by revision, and follows the
 	// contracts for each tool's resource level (its bulkhead).
 	live := registry.NewLive(b.Contracts, log)
@@ -226,7 +267,7 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WorkerService{Worker: w, contracts: live}, nil
+	return &WorkerService{Worker: w, contracts: live, mcp: ms}, nil
 }
 
 // NewGateway builds a gateway on nc and b.

@@ -224,6 +224,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		sys.back = append(sys.back, d.Run)
 		sys.Services = append(sys.Services, "dead-letter processor (hermes dlq ls)")
 	}
+	var mcpWorker *WorkerService
 	for i := range cfg.ToolWorkers {
 		name := "toolworker"
 		if i > 0 {
@@ -235,6 +236,9 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		}
 		wc := cfg.Worker
 		wc.Instance, wc.Metrics, wc.Logger = cfg.Instance+"-"+name, obs.metrics, log
+		if i > 0 {
+			wc.MCP = nil // the first worker holds the MCP servers: one program each
+		}
 		w, err := NewWorker(wb, wc)
 		if err != nil {
 			return nil, err
@@ -242,6 +246,14 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		sys.back = append(sys.back, w.Run)
 		if i == 0 {
 			sys.Services = append(sys.Services, fmt.Sprintf("tool worker × %d (kinds %s)", cfg.ToolWorkers, strings.Join(w.Kinds(), ", ")))
+			if wc.MCP != nil {
+				mcpWorker = w
+				var names []string
+				for _, srv := range wc.MCP.Servers {
+					names = append(names, srv.Name)
+				}
+				sys.Services = append(sys.Services, "MCP servers held by the tool worker: "+strings.Join(names, ", ")+" (hermes mcp ls)")
+			}
 		}
 	}
 	gnc, gb, err := conn("gateway", bus.RoleGateway)
@@ -269,6 +281,9 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()
 	sys.Services = append(sys.Services, "gateway")
+	if mcpWorker != nil && sys.Key.Key != "" {
+		mcpWorker.RegisterThrough(sys.GatewayURL, sys.Key.Key)
+	}
 	if cfg.DemoAddr != "" {
 		sys.back = append(sys.back, sys.meetingTools(cfg, append(slices.Clone(connOpts), roleOpts[bus.RoleWorker]...), log))
 		sys.Services = append(sys.Services, "meeting tools in Go, on the SDK ("+strings.Join(demotools.MeetingToolNames, ", ")+")")

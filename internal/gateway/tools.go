@@ -147,6 +147,11 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	skip, ok := boolParam(w, r, "try")
+	if !ok {
+		return
+	}
+	skip = r.URL.Query().Get("try") != "" && !skip // try=false: the registrar asks for no sandbox
 	c, err := registry.Parse(body)
 	if err != nil {
 		writeContractError(w, err)
@@ -159,7 +164,10 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var report []byte
-	if cur == nil { // a new version: tried first
+	if cur == nil && skip {
+		report = (&sandbox.Report{Tool: c.Name, Verdict: sandbox.Skipped, Reason: "not tried: the registrar asked for no sandbox (try=false)"}).Kept()
+	}
+	if cur == nil && !skip { // a new version: tried first
 		opts.Version = next
 		rep, ok := g.try(w, r, c, opts)
 		if !ok {

@@ -44,6 +44,10 @@ type Metrics struct {
 	// HTTPRequests and HTTPDuration describe the gateway's HTTP traffic by route pattern.
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
+	// MCPServers is 1 for the state each MCP server a worker of this process holds is in
+	// (connecting, connected, restarting, error), 0 for the others; MCPTools counts its tools.
+	MCPServers *prometheus.GaugeVec
+	MCPTools   *prometheus.GaugeVec
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -73,10 +77,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Gateway HTTP requests by route and status code."}, []string{"route", "code"}),
 		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hermes_http_request_duration_seconds",
 			Help: "Gateway HTTP request duration by route.", Buckets: latencyBuckets}, []string{"route"}),
+		MCPServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hermes_mcp_server_state",
+			Help: "1 for the state an MCP server held by a tool worker here is in, 0 for the others."}, []string{"server", "state"}),
+		MCPTools: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hermes_mcp_server_tools",
+			Help: "Tools an MCP server held by a tool worker here lists."}, []string{"server"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
-			m.InFlight, m.HTTPRequests, m.HTTPDuration,
+			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

@@ -33,6 +33,14 @@ func ParseKeyTool(key string) (kind, tool string, legacy, ok bool) {
 	return kind, tool, false, KnownKind(kind) && ValidToken(tool, MaxToolNameLen)
 }
 
+// KeyMCPState is where, in hermes-tools, a tool worker keeps the state of the MCP servers it
+// holds (instance must be a token); MCPStatePrefix starts every such key.
+func KeyMCPState(instance string) string { return MCPStatePrefix + instance }
+
+// MCPStatePrefix starts the keys of KeyMCPState ("mcpstate." is no action kind, so they are no
+// tool's).
+const MCPStatePrefix = "mcpstate."
+
 // Keys of hermes-sessions, which orders a session's serial requests.
 
 // KeySerialTail holds the last serial request accepted in session.

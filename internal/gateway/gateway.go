@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -483,7 +484,47 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "stream not reachable"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	out := map[string]any{"status": "ready"}
+	if mcp := g.mcpStates(ctx); len(mcp) > 0 {
+		out["mcp"] = mcp
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// mcpWorker is what a tool worker keeps on the bus of the MCP servers it holds (shown by
+// /readyz; a worker not heard of for 20 s is marked stale).
+type mcpWorker struct {
+	Worker    string            `json:"worker"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Stale     bool              `json:"stale,omitempty"`
+	Servers   []json.RawMessage `json:"servers"`
+}
+
+// mcpStates reads the MCP servers' states the tool workers keep in hermes-tools; what cannot be
+// read is left out (readiness is the gateway's own).
+func (g *Gateway) mcpStates(ctx context.Context) []mcpWorker {
+	kv := g.cfg.Bus.Tools
+	if kv == nil {
+		return nil
+	}
+	keys, err := kv.ListKeysFiltered(ctx, protocol.MCPStatePrefix+">")
+	if err != nil {
+		return nil
+	}
+	var out []mcpWorker
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var st mcpWorker
+		if json.Unmarshal(e.Value(), &st) != nil {
+			continue
+		}
+		st.Stale = time.Since(st.UpdatedAt) > 20*time.Second
+		out = append(out, st)
+	}
+	return out
 }
 
 // waitFor reads ?timeout= (a Go duration like 5s, or milliseconds).

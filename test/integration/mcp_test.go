@@ -84,6 +84,11 @@ func TestMCPServersBecomeTools(t *testing.T) {
 		t.Errorf("mcp ls: exit %d\n%s%s", code, out, errOut)
 	}
 
+	// So does the gateway's /readyz, to anyone (no key needed).
+	if code, body := s.call("GET", "/readyz", "", ""); code != 200 || !strings.Contains(body, `"worker":"mcp-worker"`) || !strings.Contains(body, `"state":"connected"`) {
+		t.Errorf("readyz: %d %s", code, body)
+	}
+
 	// Killed during a 3-second call: started again, the call tried again, one result.
 	done := make(chan *protocol.Response, 1)
 	go func() {

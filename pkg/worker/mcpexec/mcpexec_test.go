@@ -198,6 +198,28 @@ func TestAServerThatDoesNotStart(t *testing.T) {
 	}
 }
 
+// A program that answers what is not MCP is an error state naming the failure, tried again.
+func TestAServerThatAnswersGarbage(t *testing.T) {
+	e, err := mcpexec.New(mcpexec.Config{Servers: []mcpexec.Server{{Name: "garbage", Command: []string{"sh", "-c", "echo '{not json'; echo 'HTTP/1.1 200 OK'; sleep 60"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(40 * time.Second)
+	for st := e.States()[0]; st.State != mcpexec.StateError; st = e.States()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("states: %+v", e.States())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out, err := e.Execute(ctx, call("garbage", "echo", `{}`)); err != nil || out.Result.ErrorCode != protocol.CodeToolUnreachable || !out.Retryable {
+		t.Errorf("a call: %+v %v", out.Result, err)
+	}
+}
+
 // Names an MCP server gives its tools become valid Hermes tool names under the prefix, or are
 // refused; a configuration that could run two servers under one prefix is refused.
 func TestToolNamesAndConfiguration(t *testing.T) {

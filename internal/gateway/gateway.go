@@ -167,6 +167,7 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g.registerSessions()
 	g.registerBrowser()
 	g.registerTools()
+	g.registerMCP()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))

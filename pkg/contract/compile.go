@@ -2,6 +2,7 @@ package contract
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -34,6 +35,8 @@ type Compiled struct {
 // schema is one compiled schema and what its errors are reported against.
 type schema struct {
 	s *jsonschema.Schema
+	// doc is the schema as JSON Schema (the short form expanded), as written otherwise.
+	doc any
 	// field is where it is written in the contract (input_schema, output_schema.success).
 	field string
 	// short: written in the short form, so a field path in the compiled schema
@@ -43,6 +46,19 @@ type schema struct {
 	descriptions map[string]string
 	// patterns: the schema matches patterns somewhere (so long strings are refused first).
 	patterns bool
+}
+
+// InputJSONSchema is the input schema as JSON Schema (the short form expanded), for those who
+// show a tool to a model (an MCP client); an object of any properties without one.
+func (c *Compiled) InputJSONSchema() json.RawMessage {
+	if c.input == nil {
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	b, err := json.Marshal(c.input.doc)
+	if err != nil {
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	return b
 }
 
 // Compile checks c and compiles its schemas, recording version and revision. Errors are *Error
@@ -243,6 +259,7 @@ func compileSchema(tool, field string, v any) (*schema, error) {
 	} else if ok {
 		s.descriptions = descriptionsOf(obj)
 	}
+	s.doc = v
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})

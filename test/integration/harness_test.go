@@ -145,6 +145,13 @@ func start(t *testing.T, opts options) *system {
 // startGateway starts a gateway on a new port and points s.base at it.
 func (s *system) startGateway(instance string) {
 	s.t.Helper()
+	s.base, s.gwStop = s.newGateway(instance)
+	s.waitReady()
+}
+
+// newGateway starts one more gateway on a new port, and returns its base URL and its stop.
+func (s *system) newGateway(instance string) (base string, stop func()) {
+	s.t.Helper()
 	nc, gb := s.connectAs(bus.RoleGateway)
 	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger, StoreCheckEvery: 50 * time.Millisecond}
 	if s.opts.callers {
@@ -169,9 +176,7 @@ func (s *system) startGateway(instance string) {
 			s.t.Errorf("gateway stopped: %v", err)
 		}
 	}()
-	s.gwStop = func() { cancel(); <-done }
-	s.base = "http://" + gl.Addr().String()
-	s.waitReady()
+	return "http://" + gl.Addr().String(), func() { cancel(); <-done }
 }
 
 // restartGateway stops the gateway and starts a new one (new instance, new port).

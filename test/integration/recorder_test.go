@@ -81,3 +81,14 @@ func (rec *recorder) tries(key string) []http.Header {
 	defer rec.mu.Unlock()
 	return append([]http.Header(nil), rec.keys[key]...)
 }
+
+// idempotencyKeys lists the keys of every call the recorder saw.
+func (rec *recorder) idempotencyKeys() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []string
+	for k := range rec.keys {
+		out = append(out, k)
+	}
+	return out
+}

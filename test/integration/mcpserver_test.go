@@ -1,0 +1,236 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// keyed sends every request with an API key, to the gateways given in turn (one session, any
+// replica).
+type keyed struct {
+	key   string
+	bases []string
+	n     atomic.Int64
+	hosts []string // the host each request went to
+}
+
+func (k *keyed) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+k.key)
+	base, _ := url.Parse(k.bases[int(k.n.Add(1))%len(k.bases)])
+	r.URL.Host, r.Host = base.Host, base.Host
+	k.hosts = append(k.hosts, base.Host)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func mcpClient(t *testing.T, rt *keyed) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "hermes-test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: rt.bases[0] + "/mcp", HTTPClient: &http.Client{Transport: rt}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func text(r *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Hermes is an MCP server: tools/list shows the registered tools with their schemas; tools/call
+// runs through the bus — a call, the tool's declared error, a schema-invalid call as an error
+// result the model can correct; one MCP session alternated between two gateways; a call sent
+// again with the same id runs nothing twice; no key, no MCP.
+func TestHermesIsAnMCPServer(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := s.registerContract(keys["admin"], string(seed)); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	second, stop := s.newGateway("gateway-2")
+	defer stop()
+	rt := &keyed{key: keys["alice"], bases: []string{s.base, second}}
+	cs := mcpClient(t, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *mcp.Tool
+	for _, tl := range list.Tools {
+		if tl.Name == "order_query" {
+			found = tl
+		}
+	}
+	schema, _ := json.Marshal(found.InputSchema)
+	if found == nil || !strings.Contains(string(schema), `"pattern":"^ORD[0-9]{12}$"`) || !strings.Contains(string(schema), `"required":["order_id"]`) {
+		t.Fatalf("tools/list: %+v %s", found, schema)
+	}
+
+	var ok *mcp.CallToolResult
+	waitFor(t, "the contract in use", func() bool {
+		ok, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "order_query", Arguments: map[string]any{"order_id": "ORD202603120042"}})
+		return err == nil && !ok.IsError
+	})
+	if !strings.Contains(text(ok), `"order_id":"ORD202603120042"`) || ok.StructuredContent == nil {
+		t.Errorf("a call: %s %+v", text(ok), ok)
+	}
+	missing, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "order_query", Arguments: map[string]any{"order_id": "ORD209901010001"}})
+	if err != nil || !missing.IsError || !strings.HasPrefix(text(missing), "ORDER_NOT_FOUND") {
+		t.Errorf("the tool's error: %v %s", err, text(missing))
+	}
+	bad, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "order_query", Arguments: map[string]any{"order_id": "12"}})
+	if err != nil || !bad.IsError || !strings.Contains(text(bad), "BAD_ARGUMENTS: order_id: does not match ^ORD[0-9]{12}$") || !strings.Contains(text(bad), "hint:") {
+		t.Errorf("a schema-invalid call: %v %s", err, text(bad))
+	}
+	unknown, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "no such tool!", Arguments: map[string]any{}})
+	if err != nil || !unknown.IsError {
+		t.Errorf("an unknown tool: %v %+v", err, unknown)
+	}
+	hosts := map[string]bool{}
+	for _, h := range rt.hosts {
+		hosts[h] = true
+	}
+	if len(hosts) != 2 {
+		t.Errorf("the session used %d gateways", len(hosts))
+	}
+	// Each call is a request on the record, in the MCP session's Hermes session.
+	calls := 0
+	for _, m := range s.record() {
+		if m.Type == protocol.TypeRequest && strings.HasPrefix(m.RequestID, "mcp-") && strings.HasPrefix(m.SessionID, "mcp-") {
+			calls++
+		}
+	}
+	if calls < 3 {
+		t.Errorf("%d MCP calls on the record", calls)
+	}
+
+	// Without a key: no MCP at all.
+	resp, err := http.Post(s.base+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without a key: %v %v", err, resp)
+	}
+	// A malformed body gets the protocol's error, not a crash.
+	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":`))
+	req.Header.Set("Authorization", "Bearer "+keys["alice"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 == 5 {
+		t.Errorf("a malformed body: %v %v", err, resp)
+	}
+	// A client on a protocol with sessions (initialize): its session is kept on the bus, so the
+	// other gateway answers it; the same JSON-RPC id sent again — to either — runs once; another
+	// caller cannot use the session.
+	post := func(base, key, session, body string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := post(s.base, keys["alice"], "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || session == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	callBody := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"order_query","arguments":{"order_id":"ORD202603120042"}}}`
+	_, first := post(second, keys["alice"], session, callBody)
+	_, again := post(s.base, keys["alice"], session, callBody)
+	if !strings.Contains(first, "ORD202603120042") || first != again {
+		t.Errorf("one call, two gateways:\n%s\n%s", first, again)
+	}
+	requests := map[string]bool{}
+	for _, m := range s.record() {
+		if m.Type == protocol.TypeRequest && m.SessionID == "mcp-"+session {
+			requests[m.RequestID] = true
+		}
+	}
+	if len(requests) != 1 {
+		t.Errorf("the call sent twice is %d requests on the record", len(requests))
+	}
+	if resp, _ := post(s.base, keys["admin"], session, `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("someone else's session: %d", resp.StatusCode)
+	}
+	if resp, _ := post(s.base, keys["alice"], "0123456789abcdef0123456789abcdef", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a session never made: %d", resp.StatusCode)
+	}
+}
+
+// A call during which the tool worker is SIGKILLed: one result, through the MCP session; the
+// tool saw the call twice, under one idempotency key.
+func TestAnMCPCallOutlivesItsWorker(t *testing.T) {
+	s := start(t, options{callers: true, bus: bus.Config{AckWait: 2 * time.Second}})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
+	victim := s.spawn("toolworker", "victim-worker", append(s.workerArgs(), "--tools", "record")...)
+	cs := mcpClient(t, &keyed{key: keys["alice"], bases: []string{s.base}})
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "record", Arguments: map[string]any{"first_delay_ms": 60000}})
+		if err != nil {
+			t.Errorf("call: %v", err)
+		}
+		got <- res
+	}()
+	var key string
+	waitFor(t, "the victim to start the call", func() bool {
+		for _, k := range s.recorder.idempotencyKeys() {
+			if strings.HasPrefix(k, "mcp-") {
+				key = k
+			}
+		}
+		return key != "" && len(s.recorder.tries(key)) == 1
+	})
+	victim.kill()
+	s.addWorker("survivor-worker")
+	res := <-got
+	if res == nil || res.IsError {
+		t.Fatalf("the call: %+v", res)
+	}
+	tries := s.recorder.tries(key)
+	if len(tries) != 2 || tries[0].Get("Idempotency-Key") != tries[1].Get("Idempotency-Key") {
+		t.Fatalf("the tool saw %d tries", len(tries))
+	}
+	rid, _, _ := strings.Cut(key, "/")
+	if n := s.countRecorded(rid, protocol.TypeToolResult); n != 1 {
+		t.Errorf("%d results recorded", n)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -232,5 +235,59 @@ func TestAnMCPCallOutlivesItsWorker(t *testing.T) {
 	rid, _, _ := strings.Cut(key, "/")
 	if n := s.countRecorded(rid, protocol.TypeToolResult); n != 1 {
 		t.Errorf("%d results recorded", n)
+	}
+}
+
+// The TypeScript SDK's client (npm, run by node): one session alternated between two
+// gateways; a call, the tool's error, a schema-invalid call as an error result.
+func TestAnNPMClientUsesHermes(t *testing.T) {
+	mcpEverything(t) // test/mcp installed
+	script, _ := filepath.Abs("../mcp/client.mjs")
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := s.registerContract(keys["admin"], string(seed)); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	second, stop := s.newGateway("gateway-2")
+	defer stop()
+	calls := `[{"name":"order_query","arguments":{"order_id":"ORD202603120042"}},
+		{"name":"order_query","arguments":{"order_id":"ORD209901010001"}},
+		{"name":"order_query","arguments":{"order_id":"12"}}]`
+	var out struct {
+		Session string   `json:"session"`
+		Hosts   int      `json:"hosts"`
+		Tools   []string `json:"tools"`
+		Results []struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"results"`
+	}
+	var raw []byte
+	waitFor(t, "the contract in use", func() bool {
+		cmd := exec.Command("node", script, keys["alice"], s.base+"/mcp,"+second+"/mcp", calls)
+		raw, err = cmd.Output()
+		if err != nil {
+			t.Fatalf("node client: %v\n%s", err, raw)
+		}
+		return json.Unmarshal(raw, &out) == nil && len(out.Results) == 3 && !out.Results[0].IsError
+	})
+	t.Logf("npm client: %s", raw)
+	if out.Session == "" || out.Hosts != 2 || !slices.Contains(out.Tools, "order_query") {
+		t.Errorf("session %q over %d gateways, tools %v", out.Session, out.Hosts, out.Tools)
+	}
+	if r := out.Results[0]; r.IsError || !strings.Contains(r.Content[0].Text, "ORD202603120042") {
+		t.Errorf("a call: %+v", r)
+	}
+	if r := out.Results[1]; !r.IsError || !strings.HasPrefix(r.Content[0].Text, "ORDER_NOT_FOUND") {
+		t.Errorf("the tool's error: %+v", r)
+	}
+	if r := out.Results[2]; !r.IsError || !strings.Contains(r.Content[0].Text, "BAD_ARGUMENTS: order_id") {
+		t.Errorf("a schema-invalid call: %+v", r)
 	}
 }

@@ -80,7 +80,7 @@ func (g *Gateway) registerMCP() {
 	}
 	m := &mcpServer{g: g, schemas: map[string]json.RawMessage{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "hermes", Title: "Hermes", Version: "1"}, &mcp.ServerOptions{
-		HasTools: true,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Hermes runs each tool call on a durable bus: retried by policy, recorded, and answered once. " +
 			"Arguments are checked against each tool's input schema; an error result says which field is wrong.",
 	})

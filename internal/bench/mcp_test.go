@@ -1,0 +1,135 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/worker/mcpexec"
+)
+
+// The reference MCP server's echo, called directly by an MCP client, through Hermes'
+// /v1/route, and through Hermes' own /mcp — one client, one call at a time: what Hermes adds
+// to an MCP call, with every call durable and recorded.
+
+func everythingServer(b *testing.B) string {
+	b.Helper()
+	path, _ := filepath.Abs("../../test/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+	if _, err := os.Stat(path); err != nil {
+		b.Skip("no MCP test servers (npm ci --prefix test/mcp)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		b.Skip("no node")
+	}
+	return path
+}
+
+func startMCPSystem(b *testing.B) *app.System {
+	b.Helper()
+	path := everythingServer(b)
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
+		Routes: table, ToolWorkers: 1, Instance: "bench-mcp",
+		Worker: app.WorkerConfig{Concurrency: 64, MCP: &app.MCPConfig{TimeoutMS: 10000, MaxAttempts: 1,
+			Servers: []mcpexec.Server{{Name: "everything", Command: []string{"node", path, "stdio"}}}}},
+		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = sys.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "everything__echo", Calls: 1, Args: `{"message":"hi"}`, RunID: "warm"}
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; h.Do(ctx, 0, i) != nil; i++ {
+		if time.Now().After(deadline) {
+			b.Fatal("the MCP tool never answered through Hermes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return sys
+}
+
+// timed runs do b.N times and reports p50 and p99.
+func timed(b *testing.B, do func(i int) error) {
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if err := do(i); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+type bearer struct{ key string }
+
+func (k bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+k.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func echoOver(b *testing.B, t mcp.Transport) {
+	ctx := context.Background()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, t, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	timed(b, func(i int) error {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: toolFor(t), Arguments: map[string]any{"message": fmt.Sprint("hi ", i)}})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("error result: %+v", res.Content)
+		}
+		return err
+	})
+}
+
+func toolFor(t mcp.Transport) string {
+	if _, direct := t.(*mcp.CommandTransport); direct {
+		return "echo"
+	}
+	return "everything__echo"
+}
+
+func BenchmarkMCPEchoDirect(b *testing.B) {
+	path := everythingServer(b)
+	echoOver(b, &mcp.CommandTransport{Command: exec.Command("node", path, "stdio")})
+}
+
+func BenchmarkMCPEchoHermesRoute(b *testing.B) {
+	sys := startMCPSystem(b)
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "everything__echo", Calls: 1,
+		Args: `{"message":"hi"}`, RunID: fmt.Sprintf("mcp%d-%d", os.Getpid(), runs.Add(1))}
+	timed(b, func(i int) error { return h.Do(context.Background(), 0, i) })
+}
+
+func BenchmarkMCPEchoHermesMCP(b *testing.B) {
+	sys := startMCPSystem(b)
+	echoOver(b, &mcp.StreamableClientTransport{Endpoint: sys.GatewayURL + "/mcp", HTTPClient: &http.Client{Transport: bearer{sys.Key.Key}}, DisableStandaloneSSE: true})
+}

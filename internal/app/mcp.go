@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -100,7 +101,7 @@ type mcpService struct {
 
 // newMCPService makes the executor of cfg's servers, registering nothing.
 func newMCPService(cfg *MCPConfig, instance string, b *bus.Bus, m *metrics.Metrics, log *slog.Logger) (*mcpService, error) {
-	s := &mcpService{cfg: cfg, instance: instance, tools: b.Tools, metrics: m, log: log.With("service", "mcp"),
+	s := &mcpService{cfg: cfg, instance: instance, tools: b.Tools, metrics: m, log: log.With("component", "mcp"),
 		pending: map[string][]mcpexec.Tool{}, wake: make(chan struct{}, 1)}
 	var err error
 	s.exec, err = mcpexec.New(mcpexec.Config{Servers: cfg.Servers, OnTools: s.listed, Logger: s.log})
@@ -332,14 +333,16 @@ func RunMCP(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintln(env.Stdout, "(no tool worker holds MCP servers: give one --mcp FILE)")
 		return nil
 	}
-	fmt.Fprintln(env.Stdout, "WORKER\tSERVER\tSTATE\tTOOLS\tRESTARTS\tSINCE\tERROR")
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "WORKER\tSERVER\tSTATE\tTOOLS\tRESTARTS\tSINCE\tERROR")
 	for _, w := range states {
 		stale := ""
 		if time.Since(w.UpdatedAt) > mcpStale {
 			stale = " (stale: last heard " + w.UpdatedAt.Local().Format(time.TimeOnly) + ")"
 		}
 		for _, st := range w.Servers {
-			fmt.Fprintf(env.Stdout, "%s\t%s\t%s%s\t%d\t%d\t%s\t%s\n", w.Worker, st.Server, st.State, stale, st.Tools, st.Restarts,
+			fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%d\t%s\t%s\n", w.Worker, st.Server, st.State, stale, st.Tools, st.Restarts,
 				st.Since.Local().Format(time.TimeOnly), st.Error)
 		}
 	}

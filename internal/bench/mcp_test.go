@@ -133,3 +133,12 @@ func BenchmarkMCPEchoHermesMCP(b *testing.B) {
 	sys := startMCPSystem(b)
 	echoOver(b, &mcp.StreamableClientTransport{Endpoint: sys.GatewayURL + "/mcp", HTTPClient: &http.Client{Transport: bearer{sys.Key.Key}}, DisableStandaloneSSE: true})
 }
+
+// The demo HTTP echo through /v1/route, one call at a time: the bus's share of any call, to
+// set beside the MCP echo's.
+func BenchmarkHTTPEchoHermesRoute(b *testing.B) {
+	sys := startMCPSystem(b)
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1,
+		Args: `{"message":"hi"}`, RunID: fmt.Sprintf("http%d-%d", os.Getpid(), runs.Add(1))}
+	timed(b, func(i int) error { return h.Do(context.Background(), 0, i) })
+}

@@ -267,27 +267,35 @@ func (w *Worker) Run(ctx context.Context) error {
 	waiting := map[string]map[string]bool{} // kind → tools not had yet
 	offer := func(kind, tool string) {
 		set := w.sets[kind]
-		if set == nil || set.Has(tool) {
+		if set == nil {
 			serve(kind, tool)
 			return
 		}
+		// Asked and noted under one lock, which the rescan below holds too: a change between
+		// the two cannot be missed.
 		waitMu.Lock()
+		defer waitMu.Unlock()
+		if set.Has(tool) {
+			serve(kind, tool)
+			return
+		}
 		if waiting[kind] == nil {
 			waiting[kind] = map[string]bool{}
 		}
 		waiting[kind][tool] = true
-		waitMu.Unlock()
 	}
 	for kind, set := range w.sets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			changed := set.Changed()
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-set.Changed():
+				case <-changed:
 				}
+				changed = set.Changed() // taken before the scan: a change during it is seen next
 				waitMu.Lock()
 				for tool := range waiting[kind] {
 					if set.Has(tool) {

@@ -74,6 +74,9 @@ func (r *rig) dispatch(kind, rid, args string, retry protocol.RetryPolicy) {
 	if kind == protocol.ActionHTTP {
 		action.HTTP = &protocol.HTTPAction{URL: "http://127.0.0.1:1/", Method: "POST"} // never called: the executors are fakes
 	}
+	if kind == protocol.ActionMCP {
+		action.MCP = &protocol.MCPAction{Server: "s", Tool: "t"}
+	}
 	m, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t", Arguments: json.RawMessage(args)},
 		Route: "rule", Action: action})
 	if err != nil {
@@ -477,5 +480,59 @@ func TestAClaimAboutToLapseIsWaitedForInPlace(t *testing.T) {
 	}
 	if ci.NumRedelivered != 0 || ci.Delivered.Consumer != 1 {
 		t.Fatalf("delivered %d times (%d redelivered), want once", ci.Delivered.Consumer, ci.NumRedelivered)
+	}
+}
+
+// changingSet is an executor of kind mcp whose tools change while it runs (worker.ToolSet).
+type changingSet struct {
+	mu      sync.Mutex
+	has     map[string]bool
+	changed chan struct{}
+}
+
+func (c *changingSet) Kind() string { return protocol.ActionMCP }
+func (c *changingSet) Execute(context.Context, *worker.Call) (worker.Outcome, error) {
+	return worker.OK(json.RawMessage(`"served"`), 0), nil
+}
+func (c *changingSet) Has(tool string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.has[tool]
+}
+func (c *changingSet) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+func (c *changingSet) add(tool string) {
+	c.mu.Lock()
+	c.has[tool] = true
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// A tool whose consumer appears before its executor has it is served once the executor says it
+// has it: not before (another worker may hold it), and not never.
+func TestAToolSetsToolIsServedOnceItHasIt(t *testing.T) {
+	b := bustest.NewServer(t).Provision(t, bus.Config{})
+	set := &changingSet{has: map[string]bool{}, changed: make(chan struct{})}
+	w, err := worker.New(worker.Config{Bus: b, Instance: "w-set", Executors: []worker.Executor{set}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})}
+	r.dispatch(protocol.ActionMCP, "r_set", `{}`, protocol.RetryPolicy{})
+	time.Sleep(500 * time.Millisecond)
+	if _, _, err := b.Result(t.Context(), "r_set", "c", "s"); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("served before the executor had the tool: %v", err)
+	}
+	set.add("t")
+	if _, res := r.result("r_set"); res.Status != protocol.ResultOK || string(res.Content) != `"served"` {
+		t.Fatalf("result %+v", res)
 	}
 }

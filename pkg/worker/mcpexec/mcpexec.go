@@ -23,8 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -81,6 +83,26 @@ func (s *Server) prefix() string {
 		return s.Prefix
 	}
 	return s.Name + "__"
+}
+
+// passedEnv are the worker's environment variables a server program gets (what a program needs
+// to run, nothing of Hermes': the worker's keys and credentials stay with the worker; a server
+// that needs a secret is given it by its Env).
+var passedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "LC_ALL", "LC_CTYPE",
+	"SYSTEMROOT", "APPDATA", "NODE_PATH", "NODE_OPTIONS", "PYTHONPATH", "VIRTUAL_ENV"}
+
+// serverEnv is the environment of a server program: passedEnv as the worker has them, and env.
+func serverEnv(env map[string]string) []string {
+	var out []string
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
 }
 
 // Tool is one tool of a server, as Hermes serves it.
@@ -268,6 +290,8 @@ type conn struct {
 	session *mcp.ClientSession
 	tools   map[string]Tool // by Hermes name
 	state   State
+	// listing: a relisting runs; relist: the server told of a change during it.
+	listing, relist bool
 }
 
 func (c *conn) has(tool string) bool {
@@ -289,7 +313,7 @@ func (c *conn) setState(state string, err error) {
 	c.mu.Lock()
 	c.state.State, c.state.Since = state, time.Now()
 	if err != nil {
-		c.state.Error = protocol.Shorten(err.Error(), 512)
+		c.state.Error = redact(protocol.Shorten(err.Error(), 512))
 	} else if state == StateConnected {
 		c.state.Error = ""
 	}
@@ -319,10 +343,10 @@ func (c *conn) run(ctx context.Context) {
 		} else {
 			log.Info("MCP server connected")
 			c.mu.Lock()
-			c.session = cs
+			c.session, c.listing = cs, true
 			c.mu.Unlock()
 			c.setState(StateConnected, nil)
-			c.list(ctx, cs, log)
+			c.listAll(ctx, cs)
 			waited := make(chan error, 1)
 			go func() { waited <- cs.Wait() }()
 			select {
@@ -367,26 +391,46 @@ func (c *conn) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	} else {
 		cmd := exec.Command(c.srv.Command[0], c.srv.Command[1:]...)
 		cmd.Dir = c.srv.Dir
-		cmd.Env = os.Environ()
-		for k, v := range c.srv.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
+		cmd.Env = serverEnv(c.srv.Env)
 		cmd.Stderr = &logWriter{log: c.exec.log.With("mcp_server", c.srv.Name)}
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
 	relist := func(ctx context.Context, _ *mcp.ToolListChangedRequest) {
+		// One listing at a time per server; a change told during one is listed after it.
 		c.mu.Lock()
 		cs := c.session
-		c.mu.Unlock()
-		if cs != nil {
-			go c.list(context.WithoutCancel(ctx), cs, c.exec.log.With("mcp_server", c.srv.Name))
+		if c.listing {
+			c.relist = true
+			cs = nil
+		} else if cs != nil {
+			c.listing = true
 		}
+		c.mu.Unlock()
+		if cs == nil {
+			return
+		}
+		go c.listAll(context.WithoutCancel(ctx), cs)
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, ToolListChangedHandler: relist})
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	return client.Connect(cctx, t, nil)
+}
+
+// listAll lists the tools of cs (the caller set listing), again while the server told of a
+// change meanwhile.
+func (c *conn) listAll(ctx context.Context, cs *mcp.ClientSession) {
+	for {
+		c.list(ctx, cs, c.exec.log.With("mcp_server", c.srv.Name))
+		c.mu.Lock()
+		again := c.relist && c.session == cs
+		c.relist, c.listing = false, again
+		c.mu.Unlock()
+		if !again {
+			return
+		}
+	}
 }
 
 // list reads the server's tools and makes them the ones served.
@@ -397,8 +441,10 @@ func (c *conn) list(ctx context.Context, cs *mcp.ClientSession, log *slog.Logger
 	var skipped []string
 	for t, err := range cs.Tools(lctx, nil) {
 		if err != nil {
-			log.Warn("could not list the MCP server's tools", "err", err)
+			// A server that cannot list its tools serves none: the session is made again.
+			log.Warn("could not list the MCP server's tools; connecting again", "err", err)
 			c.setState(StateError, fmt.Errorf("tools/list: %w", err))
+			c.reset(cs)
 			return
 		}
 		name, ok := ToolName(c.srv.prefix(), t.Name)
@@ -452,7 +498,14 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 	}
 	c.mu.Lock()
 	cs, st := c.session, c.state
+	t, listed := c.tools[call.Tool()]
 	c.mu.Unlock()
+	if listed && t.MCPName != a.Tool {
+		// A reach naming another of the server's tools than the one listed under this name.
+		return worker.Failed(protocol.CodeActionUnsupported, protocol.OriginHermes,
+			"register the tool's contract again: its reach names another tool of the server than the one listed as "+call.Tool(),
+			fmt.Sprintf("%s is %s of server %s, not %s", call.Tool(), t.MCPName, a.Server, protocol.Shorten(a.Tool, 64)), false), nil
+	}
 	if cs == nil {
 		why := "MCP server " + a.Server + " is " + st.State
 		if st.Error != "" {
@@ -472,10 +525,13 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 			return worker.Outcome{}, context.Cause(ctx)
 		}
 		var wire *jsonrpc.Error
-		if !errors.As(err, &wire) {
-			// No answer: the connection ended (the program died, the endpoint went away).
-			return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes, "the MCP server went away during the call; the worker is connecting to it again",
-				"MCP server "+a.Server+" went away during the call: "+protocol.Shorten(err.Error(), 500), true), nil
+		if !errors.As(err, &wire) || wire.Code == codeRejected {
+			// No answer of the server's: the connection ended (the program died), the endpoint
+			// is down or overloaded (the transport's rejection: a refused connection, a 502,
+			// 503, 504 or 429). The session is made again.
+			c.reset(cs)
+			return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes, "the MCP server did not answer the call; the worker is connecting to it again",
+				"MCP server "+a.Server+" did not answer: "+redact(protocol.Shorten(err.Error(), 500)), true), nil
 		}
 		// The server's answer is a protocol error: the tool is unknown to it, or it refused
 		// the call's arguments.
@@ -498,6 +554,33 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 	out := worker.OK(content, took)
 	out.Answered = worker.AnsweredBody
 	return out, nil
+}
+
+// codeRejected is the SDK's JSON-RPC code for a request its transport could not deliver (the
+// server not answering at all), as opposed to the server's own refusal.
+const codeRejected = -32005
+
+// reset closes cs if it is still the session in use: the run loop connects again.
+func (c *conn) reset(cs *mcp.ClientSession) {
+	c.mu.Lock()
+	current := c.session == cs
+	c.mu.Unlock()
+	if current {
+		_ = cs.Close()
+	}
+}
+
+// urlPattern finds URLs in error text, whose paths and queries may hold secrets.
+var urlPattern = regexp.MustCompile(`https?://[^\s"']+`)
+
+// redact writes each URL in s as its scheme and host only.
+func redact(s string) string {
+	return urlPattern.ReplaceAllStringFunc(s, func(u string) string {
+		if p, err := url.Parse(u); err == nil && p.Host != "" {
+			return p.Scheme + "://" + p.Host + "/…"
+		}
+		return "…"
+	})
 }
 
 // resultContent is a result as Hermes keeps it: the structured content when the server gives

@@ -78,8 +78,13 @@ func execute(t *testing.T, e *mcpexec.Executor, c *worker.Call) worker.Outcome {
 // a tool error as the server said it, and a tool the server does not have.
 func TestEverythingOverStdio(t *testing.T) {
 	path := everything(t)
+	// The worker's own secrets are not the server program's: it gets what a program needs to
+	// run, and what its configuration gives it.
+	t.Setenv("HERMES_API_KEY", "hk_secret_of_the_worker")
+	t.Setenv("HERMES_NATS_NKEY", "/secret/seed.nk")
 	listed := make(chan []mcpexec.Tool, 4)
-	e := start(t, mcpexec.Server{Name: "everything", Command: []string{"node", path, "stdio"}}, func(_ string, tools []mcpexec.Tool) { listed <- tools })
+	e := start(t, mcpexec.Server{Name: "everything", Command: []string{"node", path, "stdio"}, Env: map[string]string{"GIVEN": "to-the-server"}},
+		func(_ string, tools []mcpexec.Tool) { listed <- tools })
 	tools := <-listed
 	byName := map[string]mcpexec.Tool{}
 	for _, tl := range tools {
@@ -95,6 +100,10 @@ func TestEverythingOverStdio(t *testing.T) {
 		t.Errorf("states: %+v", st)
 	}
 
+	env := execute(t, e, call("everything", "get-env", `{}`))
+	if env.Result.Status != protocol.ResultOK || strings.Contains(string(env.Result.Content), "secret") || !strings.Contains(string(env.Result.Content), "to-the-server") {
+		t.Errorf("the server's environment: %s", env.Result.Content)
+	}
 	out := execute(t, e, call("everything", "echo", `{"message":"你好 hermes"}`))
 	if out.Result.Status != protocol.ResultOK || !strings.Contains(string(out.Result.Content), "你好 hermes") {
 		t.Errorf("echo: %+v %s", out.Result, out.Result.Content)
@@ -154,6 +163,10 @@ func TestEverythingOverStreamableHTTPSurvivesAKill(t *testing.T) {
 	out := <-result
 	if out.Result.ErrorCode != protocol.CodeToolUnreachable || !out.Retryable {
 		t.Fatalf("a call whose server died: %+v %s", out.Result, out.Result.Content)
+	}
+	// While it is down, calls are unreachable and retryable, never the tool's failure.
+	if out := execute(t, e, call("web", "echo", `{"message":"down"}`)); out.Result.ErrorCode != protocol.CodeToolUnreachable || !out.Retryable {
+		t.Fatalf("a call while the server is down: %+v %s", out.Result, out.Result.Content)
 	}
 	run()
 	deadline := time.Now().Add(40 * time.Second)

@@ -217,6 +217,13 @@ func (s *mcpService) register(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
+				var ae *apiError
+				if errors.As(err, &ae) && ae.Status/100 == 4 && ae.Status != http.StatusTooManyRequests {
+					// Refused for what it is (a schema that does not compile, too large): not
+					// served by contract until the server lists it otherwise.
+					s.log.Error("an MCP tool's contract was refused; the tool has no contract", "tool", t.Name, "err", err)
+					continue
+				}
 				s.log.Warn("could not register an MCP tool's contract; trying again", "tool", t.Name, "err", err)
 				failed = true
 			}
@@ -234,7 +241,13 @@ func (s *mcpService) register(ctx context.Context) {
 // mcpContract is the contract of an MCP tool: its schemas as the server gives them, reached
 // at the server by its name.
 func mcpContract(t mcpexec.Tool, cfg *MCPConfig) map[string]any {
-	retry := map[string]any{"max_attempts": cfg.MaxAttempts, "initial_interval_ms": 1000, "backoff_factor": 2}
+	// Tried again only where that is safe: MCP carries no idempotency key, so a call that
+	// reached the server before it went away may have done its work.
+	attempts := cfg.MaxAttempts
+	if e := mcpEffects(t); e == contract.EffectsSideEffects {
+		attempts = 1
+	}
+	retry := map[string]any{"max_attempts": attempts, "initial_interval_ms": 1000, "backoff_factor": 2}
 	doc := map[string]any{"name": t.Name, "description": protocol.Shorten(t.Description, contract.MaxDescriptionBytes),
 		"reach":   map[string]any{"mcp": map[string]any{"server": t.Server, "tool": t.MCPName, "timeout_ms": cfg.TimeoutMS, "retry": retry}},
 		"effects": string(mcpEffects(t))}

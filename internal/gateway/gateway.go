@@ -487,7 +487,19 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	out := map[string]any{"status": "ready"}
 	if mcp := g.mcpStates(ctx); len(mcp) > 0 {
-		out["mcp"] = mcp
+		// Counts only: this answers everyone; hermes mcp ls (the bus's admin) shows which
+		// server is where, and why.
+		byState := map[string]int{}
+		for _, w := range mcp {
+			for _, s := range w.Servers {
+				state := s.State
+				if w.Stale {
+					state = "stale"
+				}
+				byState[state]++
+			}
+		}
+		out["mcp"] = map[string]any{"workers": len(mcp), "servers": byState}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -495,10 +507,12 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 // mcpWorker is what a tool worker keeps on the bus of the MCP servers it holds (shown by
 // /readyz; a worker not heard of for 20 s is marked stale).
 type mcpWorker struct {
-	Worker    string            `json:"worker"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	Stale     bool              `json:"stale,omitempty"`
-	Servers   []json.RawMessage `json:"servers"`
+	Worker    string    `json:"worker"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Stale     bool      `json:"stale,omitempty"`
+	Servers   []struct {
+		State string `json:"state"`
+	} `json:"servers"`
 }
 
 // mcpStates reads the MCP servers' states the tool workers keep in hermes-tools; what cannot be

@@ -101,12 +101,30 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	var head struct {
-		Method string          `json:"method"`
-		ID     json.RawMessage `json:"id"`
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		// A batch: each of its calls would need an id of its own to be deduplicated, and MCP
+		// has had no batches since 2025-06-18.
+		writeJSON(w, http.StatusBadRequest, map[string]any{"jsonrpc": "2.0", "id": nil,
+			"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "JSON-RPC batches are not taken: send one message per request"}})
+		return
 	}
-	_ = json.Unmarshal(body, &head) // what is not JSON-RPC is the SDK's to refuse
+	// The method and id as the SDK reads them: keys matched exactly.
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(body, &fields) // what is not JSON-RPC is the SDK's to refuse
+	var head struct {
+		Method string
+		ID     json.RawMessage
+	}
+	_ = json.Unmarshal(fields["method"], &head.Method)
+	head.ID = fields["id"]
 	a := actor{caller: CallerOf(r.Context())}
+	if head.Method == "tools/call" && a.caller != nil {
+		release, ok := m.g.limits.hold(w, a.caller, holdWaiting)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	session := r.Header.Get(mcpSessionHeader)
@@ -231,6 +249,14 @@ func (m *mcpServer) list(ctx context.Context) (mcp.Result, error) {
 		if schema == nil {
 			continue
 		}
+		var top struct {
+			Type any `json:"type"`
+		}
+		if json.Unmarshal(schema, &top) != nil || top.Type != "object" {
+			// MCP clients take only tools whose arguments are an object (some refuse the
+			// whole list otherwise): a contract saying otherwise is not listed here.
+			continue
+		}
 		t := &mcp.Tool{Name: e.Contract.Name, Description: e.Contract.Description, InputSchema: schema}
 		switch e.Contract.EffectsOrDefault() {
 		case contract.EffectsNone:
@@ -302,11 +328,16 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 	if why := g.store.admit(len(args)); why != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: *why}
 	}
-	// Accepted, the call runs to its end whether or not the client stays.
-	out, err := g.submit.Submit(context.WithoutCancel(ctx), sub)
+	// Accepted, the call runs to its end whether or not the client stays (Submit finishes
+	// accepting and publishing on its own; ctx bounds only the wait).
+	out, err := g.submit.Submit(ctx, sub)
 	switch {
 	case errors.Is(err, submit.ErrConflict):
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this JSON-RPC id was used in this session for another call"}
+	case errors.Is(err, submit.ErrTooLarge):
+		return mcpError(protocol.CodeBodyTooLarge, strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "), "send smaller arguments"), nil
+	case ctx.Err() != nil:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client went away; the call runs on: send it again with the same id to receive its result"}
 	case err != nil:
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call could not be accepted; send it again with the same id"}
 	case out.Pending:

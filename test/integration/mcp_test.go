@@ -86,7 +86,7 @@ func TestMCPServersBecomeTools(t *testing.T) {
 	}
 
 	// So does the gateway's /readyz, to anyone (no key needed).
-	if code, body := s.call("GET", "/readyz", "", ""); code != 200 || !strings.Contains(body, `"worker":"mcp-worker"`) || !strings.Contains(body, `"state":"connected"`) {
+	if code, body := s.call("GET", "/readyz", "", ""); code != 200 || !strings.Contains(body, `"mcp":{"servers":{"connected":1},"workers":1}`) {
 		t.Errorf("readyz: %d %s", code, body)
 	}
 

@@ -150,6 +150,13 @@ func TestHermesIsAnMCPServer(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 == 5 {
 		t.Errorf("a malformed body: %v %v", err, resp)
 	}
+	// A batch is refused as the protocol says (each call needs an id of its own).
+	req, _ = http.NewRequest("POST", s.base+"/mcp", strings.NewReader(`[{"jsonrpc":"2.0","id":3,"method":"tools/list"},{"jsonrpc":"2.0","id":4,"method":"tools/list"}]`))
+	req.Header.Set("Authorization", "Bearer "+keys["alice"])
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a batch: %v %v", err, resp)
+	}
 	// A client on a protocol with sessions (initialize): its session is kept on the bus, so the
 	// other gateway answers it; the same JSON-RPC id sent again — to either — runs once; another
 	// caller cannot use the session.

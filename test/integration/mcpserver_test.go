@@ -142,13 +142,23 @@ func TestHermesIsAnMCPServer(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("without a key: %v %v", err, resp)
 	}
-	// A malformed body gets the protocol's error, not a crash.
-	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":`))
-	req.Header.Set("Authorization", "Bearer "+keys["alice"])
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 == 5 {
-		t.Errorf("a malformed body: %v %v", err, resp)
+	// Malformed bodies get the protocol's errors, never a crash: the gateway answers on.
+	var req *http.Request
+	for _, body := range []string{`{"jsonrpc":"2.0","id":`, "\xff\x00garbage", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"x"}`,
+		`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":5}}`, `{"METHOD":"tools/call","ID":1,"jsonrpc":"2.0"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"order_query","arguments":[1,2]}}`,
+		strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5000)} {
+		req, _ = http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+keys["alice"])
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode/100 == 5 {
+			t.Errorf("a malformed body %.40q: %v %v", body, err, resp)
+		}
+	}
+	if list, err := cs.ListTools(ctx, nil); err != nil || len(list.Tools) == 0 {
+		t.Errorf("after malformed bodies: %v", err)
 	}
 	// A batch is refused as the protocol says (each call needs an id of its own).
 	req, _ = http.NewRequest("POST", s.base+"/mcp", strings.NewReader(`[{"jsonrpc":"2.0","id":3,"method":"tools/list"},{"jsonrpc":"2.0","id":4,"method":"tools/list"}]`))

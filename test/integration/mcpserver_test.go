@@ -308,3 +308,53 @@ func TestAnNPMClientUsesHermes(t *testing.T) {
 		t.Errorf("a schema-invalid call: %+v", r)
 	}
 }
+
+// A call whose client goes away keeps running; sending it again (same session, same id)
+// retrieves its result, and the tool ran once.
+func TestAnMCPCallOutlivesItsClient(t *testing.T) {
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
+	post := func(session, body string, timeout time.Duration) (*http.Response, string, error) {
+		req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+keys["alice"])
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := (&http.Client{Timeout: timeout}).Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b), nil
+	}
+	resp, body, err := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, 5*time.Second)
+	if err != nil || resp.Header.Get("Mcp-Session-Id") == "" {
+		t.Fatalf("initialize: %v %s", err, body)
+	}
+	session := resp.Header.Get("Mcp-Session-Id")
+	call := `{"jsonrpc":"2.0","id":"slow-1","method":"tools/call","params":{"name":"record","arguments":{"delay_ms":1500}}}`
+	if _, _, err := post(session, call, 300*time.Millisecond); err == nil {
+		t.Fatal("the client did not give up")
+	}
+	var key string
+	waitFor(t, "the call to reach the tool", func() bool {
+		for _, k := range s.recorder.idempotencyKeys() {
+			if strings.HasPrefix(k, "mcp-") {
+				key = k
+			}
+		}
+		return key != ""
+	})
+	time.Sleep(2 * time.Second) // the call ends meanwhile, nobody waiting for it
+	_, body, err = post(session, call, 10*time.Second)
+	if err != nil || !strings.Contains(body, `delay_ms`) || strings.Contains(body, `"isError":true`) {
+		t.Fatalf("sent again: %v %s", err, body)
+	}
+	if n := len(s.recorder.tries(key)); n != 1 {
+		t.Errorf("the tool ran %d times", n)
+	}
+}

@@ -365,6 +365,15 @@ func mcpResult(resp *protocol.Response) *mcp.CallToolResult {
 		return mcpError(r.ErrorCode, what, r.RecoveryHint)
 	}
 	res := &mcp.CallToolResult{}
+	if c := bytes.TrimSpace(r.Content); len(c) > 0 && c[0] == '[' && bytes.Contains(c, []byte(`"type"`)) {
+		// An MCP tool's content blocks (an MCP server's tool through Hermes): passed on as
+		// blocks, not as their JSON text.
+		var blocks mcp.CallToolResult
+		if json.Unmarshal([]byte(`{"content":`+string(c)+`}`), &blocks) == nil && len(blocks.Content) > 0 {
+			res.Content = blocks.Content
+			return res
+		}
+	}
 	var text string
 	if json.Unmarshal(r.Content, &text) != nil {
 		text = string(r.Content)

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
@@ -78,6 +81,12 @@ func TestMCPServersBecomeTools(t *testing.T) {
 	// The server's input schema, as a contract, stops a bad argument before dispatch.
 	if bad := result(t, r, "bad"); bad.ErrorCode != protocol.CodeBadArguments || bad.Attempts != 0 || !strings.Contains(string(bad.Content), "a:") {
 		t.Errorf("a schema-invalid call: %+v %s", bad, bad.Content)
+	}
+	// Through Hermes' own /mcp, an MCP server's tool answers in MCP content blocks.
+	cs := mcpClient(t, &keyed{key: keys["admin"], bases: []string{s.base}})
+	sumRes, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "everything__get-sum", Arguments: map[string]any{"a": 2, "b": 40}})
+	if err != nil || sumRes.IsError || text(sumRes) != "The sum of 2 and 40 is 42." {
+		t.Errorf("the MCP tool through /mcp: %v %q", err, text(sumRes))
 	}
 	// hermes mcp ls shows the worker's server, connected.
 	code, out, errOut := hermes(t, app.RunMCP, "ls", "--nats", s.srv.URL, "--nats-nkey", s.srv.SeedFile(t, "admin"))

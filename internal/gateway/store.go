@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +22,47 @@ const storeCheckEvery = 2 * time.Second
 type storeGauge struct {
 	full atomic.Pointer[string]
 	// The record's byte limit and bytes at the last look (limit 0: none), and the estimated
-	// bytes of requests accepted since.
+	// bytes of accepted requests not yet seen written (the sum of accepted).
 	limit, used, pending atomic.Int64
+
+	mu       sync.Mutex
+	accepted []pendingWrite // oldest first
+}
+
+// pendingWrite is what one accepted request is expected to write, and when it was accepted.
+type pendingWrite struct {
+	at   time.Time
+	need int64
+}
+
+// pendingFor is how long an accepted request counts at most: by then what it writes is in the
+// store (or it wrote less than its footprint).
+const pendingFor = 30 * time.Second
+
+// seen takes a look at the store: the bytes it grew by since the last look are the writes of
+// the oldest accepted requests, which stop counting as they are seen; requests accepted long
+// ago stop counting too. (A look does not forget every accepted request: on a busy machine one
+// accepted just before the look may not have written anything yet.)
+func (s *storeGauge) seen(used int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	grown := used - s.used.Swap(used)
+	cutoff := time.Now().Add(-pendingFor)
+	kept := s.accepted[:0]
+	var sum int64
+	for _, p := range s.accepted {
+		if grown > 0 {
+			take := min(grown, p.need)
+			p.need -= take
+			grown -= take
+		}
+		if p.need > 0 && p.at.After(cutoff) {
+			kept = append(kept, p)
+			sum += p.need
+		}
+	}
+	s.accepted = kept
+	s.pending.Store(sum)
 }
 
 // footprint is what a request of size bytes is expected to write to the record: the request,
@@ -47,12 +87,15 @@ func (s *storeGauge) admit(size int) *string {
 		return nil
 	}
 	need := footprint(size)
-	if used := s.used.Load() + s.pending.Add(need); float64(used) > bus.IntakeStopsAt*float64(limit) {
-		s.pending.Add(-need)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if used := s.used.Load() + s.pending.Load() + need; float64(used) > bus.IntakeStopsAt*float64(limit) {
 		why := fmt.Sprintf("the record would hold about %s of its %s limit with this request (--record-max-bytes); new requests are refused until older messages age out, so that accepted ones can finish",
 			bytesText(used), bytesText(limit))
 		return &why
 	}
+	s.pending.Add(need)
+	s.accepted = append(s.accepted, pendingWrite{at: time.Now(), need: need})
 	return nil
 }
 
@@ -87,8 +130,7 @@ func (g *Gateway) checkStore(ctx context.Context) {
 		max, used := info.Config.MaxBytes, info.State.Bytes
 		if record {
 			g.store.limit.Store(max)
-			g.store.used.Store(int64(used))
-			g.store.pending.Store(0) // what was accepted before is in used now, or soon
+			g.store.seen(int64(used))
 		}
 		if maxMsgs := info.Config.MaxMsgs; maxMsgs > 0 && float64(info.State.Msgs) >= bus.IntakeStopsAt*float64(maxMsgs) {
 			return fmt.Sprintf("%s holds %d of its %d messages (--record-max-msgs); new requests are refused until older messages age out, so that accepted ones can finish",

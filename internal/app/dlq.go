@@ -21,15 +21,7 @@ func RunDLQ(ctx context.Context, args []string, env Env) error {
 	c.register(fs, "dlq")
 	limit := fs.Int("limit", 100, "list at most this many letters, oldest first")
 	asJSON := fs.Bool("json", false, "print JSON lines")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	log, err := newLogger(env.Stderr, c.logLevel)
-	if err != nil {
-		return err
-	}
-	c.cli = true
-	nc, b, err := c.dial(ctx, log)
+	nc, b, err := c.dialAsCLI(ctx, fs, args[1:], env)
 	if err != nil {
 		return err
 	}

@@ -151,6 +151,20 @@ func (r resolveFlag) Set(v string) error {
 }
 
 // dial connects to the configured NATS server and provisions the bus.
+// dialAsCLI parses a command-line tool's flags and connects as it (as hermes up's admin when
+// given no credentials: cliOptions).
+func (c *common) dialAsCLI(ctx context.Context, fs *flag.FlagSet, args []string, env Env) (*nats.Conn, *bus.Bus, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	log, err := newLogger(env.Stderr, c.logLevel)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.cli = true
+	return c.dial(ctx, log)
+}
+
 func (c *common) dial(ctx context.Context, log *slog.Logger) (*nats.Conn, *bus.Bus, error) {
 	options := c.natsAuth.options
 	if c.cli {

@@ -322,15 +322,7 @@ func RunMCP(ctx context.Context, args []string, env Env) error {
 	var c common
 	c.register(fs, "mcp")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	log, err := newLogger(env.Stderr, c.logLevel)
-	if err != nil {
-		return err
-	}
-	c.cli = true
-	nc, b, err := c.dial(ctx, log)
+	nc, b, err := c.dialAsCLI(ctx, fs, args[1:], env)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -56,19 +55,7 @@ func benchPools(b *testing.B, pools worker.Pools, heavy int) {
 	}
 	quick := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "light_lookup", Calls: 1, Args: "{}",
 		RunID: fmt.Sprintf("l%d-%d", os.Getpid(), runs.Add(1))}
-	took := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		start := time.Now()
-		if err := quick.Do(context.Background(), 0, i); err != nil {
-			b.Fatal(err)
-		}
-		took = append(took, time.Since(start))
-	}
-	b.StopTimer()
-	slices.Sort(took)
-	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+	timed(b, func(i int) error { return quick.Do(context.Background(), 0, i) })
 }
 
 // Bulkheads (L 64, M 32, H 4): the light tool's calls with every heavy slot held, and idle.

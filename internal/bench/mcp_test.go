@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/mcptest"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/worker/mcpexec"
 )
@@ -25,17 +25,7 @@ import (
 // /v1/route, and through Hermes' own /mcp — one client, one call at a time: what Hermes adds
 // to an MCP call, with every call durable and recorded.
 
-func everythingServer(b *testing.B) string {
-	b.Helper()
-	path, _ := filepath.Abs("../../test/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-	if _, err := os.Stat(path); err != nil {
-		b.Skip("no MCP test servers (npm ci --prefix test/mcp)")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		b.Skip("no node")
-	}
-	return path
-}
+func everythingServer(b *testing.B) string { return mcptest.Everything(b) }
 
 func startMCPSystem(b *testing.B) *app.System {
 	b.Helper()

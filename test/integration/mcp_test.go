@@ -17,25 +17,12 @@ import (
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/mcptest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// mcpEverything is the reference MCP server installed by npm ci --prefix test/mcp; the test is
-// skipped without it (failed under CI=true).
-func mcpEverything(t *testing.T) string {
-	t.Helper()
-	path, _ := filepath.Abs("../mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no MCP test servers: run npm ci --prefix test/mcp (%v)", err)
-		}
-		t.Skip("no MCP test servers (npm ci --prefix test/mcp)")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("no node")
-	}
-	return path
-}
+// mcpEverything is the reference MCP server (test/mcp's npm ci).
+func mcpEverything(t *testing.T) string { return mcptest.Everything(t) }
 
 // An MCP server's tools are Hermes tools: registered as contracts through the gateway as the
 // worker holding the server lists them, called through the bus like any other — routed,

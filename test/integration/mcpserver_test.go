@@ -63,13 +63,12 @@ func text(r *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// Hermes is an MCP server: tools/list shows the registered tools with their schemas; tools/call
-// runs through the bus — a call, the tool's declared error, a schema-invalid call as an error
-// result the model can correct; one MCP session alternated between two gateways; a call sent
-// again with the same id runs nothing twice; no key, no MCP.
-func TestHermesIsAnMCPServer(t *testing.T) {
-	s := start(t, options{workers: 1, callers: true})
-	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+// seedAndTwoGateways starts a system with callers admin and alice, the seed's order_query
+// registered, and a second gateway (its base URL, and its stop).
+func seedAndTwoGateways(t *testing.T) (s *system, keys map[string]string, second string, stop func()) {
+	t.Helper()
+	s = start(t, options{workers: 1, callers: true})
+	keys = callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
 	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +76,16 @@ func TestHermesIsAnMCPServer(t *testing.T) {
 	if code, _, body := s.registerContract(keys["admin"], string(seed)); code != http.StatusCreated {
 		t.Fatalf("register: %d %s", code, body)
 	}
-	second, stop := s.newGateway("gateway-2")
+	second, stop = s.newGateway("gateway-2")
+	return s, keys, second, stop
+}
+
+// Hermes is an MCP server: tools/list shows the registered tools with their schemas; tools/call
+// runs through the bus — a call, the tool's declared error, a schema-invalid call as an error
+// result the model can correct; one MCP session alternated between two gateways; a call sent
+// again with the same id runs nothing twice; no key, no MCP.
+func TestHermesIsAnMCPServer(t *testing.T) {
+	s, keys, second, stop := seedAndTwoGateways(t)
 	defer stop()
 	rt := &keyed{key: keys["alice"], bases: []string{s.base, second}}
 	cs := mcpClient(t, rt)
@@ -260,16 +268,7 @@ func TestAnMCPCallOutlivesItsWorker(t *testing.T) {
 func TestAnNPMClientUsesHermes(t *testing.T) {
 	mcpEverything(t) // test/mcp installed
 	script, _ := filepath.Abs("../mcp/client.mjs")
-	s := start(t, options{workers: 1, callers: true})
-	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
-	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, _, body := s.registerContract(keys["admin"], string(seed)); code != http.StatusCreated {
-		t.Fatalf("register: %d %s", code, body)
-	}
-	second, stop := s.newGateway("gateway-2")
+	s, keys, second, stop := seedAndTwoGateways(t)
 	defer stop()
 	calls := `[{"name":"order_query","arguments":{"order_id":"ORD202603120042"}},
 		{"name":"order_query","arguments":{"order_id":"ORD209901010001"}},
@@ -288,6 +287,7 @@ func TestAnNPMClientUsesHermes(t *testing.T) {
 	var raw []byte
 	waitFor(t, "the contract in use", func() bool {
 		cmd := exec.Command("node", script, keys["alice"], s.base+"/mcp,"+second+"/mcp", calls)
+		var err error
 		raw, err = cmd.Output()
 		if err != nil {
 			t.Fatalf("node client: %v\n%s", err, raw)

@@ -24,7 +24,7 @@ const (
 
 var (
 	httpFields  = []string{"url", "method", "timeout_ms", "headers", "retry"}
-	grpcFields  = []string{"service", "method", "timeout_ms", "headers", "retry"}
+	grpcFields  = []string{"service", "method", "target", "tls", "server_name", "descriptor_set", "timeout_ms", "headers", "retry"}
 	goFields    = []string{"timeout_ms", "retry"}
 	mcpFields   = []string{"server", "tool", "timeout_ms", "retry"}
 	retryFields = []string{"max_attempts", "backoff_factor", "jitter_ms", "initial_interval_ms", "max_interval_ms"}
@@ -161,6 +161,29 @@ func (d *decoder) grpcAction(e entry, path string) (protocol.Action, error) {
 	}
 	if a.GRPC.Headers, err = d.headers(f, path+".headers"); err != nil {
 		return a, err
+	}
+	for _, field := range []struct {
+		key   string
+		dst   *string
+		check func(string) string
+	}{{"target", &a.GRPC.Target, protocol.CheckGRPCTarget}, {"server_name", &a.GRPC.ServerName, nil},
+		{"descriptor_set", &a.GRPC.DescriptorSet, protocol.CheckDescriptorSetName}} {
+		v, line, err := d.str(f, field.key, false)
+		if err != nil {
+			return a, err
+		}
+		if v != "" && field.check != nil {
+			if why := field.check(v); why != "" {
+				return a, d.errorf(line, path+"."+field.key, "%s", why)
+			}
+		}
+		*field.dst = v
+	}
+	if e, ok := f.present("tls"); ok {
+		v := resolve(e.value)
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&a.GRPC.TLS) != nil {
+			return a, d.errorf(e.key.Line, path+".tls", "must be true or false, got %s", kindOf(v))
+		}
 	}
 	return a, d.common(&a, f, path)
 }

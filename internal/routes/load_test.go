@@ -557,3 +557,39 @@ func TestMCPActions(t *testing.T) {
 		}
 	}
 }
+
+// A grpc action names where the method is served (target), how (tls, server_name), and, for
+// servers without reflection, a descriptor set by name; the seed's rule, with none of them,
+// still loads.
+func TestGRPCActionTargets(t *testing.T) {
+	tab := mustParse(t, lines(
+		"version: 1.0",
+		"rules:",
+		"  - name: profile",
+		"    match: {tool_name: get_customer_profile}",
+		"    action: {grpc: {service: customer.ProfileService, method: GetProfile, target: 'profile:50051', tls: true, server_name: profile.internal, descriptor_set: customer.pb, timeout_ms: 3000}}",
+		"  - name: seed",
+		"    match: {tool_name: get_customer_profile}",
+		"    action: {grpc: {service: customer.ProfileService, method: GetProfile, timeout_ms: 3000}}",
+	))
+	g := tab.Rules[0].Action.GRPC
+	if g == nil || g.Target != "profile:50051" || !g.TLS || g.ServerName != "profile.internal" || g.DescriptorSet != "customer.pb" {
+		t.Fatalf("grpc action = %+v", g)
+	}
+	if g := tab.Rules[1].Action.GRPC; g.Target != "" || g.TLS {
+		t.Errorf("the seed's rule = %+v", g)
+	}
+	for doc, want := range map[string]string{
+		"{grpc: {service: s.S, method: M, target: 'no-port'}}":              "target",
+		"{grpc: {service: s.S, method: M, target: 'h:99999'}}":              "target",
+		"{grpc: {service: s.S, method: M, target: 'h:1', tls: maybe}}":      "tls",
+		"{grpc: {service: s.S, method: M, descriptor_set: ../etc/passwd}}":  "descriptor_set",
+		"{grpc: {service: s.S, method: M, descriptor_set: /tmp/x.pb}}":      "descriptor_set",
+		"{grpc: {service: s.S, method: M, target: 'unix:///tmp/s.sock:1'}}": "target",
+	} {
+		_, err := Parse("r.yaml", []byte(lines("version: 1.0", "rules:", "  - name: r", "    match: {tool_name: t}", "    action: "+doc)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error naming %s", doc, err, want)
+		}
+	}
+}

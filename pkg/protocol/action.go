@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -82,12 +84,45 @@ type HTTPAction struct {
 	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
 }
 
-// GRPCAction names a gRPC method. It loads, but Hermes does not run it yet: the router answers
-// such calls with ACTION_UNSUPPORTED.
+// GRPCAction names a gRPC method and where it is served. Until a worker runs gRPC calls the
+// router answers them with ACTION_UNSUPPORTED.
 type GRPCAction struct {
-	Service string            `msgpack:"service" json:"service"`
-	Method  string            `msgpack:"method" json:"method"`
+	Service string `msgpack:"service" json:"service"`
+	Method  string `msgpack:"method" json:"method"`
+	// Target is the server's host:port (a host a worker's --resolve may map elsewhere). Not
+	// needed to load a routes file (the seed's rule names none); a call routed by a rule
+	// without one is refused naming the field.
+	Target string `msgpack:"target,omitempty" json:"target,omitempty"`
+	// TLS dials with TLS (the system's roots), verifying ServerName when set, the target's host
+	// otherwise.
+	TLS        bool   `msgpack:"tls,omitempty" json:"tls,omitempty"`
+	ServerName string `msgpack:"server_name,omitempty" json:"server_name,omitempty"`
+	// DescriptorSet names a FileDescriptorSet file in the worker's descriptor directory, for
+	// servers without reflection (a name, never a path: a route cannot make a worker read
+	// another file).
+	DescriptorSet string `msgpack:"descriptor_set,omitempty" json:"descriptor_set,omitempty"`
+	// Headers are sent as metadata with every try; values may hold ${env.NAME} placeholders.
 	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
+}
+
+// CheckGRPCTarget says what is wrong with a gRPC target, "" when it is a host:port.
+func CheckGRPCTarget(target string) string {
+	host, port, err := net.SplitHostPort(target)
+	if err != nil || host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' }) {
+		return "must be host:port, e.g. profile-service:50051"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "must end with a port from 1 to 65535"
+	}
+	return ""
+}
+
+// CheckDescriptorSetName says what is wrong with a descriptor set's name, "" when it is one.
+func CheckDescriptorSetName(name string) string {
+	if !ValidToken(strings.TrimSuffix(strings.TrimSuffix(name, ".pb"), ".binpb"), 128) {
+		return "must be a file name in the workers' descriptor directory (letters, digits, '-', '_', then .pb or .binpb), not a path"
+	}
+	return ""
 }
 
 // RetryPolicy says how often and how far apart a failed try is repeated. The delay before try
@@ -138,6 +173,16 @@ func (a *Action) Check() error {
 	case ActionGRPC:
 		if a.GRPC == nil {
 			return fieldErr("action.grpc", "is required for a grpc action")
+		}
+		if t := a.GRPC.Target; t != "" {
+			if why := CheckGRPCTarget(t); why != "" {
+				return fieldErr("action.grpc.target", why)
+			}
+		}
+		if n := a.GRPC.DescriptorSet; n != "" {
+			if why := CheckDescriptorSetName(n); why != "" {
+				return fieldErr("action.grpc.descriptor_set", why)
+			}
 		}
 	case ActionMCP:
 		if a.MCP == nil {

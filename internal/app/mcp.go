@@ -218,7 +218,7 @@ func (s *mcpService) register(ctx context.Context) {
 					return
 				}
 				var ae *apiError
-				if errors.As(err, &ae) && ae.Status/100 == 4 && ae.Status != http.StatusTooManyRequests {
+				if errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge || ae.Status == http.StatusUnprocessableEntity) {
 					// Refused for what it is (a schema that does not compile, too large): not
 					// served by contract until the server lists it otherwise.
 					s.log.Error("an MCP tool's contract was refused; the tool has no contract", "tool", t.Name, "err", err)

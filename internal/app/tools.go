@@ -280,12 +280,25 @@ func (a *gatewayAPI) registerContract(ctx context.Context, data []byte, name, qu
 	if err := a.do(ctx, http.MethodPost, "/api/v1/tools"+query, ct, data, &v); err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Line > 0 {
-			return nil, fmt.Errorf("line %d: %s", ae.Line, strings.TrimPrefix(ae.Msg, fmt.Sprintf("line %d: ", ae.Line)))
+			// Said by its line, still the gateway's answer (callers tell a refusal by it).
+			return nil, &lineError{line: ae.Line, err: ae}
 		}
 		return nil, err
 	}
 	return &v, nil
 }
+
+// lineError is a gateway's refusal of a contract, said by the line it names.
+type lineError struct {
+	line int
+	err  *apiError
+}
+
+func (e *lineError) Error() string {
+	return fmt.Sprintf("line %d: %s", e.line, strings.TrimPrefix(e.err.Msg, fmt.Sprintf("line %d: ", e.line)))
+}
+
+func (e *lineError) Unwrap() error { return e.err }
 
 func readFileOrStdin(path string) ([]byte, error) {
 	if path == "-" {

@@ -89,7 +89,14 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
 	}
-	if why := g.store.admit(len(d.Data)); why != nil {
+	forget, why := g.store.admit(len(d.Data))
+	accepted := false // what the request writes counts only if it is accepted, and new
+	defer func() {
+		if !accepted {
+			forget()
+		}
+	}()
+	if why != nil {
 		if g.store.never(len(d.Data)) {
 			// Waiting would hold every client's requests behind it for nothing.
 			return bus.Permanent(fmt.Errorf("client %s: %s", user, *why))
@@ -107,6 +114,7 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	}
 	sub.Owner = owner
 	out, err := g.submit.Submit(ctx, sub)
+	accepted = err == nil && !out.Replayed
 	switch {
 	case err == nil:
 		d.Log.Info("external client's request accepted", "client", user, "trace_id", out.TraceID)

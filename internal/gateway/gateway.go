@@ -277,7 +277,14 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	if why := g.store.admit(len(body)); why != nil {
+	forget, why := g.store.admit(len(body))
+	accepted := false // what the request writes counts only if it is accepted, and new
+	defer func() {
+		if !accepted {
+			forget()
+		}
+	}()
+	if why != nil {
 		w.Header().Set("Retry-After", "30")
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeStoreFull, *why, nil)
 		return
@@ -317,6 +324,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
 	}
 	out, err := g.submit.Submit(sctx, sub)
+	accepted = err == nil && !out.Replayed
 	switch {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):

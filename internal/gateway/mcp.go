@@ -110,7 +110,7 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	// The method and id as the SDK reads them: keys matched exactly.
 	var fields map[string]json.RawMessage
-	_ = json.Unmarshal(body, &fields) // what is not JSON-RPC is the SDK's to refuse
+	_ = json.NewDecoder(bytes.NewReader(body)).Decode(&fields) // the first value, as the SDK reads it; what is not JSON-RPC is its to refuse
 	var head struct {
 		Method string
 		ID     json.RawMessage
@@ -325,12 +325,20 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 		}
 		sub.Caller, sub.Owner = c.actor.record(), owner
 	}
-	if why := g.store.admit(len(args)); why != nil {
+	forget, why := g.store.admit(len(args))
+	accepted := false // what the request writes counts only if it is accepted, and new
+	defer func() {
+		if !accepted {
+			forget()
+		}
+	}()
+	if why != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: *why}
 	}
 	// Accepted, the call runs to its end whether or not the client stays (Submit finishes
 	// accepting and publishing on its own; ctx bounds only the wait).
 	out, err := g.submit.Submit(ctx, sub)
+	accepted = err == nil && !out.Replayed
 	switch {
 	case errors.Is(err, submit.ErrConflict):
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this JSON-RPC id was used in this session for another call"}

@@ -26,7 +26,7 @@ type storeGauge struct {
 	limit, used, pending atomic.Int64
 
 	mu       sync.Mutex
-	accepted []pendingWrite // oldest first
+	accepted []*pendingWrite // oldest first
 }
 
 // pendingWrite is what one accepted request is expected to write, and when it was accepted.
@@ -37,7 +37,7 @@ type pendingWrite struct {
 
 // pendingFor is how long an accepted request counts at most: by then what it writes is in the
 // store (or it wrote less than its footprint).
-const pendingFor = 30 * time.Second
+const pendingFor = 10 * time.Second
 
 // seen takes a look at the store: the bytes it grew by since the last look are the writes of
 // the oldest accepted requests, which stop counting as they are seen; requests accepted long
@@ -77,14 +77,17 @@ func (s *storeGauge) never(size int) bool {
 	return limit > 0 && float64(footprint(size)) > bus.IntakeStopsAt*float64(limit)
 }
 
-// admit says why a request of size bytes cannot be accepted now, or nil (counting it).
-func (s *storeGauge) admit(size int) *string {
+// admit says why a request of size bytes cannot be accepted now, or nil, counting it: unless
+// the request then writes nothing new (refused further on, a replay of one accepted before),
+// its caller calls forget.
+func (s *storeGauge) admit(size int) (forget func(), why *string) {
+	forget = func() {}
 	if why := s.full.Load(); why != nil {
-		return why
+		return forget, why
 	}
 	limit := s.limit.Load()
 	if limit <= 0 {
-		return nil
+		return forget, nil
 	}
 	need := footprint(size)
 	s.mu.Lock()
@@ -92,11 +95,25 @@ func (s *storeGauge) admit(size int) *string {
 	if used := s.used.Load() + s.pending.Load() + need; float64(used) > bus.IntakeStopsAt*float64(limit) {
 		why := fmt.Sprintf("the record would hold about %s of its %s limit with this request (--record-max-bytes); new requests are refused until older messages age out, so that accepted ones can finish",
 			bytesText(used), bytesText(limit))
-		return &why
+		return forget, &why
 	}
+	p := &pendingWrite{at: time.Now(), need: need}
 	s.pending.Add(need)
-	s.accepted = append(s.accepted, pendingWrite{at: time.Now(), need: need})
-	return nil
+	s.accepted = append(s.accepted, p)
+	return func() { s.forget(p) }, nil
+}
+
+// forget stops counting p (its request wrote nothing new).
+func (s *storeGauge) forget(p *pendingWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, q := range s.accepted {
+		if q == p {
+			s.accepted = append(s.accepted[:i], s.accepted[i+1:]...)
+			s.pending.Add(-q.need)
+			return
+		}
+	}
 }
 
 // watchStore checks the store every interval until ctx is done.

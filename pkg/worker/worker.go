@@ -285,10 +285,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		waiting[kind][tool] = true
 	}
 	for kind, set := range w.sets {
+		changed := set.Changed() // before any offer: a change from now on is seen
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			changed := set.Changed()
 			for {
 				select {
 				case <-ctx.Done():

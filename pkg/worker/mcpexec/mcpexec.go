@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -424,7 +425,11 @@ func (c *conn) listAll(ctx context.Context, cs *mcp.ClientSession) {
 	for {
 		c.list(ctx, cs, c.exec.log.With("mcp_server", c.srv.Name))
 		c.mu.Lock()
-		again := c.relist && c.session == cs
+		if c.session != cs { // a later session lists for itself
+			c.mu.Unlock()
+			return
+		}
+		again := c.relist
 		c.relist, c.listing = false, again
 		c.mu.Unlock()
 		if !again {
@@ -525,13 +530,28 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 			return worker.Outcome{}, context.Cause(ctx)
 		}
 		var wire *jsonrpc.Error
-		if !errors.As(err, &wire) || wire.Code == codeRejected {
-			// No answer of the server's: the connection ended (the program died), the endpoint
-			// is down or overloaded (the transport's rejection: a refused connection, a 502,
-			// 503, 504 or 429). The session is made again.
-			c.reset(cs)
-			return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes, "the MCP server did not answer the call; the worker is connecting to it again",
+		isWire := errors.As(err, &wire)
+		switch {
+		case isWire && wire.Code == codeRejected:
+			// The transport's rejection: the endpoint refused the connection, or answered 502,
+			// 503, 504 or 429. The session stays (as the SDK keeps it); a refused connection
+			// means the server is gone, and the session is made again.
+			if strings.Contains(wire.Message, "connect") || strings.Contains(err.Error(), "connection refused") {
+				c.reset(cs)
+			}
+			return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes, "the MCP server did not answer the call; it may answer later",
 				"MCP server "+a.Server+" did not answer: "+redact(protocol.Shorten(err.Error(), 500)), true), nil
+		case !isWire && unreadable(err):
+			// An answer that could not be read (a content type this SDK does not know, say):
+			// the tool's, not the connection's.
+			return worker.Failed(protocol.CodeToolBadResponse, protocol.OriginTool, "the MCP server's answer could not be read",
+				redact(protocol.Shorten(err.Error(), 1000)), false), nil
+		case !isWire:
+			// The connection ended (the program died, the stream broke): the session is made
+			// again.
+			c.reset(cs)
+			return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes, "the MCP server went away during the call; the worker is connecting to it again",
+				"MCP server "+a.Server+" went away: "+redact(protocol.Shorten(err.Error(), 500)), true), nil
 		}
 		// The server's answer is a protocol error: the tool is unknown to it, or it refused
 		// the call's arguments.
@@ -556,17 +576,38 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 	return out, nil
 }
 
+// unreadable reports whether err says an answer arrived that could not be decoded (rather than
+// no answer at all).
+func unreadable(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"unrecognized content", "unmarshal", "invalid character", "decoding"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // codeRejected is the SDK's JSON-RPC code for a request its transport could not deliver (the
 // server not answering at all), as opposed to the server's own refusal.
 const codeRejected = -32005
 
-// reset closes cs if it is still the session in use: the run loop connects again.
+// reset drops cs if it is still the session in use — new calls wait for the next one, and the
+// run loop connects again once it is closed — and closes it meanwhile (closing waits for the
+// calls in flight on it, which no caller waits for here).
 func (c *conn) reset(cs *mcp.ClientSession) {
 	c.mu.Lock()
 	current := c.session == cs
+	if current {
+		c.session = nil
+		c.state.State, c.state.Since = StateRestarting, time.Now()
+	}
 	c.mu.Unlock()
 	if current {
-		_ = cs.Close()
+		go func() { _ = cs.Close() }()
 	}
 }
 

@@ -147,11 +147,10 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	skip, ok := boolParam(w, r, "try")
+	try, ok := boolParamOr(w, r, "try", true) // try=false: the registrar asks for no sandbox
 	if !ok {
 		return
 	}
-	skip = r.URL.Query().Get("try") != "" && !skip // try=false: the registrar asks for no sandbox
 	c, err := registry.Parse(body)
 	if err != nil {
 		writeContractError(w, err)
@@ -164,10 +163,10 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var report []byte
-	if cur == nil && skip {
+	if cur == nil && !try {
 		report = (&sandbox.Report{Tool: c.Name, Verdict: sandbox.Skipped, Reason: "not tried: the registrar asked for no sandbox (try=false)"}).Kept()
 	}
-	if cur == nil && !skip { // a new version: tried first
+	if cur == nil && try { // a new version: tried first
 		opts.Version = next
 		rep, ok := g.try(w, r, c, opts)
 		if !ok {
@@ -246,9 +245,14 @@ func (g *Gateway) try(w http.ResponseWriter, r *http.Request, c *contract.Contra
 // boolParam reads query parameter name as true or false (absent: false); when it returns
 // false, it has answered.
 func boolParam(w http.ResponseWriter, r *http.Request, name string) (value, ok bool) {
+	return boolParamOr(w, r, name, false)
+}
+
+// boolParamOr is boolParam with def when the parameter is absent.
+func boolParamOr(w http.ResponseWriter, r *http.Request, name string, def bool) (value, ok bool) {
 	q := r.URL.Query().Get(name)
 	if q == "" {
-		return false, true
+		return def, true
 	}
 	v, err := strconv.ParseBool(q)
 	if err != nil {

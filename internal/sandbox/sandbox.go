@@ -118,11 +118,10 @@ type CaseResult struct {
 	// Outcome is passed, violation, warning or unfinished.
 	Outcome string `json:"outcome"`
 	// Code is the result's error_code, when the call failed.
-	Code   string `json:"error_code,omitempty"`
+	Code string `json:"error_code,omitempty"`
+	// Detail says what happened; for a violation, what the answer broke (the answer itself is
+	// withheld from responses, kept in the record's result).
 	Detail string `json:"detail,omitempty"`
-	// Answer is what the tool answered when it broke its contract, cut, where the result
-	// carries it (a response withholds it: the violation in Detail describes it).
-	Answer string `json:"answer,omitempty"`
 }
 
 // Failed reports whether the report refuses the tool.
@@ -131,7 +130,7 @@ func (r *Report) Failed() bool { return r.Verdict == Refused }
 // probeID is the tool_call_id of the /health probe.
 const probeID = "health"
 
-// maxAnswerBytes bounds the answer a report quotes.
+// maxAnswerBytes bounds what a report quotes of a result's text.
 const maxAnswerBytes = 300
 
 // Try tries the tool of c against c. The error says the sandbox could not run (the bus out of
@@ -341,9 +340,6 @@ func judgeCase(cr *CaseResult, r *protocol.ToolResult) {
 		cr.Outcome = CasePassed
 	case r.ErrorCode == protocol.CodeContractViolation:
 		cr.Outcome, cr.Detail = CaseViolation, text(r)
-		if len(r.Rejected) > 0 {
-			cr.Answer = protocol.Shorten(string(r.Rejected), maxAnswerBytes)
-		}
 	case r.ErrorOrigin == protocol.OriginHermes:
 		// Hermes could not try the tool (no route, no candidate): not a pass.
 		cr.Outcome, cr.Detail = CaseViolation, untriedPrefix+r.ErrorCode+": "+text(r)
@@ -449,9 +445,6 @@ func (r *Report) Text() string {
 			continue
 		}
 		fmt.Fprintf(&b, "  %s %s [%s] %s %s: %s\n", c.ID, strings.ToUpper(c.Outcome), c.Kind, c.Name, c.Arguments, c.Detail)
-		if c.Answer != "" {
-			fmt.Fprintf(&b, "      answered: %s\n", c.Answer)
-		}
 	}
 	return b.String()
 }

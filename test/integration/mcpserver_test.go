@@ -349,7 +349,8 @@ func TestAnMCPCallOutlivesItsClient(t *testing.T) {
 		}
 		return key != ""
 	})
-	time.Sleep(2 * time.Second) // the call ends meanwhile, nobody waiting for it
+	rid, _, _ := strings.Cut(key, "/")
+	waitFor(t, "the call answered with nobody waiting for it", func() bool { return s.countRecorded(rid, protocol.TypeResponse) == 1 })
 	_, body, err = post(session, call, 10*time.Second)
 	if err != nil || !strings.Contains(body, `delay_ms`) || strings.Contains(body, `"isError":true`) {
 		t.Fatalf("sent again: %v %s", err, body)

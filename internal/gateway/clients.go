@@ -89,13 +89,8 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
 	}
-	forget, why := g.store.admit(len(d.Data))
-	accepted := false // what the request writes counts only if it is accepted, and new
-	defer func() {
-		if !accepted {
-			forget()
-		}
-	}()
+	adm, why := g.store.admit(len(d.Data))
+	defer adm.close()
 	if why != nil {
 		if g.store.never(len(d.Data)) {
 			// Waiting would hold every client's requests behind it for nothing.
@@ -114,7 +109,7 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	}
 	sub.Owner = owner
 	out, err := g.submit.Submit(ctx, sub)
-	accepted = err == nil && !out.Replayed
+	adm.settle(out, err)
 	switch {
 	case err == nil:
 		d.Log.Info("external client's request accepted", "client", user, "trace_id", out.TraceID)

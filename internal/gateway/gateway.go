@@ -277,13 +277,8 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	forget, why := g.store.admit(len(body))
-	accepted := false // what the request writes counts only if it is accepted, and new
-	defer func() {
-		if !accepted {
-			forget()
-		}
-	}()
+	adm, why := g.store.admit(len(body))
+	defer adm.close()
 	if why != nil {
 		w.Header().Set("Retry-After", "30")
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeStoreFull, *why, nil)
@@ -324,7 +319,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
 	}
 	out, err := g.submit.Submit(sctx, sub)
-	accepted = err == nil && !out.Replayed
+	adm.settle(out, err)
 	switch {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):

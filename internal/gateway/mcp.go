@@ -325,20 +325,15 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 		}
 		sub.Caller, sub.Owner = c.actor.record(), owner
 	}
-	forget, why := g.store.admit(len(args))
-	accepted := false // what the request writes counts only if it is accepted, and new
-	defer func() {
-		if !accepted {
-			forget()
-		}
-	}()
+	adm, why := g.store.admit(len(args))
+	defer adm.close()
 	if why != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: *why}
 	}
 	// Accepted, the call runs to its end whether or not the client stays (Submit finishes
 	// accepting and publishing on its own; ctx bounds only the wait).
 	out, err := g.submit.Submit(ctx, sub)
-	accepted = err == nil && !out.Replayed
+	adm.settle(out, err)
 	switch {
 	case errors.Is(err, submit.ErrConflict):
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this JSON-RPC id was used in this session for another call"}

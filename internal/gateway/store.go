@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
@@ -77,17 +78,34 @@ func (s *storeGauge) never(size int) bool {
 	return limit > 0 && float64(footprint(size)) > bus.IntakeStopsAt*float64(limit)
 }
 
-// admit says why a request of size bytes cannot be accepted now, or nil, counting it: unless
-// the request then writes nothing new (refused further on, a replay of one accepted before),
-// its caller calls forget.
-func (s *storeGauge) admit(size int) (forget func(), why *string) {
-	forget = func() {}
+// admission is one request counted by the gauge: its caller settles it with what Submit said
+// and closes it; a request that wrote nothing new (refused further on, a replay of one
+// accepted before) stops counting then.
+type admission struct {
+	forget func()
+	kept   bool
+}
+
+// settle notes whether the submission accepted something new.
+func (a *admission) settle(out *submit.Outcome, err error) { a.kept = err == nil && !out.Replayed }
+
+// close stops counting the request unless it was settled as accepted.
+func (a *admission) close() {
+	if !a.kept {
+		a.forget()
+	}
+}
+
+// admit says why a request of size bytes cannot be accepted now, or nil, counting it until its
+// admission is closed unsettled.
+func (s *storeGauge) admit(size int) (*admission, *string) {
+	adm := &admission{forget: func() {}}
 	if why := s.full.Load(); why != nil {
-		return forget, why
+		return adm, why
 	}
 	limit := s.limit.Load()
 	if limit <= 0 {
-		return forget, nil
+		return adm, nil
 	}
 	need := footprint(size)
 	s.mu.Lock()
@@ -95,12 +113,13 @@ func (s *storeGauge) admit(size int) (forget func(), why *string) {
 	if used := s.used.Load() + s.pending.Load() + need; float64(used) > bus.IntakeStopsAt*float64(limit) {
 		why := fmt.Sprintf("the record would hold about %s of its %s limit with this request (--record-max-bytes); new requests are refused until older messages age out, so that accepted ones can finish",
 			bytesText(used), bytesText(limit))
-		return forget, &why
+		return adm, &why
 	}
 	p := &pendingWrite{at: time.Now(), need: need}
 	s.pending.Add(need)
 	s.accepted = append(s.accepted, p)
-	return func() { s.forget(p) }, nil
+	adm.forget = func() { s.forget(p) }
+	return adm, nil
 }
 
 // forget stops counting p (its request wrote nothing new).

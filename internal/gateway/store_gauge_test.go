@@ -9,11 +9,11 @@ func TestTheStoreGaugeCountsWhatIsWritten(t *testing.T) {
 	g.limit.Store(100 << 20)
 	g.seen(10 << 20)
 	for range 40 { // a caller's resends, each refused further on or replayed: never full
-		forget, why := g.admit(1 << 20)
+		adm, why := g.admit(1 << 20)
 		if why != nil {
 			t.Fatalf("refused: %s", *why)
 		}
-		forget()
+		adm.close()
 	}
 	if p := g.pending.Load(); p != 0 {
 		t.Fatalf("pending %d after requests that wrote nothing", p)

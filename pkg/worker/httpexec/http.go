@@ -22,6 +22,7 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/tracing"
 	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/egress"
 )
 
 // Executor runs http actions: it calls the route's URL with the call's arguments (path
@@ -30,7 +31,7 @@ import (
 // of an answer. It is safe for concurrent use and reuses connections.
 type Executor struct {
 	Client *http.Client
-	Env    *EnvResolver
+	Env    *egress.EnvResolver
 }
 
 var _ worker.Executor = (*Executor)(nil)
@@ -39,7 +40,7 @@ var _ worker.Executor = (*Executor)(nil)
 // environment variables allowEnv names, each bound to the one origin its value may be sent to
 // (ParseAllowEnv: NAME@scheme://host:port; an unbound name is an error).
 func New(allowEnv []string, resolve map[string]string) (*Executor, error) {
-	env, err := ParseAllowEnv(allowEnv)
+	env, err := egress.ParseAllowEnv(allowEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -51,24 +52,17 @@ func (h *Executor) Kind() string { return protocol.ActionHTTP }
 
 // NewHTTPTransport returns a transport tuned for many concurrent calls to few tool hosts.
 // resolve maps host:port as written in routes to another host:port to dial (like curl
-// --resolve); it never changes the Host header or the URL. Other addresses are dialed only when
-// checkDestination allows the address connected to: never link-local (cloud metadata), and
-// loopback only when the URL writes it (localhost, 127.0.0.1, [::1]).
+// --resolve); it never changes the Host header or the URL. Other addresses are dialed only where
+// egress.Dialer allows: never link-local (cloud metadata), and loopback only when the URL
+// writes it (localhost, 127.0.0.1, [::1]).
 func NewHTTPTransport(resolve map[string]string) *http.Transport {
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
 		Proxy:               nil,
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   false,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if to, ok := resolve[addr]; ok {
-				// The worker's own --resolve: where its operator says the tool is.
-				return dialer.DialContext(ctx, network, to)
-			}
-			return guardedDialer(dialer, addr).DialContext(ctx, network, addr)
-		},
+		DialContext:         egress.Dialer(resolve),
 	}
 	return t
 }
@@ -108,9 +102,9 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	}()
 	req, err := h.build(ctx, c)
 	if err != nil {
-		var ee *envError
+		var ee *egress.EnvError
 		if errors.As(err, &ee) {
-			return worker.Failed(ee.code, protocol.OriginHermes, ee.Error(), ee.Error(), false), nil
+			return worker.Failed(ee.Code, protocol.OriginHermes, ee.Error(), ee.Error(), false), nil
 		}
 		return worker.Failed(protocol.CodeBadArguments, protocol.OriginHermes,
 			fmt.Sprintf("fix the call's arguments for route %s: %v", route, err), err.Error(), false), nil
@@ -146,7 +140,7 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		return worker.TooLarge(limit), nil
 	}
 	if a.HTTP != nil && len(a.HTTP.Headers) > 0 {
-		body = redactSecrets(body, h.Env.Secrets(a.HTTP.Headers))
+		body = egress.Redact(body, h.Env.Secrets(a.HTTP.Headers))
 	}
 	out = worker.Outcome{Result: protocol.ToolResult{Content: contentOf(body), ExecutionTimeMS: executionTime(resp.Header, elapsed)}}
 	switch {
@@ -207,7 +201,7 @@ func (h *Executor) transportFailure(ctx context.Context, err error, c *worker.Ca
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	if errors.Is(err, ErrDestinationRefused) {
+	if errors.Is(err, egress.ErrDestinationRefused) {
 		return worker.Failed(protocol.CodeDestinationRefused, protocol.OriginHermes,
 			fmt.Sprintf("route %s points at an address tool workers do not call; point it at the tool's own host", c.Dispatch.Route),
 			scrub(err.Error()), false), nil
@@ -273,7 +267,7 @@ func (h *Executor) build(ctx context.Context, c *worker.Call) (*http.Request, er
 		return nil, err
 	}
 	for name, v := range a.Headers {
-		rv, err := h.Env.ResolveFor(Origin(u), name, v)
+		rv, err := h.Env.ResolveFor(egress.Origin(u), name, v)
 		if err != nil {
 			return nil, err
 		}

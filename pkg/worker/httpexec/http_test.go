@@ -13,6 +13,7 @@ import (
 
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/egress"
 )
 
 // seen is what a test tool saw of one request.
@@ -63,7 +64,7 @@ func noRequest(t *testing.T, reqs <-chan seen) {
 }
 
 // newExecutor returns an HTTPExecutor with its own transport, closed at the test's end.
-func newExecutor(t *testing.T, env *EnvResolver) *Executor {
+func newExecutor(t *testing.T, env *egress.EnvResolver) *Executor {
 	t.Helper()
 	tr := NewHTTPTransport(nil)
 	t.Cleanup(tr.CloseIdleConnections)
@@ -398,7 +399,7 @@ func TestHTTPMissingAction(t *testing.T) {
 
 func TestHTTPHeaders(t *testing.T) {
 	srv, reqs := toolServer(t, nil)
-	env := &EnvResolver{Allowed: map[string]bool{"TOOL_TOKEN": true, "TENANT": true},
+	env := &egress.EnvResolver{Allowed: map[string]bool{"TOOL_TOKEN": true, "TENANT": true},
 		Lookup: mapLookup(map[string]string{"TOOL_TOKEN": canary, "TENANT": "acme"})}
 	h := newExecutor(t, env)
 	for attempt := 1; attempt <= 2; attempt++ {
@@ -449,7 +450,7 @@ func TestHTTPHeadersWithoutTrace(t *testing.T) {
 }
 
 func TestHTTPEnvRefused(t *testing.T) {
-	env := &EnvResolver{Allowed: map[string]bool{"UNSET_TOKEN": true},
+	env := &egress.EnvResolver{Allowed: map[string]bool{"UNSET_TOKEN": true},
 		Lookup: mapLookup(map[string]string{"SECRET_TOKEN": canary})}
 	tests := []struct {
 		name, value, code, variable string
@@ -484,9 +485,19 @@ func TestHTTPMalformedEnvPlaceholder(t *testing.T) {
 	srv, reqs := toolServer(t, nil)
 	c := httpCall("GET", srv.URL+"/orders", `{}`, nil)
 	c.Dispatch.Action.HTTP.Headers = map[string]string{"Authorization": "Bearer ${env.TOKEN"}
-	out := execute(t, newExecutor(t, &EnvResolver{}), c)
+	out := execute(t, newExecutor(t, &egress.EnvResolver{}), c)
 	if out.Result.Status != protocol.ResultError || out.Retryable {
 		t.Errorf("result %s retryable=%v, want a non-retryable error", out.Result.Status, out.Retryable)
 	}
 	noRequest(t, reqs)
+}
+
+// canary is a secret value no error text may ever contain.
+const canary = "s3cr3t-CANARY-9f2c"
+
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := m[name]
+		return v, ok
+	}
 }

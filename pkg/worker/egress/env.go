@@ -1,4 +1,4 @@
-package httpexec
+package egress
 
 import (
 	"bytes"
@@ -27,17 +27,19 @@ type EnvResolver struct {
 	Lookup func(string) (string, bool)
 }
 
-// envError explains a placeholder that was refused, naming the variable but never a value.
-type envError struct {
-	code, name, header string
-	host               string // the host the name is bound to, when the call went elsewhere
+// EnvError explains a placeholder that was refused, naming the variable but never a value.
+type EnvError struct {
+	// Code is protocol.CodeEnvNotAllowed or protocol.CodeEnvUnset.
+	Code         string
+	name, header string
+	host         string // the host the name is bound to, when the call went elsewhere
 }
 
-func (e *envError) Error() string {
+func (e *EnvError) Error() string {
 	if e.host != "" {
 		return fmt.Sprintf("header %s uses ${env.%s}, which this worker sends only to %s", e.header, e.name, e.host)
 	}
-	if e.code == "ENV_UNSET" {
+	if e.Code == "ENV_UNSET" {
 		return fmt.Sprintf("header %s uses ${env.%s}, which is not set on this worker", e.header, e.name)
 	}
 	return fmt.Sprintf("header %s uses ${env.%s}, which this worker does not allow (add it to --allow-env)", e.header, e.name)
@@ -74,11 +76,11 @@ func (r *EnvResolver) Secrets(headers map[string]string) []string {
 	return out
 }
 
-// redactSecrets replaces each secret of at least minSecretLen bytes in body with [redacted],
+// Redact replaces each secret of at least minSecretLen bytes in body with [redacted],
 // in every form a tool might echo it in — as sent, JSON-escaped, URL-encoded (query and path),
 // and base64 (standard and URL alphabets, padded or not) — so a tool that echoes its
 // credentials (in an error, say) does not put them on the bus.
-func redactSecrets(body []byte, secrets []string) []byte {
+func Redact(body []byte, secrets []string) []byte {
 	for _, s := range secrets {
 		if len(s) < minSecretLen {
 			continue
@@ -183,10 +185,10 @@ func (r *EnvResolver) ResolveFor(origin, header, value string) (string, error) {
 		}
 		name := rest[i+len("${env.") : i+end]
 		if r == nil || !r.Allowed[name] {
-			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header}
+			return "", &EnvError{Code: "ENV_NOT_ALLOWED", name: name, header: header}
 		}
 		if bound, ok := r.Hosts[name]; ok && !strings.EqualFold(bound, origin) {
-			return "", &envError{code: "ENV_NOT_ALLOWED", name: name, header: header, host: bound}
+			return "", &EnvError{Code: "ENV_NOT_ALLOWED", name: name, header: header, host: bound}
 		}
 		lookup := r.Lookup
 		if lookup == nil {
@@ -194,7 +196,7 @@ func (r *EnvResolver) ResolveFor(origin, header, value string) (string, error) {
 		}
 		v, ok := lookup(name)
 		if !ok {
-			return "", &envError{code: "ENV_UNSET", name: name, header: header}
+			return "", &EnvError{Code: "ENV_UNSET", name: name, header: header}
 		}
 		b.WriteString(v)
 		rest = rest[i+end+1:]

@@ -1,4 +1,4 @@
-package httpexec
+package egress
 
 import (
 	"encoding/base64"
@@ -66,7 +66,7 @@ func TestEnvResolverRefuses(t *testing.T) {
 	tests := []struct {
 		name     string
 		value    string
-		code     string // envError code; "" for a malformed placeholder
+		code     string // EnvError code; "" for a malformed placeholder
 		mentions []string
 	}{
 		{"not allowed", "Bearer ${env.SECRET}", "ENV_NOT_ALLOWED", []string{"SECRET", "X-Api-Key", "allow"}},
@@ -88,14 +88,14 @@ func TestEnvResolverRefuses(t *testing.T) {
 			if got != "" {
 				t.Errorf("Resolve(%q) returned %q with its error, want \"\"", tt.value, got)
 			}
-			var ee *envError
+			var ee *EnvError
 			switch {
 			case tt.code == "" && errors.As(err, &ee):
-				t.Errorf("error %q is an envError %s, want a plain malformed-placeholder error", err, ee.code)
+				t.Errorf("error %q is an EnvError %s, want a plain malformed-placeholder error", err, ee.Code)
 			case tt.code != "" && !errors.As(err, &ee):
-				t.Errorf("error %q is %T, want *envError", err, err)
-			case tt.code != "" && ee.code != tt.code:
-				t.Errorf("error code %s, want %s", ee.code, tt.code)
+				t.Errorf("error %q is %T, want *EnvError", err, err)
+			case tt.code != "" && ee.Code != tt.code:
+				t.Errorf("error code %s, want %s", ee.Code, tt.code)
 			}
 			msg := err.Error()
 			for _, m := range tt.mentions {
@@ -118,12 +118,12 @@ func TestEnvResolverDefaultLookup(t *testing.T) {
 	if err != nil || got != "Bearer "+canary {
 		t.Errorf("Resolve with os.LookupEnv = %q, %v; want the environment's value", got, err)
 	}
-	var ee *envError
-	if _, err := r.Resolve("Authorization", "${env.HERMES_TOOL_TEST_UNSET}"); !errors.As(err, &ee) || ee.code != "ENV_UNSET" {
+	var ee *EnvError
+	if _, err := r.Resolve("Authorization", "${env.HERMES_TOOL_TEST_UNSET}"); !errors.As(err, &ee) || ee.Code != "ENV_UNSET" {
 		t.Errorf("Resolve of an unset variable: error %v, want ENV_UNSET", err)
 	}
 	_, err = r.Resolve("Authorization", "Bearer ${env.HERMES_TOOL_TEST_SECRET}")
-	if !errors.As(err, &ee) || ee.code != "ENV_NOT_ALLOWED" {
+	if !errors.As(err, &ee) || ee.Code != "ENV_NOT_ALLOWED" {
 		t.Fatalf("Resolve of a variable not allowed: error %v, want ENV_NOT_ALLOWED", err)
 	}
 	if strings.Contains(err.Error(), canary) {
@@ -136,8 +136,8 @@ func TestEnvResolverNoAllowList(t *testing.T) {
 	if got, err := r.Resolve("Authorization", "plain"); err != nil || got != "plain" {
 		t.Errorf("Resolve(plain) = %q, %v; want it untouched", got, err)
 	}
-	var ee *envError
-	if _, err := r.Resolve("Authorization", "${env.TOKEN}"); !errors.As(err, &ee) || ee.code != "ENV_NOT_ALLOWED" {
+	var ee *EnvError
+	if _, err := r.Resolve("Authorization", "${env.TOKEN}"); !errors.As(err, &ee) || ee.Code != "ENV_NOT_ALLOWED" {
 		t.Errorf("Resolve with a nil allow-list: error %v, want ENV_NOT_ALLOWED", err)
 	}
 }
@@ -193,7 +193,7 @@ func TestSecretsAreRedactedFromAnswers(t *testing.T) {
 	}}
 	secrets := env.Secrets(map[string]string{"Authorization": "Bearer ${env.TOKEN}", "X-Short": "${env.SHORT}", "X-Other": "${env.OTHER}"})
 	body := []byte(`{"error":"bad token s3cr3t-token","ab":"not-allowed-value"}`)
-	got := string(redactSecrets(body, secrets))
+	got := string(Redact(body, secrets))
 	if want := `{"error":"bad token [redacted]","ab":"not-allowed-value"}`; got != want {
 		t.Fatalf("redacted %s, want %s", got, want)
 	}
@@ -208,7 +208,7 @@ func TestSecretsAreRedactedInEveryForm(t *testing.T) {
 	for _, f := range []string{secret, string(js[1 : len(js)-1]), url.QueryEscape(secret), base64.StdEncoding.EncodeToString([]byte(secret)),
 		base64.RawURLEncoding.EncodeToString([]byte(secret)), `s3cr\/t+\"tok=en\"`, "s3cr%2ft%2b%22tok%3den%22"} {
 		body := []byte(`{"echo":"` + f + `","n":1}`)
-		if got := string(redactSecrets(body, []string{secret})); strings.Contains(got, f) || !strings.Contains(got, "[redacted]") {
+		if got := string(Redact(body, []string{secret})); strings.Contains(got, f) || !strings.Contains(got, "[redacted]") {
 			t.Errorf("form %q: %s (forms %q)", f, got, forms)
 		}
 	}

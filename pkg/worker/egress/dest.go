@@ -1,13 +1,30 @@
-package httpexec
+package egress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// Dialer returns the dial function tool workers reach tools with. resolve maps host:port as
+// written in a route to another host:port to dial (like curl --resolve): where the worker's
+// operator says the tool is, dialed as said. Any other address is dialed checking, as each
+// connection is made, the address connected to: never link-local (cloud metadata), unspecified
+// or multicast, and loopback only when the route writes it (localhost, 127.0.0.1, [::1]).
+func Dialer(resolve map[string]string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if to, ok := resolve[addr]; ok {
+			return dialer.DialContext(ctx, network, to)
+		}
+		return guardedDialer(dialer, addr).DialContext(ctx, network, addr)
+	}
+}
 
 // ErrDestinationRefused is wrapped by the error of a dial to an address a worker does not call:
 // link-local (where clouds serve instance metadata and credentials), unspecified, multicast, or

@@ -19,6 +19,15 @@ const (
 	CodeEnvUnset          = "ENV_UNSET"
 	CodeBadArguments      = "BAD_ARGUMENTS"
 	CodeDeadlineExceeded  = "DEADLINE_EXCEEDED"
+	// CodeToolGRPCStatus: a gRPC tool answered a status other than OK (its code in
+	// tool_error_code, its message in the hint and content).
+	CodeToolGRPCStatus = "TOOL_GRPC_STATUS"
+	// CodeRouteIncomplete: the route that matched lacks what its action needs to run (a grpc
+	// action without a target); the field is named.
+	CodeRouteIncomplete = "ROUTE_INCOMPLETE"
+	// CodeGRPCMethodUnknown: a gRPC tool's method could not be found: the server offers no
+	// reflection and the route names no descriptor set, or neither knows the method.
+	CodeGRPCMethodUnknown = "GRPC_METHOD_UNKNOWN"
 	// CodeDeadLettered: Hermes gave up on the call or request (see hermes dlq).
 	CodeDeadLettered = "DEAD_LETTERED"
 	// CodeCancelled: the request was cancelled before the call finished.

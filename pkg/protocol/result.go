@@ -20,6 +20,7 @@ var hermesCodes = map[string]bool{
 	CodeToolBadResponse: true, CodeToolFailed: true, CodeResultTooLarge: true, CodeEnvNotAllowed: true,
 	CodeEnvUnset: true, CodeBadArguments: true, CodeDeadlineExceeded: true, CodeDeadLettered: true,
 	CodeCancelled: true, CodeDestinationRefused: true, CodeContractViolation: true, CodeContractUnavailable: true,
+	CodeToolGRPCStatus: true, CodeRouteIncomplete: true, CodeGRPCMethodUnknown: true,
 }
 
 // IsHermesCode reports whether code is one of the codes Hermes sets in error_code.

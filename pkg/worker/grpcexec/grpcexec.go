@@ -1,0 +1,394 @@
+// Package grpcexec runs grpc actions on the worker runtime: a route's
+// `grpc: {service, method, target, timeout_ms}` becomes a unary call of that method, its
+// request made from the call's JSON arguments and its response given back as JSON.
+//
+// The method is found by server reflection (grpc.reflection.v1, else v1alpha) or, for a server
+// without it, in a FileDescriptorSet file the route names (descriptor_set) from the worker's
+// descriptor directory; what is found is remembered for a minute, and forgotten at once when
+// the server answers UNIMPLEMENTED. Arguments and answers follow the protobuf JSON mapping
+// (protojson): fields by their proto or JSON names, 64-bit integers exact (as JSON strings in
+// answers, as the mapping says; numbers or strings in arguments), unset fields given with their
+// zero values, field names as in the .proto file.
+//
+// A try's deadline is the call's timeout (timeout_ms), sent to the server as the gRPC deadline.
+// A status other than OK is the tool's failure, TOOL_GRPC_STATUS with the status code in
+// tool_error_code (or the reason of a google.rpc.ErrorInfo detail) and its message in the hint
+// and content; RESOURCE_EXHAUSTED is TOOL_RATE_LIMITED. UNAVAILABLE, DEADLINE_EXCEEDED and
+// RESOURCE_EXHAUSTED are retried, every other status not. A server that cannot be reached (or
+// that goes away mid-call) is TOOL_UNREACHABLE, retried; a deadline that passes is
+// TOOL_TIMEOUT, retried.
+//
+// Connections are dialed through egress.Dialer (--resolve, and the destination rules an HTTP
+// call follows), one per target, kept and reused. Header values may hold ${env.NAME}, resolved
+// under the same allow-list and origin binding as HTTP's: a gRPC target's origin is
+// http://host:port, or https://host:port with TLS.
+package grpcexec
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/tracing"
+	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/egress"
+)
+
+// Config configures an Executor.
+type Config struct {
+	// AllowEnv names the environment variables header values may read, each bound to the one
+	// origin it may be sent to (egress.ParseAllowEnv: NAME@https://host:port).
+	AllowEnv []string
+	// Resolve maps a target as routes write it to the host:port to dial (--resolve).
+	Resolve map[string]string
+	// Descriptors is the directory descriptor_set names a file in; "" for none.
+	Descriptors string
+	// RootCAs verifies TLS servers; nil for the system's roots.
+	RootCAs *x509.CertPool
+	Logger  *slog.Logger
+}
+
+// Executor runs grpc actions. It is safe for concurrent use; Close closes its connections.
+type Executor struct {
+	env     *egress.EnvResolver
+	conns   *conns
+	methods *methods
+	log     *slog.Logger
+}
+
+var _ worker.Executor = (*Executor)(nil)
+
+// New returns an executor configured by cfg.
+func New(cfg Config) (*Executor, error) {
+	env, err := egress.ParseAllowEnv(cfg.AllowEnv)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Executor{
+		env:     env,
+		conns:   &conns{dial: egress.Dialer(cfg.Resolve), roots: cfg.RootCAs, open: map[connKey]*conn{}},
+		methods: &methods{dir: cfg.Descriptors, entries: map[methodKey]*methodEntry{}},
+		log:     log,
+	}, nil
+}
+
+// Kind is protocol.ActionGRPC.
+func (e *Executor) Kind() string { return protocol.ActionGRPC }
+
+// Close closes every connection; calls still running fail.
+func (e *Executor) Close() error {
+	e.conns.close()
+	return nil
+}
+
+// reservedMetadata are metadata names gRPC or Hermes set; a route cannot.
+var reservedMetadata = []string{"content-type", "te", "user-agent", "idempotency-key", "x-request-id", "x-hermes-attempt", "traceparent", "tracestate"}
+
+// Execute runs one try of a grpc action.
+func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outcome, err error) {
+	if ctx.Err() != nil {
+		return worker.Outcome{}, context.Cause(ctx)
+	}
+	a := c.Dispatch.Action.GRPC
+	route := c.Dispatch.Route
+	if a == nil {
+		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes,
+			fmt.Sprintf("route %s has a grpc action without its grpc block", route), "grpc action missing", false), nil
+	}
+	full := a.Service + "/" + a.Method
+	ctx, span := tracing.Tracer().Start(ctx, "gRPC "+full, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("hermes.route", route), attribute.Int("hermes.attempt", c.Attempt),
+			attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", a.Service), attribute.String("rpc.method", a.Method),
+			attribute.String("server.address", a.Target)))
+	defer func() {
+		if out.Result.ErrorCode != "" {
+			span.SetStatus(otelcodes.Error, out.Result.ErrorCode)
+			span.SetAttributes(attribute.String("hermes.error_code", out.Result.ErrorCode))
+		}
+		tracing.End(span, err)
+	}()
+	if a.Target == "" {
+		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes,
+			fmt.Sprintf("route %s calls %s but says not where: give its action.grpc.target (host:port)", route, full),
+			"action.grpc.target is required to call a gRPC method", false), nil
+	}
+	if why := protocol.CheckGRPCTarget(a.Target); why != "" {
+		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes,
+			fmt.Sprintf("route %s: action.grpc.target %s", route, why), "action.grpc.target "+why, false), nil
+	}
+	md, err := e.metadata(c, a)
+	if err != nil {
+		var ee *egress.EnvError
+		if errors.As(err, &ee) {
+			return worker.Failed(ee.Code, protocol.OriginHermes, ee.Error(), ee.Error(), false), nil
+		}
+		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes, fmt.Sprintf("route %s: %v", route, err), err.Error(), false), nil
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = time.Duration(max(c.Dispatch.Action.TimeoutMS, 1)) * time.Millisecond
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+
+	key := connKey{target: a.Target, tls: a.TLS, serverName: a.ServerName}
+	if a.TLS && key.serverName == "" {
+		key.serverName = hostOf(a.Target)
+	}
+	cn, err := e.conns.get(key)
+	if err != nil {
+		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes, fmt.Sprintf("route %s: %v", route, err), err.Error(), false), nil
+	}
+	defer e.conns.put(cn)
+	// The route's metadata goes with the reflection lookup too (a server may want its
+	// credentials for that as well).
+	tctx = metadata.NewOutgoingContext(tctx, md)
+	mk := methodKey{conn: key, service: a.Service, method: a.Method, descriptorSet: a.DescriptorSet}
+	m, err := e.methods.find(tctx, cn.cc, mk)
+	if err != nil {
+		return e.failure(ctx, tctx, c, cn, err, nil, timeout)
+	}
+	in := dynamicpb.NewMessage(m.desc.Input())
+	if err := e.request(c, m, in); err != nil {
+		return worker.Failed(protocol.CodeBadArguments, protocol.OriginHermes,
+			fmt.Sprintf("fix the call's arguments: they must fit %s: %v", m.desc.Input().FullName(), err), err.Error(), false), nil
+	}
+	resp := dynamicpb.NewMessage(m.desc.Output())
+	limit := c.MaxResultBytes
+	if limit <= 0 {
+		limit = worker.DefaultMaxResultBytes
+	}
+	cctx, mark := withAnswerMark(tctx)
+	err = cn.cc.Invoke(cctx, "/"+a.Service+"/"+a.Method, in, resp, grpc.MaxCallRecvMsgSize(int(min(limit, 1<<30))))
+	elapsed := time.Since(start)
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented && mark.v.Load() {
+			e.methods.forget(mk)
+		}
+		return e.failure(ctx, tctx, c, cn, err, mark, timeout)
+	}
+	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(codes.OK)))
+	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Resolver: m.types}.Marshal(resp)
+	if err != nil {
+		return worker.Failed(protocol.CodeToolBadResponse, protocol.OriginTool,
+			fmt.Sprintf("the answer of %s could not be given as JSON; check the server", full), err.Error(), false), nil
+	}
+	if int64(len(body)) > limit {
+		return worker.TooLarge(limit), nil
+	}
+	body = egress.Redact(body, e.env.Secrets(a.Headers))
+	out = worker.OK(body, elapsed)
+	out.Answered = worker.AnsweredValue
+	return out, nil
+}
+
+// request fills in from the call's arguments; the route's captures are added only where the
+// request message has a field of their name.
+func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) error {
+	args := c.Dispatch.Call.Arguments
+	if len(c.Dispatch.Params) > 0 {
+		obj := map[string]json.RawMessage{}
+		if len(args) > 0 {
+			if err := json.Unmarshal(args, &obj); err != nil {
+				return fmt.Errorf("arguments must be a JSON object: %v", err)
+			}
+		}
+		if obj == nil {
+			obj = map[string]json.RawMessage{}
+		}
+		fields := m.desc.Input().Fields()
+		for k, v := range c.Dispatch.Params {
+			if _, ok := obj[k]; ok {
+				continue
+			}
+			if fields.ByName(protoreflect.Name(k)) == nil && fields.ByJSONName(k) == nil {
+				continue
+			}
+			b, _ := json.Marshal(v)
+			obj[k] = b
+		}
+		args, _ = json.Marshal(obj)
+	}
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	return protojson.UnmarshalOptions{Resolver: m.types}.Unmarshal(args, in)
+}
+
+// metadata is what goes with each try: the route's headers, ${env.NAME} resolved for the
+// target's origin, and Hermes' own (idempotency key, request id, attempt, trace context).
+func (e *Executor) metadata(c *worker.Call, a *protocol.GRPCAction) (metadata.MD, error) {
+	md := metadata.MD{}
+	scheme := "http"
+	if a.TLS {
+		scheme = "https"
+	}
+	origin := egress.Origin(&url.URL{Scheme: scheme, Host: a.Target})
+	for name, v := range a.Headers {
+		lower := strings.ToLower(name)
+		if strings.HasPrefix(lower, "grpc-") || strings.HasPrefix(lower, ":") || slices.Contains(reservedMetadata, lower) {
+			return nil, fmt.Errorf("header %s is set by gRPC or Hermes and cannot be configured", name)
+		}
+		rv, err := e.env.ResolveFor(origin, name, v)
+		if err != nil {
+			return nil, err
+		}
+		md.Set(lower, rv)
+	}
+	md.Set("idempotency-key", c.IdempotencyKey())
+	md.Set("x-request-id", c.RequestID)
+	md.Set("x-hermes-attempt", strconv.Itoa(c.Attempt))
+	tc := c.Trace
+	tracing.Inject(context.Background(), &tc)
+	if tc.Traceparent != "" {
+		md.Set("traceparent", tc.Traceparent)
+		if tc.Tracestate != "" {
+			md.Set("tracestate", tc.Tracestate)
+		}
+	}
+	return md, nil
+}
+
+// failure judges a call (or a method lookup) that failed with err: the try's context ended,
+// the server answered a status (mark set), or the connection failed.
+func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, err error, mark *sawStatus, timeout time.Duration) (worker.Outcome, error) {
+	a := c.Dispatch.Action.GRPC
+	route := c.Dispatch.Route
+	if ctx.Err() != nil {
+		return worker.Outcome{}, context.Cause(ctx) // shutting down or cancelled: not the tool's fault
+	}
+	var um *unknownMethod
+	if errors.As(err, &um) {
+		return worker.Failed(protocol.CodeGRPCMethodUnknown, protocol.OriginHermes,
+			fmt.Sprintf("route %s: %s", route, um.msg), um.msg, false), nil
+	}
+	st := status.Convert(err)
+	switch {
+	case tctx.Err() != nil || atDeadline(tctx, st.Code()): // the deadline Hermes set passed, whatever the server said at it
+		tc := *c
+		tc.Timeout = timeout
+		return worker.TimedOut(&tc), nil
+	case st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message larger than max"):
+		return worker.TooLarge(c.MaxResultBytes), nil
+	case mark != nil && mark.v.Load():
+		return e.statusFailure(c, st), nil
+	}
+	// Hermes' side: a connection that failed.
+	if p := cn.refused.Load(); p != nil && st.Code() == codes.Unavailable {
+		return worker.Failed(protocol.CodeDestinationRefused, protocol.OriginHermes,
+			fmt.Sprintf("route %s points at an address tool workers do not call; point it at the tool's own host", route),
+			cut((*p).Error()), false), nil
+	}
+	return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes,
+		fmt.Sprintf("could not reach the gRPC server at %s; check that it runs and that route %s points at it", a.Target, route),
+		"tool unreachable: "+cut(st.Message()), true), nil
+}
+
+// atDeadline reports whether a call that ended with code ended at its deadline: the server
+// knows the deadline too (gRPC sends it), and may end the call a moment before the client's
+// own timer does.
+func atDeadline(ctx context.Context, code codes.Code) bool {
+	dl, ok := ctx.Deadline()
+	if !ok || time.Until(dl) > deadlineMargin {
+		return false
+	}
+	return code == codes.DeadlineExceeded || code == codes.Canceled || code == codes.Unavailable
+}
+
+// deadlineMargin is how close to its deadline a call's end counts as the deadline's.
+const deadlineMargin = 50 * time.Millisecond
+
+// statusFailure is the server's own non-OK status.
+func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outcome {
+	a := c.Dispatch.Action.GRPC
+	name := codeName(st.Code())
+	msg := string(egress.Redact([]byte(st.Message()), e.env.Secrets(a.Headers)))
+	content := map[string]any{"grpc_code": name, "message": msg}
+	own := name
+	var details []json.RawMessage
+	for _, d := range st.Proto().GetDetails() {
+		if b, err := protojson.Marshal(d); err == nil && len(details) < 8 {
+			details = append(details, egress.Redact(b, e.env.Secrets(a.Headers)))
+		}
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && protocol.ToolCode(info.GetReason()) != "" {
+			own = info.GetReason()
+		}
+	}
+	if len(details) > 0 {
+		content["details"] = details
+	}
+	code, retryable := protocol.CodeToolGRPCStatus, false
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		retryable = true
+	case codes.ResourceExhausted:
+		code, retryable = protocol.CodeToolRateLimited, true
+	}
+	hint := "gRPC " + name
+	if msg != "" {
+		hint += ": " + msg
+	}
+	r := protocol.ToolFailure(code, own, hint, content)
+	return worker.Outcome{Result: r, Retryable: retryable, Answered: worker.AnsweredValue}
+}
+
+// codeName is a status code as the gRPC spec writes it (NOT_FOUND).
+func codeName(c codes.Code) string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return "CODE_" + strconv.Itoa(int(c))
+}
+
+var codeNames = map[codes.Code]string{
+	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
+	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+}
+
+func hostOf(target string) string {
+	h := target
+	if i := strings.LastIndexByte(target, ':'); i >= 0 {
+		h = target[:i]
+	}
+	return strings.Trim(h, "[]")
+}
+
+// cut bounds an error text.
+func cut(s string) string {
+	if len(s) > 300 {
+		return s[:300]
+	}
+	return s
+}

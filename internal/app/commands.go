@@ -90,6 +90,7 @@ type workerFlags struct {
 	maxResult   int64
 	trusted     string
 	mcp         string
+	descriptors string
 	pools       worker.Pools
 }
 
@@ -104,11 +105,17 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.pools.H, "pool-h", envInt("HERMES_POOL_H", worker.DefaultPoolH), "calls of heavy tools (resource_level H) running at once (env HERMES_POOL_H)")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
 	fs.StringVar(&w.trusted, "trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys (hermes seal-key prints them): run only tool calls they sealed, drop any other (env HERMES_TRUSTED_SEALS)")
+	fs.StringVar(&w.descriptors, "grpc-descriptors", os.Getenv("HERMES_GRPC_DESCRIPTORS"), "directory of FileDescriptorSet files (protoc --include_imports --descriptor_set_out) gRPC routes may name as descriptor_set, for servers without reflection (env HERMES_GRPC_DESCRIPTORS)")
 	fs.StringVar(&w.mcp, "mcp", os.Getenv("HERMES_MCP"), "file naming the MCP servers this worker holds (programs over stdio, Streamable HTTP URLs): their tools become Hermes tools (env HERMES_MCP)")
 }
 
 func (w *workerFlags) config(instance string) (WorkerConfig, error) {
-	cfg := WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve,
+	if w.descriptors != "" {
+		if st, err := os.Stat(w.descriptors); err != nil || !st.IsDir() {
+			return WorkerConfig{}, fmt.Errorf("--grpc-descriptors %s: not a directory", w.descriptors)
+		}
+	}
+	cfg := WorkerConfig{Instance: instance, Tools: w.tools, AllowEnv: w.allowEnv, Resolve: w.resolve, GRPCDescriptors: w.descriptors,
 		Concurrency: w.concurrency, MaxResultBytes: w.maxResult, Pools: w.pools}
 	if err := badEnvInts("HERMES_POOL_L", "HERMES_POOL_M", "HERMES_POOL_H"); err != nil {
 		return cfg, err
@@ -303,7 +310,8 @@ func syncPolicy(v string) (bool, error) {
 func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("demo-tools", "hermes demo-tools [flags]", env.Stderr)
 	level := "info"
-	addr := fs.String("listen", "127.0.0.1:8081", "HTTP listen address")
+	addr := fs.String("listen", demoToolsAddr, "HTTP listen address")
+	grpcAddr := fs.String("grpc-listen", demoGRPCAddr, "listen address of the gRPC service customer.ProfileService (with server reflection); empty to run none")
 	natsURL := fs.String("nats", os.Getenv(bus.EnvURL), "NATS server URL: also serve the Go meeting tools ("+strings.Join(demotools.MeetingToolNames, ", ")+") as a tool worker there (env "+bus.EnvURL+"); empty serves the HTTP tools alone")
 	var auth natsAuth
 	auth.register(fs)
@@ -320,9 +328,22 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	// The HTTP tools and, beside them, the gRPC service.
+	tools := []func(context.Context) error{func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) }}
+	if *grpcAddr != "" {
+		gln, err := listen(*grpcAddr, "demo gRPC service")
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		tools = append(tools, func(ctx context.Context) error {
+			return demotools.ServeProfiles(ctx, gln, log.With("service", "demo-grpc"))
+		})
+		fmt.Fprintf(env.Stdout, "Demo gRPC service %s listening on %s (server reflection on).\n", demotools.ProfileService, gln.Addr())
+	}
 	fmt.Fprintf(env.Stdout, "Demo tools listening on http://%s. Ctrl-C stops.\n", ln.Addr())
 	if *natsURL == "" {
-		return demotools.Serve(ctx, ln, log.With("service", "demo-tools"))
+		return runLayers(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }, tools...)
 	}
 	opts, err := auth.options()
 	if err != nil {
@@ -355,7 +376,7 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		}
 		return nil
 	}
-	return runLayers(ctx, meetings, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
+	return runLayers(ctx, meetings, tools...)
 }
 
 // runLayers runs the front (the part that takes new work) and the back (what finishes it) in

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/retry"
 	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/grpcexec"
 	"github.com/hermesbus/hermes/pkg/worker/httpexec"
 	"github.com/hermesbus/hermes/pkg/worker/mcpexec"
 )
@@ -153,9 +155,11 @@ type WorkerConfig struct {
 	Instance string
 	// Tools it serves; empty: every tool of its kinds, following new ones.
 	Tools []string
-	// AllowEnv and Resolve configure the HTTP executor (httpexec.New).
-	AllowEnv []string
-	Resolve  map[string]string
+	// AllowEnv and Resolve configure the HTTP and gRPC executors (httpexec.New, grpcexec.New);
+	// GRPCDescriptors is the directory of descriptor sets gRPC routes may name.
+	AllowEnv        []string
+	Resolve         map[string]string
+	GRPCDescriptors string
 	// Concurrency bounds calls of one tool at once; MaxResultBytes bounds an answer.
 	Concurrency    int
 	MaxResultBytes int64
@@ -180,6 +184,7 @@ type WorkerService struct {
 	*worker.Worker
 	contracts *registry.Live
 	mcp       *mcpService
+	grpc      *grpcexec.Executor
 }
 
 // Run runs the worker until ctx is done, once it knows every contract registered.
@@ -187,6 +192,7 @@ func (s *WorkerService) Run(ctx context.Context) error {
 	if err := s.contracts.Start(ctx); err != nil {
 		return err
 	}
+	defer s.grpc.Close() // its connections, once no call runs
 	if s.mcp == nil {
 		return s.Worker.Run(ctx)
 	}
@@ -226,11 +232,14 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	if err != nil {
 		return nil, err
 	}
-	execs := []worker.Executor{he}
-	for _, e := range cfg.Executors {
-		if e != nil && e.Kind() == protocol.ActionHTTP {
-			execs = execs[1:]
-			break
+	ge, err := grpcexec.New(grpcexec.Config{AllowEnv: cfg.AllowEnv, Resolve: cfg.Resolve, Descriptors: cfg.GRPCDescriptors, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	var execs []worker.Executor
+	for _, own := range []worker.Executor{he, ge} {
+		if !slices.ContainsFunc(cfg.Executors, func(e worker.Executor) bool { return e != nil && e.Kind() == own.Kind() }) {
+			execs = append(execs, own)
 		}
 	}
 	execs = append(execs, cfg.Executors...)
@@ -267,7 +276,7 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WorkerService{Worker: w, contracts: live, mcp: ms}, nil
+	return &WorkerService{Worker: w, contracts: live, mcp: ms, grpc: ge}, nil
 }
 
 // NewGateway builds a gateway on nc and b.

@@ -34,8 +34,10 @@ type SystemConfig struct {
 	NATSListen string
 	// HTTPAddr is the gateway's listen address.
 	HTTPAddr string
-	// DemoAddr is the demo tools' listen address; empty runs none.
-	DemoAddr string
+	// DemoAddr is the demo tools' listen address; empty runs none. DemoGRPCAddr is where their
+	// gRPC service (customer.ProfileService) listens, when they run; empty runs it nowhere.
+	DemoAddr     string
+	DemoGRPCAddr string
 	// Routes is the table; RoutesPath, when set and WatchRoutes, is reloaded on change.
 	Routes      *routes.Table
 	RoutesPath  string
@@ -63,6 +65,8 @@ type SystemConfig struct {
 type System struct {
 	// GatewayURL and DemoURL are http:// base URLs; DemoURL is empty without demo tools.
 	GatewayURL, DemoURL string
+	// DemoGRPC is the demo gRPC service's address; empty when it does not run.
+	DemoGRPC string
 	// ClientURL is where other processes reach NATS: the external URL, or the embedded
 	// server's when it listens; empty when the embedded server takes in-process clients only.
 	ClientURL string
@@ -152,13 +156,24 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		sys.back = append(sys.back, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
 		if got := ln.Addr().String(); got != demoToolsAddr {
 			// Routes name 127.0.0.1:8081: dial where the demo tools really are.
-			resolve := map[string]string{demoToolsAddr: got}
-			for k, v := range cfg.Worker.Resolve {
-				resolve[k] = v
-			}
-			cfg.Worker.Resolve = resolve
+			cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoToolsAddr, got)
 		}
 		sys.DemoURL = "http://" + ln.Addr().String()
+		if cfg.DemoGRPCAddr != "" {
+			gln, err := listen(cfg.DemoGRPCAddr, "demo gRPC service")
+			if err != nil {
+				return nil, err
+			}
+			sys.cleanup = append(sys.cleanup, func() { gln.Close() })
+			sys.back = append(sys.back, func(ctx context.Context) error {
+				return demotools.ServeProfiles(ctx, gln, log.With("service", "demo-grpc"))
+			})
+			if got := gln.Addr().String(); got != demoGRPCAddr {
+				// Routes name 127.0.0.1:8090: dial where the service really is.
+				cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoGRPCAddr, got)
+			}
+			sys.DemoGRPC = gln.Addr().String()
+		}
 	}
 	// One connection per service, as separate processes would have. The admin's provisions
 	// the bus; the services only use it, as they would with --no-provision.
@@ -366,4 +381,13 @@ func (s *System) close() {
 		s.cleanup[i]()
 	}
 	s.cleanup = nil
+}
+
+// withResolve is resolve (a copy) with from dialed at to, unless resolve says otherwise.
+func withResolve(resolve map[string]string, from, to string) map[string]string {
+	out := map[string]string{from: to}
+	for k, v := range resolve {
+		out[k] = v
+	}
+	return out
 }

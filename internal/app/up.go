@@ -9,11 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
-// demoToolsAddr is where examples/routes.yaml expects the demo tools.
-const demoToolsAddr = "127.0.0.1:8081"
+// demoToolsAddr and demoGRPCAddr are where examples/routes.yaml expects the demo tools and
+// their gRPC service.
+const (
+	demoToolsAddr = "127.0.0.1:8081"
+	demoGRPCAddr  = "127.0.0.1:8090"
+)
 
 // natsListenAddr is where hermes up lets local clients (hermes tail, replay, dlq, more workers)
 // reach its embedded server by default: where they look for NATS by default.
@@ -36,6 +41,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
 	sync := fs.String("sync", "interval", "store sync policy of the embedded server: interval or always")
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
+	demoGRPC := fs.String("demo-grpc", demoGRPCAddr, "listen address of the demo tools' gRPC service (customer.ProfileService, with reflection); empty to run none")
 	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start (default: the demo tools', when they run), unless someone else registered, changed or removed the tool's since (env HERMES_CONTRACTS; empty: none)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
@@ -65,7 +71,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	}
 	sys, err := StartSystem(ctx, SystemConfig{
 		NATSURL: c.natsURL, NATSAuth: c.natsAuth.c, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
-		HTTPAddr: gf.addr, DemoAddr: *demoAddr, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
+		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
 		Contracts: *contracts,
@@ -76,6 +82,9 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	demoDesc := "not started (--demo-tools \"\")"
 	if sys.DemoURL != "" {
 		demoDesc = sys.DemoURL
+		if sys.DemoGRPC != "" {
+			demoDesc += ", gRPC " + demotools.ProfileService + " at " + sys.DemoGRPC
+		}
 	}
 	natsDesc := sys.NATSDescription
 	if taken != "" {

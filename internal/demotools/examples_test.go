@@ -24,6 +24,8 @@ const (
 	examplesDir   = "../../examples"
 	localBaseURL  = "http://127.0.0.1:8081"
 	deployBaseURL = "http://demo-tools:8081"
+	localTarget   = "target: 127.0.0.1:8090"
+	deployTarget  = "target: demo-tools:8090"
 )
 
 // exampleRequest is a HermesRequest as the example files hold it.
@@ -111,6 +113,9 @@ func TestExamplesCoverEveryTool(t *testing.T) {
 			t.Errorf("no examples/%s for %s", file, e.Tool)
 		}
 	}
+	if _, ok := examples["request-"+ProfileTool+".json"]; !ok {
+		t.Errorf("no examples/request-%s.json for the gRPC tool", ProfileTool)
+	}
 	if p := examples["request-parallel.json"]; len(p.ToolCalls) != 3 {
 		t.Errorf("request-parallel.json has %d calls, want 3", len(p.ToolCalls))
 	}
@@ -127,9 +132,12 @@ func TestDeployRoutesMatchExamples(t *testing.T) {
 	if !strings.Contains(local, localBaseURL+"/") {
 		t.Fatalf("examples/routes.yaml does not use %s", localBaseURL)
 	}
-	if want := strings.ReplaceAll(local, localBaseURL, deployBaseURL); deploy != want {
-		t.Error("deploy/routes.yaml differs from examples/routes.yaml with the base URL swapped; regenerate it with\n" +
-			"  sed 's#" + localBaseURL + "#" + deployBaseURL + "#g' examples/routes.yaml > deploy/routes.yaml")
+	if !strings.Contains(local, localTarget+"\n") {
+		t.Fatalf("examples/routes.yaml has no gRPC rule with %s", localTarget)
+	}
+	if want := strings.ReplaceAll(strings.ReplaceAll(local, localBaseURL, deployBaseURL), localTarget, deployTarget); deploy != want {
+		t.Error("deploy/routes.yaml differs from examples/routes.yaml with the base URL and gRPC target swapped; regenerate it with\n" +
+			"  sed 's#" + localBaseURL + "#" + deployBaseURL + "#g; s#" + localTarget + "#" + deployTarget + "#g' examples/routes.yaml > deploy/routes.yaml")
 	}
 }
 
@@ -137,6 +145,7 @@ func TestDeployRoutesMatchExamples(t *testing.T) {
 // the router does and call it the way the tool worker does.
 type exampleRule struct {
 	name, tool, url, method string
+	grpc                    string // the service, for a grpc rule
 	contains                []string
 	regex                   *regexp.Regexp
 	maxAttempts             int
@@ -165,6 +174,8 @@ func readRules(t *testing.T, text string) []exampleRule {
 			r.tool = value
 		case "url":
 			r.url = value
+		case "service":
+			r.grpc = value
 		case "method":
 			r.method = value
 		case "max_attempts":
@@ -275,6 +286,23 @@ func TestExamplesRunAgainstTheTools(t *testing.T) {
 				rule, captured, ok := pickRule(rules, c.Name, req.Intent)
 				if !ok {
 					t.Fatalf("no rule routes %s for intent %q", c.Name, req.Intent)
+				}
+				if rule.grpc != "" { // the gRPC service
+					if rule.grpc != ProfileService {
+						t.Fatalf("rule %s calls %s, which the demo tools do not serve", rule.name, rule.grpc)
+					}
+					out, err := callProfile(c.Arguments)
+					if err != nil {
+						t.Fatalf("rule %s: %v", rule.name, err)
+					}
+					k := demoContract(t, c.Name)
+					if err := k.CheckInput(c.Arguments); err != nil {
+						t.Errorf("the example's arguments break the contract of %s: %v", c.Name, err)
+					}
+					if v := k.CheckValue(out); v.Violation != "" {
+						t.Errorf("the answer breaks the contract of %s: %+v\n%s", c.Name, v, out)
+					}
+					return
 				}
 				if rule.url == "" { // a go rule: the SDK's meeting tools
 					out, err := callMeetingTool(c.Name, c.Arguments)
@@ -414,6 +442,10 @@ func TestEveryDemoToolHasAContract(t *testing.T) {
 			t.Errorf("Go tool %s has a contract file; its contract comes from its types", name)
 		}
 	}
+	if !have[ProfileTool] {
+		t.Errorf("the gRPC tool %s has no contract in examples/contracts", ProfileTool)
+	}
+	delete(have, ProfileTool)
 	for _, e := range newTestServer().endpoints() {
 		if !have[e.Tool] {
 			t.Errorf("demo tool %s has no contract in examples/contracts", e.Tool)

@@ -30,8 +30,12 @@ import (
 // GetProfile(GetProfileRequest) returns (Profile).
 var ProfileFiles = mustProfileFiles()
 
-// ProfileService is the full name of the service.
-const ProfileService = "customer.ProfileService"
+// ProfileService is the full name of the service; ProfileTool the tool examples/routes.yaml
+// routes to its GetProfile (the seed's name).
+const (
+	ProfileService = "customer.ProfileService"
+	ProfileTool    = "get_customer_profile"
+)
 
 func mustProfileFiles() *protoregistry.Files {
 	str := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum()

@@ -2,6 +2,7 @@ package demotools
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -84,4 +85,19 @@ func TestTheProfileService(t *testing.T) {
 	if err != nil || resp.GetFileDescriptorResponse() == nil || len(resp.GetFileDescriptorResponse().FileDescriptorProto) == 0 {
 		t.Fatalf("reflection: %v %v", resp, err)
 	}
+}
+
+// callProfile answers GetProfile for JSON arguments as Hermes' gRPC executor gives them back:
+// the protobuf JSON mapping with the .proto's field names and zero values.
+func callProfile(args json.RawMessage) (json.RawMessage, error) {
+	m := profileMethod()
+	in := dynamicpb.NewMessage(m.Input())
+	if err := protojson.Unmarshal(args, in); err != nil {
+		return nil, err
+	}
+	out := dynamicpb.NewMessage(m.Output())
+	if err := getProfile(context.Background(), in, out); err != nil {
+		return nil, err
+	}
+	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(out)
 }

@@ -346,7 +346,8 @@ rules:
 		t.Fatal(err)
 	}
 	var ensured []string
-	s := &RouteStage{Table: func() *routes.Table { return table }, Kinds: protocol.ImplementedKinds,
+	// A router told of fewer kinds (one older than its workers, say) refuses the others.
+	s := &RouteStage{Table: func() *routes.Table { return table }, Kinds: []string{protocol.ActionHTTP, protocol.ActionGo, protocol.ActionMCP},
 		Ensure: func(_ context.Context, kind, tool string, _ int) error {
 			ensured = append(ensured, kind+"/"+tool)
 			return nil

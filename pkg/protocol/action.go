@@ -21,7 +21,7 @@ const (
 	ActionGo = "go"
 	// ActionMCP calls a tool of an MCP server a tool worker holds a session with (MCPAction).
 	ActionMCP = "mcp"
-	// ActionGRPC calls a gRPC method (GRPCAction; to come).
+	// ActionGRPC calls a unary gRPC method (GRPCAction).
 	ActionGRPC = "grpc"
 )
 
@@ -30,7 +30,7 @@ var Kinds = []string{ActionHTTP, ActionGo, ActionMCP, ActionGRPC}
 
 // ImplementedKinds are the kinds Hermes runs: a call of another kind is refused at routing with
 // ACTION_UNSUPPORTED.
-var ImplementedKinds = []string{ActionHTTP, ActionGo, ActionMCP}
+var ImplementedKinds = []string{ActionHTTP, ActionGo, ActionMCP, ActionGRPC}
 
 // KnownKind reports whether kind is one of Kinds.
 func KnownKind(kind string) bool {
@@ -84,8 +84,7 @@ type HTTPAction struct {
 	Headers map[string]string `msgpack:"headers,omitempty" json:"headers,omitempty"`
 }
 
-// GRPCAction names a gRPC method and where it is served. Until a worker runs gRPC calls the
-// router answers them with ACTION_UNSUPPORTED.
+// GRPCAction names a unary gRPC method and where it is served (pkg/worker/grpcexec runs it).
 type GRPCAction struct {
 	Service string `msgpack:"service" json:"service"`
 	Method  string `msgpack:"method" json:"method"`

@@ -124,9 +124,6 @@ func start(t *testing.T, opts options) *system {
 	s.js = b.JS
 	for _, name := range table.ToolNames() { // as a router would before its first dispatch
 		for _, kind := range table.KindsOf(name) {
-			if kind == protocol.ActionGRPC {
-				continue // not run: answered ACTION_UNSUPPORTED at routing
-			}
 			if _, err := b.EnsureToolConsumer(context.Background(), kind, name); err != nil {
 				t.Fatal(err)
 			}

@@ -135,7 +135,7 @@ func TestRetriesAndFailures(t *testing.T) {
 		"slow":    {protocol.ResultError, protocol.CodeToolTimeout, 2},
 		"down":    {protocol.ResultError, protocol.CodeToolHTTP5xx, 3},
 		"refused": {protocol.ResultError, protocol.CodeToolHTTP4xx, 1},
-		"grpc":    {protocol.ResultError, protocol.CodeActionUnsupported, 0}, // refused at routing: never tried
+		"grpc":    {protocol.ResultError, protocol.CodeRouteIncomplete, 1}, // its rule names no target: refused, never retried
 	}
 	for id, w := range want {
 		r := result(t, resp, id)

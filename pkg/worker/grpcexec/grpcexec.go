@@ -172,7 +172,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	mk := methodKey{conn: key, service: a.Service, method: a.Method, descriptorSet: a.DescriptorSet}
 	m, err := e.methods.find(tctx, cn.cc, mk)
 	if err != nil {
-		return e.failure(ctx, tctx, c, cn, err, nil, timeout)
+		return e.failure(ctx, tctx, c, cn, err, nil, timeout, start)
 	}
 	in := dynamicpb.NewMessage(m.desc.Input())
 	if err := e.request(c, m, in); err != nil {
@@ -191,7 +191,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		if status.Code(err) == codes.Unimplemented && mark.v.Load() {
 			e.methods.forget(mk)
 		}
-		return e.failure(ctx, tctx, c, cn, err, mark, timeout)
+		return e.failure(ctx, tctx, c, cn, err, mark, timeout, start)
 	}
 	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(codes.OK)))
 	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Resolver: m.types}.Marshal(resp)
@@ -277,7 +277,7 @@ func (e *Executor) metadata(c *worker.Call, a *protocol.GRPCAction) (metadata.MD
 
 // failure judges a call (or a method lookup) that failed with err: the try's context ended,
 // the server answered a status (mark set), or the connection failed.
-func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, err error, mark *sawStatus, timeout time.Duration) (worker.Outcome, error) {
+func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, err error, mark *sawStatus, timeout time.Duration, start time.Time) (worker.Outcome, error) {
 	a := c.Dispatch.Action.GRPC
 	route := c.Dispatch.Route
 	if ctx.Err() != nil {
@@ -297,7 +297,9 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 	case st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message larger than max"):
 		return worker.TooLarge(c.MaxResultBytes), nil
 	case mark != nil && mark.v.Load():
-		return e.statusFailure(c, st), nil
+		out := e.statusFailure(c, st)
+		out.Result.ExecutionTimeMS = time.Since(start).Milliseconds()
+		return out, nil
 	}
 	// Hermes' side: a connection that failed.
 	if p := cn.refused.Load(); p != nil && st.Code() == codes.Unavailable {

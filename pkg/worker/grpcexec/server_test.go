@@ -96,8 +96,8 @@ type behaveServer struct {
 
 	mu      sync.Mutex
 	aborted map[string]bool
-	calls   map[string]int      // by script id
-	md      metadata.MD // the last call's metadata
+	calls   map[string]int // by script id
+	md      metadata.MD    // the last call's metadata
 }
 
 type serverOptions struct {

@@ -112,23 +112,29 @@ func getProfile(_ context.Context, in protoreflect.Message, out protoreflect.Mes
 }
 
 // NewProfileServer returns a gRPC server serving customer.ProfileService, with server
-// reflection when reflect is true.
-func NewProfileServer(reflect bool) *grpc.Server {
+// reflection when reflect is true, made with opts.
+func NewProfileServer(reflect bool, opts ...grpc.ServerOption) *grpc.Server {
 	m := profileMethod()
-	s := grpc.NewServer()
+	s := grpc.NewServer(opts...)
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: ProfileService,
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "GetProfile", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		Methods: []grpc.MethodDesc{{MethodName: "GetProfile", Handler: func(_ any, ctx context.Context, dec func(any) error, icp grpc.UnaryServerInterceptor) (any, error) {
 			in := dynamicpb.NewMessage(m.Input())
 			if err := dec(in); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "the request is not a GetProfileRequest: %v", err)
 			}
-			out := dynamicpb.NewMessage(m.Output())
-			if err := getProfile(ctx, in, out); err != nil {
-				return nil, err
+			run := func(ctx context.Context, req any) (any, error) {
+				out := dynamicpb.NewMessage(m.Output())
+				if err := getProfile(ctx, req.(*dynamicpb.Message), out); err != nil {
+					return nil, err
+				}
+				return out, nil
 			}
-			return out, nil
+			if icp == nil {
+				return run(ctx, in)
+			}
+			return icp(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/" + ProfileService + "/GetProfile"}, run)
 		}}},
 		Metadata: "customer/profile.proto",
 	}, struct{}{})

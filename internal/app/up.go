@@ -66,6 +66,16 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	grpcTaken := ""
+	if *demoAddr != "" && *demoGRPC != "" && !flagGiven(fs, "demo-grpc") {
+		// The default address taken (by another program, say) gives way to a free port:
+		// the worker dials it for the routes' 127.0.0.1:8090.
+		if ln, err := net.Listen("tcp", *demoGRPC); err != nil {
+			grpcTaken, *demoGRPC = *demoGRPC, "127.0.0.1:0"
+		} else {
+			ln.Close()
+		}
+	}
 	if *demoAddr == "" && !flagGiven(fs, "contracts") && os.Getenv("HERMES_CONTRACTS") == "" {
 		*contracts = "" // the demo tools' contracts, without the demo tools, only if asked for
 	}
@@ -84,6 +94,9 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		demoDesc = sys.DemoURL
 		if sys.DemoGRPC != "" {
 			demoDesc += ", gRPC " + demotools.ProfileService + " at " + sys.DemoGRPC
+			if grpcTaken != "" {
+				demoDesc += " (" + grpcTaken + " is taken)"
+			}
 		}
 	}
 	natsDesc := sys.NATSDescription

@@ -139,7 +139,8 @@ func (d *decoder) httpAction(e entry, path string) (protocol.Action, error) {
 	return a, d.common(&a, f, path)
 }
 
-// grpcAction decodes a grpc block. Such actions load and travel; no worker runs them yet.
+// grpcAction decodes a grpc block (pkg/worker/grpcexec runs it). A rule without a target loads,
+// as the seed's does; its calls are refused naming the field.
 func (d *decoder) grpcAction(e entry, path string) (protocol.Action, error) {
 	a := protocol.Action{Kind: protocol.ActionGRPC, GRPC: &protocol.GRPCAction{}}
 	f, err := d.mapping(e.value, path, e.key.Line, grpcFields)

@@ -17,8 +17,13 @@ import (
 	"github.com/hermesbus/hermes/pkg/worker/egress"
 )
 
-// maxConns bounds the connections kept open; the least recently used idle one is closed first.
+// maxConns is how many connections are kept open: past it, the least recently used one no call
+// holds is closed as another is made (so it is passed only while more than that many are in use).
 const maxConns = 256
+
+// maxHeaderListBytes bounds the metadata (status message and details included) a server may
+// send with an answer.
+const maxHeaderListBytes = 1 << 20
 
 // connKey names a connection: where, and how it is secured.
 type connKey struct {
@@ -70,13 +75,17 @@ func (cs *conns) get(k connKey) (*conn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			nc, err := cs.dial(ctx, "tcp", addr)
-			if errors.Is(err, egress.ErrDestinationRefused) {
+			switch {
+			case errors.Is(err, egress.ErrDestinationRefused):
 				c.refused.Store(&err)
+			case err == nil:
+				c.refused.Store(nil)
 			}
 			return nc, err
 		}),
 		grpc.WithUserAgent("hermes-toolworker"),
 		grpc.WithStatsHandler(answered{}),
+		grpc.WithMaxHeaderListSize(maxHeaderListBytes),
 	)
 	if err != nil {
 		return nil, err
@@ -86,7 +95,14 @@ func (cs *conns) get(k connKey) (*conn, error) {
 	return c, nil
 }
 
-// put releases a connection get returned.
+// hold takes one more hold on c, which get returned.
+func (cs *conns) hold(c *conn) {
+	cs.mu.Lock()
+	c.inUse++
+	cs.mu.Unlock()
+}
+
+// put releases a hold get or hold took.
 func (cs *conns) put(c *conn) {
 	cs.mu.Lock()
 	c.inUse--

@@ -31,7 +31,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +76,6 @@ type Executor struct {
 	env     *egress.EnvResolver
 	conns   *conns
 	methods *methods
-	log     *slog.Logger
 }
 
 var _ worker.Executor = (*Executor)(nil)
@@ -92,8 +93,7 @@ func New(cfg Config) (*Executor, error) {
 	return &Executor{
 		env:     env,
 		conns:   &conns{dial: egress.Dialer(cfg.Resolve), roots: cfg.RootCAs, open: map[connKey]*conn{}},
-		methods: &methods{dir: cfg.Descriptors, entries: map[methodKey]*methodEntry{}},
-		log:     log,
+		methods: &methods{dir: cfg.Descriptors, sources: map[sourceKey]*source{}, log: log},
 	}, nil
 }
 
@@ -141,7 +141,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes,
 			fmt.Sprintf("route %s: action.grpc.target %s", route, why), "action.grpc.target "+why, false), nil
 	}
-	md, err := e.metadata(c, a)
+	md, err := e.metadata(ctx, c, a)
 	if err != nil {
 		var ee *egress.EnvError
 		if errors.As(err, &ee) {
@@ -169,8 +169,11 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	// The route's metadata goes with the reflection lookup too (a server may want its
 	// credentials for that as well).
 	tctx = metadata.NewOutgoingContext(tctx, md)
-	mk := methodKey{conn: key, service: a.Service, method: a.Method, descriptorSet: a.DescriptorSet}
-	m, err := e.methods.find(tctx, cn.cc, mk)
+	sk := sourceKey{conn: key, service: a.Service}
+	if a.DescriptorSet != "" {
+		sk = sourceKey{service: a.Service, descriptorSet: a.DescriptorSet} // the same whatever the server
+	}
+	m, err := e.methods.find(tctx, e.conns, cn, sk, a.Method)
 	if err != nil {
 		return e.failure(ctx, tctx, c, cn, err, nil, timeout, start)
 	}
@@ -180,20 +183,22 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 			fmt.Sprintf("fix the call's arguments: they must fit %s: %v", m.desc.Input().FullName(), err), err.Error(), false), nil
 	}
 	resp := dynamicpb.NewMessage(m.desc.Output())
-	limit := c.MaxResultBytes
-	if limit <= 0 {
-		limit = worker.DefaultMaxResultBytes
-	}
+	limit := resultLimit(c)
 	cctx, mark := withAnswerMark(tctx)
 	err = cn.cc.Invoke(cctx, "/"+a.Service+"/"+a.Method, in, resp, grpc.MaxCallRecvMsgSize(int(min(limit, 1<<30))))
 	elapsed := time.Since(start)
 	if err != nil {
 		if status.Code(err) == codes.Unimplemented && mark.v.Load() {
-			e.methods.forget(mk)
+			e.methods.forget(sk)
 		}
 		return e.failure(ctx, tctx, c, cn, err, mark, timeout, start)
 	}
 	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(codes.OK)))
+	// The JSON mapping writes every unset field of every message: a small answer of a wide
+	// schema can grow a thousandfold. Its size is bounded before anything is written.
+	if n := jsonSize(resp.ProtoReflect(), m.types, 2*limit+1024); n > 2*limit+1024 {
+		return worker.TooLarge(limit), nil
+	}
 	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Resolver: m.types}.Marshal(resp)
 	if err != nil {
 		return worker.Failed(protocol.CodeToolBadResponse, protocol.OriginTool,
@@ -208,8 +213,9 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	return out, nil
 }
 
-// request fills in from the call's arguments; the route's captures are added only where the
-// request message has a field of their name.
+// request fills in from the call's arguments. The route's captures are added only where the
+// request message has a field of their name (proto or JSON) that the arguments do not set
+// (under either name, or another member of its oneof), as that field's kind.
 func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) error {
 	args := c.Dispatch.Call.Arguments
 	if len(c.Dispatch.Params) > 0 {
@@ -223,15 +229,29 @@ func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) err
 			obj = map[string]json.RawMessage{}
 		}
 		fields := m.desc.Input().Fields()
+		set := func(fd protoreflect.FieldDescriptor) bool {
+			_, byName := obj[string(fd.Name())]
+			_, byJSON := obj[fd.JSONName()]
+			return byName || byJSON
+		}
 		for k, v := range c.Dispatch.Params {
-			if _, ok := obj[k]; ok {
+			fd := fields.ByName(protoreflect.Name(k))
+			if fd == nil {
+				fd = fields.ByJSONName(k)
+			}
+			if fd == nil || set(fd) || fd.IsList() || fd.IsMap() || fd.Message() != nil {
 				continue
 			}
-			if fields.ByName(protoreflect.Name(k)) == nil && fields.ByJSONName(k) == nil {
-				continue
+			if o := fd.ContainingOneof(); o != nil {
+				taken := false
+				for i := range o.Fields().Len() {
+					taken = taken || set(o.Fields().Get(i))
+				}
+				if taken {
+					continue
+				}
 			}
-			b, _ := json.Marshal(v)
-			obj[k] = b
+			obj[string(fd.Name())] = captureValue(fd, v)
 		}
 		args, _ = json.Marshal(obj)
 	}
@@ -241,23 +261,48 @@ func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) err
 	return protojson.UnmarshalOptions{Resolver: m.types}.Unmarshal(args, in)
 }
 
-// metadata is what goes with each try: the route's headers, ${env.NAME} resolved for the
-// target's origin, and Hermes' own (idempotency key, request id, attempt, trace context).
-func (e *Executor) metadata(c *worker.Call, a *protocol.GRPCAction) (metadata.MD, error) {
-	md := metadata.MD{}
-	scheme := "http"
-	if a.TLS {
-		scheme = "https"
+// captureValue is a capture (text) as a JSON value of fd's kind: true and false for a bool,
+// the text itself for a number (the mapping takes numbers as strings too), a string otherwise.
+func captureValue(fd protoreflect.FieldDescriptor, v string) json.RawMessage {
+	if fd.Kind() == protoreflect.BoolKind && (v == "true" || v == "false") {
+		return json.RawMessage(v)
 	}
-	origin := egress.Origin(&url.URL{Scheme: scheme, Host: a.Target})
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// metadata is what goes with each try: the route's headers, ${env.NAME} resolved for the
+// origin the connection is verified as, and Hermes' own (idempotency key, request id, attempt,
+// trace context: this try's span as the server's parent).
+func (e *Executor) metadata(ctx context.Context, c *worker.Call, a *protocol.GRPCAction) (metadata.MD, error) {
+	md := metadata.MD{}
+	// A name's value goes only to the origin it is bound to. Over TLS that is the name the
+	// server's certificate is checked against (server_name when given), not merely where the
+	// connection goes: a route cannot send it to another name's holder.
+	origin := egress.Origin(&url.URL{Scheme: "http", Host: a.Target})
+	if a.TLS {
+		host := a.Target
+		if a.ServerName != "" {
+			_, port, _ := net.SplitHostPort(a.Target)
+			host = net.JoinHostPort(a.ServerName, port)
+		}
+		origin = egress.Origin(&url.URL{Scheme: "https", Host: host})
+	}
 	for name, v := range a.Headers {
 		lower := strings.ToLower(name)
-		if strings.HasPrefix(lower, "grpc-") || strings.HasPrefix(lower, ":") || slices.Contains(reservedMetadata, lower) {
+		if strings.HasPrefix(lower, "grpc-") || slices.Contains(reservedMetadata, lower) {
 			return nil, fmt.Errorf("header %s is set by gRPC or Hermes and cannot be configured", name)
+		}
+		if !validMetadataKey(lower) {
+			return nil, fmt.Errorf("header %s is not a gRPC metadata name (letters, digits, '-', '_', '.')", name)
 		}
 		rv, err := e.env.ResolveFor(origin, name, v)
 		if err != nil {
 			return nil, err
+		}
+		if !strings.HasSuffix(lower, "-bin") && strings.ContainsFunc(rv, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+			// Never the value: it may be a secret (one read from a file often ends in a newline).
+			return nil, fmt.Errorf("header %s's value holds characters gRPC metadata cannot carry (printable ASCII only; a trailing newline?)", name)
 		}
 		md.Set(lower, rv)
 	}
@@ -265,7 +310,7 @@ func (e *Executor) metadata(c *worker.Call, a *protocol.GRPCAction) (metadata.MD
 	md.Set("x-request-id", c.RequestID)
 	md.Set("x-hermes-attempt", strconv.Itoa(c.Attempt))
 	tc := c.Trace
-	tracing.Inject(context.Background(), &tc)
+	tracing.Inject(ctx, &tc)
 	if tc.Traceparent != "" {
 		md.Set("traceparent", tc.Traceparent)
 		if tc.Tracestate != "" {
@@ -275,18 +320,47 @@ func (e *Executor) metadata(c *worker.Call, a *protocol.GRPCAction) (metadata.MD
 	return md, nil
 }
 
+func validMetadataKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
 // failure judges a call (or a method lookup) that failed with err: the try's context ended,
-// the server answered a status (mark set), or the connection failed.
+// the server answered a status (mark set), or the connection failed. What the server said is
+// redacted of the route's ${env} values and cut before it goes anywhere.
 func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, err error, mark *sawStatus, timeout time.Duration, start time.Time) (worker.Outcome, error) {
 	a := c.Dispatch.Action.GRPC
 	route := c.Dispatch.Route
 	if ctx.Err() != nil {
 		return worker.Outcome{}, context.Cause(ctx) // shutting down or cancelled: not the tool's fault
 	}
-	var um *unknownMethod
-	if errors.As(err, &um) {
+	var (
+		um *unknownMethod
+		rs *reflectionStatus
+	)
+	switch {
+	case errors.As(err, &um):
+		msg := e.scrub(a, um.msg)
+		return worker.Failed(protocol.CodeGRPCMethodUnknown, protocol.OriginHermes, fmt.Sprintf("route %s: %s", route, msg), msg, false), nil
+	case errors.As(err, &rs):
+		// The server answered the method's lookup with a status: retried as the call's would
+		// be; any other (PERMISSION_DENIED, UNAUTHENTICATED…) is for the route's author to fix.
+		msg := e.scrub(a, rs.Error())
+		switch rs.st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return worker.Failed(protocol.CodeToolGRPCStatus, protocol.OriginTool, msg, msg, true), nil
+		case codes.ResourceExhausted:
+			return worker.Failed(protocol.CodeToolRateLimited, protocol.OriginTool, msg, msg, true), nil
+		}
 		return worker.Failed(protocol.CodeGRPCMethodUnknown, protocol.OriginHermes,
-			fmt.Sprintf("route %s: %s", route, um.msg), um.msg, false), nil
+			fmt.Sprintf("route %s: the method could not be looked up: %s", route, msg), msg, false), nil
 	}
 	st := status.Convert(err)
 	switch {
@@ -294,8 +368,8 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 		tc := *c
 		tc.Timeout = timeout
 		return worker.TimedOut(&tc), nil
-	case st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message larger than max"):
-		return worker.TooLarge(c.MaxResultBytes), nil
+	case e.answerTooLarge(st, c):
+		return worker.TooLarge(resultLimit(c)), nil
 	case mark != nil && mark.v.Load():
 		out := e.statusFailure(c, st)
 		out.Result.ExecutionTimeMS = time.Since(start).Milliseconds()
@@ -309,7 +383,35 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 	}
 	return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes,
 		fmt.Sprintf("could not reach the gRPC server at %s; check that it runs and that route %s points at it", a.Target, route),
-		"tool unreachable: "+cut(st.Message()), true), nil
+		"tool unreachable: "+e.scrub(a, st.Message()), true), nil
+}
+
+// resultLimit is the largest answer c takes.
+func resultLimit(c *worker.Call) int64 {
+	if c.MaxResultBytes <= 0 {
+		return worker.DefaultMaxResultBytes
+	}
+	return c.MaxResultBytes
+}
+
+// tooLargeText is how gRPC says a message passed a receive limit: "grpc: received message
+// larger than max (N vs. M)".
+var tooLargeText = regexp.MustCompile(`^grpc: received message (?:after decompression )?larger than max \(\d+ vs\. (\d+)\)$`)
+
+// answerTooLarge reports whether st is this client refusing the answer for passing the call's
+// limit — not a server refusing the request for passing its own, which reads the same.
+func (e *Executor) answerTooLarge(st *status.Status, c *worker.Call) bool {
+	if st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	m := tooLargeText.FindStringSubmatch(st.Message())
+	return m != nil && m[1] == strconv.FormatInt(min(resultLimit(c), 1<<30), 10)
+}
+
+// scrub is text a server sent, with the values of the route's ${env} headers redacted and cut
+// to a readable length.
+func (e *Executor) scrub(a *protocol.GRPCAction, text string) string {
+	return cut(string(egress.Redact([]byte(text), e.env.Secrets(a.Headers))))
 }
 
 // atDeadline reports whether a call that ended with code ended at its deadline: the server
@@ -330,13 +432,16 @@ const deadlineMargin = 50 * time.Millisecond
 func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outcome {
 	a := c.Dispatch.Action.GRPC
 	name := codeName(st.Code())
-	msg := string(egress.Redact([]byte(st.Message()), e.env.Secrets(a.Headers)))
+	secrets := e.env.Secrets(a.Headers)
+	msg := protocol.Shorten(string(egress.Redact([]byte(st.Message()), secrets)), maxStatusMessageBytes)
 	content := map[string]any{"grpc_code": name, "message": msg}
 	own := name
 	var details []json.RawMessage
+	room := maxStatusDetailsBytes
 	for _, d := range st.Proto().GetDetails() {
-		if b, err := protojson.Marshal(d); err == nil && len(details) < 8 {
-			details = append(details, egress.Redact(b, e.env.Secrets(a.Headers)))
+		if b, err := protojson.Marshal(d); err == nil && len(b) <= room {
+			details = append(details, egress.Redact(b, secrets))
+			room -= len(b)
 		}
 	}
 	for _, d := range st.Details() {
@@ -352,7 +457,10 @@ func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outco
 	case codes.Unavailable, codes.DeadlineExceeded:
 		retryable = true
 	case codes.ResourceExhausted:
-		code, retryable = protocol.CodeToolRateLimited, true
+		// Overloaded: another try may pass. A request larger than the server takes never will.
+		if !tooLargeText.MatchString(st.Message()) {
+			code, retryable = protocol.CodeToolRateLimited, true
+		}
 	}
 	hint := "gRPC " + name
 	if msg != "" {
@@ -361,6 +469,13 @@ func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outco
 	r := protocol.ToolFailure(code, own, hint, content)
 	return worker.Outcome{Result: r, Retryable: retryable, Answered: worker.AnsweredValue}
 }
+
+// Bounds on what of a status goes into a result: its message, and its details (those that do
+// not fit are left out).
+const (
+	maxStatusMessageBytes = 4 << 10
+	maxStatusDetailsBytes = 16 << 10
+)
 
 // codeName is a status code as the gRPC spec writes it (NOT_FOUND).
 func codeName(c codes.Code) string {
@@ -388,9 +503,4 @@ func hostOf(target string) string {
 }
 
 // cut bounds an error text.
-func cut(s string) string {
-	if len(s) > 300 {
-		return s[:300]
-	}
-	return s
-}
+func cut(s string) string { return protocol.Shorten(s, 300) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,23 +27,27 @@ import (
 
 // Bounds on what a server's reflection or a descriptor set may make a worker hold.
 const (
-	// maxDescriptorFiles bounds the files one method's descriptors may span.
+	// maxDescriptorFiles bounds the files one service's descriptors may span.
 	maxDescriptorFiles = 512
 	// maxDescriptorBytes bounds their serialized size, and a descriptor set file's.
 	maxDescriptorBytes = 16 << 20
-	// methodTTL is how long a method found is used before it is looked up again (a server
-	// redeployed with a changed schema is followed within it; UNIMPLEMENTED drops it at once).
-	methodTTL = time.Minute
-	// maxMethods bounds the methods remembered.
-	maxMethods = 1024
+	// sourceTTL is how long descriptors found are used before they are asked for again (a
+	// server redeployed with a changed schema is followed within it; UNIMPLEMENTED drops
+	// them at once).
+	sourceTTL = time.Minute
+	// maxSources and maxSourceBytes bound the descriptors kept, in number and in serialized
+	// bytes: past either, the least recently used are dropped (lookups still running are
+	// not counted until they finish).
+	maxSources     = 256
+	maxSourceBytes = 64 << 20
+	// lookupTimeout bounds one lookup, whoever waits for it.
+	lookupTimeout = 10 * time.Second
 )
 
 // method is a resolved unary method and the types its messages may hold (for Any).
 type method struct {
 	desc  protoreflect.MethodDescriptor
 	types *dynamicpb.Types
-	// via says where it was found: "reflection" or "descriptor set NAME".
-	via string
 }
 
 // unknownMethod is a method that could not be found, for a reason the route's author must fix
@@ -55,98 +60,161 @@ func unknownf(format string, args ...any) error {
 	return &unknownMethod{msg: fmt.Sprintf(format, args...)}
 }
 
-// methodKey names a method where it is served and how it is described.
-type methodKey struct {
-	conn                           connKey
-	service, method, descriptorSet string
+// reflectionStatus is a status the server answered to a reflection request (other than
+// UNIMPLEMENTED, which means it has none).
+type reflectionStatus struct{ st *status.Status }
+
+func (e *reflectionStatus) Error() string {
+	return "the server's reflection answered " + codeName(e.st.Code()) + ": " + e.st.Message()
 }
 
-// methodEntry is one lookup: done closes when desc or err is set; calls that need the same
-// method meanwhile wait for it rather than asking the server again.
-type methodEntry struct {
+// sourceKey names where a service's descriptors come from: a descriptor set (the same
+// whatever the server), or the reflection of one service at one server.
+type sourceKey struct {
+	conn          connKey
+	service       string
+	descriptorSet string
+}
+
+// source is one lookup of descriptors: done closes when files or err is set; calls that need
+// them meanwhile wait for it rather than asking again.
+type source struct {
 	done    chan struct{}
-	m       *method
+	files   *protoregistry.Files
+	types   *dynamicpb.Types
 	err     error
-	expires time.Time
+	size    int       // serialized bytes of the descriptors; guarded by methods.mu
+	expires time.Time // zero while the lookup runs; guarded by methods.mu
+	used    time.Time // guarded by methods.mu
 }
 
-// methods finds and remembers methods.
+// methods finds and remembers services' descriptors.
 type methods struct {
 	dir string // descriptor sets' directory; "" for none
+	log *slog.Logger
 
 	mu      sync.Mutex
-	entries map[methodKey]*methodEntry
+	sources map[sourceKey]*source
+	bytes   int // of finished sources
 }
 
-// find returns the method k names, looked up on cc (reflection) or in the route's descriptor
-// set, and remembered for methodTTL.
-func (ms *methods) find(ctx context.Context, cc *grpc.ClientConn, k methodKey) (*method, error) {
+// find returns the method k and name say, its descriptors looked up on cn (reflection) or in
+// the route's descriptor set, and remembered for sourceTTL. It returns when ctx ends, whether
+// or not the lookup has; the lookup runs on, bounded by lookupTimeout, for whoever waits next.
+func (ms *methods) find(ctx context.Context, cs *conns, cn *conn, k sourceKey, name string) (*method, error) {
+	now := time.Now()
 	ms.mu.Lock()
-	e, ok := ms.entries[k]
-	if ok && e.err == nil && !e.expires.IsZero() && time.Now().After(e.expires) {
-		delete(ms.entries, k)
+	src, ok := ms.sources[k]
+	if ok && !src.expires.IsZero() && now.After(src.expires) {
+		ms.dropLocked(k, src)
 		ok = false
 	}
 	if !ok {
-		if len(ms.entries) >= maxMethods {
-			for old, oe := range ms.entries { // drop one finished entry; any will do
-				if !oe.expires.IsZero() {
-					delete(ms.entries, old)
-					break
-				}
-			}
-		}
-		e = &methodEntry{done: make(chan struct{})}
-		ms.entries[k] = e
-		ms.mu.Unlock()
-		// The lookup is the first call's, but serves every call waiting: it runs under a
-		// context of its own, bounded, so one caller's cancellation fails no other.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		e.m, e.err = ms.lookup(lctx, cc, k)
-		cancel()
-		ms.mu.Lock()
-		if e.err != nil {
-			delete(ms.entries, k) // the next call asks again
-		} else {
-			e.expires = time.Now().Add(methodTTL)
-		}
-		close(e.done)
+		src = &source{done: make(chan struct{})}
+		ms.sources[k] = src
+		cs.hold(cn)                        // the lookup's own hold on the connection: eviction leaves it open
+		lctx := context.WithoutCancel(ctx) // the route's metadata, not the caller's end
+		go ms.lookup(lctx, cs, cn, k, src)
 	}
+	src.used = now
 	ms.mu.Unlock()
 	select {
-	case <-e.done:
-		return e.m, e.err
+	case <-src.done:
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
+	}
+	if src.err != nil {
+		return nil, src.err
+	}
+	return resolveMethod(src, k, name)
+}
+
+// lookup fills src, then keeps it (or, failed, forgets it: the next call asks again).
+func (ms *methods) lookup(ctx context.Context, cs *conns, cn *conn, k sourceKey, src *source) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	defer cs.put(cn)
+	var (
+		files *protoregistry.Files
+		size  int
+		err   error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("grpcexec: looking up %s: %v", k.service, p)
+			}
+		}()
+		if k.descriptorSet != "" {
+			files, size, err = ms.descriptorSet(k.descriptorSet)
+		} else {
+			files, size, err = reflect(ctx, cn.cc, k.service)
+		}
+	}()
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	src.files, src.err, src.size = files, err, size
+	if err == nil {
+		ms.log.Debug("gRPC service described", "service", k.service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "bytes", size)
+	} else {
+		ms.log.Debug("gRPC service not described", "service", k.service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "err", err)
+	}
+	if err == nil {
+		src.types = dynamicpb.NewTypes(files)
+		src.expires = time.Now().Add(sourceTTL)
+		ms.bytes += size
+		ms.trimLocked(src)
+	} else if ms.sources[k] == src {
+		delete(ms.sources, k)
+	}
+	close(src.done)
+}
+
+// trimLocked drops the least recently used finished sources, other than keep, while the
+// bounds are passed.
+func (ms *methods) trimLocked(keep *source) {
+	for len(ms.sources) > maxSources || ms.bytes > maxSourceBytes {
+		var (
+			oldK sourceKey
+			old  *source
+		)
+		for k, s := range ms.sources {
+			if s != keep && !s.expires.IsZero() && (old == nil || s.used.Before(old.used)) {
+				oldK, old = k, s
+			}
+		}
+		if old == nil {
+			return
+		}
+		ms.dropLocked(oldK, old)
+	}
+}
+
+func (ms *methods) dropLocked(k sourceKey, s *source) {
+	if ms.sources[k] == s {
+		delete(ms.sources, k)
+		if !s.expires.IsZero() {
+			ms.bytes -= s.size
+		}
 	}
 }
 
 // forget drops what is remembered of k (the server answered UNIMPLEMENTED: it changed).
-func (ms *methods) forget(k methodKey) {
+func (ms *methods) forget(k sourceKey) {
 	ms.mu.Lock()
-	if e, ok := ms.entries[k]; ok && !e.expires.IsZero() {
-		delete(ms.entries, k)
+	if s, ok := ms.sources[k]; ok && !s.expires.IsZero() {
+		ms.dropLocked(k, s)
 	}
 	ms.mu.Unlock()
 }
 
-func (ms *methods) lookup(ctx context.Context, cc *grpc.ClientConn, k methodKey) (*method, error) {
-	var (
-		files *protoregistry.Files
-		via   string
-		err   error
-	)
+// resolveMethod finds the unary method name of k.service in src.
+func resolveMethod(src *source, k sourceKey, name string) (*method, error) {
+	via := "server reflection"
 	if k.descriptorSet != "" {
 		via = "descriptor set " + k.descriptorSet
-		files, err = ms.descriptorSet(k.descriptorSet)
-	} else {
-		via = "server reflection"
-		files, err = reflect(ctx, cc, k.service)
 	}
-	if err != nil {
-		return nil, err
-	}
-	d, err := files.FindDescriptorByName(protoreflect.FullName(k.service))
+	d, err := src.files.FindDescriptorByName(protoreflect.FullName(k.service))
 	if err != nil {
 		return nil, unknownf("%s does not describe the service %s", via, k.service)
 	}
@@ -154,46 +222,46 @@ func (ms *methods) lookup(ctx context.Context, cc *grpc.ClientConn, k methodKey)
 	if !ok {
 		return nil, unknownf("%s is not a service in %s", k.service, via)
 	}
-	md := sd.Methods().ByName(protoreflect.Name(k.method))
+	md := sd.Methods().ByName(protoreflect.Name(name))
 	if md == nil {
 		var names []string
 		for i := range sd.Methods().Len() {
 			names = append(names, string(sd.Methods().Get(i).Name()))
 		}
-		return nil, unknownf("the service %s has no method %s (it has: %s)", k.service, k.method, strings.Join(names, ", "))
+		return nil, unknownf("the service %s has no method %s (it has: %s)", k.service, name, strings.Join(names, ", "))
 	}
 	if md.IsStreamingClient() || md.IsStreamingServer() {
-		return nil, unknownf("%s/%s is a streaming method; Hermes calls unary methods only", k.service, k.method)
+		return nil, unknownf("%s/%s is a streaming method; Hermes calls unary methods only", k.service, name)
 	}
-	return &method{desc: md, types: dynamicpb.NewTypes(files), via: via}, nil
+	return &method{desc: md, types: src.types}, nil
 }
 
 // descriptorSet reads the FileDescriptorSet file name in the descriptor directory.
-func (ms *methods) descriptorSet(name string) (*protoregistry.Files, error) {
+func (ms *methods) descriptorSet(name string) (*protoregistry.Files, int, error) {
 	if ms.dir == "" {
-		return nil, unknownf("the route names the descriptor set %s, but this worker has no --grpc-descriptors directory", name)
+		return nil, 0, unknownf("the route names the descriptor set %s, but this worker has no --grpc-descriptors directory", name)
 	}
 	if filepath.Base(name) != name || name == "." || name == ".." {
-		return nil, unknownf("descriptor set %q is not a file name", name)
+		return nil, 0, unknownf("descriptor set %q is not a file name", name)
 	}
 	f, err := os.Open(filepath.Join(ms.dir, name))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, unknownf("descriptor set %s is not in this worker's --grpc-descriptors directory", name)
+			return nil, 0, unknownf("descriptor set %s is not in this worker's --grpc-descriptors directory", name)
 		}
-		return nil, unknownf("descriptor set %s: %v", name, errors.Unwrap(err))
+		return nil, 0, unknownf("descriptor set %s: %v", name, errors.Unwrap(err))
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxDescriptorBytes+1))
 	if err != nil {
-		return nil, unknownf("descriptor set %s: %v", name, err)
+		return nil, 0, unknownf("descriptor set %s: %v", name, err)
 	}
 	if len(data) > maxDescriptorBytes {
-		return nil, unknownf("descriptor set %s is larger than %d bytes", name, maxDescriptorBytes)
+		return nil, 0, unknownf("descriptor set %s is larger than %d bytes", name, maxDescriptorBytes)
 	}
 	var set descriptorpb.FileDescriptorSet
 	if err := proto.Unmarshal(data, &set); err != nil {
-		return nil, unknownf("descriptor set %s is not a FileDescriptorSet (protoc --descriptor_set_out): %v", name, err)
+		return nil, 0, unknownf("descriptor set %s is not a FileDescriptorSet (protoc --descriptor_set_out): %v", name, err)
 	}
 	byName := map[string]*descriptorpb.FileDescriptorProto{}
 	for _, fd := range set.File {
@@ -201,9 +269,9 @@ func (ms *methods) descriptorSet(name string) (*protoregistry.Files, error) {
 	}
 	files, err := buildFiles(byName, "descriptor set "+name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return files, nil
+	return files, len(data), nil
 }
 
 // buildFiles links file descriptors into a registry, each after the files it imports; an
@@ -266,48 +334,53 @@ var reflectionMethods = []string{
 }
 
 // reflect asks the server on cc for the files that describe service and everything they
-// import, by server reflection (v1, else v1alpha).
-func reflect(ctx context.Context, cc *grpc.ClientConn, service string) (*protoregistry.Files, error) {
-	var err error
+// import, by server reflection (v1, else v1alpha), and says how many bytes they hold. A status
+// the server answers is a *reflectionStatus; any other error is the connection's, or the
+// lookup's end.
+func reflect(ctx context.Context, cc *grpc.ClientConn, service string) (*protoregistry.Files, int, error) {
 	for _, m := range reflectionMethods {
-		var byName map[string]*descriptorpb.FileDescriptorProto
-		byName, err = reflectFiles(ctx, cc, m, service)
-		if status.Code(err) == codes.Unimplemented {
-			continue
+		mctx, mark := withAnswerMark(ctx)
+		byName, size, err := reflectFiles(mctx, cc, m, service)
+		var um *unknownMethod
+		switch {
+		case err == nil:
+			files, err := buildFiles(byName, "the server's reflection")
+			return files, size, err
+		case errors.As(err, &um):
+			return nil, 0, err
+		case mark.v.Load() && status.Code(err) == codes.Unimplemented:
+			continue // not this version of reflection
+		case mark.v.Load():
+			return nil, 0, &reflectionStatus{st: status.Convert(err)}
+		default:
+			return nil, 0, err
 		}
-		if err != nil {
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
-				return nil, err // the server's reachability, or the try's end
-			}
-			var um *unknownMethod
-			if !errors.As(err, &um) {
-				err = unknownf("the server's reflection failed: %s", status.Convert(err).Message())
-			}
-			return nil, err
-		}
-		return buildFiles(byName, "the server's reflection")
 	}
-	return nil, unknownf("the server offers no server reflection (%s) and the route names no descriptor_set: "+
-		"turn reflection on in the server, or give the route a descriptor_set from the worker's --grpc-descriptors directory", status.Convert(err).Message())
+	return nil, 0, unknownf("the server offers no server reflection and the route names no descriptor_set: " +
+		"turn reflection on in the server, or give the route a descriptor_set from the worker's --grpc-descriptors directory")
 }
 
 // reflectFiles runs one reflection stream: the file that holds service, then each import the
 // server has not given yet.
-func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service string) (map[string]*descriptorpb.FileDescriptorProto, error) {
+func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service string) (map[string]*descriptorpb.FileDescriptorProto, int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	byName := map[string]*descriptorpb.FileDescriptorProto{}
 	size := 0
 	ask := func(req *rpb.ServerReflectionRequest, what string) error {
+		var resp rpb.ServerReflectionResponse
 		if err := stream.SendMsg(req); err != nil {
+			if errors.Is(err, io.EOF) { // the stream ended: its status is what RecvMsg says
+				if err = stream.RecvMsg(&resp); err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+			}
 			return err
 		}
-		var resp rpb.ServerReflectionResponse
 		if err := stream.RecvMsg(&resp); err != nil {
 			return err
 		}
@@ -337,7 +410,7 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 		return nil
 	}
 	if err := ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: service}}, "the service "+service); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// Imports the server left out (it may send only the file asked for), each asked once.
 	asked := map[string]bool{}
@@ -357,11 +430,11 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 		}
 		asked[missing] = true
 		if err := ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_FileByFilename{FileByFilename: missing}}, missing); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if err := stream.CloseSend(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return byName, nil
+	return byName, size, nil
 }

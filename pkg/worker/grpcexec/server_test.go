@@ -104,6 +104,7 @@ type serverOptions struct {
 	reflection bool
 	tls        credentials.TransportCredentials
 	addr       string // listen here (a restart); "" for a free port
+	extra      []grpc.ServerOption
 }
 
 func serveBehave(t *testing.T, o serverOptions) *behaveServer {
@@ -137,6 +138,7 @@ func serveBehave(t *testing.T, o serverOptions) *behaveServer {
 	if o.tls != nil {
 		opts = append(opts, grpc.Creds(o.tls))
 	}
+	opts = append(opts, o.extra...)
 	b.srv = grpc.NewServer(opts...)
 	sd, err := behaveFiles.FindDescriptorByName(behaveService)
 	if err != nil {

@@ -1,0 +1,267 @@
+package grpcexec_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker"
+	"github.com/hermesbus/hermes/pkg/worker/grpcexec"
+)
+
+// What a hostile or broken server, or a careless route, may try — each bounded or refused.
+
+const token = "s3cr3t-GRPC-token-77"
+
+// withToken allows HERMES_GRPC_TEST_TOKEN (set to value) to the plain-text origin of addr.
+func withToken(t *testing.T, addr, value string, cfg grpcexec.Config) *grpcexec.Executor {
+	t.Setenv("HERMES_GRPC_TEST_TOKEN", value)
+	cfg.AllowEnv = append(cfg.AllowEnv, "HERMES_GRPC_TEST_TOKEN@http://"+addr)
+	return newExecutor(t, cfg)
+}
+
+func bearer(a *protocol.GRPCAction) {
+	a.Headers = map[string]string{"Authorization": "Bearer ${env.HERMES_GRPC_TEST_TOKEN}"}
+}
+
+func noSecret(t *testing.T, out worker.Outcome) {
+	t.Helper()
+	if r := out.Result; strings.Contains(r.RecoveryHint+string(r.Content), token) {
+		t.Errorf("the secret reached the result: %s %s", r.RecoveryHint, r.Content)
+	}
+}
+
+// A server that refuses reflection repeating the caller's credentials, as a status or as a
+// plain error: the credentials never reach the result; a refusal is for the route's author.
+func TestReflectionRefusalsAreRedacted(t *testing.T) {
+	for name, refuse := range map[string]func(md metadata.MD) error{
+		"status": func(md metadata.MD) error {
+			return status.Errorf(codes.PermissionDenied, "token %q may not list services", md.Get("authorization"))
+		},
+		"plain error": func(md metadata.MD) error { return fmt.Errorf("bad credentials %v", md.Get("authorization")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.StreamInterceptor(
+				func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+					md, _ := metadata.FromIncomingContext(ss.Context())
+					return refuse(md)
+				})}})
+			out := execute(t, withToken(t, srv.addr, token, grpcexec.Config{}), grpcCall(srv.addr, "Run", `{"id":"m","answer":1}`, bearer))
+			wantFailure(t, out, protocol.CodeGRPCMethodUnknown, false, "[redacted]")
+			noSecret(t, out)
+		})
+	}
+	t.Run("a status message", func(t *testing.T) {
+		srv := serveBehave(t, serverOptions{reflection: true})
+		out := execute(t, withToken(t, srv.addr, token, grpcexec.Config{}), grpcCall(srv.addr, "Run",
+			`{"id":"s","status":"UNAVAILABLE","message":"try later, `+token+`"}`, bearer))
+		wantFailure(t, out, protocol.CodeToolGRPCStatus, true, "[redacted]")
+		noSecret(t, out)
+	})
+}
+
+// A server that accepts connections and never speaks: the call ends at its deadline, and a
+// cancelled request at its cancellation — not when the method's lookup gives up.
+func TestAWedgedServerEndsAtTheDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	e := newExecutor(t, grpcexec.Config{})
+	c := grpcCall(ln.Addr().String(), "Run", `{}`, nil)
+	c.Timeout = 300 * time.Millisecond
+	start := time.Now()
+	wantFailure(t, execute(t, e, c), protocol.CodeToolTimeout, true)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("a 300 ms call took %v", took)
+	}
+	ctx, cancel := context.WithCancelCause(t.Context())
+	time.AfterFunc(200*time.Millisecond, func() { cancel(worker.ErrCancelled) })
+	start = time.Now()
+	_, err = worker.Chain(e, worker.Standard()...).Execute(ctx, grpcCall(ln.Addr().String(), "Run", `{}`, nil))
+	if !errors.Is(err, worker.ErrCancelled) || time.Since(start) > 3*time.Second {
+		t.Errorf("cancelled at 200 ms: %v after %v", err, time.Since(start))
+	}
+}
+
+// Many first calls at once share one lookup (run with -race).
+func TestConcurrentFirstCalls(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	for range 3 {
+		e := newExecutor(t, grpcexec.Config{})
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				out, err := e.Execute(t.Context(), grpcCall(srv.addr, "Run", `{"id":"r","answer":1}`, nil))
+				if err != nil || out.Result.Status != protocol.ResultOK {
+					t.Errorf("%v %s %s", err, out.Result.ErrorCode, out.Result.RecoveryHint)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// A route's capture beside an argument that sets its field under the JSON name: the
+// argument wins, as it does over any capture.
+func TestACaptureDoesNotCollideWithAnArgument(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	e := newExecutor(t, grpcexec.Config{})
+	c := grpcCall(srv.addr, "Numbers", `{"orderNote":"from the caller"}`, nil)
+	c.Dispatch.Params = map[string]string{"order_note": "from the route", "big": "42"}
+	out := execute(t, e, c)
+	wantOK(t, out)
+	if !sameJSON(out.Result.Content, `{"big":"42","ubig":"0","order_note":"from the caller"}`) {
+		t.Errorf("content %s", out.Result.Content)
+	}
+}
+
+// A request larger than the server takes is the server's refusal, not retried — not an
+// answer too large for Hermes.
+func TestARequestTooLargeForTheServer(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.MaxRecvMsgSize(1024)}})
+	e := newExecutor(t, grpcexec.Config{})
+	out := execute(t, e, grpcCall(srv.addr, "Numbers", `{"order_note":"`+strings.Repeat("x", 4096)+`"}`, nil))
+	wantFailure(t, out, protocol.CodeToolGRPCStatus, false, "RESOURCE_EXHAUSTED")
+}
+
+// A secret read from a file with its newline cannot go as metadata: refused before anything is
+// sent, naming the header, never the value; not retried.
+func TestAHeaderValueMetadataCannotCarry(t *testing.T) {
+	for _, descriptors := range []bool{false, true} {
+		srv := serveBehave(t, serverOptions{reflection: !descriptors})
+		cfg := grpcexec.Config{}
+		edit := bearer
+		if descriptors {
+			cfg.Descriptors = t.TempDir()
+			writeDescriptorSet(t, cfg.Descriptors, "behave.pb")
+			edit = func(a *protocol.GRPCAction) { bearer(a); a.DescriptorSet = "behave.pb" }
+		}
+		out := execute(t, withToken(t, srv.addr, token+"\n", cfg), grpcCall(srv.addr, "Run", `{"id":"nl","answer":1}`, edit))
+		wantFailure(t, out, protocol.CodeRouteIncomplete, false, "Authorization", "newline")
+		noSecret(t, out)
+		if srv.tries("nl") != 0 {
+			t.Error("the call reached the server")
+		}
+	}
+}
+
+// A status with a huge message: cut in the result, the status's retry kept.
+func TestAHugeStatusMessageIsCut(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	e := newExecutor(t, grpcexec.Config{})
+	out := execute(t, e, grpcCall(srv.addr, "Run", `{"id":"s","status":"UNAVAILABLE","message":"`+strings.Repeat("m", 600_000)+`"}`, nil))
+	wantFailure(t, out, protocol.CodeToolGRPCStatus, true)
+	if n := len(out.Result.Content); n > 8<<10 {
+		t.Errorf("content holds %d bytes", n)
+	}
+}
+
+// A route naming another server_name cannot take a value bound to the target's own name: it
+// would go to whoever holds a certificate for that other name.
+func TestServerNameCannotRedirectASecret(t *testing.T) {
+	cert, pool := selfSigned(t, "attacker.example")
+	srv := serveBehave(t, serverOptions{reflection: true, tls: credentials.NewServerTLSFromCert(&cert)})
+	_, port, _ := net.SplitHostPort(srv.addr)
+	t.Setenv("HERMES_GRPC_TEST_TOKEN", token)
+	e := newExecutor(t, grpcexec.Config{RootCAs: pool, Resolve: map[string]string{"policy:" + port: srv.addr},
+		AllowEnv: []string{"HERMES_GRPC_TEST_TOKEN@https://policy:" + port}})
+	out := execute(t, e, grpcCall("policy:"+port, "Run", `{"id":"sn","answer":1}`, func(a *protocol.GRPCAction) {
+		bearer(a)
+		a.TLS, a.ServerName = true, "attacker.example"
+	}))
+	wantFailure(t, out, protocol.CodeEnvNotAllowed, false, "HERMES_GRPC_TEST_TOKEN")
+	if srv.tries("sn") != 0 {
+		t.Error("the call reached the server")
+	}
+}
+
+func wideFile() *descriptorpb.FileDescriptorProto {
+	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
+	var fields []*descriptorpb.FieldDescriptorProto
+	for i := 1; i <= 200; i++ {
+		fields = append(fields, &descriptorpb.FieldDescriptorProto{Name: proto.String(fmt.Sprintf("field_number_%03d", i)), Number: proto.Int32(int32(i)), Type: descriptorpb.FieldDescriptorProto_TYPE_INT64.Enum(), Label: opt})
+	}
+	return &descriptorpb.FileDescriptorProto{
+		Name: proto.String("wide.proto"), Package: proto.String("wide"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{
+			{Name: proto.String("Wide"), Field: fields},
+			{Name: proto.String("Big"), Field: []*descriptorpb.FieldDescriptorProto{{Name: proto.String("items"), Number: proto.Int32(1), Type: descriptorpb.FieldDescriptorProto_TYPE_MESSAGE.Enum(), TypeName: proto.String(".wide.Wide"), Label: descriptorpb.FieldDescriptorProto_LABEL_REPEATED.Enum()}}},
+		},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Svc"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Get"), InputType: proto.String(".wide.Big"), OutputType: proto.String(".wide.Big")}}}},
+	}
+}
+
+// A server whose small answer of a wide schema would be written out a thousandfold in JSON (every
+// unset field of 200 000 empty elements): refused as too large before it is written.
+func TestAWideAnswerIsBoundedBeforeItIsWritten(t *testing.T) {
+	fd, err := protodesc.NewFile(wideFile(), protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b, _ := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{wideFile()}})
+	os.WriteFile(filepath.Join(dir, "wide.pb"), b, 0o600)
+	md := fd.Services().Get(0).Methods().Get(0)
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: "wide.Svc", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{MethodName: "Get",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := dynamicpb.NewMessage(md.Input())
+			dec(in)
+			out := dynamicpb.NewMessage(md.Output())
+			l := out.Mutable(md.Output().Fields().ByNumber(1)).List()
+			for range 200_000 {
+				l.Append(protoreflect.ValueOfMessage(dynamicpb.NewMessage(fd.Messages().ByName("Wide"))))
+			}
+			return out, nil
+		}}}}, struct{}{})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	defer srv.Stop()
+	e := newExecutor(t, grpcexec.Config{Descriptors: dir})
+	c := grpcCall(ln.Addr().String(), "Get", `{}`, func(a *protocol.GRPCAction) { a.Service = "wide.Svc"; a.DescriptorSet = "wide.pb" })
+	c.Timeout = 60 * time.Second
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := execute(t, e, c)
+	runtime.ReadMemStats(&after)
+	wantFailure(t, out, protocol.CodeResultTooLarge, false)
+	// The wire answer is ~400 KB; written out it would be ~1 GB. What was allocated stays
+	// near the wire's size.
+	if grew := (after.TotalAlloc - before.TotalAlloc) >> 20; grew > 256 {
+		t.Errorf("%d MiB allocated for a ~400 KB answer", grew)
+	}
+}

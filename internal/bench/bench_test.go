@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
@@ -21,31 +22,39 @@ func startSystem(b *testing.B) *app.System { return startSystemWith(b, "", worke
 // startSystemWith runs it with the contracts of directory contracts registered ("" none) and
 // the worker's bulkheads sized by pools.
 func startSystemWith(b *testing.B, contracts string, pools worker.Pools) *app.System {
+	return runSystem(b, app.SystemConfig{Instance: "bench", Contracts: contracts, Worker: app.WorkerConfig{Concurrency: 64, Pools: pools}}, "echo", "{}")
+}
+
+// runSystem runs cfg in-process — the example routes, the demo tools, one tool worker, no
+// caller limits, where cfg does not say otherwise — until b ends, once tool answered args
+// through it (within a minute).
+func runSystem(b *testing.B, cfg app.SystemConfig, tool, args string) *app.System {
 	b.Helper()
 	data, _ := examples.Files.ReadFile("routes.yaml")
 	table, err := routes.Parse("examples/routes.yaml", data)
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfg.DataDir, cfg.HTTPAddr, cfg.DemoAddr, cfg.Routes, cfg.ToolWorkers = b.TempDir(), "127.0.0.1:0", "127.0.0.1:0", table, 1
+	cfg.Gateway.CallerLimits = gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 64, Pools: pools}, Instance: "bench",
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}, Contracts: contracts})
+	sys, err := app.StartSystem(ctx, cfg)
 	if err != nil {
+		cancel()
 		b.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = sys.Run(ctx); close(done) }()
 	b.Cleanup(func() { cancel(); <-done })
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}", RunID: "warm"}
-	for i := 0; ; i++ { // ready once a request goes through
-		if h.Do(ctx, 0, i) == nil {
-			return sys
+	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: tool, Calls: 1, Args: args, RunID: "warm"}
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; h.Do(ctx, 0, i) != nil; i++ { // ready once a request goes through
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never answered through Hermes", tool)
 		}
-		if i > 500 {
-			b.Fatal("Hermes did not get ready")
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	return sys
 }
 
 var runs atomic.Int64

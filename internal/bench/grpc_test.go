@@ -14,12 +14,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/demotools"
-	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
 	"github.com/hermesbus/hermes/pkg/worker/grpcexec"
@@ -34,31 +31,8 @@ const profileArgs = `{"customer_id":"C102938"}`
 
 func startGRPCSystem(b *testing.B) *app.System {
 	b.Helper()
-	data, _ := examples.Files.ReadFile("routes.yaml")
-	table, err := routes.Parse("examples/routes.yaml", data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		DemoGRPCAddr: "127.0.0.1:0", Routes: table, ToolWorkers: 1, Instance: "bench-grpc", Worker: app.WorkerConfig{Concurrency: 64},
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = sys.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done })
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: demotools.ProfileTool, Calls: 1, Args: profileArgs, RunID: "warm"}
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; h.Do(ctx, 0, i) != nil; i++ {
-		if time.Now().After(deadline) {
-			b.Fatal("the gRPC tool never answered through Hermes")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return sys
+	return runSystem(b, app.SystemConfig{Instance: "bench-grpc", DemoGRPCAddr: "127.0.0.1:0", Worker: app.WorkerConfig{Concurrency: 64}},
+		demotools.ProfileTool, profileArgs)
 }
 
 func profileMethod(b *testing.B) protoreflect.MethodDescriptor {

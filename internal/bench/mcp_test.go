@@ -12,12 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
-	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/mcptest"
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/worker/mcpexec"
 )
 
@@ -30,33 +27,10 @@ func everythingServer(b *testing.B) string { return mcptest.Everything(b) }
 func startMCPSystem(b *testing.B) *app.System {
 	b.Helper()
 	path := everythingServer(b)
-	data, _ := examples.Files.ReadFile("routes.yaml")
-	table, err := routes.Parse("examples/routes.yaml", data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: b.TempDir(), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Instance: "bench-mcp",
+	return runSystem(b, app.SystemConfig{Instance: "bench-mcp",
 		Worker: app.WorkerConfig{Concurrency: 64, MCP: &app.MCPConfig{TimeoutMS: 10000, MaxAttempts: 1,
-			Servers: []mcpexec.Server{{Name: "everything", Command: []string{"node", path, "stdio"}}}}},
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1}}})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = sys.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done })
-	h := &bench.Hermes{Client: bench.NewClient(1), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "everything__echo", Calls: 1, Args: `{"message":"hi"}`, RunID: "warm"}
-	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; h.Do(ctx, 0, i) != nil; i++ {
-		if time.Now().After(deadline) {
-			b.Fatal("the MCP tool never answered through Hermes")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return sys
+			Servers: []mcpexec.Server{{Name: "everything", Command: []string{"node", path, "stdio"}}}}}},
+		"everything__echo", `{"message":"hi"}`)
 }
 
 // timed runs do b.N times and reports p50 and p99.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // a server that compresses its answers
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -264,4 +266,156 @@ func TestAWideAnswerIsBoundedBeforeItIsWritten(t *testing.T) {
 	if grew := (after.TotalAlloc - before.TotalAlloc) >> 20; grew > 256 {
 		t.Errorf("%d MiB allocated for a ~400 KB answer", grew)
 	}
+}
+
+// serveOne serves the one method of fdp answering answer, and writes its descriptor set (x.pb).
+func serveOne(t *testing.T, fdp *descriptorpb.FileDescriptorProto, answer func(md protoreflect.MethodDescriptor) proto.Message) (string, string) {
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{fdp}}
+	for _, dep := range fdp.Dependency {
+		f, _ := protoregistry.GlobalFiles.FindFileByPath(dep)
+		set.File = append([]*descriptorpb.FileDescriptorProto{protodesc.ToFileDescriptorProto(f)}, set.File...)
+	}
+	b, _ := proto.Marshal(set)
+	os.WriteFile(filepath.Join(dir, "x.pb"), b, 0o600)
+	md := fd.Services().Get(0).Methods().Get(0)
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: string(fd.Services().Get(0).FullName()), HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{MethodName: string(md.Name()),
+		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			dec(dynamicpb.NewMessage(md.Input()))
+			return answer(md), nil
+		}}}}, struct{}{})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String(), dir
+}
+
+// allocated runs c on e and says what it gave and how many MiB it allocated.
+func allocated(t *testing.T, e *grpcexec.Executor, c *worker.Call) (worker.Outcome, uint64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := execute(t, e, c)
+	runtime.ReadMemStats(&after)
+	return out, (after.TotalAlloc - before.TotalAlloc) >> 20
+}
+
+// Long enum names (1 byte on the wire, 1000 in JSON), and Any within Any 8000 deep: refused as
+// too large, without writing them out.
+func TestAmplifyingAnswersAreRefusedUnwritten(t *testing.T) {
+	long := strings.Repeat("N", 1000)
+	enums := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("en.proto"), Package: proto.String("en"), Syntax: proto.String("proto3"),
+		EnumType: []*descriptorpb.EnumDescriptorProto{{Name: proto.String("E"), Value: []*descriptorpb.EnumValueDescriptorProto{
+			{Name: proto.String("Z"), Number: proto.Int32(0)}, {Name: proto.String("O" + long), Number: proto.Int32(1)}}}},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M"), Field: []*descriptorpb.FieldDescriptorProto{
+			{Name: proto.String("es"), Number: proto.Int32(1), Type: descriptorpb.FieldDescriptorProto_TYPE_ENUM.Enum(), TypeName: proto.String(".en.E"), Label: descriptorpb.FieldDescriptorProto_LABEL_REPEATED.Enum()}}}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Svc"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Get"), InputType: proto.String(".en.M"), OutputType: proto.String(".en.M")}}}},
+	}
+	anys := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("an.proto"), Package: proto.String("an"), Syntax: proto.String("proto3"),
+		Dependency: []string{"google/protobuf/any.proto"},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Svc"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Get"), InputType: proto.String(".google.protobuf.Any"), OutputType: proto.String(".google.protobuf.Any")}}}},
+	}
+	var nested proto.Message = &anypb.Any{} // made once: each level marshals the ones inside
+	for range 8000 {
+		nested, _ = anypb.New(nested)
+	}
+	for _, c := range []struct {
+		service string
+		fdp     *descriptorpb.FileDescriptorProto
+		answer  func(md protoreflect.MethodDescriptor) proto.Message
+	}{
+		{"en.Svc", enums, func(md protoreflect.MethodDescriptor) proto.Message {
+			out := dynamicpb.NewMessage(md.Output())
+			l := out.Mutable(md.Output().Fields().ByNumber(1)).List()
+			for range 1_000_000 {
+				l.Append(protoreflect.ValueOfEnum(1))
+			}
+			return out
+		}},
+		{"an.Svc", anys, func(protoreflect.MethodDescriptor) proto.Message { return nested }},
+	} {
+		t.Run(c.service, func(t *testing.T) {
+			addr, dir := serveOne(t, c.fdp, c.answer)
+			call := grpcCall(addr, "Get", `{}`, func(a *protocol.GRPCAction) { a.Service = c.service; a.DescriptorSet = "x.pb" })
+			call.Timeout = time.Minute
+			out, mib := allocated(t, newExecutor(t, grpcexec.Config{Descriptors: dir}), call)
+			wantFailure(t, out, protocol.CodeResultTooLarge, false)
+			if mib > 256 {
+				t.Errorf("%d MiB allocated", mib)
+			}
+		})
+	}
+}
+
+// What the mapping writes compactly is not taken for large: a google.protobuf.Value of 120 000
+// empty strings (~360 KB of JSON, under the 1 MiB limit) is answered.
+func TestACompactWellKnownAnswerFits(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	answer := "[" + strings.TrimSuffix(strings.Repeat(`"",`, 120_000), ",") + "]"
+	wantOK(t, execute(t, newExecutor(t, grpcexec.Config{}), grpcCall(srv.addr, "Run", `{"id":"v","answer":`+answer+`}`, nil)))
+}
+
+// A compressed answer past the limit is the client's refusal, RESULT_TOO_LARGE, not a server
+// rate limiting.
+func TestACompressedAnswerPastTheLimit(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			grpc.SetSendCompressor(ctx, "gzip")
+			return h(ctx, req)
+		})}})
+	out := execute(t, newExecutor(t, grpcexec.Config{}), grpcCall(srv.addr, "Run", `{"id":"big","size":2000000}`, nil))
+	wantFailure(t, out, protocol.CodeResultTooLarge, false)
+}
+
+// Two routes to one service with different credentials never share a lookup: one's refusal,
+// and the credentials it repeats, never reach the other.
+func TestRoutesWithOtherCredentialsDoNotShareALookup(t *testing.T) {
+	const tokA, tokB = "tenant-A-secret-0123456789", "tenant-B-secret-9876543210"
+	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.StreamInterceptor(
+		func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+			md, _ := metadata.FromIncomingContext(ss.Context())
+			time.Sleep(300 * time.Millisecond)
+			return status.Errorf(codes.PermissionDenied, "token %v may not list services", md.Get("authorization"))
+		})}})
+	t.Setenv("HERMES_GRPC_TOK_A", tokA)
+	t.Setenv("HERMES_GRPC_TOK_B", tokB)
+	e := newExecutor(t, grpcexec.Config{AllowEnv: []string{"HERMES_GRPC_TOK_A@http://" + srv.addr, "HERMES_GRPC_TOK_B@http://" + srv.addr}})
+	call := func(name string) *worker.Call {
+		return grpcCall(srv.addr, "Run", `{"id":"x","answer":1}`, func(a *protocol.GRPCAction) {
+			a.Headers = map[string]string{"Authorization": "Bearer ${env." + name + "}"}
+		})
+	}
+	var (
+		wg         sync.WaitGroup
+		outA, outB worker.Outcome
+	)
+	wg.Go(func() { outA = execute(t, e, call("HERMES_GRPC_TOK_A")) })
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { outB = execute(t, e, call("HERMES_GRPC_TOK_B")) })
+	wg.Wait()
+	for _, o := range []worker.Outcome{outA, outB} {
+		r := o.Result
+		if r.ErrorCode != protocol.CodeGRPCMethodUnknown || strings.Contains(r.RecoveryHint+string(r.Content), tokA) ||
+			strings.Contains(r.RecoveryHint+string(r.Content), tokB) {
+			t.Errorf("%s %q %s", r.ErrorCode, r.RecoveryHint, r.Content)
+		}
+	}
+}
+
+// A status whose metadata passes the worker's bound is the server's fault, not retried.
+func TestAStatusPastTheMetadataBound(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	out := execute(t, newExecutor(t, grpcexec.Config{}), grpcCall(srv.addr, "Run",
+		`{"id":"s","status":"NOT_FOUND","message":"`+strings.Repeat("m", 1_500_000)+`"}`, nil))
+	wantFailure(t, out, protocol.CodeToolBadResponse, false, "could not send")
 }

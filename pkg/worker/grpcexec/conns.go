@@ -78,7 +78,7 @@ func (cs *conns) get(k connKey) (*conn, error) {
 			switch {
 			case errors.Is(err, egress.ErrDestinationRefused):
 				c.refused.Store(&err)
-			case err == nil:
+			default:
 				c.refused.Store(nil)
 			}
 			return nc, err

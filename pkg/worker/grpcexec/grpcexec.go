@@ -13,20 +13,26 @@
 // A try's deadline is the call's timeout (timeout_ms), sent to the server as the gRPC deadline.
 // A status other than OK is the tool's failure, TOOL_GRPC_STATUS with the status code in
 // tool_error_code (or the reason of a google.rpc.ErrorInfo detail) and its message in the hint
-// and content; RESOURCE_EXHAUSTED is TOOL_RATE_LIMITED. UNAVAILABLE, DEADLINE_EXCEEDED and
-// RESOURCE_EXHAUSTED are retried, every other status not. A server that cannot be reached (or
-// that goes away mid-call) is TOOL_UNREACHABLE, retried; a deadline that passes is
-// TOOL_TIMEOUT, retried.
+// and content; RESOURCE_EXHAUSTED is TOOL_RATE_LIMITED (unless it refuses a request too large
+// for the server). UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED are retried, every
+// other status not. A server that cannot be reached (or that goes away mid-call) is
+// TOOL_UNREACHABLE, retried; a deadline that passes is TOOL_TIMEOUT, retried; an answer past
+// MaxResultBytes, on the wire or once written as JSON (counted before it is written), is
+// RESULT_TOO_LARGE.
 //
 // Connections are dialed through egress.Dialer (--resolve, and the destination rules an HTTP
 // call follows), one per target, kept and reused. Header values may hold ${env.NAME}, resolved
 // under the same allow-list and origin binding as HTTP's: a gRPC target's origin is
-// http://host:port, or https://host:port with TLS.
+// http://host:port, or with TLS https:// and the name its certificate is verified against
+// (ServerName when given). What a server says (answers, status messages, lookup errors) has
+// those values redacted, and is bounded.
 package grpcexec
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +54,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
@@ -169,13 +176,13 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	// The route's metadata goes with the reflection lookup too (a server may want its
 	// credentials for that as well).
 	tctx = metadata.NewOutgoingContext(tctx, md)
-	sk := sourceKey{conn: key, service: a.Service}
+	sk := sourceKey{conn: key, service: a.Service, creds: credsDigest(md)}
 	if a.DescriptorSet != "" {
-		sk = sourceKey{service: a.Service, descriptorSet: a.DescriptorSet} // the same whatever the server
+		sk = sourceKey{descriptorSet: a.DescriptorSet} // the same whatever the server
 	}
-	m, err := e.methods.find(tctx, e.conns, cn, sk, a.Method)
+	m, err := e.methods.find(tctx, e.conns, cn, sk, a.Service, a.Method, e.env.Secrets(a.Headers))
 	if err != nil {
-		return e.failure(ctx, tctx, c, cn, err, nil, timeout, start)
+		return e.failure(ctx, tctx, c, cn, nil, err, nil, timeout, start)
 	}
 	in := dynamicpb.NewMessage(m.desc.Input())
 	if err := e.request(c, m, in); err != nil {
@@ -191,12 +198,12 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		if status.Code(err) == codes.Unimplemented && mark.v.Load() {
 			e.methods.forget(sk)
 		}
-		return e.failure(ctx, tctx, c, cn, err, mark, timeout, start)
+		return e.failure(ctx, tctx, c, cn, in, err, mark, timeout, start)
 	}
 	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(codes.OK)))
 	// The JSON mapping writes every unset field of every message: a small answer of a wide
 	// schema can grow a thousandfold. Its size is bounded before anything is written.
-	if n := jsonSize(resp.ProtoReflect(), m.types, 2*limit+1024); n > 2*limit+1024 {
+	if jsonSize(resp.ProtoReflect(), m.types, limit) > limit {
 		return worker.TooLarge(limit), nil
 	}
 	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Resolver: m.types}.Marshal(resp)
@@ -239,7 +246,7 @@ func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) err
 			if fd == nil {
 				fd = fields.ByJSONName(k)
 			}
-			if fd == nil || set(fd) || fd.IsList() || fd.IsMap() || fd.Message() != nil {
+			if fd == nil || set(fd) || fd.IsList() || fd.IsMap() || (fd.Message() != nil && !textual[fd.Message().FullName()]) {
 				continue
 			}
 			if o := fd.ContainingOneof(); o != nil {
@@ -261,11 +268,32 @@ func (e *Executor) request(c *worker.Call, m *method, in *dynamicpb.Message) err
 	return protojson.UnmarshalOptions{Resolver: m.types}.Unmarshal(args, in)
 }
 
-// captureValue is a capture (text) as a JSON value of fd's kind: true and false for a bool,
-// the text itself for a number (the mapping takes numbers as strings too), a string otherwise.
+// textual are the message types the mapping writes as one scalar (wrappers, times, masks): a
+// capture may fill a field of theirs.
+var textual = map[protoreflect.FullName]bool{
+	"google.protobuf.DoubleValue": true, "google.protobuf.FloatValue": true, "google.protobuf.Int64Value": true,
+	"google.protobuf.UInt64Value": true, "google.protobuf.Int32Value": true, "google.protobuf.UInt32Value": true,
+	"google.protobuf.BoolValue": true, "google.protobuf.StringValue": true, "google.protobuf.BytesValue": true,
+	"google.protobuf.Timestamp": true, "google.protobuf.Duration": true, "google.protobuf.FieldMask": true,
+}
+
+// captureValue is a capture (text) as a JSON value of fd's kind: true and false for a bool, a
+// number for an enum given by number, the text itself for a number (the mapping takes numbers
+// as strings too), a string otherwise.
 func captureValue(fd protoreflect.FieldDescriptor, v string) json.RawMessage {
-	if fd.Kind() == protoreflect.BoolKind && (v == "true" || v == "false") {
-		return json.RawMessage(v)
+	kind := fd.Kind()
+	if m := fd.Message(); m != nil { // a wrapper: its value's kind
+		kind = m.Fields().ByNumber(1).Kind()
+	}
+	switch kind {
+	case protoreflect.BoolKind:
+		if v == "true" || v == "false" {
+			return json.RawMessage(v)
+		}
+	case protoreflect.EnumKind:
+		if _, err := strconv.ParseInt(v, 10, 32); err == nil {
+			return json.RawMessage(v)
+		}
 	}
 	b, _ := json.Marshal(v)
 	return b
@@ -320,6 +348,24 @@ func (e *Executor) metadata(ctx context.Context, c *worker.Call, a *protocol.GRP
 	return md, nil
 }
 
+// credsDigest tells apart the route's own metadata (not what changes with every try).
+func credsDigest(md metadata.MD) string {
+	h := sha256.New()
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		switch k {
+		case "idempotency-key", "x-request-id", "x-hermes-attempt", "traceparent", "tracestate":
+		default:
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\n", k, md[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
 func validMetadataKey(k string) bool {
 	if k == "" {
 		return false
@@ -335,7 +381,7 @@ func validMetadataKey(k string) bool {
 // failure judges a call (or a method lookup) that failed with err: the try's context ended,
 // the server answered a status (mark set), or the connection failed. What the server said is
 // redacted of the route's ${env} values and cut before it goes anywhere.
-func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, err error, mark *sawStatus, timeout time.Duration, start time.Time) (worker.Outcome, error) {
+func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, in proto.Message, err error, mark *sawStatus, timeout time.Duration, start time.Time) (worker.Outcome, error) {
 	a := c.Dispatch.Action.GRPC
 	route := c.Dispatch.Route
 	if ctx.Err() != nil {
@@ -368,14 +414,21 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 		tc := *c
 		tc.Timeout = timeout
 		return worker.TimedOut(&tc), nil
-	case e.answerTooLarge(st, c):
+	case answerTooLarge(st, c, in):
 		return worker.TooLarge(resultLimit(c)), nil
 	case mark != nil && mark.v.Load():
 		out := e.statusFailure(c, st)
 		out.Result.ExecutionTimeMS = time.Since(start).Milliseconds()
 		return out, nil
 	}
-	// Hermes' side: a connection that failed.
+	// Hermes' side: a connection that failed, or an answer it would not take.
+	if m := st.Message(); strings.Contains(m, "header list size") || strings.Contains(m, "RST_STREAM with error code: INTERNAL_ERROR") {
+		// The server could not send its answer (past the metadata bound, or broken on its side):
+		// the same answer would fail the same way.
+		return worker.Failed(protocol.CodeToolBadResponse, protocol.OriginTool,
+			fmt.Sprintf("the gRPC server at %s reset the call: an answer it could not send (more than %d bytes of metadata, say); check the server", a.Target, maxHeaderListBytes),
+			"answer metadata too large", false), nil
+	}
 	if p := cn.refused.Load(); p != nil && st.Code() == codes.Unavailable {
 		return worker.Failed(protocol.CodeDestinationRefused, protocol.OriginHermes,
 			fmt.Sprintf("route %s points at an address tool workers do not call; point it at the tool's own host", route),
@@ -395,17 +448,26 @@ func resultLimit(c *worker.Call) int64 {
 }
 
 // tooLargeText is how gRPC says a message passed a receive limit: "grpc: received message
-// larger than max (N vs. M)".
-var tooLargeText = regexp.MustCompile(`^grpc: received message (?:after decompression )?larger than max \(\d+ vs\. (\d+)\)$`)
+// larger than max (N vs. M)", "grpc: message after decompression larger than max (N vs. M)",
+// "grpc: received message after decompression larger than max M".
+var tooLargeText = regexp.MustCompile(`^grpc: (?:received )?message (?:after decompression )?larger than max (?:\((\d+) vs\. (\d+)\)|(\d+))$`)
 
 // answerTooLarge reports whether st is this client refusing the answer for passing the call's
-// limit — not a server refusing the request for passing its own, which reads the same.
-func (e *Executor) answerTooLarge(st *status.Status, c *worker.Call) bool {
+// limit — not a server refusing the request in for passing its own, which reads the same (told
+// apart by the limit named, and by the size: the request's own is the server's refusal).
+func answerTooLarge(st *status.Status, c *worker.Call, in proto.Message) bool {
 	if st.Code() != codes.ResourceExhausted {
 		return false
 	}
 	m := tooLargeText.FindStringSubmatch(st.Message())
-	return m != nil && m[1] == strconv.FormatInt(min(resultLimit(c), 1<<30), 10)
+	if m == nil {
+		return false
+	}
+	size, limit := m[1], m[2]+m[3]
+	if size != "" && in != nil && size == strconv.Itoa(proto.Size(in)) {
+		return false
+	}
+	return limit == strconv.FormatInt(min(resultLimit(c), 1<<30), 10)
 }
 
 // scrub is text a server sent, with the values of the route's ${env} headers redacted and cut
@@ -439,6 +501,9 @@ func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outco
 	var details []json.RawMessage
 	room := maxStatusDetailsBytes
 	for _, d := range st.Proto().GetDetails() {
+		if proto.Size(d) > room {
+			continue // not decoded: what does not fit is left out
+		}
 		if b, err := protojson.Marshal(d); err == nil && len(b) <= room {
 			details = append(details, egress.Redact(b, secrets))
 			room -= len(b)

@@ -1,74 +1,192 @@
 package grpcexec
 
 import (
+	"math"
+	"strconv"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// jsonSize estimates, from below, how many bytes the protobuf JSON mapping writes for m with
-// every unset field given (EmitUnpopulated), and stops counting once past budget: what marshal
-// would cost is known before it runs, whatever the schema's width. Strings and bytes count as
-// their length; each field its name, quotes, colon and comma; unset fields their zero value.
-func jsonSize(m protoreflect.Message, types *dynamicpb.Types, budget int64) int64 {
-	var n int64 = 2 // {}
-	if m.Descriptor().FullName() == "google.protobuf.Any" {
-		// Written as the message it holds, unset fields and all.
-		fields := m.Descriptor().Fields()
-		url, value := m.Get(fields.ByNumber(1)).String(), m.Get(fields.ByNumber(2)).Bytes()
-		if mt, err := types.FindMessageByURL(url); err == nil {
-			inner := mt.New()
-			if err := (proto.UnmarshalOptions{Resolver: types}).Unmarshal(value, inner.Interface()); err == nil {
-				return n + int64(len(url)) + 12 + jsonSize(inner, types, budget-n)
-			}
-		}
-		return n + int64(len(url)) + int64(len(value))*4/3
-	}
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		if n > budget {
-			return n
-		}
-		fd := fields.Get(i)
-		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() && !m.Has(fd) {
-			continue // an unset oneof member is not written
-		}
-		n += int64(len(fd.JSONName())) + 4 // "name":,
-		if !m.Has(fd) {
-			n += 1 // the shortest zero value: 0, "", [], {}, null, false
-			continue
-		}
-		v := m.Get(fd)
-		switch {
-		case fd.IsList():
-			l := v.List()
-			n += 2
-			for j := 0; j < l.Len() && n <= budget; j++ {
-				n += valueSize(fd, l.Get(j), types, budget-n) + 1
-			}
-		case fd.IsMap():
-			mp := v.Map()
-			n += 2
-			mp.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				n += int64(len(k.String())) + 4 + valueSize(fd.MapValue(), mv, types, budget-n)
-				return n <= budget
-			})
-		default:
-			n += valueSize(fd, v, types, budget-n)
-		}
-	}
-	return n
+// maxAnyDepth bounds how deep google.protobuf.Any values may nest in an answer: each level is
+// decoded again to be written out.
+const maxAnyDepth = 16
+
+// sizer says how many bytes the protobuf JSON mapping (protojson with UseProtoNames and
+// EmitUnpopulated, as Execute writes answers) takes for a message — within a few bytes per
+// value, strings counted without their escapes — before anything is written: a server chooses
+// the schema, and a small answer of a wide one (every unset field of many elements, long enum
+// names, Any within Any) could otherwise be written out a thousandfold. It stops counting once
+// past budget, and counts an Any nested past maxAnyDepth as past it.
+type sizer struct {
+	types  *dynamicpb.Types
+	budget int64
+	n      int64
+	buf    []byte
 }
 
-// valueSize is one value's share of jsonSize.
-func valueSize(fd protoreflect.FieldDescriptor, v protoreflect.Value, types *dynamicpb.Types, budget int64) int64 {
+// jsonSize is sizer's count for m, at most a little past budget.
+func jsonSize(m protoreflect.Message, types *dynamicpb.Types, budget int64) int64 {
+	s := &sizer{types: types, budget: budget, buf: make([]byte, 0, 32)}
+	s.message(m, 0)
+	return s.n
+}
+
+func (s *sizer) over() bool { return s.n > s.budget }
+
+func (s *sizer) message(m protoreflect.Message, depth int) {
+	if s.over() {
+		return
+	}
+	if s.wellKnown(m, depth) {
+		return
+	}
+	s.n += 2 // {}
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len() && !s.over(); i++ {
+		fd := fields.Get(i)
+		has := m.Has(fd)
+		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() && !has {
+			continue // an unset oneof member is not written
+		}
+		s.n += int64(len(fd.Name())) + 4 // "name":,
+		switch {
+		case fd.IsList():
+			l := m.Get(fd).List()
+			s.n += 2
+			for j := 0; j < l.Len() && !s.over(); j++ {
+				s.value(fd, l.Get(j), depth)
+				s.n++
+			}
+		case fd.IsMap():
+			s.n += 2
+			m.Get(fd).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+				s.n += int64(len(k.String())) + 4
+				s.value(fd.MapValue(), v, depth)
+				return !s.over()
+			})
+		case !has && (fd.Message() != nil || fd.HasPresence()):
+			s.n += 4 // null
+		default:
+			s.value(fd, m.Get(fd), depth) // set, or the zero value written for it
+		}
+	}
+}
+
+// value counts one value of fd's kind.
+func (s *sizer) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int) {
 	switch fd.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return jsonSize(v.Message(), types, budget)
+		s.message(v.Message(), depth)
 	case protoreflect.StringKind:
-		return int64(len(v.String())) + 2
+		s.n += int64(len(v.String())) + 2
 	case protoreflect.BytesKind:
-		return int64(len(v.Bytes()))*4/3 + 2
+		s.n += (int64(len(v.Bytes()))+2)/3*4 + 2
+	case protoreflect.BoolKind:
+		s.n += 5
+	case protoreflect.EnumKind:
+		if fd.Enum().FullName() == "google.protobuf.NullValue" {
+			s.n += 4
+		} else if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			s.n += int64(len(ev.Name())) + 2
+		} else {
+			s.n += int64(len(strconv.AppendInt(s.buf[:0], int64(v.Enum()), 10)))
+		}
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		s.n += int64(len(strconv.AppendInt(s.buf[:0], v.Int(), 10)))
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		s.n += int64(len(strconv.AppendUint(s.buf[:0], v.Uint(), 10)))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		s.n += int64(len(strconv.AppendInt(s.buf[:0], v.Int(), 10))) + 2 // quoted
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		s.n += int64(len(strconv.AppendUint(s.buf[:0], v.Uint(), 10))) + 2
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		s.n += floatSize(v.Float())
+	default:
+		s.n += 24
 	}
-	return 1
+}
+
+func floatSize(f float64) int64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 11 // "-Infinity"
+	}
+	var b [32]byte
+	return int64(len(strconv.AppendFloat(b[:0], f, 'g', -1, 64)))
+}
+
+// wellKnown counts the types the mapping writes in a form of their own, and reports whether m
+// was one.
+func (s *sizer) wellKnown(m protoreflect.Message, depth int) bool {
+	d := m.Descriptor()
+	fields := d.Fields()
+	switch d.FullName() {
+	case "google.protobuf.Any":
+		url, value := m.Get(fields.ByNumber(1)).String(), m.Get(fields.ByNumber(2)).Bytes()
+		s.n += int64(len(url)) + 14 // {"@type":"…",}
+		if depth >= maxAnyDepth || int64(len(value)) > s.budget-s.n {
+			s.n = s.budget + 1
+			return true
+		}
+		mt, err := s.types.FindMessageByURL(url)
+		if err != nil {
+			s.n += int64(len(value)) * 2 // not written at all: protojson refuses it
+			return true
+		}
+		inner := mt.New()
+		if err := (proto.UnmarshalOptions{Resolver: s.types}).Unmarshal(value, inner.Interface()); err != nil {
+			return true
+		}
+		s.message(inner, depth+1)
+		s.n += 9 // "value": for a well-known inner type, at most
+		return true
+	case "google.protobuf.Struct":
+		s.n += 2
+		m.Get(fields.ByNumber(1)).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+			s.n += int64(len(k.String())) + 4
+			s.message(v.Message(), depth)
+			return !s.over()
+		})
+		return true
+	case "google.protobuf.ListValue":
+		l := m.Get(fields.ByNumber(1)).List()
+		s.n += 2
+		for j := 0; j < l.Len() && !s.over(); j++ {
+			s.message(l.Get(j).Message(), depth)
+			s.n++
+		}
+		return true
+	case "google.protobuf.Value":
+		od := d.Oneofs().Get(0)
+		if fd := m.WhichOneof(od); fd != nil {
+			s.value(fd, m.Get(fd), depth)
+		} else {
+			s.n += 4
+		}
+		return true
+	case "google.protobuf.DoubleValue", "google.protobuf.FloatValue", "google.protobuf.Int64Value", "google.protobuf.UInt64Value",
+		"google.protobuf.Int32Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.StringValue",
+		"google.protobuf.BytesValue":
+		fd := fields.ByNumber(1)
+		s.value(fd, m.Get(fd), depth)
+		return true
+	case "google.protobuf.Timestamp":
+		s.n += 32
+		return true
+	case "google.protobuf.Duration":
+		s.n += 24
+		return true
+	case "google.protobuf.FieldMask":
+		l := m.Get(fields.ByNumber(1)).List()
+		s.n += 2
+		for j := 0; j < l.Len(); j++ {
+			s.n += int64(len(l.Get(j).String())) + 1
+		}
+		return true
+	case "google.protobuf.Empty":
+		s.n += 2
+		return true
+	}
+	return false
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/hermesbus/hermes/pkg/worker/egress"
 )
 
 // Bounds on what a server's reflection or a descriptor set may make a worker hold.
@@ -68,11 +70,14 @@ func (e *reflectionStatus) Error() string {
 	return "the server's reflection answered " + codeName(e.st.Code()) + ": " + e.st.Message()
 }
 
-// sourceKey names where a service's descriptors come from: a descriptor set (the same
-// whatever the server), or the reflection of one service at one server.
+// sourceKey names where descriptors come from: a descriptor set file (the same whatever the
+// server or service), or the reflection of one service at one server asked with one set of
+// credentials (a digest of the route's header values: a lookup, and its error, are never
+// shared between routes that authenticate differently).
 type sourceKey struct {
 	conn          connKey
 	service       string
+	creds         string
 	descriptorSet string
 }
 
@@ -98,10 +103,11 @@ type methods struct {
 	bytes   int // of finished sources
 }
 
-// find returns the method k and name say, its descriptors looked up on cn (reflection) or in
-// the route's descriptor set, and remembered for sourceTTL. It returns when ctx ends, whether
-// or not the lookup has; the lookup runs on, bounded by lookupTimeout, for whoever waits next.
-func (ms *methods) find(ctx context.Context, cs *conns, cn *conn, k sourceKey, name string) (*method, error) {
+// find returns the method service/name, its descriptors looked up as k says on cn (reflection)
+// or in the route's descriptor set, and remembered for sourceTTL. It returns when ctx ends,
+// whether or not the lookup has; the lookup runs on, bounded by lookupTimeout, for whoever
+// waits next. What a failed lookup says has the values of secrets redacted.
+func (ms *methods) find(ctx context.Context, cs *conns, cn *conn, k sourceKey, service, name string, secrets []string) (*method, error) {
 	now := time.Now()
 	ms.mu.Lock()
 	src, ok := ms.sources[k]
@@ -114,7 +120,7 @@ func (ms *methods) find(ctx context.Context, cs *conns, cn *conn, k sourceKey, n
 		ms.sources[k] = src
 		cs.hold(cn)                        // the lookup's own hold on the connection: eviction leaves it open
 		lctx := context.WithoutCancel(ctx) // the route's metadata, not the caller's end
-		go ms.lookup(lctx, cs, cn, k, src)
+		go ms.lookup(lctx, cs, cn, k, service, secrets, src)
 	}
 	src.used = now
 	ms.mu.Unlock()
@@ -126,11 +132,11 @@ func (ms *methods) find(ctx context.Context, cs *conns, cn *conn, k sourceKey, n
 	if src.err != nil {
 		return nil, src.err
 	}
-	return resolveMethod(src, k, name)
+	return resolveMethod(src, k, service, name)
 }
 
 // lookup fills src, then keeps it (or, failed, forgets it: the next call asks again).
-func (ms *methods) lookup(ctx context.Context, cs *conns, cn *conn, k sourceKey, src *source) {
+func (ms *methods) lookup(ctx context.Context, cs *conns, cn *conn, k sourceKey, service string, secrets []string, src *source) {
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	defer cs.put(cn)
@@ -142,22 +148,23 @@ func (ms *methods) lookup(ctx context.Context, cs *conns, cn *conn, k sourceKey,
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("grpcexec: looking up %s: %v", k.service, p)
+				err = fmt.Errorf("grpcexec: looking up %s: %v", service, p)
 			}
 		}()
 		if k.descriptorSet != "" {
 			files, size, err = ms.descriptorSet(k.descriptorSet)
 		} else {
-			files, size, err = reflect(ctx, cn.cc, k.service)
+			files, size, err = reflect(ctx, cn.cc, service)
 		}
 	}()
+	err = redactError(err, secrets)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	src.files, src.err, src.size = files, err, size
 	if err == nil {
-		ms.log.Debug("gRPC service described", "service", k.service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "bytes", size)
+		ms.log.Debug("gRPC service described", "service", service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "bytes", size)
 	} else {
-		ms.log.Debug("gRPC service not described", "service", k.service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "err", err)
+		ms.log.Debug("gRPC service not described", "service", service, "target", k.conn.target, "descriptor_set", k.descriptorSet, "err", err)
 	}
 	if err == nil {
 		src.types = dynamicpb.NewTypes(files)
@@ -208,19 +215,19 @@ func (ms *methods) forget(k sourceKey) {
 	ms.mu.Unlock()
 }
 
-// resolveMethod finds the unary method name of k.service in src.
-func resolveMethod(src *source, k sourceKey, name string) (*method, error) {
+// resolveMethod finds the unary method service/name in src, which k names.
+func resolveMethod(src *source, k sourceKey, service, name string) (*method, error) {
 	via := "server reflection"
 	if k.descriptorSet != "" {
 		via = "descriptor set " + k.descriptorSet
 	}
-	d, err := src.files.FindDescriptorByName(protoreflect.FullName(k.service))
+	d, err := src.files.FindDescriptorByName(protoreflect.FullName(service))
 	if err != nil {
-		return nil, unknownf("%s does not describe the service %s", via, k.service)
+		return nil, unknownf("%s does not describe the service %s", via, service)
 	}
 	sd, ok := d.(protoreflect.ServiceDescriptor)
 	if !ok {
-		return nil, unknownf("%s is not a service in %s", k.service, via)
+		return nil, unknownf("%s is not a service in %s", service, via)
 	}
 	md := sd.Methods().ByName(protoreflect.Name(name))
 	if md == nil {
@@ -228,10 +235,10 @@ func resolveMethod(src *source, k sourceKey, name string) (*method, error) {
 		for i := range sd.Methods().Len() {
 			names = append(names, string(sd.Methods().Get(i).Name()))
 		}
-		return nil, unknownf("the service %s has no method %s (it has: %s)", k.service, name, strings.Join(names, ", "))
+		return nil, unknownf("the service %s has no method %s (it has: %s)", service, name, strings.Join(names, ", "))
 	}
 	if md.IsStreamingClient() || md.IsStreamingServer() {
-		return nil, unknownf("%s/%s is a streaming method; Hermes calls unary methods only", k.service, name)
+		return nil, unknownf("%s/%s is a streaming method; Hermes calls unary methods only", service, name)
 	}
 	return &method{desc: md, types: src.types}, nil
 }
@@ -437,4 +444,21 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 		return nil, 0, err
 	}
 	return byName, size, nil
+}
+
+// redactError is err with the values of secrets redacted from what the server said in it.
+func redactError(err error, secrets []string) error {
+	var (
+		um *unknownMethod
+		rs *reflectionStatus
+	)
+	switch {
+	case len(secrets) == 0 || err == nil:
+		return err
+	case errors.As(err, &um):
+		return &unknownMethod{msg: string(egress.Redact([]byte(um.msg), secrets))}
+	case errors.As(err, &rs):
+		return &reflectionStatus{st: status.New(rs.st.Code(), string(egress.Redact([]byte(rs.st.Message()), secrets)))}
+	}
+	return err
 }

@@ -99,10 +99,15 @@ func Redact(body []byte, secrets []string) []byte {
 func secretForms(s string) []string {
 	js, _ := json.Marshal(s)
 	jsonEscaped := string(js[1 : len(js)-1])
+	var plain bytes.Buffer // as encoders that leave & < > alone write it (protojson, most others)
+	enc := json.NewEncoder(&plain)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	jsonPlain := strings.TrimSuffix(strings.TrimSpace(plain.String()), `"`)[1:]
 	lowerHex := func(e string) string { // %2F as %2f, as some encoders write it
 		return percentHex.ReplaceAllStringFunc(e, strings.ToLower)
 	}
-	forms := []string{s, jsonEscaped, strings.ReplaceAll(jsonEscaped, "/", `\/`), url.QueryEscape(s), url.PathEscape(s),
+	forms := []string{s, jsonEscaped, jsonPlain, strings.ReplaceAll(jsonEscaped, "/", `\/`), url.QueryEscape(s), url.PathEscape(s),
 		lowerHex(url.QueryEscape(s)), lowerHex(url.PathEscape(s)),
 		base64.StdEncoding.EncodeToString([]byte(s)), base64.URLEncoding.EncodeToString([]byte(s)),
 		base64.RawStdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s))}

@@ -213,3 +213,17 @@ func TestSecretsAreRedactedInEveryForm(t *testing.T) {
 		}
 	}
 }
+
+// A secret holding both an HTML character and a quote, echoed by an encoder that leaves & < >
+// as they are (protojson, and most outside Go's encoding/json), is redacted too.
+func TestSecretsWithHTMLCharactersAreRedacted(t *testing.T) {
+	for _, secret := range []string{`p&ss"secret-123`, `p<ss\secret-123`} {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(map[string]string{"echo": secret})
+		if got := string(Redact([]byte(b.String()), []string{secret})); !strings.Contains(got, "[redacted]") || strings.Contains(got, "secret-123") {
+			t.Errorf("%q: %s", secret, got)
+		}
+	}
+}

@@ -142,8 +142,9 @@ type answered struct{}
 
 type answeredKey struct{}
 
-// sawStatus is set when a call's trailers (its status) came from the server.
-type sawStatus struct{ v atomic.Bool }
+// sawStatus is set when a call's trailers (its status) came from the server; header when its
+// headers did (the server began to answer).
+type sawStatus struct{ v, header atomic.Bool }
 
 func withAnswerMark(ctx context.Context) (context.Context, *sawStatus) {
 	s := &sawStatus{}
@@ -153,10 +154,15 @@ func withAnswerMark(ctx context.Context) (context.Context, *sawStatus) {
 func (answered) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
 func (answered) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if _, ok := s.(*stats.InTrailer); ok {
-		if m, ok := ctx.Value(answeredKey{}).(*sawStatus); ok {
-			m.v.Store(true)
-		}
+	m, ok := ctx.Value(answeredKey{}).(*sawStatus)
+	if !ok {
+		return
+	}
+	switch s.(type) {
+	case *stats.InTrailer:
+		m.v.Store(true)
+	case *stats.InHeader:
+		m.header.Store(true)
 	}
 }
 

@@ -422,9 +422,11 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 		return out, nil
 	}
 	// Hermes' side: a connection that failed, or an answer it would not take.
-	if m := st.Message(); strings.Contains(m, "header list size") || strings.Contains(m, "RST_STREAM with error code: INTERNAL_ERROR") {
-		// The server could not send its answer (past the metadata bound, or broken on its side):
-		// the same answer would fail the same way.
+	if m := st.Message(); strings.Contains(m, "header list size") ||
+		(strings.Contains(m, "RST_STREAM with error code: INTERNAL_ERROR") && mark != nil && !mark.header.Load()) {
+		// The server could not begin its answer (more metadata than the worker takes: a grpc
+		// server resets the call so): the same answer would fail the same way. A reset after
+		// it began (a proxy whose server went away mid-call) is the connection's, below.
 		return worker.Failed(protocol.CodeToolBadResponse, protocol.OriginTool,
 			fmt.Sprintf("the gRPC server at %s reset the call: an answer it could not send (more than %d bytes of metadata, say); check the server", a.Target, maxHeaderListBytes),
 			"answer metadata too large", false), nil

@@ -47,8 +47,8 @@ func (s *sizer) message(m protoreflect.Message, depth int) {
 	for i := 0; i < fields.Len() && !s.over(); i++ {
 		fd := fields.Get(i)
 		has := m.Has(fd)
-		if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() && !has {
-			continue // an unset oneof member is not written
+		if fd.ContainingOneof() != nil && !has {
+			continue // an unset oneof member (proto3 optional too) is not written
 		}
 		s.n += int64(len(fd.Name())) + 4 // "name":,
 		switch {
@@ -62,7 +62,7 @@ func (s *sizer) message(m protoreflect.Message, depth int) {
 		case fd.IsMap():
 			s.n += 2
 			m.Get(fd).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-				s.n += int64(len(k.String())) + 4
+				s.n += stringSize(k.String()) + 2
 				s.value(fd.MapValue(), v, depth)
 				return !s.over()
 			})
@@ -72,6 +72,25 @@ func (s *sizer) message(m protoreflect.Message, depth int) {
 			s.value(fd, m.Get(fd), depth) // set, or the zero value written for it
 		}
 	}
+	// Extensions (set ones only are written), as "[full.name]".
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if !fd.IsExtension() {
+			return true
+		}
+		s.n += int64(len(fd.FullName())) + 6
+		switch {
+		case fd.IsList():
+			l := v.List()
+			s.n += 2
+			for j := 0; j < l.Len() && !s.over(); j++ {
+				s.value(fd, l.Get(j), depth)
+				s.n++
+			}
+		default:
+			s.value(fd, v, depth)
+		}
+		return !s.over()
+	})
 }
 
 // value counts one value of fd's kind.
@@ -80,7 +99,7 @@ func (s *sizer) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, dep
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		s.message(v.Message(), depth)
 	case protoreflect.StringKind:
-		s.n += int64(len(v.String())) + 2
+		s.n += stringSize(v.String())
 	case protoreflect.BytesKind:
 		s.n += (int64(len(v.Bytes()))+2)/3*4 + 2
 	case protoreflect.BoolKind:
@@ -101,19 +120,55 @@ func (s *sizer) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, dep
 		s.n += int64(len(strconv.AppendInt(s.buf[:0], v.Int(), 10))) + 2 // quoted
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
 		s.n += int64(len(strconv.AppendUint(s.buf[:0], v.Uint(), 10))) + 2
-	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		s.n += floatSize(v.Float())
+	case protoreflect.FloatKind:
+		s.n += floatSize(v.Float(), 32)
+	case protoreflect.DoubleKind:
+		s.n += floatSize(v.Float(), 64)
 	default:
 		s.n += 24
 	}
 }
 
-func floatSize(f float64) int64 {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 11 // "-Infinity"
+// floatSize is how protojson writes f: "NaN" and the infinities quoted, else 'f' form unless
+// the magnitude is under 1e-6 or from 1e21, in bits' precision.
+func floatSize(f float64, bits int) int64 {
+	switch {
+	case math.IsNaN(f):
+		return 5
+	case math.IsInf(f, 1):
+		return 10
+	case math.IsInf(f, -1):
+		return 11
 	}
-	var b [32]byte
-	return int64(len(strconv.AppendFloat(b[:0], f, 'g', -1, 64)))
+	format := byte('f')
+	if a := math.Abs(f); a != 0 {
+		if bits == 32 {
+			a = float64(float32(a))
+		}
+		if a < 1e-6 || a >= 1e21 {
+			format = 'e'
+		}
+	}
+	var b [40]byte
+	out := strconv.AppendFloat(b[:0], f, format, -1, bits)
+	if n := len(out); format == 'e' && n >= 4 && out[n-4] == 'e' && out[n-2] == '0' {
+		return int64(n - 1) // e-07 is written e-7
+	}
+	return int64(len(out))
+}
+
+// stringSize is s quoted, with the escapes JSON needs.
+func stringSize(s string) int64 {
+	n := int64(len(s)) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+			n++
+		case c < 0x20:
+			n += 5
+		}
+	}
+	return n
 }
 
 // wellKnown counts the types the mapping writes in a form of their own, and reports whether m
@@ -135,7 +190,9 @@ func (s *sizer) wellKnown(m protoreflect.Message, depth int) bool {
 			return true
 		}
 		inner := mt.New()
-		if err := (proto.UnmarshalOptions{Resolver: s.types}).Unmarshal(value, inner.Interface()); err != nil {
+		// Decoded as protojson decodes it; what it cannot decode is not counted as small.
+		if err := (proto.UnmarshalOptions{AllowPartial: true, Resolver: s.types}).Unmarshal(value, inner.Interface()); err != nil {
+			s.n = s.budget + 1
 			return true
 		}
 		s.message(inner, depth+1)
@@ -144,7 +201,7 @@ func (s *sizer) wellKnown(m protoreflect.Message, depth int) bool {
 	case "google.protobuf.Struct":
 		s.n += 2
 		m.Get(fields.ByNumber(1)).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-			s.n += int64(len(k.String())) + 4
+			s.n += stringSize(k.String()) + 2
 			s.message(v.Message(), depth)
 			return !s.over()
 		})
@@ -172,7 +229,16 @@ func (s *sizer) wellKnown(m protoreflect.Message, depth int) bool {
 		s.value(fd, m.Get(fd), depth)
 		return true
 	case "google.protobuf.Timestamp":
-		s.n += 32
+		s.n += 22 // "1970-01-01T00:00:00Z"
+		switch nanos := m.Get(fields.ByNumber(2)).Int(); {
+		case nanos == 0:
+		case nanos%1_000_000 == 0:
+			s.n += 4
+		case nanos%1000 == 0:
+			s.n += 7
+		default:
+			s.n += 10
+		}
 		return true
 	case "google.protobuf.Duration":
 		s.n += 24

@@ -377,6 +377,7 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 		return nil, 0, err
 	}
 	byName := map[string]*descriptorpb.FileDescriptorProto{}
+	var order []string // byName's files, as they came
 	size := 0
 	ask := func(req *rpb.ServerReflectionRequest, what string) error {
 		var resp rpb.ServerReflectionResponse
@@ -412,6 +413,7 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 			}
 			if _, ok := byName[fd.GetName()]; !ok {
 				byName[fd.GetName()] = fd
+				order = append(order, fd.GetName())
 			}
 		}
 		return nil
@@ -419,25 +421,42 @@ func reflectFiles(ctx context.Context, cc *grpc.ClientConn, method, service stri
 	if err := ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: service}}, "the service "+service); err != nil {
 		return nil, 0, err
 	}
-	// Imports the server left out (it may send only the file asked for), each asked once.
+	// Imports the server left out (it may send only the file asked for), each asked once, at
+	// most maxDescriptorFiles requests in all; an answer without the file asked for ends it.
 	asked := map[string]bool{}
-	for {
-		missing := ""
-		for _, fd := range byName {
-			for _, dep := range fd.GetDependency() {
+	var queue []string
+	seen := 0 // files of order whose imports are queued
+	for requests := 0; ; requests++ {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		for _, n := range order[seen:] { // files added since: queue their imports
+			for _, dep := range byName[n].GetDependency() {
 				if _, ok := byName[dep]; !ok && !asked[dep] {
 					if _, err := protoregistry.GlobalFiles.FindFileByPath(dep); err != nil {
-						missing = dep
+						asked[dep] = true
+						queue = append(queue, dep)
 					}
 				}
 			}
 		}
-		if missing == "" {
+		seen = len(order)
+		if len(queue) == 0 {
 			break
 		}
-		asked[missing] = true
+		if requests >= maxDescriptorFiles {
+			return nil, 0, unknownf("the server's reflection left more than %d imports of %s to ask for", maxDescriptorFiles, service)
+		}
+		missing := queue[0]
+		queue = queue[1:]
+		if _, ok := byName[missing]; ok {
+			continue
+		}
 		if err := ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_FileByFilename{FileByFilename: missing}}, missing); err != nil {
 			return nil, 0, err
+		}
+		if _, ok := byName[missing]; !ok {
+			return nil, 0, unknownf("the server's reflection did not give %s when asked for it", missing)
 		}
 	}
 	if err := stream.CloseSend(); err != nil {
@@ -452,13 +471,17 @@ func redactError(err error, secrets []string) error {
 		um *unknownMethod
 		rs *reflectionStatus
 	)
+	redact := func(s string) string { return string(egress.Redact([]byte(s), secrets)) }
 	switch {
 	case len(secrets) == 0 || err == nil:
 		return err
 	case errors.As(err, &um):
-		return &unknownMethod{msg: string(egress.Redact([]byte(um.msg), secrets))}
+		return &unknownMethod{msg: redact(um.msg)}
 	case errors.As(err, &rs):
-		return &reflectionStatus{st: status.New(rs.st.Code(), string(egress.Redact([]byte(rs.st.Message()), secrets)))}
+		return &reflectionStatus{st: status.New(rs.st.Code(), redact(rs.st.Message()))}
 	}
-	return err
+	if st, ok := status.FromError(err); ok { // the connection's: its code kept
+		return status.New(st.Code(), redact(st.Message())).Err()
+	}
+	return errors.New(redact(err.Error()))
 }

@@ -50,7 +50,7 @@ func TestBrowserShowsContracts(t *testing.T) {
 	b.waitJS("the broken answer", jsCallError("req_ui_c1", "broken")+`.includes('CONTRACT_VIOLATION') && `+
 		jsCallError("req_ui_c1", "broken")+`.includes('success.status')`)
 	b.waitJS("the contract's version", jsCall("req_ui_c1", "broken")+`.textContent.includes('contract v1')`)
-	b.do("open the broken call", chromedp.Click(chromedp.CSS(`.req[data-request="req_ui_c1"] .wf-row.call[data-call="broken"]`)))
+	b.clickLive("open the broken call", `.req[data-request="req_ui_c1"] .wf-row.call[data-call="broken"]`)
 	b.waitJS("its messages", `(() => { const d = document.getElementById('detail'); const t = d.textContent;
 		return !d.hidden && t.includes('tool_result.v1') && t.includes('withheld'); })()`)
 	if got := evalJS[string](b, `document.getElementById('detail').textContent`); strings.Contains(got, "delivered_at") || strings.Contains(got, "carrier_zh") {

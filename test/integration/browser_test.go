@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -144,6 +145,14 @@ func (b *browser) waitJS(what, expr string) {
 	}
 }
 
+// clickLive clicks the element selector names in the page itself, as soon as there is one: a
+// live view may replace the node between a lookup and a click made from outside the page.
+func (b *browser) clickLive(what, selector string) {
+	b.t.Helper()
+	sel, _ := json.Marshal(selector)
+	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.click(); return true; })()`)
+}
+
 func evalJS[T any](b *browser, expr string) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -268,7 +277,7 @@ func TestBrowserSendAndWatch(t *testing.T) {
 	}
 
 	// The full JSON of a call's messages.
-	b.do("open call_2", chromedp.Click(chromedp.CSS(`.req[data-request="req_ui_1"] .wf-row.call[data-call="call_2"]`)))
+	b.clickLive("open call_2", `.req[data-request="req_ui_1"] .wf-row.call[data-call="call_2"]`)
 	b.waitJS("call_2's messages", `(() => { const d = document.getElementById('detail'); const t = d.textContent;
 		return !d.hidden && t.includes('tool_call.v1') && t.includes('tool_started.v1') && t.includes('tool_result.v1') && t.includes('"error_code": "TOOL_HTTP_5XX"'); })()`)
 	b.screenshot("session")

@@ -230,7 +230,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Failed its times: the next turn of the same step answers.
-		ci, ti, t, err = s.script.pickAfter(ci, ti, step, lastTool)
+		ci, _, t, err = s.script.pickAfter(ci, ti, step, lastTool)
 		if err != nil {
 			apiError(w, http.StatusBadRequest, "no_scripted_answer", "invalid_request_error", "messages", err.Error())
 			return

@@ -1,0 +1,275 @@
+// Package llm reaches the models the agent loop asks: any OpenAI-compatible backend (Ollama,
+// vLLM, TGI, a hosted one) by base URL, key and model, through the official client
+// (openai-go). Each try has a timeout; a try that fails as another may not (408, 409, 429, 5xx,
+// a connection error) is retried with backoff by the client itself, Retry-After honoured; a
+// backend that gives up so is followed by the fallback backend, when there is one. A request
+// the backend refuses (any other 4xx) is not tried again anywhere: it would be refused again.
+//
+// A key is read from the environment variable its backend names, once, and goes nowhere but
+// the Authorization header of that backend's requests: not into errors, logs or the record.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/worker/egress"
+)
+
+// Backend is one OpenAI-compatible endpoint and the model asked there.
+type Backend struct {
+	// Name names it in logs, metrics and the record; default: its host.
+	Name string `yaml:"name" json:"name,omitempty"`
+	// BaseURL is the API's base, e.g. http://127.0.0.1:11434/v1 (Ollama) or .../v1 (vLLM).
+	BaseURL string `yaml:"base_url" json:"base_url"`
+	// Model is the model asked.
+	Model string `yaml:"model" json:"model"`
+	// KeyEnv names the environment variable holding the key; "" sends none.
+	KeyEnv string `yaml:"api_key_env" json:"api_key_env,omitempty"`
+	// Timeout bounds each try; 0 means DefaultTimeout.
+	Timeout time.Duration `yaml:"timeout" json:"timeout,omitempty"`
+	// MaxRetries is how many times a try that may succeed later is repeated; nil means
+	// DefaultMaxRetries.
+	MaxRetries *int `yaml:"max_retries" json:"max_retries,omitempty"`
+}
+
+// Defaults for a Backend.
+const (
+	DefaultTimeout    = 60 * time.Second
+	DefaultMaxRetries = 2
+)
+
+// Purpose says what a completion is for: choosing tools and filling their arguments may go to
+// a faster model than answering (seed 001 §5.1).
+type Purpose int
+
+const (
+	// Answer is any turn, the final answer included.
+	Answer Purpose = iota
+	// Choose is a turn that chooses tools and fills arguments.
+	Choose
+)
+
+// Config is where the loop's completions go.
+type Config struct {
+	// Backend answers. Required.
+	Backend Backend
+	// Fallback, when set, is asked when Backend gives up.
+	Fallback *Backend
+	// Selector, when set, is asked for Choose completions (a faster model).
+	Selector *Backend
+	// LookupEnv reads keys; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// HTTPClient makes the requests; nil means a client of its own.
+	HTTPClient *http.Client
+}
+
+// Client completes chats on the configured backends. It is safe for concurrent use.
+type Client struct {
+	main, fallback, selector *backend
+}
+
+type backend struct {
+	cfg    Backend
+	client openai.Client
+	key    string // redacted from whatever the backend says back
+}
+
+// Call says how a completion went: who answered, in how long, after how many tries, and
+// whether the fallback did.
+type Call struct {
+	Backend, Model string
+	Tries          int
+	Latency        time.Duration
+	FellBack       bool
+}
+
+// New checks cfg and returns its client: base URLs absolute http(s), models named, each key's
+// variable set (named when it is not; its value never).
+func New(cfg Config) (*Client, error) {
+	lookup := cfg.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 32,
+			DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext, IdleConnTimeout: 90 * time.Second}}
+	}
+	build := func(field string, b *Backend) (*backend, error) {
+		if b == nil {
+			return nil, nil
+		}
+		u, err := url.Parse(b.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return nil, fmt.Errorf("%s.base_url %q: must be an http(s) URL such as http://127.0.0.1:11434/v1, without credentials", field, b.BaseURL)
+		}
+		if strings.TrimSpace(b.Model) == "" {
+			return nil, fmt.Errorf("%s.model: name the model to ask", field)
+		}
+		if b.Timeout < 0 || (b.MaxRetries != nil && (*b.MaxRetries < 0 || *b.MaxRetries > 10)) {
+			return nil, fmt.Errorf("%s: timeout must not be negative and max_retries must be 0 to 10", field)
+		}
+		c := *b
+		if c.Name == "" {
+			c.Name = u.Host
+		}
+		if c.Timeout == 0 {
+			c.Timeout = DefaultTimeout
+		}
+		retries := DefaultMaxRetries
+		if c.MaxRetries != nil {
+			retries = *c.MaxRetries
+		}
+		// Each try's timeout is its HTTP client's: a try that runs out is then retried like any
+		// other that got no answer (the SDK's own request timeout would end the call instead).
+		tc := *hc
+		tc.Timeout = c.Timeout
+		opts := []option.RequestOption{option.WithBaseURL(strings.TrimSuffix(b.BaseURL, "/") + "/"), option.WithHTTPClient(&tc),
+			option.WithMaxRetries(retries)}
+		key := ""
+		if b.KeyEnv != "" {
+			var ok bool
+			key, ok = lookup(b.KeyEnv)
+			if !ok || key == "" {
+				return nil, fmt.Errorf("%s.api_key_env: the variable %s is not set", field, b.KeyEnv)
+			}
+			opts = append(opts, option.WithAPIKey(key))
+		} else {
+			opts = append(opts, option.WithAPIKey(""))
+		}
+		return &backend{cfg: c, client: openai.NewClient(opts...), key: key}, nil
+	}
+	var (
+		c   Client
+		err error
+	)
+	if c.main, err = build("llm", &cfg.Backend); err != nil {
+		return nil, err
+	}
+	if c.fallback, err = build("llm.fallback", cfg.Fallback); err != nil {
+		return nil, err
+	}
+	if c.selector, err = build("llm.selector", cfg.Selector); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Models are the models the client asks: the backend's, the selector's, the fallback's.
+func (c *Client) Models() []string {
+	var out []string
+	for _, b := range []*backend{c.main, c.selector, c.fallback} {
+		if b != nil {
+			out = append(out, b.cfg.Model)
+		}
+	}
+	return out
+}
+
+// Complete asks for one completion of p (its Model set to the backend's) for purpose: on the
+// selector for Choose when there is one, else the backend; on the fallback when that gives up.
+func (c *Client) Complete(ctx context.Context, p openai.ChatCompletionNewParams, purpose Purpose) (*openai.ChatCompletion, Call, error) {
+	first := c.main
+	if purpose == Choose && c.selector != nil {
+		first = c.selector
+	}
+	resp, call, err := first.complete(ctx, p)
+	if err == nil || c.fallback == nil || ctx.Err() != nil || !GaveUp(err) {
+		return resp, call, err
+	}
+	resp, fb, ferr := c.fallback.complete(ctx, p)
+	fb.FellBack, fb.Tries, fb.Latency = true, fb.Tries+call.Tries, fb.Latency+call.Latency
+	if ferr != nil {
+		return nil, fb, fmt.Errorf("%w; the fallback %s: %w", err, c.fallback.cfg.Name, ferr)
+	}
+	return resp, fb, nil
+}
+
+func (b *backend) complete(ctx context.Context, p openai.ChatCompletionNewParams) (*openai.ChatCompletion, Call, error) {
+	p.Model = b.cfg.Model
+	var tries atomic.Int32
+	count := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		tries.Add(1)
+		return next(r)
+	})
+	start := time.Now()
+	resp, err := b.client.Chat.Completions.New(ctx, p, count)
+	call := Call{Backend: b.cfg.Name, Model: b.cfg.Model, Tries: int(tries.Load()), Latency: time.Since(start)}
+	if err != nil {
+		return nil, call, &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+	}
+	if len(resp.Choices) == 0 {
+		return nil, call, &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: errors.New("the answer holds no choices")}
+	}
+	return resp, call, nil
+}
+
+// Error is a completion that failed: which backend, and why (its status, when it answered one).
+type Error struct {
+	Backend, Model string
+	err            error
+	key            string
+}
+
+// Error says which backend failed and why, the backend's key redacted wherever it echoed it.
+func (e *Error) Error() string {
+	var secrets []string
+	if e.key != "" {
+		secrets = []string{e.key}
+	}
+	return string(egress.Redact([]byte(e.text()), secrets))
+}
+
+func (e *Error) text() string {
+	var api *openai.Error
+	if errors.As(e.err, &api) {
+		msg := api.Message
+		if msg == "" {
+			msg = http.StatusText(api.StatusCode)
+		}
+		return fmt.Sprintf("the model %s at %s answered HTTP %d: %s", e.Model, e.Backend, api.StatusCode, cut(msg))
+	}
+	return fmt.Sprintf("the model %s at %s: %s", e.Model, e.Backend, cut(e.err.Error()))
+}
+
+func (e *Error) Unwrap() error { return e.err }
+
+// Status is the HTTP status the backend answered, 0 when it answered none.
+func (e *Error) Status() int {
+	var api *openai.Error
+	if errors.As(e.err, &api) {
+		return api.StatusCode
+	}
+	return 0
+}
+
+// GaveUp reports whether err is a backend giving up on a request another backend may answer:
+// no answer, a timeout, 408, 409, 429 or 5xx — not a request it refused.
+func GaveUp(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch s := e.Status(); {
+	case s == 0:
+		return true
+	case s == http.StatusRequestTimeout || s == http.StatusConflict || s == http.StatusTooManyRequests || s >= 500:
+		return true
+	}
+	return false
+}
+
+func cut(s string) string { return protocol.Shorten(s, 300) }

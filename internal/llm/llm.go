@@ -168,6 +168,9 @@ func New(cfg Config) (*Client, error) {
 	return &c, nil
 }
 
+// HasSelector reports whether Choose completions go to a model of their own.
+func (c *Client) HasSelector() bool { return c.selector != nil }
+
 // Models are the models the client asks: the backend's, the selector's, the fallback's.
 func (c *Client) Models() []string {
 	var out []string

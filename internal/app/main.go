@@ -35,6 +35,7 @@ var Commands = map[string]Command{
 	"tools":        RunTools,
 	"apply":        RunApply,
 	"mcp":          RunMCP,
+	"scripted-llm": RunScriptedLLM,
 }
 
 const usage = `Hermes: a message bus for AI agents on NATS JetStream.
@@ -70,6 +71,8 @@ Commands:
   apply       make the registered contracts what files say (-f DIR_OR_FILE): prints the diff;
               --dry-run changes nothing, --prune removes what the files no longer name
   bench       measure Hermes against the same tool called directly
+  scripted-llm serve an OpenAI-compatible chat API that answers from a script (no model needed;
+              default: the seed's meeting assistant)
 
 Run 'hermes <command> -h' for a command's flags.
 `

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
+	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -56,13 +56,8 @@ func (d *decisions) Decided(_ context.Context, _ string, x agent.Decision) {
 
 func backend(t *testing.T, s *scriptedllm.Script) (*scriptedllm.Server, *llm.Client) {
 	t.Helper()
-	srv, err := scriptedllm.New(s, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httptest.NewServer(srv)
-	t.Cleanup(h.Close)
-	c, err := llm.New(llm.Config{Backend: llm.Backend{BaseURL: h.URL + "/v1", Model: "scripted"}})
+	srv, base := scriptedllmtest.Start(t, s, "")
+	c, err := llm.New(llm.Config{Backend: llm.Backend{BaseURL: base, Model: "scripted"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,14 +203,9 @@ func TestTheStrongModelAnswers(t *testing.T) {
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "notify_send", Arguments: map[string]any{}}}},
 		{Content: "a draft"},
 	}}}}
-	srv, err := scriptedllm.New(script, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httptest.NewServer(srv)
-	defer h.Close()
-	c, err := llm.New(llm.Config{Backend: llm.Backend{BaseURL: h.URL + "/v1", Model: "strong"},
-		Selector: &llm.Backend{BaseURL: h.URL + "/v1", Model: "fast"}})
+	srv, base := scriptedllmtest.Start(t, script, "")
+	c, err := llm.New(llm.Config{Backend: llm.Backend{BaseURL: base, Model: "strong"},
+		Selector: &llm.Backend{BaseURL: base, Model: "fast"}})
 	if err != nil {
 		t.Fatal(err)
 	}

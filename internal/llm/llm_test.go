@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +12,13 @@ import (
 
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
+	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
 )
 
 const key = "sk-scripted-9b1d"
 
 func scripted(t *testing.T, s *scriptedllm.Script) (*scriptedllm.Server, string) {
-	t.Helper()
-	srv, err := scriptedllm.New(s, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httptest.NewServer(srv)
-	t.Cleanup(h.Close)
-	return srv, h.URL + "/v1"
+	return scriptedllmtest.Start(t, s, key)
 }
 
 func env(name string) (string, bool) {

@@ -3,7 +3,6 @@ package scriptedllm_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hermesbus/hermes/internal/scriptedllm"
+	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
 )
 
 func serve(t *testing.T, s *scriptedllm.Script, key string) (*scriptedllm.Server, openai.Client) {
@@ -21,13 +21,8 @@ func serve(t *testing.T, s *scriptedllm.Script, key string) (*scriptedllm.Server
 
 func serveAt(t *testing.T, s *scriptedllm.Script, key string) (*scriptedllm.Server, openai.Client, string) {
 	t.Helper()
-	srv, err := scriptedllm.New(s, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httptest.NewServer(srv)
-	t.Cleanup(h.Close)
-	return srv, openai.NewClient(option.WithBaseURL(h.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0)), h.URL + "/v1"
+	srv, base := scriptedllmtest.Start(t, s, key)
+	return srv, openai.NewClient(option.WithBaseURL(base), option.WithAPIKey(key), option.WithMaxRetries(0)), base
 }
 
 // toolResults are what the meeting's tools answer, for driving the conversation by hand.

@@ -58,6 +58,24 @@ type Call struct {
 // IdempotencyKey is the same for every try of one call: <request_id>/<tool_call_id>.
 func (c *Call) IdempotencyKey() string { return c.RequestID + "/" + c.Dispatch.Call.ToolCallID }
 
+// TryTimeout is how long this try may take: Timeout, else the route's timeout_ms (at least
+// 1 ms), for an executor run without the Timeout middleware.
+func (c *Call) TryTimeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return time.Duration(max(c.Dispatch.Action.TimeoutMS, 1)) * time.Millisecond
+}
+
+// ResultLimit is the largest answer this try takes: MaxResultBytes, else
+// DefaultMaxResultBytes.
+func (c *Call) ResultLimit() int64 {
+	if c.MaxResultBytes > 0 {
+		return c.MaxResultBytes
+	}
+	return DefaultMaxResultBytes
+}
+
 // Tool is the called tool's name.
 func (c *Call) Tool() string { return c.Dispatch.Call.Name }
 

@@ -85,9 +85,9 @@ func Timeout() Middleware {
 	}
 }
 
-// TimedOut is the outcome of a try that did not answer within the call's Timeout.
+// TimedOut is the outcome of a try that did not answer within its time (Call.TryTimeout).
 func TimedOut(call *Call) Outcome {
-	ms := call.Timeout.Milliseconds()
+	ms := call.TryTimeout().Milliseconds()
 	return Failed(protocol.CodeToolTimeout, protocol.OriginHermes,
 		fmt.Sprintf("the tool did not answer within timeout_ms=%d; raise timeout_ms in route %s or check why the tool is slow", ms, call.Dispatch.Route),
 		fmt.Sprintf("no answer within %d ms", ms), true)

@@ -156,17 +156,13 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		}
 		return worker.Failed(protocol.CodeRouteIncomplete, protocol.OriginHermes, fmt.Sprintf("route %s: %v", route, err), err.Error(), false), nil
 	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = time.Duration(max(c.Dispatch.Action.TimeoutMS, 1)) * time.Millisecond
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
+	tctx, cancel := context.WithTimeout(ctx, c.TryTimeout())
 	defer cancel()
 	start := time.Now()
 
 	key := connKey{target: a.Target, tls: a.TLS, serverName: a.ServerName}
 	if a.TLS && key.serverName == "" {
-		key.serverName = hostOf(a.Target)
+		key.serverName, _, _ = net.SplitHostPort(a.Target) // checked above
 	}
 	cn, err := e.conns.get(key)
 	if err != nil {
@@ -176,13 +172,14 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	// The route's metadata goes with the reflection lookup too (a server may want its
 	// credentials for that as well).
 	tctx = metadata.NewOutgoingContext(tctx, md)
-	sk := sourceKey{conn: key, service: a.Service, creds: credsDigest(md)}
-	if a.DescriptorSet != "" {
-		sk = sourceKey{descriptorSet: a.DescriptorSet} // the same whatever the server
+	sk := sourceKey{descriptorSet: a.DescriptorSet} // a descriptor set: the same whatever the server
+	if a.DescriptorSet == "" {
+		sk = sourceKey{conn: key, service: a.Service, creds: credsDigest(md)}
 	}
-	m, err := e.methods.find(tctx, e.conns, cn, sk, a.Service, a.Method, e.env.Secrets(a.Headers))
+	secrets := e.env.Secrets(a.Headers)
+	m, err := e.methods.find(tctx, e.conns, cn, sk, a.Service, a.Method, secrets)
 	if err != nil {
-		return e.failure(ctx, tctx, c, cn, nil, err, nil, timeout, start)
+		return e.failure(ctx, tctx, c, cn, nil, err, nil, start, secrets)
 	}
 	in := dynamicpb.NewMessage(m.desc.Input())
 	if err := e.request(c, m, in); err != nil {
@@ -190,7 +187,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 			fmt.Sprintf("fix the call's arguments: they must fit %s: %v", m.desc.Input().FullName(), err), err.Error(), false), nil
 	}
 	resp := dynamicpb.NewMessage(m.desc.Output())
-	limit := resultLimit(c)
+	limit := c.ResultLimit()
 	cctx, mark := withAnswerMark(tctx)
 	err = cn.cc.Invoke(cctx, "/"+a.Service+"/"+a.Method, in, resp, grpc.MaxCallRecvMsgSize(int(min(limit, 1<<30))))
 	elapsed := time.Since(start)
@@ -198,7 +195,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		if status.Code(err) == codes.Unimplemented && mark.v.Load() {
 			e.methods.forget(sk)
 		}
-		return e.failure(ctx, tctx, c, cn, in, err, mark, timeout, start)
+		return e.failure(ctx, tctx, c, cn, in, err, mark, start, secrets)
 	}
 	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(codes.OK)))
 	// The JSON mapping writes every unset field of every message: a small answer of a wide
@@ -214,7 +211,7 @@ func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	if int64(len(body)) > limit {
 		return worker.TooLarge(limit), nil
 	}
-	body = egress.Redact(body, e.env.Secrets(a.Headers))
+	body = egress.Redact(body, secrets)
 	out = worker.OK(body, elapsed)
 	out.Answered = worker.AnsweredValue
 	return out, nil
@@ -381,7 +378,8 @@ func validMetadataKey(k string) bool {
 // failure judges a call (or a method lookup) that failed with err: the try's context ended,
 // the server answered a status (mark set), or the connection failed. What the server said is
 // redacted of the route's ${env} values and cut before it goes anywhere.
-func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, in proto.Message, err error, mark *sawStatus, timeout time.Duration, start time.Time) (worker.Outcome, error) {
+// secrets are the values of the route's ${env} headers.
+func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, in proto.Message, err error, mark *sawStatus, start time.Time, secrets []string) (worker.Outcome, error) {
 	a := c.Dispatch.Action.GRPC
 	route := c.Dispatch.Route
 	if ctx.Err() != nil {
@@ -393,12 +391,12 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 	)
 	switch {
 	case errors.As(err, &um):
-		msg := e.scrub(a, um.msg)
+		msg := scrub(secrets, um.msg)
 		return worker.Failed(protocol.CodeGRPCMethodUnknown, protocol.OriginHermes, fmt.Sprintf("route %s: %s", route, msg), msg, false), nil
 	case errors.As(err, &rs):
 		// The server answered the method's lookup with a status: retried as the call's would
 		// be; any other (PERMISSION_DENIED, UNAUTHENTICATED…) is for the route's author to fix.
-		msg := e.scrub(a, rs.Error())
+		msg := scrub(secrets, rs.Error())
 		switch rs.st.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded:
 			return worker.Failed(protocol.CodeToolGRPCStatus, protocol.OriginTool, msg, msg, true), nil
@@ -411,13 +409,11 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 	st := status.Convert(err)
 	switch {
 	case tctx.Err() != nil || atDeadline(tctx, st.Code()): // the deadline Hermes set passed, whatever the server said at it
-		tc := *c
-		tc.Timeout = timeout
-		return worker.TimedOut(&tc), nil
+		return worker.TimedOut(c), nil
 	case answerTooLarge(st, c, in):
-		return worker.TooLarge(resultLimit(c)), nil
+		return worker.TooLarge(c.ResultLimit()), nil
 	case mark != nil && mark.v.Load():
-		out := e.statusFailure(c, st)
+		out := statusFailure(st, secrets)
 		out.Result.ExecutionTimeMS = time.Since(start).Milliseconds()
 		return out, nil
 	}
@@ -438,15 +434,7 @@ func (e *Executor) failure(ctx, tctx context.Context, c *worker.Call, cn *conn, 
 	}
 	return worker.Failed(protocol.CodeToolUnreachable, protocol.OriginHermes,
 		fmt.Sprintf("could not reach the gRPC server at %s; check that it runs and that route %s points at it", a.Target, route),
-		"tool unreachable: "+e.scrub(a, st.Message()), true), nil
-}
-
-// resultLimit is the largest answer c takes.
-func resultLimit(c *worker.Call) int64 {
-	if c.MaxResultBytes <= 0 {
-		return worker.DefaultMaxResultBytes
-	}
-	return c.MaxResultBytes
+		"tool unreachable: "+scrub(secrets, st.Message()), true), nil
 }
 
 // tooLargeText is how gRPC says a message passed a receive limit: "grpc: received message
@@ -469,13 +457,13 @@ func answerTooLarge(st *status.Status, c *worker.Call, in proto.Message) bool {
 	if size != "" && in != nil && size == strconv.Itoa(proto.Size(in)) {
 		return false
 	}
-	return limit == strconv.FormatInt(min(resultLimit(c), 1<<30), 10)
+	return limit == strconv.FormatInt(min(c.ResultLimit(), 1<<30), 10)
 }
 
 // scrub is text a server sent, with the values of the route's ${env} headers redacted and cut
 // to a readable length.
-func (e *Executor) scrub(a *protocol.GRPCAction, text string) string {
-	return cut(string(egress.Redact([]byte(text), e.env.Secrets(a.Headers))))
+func scrub(secrets []string, text string) string {
+	return cut(string(egress.Redact([]byte(text), secrets)))
 }
 
 // atDeadline reports whether a call that ended with code ended at its deadline: the server
@@ -492,11 +480,9 @@ func atDeadline(ctx context.Context, code codes.Code) bool {
 // deadlineMargin is how close to its deadline a call's end counts as the deadline's.
 const deadlineMargin = 50 * time.Millisecond
 
-// statusFailure is the server's own non-OK status.
-func (e *Executor) statusFailure(c *worker.Call, st *status.Status) worker.Outcome {
-	a := c.Dispatch.Action.GRPC
+// statusFailure is the server's own non-OK status, secrets redacted from what it says.
+func statusFailure(st *status.Status, secrets []string) worker.Outcome {
 	name := codeName(st.Code())
-	secrets := e.env.Secrets(a.Headers)
 	msg := protocol.Shorten(string(egress.Redact([]byte(st.Message()), secrets)), maxStatusMessageBytes)
 	content := map[string]any{"grpc_code": name, "message": msg}
 	own := name
@@ -559,14 +545,6 @@ var codeNames = map[codes.Code]string{
 	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
 	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
 	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
-}
-
-func hostOf(target string) string {
-	h := target
-	if i := strings.LastIndexByte(target, ':'); i >= 0 {
-		h = target[:i]
-	}
-	return strings.Trim(h, "[]")
 }
 
 // cut bounds an error text.

@@ -109,11 +109,7 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 		return worker.Failed(protocol.CodeBadArguments, protocol.OriginHermes,
 			fmt.Sprintf("fix the call's arguments for route %s: %v", route, err), err.Error(), false), nil
 	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = time.Duration(max(a.TimeoutMS, 1)) * time.Millisecond
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
+	tctx, cancel := context.WithTimeout(ctx, c.TryTimeout())
 	defer cancel()
 	req = req.WithContext(tctx)
 	span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("server.address", req.URL.Host),
@@ -121,17 +117,14 @@ func (h *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outc
 	start := time.Now()
 	resp, err := h.Client.Do(req)
 	if err != nil {
-		return h.transportFailure(ctx, err, c, timeout)
+		return h.transportFailure(ctx, err, c)
 	}
 	defer resp.Body.Close()
 	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	limit := c.MaxResultBytes
-	if limit <= 0 {
-		limit = worker.DefaultMaxResultBytes
-	}
+	limit := c.ResultLimit()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return h.transportFailure(ctx, err, c, timeout)
+		return h.transportFailure(ctx, err, c)
 	}
 	elapsed := time.Since(start)
 	// The size is judged on what the tool sent, before secrets are redacted: redaction can
@@ -186,14 +179,12 @@ func toolFailure(out worker.Outcome, body []byte, code string, status int, retry
 	return worker.Outcome{Result: r, Retryable: retryable}
 }
 
-func (h *Executor) transportFailure(ctx context.Context, err error, c *worker.Call, timeout time.Duration) (worker.Outcome, error) {
+func (h *Executor) transportFailure(ctx context.Context, err error, c *worker.Call) (worker.Outcome, error) {
 	if ctx.Err() != nil {
 		return worker.Outcome{}, context.Cause(ctx) // shutting down or cancelled: not the tool's fault
 	}
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		tc := *c
-		tc.Timeout = timeout
-		return worker.TimedOut(&tc), nil
+		return worker.TimedOut(c), nil
 	}
 	// The URL (and its query, which may hold what it should not) stays out of the text: what
 	// failed is said without it.

@@ -381,10 +381,13 @@ func TestACompressedAnswerPastTheLimit(t *testing.T) {
 // and the credentials it repeats, never reach the other.
 func TestRoutesWithOtherCredentialsDoNotShareALookup(t *testing.T) {
 	const tokA, tokB = "tenant-A-secret-0123456789", "tenant-B-secret-9876543210"
+	// Each reflection lookup is held at the server until both routes' calls are under way.
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
 	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.StreamInterceptor(
 		func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
 			md, _ := metadata.FromIncomingContext(ss.Context())
-			time.Sleep(300 * time.Millisecond)
+			arrived <- struct{}{}
+			<-release
 			return status.Errorf(codes.PermissionDenied, "token %v may not list services", md.Get("authorization"))
 		})}})
 	t.Setenv("HERMES_GRPC_TOK_A", tokA)
@@ -399,10 +402,27 @@ func TestRoutesWithOtherCredentialsDoNotShareALookup(t *testing.T) {
 		wg         sync.WaitGroup
 		outA, outB worker.Outcome
 	)
+	arrive := func() bool {
+		select {
+		case <-arrived:
+			return true
+		case <-time.After(5 * time.Second):
+			return false
+		}
+	}
 	wg.Go(func() { outA = execute(t, e, call("HERMES_GRPC_TOK_A")) })
-	time.Sleep(50 * time.Millisecond)
-	wg.Go(func() { outB = execute(t, e, call("HERMES_GRPC_TOK_B")) })
+	if !arrive() {
+		close(release)
+		wg.Wait()
+		t.Fatal("route A's lookup never reached the server")
+	}
+	wg.Go(func() { outB = execute(t, e, call("HERMES_GRPC_TOK_B")) }) // while A's lookup is held
+	ownLookup := arrive()
+	close(release)
 	wg.Wait()
+	if !ownLookup {
+		t.Error("route B's call waited on route A's lookup: its own credentials never reached the server")
+	}
 	for _, o := range []worker.Outcome{outA, outB} {
 		r := o.Result
 		if r.ErrorCode != protocol.CodeGRPCMethodUnknown || strings.Contains(r.RecoveryHint+string(r.Content), tokA) ||

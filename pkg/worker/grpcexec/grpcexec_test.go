@@ -250,8 +250,10 @@ func TestServerKilledMidCall(t *testing.T) {
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	wantOK(t, execute(t, e, grpcCall(srv.addr, "Run", `{"id":"warm","answer":1}`, nil)))
-	go func() {
-		time.Sleep(300 * time.Millisecond)
+	go func() { // stopped once the call runs at the server
+		for deadline := time.Now().Add(10 * time.Second); srv.tries("killed") == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		srv.srv.Stop()
 	}()
 	out := execute(t, e, grpcCall(srv.addr, "Run", `{"id":"killed","delay_ms":5000,"answer":{}}`, nil))

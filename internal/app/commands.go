@@ -324,6 +324,28 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	// The flags are read whole before anything listens: a bad one leaves nothing open.
+	var mc *hermes.Config
+	if *natsURL != "" {
+		opts, err := auth.options()
+		if err != nil {
+			return err
+		}
+		mc = &hermes.Config{NATS: *natsURL, Options: opts, Instance: defaultInstance("demo-tools"), Logger: log.With("service", "meeting-tools")}
+		if *trusted != "" {
+			if mc.TrustedSeals, err = readTrustedSeals(*trusted); err != nil {
+				return err
+			}
+		}
+		if *gatewayURL != "" {
+			if mc.APIKey, err = key.key(); err != nil {
+				return err
+			}
+			if mc.APIKey != "" {
+				mc.Gateway = *gatewayURL
+			}
+		}
+	}
 	ln, err := listen(*addr, "demo tools")
 	if err != nil {
 		return err
@@ -342,35 +364,14 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "Demo gRPC service %s listening on %s (server reflection on).\n", demotools.ProfileService, gln.Addr())
 	}
 	fmt.Fprintf(env.Stdout, "Demo tools listening on http://%s. Ctrl-C stops.\n", ln.Addr())
-	if *natsURL == "" {
+	if mc == nil {
 		return runLayers(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }, tools...)
-	}
-	opts, err := auth.options()
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	mc := hermes.Config{NATS: *natsURL, Options: opts, Instance: defaultInstance("demo-tools"), Logger: log.With("service", "meeting-tools")}
-	if *trusted != "" {
-		if mc.TrustedSeals, err = readTrustedSeals(*trusted); err != nil {
-			ln.Close()
-			return err
-		}
-	}
-	if *gatewayURL != "" {
-		if mc.APIKey, err = key.key(); err != nil {
-			ln.Close()
-			return err
-		}
-		if mc.APIKey != "" {
-			mc.Gateway = *gatewayURL
-		}
 	}
 	fmt.Fprintf(env.Stdout, "Go meeting tools served on %s.\n", bus.Redact(*natsURL))
 	// The Go tools failing (their contracts refused, the bus out of reach) leaves the HTTP ones
 	// serving, as hermes up does.
 	meetings := func(ctx context.Context) error {
-		if err := demotools.ServeMeetings(ctx, mc); err != nil && ctx.Err() == nil {
+		if err := demotools.ServeMeetings(ctx, *mc); err != nil && ctx.Err() == nil {
 			log.Error("the Go meeting tools stopped; the HTTP demo tools serve on", "err", err)
 			<-ctx.Done()
 		}

@@ -17,8 +17,12 @@ import (
 	"unicode/utf8"
 )
 
-// maxBodyBytes bounds a request body.
-const maxBodyBytes = 8 << 20
+// maxBodyBytes bounds a request body; keptRequests how many requests Requests remembers (the
+// latest), so a long-running server does not grow with every request.
+const (
+	maxBodyBytes = 8 << 20
+	keptRequests = 256
+)
 
 // Server answers OpenAI chat completions from a Script. It is an http.Handler, safe for
 // concurrent use.
@@ -109,7 +113,7 @@ func New(s *Script, key string) (*Server, error) {
 	return &Server{script: s, key: key, now: time.Now, failed: map[[2]int]int{}}, nil
 }
 
-// Requests returns what the server was sent so far.
+// Requests returns what the server was sent, the latest keptRequests, oldest first.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,6 +188,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	if len(s.requests) == keptRequests {
+		s.requests = slices.Delete(s.requests, 0, 1)
+	}
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 

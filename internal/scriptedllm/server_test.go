@@ -3,6 +3,7 @@ package scriptedllm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,19 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A long-running server keeps only its latest requests.
+func TestRequestsKeptAreBounded(t *testing.T) {
+	srv, client := serve(t, &scriptedllm.Script{Otherwise: &scriptedllm.Turn{Content: "ok"}}, "")
+	for i := range 300 {
+		if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "m",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprint("n", i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 256 || reqs[255].Messages[0].Text() != "n299" || reqs[0].Messages[0].Text() != "n44" {
+		t.Fatalf("%d kept, first %q", len(reqs), reqs[0].Messages[0].Text())
+	}
 }

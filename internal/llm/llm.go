@@ -171,17 +171,6 @@ func New(cfg Config) (*Client, error) {
 // HasSelector reports whether Choose completions go to a model of their own.
 func (c *Client) HasSelector() bool { return c.selector != nil }
 
-// Models are the models the client asks: the backend's, the selector's, the fallback's.
-func (c *Client) Models() []string {
-	var out []string
-	for _, b := range []*backend{c.main, c.selector, c.fallback} {
-		if b != nil {
-			out = append(out, b.cfg.Model)
-		}
-	}
-	return out
-}
-
 // Complete asks for one completion of p (its Model set to the backend's) for purpose: on the
 // selector for Choose when there is one, else the backend; on the fallback when that gives up.
 func (c *Client) Complete(ctx context.Context, p openai.ChatCompletionNewParams, purpose Purpose) (*openai.ChatCompletion, Call, error) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -229,6 +230,13 @@ func TestUpServesTheSeedGRPCTool(t *testing.T) {
 	if code != http.StatusCreated && code != http.StatusOK || !strings.Contains(string(body), `"verdict":"passed"`) {
 		t.Fatalf("registering get_customer_profile: HTTP %d %s", code, body)
 	}
+	// The routers learn of the contract by watching the registry: a probe shows when they have.
+	waitFor(t, "the contract in use", func() bool {
+		_, probe := post("/v1/route", "application/json", fmt.Sprintf(
+			`{"request_id":"probe_%d","intent":"x","tool_calls":[{"tool_call_id":"c","name":"get_customer_profile","arguments":{"customer_id":"bob"}}]}`, time.Now().UnixNano()))
+		var r protocol.Response
+		return json.Unmarshal(probe, &r) == nil && len(r.Results) == 1 && r.Results[0].ContractVersion == 1
+	})
 	req, _ := examples.Files.ReadFile("request-get_customer_profile.json")
 	code, body = post("/v1/route", "application/json", string(req))
 	if code != http.StatusOK {

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -35,41 +36,20 @@ type Tool struct {
 
 // Runner runs one turn's calls on the bus as one request of the session.
 type Runner interface {
-	// Run runs calls as the request requestID of session and returns their results, matched
-	// by tool_call_id. It returns an error only when the request could not be had at all.
-	Run(ctx context.Context, session, requestID string, calls []protocol.ToolCall) ([]protocol.ToolResult, error)
+	// Run runs calls as the request requestID of session, for intent (the person's message,
+	// which routes may match), and returns their results, matched by tool_call_id. It returns
+	// an error only when the request could not be had at all.
+	Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error)
 }
 
-// Decision is what one turn decided, for the record (seed 001 §5.2's log).
-type Decision struct {
-	Turn     int
-	Backend  string
-	Model    string
-	Offered  []string
-	Messages int
-	// Chosen are the tools the model called, with their arguments as it wrote them.
-	Chosen []Chosen
-	// Warnings say what was wrong: an unknown tool, arguments that are not JSON or break the
-	// contract (a missing key…).
-	Warnings []string
-	// Answer is set when the model answered instead.
-	Answer string
-	Usage  openai.CompletionUsage
-	Err    string
-}
-
-// Chosen is one call the model made.
-type Chosen struct {
-	ID, Name  string
-	Arguments string
-}
-
-// Recorder keeps each turn's decision.
+// Recorder keeps each turn's decision on the record, under the turn's request id, before the
+// turn's calls are dispatched. A decision that cannot be kept ends the run: nothing runs that
+// the record would not explain.
 type Recorder interface {
-	Decided(ctx context.Context, session string, d Decision)
+	Decided(ctx context.Context, session, requestID string, d *protocol.LLMDecision) error
 }
 
-// Loop runs conversations.
+// Loop runs conversations. It is safe for concurrent use.
 type Loop struct {
 	LLM    *llm.Client
 	Runner Runner
@@ -87,7 +67,16 @@ type Run struct {
 	// with the same id runs nothing twice.
 	RequestID string
 	Messages  []openai.ChatCompletionMessageParamUnion
-	Tools     []Tool
+	// Recorded is how many of Messages the session's record already holds (a client sending
+	// the whole history again): the first decision records the rest.
+	Recorded int
+	// Intent is what the person asked (their last message): the requests' intent, and the
+	// record's input.
+	Intent string
+	Tools  []Tool
+	// Params are the caller's own settings for the model (temperature, max tokens, …);
+	// Messages, Tools and Model are the loop's.
+	Params openai.ChatCompletionNewParams
 }
 
 // Outcome is how a run ended: an answer, or calls for the client to run.
@@ -105,7 +94,8 @@ type Outcome struct {
 // ErrTooManyTurns ends a run whose model kept calling tools past MaxTurns.
 var ErrTooManyTurns = errors.New("agent: the model did not answer within the turns allowed")
 
-// Run runs r until the model answers or calls a client's tool.
+// Run runs r until the model answers or calls a client's tool. Each turn's decision is recorded
+// before its calls run; whatever ends the run, Outcome.Messages is the conversation so far.
 func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 	maxTurns, maxCorrections := l.MaxTurns, l.MaxCorrections
 	if maxTurns <= 0 {
@@ -116,7 +106,8 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 	}
 	byName := map[string]*Tool{}
 	var offered []string
-	params := openai.ChatCompletionNewParams{Messages: slices.Clone(r.Messages)}
+	params := r.Params
+	params.Messages, params.Tools = slices.Clone(r.Messages), nil
 	for i := range r.Tools {
 		t := &r.Tools[i]
 		byName[t.Name] = t
@@ -130,58 +121,78 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 	}
 	out := Outcome{}
 	corrections := 0
+	recorded := min(max(r.Recorded, 0), len(params.Messages)) // messages the record holds
 	for turn := 1; ; turn++ {
+		out.Messages = params.Messages
 		if turn > maxTurns {
-			out.Messages = params.Messages
 			return out, ErrTooManyTurns
 		}
+		requestID := fmt.Sprintf("%s-%d", r.RequestID, turn)
+		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: offered, Prompt: len(params.Messages),
+			Messages: RecordMessages(params.Messages[recorded:])}
+		if turn == 1 {
+			d.Input = r.Intent
+		}
+		recorded = len(params.Messages)
 		resp, call, err := l.LLM.Complete(ctx, params, llm.Choose)
-		d := Decision{Turn: turn, Backend: call.Backend, Model: call.Model, Offered: offered, Messages: len(params.Messages)}
+		if err == nil && len(resp.Choices[0].Message.ToolCalls) == 0 && l.LLM.HasSelector() {
+			// The faster model chose to answer: the answer is the stronger model's (seed 001
+			// §5.1), which may yet call a tool.
+			addUsage(&out.Usage, resp.Usage)
+			d.Usage = usageOf(resp.Usage)
+			var more llm.Call
+			resp, more, err = l.LLM.Complete(ctx, params, llm.Answer)
+			more.Tries += call.Tries
+			more.Latency += call.Latency
+			call = more
+		}
+		d.Backend, d.Model, d.Tries, d.FellBack, d.LatencyMS = call.Backend, call.Model, call.Tries, call.FellBack, call.Latency.Milliseconds()
 		if err != nil {
-			d.Err = err.Error()
-			l.decided(ctx, r.Session, d)
-			out.Messages, out.Turns = params.Messages, turn
+			d.Error = err.Error()
+			if rerr := l.decided(ctx, r.Session, requestID, d); rerr != nil {
+				return out, rerr
+			}
 			return out, err
 		}
 		out.Turns = turn
 		addUsage(&out.Usage, resp.Usage)
-		d.Usage = resp.Usage
+		u := usageOf(resp.Usage)
+		d.Usage.Prompt, d.Usage.Completion, d.Usage.Total = d.Usage.Prompt+u.Prompt, d.Usage.Completion+u.Completion, d.Usage.Total+u.Total
 		msg := resp.Choices[0].Message
-		if len(msg.ToolCalls) == 0 && l.LLM.HasSelector() {
-			// The faster model chose to answer: the answer is the stronger model's (seed 001
-			// §5.1), which may yet call a tool.
-			resp, call, err = l.LLM.Complete(ctx, params, llm.Answer)
-			if err != nil {
-				d.Err = err.Error()
-				l.decided(ctx, r.Session, d)
-				out.Messages = params.Messages
-				return out, err
-			}
-			d.Backend, d.Model = call.Backend, call.Model
-			addUsage(&out.Usage, resp.Usage)
-			addUsage(&d.Usage, resp.Usage)
-			msg = resp.Choices[0].Message
-		}
 		params.Messages = append(params.Messages, msg.ToParam())
+		out.Messages = params.Messages
 		if len(msg.ToolCalls) == 0 {
 			d.Answer = msg.Content
-			l.decided(ctx, r.Session, d)
-			out.Messages, out.Answer = params.Messages, msg
+			if err := l.decided(ctx, r.Session, requestID, d); err != nil {
+				return out, err
+			}
+			out.Answer = msg
 			return out, nil
 		}
 		var (
 			run      []protocol.ToolCall
 			feedback = map[string]string{} // tool_call_id → what goes back to the model instead of a result
 		)
+		warn := func(w protocol.LLMWarning) {
+			d.Warnings = append(d.Warnings, w)
+			if feedback[w.CallID] == "" {
+				feedback[w.CallID] = w.Message
+			} else {
+				feedback[w.CallID] += "; " + w.Message
+			}
+		}
 		for _, c := range msg.ToolCalls {
-			d.Chosen = append(d.Chosen, Chosen{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 			t, ok := byName[c.Function.Name]
+			d.Chosen = append(d.Chosen, protocol.LLMCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments, Client: ok && t.Client})
 			switch {
 			case !ok:
-				w := fmt.Sprintf("unknown tool %q: the tools offered are %s", c.Function.Name, strings.Join(offered, ", "))
-				d.Warnings, feedback[c.ID] = append(d.Warnings, w), w
+				warn(protocol.LLMWarning{Kind: protocol.WarnUnknownTool, Tool: c.Function.Name, CallID: c.ID,
+					Message: fmt.Sprintf("unknown tool %q: the tools offered are %s", c.Function.Name, strings.Join(offered, ", "))})
 			case t.Client:
 				out.ClientCalls = append(out.ClientCalls, c)
+			case protocol.CheckID("tool_call_id", c.ID) != nil:
+				warn(protocol.LLMWarning{Kind: protocol.WarnBadArguments, Tool: c.Function.Name, CallID: c.ID,
+					Message: fmt.Sprintf("%s: the call's id is not one Hermes can record (%v)", c.Function.Name, protocol.CheckID("tool_call_id", c.ID))})
 			default:
 				args := json.RawMessage(c.Function.Arguments)
 				if strings.TrimSpace(c.Function.Arguments) == "" {
@@ -189,33 +200,33 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 				}
 				var obj map[string]json.RawMessage
 				if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
-					w := fmt.Sprintf("%s: the arguments are not a JSON object", c.Function.Name)
-					d.Warnings, feedback[c.ID] = append(d.Warnings, w), w
+					warn(protocol.LLMWarning{Kind: protocol.WarnNotJSON, Tool: c.Function.Name, CallID: c.ID,
+						Message: fmt.Sprintf("%s: the arguments are not a JSON object", c.Function.Name)})
 					continue
 				}
 				if t.Check != nil {
 					if err := t.Check(args); err != nil {
-						w := fmt.Sprintf("%s: %v", c.Function.Name, err)
-						d.Warnings, feedback[c.ID] = append(d.Warnings, w), w
+						refused(c, err, warn)
 						continue
 					}
 				}
 				run = append(run, protocol.ToolCall{ToolCallID: c.ID, Name: c.Function.Name, Arguments: args})
 			}
 		}
-		l.decided(ctx, r.Session, d)
+		if err := l.decided(ctx, r.Session, requestID, d); err != nil {
+			return out, err
+		}
 		if len(feedback) > 0 {
 			corrections += len(feedback)
 			if corrections > maxCorrections {
-				out.Messages, out.Answer = params.Messages, msg
+				out.Answer = msg
 				return out, fmt.Errorf("agent: the model's calls were refused %d times (the last: %s)", corrections, firstOf(feedback))
 			}
 		}
 		results := map[string]protocol.ToolResult{}
 		if len(run) > 0 {
-			rs, err := l.Runner.Run(ctx, r.Session, fmt.Sprintf("%s-%d", r.RequestID, turn), run)
+			rs, err := l.Runner.Run(ctx, r.Session, requestID, r.Intent, run)
 			if err != nil {
-				out.Messages = params.Messages
 				return out, err
 			}
 			for _, res := range rs {
@@ -238,11 +249,33 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			}
 			params.Messages = append(params.Messages, openai.ToolMessage(content, c.ID))
 		}
+		out.Messages = params.Messages
 		if len(out.ClientCalls) > 0 {
 			// The client runs its own and sends their results; the loop continues then.
-			out.Messages, out.Answer = params.Messages, msg
+			out.Answer = msg
 			return out, nil
 		}
+	}
+}
+
+// refused turns a contract's refusal of a call's arguments into warnings: one per missing
+// required argument (seed 001 §5.2's "参数key缺失"), one for the rest.
+func refused(c openai.ChatCompletionMessageToolCallUnion, err error, warn func(protocol.LLMWarning)) {
+	var ae *contract.ArgumentsError
+	if !errors.As(err, &ae) {
+		warn(protocol.LLMWarning{Kind: protocol.WarnBadArguments, Tool: c.Function.Name, CallID: c.ID, Message: fmt.Sprintf("%s: %v", c.Function.Name, err)})
+		return
+	}
+	for _, f := range ae.Missing {
+		warn(protocol.LLMWarning{Kind: protocol.WarnMissingArgument, Tool: c.Function.Name, CallID: c.ID, Field: f,
+			Message: fmt.Sprintf("%s: %s is required", c.Function.Name, f)})
+	}
+	if len(ae.Problems) > len(ae.Missing) {
+		msg := ae.Hint
+		if msg == "" {
+			msg = ae.Error()
+		}
+		warn(protocol.LLMWarning{Kind: protocol.WarnBadArguments, Tool: c.Function.Name, CallID: c.ID, Message: msg})
 	}
 }
 
@@ -280,8 +313,16 @@ func addUsage(sum *openai.CompletionUsage, u openai.CompletionUsage) {
 	sum.TotalTokens += u.TotalTokens
 }
 
-func (l *Loop) decided(ctx context.Context, session string, d Decision) {
-	if l.Record != nil {
-		l.Record.Decided(ctx, session, d)
+func usageOf(u openai.CompletionUsage) protocol.LLMUsage {
+	return protocol.LLMUsage{Prompt: u.PromptTokens, Completion: u.CompletionTokens, Total: u.TotalTokens}
+}
+
+func (l *Loop) decided(ctx context.Context, session, requestID string, d *protocol.LLMDecision) error {
+	if l.Record == nil {
+		return nil
 	}
+	if err := l.Record.Decided(ctx, session, requestID, d); err != nil {
+		return fmt.Errorf("agent: the decision of turn %d could not be recorded: %w", d.Turn, err)
+	}
+	return nil
 }

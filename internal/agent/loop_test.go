@@ -15,6 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
 	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -26,7 +27,7 @@ type runner struct {
 	answer   func(protocol.ToolCall) protocol.ToolResult
 }
 
-func (r *runner) Run(_ context.Context, session, requestID string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
+func (r *runner) Run(_ context.Context, session, requestID, _ string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, session+"/"+requestID)
@@ -44,14 +45,17 @@ func (r *runner) Run(_ context.Context, session, requestID string, calls []proto
 }
 
 type decisions struct {
-	mu sync.Mutex
-	ds []agent.Decision
+	mu  sync.Mutex
+	ds  []*protocol.LLMDecision
+	ids []string
 }
 
-func (d *decisions) Decided(_ context.Context, _ string, x agent.Decision) {
+func (d *decisions) Decided(_ context.Context, _, requestID string, x *protocol.LLMDecision) error {
 	d.mu.Lock()
 	d.ds = append(d.ds, x)
+	d.ids = append(d.ids, requestID)
 	d.mu.Unlock()
+	return nil
 }
 
 func backend(t *testing.T, s *scriptedllm.Script) (*scriptedllm.Server, *llm.Client) {
@@ -76,7 +80,8 @@ func TestTheMeetingFlow(t *testing.T) {
 	_, c := backend(t, scriptedllm.Meeting())
 	run, rec := &runner{}, &decisions{}
 	l := &agent.Loop{LLM: c, Runner: run, Record: rec}
-	out, err := l.Run(t.Context(), agent.Run{Session: "sess_m", RequestID: "chat_1", Messages: user("请帮我安排一个项目讨论会，时间定在明天上午，联系张伟和李娜"), Tools: meetingTools})
+	out, err := l.Run(t.Context(), agent.Run{Session: "sess_m", RequestID: "chat_1", Messages: user("请帮我安排一个项目讨论会，时间定在明天上午，联系张伟和李娜"),
+		Intent: "请帮我安排一个项目讨论会，时间定在明天上午，联系张伟和李娜", Tools: meetingTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +94,25 @@ func TestTheMeetingFlow(t *testing.T) {
 	if got := strings.Join(run.requests, ","); got != "sess_m/chat_1-1,sess_m/chat_1-2,sess_m/chat_1-3,sess_m/chat_1-4" {
 		t.Errorf("requests %s", got)
 	}
-	if len(rec.ds) != 5 || rec.ds[2].Chosen[0].Name != "meeting_book" || rec.ds[4].Answer == "" {
+	if len(rec.ds) != 5 || rec.ds[2].Chosen[0].Name != "meeting_book" || rec.ds[4].Answer == "" || rec.ds[0].Input == "" || rec.ds[1].Input != "" {
 		t.Errorf("decisions %+v", rec.ds)
+	}
+	if fmt.Sprint(rec.ids) != "[chat_1-1 chat_1-2 chat_1-3 chat_1-4 chat_1-5]" {
+		t.Errorf("decisions recorded as %v", rec.ids)
+	}
+	// The decisions' messages, one after another, are the whole conversation the model read,
+	// each message once.
+	var roles []string
+	for _, d := range rec.ds {
+		for _, m := range d.Messages {
+			roles = append(roles, m.Role)
+		}
+	}
+	if got := strings.Join(roles, ","); got != "user,assistant,tool,assistant,tool,assistant,tool,assistant,tool" {
+		t.Errorf("recorded messages %s", got)
+	}
+	if d := rec.ds[1]; d.Prompt != 3 || d.Messages[0].ToolCalls[0].Name != "calendar_free_slots" || d.Usage.Total == 0 || d.Tries != 1 {
+		t.Errorf("turn 2 %+v", d)
 	}
 	if n := len(out.Messages); n != 10 { // user, 4 × (assistant, tool), answer
 		t.Errorf("%d messages", n)
@@ -111,7 +133,7 @@ func TestWhatTheModelGetsWrong(t *testing.T) {
 	run, rec := &runner{}, &decisions{}
 	tools := []agent.Tool{{Name: "meeting_book", Check: func(args json.RawMessage) error {
 		if !strings.Contains(string(args), "room_id") {
-			return errors.New("room_id: is required")
+			return &contract.ArgumentsError{Tool: "meeting_book", Problems: []string{"room_id: is required"}, Missing: []string{"room_id"}}
 		}
 		return nil
 	}}}
@@ -122,14 +144,15 @@ func TestWhatTheModelGetsWrong(t *testing.T) {
 	if len(run.calls) != 0 {
 		t.Errorf("refused calls ran: %v", run.calls)
 	}
-	for i, want := range []string{`unknown tool "room_search"`, "not a JSON object", "room_id: is required"} {
-		if len(rec.ds[i].Warnings) != 1 || !strings.Contains(rec.ds[i].Warnings[0], want) {
-			t.Errorf("turn %d warnings %v, want %q", i+1, rec.ds[i].Warnings, want)
+	for i, want := range []protocol.LLMWarning{{Kind: protocol.WarnUnknownTool, Tool: "room_search"}, {Kind: protocol.WarnNotJSON, Tool: "meeting_book"},
+		{Kind: protocol.WarnMissingArgument, Tool: "meeting_book", Field: "room_id"}} {
+		if w := rec.ds[i].Warnings; len(w) != 1 || w[0].Kind != want.Kind || w[0].Tool != want.Tool || w[0].Field != want.Field || w[0].CallID == "" {
+			t.Errorf("turn %d warnings %+v, want %+v", i+1, w, want)
 		}
 	}
 	// Each refusal went back as the call's tool message.
 	last := srv.Requests()[3].Messages
-	if tm := last[len(last)-1]; tm.Role != "tool" || !strings.Contains(tm.Text(), "room_id: is required") {
+	if tm := last[len(last)-1]; tm.Role != "tool" || !strings.Contains(tm.Text(), "room_id is required") {
 		t.Errorf("last tool message %+v", tm)
 	}
 	_, err = (&agent.Loop{LLM: c, Runner: run, MaxCorrections: 1}).Run(t.Context(), agent.Run{Session: "s", RequestID: "r2", Messages: user("订会"), Tools: tools})

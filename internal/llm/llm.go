@@ -23,8 +23,12 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/tracing"
 	"github.com/hermesbus/hermes/pkg/worker/egress"
 )
 
@@ -74,11 +78,15 @@ type Config struct {
 	LookupEnv func(string) (string, bool)
 	// HTTPClient makes the requests; nil means a client of its own.
 	HTTPClient *http.Client
+	// Observe, when set, hears of every completion asked of a backend (each backend's own,
+	// the fallback's too): for metrics.
+	Observe func(c Call, usage openai.CompletionUsage, err error)
 }
 
 // Client completes chats on the configured backends. It is safe for concurrent use.
 type Client struct {
 	main, fallback, selector *backend
+	observe                  func(Call, openai.CompletionUsage, error)
 }
 
 type backend struct {
@@ -165,6 +173,7 @@ func New(cfg Config) (*Client, error) {
 	if c.selector, err = build("llm.selector", cfg.Selector); err != nil {
 		return nil, err
 	}
+	c.observe = cfg.Observe
 	return &c, nil
 }
 
@@ -178,16 +187,38 @@ func (c *Client) Complete(ctx context.Context, p openai.ChatCompletionNewParams,
 	if purpose == Choose && c.selector != nil {
 		first = c.selector
 	}
-	resp, call, err := first.complete(ctx, p)
+	resp, call, err := c.complete(ctx, first, p)
 	if err == nil || c.fallback == nil || ctx.Err() != nil || !GaveUp(err) {
 		return resp, call, err
 	}
-	resp, fb, ferr := c.fallback.complete(ctx, p)
+	resp, fb, ferr := c.complete(ctx, c.fallback, p)
 	fb.FellBack, fb.Tries, fb.Latency = true, fb.Tries+call.Tries, fb.Latency+call.Latency
 	if ferr != nil {
 		return nil, fb, fmt.Errorf("%w; the fallback %s: %w", err, c.fallback.cfg.Name, ferr)
 	}
 	return resp, fb, nil
+}
+
+// complete asks b, in a span of its own, and tells Observe.
+func (c *Client) complete(ctx context.Context, b *backend, p openai.ChatCompletionNewParams) (*openai.ChatCompletion, Call, error) {
+	ctx, span := tracing.Tracer().Start(ctx, "llm chat "+b.cfg.Model, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
+		oteltrace.WithAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.request.model", b.cfg.Model),
+			attribute.String("hermes.llm.backend", b.cfg.Name)))
+	defer span.End()
+	resp, call, err := b.complete(ctx, p)
+	var usage openai.CompletionUsage
+	if resp != nil {
+		usage = resp.Usage
+	}
+	span.SetAttributes(attribute.Int("hermes.llm.tries", call.Tries), attribute.Int64("gen_ai.usage.input_tokens", usage.PromptTokens),
+		attribute.Int64("gen_ai.usage.output_tokens", usage.CompletionTokens))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	if c.observe != nil {
+		c.observe(call, usage, err)
+	}
+	return resp, call, err
 }
 
 func (b *backend) complete(ctx context.Context, p openai.ChatCompletionNewParams) (*openai.ChatCompletion, Call, error) {

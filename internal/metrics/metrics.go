@@ -48,6 +48,12 @@ type Metrics struct {
 	// (connecting, connected, restarting, error), 0 for the others; MCPTools counts its tools.
 	MCPServers *prometheus.GaugeVec
 	MCPTools   *prometheus.GaugeVec
+	// LLMCalls counts the agent loop's completions by backend, model and outcome (ok, or the
+	// HTTP status the backend answered, "error" without one); LLMDuration observes them,
+	// retries included; LLMTokens counts their tokens (kind prompt or completion).
+	LLMCalls    *prometheus.CounterVec
+	LLMDuration *prometheus.HistogramVec
+	LLMTokens   *prometheus.CounterVec
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -81,10 +87,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 for the state an MCP server held by a tool worker here is in, 0 for the others."}, []string{"server", "state"}),
 		MCPTools: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hermes_mcp_server_tools",
 			Help: "Tools an MCP server held by a tool worker here lists."}, []string{"server"}),
+		LLMCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_llm_requests_total",
+			Help: "The agent loop's completions by backend, model and outcome."}, []string{"backend", "model", "outcome"}),
+		LLMDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hermes_llm_request_duration_seconds",
+			Help: "Duration of the agent loop's completions, retries included.", Buckets: latencyBuckets}, []string{"backend", "model"}),
+		LLMTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_llm_tokens_total",
+			Help: "Tokens of the agent loop's completions by kind (prompt, completion)."}, []string{"backend", "model", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
-			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools,
+			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools, m.LLMCalls, m.LLMDuration, m.LLMTokens,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m
@@ -106,6 +118,20 @@ func (m *Metrics) Answered(resp *protocol.Response) {
 		if !seen(resp.Results[:i], toolLabel(&resp.Results[i])) {
 			m.Requests.WithLabelValues(status, toolLabel(&resp.Results[i])).Inc()
 		}
+	}
+}
+
+// Completed counts one completion of the agent loop's: outcome is "ok", the HTTP status the
+// backend answered, or "error". Backends and models are the configured ones, so their labels
+// are bounded.
+func (m *Metrics) Completed(backend, model, outcome string, took time.Duration, prompt, completion int64) {
+	m.LLMCalls.WithLabelValues(backend, model, outcome).Inc()
+	m.LLMDuration.WithLabelValues(backend, model).Observe(took.Seconds())
+	if prompt > 0 {
+		m.LLMTokens.WithLabelValues(backend, model, "prompt").Add(float64(prompt))
+	}
+	if completion > 0 {
+		m.LLMTokens.WithLabelValues(backend, model, "completion").Add(float64(completion))
 	}
 }
 

@@ -25,8 +25,9 @@ const (
 // maxStarted bounds how many requests a Formatter remembers to time their responses.
 const maxStarted = 10_000
 
-// Formatter turns entries into lines for people, one line per message, in the spirit of the
-// flow a Hermes session goes through:
+// Formatter turns entries into lines for people, one line per message (a model's decision has
+// one for each thing it holds: the input, the choice, each warning), in the spirit of the flow a
+// Hermes session goes through:
 //
 //	12:00:01.123 [request]  req_abc (session s1) 2 calls: get_policy_status call_1, weather_search call_2  intent="查询王五的保单"
 //	12:00:01.125 [route]    req_abc router-1 -> get_policy_status call_1 rule=policy_status args={"policy_id":"P1"}
@@ -51,7 +52,8 @@ type Formatter struct {
 	started map[string]time.Time // request_id → when its request was stored
 }
 
-// Format returns e as one line, without a newline.
+// Format returns e as one line, without a newline; a model's decision as lines joined by
+// newlines, each starting with the time.
 func (f *Formatter) Format(e *Entry) string {
 	var b strings.Builder
 	loc := f.Location
@@ -69,6 +71,19 @@ func (f *Formatter) Format(e *Entry) string {
 		return b.String()
 	}
 	m := e.Msg
+	if d, ok := e.Payload.(*protocol.LLMDecision); ok {
+		// A model's decision in seed 001 §5.2's shape: a line for each thing it holds, each
+		// with the time.
+		stamp := b.String()
+		for i, line := range f.decision(m, d) {
+			if i > 0 {
+				b.WriteString("\n")
+				b.WriteString(stamp)
+			}
+			b.WriteString(line)
+		}
+		return b.String()
+	}
 	switch p := e.Payload.(type) {
 	case *protocol.Request:
 		f.request(&b, e, m, p)
@@ -207,6 +222,71 @@ func (f *Formatter) response(b *strings.Builder, e *Entry, r *protocol.Response)
 		b.WriteString(" ")
 		b.WriteString(truncate(clean(r.Error.Message), errorWidth))
 	}
+}
+
+// decision renders one turn of the agent loop as the seed's decision log has it:
+//
+//	[路由] chat-1f3a-1 原始输入: 帮我定明天下午的会议室
+//	[路由] chat-1f3a-1 LLM选择: meeting_book call_1 {"title":"…"}  (qwen2.5-14b at local, 412 ms, 1 try, tokens 812+40)
+//	[警告] chat-1f3a-1 参数key缺失: room_id (meeting_book call_1)
+//	[最终] chat-1f3a-4 回复用户: 会议已安排妥当……
+func (f *Formatter) decision(m *protocol.Message, d *protocol.LLMDecision) []string {
+	var lines []string
+	line := func(tag, text string) {
+		lines = append(lines, wideTag(tag)+clean(m.RequestID)+" "+text)
+	}
+	if d.Input != "" {
+		line("路由", "原始输入: "+clean(truncate(d.Input, intentWidth)))
+	}
+	who := clean(truncate(d.Model, 64)) + " at " + clean(truncate(d.Backend, 64))
+	if d.FellBack {
+		who += " (fallback)"
+	}
+	tries := fmt.Sprintf("%d tries", d.Tries)
+	if d.Tries == 1 {
+		tries = "1 try"
+	}
+	stats := fmt.Sprintf("  (%s, %d ms, %s, tokens %d+%d)", who, d.LatencyMS, tries, d.Usage.Prompt, d.Usage.Completion)
+	switch {
+	case d.Error != "":
+		line("错误", f.paint(red, "LLM: "+clean(truncate(d.Error, errorWidth)))+stats)
+	case len(d.Chosen) > 0:
+		calls := make([]string, len(d.Chosen))
+		for i, c := range d.Chosen {
+			calls[i] = clean(truncate(c.Name, 64)) + " " + clean(truncate(c.ID, 64)) + " " + jsonValue([]byte(c.Arguments), argsWidth)
+			if c.Client {
+				calls[i] += " (the client's)"
+			}
+		}
+		line("路由", "LLM选择: "+strings.Join(calls, "; ")+stats)
+	default:
+		line("最终", "回复用户: "+clean(truncate(d.Answer, contentWidth))+stats)
+	}
+	for _, w := range d.Warnings {
+		what := clean(truncate(w.Message, errorWidth))
+		where := clean(truncate(w.Tool, 64))
+		if w.CallID != "" {
+			where += " " + clean(truncate(w.CallID, 64))
+		}
+		switch w.Kind {
+		case protocol.WarnMissingArgument:
+			what = "参数key缺失: " + clean(truncate(w.Field, 64)) + " (" + where + ")"
+		case protocol.WarnUnknownTool:
+			what = "未知工具: " + where
+		case protocol.WarnNotJSON:
+			what = "参数不是JSON对象: " + where
+		case protocol.WarnBadArguments:
+			what = "参数不符合契约: " + where + ": " + what
+		}
+		line("警告", f.paint(yellow, what))
+	}
+	return lines
+}
+
+// wideTag is "[name]" for a name in CJK characters (two columns each), padded as tag pads.
+func wideTag(name string) string {
+	cols := 2 + 2*utf8.RuneCountInString(name)
+	return "[" + name + "]" + strings.Repeat(" ", max(len("[response]")-cols, 0)+1)
 }
 
 func (f *Formatter) unreadable(b *strings.Builder, e *Entry) {

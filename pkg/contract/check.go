@@ -26,6 +26,8 @@ const maxProblems = 8
 type ArgumentsError struct {
 	Tool     string
 	Problems []string
+	// Missing names the required top-level arguments that are absent.
+	Missing []string
 	// Hint tells the caller (an LLM, often) what to send instead.
 	Hint string
 }
@@ -54,6 +56,9 @@ func (c *Compiled) CheckInput(args json.RawMessage) error {
 	var hints []string
 	for _, p := range problems {
 		e.Problems = append(e.Problems, p.String())
+		if len(p.at) == 1 && p.what == "is required" {
+			e.Missing = append(e.Missing, p.at[0])
+		}
 		if d := c.input.descriptions[p.top()]; d != "" {
 			hints = append(hints, p.top()+" is "+d)
 		}

@@ -182,3 +182,35 @@ func (r *Response) Validate() error {
 	}
 	return nil
 }
+
+// Bounds of an LLMDecision as read back: the message that holds one is bounded by the
+// server's max_payload; these keep a hostile one from growing a reader's lists past reason.
+const (
+	MaxDecisionMessages = 4096
+	MaxDecisionCalls    = 1024
+)
+
+// DecodeLLMDecision reads the llm_decision payload of m.
+func (m *Message) DecodeLLMDecision() (*LLMDecision, error) {
+	var d LLMDecision
+	if err := m.decodePayload(TypeLLMDecision, &d); err != nil {
+		return nil, err
+	}
+	if err := CheckID("run", d.Run); err != nil {
+		return nil, err
+	}
+	switch {
+	case d.Turn < 1:
+		return nil, fieldErr("turn", "must be 1 or more")
+	case len(d.Messages) > MaxDecisionMessages:
+		return nil, fieldErr("messages", fmt.Sprintf("holds %d messages; a decision holds at most %d", len(d.Messages), MaxDecisionMessages))
+	case len(d.Chosen) > MaxDecisionCalls || len(d.Warnings) > MaxDecisionCalls || len(d.Offered) > MaxDecisionCalls:
+		return nil, fieldErr("chosen", fmt.Sprintf("a decision holds at most %d calls, warnings and tools offered", MaxDecisionCalls))
+	}
+	for _, msg := range d.Messages {
+		if len(msg.ToolCalls) > MaxDecisionCalls {
+			return nil, fieldErr("messages.tool_calls", fmt.Sprintf("a message holds at most %d calls", MaxDecisionCalls))
+		}
+	}
+	return &d, nil
+}

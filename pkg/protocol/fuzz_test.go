@@ -13,6 +13,11 @@ func FuzzUnmarshal(f *testing.F) {
 	m.MsgID, m.RequestID, m.SessionID = "request:r", "r", "r"
 	good, _ := Marshal(m)
 	f.Add(good)
+	d, _ := NewMessage(TypeLLMDecision, &LLMDecision{Run: "chat-1", Turn: 1, Messages: []LLMMessage{{Role: "user", Content: "x"}},
+		Chosen: []LLMCall{{ID: "c", Name: "t", Arguments: "{"}}, Warnings: []LLMWarning{{Kind: WarnNotJSON, Message: "m"}}})
+	d.MsgID, d.RequestID, d.SessionID = "llm:chat-1:1", "chat-1-1", "s"
+	decision, _ := Marshal(d)
+	f.Add(decision)
 	f.Add([]byte{0xc6, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdf, 0x7f, 0xff, 0xff, 0xff, 0xa1, 'a'})
@@ -31,6 +36,8 @@ func FuzzUnmarshal(f *testing.F) {
 		_, _ = msg.DecodeToolResult()
 		_, _ = msg.DecodeToolStarted()
 		_, _ = msg.DecodeResponse()
+		_, _ = msg.DecodeCancel()
+		_, _ = msg.DecodeLLMDecision()
 		b, err := Marshal(msg)
 		if err != nil {
 			t.Fatalf("accepted message does not re-encode: %v", err)

@@ -26,12 +26,15 @@ const (
 	TypeResponse    Type = "response.v1"
 	// TypeCancel records that a request was cancelled, by whom and why (payload Cancel).
 	TypeCancel Type = "cancel.v1"
+	// TypeLLMDecision records one turn of the agent loop: what the model read and was offered,
+	// and what it chose (payload LLMDecision).
+	TypeLLMDecision Type = "llm_decision.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision:
 		return true
 	}
 	return false

@@ -194,6 +194,8 @@ const (
 	EventToolStarted = "tool_started"
 	// EventCancel is the event kind of cancel messages: a request was cancelled, and by whom.
 	EventCancel = "cancel"
+	// EventLLM is the event kind of llm_decision messages: one turn of the agent loop.
+	EventLLM = "llm"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
@@ -269,6 +271,9 @@ func MsgIDResponse(requestID string) string { return "response:" + requestID }
 
 // MsgIDCancel identifies the cancellation of requestID.
 func MsgIDCancel(requestID string) string { return "cancel:" + requestID }
+
+// MsgIDLLMDecision is the message id of turn's decision in the agent loop's run.
+func MsgIDLLMDecision(run string, turn int) string { return "llm:" + run + ":" + strconv.Itoa(turn) }
 
 // MsgIDWoken identifies a parked message published again when it is woken: msgID is the
 // parked message's own id (a woken id counts as the id it was made from), and parking (the

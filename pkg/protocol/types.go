@@ -208,3 +208,81 @@ type Cancel struct {
 	// At is when the cancellation was accepted.
 	At time.Time `msgpack:"at" json:"at"`
 }
+
+// LLMDecision is one turn of the agent loop, as the record keeps it (seed 001 §5.2): the
+// messages the model read that the record did not hold yet, the tools it was offered, and what
+// it chose — calls with their arguments as it wrote them, or an answer — with what was wrong
+// with its choice. Its envelope's request id is the turn's (<run>-<turn>); it is recorded under
+// hermes.event.llm.<session> before the turn's calls are dispatched. Nothing secret is in it:
+// backend keys never leave the client that sends them.
+type LLMDecision struct {
+	// Run names the conversation turn the loop answers; Turn counts the model's turns in it
+	// from 1.
+	Run  string `msgpack:"run" json:"run"`
+	Turn int    `msgpack:"turn" json:"turn"`
+	// Backend and Model say who decided (the fallback, when it did: FellBack).
+	Backend  string `msgpack:"backend" json:"backend"`
+	Model    string `msgpack:"model" json:"model"`
+	FellBack bool   `msgpack:"fell_back,omitempty" json:"fell_back,omitempty"`
+	Tries    int    `msgpack:"tries,omitempty" json:"tries,omitempty"`
+	// Input is the person's message the run answers (on its first turn).
+	Input string `msgpack:"input,omitempty" json:"input,omitempty"`
+	// Messages are the messages sent to the model that no earlier decision of the session
+	// holds; Prompt counts all it was sent.
+	Messages []LLMMessage `msgpack:"messages,omitempty" json:"messages,omitempty"`
+	Prompt   int          `msgpack:"prompt" json:"prompt"`
+	// Offered names the tools the model could call.
+	Offered []string `msgpack:"offered,omitempty" json:"offered,omitempty"`
+	// Chosen are the calls the model made; Answer its text when it answered instead.
+	Chosen   []LLMCall    `msgpack:"chosen,omitempty" json:"chosen,omitempty"`
+	Answer   string       `msgpack:"answer,omitempty" json:"answer,omitempty"`
+	Warnings []LLMWarning `msgpack:"warnings,omitempty" json:"warnings,omitempty"`
+	Usage    LLMUsage     `msgpack:"usage" json:"usage"`
+	// LatencyMS is how long the model took, retries included.
+	LatencyMS int64 `msgpack:"latency_ms" json:"latency_ms"`
+	// Error says why the model gave no choice (a backend down, an answer that did not parse).
+	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// LLMMessage is one chat message as the record keeps it.
+type LLMMessage struct {
+	Role       string    `msgpack:"role" json:"role"`
+	Content    string    `msgpack:"content,omitempty" json:"content,omitempty"`
+	ToolCallID string    `msgpack:"tool_call_id,omitempty" json:"tool_call_id,omitempty"`
+	ToolCalls  []LLMCall `msgpack:"tool_calls,omitempty" json:"tool_calls,omitempty"`
+}
+
+// LLMCall is one tool call a model made, its arguments as it wrote them.
+type LLMCall struct {
+	ID        string `msgpack:"id" json:"id"`
+	Name      string `msgpack:"name" json:"name"`
+	Arguments string `msgpack:"arguments" json:"arguments"`
+	// Client marks a tool of the client's: returned to it, not run by Hermes.
+	Client bool `msgpack:"client,omitempty" json:"client,omitempty"`
+}
+
+// Warning kinds of an LLMDecision.
+const (
+	WarnUnknownTool     = "unknown_tool"     // the model called a tool it was not offered
+	WarnMissingArgument = "missing_argument" // a required argument is missing (Field)
+	WarnBadArguments    = "bad_arguments"    // the arguments break the tool's contract
+	WarnNotJSON         = "not_json"         // the arguments are not a JSON object
+	WarnHistory         = "history"          // the client's history differs from the record
+)
+
+// LLMWarning is something wrong with a model's choice: fed back to it as a tool error it can
+// correct.
+type LLMWarning struct {
+	Kind    string `msgpack:"kind" json:"kind"`
+	Tool    string `msgpack:"tool,omitempty" json:"tool,omitempty"`
+	CallID  string `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
+	Field   string `msgpack:"field,omitempty" json:"field,omitempty"`
+	Message string `msgpack:"message" json:"message"`
+}
+
+// LLMUsage is the tokens a turn took.
+type LLMUsage struct {
+	Prompt     int64 `msgpack:"prompt" json:"prompt_tokens"`
+	Completion int64 `msgpack:"completion" json:"completion_tokens"`
+	Total      int64 `msgpack:"total" json:"total_tokens"`
+}

@@ -524,13 +524,37 @@
   };
 
   const responseWords = {
-    success: '✓ success', partial_success: '⚠ partial success', failed: '✗ failed', pending: '… running',
+    answered: '✓ answered', success: '✓ success', partial_success: '⚠ partial success', failed: '✗ failed', pending: '… running',
   };
+
+  // decisionLines is a model's decision as seed 001 §5.2's log has it (the record's
+  // Formatter writes the same for hermes tail and replay).
+  function decisionLines(p) {
+    const lines = [];
+    const cut = (v, n) => { const t = String(v ?? ''); return t.length > n ? t.slice(0, n - 1) + '…' : t; };
+    const who = ' (' + cut(p.model, 64) + ' at ' + cut(p.backend, 64) + (p.fell_back ? ', fallback' : '') + ', ' + (p.latency_ms ?? 0) + ' ms)';
+    if (p.input) lines.push(['路由', '原始输入: ' + cut(p.input, 200), '']);
+    if (p.error) lines.push(['错误', 'LLM: ' + cut(p.error, 300) + who, 'bad']);
+    else if (Array.isArray(p.chosen) && p.chosen.length) {
+      lines.push(['路由', 'LLM选择: ' + p.chosen.map((c) => cut(c.name, 64) + ' ' + cut(c.arguments, 160) + (c.client ? ' (the client\'s)' : '')).join('; ') + who, '']);
+    } else lines.push(['最终', '回复用户: ' + cut(p.answer, 400) + who, '']);
+    for (const w of Array.isArray(p.warnings) ? p.warnings : []) {
+      const where = cut(w.tool, 64) + (w.call_id ? ' ' + cut(w.call_id, 64) : '');
+      const text = w.kind === 'missing_argument' ? '参数key缺失: ' + cut(w.field, 64) + ' (' + where + ')'
+        : w.kind === 'unknown_tool' ? '未知工具: ' + where
+          : w.kind === 'not_json' ? '参数不是JSON对象: ' + where
+            : w.kind === 'bad_arguments' ? '参数不符合契约: ' + where + ': ' + cut(w.message, 300) : cut(w.message, 300);
+      lines.push(['警告', text, 'warn']);
+    }
+    return lines;
+  }
 
   function renderRequest(r, now) {
     const req = r.request;
     const resp = lastOf(r.responses);
-    const respStatus = resp ? String(resp.payload.status || 'failed') : 'pending';
+    const decisions = r.other.filter((m) => m.type === 'llm_decision.v1' && m.payload);
+    const answered = !req && decisions.some((m) => !m.payload.error && !(Array.isArray(m.payload.chosen) && m.payload.chosen.length));
+    const respStatus = resp ? String(resp.payload.status || 'failed') : answered ? 'answered' : 'pending';
     let t0 = req ? msgTime(req) : NaN;
     if (!Number.isFinite(t0)) t0 = Math.min(...r.msgs.map(msgTime).filter(Number.isFinite), now);
 
@@ -561,6 +585,11 @@
       req && req.caller ? ' · by ' + callerName(req.caller) : ''));
     block.append(head);
 
+    for (const d of decisions) {
+      const box = el('div', { class: 'decision mono' });
+      for (const [tag, text, cls] of decisionLines(d.payload)) box.append(el('div', { class: cls }, '[' + tag + '] ', text));
+      block.append(box);
+    }
     const cancel = r.other.find((m) => m.type === 'cancel.v1' && m.payload);
     if (resp && resp.payload.error && resp.payload.error.code === 'CANCELLED') {
       block.append(el('p', { class: 'error-box' }, '⊘ Cancelled: ', String(resp.payload.error.message ?? '')));
@@ -703,6 +732,7 @@
       case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '');
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
+      case 'llm_decision.v1': return decisionLines(p).map((l) => '[' + l[0] + '] ' + l[1]).join(' · ');
       default: return '';
     }
   }

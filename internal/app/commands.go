@@ -187,6 +187,7 @@ type gatewayFlags struct {
 	publicHosts string
 	callers     gateway.CallerLimits
 	oidc        auth.OIDCConfig
+	llm         llmFlags
 }
 
 func (g *gatewayFlags) register(fs *flag.FlagSet) {
@@ -205,6 +206,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.oidc.RoleClaim, "oidc-role-claim", envOr("HERMES_OIDC_ROLE_CLAIM", "roles"), "the claim holding the caller's role: admin, operator or user (a string or a list)")
 	fs.StringVar(&g.oidc.NameClaim, "oidc-name-claim", envOr("HERMES_OIDC_NAME_CLAIM", "preferred_username"), "the claim naming the caller for people")
 	fs.StringVar(&g.oidc.ActForUsersClaim, "oidc-act-for-users-claim", os.Getenv("HERMES_OIDC_ACT_FOR_USERS_CLAIM"), "a boolean claim letting the caller name end users (none when empty)")
+	g.llm.register(fs)
 }
 
 func (g *gatewayFlags) config(instance string, limits protocol.Limits) gateway.Config {
@@ -244,11 +246,21 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 			return nil, nil, verr
 		}
 		gc.Callers, gc.Signins = callers, NewSignins(b)
-		g, err := NewGateway(nc, b, gc)
+		chat, chatDesc, stopLLM, err := gf.llm.chat(ctx, obs.metrics, log)
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context) error { return g.Run(ctx, ln) }, []any{"addr", "http://" + ln.Addr().String()}, nil
+		gc.Chat = chat
+		g, err := NewGateway(nc, b, gc)
+		if err != nil {
+			stopLLM()
+			return nil, nil, err
+		}
+		attrs := []any{"addr", "http://" + ln.Addr().String()}
+		if chat != nil {
+			attrs = append(attrs, "llm", chatDesc)
+		}
+		return func(ctx context.Context) error { defer stopLLM(); return g.Run(ctx, ln) }, attrs, nil
 	})
 }
 

@@ -59,12 +59,17 @@ type SystemConfig struct {
 	// Contracts is a directory of tools' contracts registered at start (registerContracts);
 	// empty registers none.
 	Contracts string
+	// LLM configures the agent loop behind POST /v1/chat/completions; none when it asks for
+	// no model.
+	LLM llmFlags
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
 type System struct {
 	// GatewayURL and DemoURL are http:// base URLs; DemoURL is empty without demo tools.
 	GatewayURL, DemoURL string
+	// LLM describes the agent loop's model; empty without one.
+	LLM string
 	// DemoGRPC is the demo gRPC service's address; empty when it does not run.
 	DemoGRPC string
 	// ClientURL is where other processes reach NATS: the external URL, or the embedded
@@ -281,6 +286,14 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		return nil, err
 	}
 	gc.Signins = NewSignins(gb)
+	chat, chatDesc, stopLLM, err := cfg.LLM.chat(ctx, obs.metrics, log)
+	if err != nil {
+		return nil, err
+	}
+	sys.cleanup = append(sys.cleanup, stopLLM)
+	if gc.Chat = chat; chat != nil {
+		sys.LLM = chatDesc
+	}
 	g, err := NewGateway(gnc, gb, gc)
 	if err != nil {
 		return nil, err

@@ -84,7 +84,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
-		Contracts: *contracts,
+		Contracts: *contracts, LLM: gf.llm,
 	})
 	if err != nil {
 		return err
@@ -135,6 +135,9 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  gateway     %s   POST /v1/route · GET|DELETE /v1/requests/{id} · /healthz · /readyz\n", base)
 	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live (sign in with a key)\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
+	if sys.LLM != "" {
+		fmt.Fprintf(&b, "  agent loop  %s/v1/chat/completions (OpenAI-compatible) · model %s\n", base, sys.LLM)
+	}
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	nkey := ""
 	if admin := sys.Seeds[bus.RoleAdmin]; admin != "" {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/tracing"
 )
@@ -67,6 +69,8 @@ type Config struct {
 	// StoreCheckEvery is how often the gateway looks at how full the store is (requests are
 	// refused near its limits). Default 2 s.
 	StoreCheckEvery time.Duration
+	// Chat, when set, serves POST /v1/chat/completions: the agent loop (see ChatConfig).
+	Chat *ChatConfig
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -101,6 +105,9 @@ type Gateway struct {
 	limits  *limits
 	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
 	store   storeGauge
+
+	contractsMu sync.Mutex
+	contracts   map[string]*contract.Compiled // name@revision → the registered contract, compiled
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -168,12 +175,33 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g.registerBrowser()
 	g.registerTools()
 	g.registerMCP()
+	g.registerChat()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
 	}
 	g.handler = g.cfg.Metrics.Instrument(g.guard(g.mux))
 	return g
+}
+
+// compiled is a registered contract compiled, remembered by revision; nil when it does not
+// compile (the registry refuses such contracts; an old one may yet be stored).
+func (g *Gateway) compiled(c contract.Contract, revision uint64) *contract.Compiled {
+	key := fmt.Sprintf("%s@%d", c.Name, revision)
+	g.contractsMu.Lock()
+	defer g.contractsMu.Unlock()
+	if k, ok := g.contracts[key]; ok {
+		return k
+	}
+	k, err := contract.Compile(&c, 1, revision)
+	if err != nil {
+		k = nil
+	}
+	if g.contracts == nil || len(g.contracts) > 4096 {
+		g.contracts = map[string]*contract.Compiled{}
+	}
+	g.contracts[key] = k
+	return k
 }
 
 // Handle adds a handler to the gateway's mux (e.g. metrics or pages of later features).

@@ -69,16 +69,13 @@ type mcpServer struct {
 	g       *Gateway
 	handler http.Handler
 	calls   sync.Map // token → *mcpCall, while its HTTP request is served
-
-	mu      sync.Mutex
-	schemas map[string]json.RawMessage // name@revision → input schema as JSON Schema
 }
 
 func (g *Gateway) registerMCP() {
 	if g.cfg.Bus == nil || g.cfg.Bus.Contracts == nil || g.cfg.Bus.Sessions == nil {
 		return
 	}
-	m := &mcpServer{g: g, schemas: map[string]json.RawMessage{}}
+	m := &mcpServer{g: g}
 	server := mcp.NewServer(&mcp.Implementation{Name: "hermes", Title: "Hermes", Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Hermes runs each tool call on a durable bus: retried by policy, recorded, and answered once. " +
@@ -270,24 +267,13 @@ func (m *mcpServer) list(ctx context.Context) (mcp.Result, error) {
 	return out, nil
 }
 
-// schema is a contract's input schema as JSON Schema, remembered by revision.
+// schema is a contract's input schema as JSON Schema.
 func (m *mcpServer) schema(c contract.Contract, revision uint64) json.RawMessage {
-	key := fmt.Sprintf("%s@%d", c.Name, revision)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok := m.schemas[key]; ok {
-		return s
-	}
-	k, err := contract.Compile(&c, 1, revision)
-	if err != nil {
+	k := m.g.compiled(c, revision)
+	if k == nil {
 		return nil
 	}
-	if len(m.schemas) > 4096 {
-		m.schemas = map[string]json.RawMessage{}
-	}
-	s := k.InputJSONSchema()
-	m.schemas[key] = s
-	return s
+	return k.InputJSONSchema()
 }
 
 // call is tools/call: one HermesRequest of one call, answered when its response is recorded.

@@ -42,6 +42,9 @@ type Backend struct {
 	Model string `yaml:"model" json:"model"`
 	// KeyEnv names the environment variable holding the key; "" sends none.
 	KeyEnv string `yaml:"api_key_env" json:"api_key_env,omitempty"`
+	// APIKey is the key itself, as a config file in the seed's shape may write it (KeyEnv is
+	// the better place); never written out again.
+	APIKey string `yaml:"api_key" json:"-"`
 	// Timeout bounds each try; 0 means DefaultTimeout.
 	Timeout time.Duration `yaml:"timeout" json:"timeout,omitempty"`
 	// MaxRetries is how many times a try that may succeed later is repeated; nil means
@@ -147,17 +150,18 @@ func New(cfg Config) (*Client, error) {
 		tc.Timeout = c.Timeout
 		opts := []option.RequestOption{option.WithBaseURL(strings.TrimSuffix(b.BaseURL, "/") + "/"), option.WithHTTPClient(&tc),
 			option.WithMaxRetries(retries)}
-		key := ""
+		key := b.APIKey
+		if b.KeyEnv != "" && b.APIKey != "" {
+			return nil, fmt.Errorf("%s: give api_key_env or api_key, not both", field)
+		}
 		if b.KeyEnv != "" {
 			var ok bool
 			key, ok = lookup(b.KeyEnv)
 			if !ok || key == "" {
 				return nil, fmt.Errorf("%s.api_key_env: the variable %s is not set", field, b.KeyEnv)
 			}
-			opts = append(opts, option.WithAPIKey(key))
-		} else {
-			opts = append(opts, option.WithAPIKey(""))
 		}
+		opts = append(opts, option.WithAPIKey(key))
 		return &backend{cfg: c, client: openai.NewClient(opts...), key: key}, nil
 	}
 	var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,14 +110,27 @@ func TestTheRecoveryBranch(t *testing.T) {
 	_, client := serve(t, scriptedllm.Meeting(), "")
 	params := openai.ChatCompletionNewParams{Model: "scripted", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("订一个周会")}}
 	msg, _ := ask(t, client, params, false)
-	if len(msg.ToolCalls) != 1 || !strings.Contains(msg.ToolCalls[0].Function.Arguments, `"attendees":[]`) {
+	if len(msg.ToolCalls) != 1 || strings.Contains(msg.ToolCalls[0].Function.Arguments, `"attendees"`) {
 		t.Fatalf("%+v", msg)
 	}
 	params.Messages = append(params.Messages, msg.ToParam(),
-		openai.ToolMessage(`{"error":"BAD_ARGUMENTS","detail":"attendees: minItems 1"}`, msg.ToolCalls[0].ID))
+		openai.ToolMessage(`{"status":"error","error_code":"BAD_ARGUMENTS","recovery_hint":"attendees is required"}`, msg.ToolCalls[0].ID))
+	msg, _ = ask(t, client, params, true)
+	if len(msg.ToolCalls) != 1 || !strings.Contains(msg.ToolCalls[0].Function.Arguments, `"unknown_wangwu"`) {
+		t.Fatalf("%+v", msg)
+	}
+	failed := append(slices.Clone(params.Messages), msg.ToParam(),
+		openai.ToolMessage(`{"status":"error","error_code":"TOOL_ERROR","content":{"failure":{"code":"UNKNOWN_USER"}}}`, msg.ToolCalls[0].ID))
+	params.Messages = failed
 	msg, _ = ask(t, client, params, true)
 	if len(msg.ToolCalls) != 1 || !strings.Contains(msg.ToolCalls[0].Function.Arguments, `"zhangwei"`) {
 		t.Fatalf("no recovery: %+v", msg)
+	}
+	// Another failure: the model gives up.
+	failed[len(failed)-1] = openai.ToolMessage(`{"status":"error","error_code":"TOOL_TIMEOUT"}`, msg.ToolCalls[0].ID)
+	params.Messages = failed
+	if msg, _ = ask(t, client, params, false); len(msg.ToolCalls) != 0 || !strings.Contains(msg.Content, "没有订上") {
+		t.Fatalf("%+v", msg)
 	}
 }
 

@@ -201,7 +201,7 @@ func AccessOf(role Role, user string) (Access, error) {
 		a.Publish = slices.Concat(reads(),
 			consume(protocol.ClientStreamName, ConsumerClients),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), subjResults, subjResponses, subjLive, subjTimers},
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)

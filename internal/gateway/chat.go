@@ -1,0 +1,714 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openai/openai-go/v3"
+
+	"github.com/hermesbus/hermes/internal/agent"
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// The agent loop behind an OpenAI-compatible front door: POST /v1/chat/completions runs the
+// loop server-side. The model is offered the registered tools (their contracts' input schemas)
+// and the client's own; calls to Hermes' tools run on the bus, one request per model turn
+// (<run>-<turn>, serial in the session), each turn's decision recorded first (llm_decision.v1);
+// calls to the client's tools come back to it as ordinary tool_calls, never run here, and the
+// run continues when the client sends their results. Calls Hermes runs are never streamed as
+// tool_calls deltas: a stream tells of them in chunks with an empty delta and a "hermes" field
+// (ignored by OpenAI clients).
+//
+// A conversation is a session: named by the X-Hermes-Session-ID header or
+// metadata.hermes_session_id, else one of its own per request. A client that sends the whole
+// history again is matched to what the session's record holds (kept in hermes-sessions as the
+// digests of the messages the client has seen) and only the rest is recorded. A POST with an
+// Idempotency-Key is run once: a retry gets the first run's answer (X-Hermes-Replayed), waiting
+// for it while it runs.
+
+// ChatConfig configures the agent loop's front door.
+type ChatConfig struct {
+	// LLM asks the model. Required.
+	LLM *llm.Client
+	// Model is the name clients ask for (GET /v1/models lists it); "hermes" names it too.
+	Model string
+	// MaxTurns bounds a run's model turns (default 8; a request's max_turns may lower it);
+	// MaxCorrections the calls fed back to the model as errors (default 3).
+	MaxTurns, MaxCorrections int
+	// RunTimeout bounds a whole run, model and tools (default 5 min).
+	RunTimeout time.Duration
+}
+
+// chatServer serves /v1/chat/completions.
+type chatServer struct {
+	g   *Gateway
+	cfg ChatConfig
+	pub *bus.Publisher
+}
+
+const (
+	headerSession   = "X-Hermes-Session-ID"
+	headerIdemKey   = "Idempotency-Key"
+	chatModelAlias  = "hermes"
+	maxSeenMessages = 4096
+)
+
+func (g *Gateway) registerChat() {
+	c := g.cfg.Chat
+	if c == nil || c.LLM == nil || g.cfg.Bus == nil || g.cfg.Bus.Sessions == nil {
+		return
+	}
+	cfg := *c
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = 8
+	}
+	if cfg.RunTimeout <= 0 {
+		cfg.RunTimeout = 5 * time.Minute
+	}
+	if cfg.Model == "" {
+		cfg.Model = chatModelAlias
+	}
+	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
+	g.mux.HandleFunc("POST /v1/chat/completions", g.require(auth.PermSubmit, s.serve))
+	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
+}
+
+// models is GET /v1/models: the model clients may ask for, under its name and "hermes".
+func (s *chatServer) models(w http.ResponseWriter, _ *http.Request) {
+	var data []map[string]any
+	for _, id := range dedupe([]string{s.cfg.Model, chatModelAlias}) {
+		data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "hermes"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func dedupe(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if !containsString(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func containsString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// writeChatError answers as OpenAI does: {"error":{"message","type","param","code"}}.
+func writeChatError(w http.ResponseWriter, e *chatError) {
+	body := map[string]any{"message": e.Message, "type": e.Type, "param": nil, "code": nil}
+	if e.Param != "" {
+		body["param"] = e.Param
+	}
+	if e.Code != "" {
+		body["code"] = e.Code
+	}
+	writeJSON(w, e.Status, map[string]any{"error": body})
+}
+
+// chatRun is one POST: who asks, in which session, under which run id.
+type chatRun struct {
+	s        *chatServer
+	a        actor
+	session  string
+	run      string
+	trace    protocol.TraceContext
+	progress func(map[string]any) // a stream's progress, nil when not streaming
+}
+
+func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
+	g := s.g
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		writeChatError(w, &chatError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Message: fmt.Sprintf("the body is larger than %d bytes", g.cfg.MaxBodyBytes)})
+		return
+	}
+	req, err := decodeChatRequest(body)
+	if err != nil {
+		writeChatError(w, err.(*chatError))
+		return
+	}
+	if req.Model != s.cfg.Model && req.Model != chatModelAlias {
+		writeChatError(w, &chatError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("The model %q does not exist here: ask for %q (GET /v1/models)", protocolShort(req.Model), s.cfg.Model)})
+		return
+	}
+	trace, err := traceOf(r)
+	if err != nil {
+		writeChatError(w, badParam("X-Trace-ID", "%v", err))
+		return
+	}
+	a, ok := g.actorOf(w, r, "")
+	if !ok {
+		return
+	}
+	key := r.Header.Get(headerIdemKey)
+	if key != "" && !printableASCII(key, 255) {
+		writeChatError(w, badParam(headerIdemKey, "must be 1 to 255 printable ASCII characters without spaces"))
+		return
+	}
+	session := r.Header.Get(headerSession)
+	if session == "" {
+		session = req.Session
+	} else if req.Session != "" && req.Session != session {
+		writeChatError(w, badParam("metadata.hermes_session_id", "names another session than the %s header", headerSession))
+		return
+	}
+	run := ""
+	if key != "" {
+		sum := sha256.Sum256([]byte(a.owner() + "\x00" + session + "\x00" + key))
+		run = "chat-" + hex.EncodeToString(sum[:12])
+	} else {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		run = "chat-" + hex.EncodeToString(b[:])
+	}
+	if session == "" {
+		session = run
+	}
+	if err := protocol.CheckID(headerSession, session); err != nil {
+		writeChatError(w, badParam(headerSession, "%v", err))
+		return
+	}
+	if protocol.IsSandboxSession(session) {
+		writeChatError(w, badParam(headerSession, "sessions starting %q are the contract sandbox's", protocol.SandboxSessionPrefix))
+		return
+	}
+	if trace.TraceID == "" {
+		trace.TraceID = run
+	}
+	w.Header().Set(headerSession, session)
+	w.Header().Set("X-Hermes-Run-ID", run)
+	if a.caller != nil {
+		release, ok := g.limits.hold(w, a.caller, holdWaiting)
+		if !ok {
+			return
+		}
+		defer release()
+		var history func(context.Context) (bool, error)
+		if !a.readsAll() {
+			history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) }
+		}
+		owner, err := g.owners.claim(r.Context(), session, a.owner(), history)
+		if err != nil {
+			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+				Message: "the session could not be claimed; retry"})
+			return
+		}
+		if owner != a.owner() {
+			writeChatError(w, &chatError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: headerSession, Code: protocol.CodeNotFound,
+				Message: fmt.Sprintf("no session %s is yours", session)})
+			return
+		}
+	}
+	c := &chatRun{s: s, a: a, session: session, run: run, trace: trace}
+	if key != "" {
+		done, ok := c.claimRun(w, r, req)
+		if !ok || done {
+			return
+		}
+	}
+	c.respond(w, r, req, key != "")
+}
+
+// respond runs the loop and answers, whole or as a stream.
+func (c *chatRun) respond(w http.ResponseWriter, r *http.Request, req *chatRequest, idempotent bool) {
+	var stream *chatStream
+	if req.Stream {
+		stream = newChatStream(w, c.run, c.s.cfg.Model)
+		if stream == nil {
+			writeChatError(w, &chatError{Status: http.StatusInternalServerError, Type: "server_error", Message: "this connection cannot stream"})
+			return
+		}
+		c.progress = stream.progress
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.s.cfg.RunTimeout)
+	defer cancel()
+	status, completion := c.complete(ctx, req)
+	if idempotent {
+		c.finishRun(status, completion)
+	}
+	if stream != nil {
+		stream.finish(status, completion, req.IncludeUsage)
+		return
+	}
+	writeJSON(w, status, completion)
+}
+
+// complete runs the conversation and returns the answer's status and body (a completion, or an
+// OpenAI error object).
+func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[string]any) {
+	s, g := c.s, c.s.g
+	state, rev, err := c.loadState(ctx)
+	if err != nil {
+		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+			Message: "the session's state could not be read; retry"})
+	}
+	msgs, recorded, warning := state.conversation(req.Messages)
+	tools, err := c.tools(ctx, req)
+	if err != nil {
+		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+			Message: "the tools could not be read; retry"})
+	}
+	maxTurns := s.cfg.MaxTurns
+	if req.MaxTurns > 0 && req.MaxTurns < maxTurns {
+		maxTurns = req.MaxTurns
+	}
+	rec := &chatRecorder{c: c, warning: warning}
+	loop := &agent.Loop{LLM: s.cfg.LLM, Runner: c, Record: rec, MaxTurns: maxTurns, MaxCorrections: s.cfg.MaxCorrections}
+	out, err := loop.Run(ctx, agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded,
+		Intent: lastUserText(req.Messages, g.cfg.Limits), Tools: tools, Params: req.Params})
+	if err != nil {
+		return chatFailure(c.failure(ctx, err))
+	}
+	// What the client now has seen: what it sent, and the answer.
+	answer := chatMessage{Role: "assistant", Content: out.Answer.Content}
+	for _, call := range out.ClientCalls {
+		tc := chatToolCall{ID: call.ID, Type: "function"}
+		tc.Function.Name, tc.Function.Arguments = call.Function.Name, call.Function.Arguments
+		answer.ToolCalls = append(answer.ToolCalls, tc)
+	}
+	next := chatState{}
+	for _, m := range req.Messages {
+		next.Seen = append(next.Seen, m.digest())
+	}
+	next.Seen = append(next.Seen, answer.digest())
+	if len(out.ClientCalls) > 0 {
+		// The run waits for the client's results: what the model said and Hermes' results so
+		// far are kept for the run's next POST.
+		from := len(out.Messages) - 1
+		for from > 0 && out.Messages[from].OfAssistant == nil {
+			from--
+		}
+		pending := &chatPending{Run: c.run}
+		for _, m := range out.Messages[from:] {
+			b, err := json.Marshal(m)
+			if err != nil {
+				continue
+			}
+			pending.Messages = append(pending.Messages, b)
+		}
+		for _, tc := range answer.ToolCalls {
+			pending.Calls = append(pending.Calls, tc.ID)
+		}
+		next.Pending = pending
+	}
+	c.saveState(ctx, next, rev)
+	finish := "stop"
+	if len(answer.ToolCalls) > 0 {
+		finish = "tool_calls"
+	}
+	msg := map[string]any{"role": "assistant", "content": answer.Content}
+	if len(answer.ToolCalls) > 0 {
+		msg["tool_calls"] = answer.ToolCalls
+		if answer.Content == "" {
+			msg["content"] = nil
+		}
+	}
+	return http.StatusOK, map[string]any{
+		"id": c.run, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.Model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
+		"usage":   map[string]any{"prompt_tokens": out.Usage.PromptTokens, "completion_tokens": out.Usage.CompletionTokens, "total_tokens": out.Usage.TotalTokens},
+		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns},
+	}
+}
+
+func chatFailure(e *chatError) (int, map[string]any) {
+	body := map[string]any{"message": e.Message, "type": e.Type, "param": nil, "code": nil}
+	if e.Param != "" {
+		body["param"] = e.Param
+	}
+	if e.Code != "" {
+		body["code"] = e.Code
+	}
+	return e.Status, map[string]any{"error": body}
+}
+
+// failure says why a run ended without an answer; the conversation so far is on the record.
+func (c *chatRun) failure(ctx context.Context, err error) *chatError {
+	var le *llm.Error
+	switch {
+	case errors.Is(err, agent.ErrTooManyTurns):
+		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "max_turns_exceeded",
+			Message: "the model kept calling tools past the turns allowed; the conversation so far is on the record of session " + c.session}
+	case errors.As(err, &le):
+		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_unavailable",
+			Message: le.Error() + "; the conversation so far is on the record of session " + c.session}
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
+			Message: fmt.Sprintf("the run did not end within %s; its calls were cancelled", c.s.cfg.RunTimeout)}
+	case ctx.Err() != nil:
+		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled, Message: "the client went away; the run's calls were cancelled"}
+	case strings.Contains(err.Error(), "were refused"):
+		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "tool_calls_refused",
+			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
+	}
+	c.s.g.log.Warn("chat run failed", "session_id", c.session, "run", c.run, "err", err)
+	return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+		Message: "the run could not go on (" + protocol.Shorten(err.Error(), 300) + "); the conversation so far is on the record of session " + c.session}
+}
+
+// lastUserText is the person's last message, bounded as an intent.
+func lastUserText(msgs []chatMessage, limits protocol.Limits) string {
+	n := limits.MaxIntentBytes
+	if n <= 0 {
+		n = protocol.DefaultLimits.MaxIntentBytes
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return protocol.Shorten(msgs[i].Content, n)
+		}
+	}
+	return ""
+}
+
+// tools are what the model may call: the registered tools whose arguments are an object (their
+// contract's input schema, checked before dispatch), and the client's own. A client's tool
+// named as a registered one is the client's: it declared it.
+func (c *chatRun) tools(ctx context.Context, req *chatRequest) ([]agent.Tool, error) {
+	if req.NoTools {
+		return nil, nil
+	}
+	var out []agent.Tool
+	mine := map[string]bool{}
+	for _, t := range req.Tools {
+		mine[t.Name] = true
+		out = append(out, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
+	}
+	g := c.s.g
+	if g.tools == nil {
+		return out, nil
+	}
+	entries, _, err := g.tools.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if mine[e.Contract.Name] {
+			continue
+		}
+		k := g.compiled(e.Contract, e.Revision)
+		if k == nil {
+			continue
+		}
+		var schema map[string]any
+		if json.Unmarshal(k.InputJSONSchema(), &schema) != nil || schema["type"] != "object" {
+			continue
+		}
+		out = append(out, agent.Tool{Name: e.Contract.Name, Description: e.Contract.Description, Parameters: schema, Check: k.CheckInput})
+	}
+	return out, nil
+}
+
+// Run runs one turn's calls as one serial request of the session and waits for its response;
+// a run cancelled (the client gone, the deadline passed) cancels the request, so its running
+// calls stop.
+func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
+	g := c.s.g
+	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls, Serial: true}
+	if err := req.Validate(g.cfg.Limits); err != nil {
+		return nil, err
+	}
+	size := len(intent)
+	for _, call := range calls {
+		size += len(call.Arguments)
+	}
+	wait := g.cfg.MaxWait
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	sub := submit.Submission{Request: req, Trace: c.trace, Wait: max(wait, time.Millisecond), Size: size}
+	if c.a.caller != nil {
+		sub.Caller, sub.Owner = c.a.record(), c.a.owner()
+	}
+	adm, why := g.store.admit(size)
+	defer adm.close()
+	if why != nil {
+		return nil, errors.New(*why)
+	}
+	out, err := g.submit.Submit(ctx, sub)
+	adm.settle(out, err)
+	switch {
+	case ctx.Err() != nil || (err == nil && out.Pending):
+		by := "chat run " + c.run
+		reason := "the client went away"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			reason = "the run's deadline passed"
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, _, cerr := g.submit.Cancel(cctx, requestID, submit.Cancellation{By: by, Reason: reason}); cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
+			g.log.Warn("cancel a chat run's request", "request_id", requestID, "err", cerr)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, context.DeadlineExceeded
+	case err != nil:
+		return nil, err
+	}
+	if c.progress != nil {
+		var done []map[string]any
+		for _, res := range out.Response.Results {
+			d := map[string]any{"tool_call_id": res.ToolCallID, "name": res.Name, "status": res.Status, "execution_time_ms": res.ExecutionTimeMS}
+			if res.ErrorCode != "" {
+				d["error_code"] = res.ErrorCode
+			}
+			done = append(done, d)
+		}
+		c.progress(map[string]any{"event": "results", "request_id": requestID, "results": done})
+	}
+	return out.Response.Results, nil
+}
+
+// chatRecorder records each turn's decision (agent.Recorder).
+type chatRecorder struct {
+	c       *chatRun
+	warning *protocol.LLMWarning // the history's, added to the first decision
+}
+
+func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d *protocol.LLMDecision) error {
+	c := r.c
+	if r.warning != nil {
+		d.Warnings = append([]protocol.LLMWarning{*r.warning}, d.Warnings...)
+		r.warning = nil
+	}
+	m, err := protocol.NewMessage(protocol.TypeLLMDecision, d)
+	if err != nil {
+		return err
+	}
+	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDLLMDecision(d.Run, d.Turn), requestID, session, c.trace
+	if c.a.caller != nil {
+		m.Caller = c.a.record()
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := c.s.pub.Publish(pctx, protocol.SubjectEvent(protocol.EventLLM, session), m); err != nil {
+		return err
+	}
+	if c.progress != nil {
+		ev := map[string]any{"event": "decided", "turn": d.Turn, "request_id": requestID, "model": d.Model}
+		var chose []string
+		for _, call := range d.Chosen {
+			if !call.Client {
+				chose = append(chose, call.Name)
+			}
+		}
+		if len(chose) > 0 {
+			ev["calls"] = chose
+		}
+		if len(d.Warnings) > 0 {
+			ev["warnings"] = len(d.Warnings)
+		}
+		c.progress(ev)
+	}
+	return nil
+}
+
+// chatState is what hermes-sessions keeps of a conversation (key chat.<session>).
+type chatState struct {
+	// Seen are the digests of the messages the client has seen, in order: what it sent and
+	// the answers it got. A history that starts with them is on the record up to there.
+	Seen []string `json:"seen"`
+	// Pending is a run waiting for the client's tool results.
+	Pending *chatPending `json:"pending,omitempty"`
+}
+
+// chatPending is a run that returned the client's tool calls: the model's message with every
+// call (Hermes' too) and Hermes' results, which the client never saw.
+type chatPending struct {
+	Run      string            `json:"run"`
+	Calls    []string          `json:"calls"`
+	Messages []json.RawMessage `json:"messages"`
+}
+
+func chatKey(session string) string { return "chat." + session }
+
+func (c *chatRun) loadState(ctx context.Context) (chatState, uint64, error) {
+	var st chatState
+	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, chatKey(c.session))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return st, 0, nil
+	case err != nil:
+		return st, 0, err
+	}
+	if json.Unmarshal(e.Value(), &st) != nil {
+		return chatState{}, e.Revision(), nil // unreadable: matched as a new conversation
+	}
+	return st, e.Revision(), nil
+}
+
+// saveState keeps next as the session's state; another run of the session that saved first
+// wins (its client's next history is matched against it).
+func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) {
+	if len(next.Seen) > maxSeenMessages {
+		next.Seen = nil // too long to match: a resend is recorded again, with a warning
+	}
+	data, err := json.Marshal(next)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	kv := c.s.g.cfg.Bus.Sessions
+	if rev == 0 {
+		_, err = kv.Create(ctx, chatKey(c.session), data)
+	} else {
+		_, err = kv.Update(ctx, chatKey(c.session), data, rev)
+	}
+	if err != nil {
+		c.s.g.log.Info("a chat session's state was not saved (another run saved first, or the bus is away)", "session_id", c.session, "err", err)
+	}
+}
+
+// conversation is the model's conversation for msgs, how many of its messages the record
+// holds, and a warning when the history differs from what the record holds.
+func (st chatState) conversation(msgs []chatMessage) ([]openai.ChatCompletionMessageParamUnion, int, *protocol.LLMWarning) {
+	matched := len(st.Seen) > 0 && len(st.Seen) <= len(msgs)
+	for i := 0; matched && i < len(st.Seen); i++ {
+		matched = msgs[i].digest() == st.Seen[i]
+	}
+	var warning *protocol.LLMWarning
+	recorded := 0
+	switch {
+	case matched:
+		recorded = len(st.Seen)
+	case len(st.Seen) > 0:
+		warning = &protocol.LLMWarning{Kind: protocol.WarnHistory,
+			Message: fmt.Sprintf("the history sent differs from the %d messages the session's record holds: recorded again as sent", len(st.Seen))}
+	}
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs))
+	for i, m := range msgs {
+		if matched && st.Pending != nil && i == len(st.Seen)-1 && m.Role == "assistant" && sameCalls(m.ToolCalls, st.Pending.Calls) {
+			// The run that returned the client's calls goes on: the model's whole message and
+			// Hermes' results stand where the client has its part of them.
+			var restored []openai.ChatCompletionMessageParamUnion
+			for _, raw := range st.Pending.Messages {
+				var p openai.ChatCompletionMessageParamUnion
+				if json.Unmarshal(raw, &p) != nil {
+					restored = nil
+					break
+				}
+				restored = append(restored, p)
+			}
+			if len(restored) > 0 {
+				out = append(out, restored...)
+				recorded = len(out) - len(restored) // the model's whole message is recorded now
+				continue
+			}
+		}
+		out = append(out, m.param())
+	}
+	return out, recorded, warning
+}
+
+func sameCalls(calls []chatToolCall, ids []string) bool {
+	if len(calls) != len(ids) {
+		return false
+	}
+	for i := range calls {
+		if calls[i].ID != ids[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A run with an Idempotency-Key is kept in hermes-sessions (key chatrun.<run>): running, then
+// its answer.
+type chatRunState struct {
+	State    string          `json:"state"` // running, done
+	Deadline time.Time       `json:"deadline"`
+	Status   int             `json:"status,omitempty"`
+	Body     json.RawMessage `json:"body,omitempty"`
+}
+
+func chatRunKey(run string) string { return "chatrun." + run }
+
+// claimRun makes this POST the run of its key, or answers from the run that has it: its
+// answer, once it has one (waiting for it while the first runs). done: answered here.
+func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequest) (done, ok bool) {
+	kv := c.s.g.cfg.Bus.Sessions
+	ctx := r.Context()
+	data, _ := json.Marshal(chatRunState{State: "running", Deadline: time.Now().Add(c.s.cfg.RunTimeout + 30*time.Second).UTC()})
+	if _, err := kv.Create(ctx, chatRunKey(c.run), data); err == nil {
+		return false, true
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "nothing was run; retry"})
+		return true, false
+	}
+	for {
+		e, err := kv.Get(ctx, chatRunKey(c.run))
+		var st chatRunState
+		if err == nil && json.Unmarshal(e.Value(), &st) != nil {
+			err = errors.New("unreadable")
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return true, false
+		case err != nil:
+			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "the first run with this Idempotency-Key could not be read; retry"})
+			return true, false
+		case st.State == "done":
+			w.Header().Set("X-Hermes-Replayed", "true")
+			if req.Stream && st.Status == http.StatusOK {
+				var body map[string]any
+				_ = json.Unmarshal(st.Body, &body)
+				if stream := newChatStream(w, c.run, c.s.cfg.Model); stream != nil {
+					stream.finish(st.Status, body, req.IncludeUsage)
+					return true, true
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(st.Status)
+			_, _ = w.Write(append(st.Body, '\n'))
+			return true, true
+		case time.Now().After(st.Deadline):
+			writeChatError(w, &chatError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "run_abandoned",
+				Message: "the run with this Idempotency-Key began on a gateway that stopped before it ended; its calls are on the record: send with a new key to run again"})
+			return true, false
+		}
+		select {
+		case <-ctx.Done():
+			return true, false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// finishRun keeps a keyed run's answer for its retries.
+func (c *chatRun) finishRun(status int, body map[string]any) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return
+	}
+	st, _ := json.Marshal(chatRunState{State: "done", Status: status, Body: data})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, chatRunKey(c.run), st); err != nil {
+		c.s.g.log.Warn("keep a chat run's answer for its retries", "run", c.run, "err", err)
+	}
+}

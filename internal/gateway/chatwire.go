@@ -1,0 +1,396 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared/constant"
+)
+
+// The wire form of POST /v1/chat/completions, as OpenAI's clients send it. Decoding checks
+// every field Hermes reads and names the first wrong one (an OpenAI-style 400 with "param");
+// fields Hermes does not use are ignored, as OpenAI-compatible servers do.
+
+// Bounds of a chat request.
+const (
+	maxChatMessages = 1024
+	maxChatTools    = 128
+	maxChatTurns    = 32
+)
+
+// chatRequest is a decoded chat completion request.
+type chatRequest struct {
+	Model    string
+	Messages []chatMessage
+	Tools    []clientTool
+	// NoTools: tool_choice "none": the model answers without tools.
+	NoTools       bool
+	Stream        bool
+	IncludeUsage  bool
+	Session       string // metadata.hermes_session_id
+	MaxTurns      int    // 0: the server's
+	Params        openai.ChatCompletionNewParams
+}
+
+// chatMessage is one message of the conversation, as the client sent it.
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    string         `json:"content,omitempty"`
+	Name       string         `json:"name,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// clientTool is a tool the client declared: the model may call it, the client runs it.
+type clientTool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+}
+
+// chatError is a request refused: its status, and OpenAI's error object.
+type chatError struct {
+	Status  int
+	Type    string // invalid_request_error, …
+	Code    string
+	Param   string
+	Message string
+}
+
+func (e *chatError) Error() string { return e.Message }
+
+func badParam(param, format string, args ...any) *chatError {
+	msg := fmt.Sprintf(format, args...)
+	if param != "" {
+		msg = param + ": " + msg
+	}
+	return &chatError{Status: 400, Type: "invalid_request_error", Param: param, Message: msg}
+}
+
+var functionName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// decodeChatRequest reads body; what is wrong is a *chatError naming the field.
+func decodeChatRequest(body []byte) (*chatRequest, error) {
+	var raw struct {
+		Model         *string           `json:"model"`
+		Messages      []json.RawMessage `json:"messages"`
+		Tools         []json.RawMessage `json:"tools"`
+		ToolChoice    json.RawMessage   `json:"tool_choice"`
+		Stream        *bool             `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage *bool `json:"include_usage"`
+		} `json:"stream_options"`
+		Metadata            map[string]string `json:"metadata"`
+		N                   *int64            `json:"n"`
+		MaxTurns            *int              `json:"max_turns"`
+		Temperature         *float64          `json:"temperature"`
+		TopP                *float64          `json:"top_p"`
+		MaxTokens           *int64            `json:"max_tokens"`
+		MaxCompletionTokens *int64            `json:"max_completion_tokens"`
+		Seed                *int64            `json:"seed"`
+		Stop                json.RawMessage   `json:"stop"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
+		}
+		return nil, badParam("", "the body is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, badParam("", "the body holds more than one JSON value")
+	}
+	req := &chatRequest{}
+	switch {
+	case raw.Model == nil || strings.TrimSpace(*raw.Model) == "":
+		return nil, badParam("model", "is required: name the model (GET /v1/models lists them)")
+	case len(raw.Messages) == 0:
+		return nil, badParam("messages", "is required: at least one message")
+	case len(raw.Messages) > maxChatMessages:
+		return nil, badParam("messages", "holds %d messages; at most %d are taken", len(raw.Messages), maxChatMessages)
+	case len(raw.Tools) > maxChatTools:
+		return nil, badParam("tools", "holds %d tools; at most %d are taken", len(raw.Tools), maxChatTools)
+	case raw.N != nil && *raw.N != 1:
+		return nil, badParam("n", "only 1 choice is made")
+	case raw.MaxTurns != nil && (*raw.MaxTurns < 1 || *raw.MaxTurns > maxChatTurns):
+		return nil, badParam("max_turns", "must be 1 to %d", maxChatTurns)
+	}
+	req.Model = *raw.Model
+	if raw.Stream != nil {
+		req.Stream = *raw.Stream
+	}
+	if raw.StreamOptions != nil && raw.StreamOptions.IncludeUsage != nil {
+		req.IncludeUsage = *raw.StreamOptions.IncludeUsage
+	}
+	if raw.MaxTurns != nil {
+		req.MaxTurns = *raw.MaxTurns
+	}
+	req.Session = raw.Metadata["hermes_session_id"]
+	for i, m := range raw.Messages {
+		msg, err := decodeChatMessage(fmt.Sprintf("messages[%d]", i), m)
+		if err != nil {
+			return nil, err
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	if err := checkToolReplies(req.Messages); err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for i, t := range raw.Tools {
+		ct, err := decodeClientTool(fmt.Sprintf("tools[%d]", i), t)
+		if err != nil {
+			return nil, err
+		}
+		if names[ct.Name] {
+			return nil, badParam(fmt.Sprintf("tools[%d].function.name", i), "%q is declared twice", ct.Name)
+		}
+		names[ct.Name] = true
+		req.Tools = append(req.Tools, ct)
+	}
+	if len(raw.ToolChoice) > 0 && string(raw.ToolChoice) != "null" {
+		var choice string
+		if json.Unmarshal(raw.ToolChoice, &choice) != nil || (choice != "auto" && choice != "none") {
+			return nil, badParam("tool_choice", `Hermes takes "auto" or "none" (it runs the loop that chooses)`)
+		}
+		req.NoTools = choice == "none"
+	}
+	p := &req.Params
+	if raw.Temperature != nil {
+		if *raw.Temperature < 0 || *raw.Temperature > 2 {
+			return nil, badParam("temperature", "must be 0 to 2")
+		}
+		p.Temperature = param.NewOpt(*raw.Temperature)
+	}
+	if raw.TopP != nil {
+		if *raw.TopP < 0 || *raw.TopP > 1 {
+			return nil, badParam("top_p", "must be 0 to 1")
+		}
+		p.TopP = param.NewOpt(*raw.TopP)
+	}
+	for _, v := range []struct {
+		name string
+		n    *int64
+		opt  *param.Opt[int64]
+	}{{"max_tokens", raw.MaxTokens, &p.MaxTokens}, {"max_completion_tokens", raw.MaxCompletionTokens, &p.MaxCompletionTokens}} {
+		if v.n != nil {
+			if *v.n < 1 {
+				return nil, badParam(v.name, "must be 1 or more")
+			}
+			*v.opt = param.NewOpt(*v.n)
+		}
+	}
+	if raw.Seed != nil {
+		p.Seed = param.NewOpt(*raw.Seed)
+	}
+	if len(raw.Stop) > 0 && string(raw.Stop) != "null" {
+		var one string
+		var many []string
+		switch {
+		case json.Unmarshal(raw.Stop, &one) == nil:
+			p.Stop = openai.ChatCompletionNewParamsStopUnion{OfString: param.NewOpt(one)}
+		case json.Unmarshal(raw.Stop, &many) == nil && len(many) <= 4:
+			p.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: many}
+		default:
+			return nil, badParam("stop", "must be a string or up to 4 strings")
+		}
+	}
+	return req, nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	}
+	return "number"
+}
+
+func decodeChatMessage(at string, data json.RawMessage) (chatMessage, error) {
+	var raw struct {
+		Role       *string         `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		Name       string          `json:"name"`
+		ToolCallID string          `json:"tool_call_id"`
+		ToolCalls  []chatToolCall  `json:"tool_calls"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return chatMessage{}, badParam(at+"."+te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
+		}
+		return chatMessage{}, badParam(at, "must be a message object")
+	}
+	m := chatMessage{Name: raw.Name, ToolCallID: raw.ToolCallID}
+	if raw.Role == nil {
+		return m, badParam(at+".role", "is required (system, developer, user, assistant or tool)")
+	}
+	m.Role = *raw.Role
+	text, err := contentText(at+".content", raw.Content)
+	if err != nil {
+		return m, err
+	}
+	m.Content = text
+	switch m.Role {
+	case "system", "developer", "user":
+		if len(raw.Content) == 0 || string(raw.Content) == "null" {
+			return m, badParam(at+".content", "is required")
+		}
+	case "assistant":
+		for j, c := range raw.ToolCalls {
+			where := fmt.Sprintf("%s.tool_calls[%d]", at, j)
+			switch {
+			case c.ID == "":
+				return m, badParam(where+".id", "is required")
+			case c.Type != "" && c.Type != "function":
+				return m, badParam(where+".type", "must be \"function\"")
+			case !functionName.MatchString(c.Function.Name):
+				return m, badParam(where+".function.name", "must be 1 to 64 letters, digits, '_' or '-'")
+			}
+			m.ToolCalls = append(m.ToolCalls, c)
+		}
+		if text == "" && len(m.ToolCalls) == 0 && (len(raw.Content) == 0 || string(raw.Content) == "null") {
+			return m, badParam(at+".content", "is required unless the message has tool_calls")
+		}
+	case "tool":
+		if m.ToolCallID == "" {
+			return m, badParam(at+".tool_call_id", "is required: the id of the call this message answers")
+		}
+	default:
+		return m, badParam(at+".role", "%q is not a role (system, developer, user, assistant, tool)", protocolShort(m.Role))
+	}
+	return m, nil
+}
+
+// contentText reads a message's content: a string, null, or text parts.
+func contentText(at string, raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return "", badParam(at, "must be a string or an array of text parts")
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", badParam(fmt.Sprintf("%s[%d].type", at, j), "only text parts are taken (got %q)", protocolShort(p.Type))
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+// checkToolReplies: each tool message answers a call of an assistant message before it, once.
+func checkToolReplies(msgs []chatMessage) error {
+	open := map[string]bool{}
+	for i, m := range msgs {
+		switch m.Role {
+		case "assistant":
+			for _, c := range m.ToolCalls {
+				open[c.ID] = true
+			}
+		case "tool":
+			if !open[m.ToolCallID] {
+				return badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "%q answers no tool call of an assistant message before it", protocolShort(m.ToolCallID))
+			}
+			delete(open, m.ToolCallID)
+		}
+	}
+	return nil
+}
+
+func decodeClientTool(at string, data json.RawMessage) (clientTool, error) {
+	var raw struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name        string         `json:"name"`
+			Description string         `json:"description"`
+			Parameters  map[string]any `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return clientTool{}, badParam(at, "must be {\"type\":\"function\",\"function\":{\"name\":…}}")
+	}
+	switch {
+	case raw.Type != "function":
+		return clientTool{}, badParam(at+".type", "must be \"function\"")
+	case raw.Function == nil:
+		return clientTool{}, badParam(at+".function", "is required")
+	case !functionName.MatchString(raw.Function.Name):
+		return clientTool{}, badParam(at+".function.name", "must be 1 to 64 letters, digits, '_' or '-'")
+	}
+	return clientTool{Name: raw.Function.Name, Description: raw.Function.Description, Parameters: raw.Function.Parameters}, nil
+}
+
+func protocolShort(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// param is the message as the model reads it.
+func (m chatMessage) param() openai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case "system":
+		return openai.SystemMessage(m.Content)
+	case "developer":
+		return openai.DeveloperMessage(m.Content)
+	case "user":
+		return openai.UserMessage(m.Content)
+	case "tool":
+		return openai.ToolMessage(m.Content, m.ToolCallID)
+	}
+	a := openai.ChatCompletionAssistantMessageParam{}
+	if m.Content != "" || len(m.ToolCalls) == 0 {
+		a.Content.OfString = param.NewOpt(m.Content)
+	}
+	for _, c := range m.ToolCalls {
+		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+			ID: c.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Function.Name, Arguments: c.Function.Arguments},
+			Type: constant.Function("function")}})
+	}
+	return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+}
+
+// digest identifies m as the client sees it, for matching a resent history to the record.
+func (m chatMessage) digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", m.Role, m.Content, m.ToolCallID)
+	for _, c := range m.ToolCalls {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", c.ID, c.Function.Name, c.Function.Arguments)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}

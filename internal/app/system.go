@@ -60,8 +60,9 @@ type SystemConfig struct {
 	// empty registers none.
 	Contracts string
 	// LLM configures the agent loop behind POST /v1/chat/completions; none when it asks for
-	// no model.
-	LLM llmFlags
+	// no model. Chat, when set, is used instead (a model configured by the caller).
+	LLM  llmFlags
+	Chat *gateway.ChatConfig
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -291,6 +292,9 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		return nil, err
 	}
 	sys.cleanup = append(sys.cleanup, stopLLM)
+	if cfg.Chat != nil {
+		chat, chatDesc = cfg.Chat, cfg.Chat.Model
+	}
 	if gc.Chat = chat; chat != nil {
 		sys.LLM = chatDesc
 	}

@@ -1,0 +1,464 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/scriptedllm"
+	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// chatSystem is Hermes as hermes up runs it, its agent loop asking a scripted model.
+type chatSystem struct {
+	sys    *app.System
+	model  *scriptedllm.Server
+	client openai.Client // the official SDK, pointed at Hermes' front door
+	js     jetstream.JetStream
+}
+
+func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak func(*gateway.ChatConfig)) *chatSystem {
+	t.Helper()
+	srv, base := scriptedllmtest.Start(t, script, "")
+	c, err := llm.New(llm.Config{Backend: llm.Backend{Name: "scripted", BaseURL: base, Model: "scripted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := &gateway.ChatConfig{LLM: c, Model: "scripted"}
+	if tweak != nil {
+		tweak(chat)
+	}
+	data, _ := examples.Files.ReadFile("routes.yaml")
+	table, err := routes.Parse("examples/routes.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",
+		NATSListen: "127.0.0.1:0", Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance,
+		KeyFile: filepath.Join(dir, "admin.key"), Contracts: "../../examples/contracts", Chat: chat})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = sys.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	seed, err := nats.NkeyOptionFromSeed(sys.Seeds[bus.RoleAdmin])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(sys.ClientURL, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	cs := &chatSystem{sys: sys, model: srv, js: js,
+		client: openai.NewClient(option.WithBaseURL(sys.GatewayURL+"/v1/"), option.WithAPIKey(sys.Key.Key), option.WithMaxRetries(0))}
+	// The meeting tools register their contracts through the gateway once it is up; the model
+	// is offered registered tools only.
+	waitFor(t, "the meeting tools' contracts registered", func() bool {
+		req, _ := http.NewRequest("GET", sys.GatewayURL+"/api/v1/tools/notify_send", nil)
+		req.Header.Set("Authorization", "Bearer "+sys.Key.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return cs
+}
+
+// transcript is the session's record as hermes replay prints it, and its entries.
+func (cs *chatSystem) transcript(t *testing.T, session string) (string, []*record.Entry) {
+	t.Helper()
+	var (
+		lines   []string
+		entries []*record.Entry
+	)
+	f := &record.Formatter{Location: time.UTC}
+	if _, err := record.ReadSession(t.Context(), cs.js, session, record.Start{}, func(e *record.Entry) error {
+		entries = append(entries, e)
+		lines = append(lines, f.Format(e))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n"), entries
+}
+
+func decisionsOf(entries []*record.Entry) []*protocol.LLMDecision {
+	var out []*protocol.LLMDecision
+	for _, e := range entries {
+		if d, ok := e.Payload.(*protocol.LLMDecision); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func count(entries []*record.Entry, typ protocol.Type) int {
+	n := 0
+	for _, e := range entries {
+		if e.Msg != nil && e.Msg.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+const meetingAsk = "请帮我安排一个项目讨论会，时间定在明天上午，联系张伟和李娜"
+
+// The seed's meeting assistant, end to end through the official OpenAI SDK: the model chooses
+// calendar_free_slots twice, meeting_book, notify_send, then answers; each of its turns is one
+// request on the bus, run by the demo tools, and each decision is on the record in the seed's
+// shape.
+func TestChatTheMeetingAssistant(t *testing.T) {
+	cs := startChat(t, "chat-meeting", scriptedllm.Meeting(), nil)
+	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(meetingAsk)}},
+		option.WithHeader("X-Hermes-Session-ID", "sess_chat_meeting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := resp.Choices[0].Message
+	if !strings.Contains(answer.Content, "9点到10点") || resp.Choices[0].FinishReason != "stop" || len(answer.ToolCalls) != 0 ||
+		resp.Usage.TotalTokens == 0 || resp.Usage.PromptTokens == 0 {
+		t.Fatalf("%+v", resp)
+	}
+	t.Logf("openai-go: %s (finish %s, usage %d+%d tokens, id %s)", answer.Content, resp.Choices[0].FinishReason,
+		resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.ID)
+	text, entries := cs.transcript(t, "sess_chat_meeting")
+	t.Logf("the record of sess_chat_meeting:\n%s", text)
+	ds := decisionsOf(entries)
+	var chosen []string
+	for _, d := range ds {
+		for _, c := range d.Chosen {
+			chosen = append(chosen, c.Name)
+		}
+	}
+	if got := strings.Join(chosen, ","); got != "calendar_free_slots,calendar_free_slots,meeting_book,notify_send" || len(ds) != 5 || ds[4].Answer != answer.Content {
+		t.Errorf("decisions: %s, %d", got, len(ds))
+	}
+	if n := count(entries, protocol.TypeResponse); n != 4 {
+		t.Errorf("%d responses, want 4 (one request per turn that called tools)", n)
+	}
+	for _, want := range []string{"[路由]     " + resp.ID + "-1 原始输入: " + meetingAsk, "LLM选择: calendar_free_slots call_0_0 {\"date\":\"2025-01-15\",\"user_id\":\"zhangwei\"}",
+		"LLM选择: meeting_book", "[最终]     " + resp.ID + "-5 回复用户: 会议已安排妥当"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the record lacks %q", want)
+		}
+	}
+	// The decision is on the record before its turn's request.
+	for i, e := range entries {
+		if e.Msg.Type == protocol.TypeRequest {
+			prev := entries[i-1]
+			if d, ok := prev.Payload.(*protocol.LLMDecision); !ok || prev.Msg.RequestID != e.Msg.RequestID || len(d.Chosen) == 0 {
+				t.Errorf("request %s is not preceded by its decision", e.Msg.RequestID)
+			}
+		}
+	}
+	// Every message the model read is on the record once: the decisions' messages in turn.
+	var roles []string
+	for _, d := range ds {
+		for _, m := range d.Messages {
+			roles = append(roles, m.Role)
+		}
+	}
+	if got := strings.Join(roles, ","); got != "user,assistant,tool,assistant,tool,assistant,tool,assistant,tool" {
+		t.Errorf("recorded messages %s", got)
+	}
+	// No secret reaches the record: the model's requests carried none, and Hermes' key is not in it.
+	if strings.Contains(text, cs.sys.Key.Key) {
+		t.Error("the record holds the caller's key")
+	}
+}
+
+// Streamed, the answer comes as content deltas; Hermes' own calls never as tool_calls deltas
+// (a client would run them) but as progress in the "hermes" field of chunks with an empty
+// delta; the last chunk carries the usage. The variant in which a call is refused (a required
+// argument missing: checked against the contract before dispatch) and a tool fails
+// (UNKNOWN_USER), and the model recovers.
+func TestChatStreamsAndTheModelRecovers(t *testing.T) {
+	cs := startChat(t, "chat-recover", scriptedllm.Meeting(), nil)
+	stream := cs.client.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我订一个明天上午的周会")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}},
+		option.WithHeader("X-Hermes-Session-ID", "sess_chat_weekly"))
+	acc := openai.ChatCompletionAccumulator{}
+	var progress []string
+	chunks := 0
+	for stream.Next() {
+		chunk := stream.Current()
+		chunks++
+		acc.AddChunk(chunk)
+		for _, c := range chunk.Choices {
+			if len(c.Delta.ToolCalls) > 0 {
+				t.Errorf("a tool_calls delta for a call Hermes runs: %s", chunk.RawJSON())
+			}
+		}
+		if f, ok := chunk.JSON.ExtraFields["hermes"]; ok {
+			progress = append(progress, f.Raw())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := acc.Choices[0].Message
+	if !strings.Contains(got.Content, "周会已订好") || acc.Choices[0].FinishReason != "stop" || acc.Usage.TotalTokens == 0 {
+		t.Fatalf("%+v usage %+v", got, acc.Usage)
+	}
+	t.Logf("openai-go stream: %d chunks, answer %q, usage %d+%d tokens; progress:\n%s", chunks, got.Content,
+		acc.Usage.PromptTokens, acc.Usage.CompletionTokens, strings.Join(progress, "\n"))
+	all := strings.Join(progress, "\n")
+	if !strings.Contains(all, `"event":"decided"`) || !strings.Contains(all, `"error_code":"UNKNOWN_USER"`) {
+		t.Errorf("progress %s", all)
+	}
+	text, entries := cs.transcript(t, "sess_chat_weekly")
+	t.Logf("the record of sess_chat_weekly:\n%s", text)
+	for _, want := range []string{"[警告]     " + acc.ID + "-1 参数key缺失: attendees (meeting_book call_0_0)",
+		"meeting_book call_1_0 0 ms contract=v1 error UNKNOWN_USER", "[最终]     " + acc.ID + "-4 回复用户: 周会已订好"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the record lacks %q", want)
+		}
+	}
+	// The refused call was not dispatched: turn 1 has a decision and no request.
+	for _, e := range entries {
+		if e.Msg.Type == protocol.TypeRequest && e.Msg.RequestID == acc.ID+"-1" {
+			t.Error("the refused call was dispatched")
+		}
+	}
+}
+
+// A conversation over several POSTs: the client sends the whole history each time, and the
+// record keeps each message once; a retried POST with the same Idempotency-Key runs nothing
+// twice and gets the first answer.
+func TestChatHistoryAndIdempotency(t *testing.T) {
+	// The model counts its turns by the assistant messages it reads: the client's history
+	// holds its answers, not the tool calls before them.
+	one, two := 1, 2
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "echo twice", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "one"}}}},
+		{Step: &one, IfLastToolContains: "one", Content: "first answer"},
+		{Step: &one, ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "two"}}}},
+		{Step: &two, Content: "second answer"},
+	}}}}
+	cs := startChat(t, "chat-history", script, nil)
+	session := option.WithHeader("X-Hermes-Session-ID", "sess_chat_history")
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage("echo one")}
+	first, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes", Messages: msgs}, session)
+	if err != nil || first.Choices[0].Message.Content != "first answer" {
+		t.Fatalf("%v %+v", err, first)
+	}
+	msgs = append(msgs, first.Choices[0].Message.ToParam(), openai.UserMessage("echo two"))
+	var raw *http.Response
+	params := openai.ChatCompletionNewParams{Model: "hermes", Messages: msgs}
+	second, err := cs.client.Chat.Completions.New(t.Context(), params, session, option.WithHeader("Idempotency-Key", "k-2"), option.WithResponseInto(&raw))
+	if err != nil || second.Choices[0].Message.Content != "second answer" || raw.Header.Get("X-Hermes-Replayed") != "" {
+		t.Fatalf("%v %+v", err, second)
+	}
+	asked := len(cs.model.Requests())
+	again, err := cs.client.Chat.Completions.New(t.Context(), params, session, option.WithHeader("Idempotency-Key", "k-2"), option.WithResponseInto(&raw))
+	if err != nil || again.ID != second.ID || again.Choices[0].Message.Content != "second answer" || raw.Header.Get("X-Hermes-Replayed") != "true" {
+		t.Fatalf("the retry: %v %+v %v", err, again, raw.Header)
+	}
+	if n := len(cs.model.Requests()); n != asked {
+		t.Errorf("the retry asked the model %d more times", n-asked)
+	}
+	_, entries := cs.transcript(t, "sess_chat_history")
+	if n := count(entries, protocol.TypeRequest); n != 2 {
+		t.Errorf("%d requests ran, want 2", n)
+	}
+	var roles []string
+	for _, d := range decisionsOf(entries) {
+		for _, m := range d.Messages {
+			roles = append(roles, m.Role+":"+m.Content)
+		}
+		for _, w := range d.Warnings {
+			t.Errorf("warning %+v", w)
+		}
+	}
+	// system and the first user message once; the first answer is the decision's; the second
+	// user message once.
+	if got := strings.Join(roles, "|"); !strings.HasPrefix(got, "system:be brief|user:echo one|assistant:|tool:") ||
+		strings.Count(got, "user:echo one") != 1 || strings.Count(got, "user:echo two") != 1 || strings.Contains(got, "assistant:first answer") {
+		t.Errorf("recorded messages %s", got)
+	}
+	// A history that differs from the record is recorded again, with a warning.
+	edited := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be verbose"), openai.UserMessage("echo one")}
+	if _, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes", Messages: edited}, session); err != nil {
+		t.Fatal(err)
+	}
+	_, entries = cs.transcript(t, "sess_chat_history")
+	ds := decisionsOf(entries)
+	if w := ds[len(ds)-2].Warnings; len(w) == 0 || w[0].Kind != protocol.WarnHistory {
+		t.Errorf("no history warning: %+v", ds[len(ds)-2])
+	}
+}
+
+// In a turn that calls both, Hermes runs its own tool on the bus and returns the client's to it
+// as an ordinary tool call, never running it; the run goes on when the client sends its result,
+// the model then reading both results.
+func TestChatClientToolsGoBackToTheClient(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_h", Name: "echo", Arguments: map[string]any{"text": "hermes runs me"}},
+			{ID: "call_c", Name: "open_editor", Arguments: map[string]any{"path": "notes.md"}}}},
+		{Content: "both done"},
+	}}}}
+	cs := startChat(t, "chat-client-tools", script, nil)
+	session := option.WithHeader("X-Hermes-Session-ID", "sess_chat_client")
+	tool := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "open_editor",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}})
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("open my notes")}
+	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted", Messages: msgs,
+		Tools: []openai.ChatCompletionToolUnionParam{tool}}, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := resp.Choices[0].Message
+	if resp.Choices[0].FinishReason != "tool_calls" || len(msg.ToolCalls) != 1 || msg.ToolCalls[0].ID != "call_c" || msg.ToolCalls[0].Function.Name != "open_editor" {
+		t.Fatalf("%+v", resp)
+	}
+	_, entries := cs.transcript(t, "sess_chat_client")
+	if n := count(entries, protocol.TypeToolResult); n != 1 {
+		t.Fatalf("%d tool results on the record, want 1 (echo)", n)
+	}
+	msgs = append(msgs, msg.ToParam(), openai.ToolMessage(`{"opened":true}`, "call_c"))
+	resp, err = cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted", Messages: msgs,
+		Tools: []openai.ChatCompletionToolUnionParam{tool}}, session)
+	if err != nil || resp.Choices[0].Message.Content != "both done" {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	reqs := cs.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	var seen []string
+	for _, m := range last {
+		seen = append(seen, m.Role+":"+m.ToolCallID)
+	}
+	// The model read its whole message (both calls) and both results.
+	if got := strings.Join(seen, ","); got != "user:,assistant:,tool:call_h,tool:call_c" || len(last[1].ToolCalls) != 2 ||
+		!strings.Contains(last[2].Text(), "hermes runs me") {
+		t.Errorf("the model read %s", got)
+	}
+}
+
+// Bad input gets OpenAI-style errors naming the field; an unknown model 404; a backend that
+// is down, or answers what is not JSON, 502 — its error recorded, the conversation kept.
+func TestChatBadInput(t *testing.T) {
+	script := &scriptedllm.Script{Models: []string{"scripted"}, Conversations: []scriptedllm.Conversation{
+		{Name: "down", Match: "down", Turns: []scriptedllm.Turn{{Status: 503, Message: "overloaded"}}},
+		{Name: "broken", Match: "broken", Turns: []scriptedllm.Turn{{Raw: `{"choices":[{"message":`}}},
+	}}
+	cs := startChat(t, "chat-bad", script, nil)
+	post := func(body string, headers ...string) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		_ = json.Unmarshal(b, &out)
+		return resp.StatusCode, out
+	}
+	errOf := func(out map[string]any) map[string]any { e, _ := out["error"].(map[string]any); return e }
+	for _, tc := range []struct{ body, param string }{
+		{`{"messages":[{"role":"user","content":"x"}]}`, "model"},
+		{`{"model":"scripted"}`, "messages"},
+		{`{"model":"scripted","messages":[{"role":"robot","content":"x"}]}`, "messages[0].role"},
+		{`{"model":"scripted","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, "messages[0].content[0].type"},
+		{`{"model":"scripted","messages":[{"role":"user","content":"x"},{"role":"tool","content":"r","tool_call_id":"nope"}]}`, "messages[1].tool_call_id"},
+		{`{"model":"scripted","messages":"hi"}`, "messages"},
+		{`{"model":"scripted","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"has space"}}]}`, "tools[0].function.name"},
+		{`{"model":"scripted","messages":[{"role":"user","content":"x"}],"max_turns":0}`, "max_turns"},
+		{`{"model":"scripted","messages":[{"role":"user","content":"x"}],"temperature":"hot"}`, "temperature"},
+		{`{"model":"scripted","messages":[{"role":"user","content":"x"}],"n":2}`, "n"},
+	} {
+		code, out := post(tc.body)
+		if e := errOf(out); code != 400 || e["param"] != tc.param || e["type"] != "invalid_request_error" || !strings.Contains(fmt.Sprint(e["message"]), tc.param) {
+			t.Errorf("%s: %d %v", tc.body, code, out)
+		}
+	}
+	if code, out := post(`{"model":"scripted","messages":[{"role":"user","content":"x"}]}`, "X-Hermes-Session-ID", "bad.session"); code != 400 || errOf(out)["param"] != "X-Hermes-Session-ID" {
+		t.Errorf("bad session: %d %v", code, out)
+	}
+	_, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "gpt-9",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Errorf("unknown model: %v", err)
+	}
+	for _, ask := range []string{"down", "broken"} {
+		session := "sess_chat_" + ask
+		code, out := post(`{"model":"scripted","messages":[{"role":"user","content":"`+ask+`"}]}`, "X-Hermes-Session-ID", session)
+		if e := errOf(out); code != http.StatusBadGateway || e["code"] != "llm_unavailable" || !strings.Contains(fmt.Sprint(e["message"]), session) {
+			t.Errorf("%s: %d %v", ask, code, out)
+		}
+		_, entries := cs.transcript(t, session)
+		ds := decisionsOf(entries)
+		if len(ds) != 1 || ds[0].Error == "" || len(ds[0].Messages) != 1 || ds[0].Messages[0].Content != ask {
+			t.Errorf("%s: the record %+v", ask, ds)
+		}
+	}
+}
+
+// A client that goes away cancels its run: the request's cancel reaches the call running on the
+// bus, which the record shows cancelled.
+func TestChatCancellationReachesRunningCalls(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "slow", "delay_ms": 20000}}}},
+		{Content: "never"},
+	}}}}
+	cs := startChat(t, "chat-cancel", script, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		waitFor(t, "the slow call to start", func() bool {
+			_, entries := cs.transcript(t, "sess_chat_cancel")
+			return count(entries, protocol.TypeToolStarted) > 0
+		})
+		cancel()
+	}()
+	_, err := cs.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "scripted",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("go slow")}}, option.WithHeader("X-Hermes-Session-ID", "sess_chat_cancel"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v", err)
+	}
+	waitFor(t, "the running call cancelled", func() bool {
+		_, entries := cs.transcript(t, "sess_chat_cancel")
+		for _, e := range entries {
+			if r, ok := e.Payload.(*protocol.Response); ok && r.Error != nil && r.Error.Code == protocol.CodeCancelled {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -32,12 +32,12 @@ type chatRequest struct {
 	Messages []chatMessage
 	Tools    []clientTool
 	// NoTools: tool_choice "none": the model answers without tools.
-	NoTools       bool
-	Stream        bool
-	IncludeUsage  bool
-	Session       string // metadata.hermes_session_id
-	MaxTurns      int    // 0: the server's
-	Params        openai.ChatCompletionNewParams
+	NoTools      bool
+	Stream       bool
+	IncludeUsage bool
+	Session      string // metadata.hermes_session_id
+	MaxTurns     int    // 0: the server's
+	Params       openai.ChatCompletionNewParams
 }
 
 // chatMessage is one message of the conversation, as the client sent it.

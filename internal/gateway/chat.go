@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,8 +20,10 @@ import (
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -58,6 +61,12 @@ type chatServer struct {
 	g   *Gateway
 	cfg ChatConfig
 	pub *bus.Publisher
+	// live follows the registered contracts (from Listen on): the tools offered are read from
+	// memory, not the bucket, on each POST.
+	live *registry.Live
+
+	mu      sync.Mutex
+	schemas map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
 }
 
 const (
@@ -82,7 +91,17 @@ func (g *Gateway) registerChat() {
 	if cfg.Model == "" {
 		cfg.Model = chatModelAlias
 	}
-	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
+	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance}),
+		schemas: map[*contract.Compiled]map[string]any{}}
+	if g.cfg.Bus.Contracts != nil {
+		s.live = registry.NewLive(g.cfg.Bus.Contracts, g.log.With("part", "chat"))
+		g.background = append(g.background, func(ctx context.Context) {
+			// Until it follows (or should it never), the tools are read from the bucket.
+			if err := s.live.Start(ctx); err != nil && ctx.Err() == nil {
+				g.log.Warn("the chat front door does not follow the contracts; it reads them on each request", "err", err)
+			}
+		})
+	}
 	g.mux.HandleFunc("POST /v1/chat/completions", g.require(auth.PermSubmit, s.serve))
 	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
 }
@@ -397,29 +416,64 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest) ([]agent.Tool, er
 		mine[t.Name] = true
 		out = append(out, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
 	}
-	g := c.s.g
+	contracts, err := c.s.contracts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range contracts {
+		if mine[k.Name] {
+			continue
+		}
+		schema := c.s.schema(k)
+		if schema == nil {
+			continue
+		}
+		out = append(out, agent.Tool{Name: k.Name, Description: k.Description, Parameters: schema, Check: k.CheckInput})
+	}
+	return out, nil
+}
+
+// contracts are the registered tools' contracts: followed, or read from the bucket.
+func (s *chatServer) contracts(ctx context.Context) ([]*contract.Compiled, error) {
+	if s.live != nil {
+		if all, err := s.live.All(); err == nil {
+			return all, nil
+		}
+	}
+	g := s.g
 	if g.tools == nil {
-		return out, nil
+		return nil, nil
 	}
 	entries, _, err := g.tools.List(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var out []*contract.Compiled
 	for _, e := range entries {
-		if mine[e.Contract.Name] {
-			continue
+		if k := g.compiled(e.Contract, e.Revision); k != nil {
+			out = append(out, k)
 		}
-		k := g.compiled(e.Contract, e.Revision)
-		if k == nil {
-			continue
-		}
-		var schema map[string]any
-		if json.Unmarshal(k.InputJSONSchema(), &schema) != nil || schema["type"] != "object" {
-			continue
-		}
-		out = append(out, agent.Tool{Name: e.Contract.Name, Description: e.Contract.Description, Parameters: schema, Check: k.CheckInput})
 	}
 	return out, nil
+}
+
+// schema is k's input schema as the model is offered it; nil when its arguments are not an
+// object (OpenAI's tools take objects only). The map is shared: nothing writes to it.
+func (s *chatServer) schema(k *contract.Compiled) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.schemas[k]; ok {
+		return m
+	}
+	var m map[string]any
+	if json.Unmarshal(k.InputJSONSchema(), &m) != nil || m["type"] != "object" {
+		m = nil
+	}
+	if len(s.schemas) > 4096 {
+		s.schemas = map[*contract.Compiled]map[string]any{}
+	}
+	s.schemas[k] = m
+	return m
 }
 
 // Run runs one turn's calls as one serial request of the session and waits for its response;
@@ -427,7 +481,9 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest) ([]agent.Tool, er
 // calls stop.
 func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
 	g := c.s.g
-	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls, Serial: true}
+	// Not Serial: the loop waits for each turn's response before the next turn, so a run's
+	// requests go one at a time already, in the session's order.
+	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls}
 	if err := req.Validate(g.cfg.Limits); err != nil {
 		return nil, err
 	}

@@ -106,6 +106,9 @@ type Gateway struct {
 	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
 	store   storeGauge
 
+	// background are the parts' own work, run by Listen until its ctx ends.
+	background []func(context.Context)
+
 	contractsMu sync.Mutex
 	contracts   map[string]*contract.Compiled // name@revision → the registered contract, compiled
 }
@@ -221,6 +224,9 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	// One look before anything is taken: the limits are known to the first request.
 	g.checkStore(ctx)
 	go g.watchStore(ctx, every)
+	for _, f := range g.background {
+		go f(ctx)
+	}
 	if g.cfg.Bus != nil {
 		done := make(chan struct{})
 		defer func() { <-done }() // a request being taken is finished or handed back first

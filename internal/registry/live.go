@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,4 +211,22 @@ func (l *Live) At(ctx context.Context, name string, revision uint64) (*contract.
 		return cur.c, nil
 	}
 	return l.versions.At(ctx, name, revision)
+}
+
+// All returns every tool's contract now, by name; ErrNotFollowing before Start. A tool whose
+// record cannot be used is left out.
+func (l *Live) All() ([]*contract.Compiled, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.following {
+		return nil, ErrNotFollowing
+	}
+	out := make([]*contract.Compiled, 0, len(l.current))
+	for _, cur := range l.current {
+		if cur.c != nil {
+			out = append(out, cur.c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *contract.Compiled) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

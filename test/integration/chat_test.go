@@ -75,8 +75,12 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	cs := &chatSystem{sys: sys, model: srv, js: js,
-		client: openai.NewClient(option.WithBaseURL(sys.GatewayURL+"/v1/"), option.WithAPIKey(sys.Key.Key), option.WithMaxRetries(0))}
+	// A connection the client opened and never used holds the gateway's shutdown for 5 s
+	// (net/http counts it as busy): the clients let theirs go first.
+	hc := &http.Client{}
+	t.Cleanup(func() { hc.CloseIdleConnections(); http.DefaultClient.CloseIdleConnections() })
+	cs := &chatSystem{sys: sys, model: srv, js: js, client: openai.NewClient(option.WithBaseURL(sys.GatewayURL+"/v1/"),
+		option.WithAPIKey(sys.Key.Key), option.WithMaxRetries(0), option.WithHTTPClient(hc))}
 	// The meeting tools register their contracts through the gateway once it is up; the model
 	// is offered registered tools only.
 	waitFor(t, "the meeting tools' contracts registered", func() bool {

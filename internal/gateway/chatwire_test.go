@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// FuzzDecodeChatRequest: whatever the body, decoding does not panic, and what it refuses is a
+// *chatError naming why; what it takes has a model and messages within the bounds.
+func FuzzDecodeChatRequest(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"t","arguments":"{"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"tools":[{"type":"function","function":{"name":"t","parameters":{"type":"object"}}}],"stream":true,"stream_options":{"include_usage":true},"metadata":{"hermes_session_id":"s"},"max_turns":3,"stop":["x"],"tool_choice":"none"}`)
+	f.Add(`{"model":1}`)
+	f.Add(`{"model":"m","messages":[null]}`)
+	f.Add(`[]`)
+	f.Add(`{"model":"m","messages":[{"role":"tool"}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := decodeChatRequest([]byte(body))
+		if err != nil {
+			ce, ok := err.(*chatError)
+			if !ok || ce.Status != 400 || ce.Message == "" {
+				t.Fatalf("%T %v", err, err)
+			}
+			return
+		}
+		if req.Model == "" || len(req.Messages) == 0 || len(req.Messages) > maxChatMessages || len(req.Tools) > maxChatTools {
+			t.Fatalf("%+v", req)
+		}
+		for _, m := range req.Messages {
+			_ = m.param()
+			_ = m.digest()
+		}
+	})
+}
+
+func TestChatRequestErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct{ body, param string }{
+		{`{"model":"m","messages":[{"role":"user"}]}`, "messages[0].content"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"t"}}]}]}`, "messages[0].tool_calls[0].id"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`, "tool_choice"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"a"}}]}`, "tools[1].function.name"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]}`, "stop"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, "max_tokens"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}]} {}`, ""},
+	} {
+		_, err := decodeChatRequest([]byte(tc.body))
+		ce, ok := err.(*chatError)
+		if !ok || ce.Param != tc.param || (tc.param != "" && !strings.HasPrefix(ce.Message, tc.param+":")) {
+			t.Errorf("%s: %v", tc.body, err)
+		}
+	}
+}
+
+// A history is matched to the record by the messages the client has seen; a run that waits
+// for the client's results goes on with the model's whole message and Hermes' results.
+func TestChatConversationMatchesTheRecord(t *testing.T) {
+	req, err := decodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := chatState{Seen: []string{req.Messages[0].digest(), req.Messages[1].digest()}}
+	msgs, recorded, warning := st.conversation(req.Messages)
+	if len(msgs) != 3 || recorded != 2 || warning != nil {
+		t.Fatalf("%d %d %v", len(msgs), recorded, warning)
+	}
+	st.Seen[0] = "other"
+	if _, recorded, warning = st.conversation(req.Messages); recorded != 0 || warning == nil {
+		t.Fatalf("a differing history: %d %v", recorded, warning)
+	}
+	// A run that returned the client's call c2 (and ran h1 itself).
+	req, _ = decodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"c2","type":"function","function":{"name":"mine","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c2","content":"done"}]}`))
+	whole, _ := json.Marshal(map[string]any{"role": "assistant", "tool_calls": []any{
+		map[string]any{"id": "h1", "type": "function", "function": map[string]any{"name": "echo", "arguments": "{}"}},
+		map[string]any{"id": "c2", "type": "function", "function": map[string]any{"name": "mine", "arguments": "{}"}}}})
+	result, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": "h1", "content": "echoed"})
+	st = chatState{Seen: []string{req.Messages[0].digest(), req.Messages[1].digest()},
+		Pending: &chatPending{Run: "r", Calls: []string{"c2"}, Messages: []json.RawMessage{whole, result}}}
+	msgs, recorded, _ = st.conversation(req.Messages)
+	b, _ := json.Marshal(msgs)
+	if len(msgs) != 4 || recorded != 1 || !strings.Contains(string(b), `"h1"`) || !strings.Contains(string(b), `"echoed"`) {
+		t.Fatalf("%d %d %s", len(msgs), recorded, b)
+	}
+}

@@ -32,7 +32,7 @@ type llmFlags struct {
 }
 
 func (l *llmFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.mode, "llm", os.Getenv("HERMES_LLM"), `the agent loop's model: "scripted" for the built-in scripted one (the seed's meeting assistant; no model needed), or empty to take --llm-config / --llm-base-url (none: no /v1/chat/completions) (env HERMES_LLM)`)
+	fs.StringVar(&l.mode, "llm", os.Getenv("HERMES_LLM"), `the agent loop's model: "scripted" for the built-in scripted one (the seed's meeting assistant; no model needed), "none" for no /v1/chat/completions, or empty to take --llm-config / --llm-base-url (hermes up with its demo tools and neither: scripted) (env HERMES_LLM)`)
 	fs.StringVar(&l.file, "llm-config", os.Getenv("HERMES_LLM_CONFIG"), "config file in seed 001's shape (an llm block: provider, base_url, model, api_key_env, fallback, selector); the flags below override it (env HERMES_LLM_CONFIG)")
 	fs.StringVar(&l.baseURL, "llm-base-url", os.Getenv("HERMES_LLM_BASE_URL"), "OpenAI-compatible API of the model, e.g. http://127.0.0.1:11434/v1 (Ollama) (env HERMES_LLM_BASE_URL)")
 	fs.StringVar(&l.model, "llm-model", os.Getenv("HERMES_LLM_MODEL"), "the model asked (env HERMES_LLM_MODEL)")
@@ -48,7 +48,9 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 }
 
 // enabled reports whether the flags ask for the agent loop.
-func (l *llmFlags) enabled() bool { return l.mode != "" || l.file != "" || l.baseURL != "" }
+func (l *llmFlags) enabled() bool {
+	return l.mode != "none" && (l.mode != "" || l.file != "" || l.baseURL != "")
+}
 
 // chat builds the front door's configuration; with --llm scripted it starts the scripted model
 // on a loopback port until ctx ends or stop is called. desc says what it is, for banners.
@@ -79,7 +81,7 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 		*stop = halt
 		c.Backend = llm.Backend{Name: "scripted", BaseURL: base, Model: "scripted"}
 	default:
-		return nil, "", fmt.Errorf("--llm %q: \"scripted\", or empty with --llm-config or --llm-base-url", l.mode)
+		return nil, "", fmt.Errorf("--llm %q: \"scripted\", \"none\", or empty with --llm-config or --llm-base-url", l.mode)
 	}
 	if l.file != "" {
 		f, err := llm.LoadFile(l.file)

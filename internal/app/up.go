@@ -76,6 +76,9 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 			ln.Close()
 		}
 	}
+	if *demoAddr != "" && gf.llm.mode == "" && gf.llm.file == "" && gf.llm.baseURL == "" {
+		gf.llm.mode = "scripted" // the demo's model beside the demo tools: nothing to install
+	}
 	if *demoAddr == "" && !flagGiven(fs, "contracts") && os.Getenv("HERMES_CONTRACTS") == "" {
 		*contracts = "" // the demo tools' contracts, without the demo tools, only if asked for
 	}
@@ -136,7 +139,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  web UI      %s/   sessions and their tool calls, live (sign in with a key)\n", base)
 	fmt.Fprintf(&b, "  demo tools  %s\n", demo)
 	if sys.LLM != "" {
-		fmt.Fprintf(&b, "  agent loop  %s/v1/chat/completions (OpenAI-compatible) · model %s\n", base, sys.LLM)
+		fmt.Fprintf(&b, "  agent loop  %s/v1/chat/completions (OpenAI-compatible; model \"hermes\")\n              asking %s\n", base, sys.LLM)
 	}
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	nkey := ""
@@ -180,7 +183,11 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s -f examples/request-parallel.json\n\n", base)
 	} else {
 		fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/request.json\n", base, keyFile)
-		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n\n", base, flagKey)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n", base, flagKey)
+		if sys.LLM != "" {
+			fmt.Fprintf(&b, "  curl -s %s/v1/chat/completions -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/chat-meeting.json\n", base, keyFile)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "Watch:\n")
 	if clientURL == "" {
@@ -188,7 +195,11 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	} else {
 		u := bus.Redact(clientURL)
 		fmt.Fprintf(&b, "  go run ./cmd/hermes tail --nats %s%s\n", u, nkey)
-		fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s%s --session sess_demo_parallel\n\n", u, nkey)
+		fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s%s --session sess_demo_parallel\n", u, nkey)
+		if sys.LLM != "" {
+			fmt.Fprintf(&b, "  go run ./cmd/hermes replay --nats %s%s --session sess_demo_chat\n", u, nkey)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "Ctrl-C stops.\n")
 	fmt.Fprint(env.Stdout, b.String())

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
@@ -465,4 +466,36 @@ func TestChatCancellationReachesRunningCalls(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// The web view shows each decision at the top of its turn, in the seed's shape: what the model
+// chose, the argument it left out, its answer.
+func TestBrowserShowsTheModelsDecisions(t *testing.T) {
+	long(t, "browser")
+	chromium := chromiumPath(t)
+	cs := startChat(t, "chat-ui", scriptedllm.Meeting(), nil)
+	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我订一个明天上午的周会 <img src=x onerror=alert(1)>")}},
+		option.WithHeader("X-Hermes-Session-ID", "sess_chat_ui"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, chromium, cs.sys.GatewayURL)
+	b.do("sign in", chromedp.Navigate(b.base+"/"))
+	b.waitJS("the sign-in form", `!document.getElementById('signin').hidden`)
+	b.do("send the key", chromedp.SetValue(chromedp.CSS("#signin-key"), cs.sys.Key.Key), chromedp.Click(chromedp.CSS("#signin-submit")))
+	b.waitJS("signed in", `document.getElementById('signin').hidden`)
+	b.do("open the session", chromedp.Navigate(b.base+"/#session=sess_chat_ui"))
+	decision := func(turn int) string {
+		return fmt.Sprintf(`(document.querySelector('.req[data-request="%s-%d"] .decision') || {textContent: ''}).textContent`, resp.ID, turn)
+	}
+	b.waitJS("turn 1's input, choice and warning", decision(1)+`.includes('[路由] 原始输入: 帮我订一个明天上午的周会') && `+
+		decision(1)+`.includes('[路由] LLM选择: meeting_book') && `+decision(1)+`.includes('[警告] 参数key缺失: attendees (meeting_book call_0_0)')`)
+	b.waitJS("turn 1 not dispatched", jsReqStatus(resp.ID+"-1")+` === 'refused'`)
+	b.waitJS("turn 2's failed call", jsCallError(resp.ID+"-2", "call_1_0")+`.includes('UNKNOWN_USER')`)
+	b.waitJS("the answer", decision(4)+`.includes('[最终] 回复用户: 周会已订好') && `+jsReqStatus(resp.ID+"-4")+` === 'answered'`)
+	if n := evalJS[int](b, `document.querySelectorAll('.decision img').length`); n != 0 {
+		t.Error("the person's message was taken as HTML")
+	}
+	b.screenshot("decisions")
 }

@@ -524,7 +524,8 @@
   };
 
   const responseWords = {
-    answered: '✓ answered', success: '✓ success', partial_success: '⚠ partial success', failed: '✗ failed', pending: '… running',
+    answered: '✓ answered', model_failed: '✗ model failed', to_client: '↩ to the client', refused: '✗ not dispatched',
+    success: '✓ success', partial_success: '⚠ partial success', failed: '✗ failed', pending: '… running',
   };
 
   // decisionLines is a model's decision as seed 001 §5.2's log has it (the record's
@@ -553,8 +554,15 @@
     const req = r.request;
     const resp = lastOf(r.responses);
     const decisions = r.other.filter((m) => m.type === 'llm_decision.v1' && m.payload);
-    const answered = !req && decisions.some((m) => !m.payload.error && !(Array.isArray(m.payload.chosen) && m.payload.chosen.length));
-    const respStatus = resp ? String(resp.payload.status || 'failed') : answered ? 'answered' : 'pending';
+    // A turn with a decision and no request: the model answered, failed, or made only calls
+    // that were refused or are the client's to run.
+    const turnOnly = !req && !resp && decisions.length > 0;
+    let respStatus = resp ? String(resp.payload.status || 'failed') : 'pending';
+    if (turnOnly) {
+      const d = lastOf(decisions).payload;
+      const chosen = Array.isArray(d.chosen) ? d.chosen : [];
+      respStatus = d.error ? 'model_failed' : !chosen.length ? 'answered' : chosen.every((c) => c.client) ? 'to_client' : 'refused';
+    }
     let t0 = req ? msgTime(req) : NaN;
     if (!Number.isFinite(t0)) t0 = Math.min(...r.msgs.map(msgTime).filter(Number.isFinite), now);
 
@@ -580,7 +588,7 @@
     el('span', { class: 'req-meta' },
       Number.isFinite(t0) ? clock(t0) : '',
       ' · ', plural(calls.length, 'call', 'calls'),
-      ' · ', resp ? 'answered in ' + dur(msgTime(resp) - t0) : 'running for ' + dur(now - t0),
+      ' · ', resp ? 'answered in ' + dur(msgTime(resp) - t0) : turnOnly ? 'a model turn' : 'running for ' + dur(now - t0),
       req && req.payload && req.payload.serial ? ' · serial' : '',
       req && req.caller ? ' · by ' + callerName(req.caller) : ''));
     block.append(head);

@@ -119,6 +119,10 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
 			Name: t.Name, Description: openai.String(t.Description), Parameters: schema}))
 	}
+	recordedOffered := offered
+	if len(recordedOffered) > protocol.MaxDecisionOffered {
+		recordedOffered = recordedOffered[:protocol.MaxDecisionOffered]
+	}
 	out := Outcome{}
 	corrections := 0
 	recorded := min(max(r.Recorded, 0), len(params.Messages)) // messages the record holds
@@ -128,7 +132,7 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, ErrTooManyTurns
 		}
 		requestID := fmt.Sprintf("%s-%d", r.RequestID, turn)
-		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: offered, Prompt: len(params.Messages),
+		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: recordedOffered, Prompt: len(params.Messages),
 			Messages: RecordMessages(params.Messages[recorded:])}
 		if turn == 1 {
 			d.Input = r.Intent
@@ -159,10 +163,22 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		u := usageOf(resp.Usage)
 		d.Usage.Prompt, d.Usage.Completion, d.Usage.Total = d.Usage.Prompt+u.Prompt, d.Usage.Completion+u.Completion, d.Usage.Total+u.Total
 		msg := resp.Choices[0].Message
+		if len(msg.ToolCalls) > MaxCallsPerTurn {
+			// More than any request may hold: the model is not making sense; nothing runs.
+			d.Error = fmt.Sprintf("the model made %d tool calls in one turn; at most %d are taken", len(msg.ToolCalls), MaxCallsPerTurn)
+			for _, c := range msg.ToolCalls[:MaxCallsPerTurn] {
+				d.Chosen = append(d.Chosen, protocol.LLMCall{ID: cutText(c.ID), Name: cutText(c.Function.Name), Arguments: cutText(c.Function.Arguments)})
+			}
+			if err := l.decided(ctx, r.Session, requestID, d); err != nil {
+				return out, err
+			}
+			return out, &ModelError{Msg: d.Error}
+		}
+		d.Warnings = append(d.Warnings, nameCalls(turn, msg.ToolCalls)...)
 		params.Messages = append(params.Messages, msg.ToParam())
 		out.Messages = params.Messages
 		if len(msg.ToolCalls) == 0 {
-			d.Answer = msg.Content
+			d.Answer = cutText(msg.Content)
 			if err := l.decided(ctx, r.Session, requestID, d); err != nil {
 				return out, err
 			}
@@ -183,16 +199,13 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		}
 		for _, c := range msg.ToolCalls {
 			t, ok := byName[c.Function.Name]
-			d.Chosen = append(d.Chosen, protocol.LLMCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments, Client: ok && t.Client})
+			d.Chosen = append(d.Chosen, protocol.LLMCall{ID: c.ID, Name: cutText(c.Function.Name), Arguments: cutText(c.Function.Arguments), Client: ok && t.Client})
 			switch {
 			case !ok:
-				warn(protocol.LLMWarning{Kind: protocol.WarnUnknownTool, Tool: c.Function.Name, CallID: c.ID,
-					Message: fmt.Sprintf("unknown tool %q: the tools offered are %s", c.Function.Name, strings.Join(offered, ", "))})
+				warn(protocol.LLMWarning{Kind: protocol.WarnUnknownTool, Tool: protocol.Shorten(c.Function.Name, 128), CallID: c.ID,
+					Message: fmt.Sprintf("unknown tool %q: it is not one of the %d tools offered", protocol.Shorten(c.Function.Name, 128), len(offered))})
 			case t.Client:
 				out.ClientCalls = append(out.ClientCalls, c)
-			case protocol.CheckID("tool_call_id", c.ID) != nil:
-				warn(protocol.LLMWarning{Kind: protocol.WarnBadArguments, Tool: c.Function.Name, CallID: c.ID,
-					Message: fmt.Sprintf("%s: the call's id is not one Hermes can record (%v)", c.Function.Name, protocol.CheckID("tool_call_id", c.ID))})
 			default:
 				args := json.RawMessage(c.Function.Arguments)
 				if strings.TrimSpace(c.Function.Arguments) == "" {
@@ -256,6 +269,51 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, nil
 		}
 	}
+}
+
+// MaxCallsPerTurn bounds the calls one model turn may make; a turn that makes more ends the run
+// (ModelError) with nothing run.
+const MaxCallsPerTurn = 128
+
+// ModelError is a model's answer the loop cannot take (too many calls in one turn).
+type ModelError struct{ Msg string }
+
+func (e *ModelError) Error() string { return "agent: " + e.Msg }
+
+// nameCalls gives each call an id the record and the bus can carry, once in the turn: a call
+// whose id is empty, repeated or unusable as an id (some backends number calls "0", "1" in
+// every turn, or send none) is named call_<turn>_<index>, and a warning says so. Calls without
+// a type are taken as functions.
+func nameCalls(turn int, calls []openai.ChatCompletionMessageToolCallUnion) []protocol.LLMWarning {
+	taken := map[string]bool{}
+	bad := make([]bool, len(calls))
+	for i := range calls {
+		c := &calls[i]
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		if c.ID == "" || protocol.CheckID("tool_call_id", c.ID) != nil || taken[c.ID] {
+			bad[i] = true
+			continue
+		}
+		taken[c.ID] = true
+	}
+	var warnings []protocol.LLMWarning
+	for i := range calls {
+		if !bad[i] {
+			continue
+		}
+		c := &calls[i]
+		name := fmt.Sprintf("call_%d_%d", turn, i)
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("call_%d_%d_%d", turn, i, n)
+		}
+		taken[name] = true
+		warnings = append(warnings, protocol.LLMWarning{Kind: protocol.WarnCallID, Tool: protocol.Shorten(c.Function.Name, 128), CallID: name,
+			Message: fmt.Sprintf("the model gave call %d the id %q (empty, repeated or not an id): Hermes named it %s", i, protocol.Shorten(c.ID, 64), name)})
+		c.ID = name
+	}
+	return warnings
 }
 
 // refused turns a contract's refusal of a call's arguments into warnings: one per missing

@@ -25,7 +25,7 @@ import (
 type llmFlags struct {
 	mode, file                                 string
 	baseURL, model, keyEnv                     string
-	selectorURL, selectorModel                 string
+	selectorURL, selectorModel, selectorKeyEnv string
 	fallbackURL, fallbackModel, fallbackKeyEnv string
 	timeout, runTimeout                        time.Duration
 	maxTurns                                   int
@@ -38,6 +38,7 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.model, "llm-model", os.Getenv("HERMES_LLM_MODEL"), "the model asked (env HERMES_LLM_MODEL)")
 	fs.StringVar(&l.keyEnv, "llm-api-key-env", os.Getenv("HERMES_LLM_API_KEY_ENV"), "environment variable holding the backend's key (its value is never logged or recorded) (env HERMES_LLM_API_KEY_ENV)")
 	fs.StringVar(&l.selectorURL, "llm-selector-base-url", os.Getenv("HERMES_LLM_SELECTOR_BASE_URL"), "API of a faster model that chooses tools and fills arguments (default: --llm-base-url) (env HERMES_LLM_SELECTOR_BASE_URL)")
+	fs.StringVar(&l.selectorKeyEnv, "llm-selector-api-key-env", os.Getenv("HERMES_LLM_SELECTOR_API_KEY_ENV"), "environment variable holding the selector's key (default: the backend's, when the selector is at the backend's URL) (env HERMES_LLM_SELECTOR_API_KEY_ENV)")
 	fs.StringVar(&l.selectorModel, "llm-selector-model", os.Getenv("HERMES_LLM_SELECTOR_MODEL"), "the faster model choosing tools; the main model answers (env HERMES_LLM_SELECTOR_MODEL)")
 	fs.StringVar(&l.fallbackURL, "llm-fallback-base-url", os.Getenv("HERMES_LLM_FALLBACK_BASE_URL"), "API asked when the backend gives up (429, 5xx, no answer) (env HERMES_LLM_FALLBACK_BASE_URL)")
 	fs.StringVar(&l.fallbackModel, "llm-fallback-model", os.Getenv("HERMES_LLM_FALLBACK_MODEL"), "the fallback's model (default: --llm-model) (env HERMES_LLM_FALLBACK_MODEL)")
@@ -105,12 +106,17 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 		c.Backend.Timeout = l.timeout
 	}
 	if l.selectorModel != "" || l.selectorURL != "" {
-		s := llm.Backend{Name: "selector", BaseURL: c.Backend.BaseURL, Model: c.Backend.Model, KeyEnv: c.Backend.KeyEnv, APIKey: c.Backend.APIKey, Timeout: c.Backend.Timeout}
+		s := llm.Backend{Name: "selector", BaseURL: c.Backend.BaseURL, Model: c.Backend.Model, Timeout: c.Backend.Timeout}
 		if c.Selector != nil {
 			s = *c.Selector
 		}
 		over(&s.BaseURL, l.selectorURL)
 		over(&s.Model, l.selectorModel)
+		over(&s.KeyEnv, l.selectorKeyEnv)
+		if s.KeyEnv == "" && s.APIKey == "" && s.BaseURL == c.Backend.BaseURL {
+			// The backend's own API: its key. A key never goes to another origin unasked.
+			s.KeyEnv, s.APIKey = c.Backend.KeyEnv, c.Backend.APIKey
+		}
 		c.Selector = &s
 	}
 	if l.fallbackURL != "" || l.fallbackModel != "" {

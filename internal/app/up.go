@@ -185,7 +185,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 		fmt.Fprintf(&b, "  curl -s %s/v1/route -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/request.json\n", base, keyFile)
 		fmt.Fprintf(&b, "  go run ./cmd/hermes route --url %s%s -f examples/request-parallel.json\n", base, flagKey)
 		if sys.LLM != "" {
-			fmt.Fprintf(&b, "  curl -s %s/v1/chat/completions -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/chat-meeting.json\n", base, keyFile)
+			fmt.Fprintf(&b, "  curl -s %s/v1/chat/completions -H \"Authorization: Bearer $(cat %s)\" -H 'Content-Type: application/json' -d @examples/chat/meeting.json\n", base, keyFile)
 		}
 		b.WriteString("\n")
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,7 +75,12 @@ const (
 	headerIdemKey   = "Idempotency-Key"
 	chatModelAlias  = "hermes"
 	maxSeenMessages = 4096
+	// maxPendingBytes bounds what a run waiting for the client's results keeps.
+	maxPendingBytes = 256 << 10
 )
+
+// errStoreFull: the record is near its limit; nothing more is taken.
+var errStoreFull = errors.New("the record is near its limit")
 
 func (g *Gateway) registerChat() {
 	c := g.cfg.Chat
@@ -148,12 +154,18 @@ func writeChatError(w http.ResponseWriter, e *chatError) {
 
 // chatRun is one POST: who asks, in which session, under which run id.
 type chatRun struct {
-	s        *chatServer
-	a        actor
-	session  string
+	s       *chatServer
+	a       actor
+	session string
+	// named: the client named the session (header or metadata); a session Hermes made for
+	// one POST keeps no state, as no client could continue it unnamed.
+	named    bool
 	run      string
+	body     string // the request body's digest, for Idempotency-Key retries
 	trace    protocol.TraceContext
 	progress func(map[string]any) // a stream's progress, nil when not streaming
+	// dispatched: a turn's request was submitted (something may have run).
+	dispatched atomic.Bool
 }
 
 func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
@@ -204,7 +216,8 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = rand.Read(b[:])
 		run = "chat-" + hex.EncodeToString(b[:])
 	}
-	if session == "" {
+	named := session != ""
+	if !named {
 		session = run
 	}
 	if err := protocol.CheckID(headerSession, session); err != nil {
@@ -242,7 +255,13 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c := &chatRun{s: s, a: a, session: session, run: run, trace: trace}
+	if why := g.store.full.Load(); why != nil {
+		w.Header().Set("Retry-After", "30")
+		writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeStoreFull, Message: *why})
+		return
+	}
+	sum := sha256.Sum256(body)
+	c := &chatRun{s: s, a: a, session: session, named: named, run: run, trace: trace, body: hex.EncodeToString(sum[:16])}
 	if key != "" {
 		done, ok := c.claimRun(w, r, req)
 		if !ok || done {
@@ -257,10 +276,6 @@ func (c *chatRun) respond(w http.ResponseWriter, r *http.Request, req *chatReque
 	var stream *chatStream
 	if req.Stream {
 		stream = newChatStream(w, c.run, c.s.cfg.Model)
-		if stream == nil {
-			writeChatError(w, &chatError{Status: http.StatusInternalServerError, Type: "server_error", Message: "this connection cannot stream"})
-			return
-		}
 		c.progress = stream.progress
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), c.s.cfg.RunTimeout)
@@ -322,12 +337,19 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 			from--
 		}
 		pending := &chatPending{Run: c.run}
+		size := 0
 		for _, m := range out.Messages[from:] {
 			b, err := json.Marshal(m)
 			if err != nil {
 				continue
 			}
+			size += len(b)
 			pending.Messages = append(pending.Messages, b)
+		}
+		if size > maxPendingBytes {
+			// Too much to keep: the run goes on from what the client has (its calls and their
+			// results), without Hermes' results of that turn.
+			pending.Messages = nil
 		}
 		for _, tc := range answer.ToolCalls {
 			pending.Calls = append(pending.Calls, tc.ID)
@@ -367,19 +389,28 @@ func chatFailure(e *chatError) (int, map[string]any) {
 
 // failure says why a run ended without an answer; the conversation so far is on the record.
 func (c *chatRun) failure(ctx context.Context, err error) *chatError {
-	var le *llm.Error
+	var (
+		le *llm.Error
+		me *agent.ModelError
+	)
 	switch {
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
+			Message: fmt.Sprintf("the run did not end within %s; its calls were cancelled", c.s.cfg.RunTimeout)}
+	case ctx.Err() != nil:
+		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled, Message: "the client went away; the run's calls were cancelled"}
+	case errors.As(err, &me):
+		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_answer_refused",
+			Message: me.Msg + "; the conversation so far is on the record of session " + c.session}
+	case errors.Is(err, errStoreFull):
+		return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeStoreFull,
+			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
 	case errors.Is(err, agent.ErrTooManyTurns):
 		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "max_turns_exceeded",
 			Message: "the model kept calling tools past the turns allowed; the conversation so far is on the record of session " + c.session}
 	case errors.As(err, &le):
 		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_unavailable",
 			Message: le.Error() + "; the conversation so far is on the record of session " + c.session}
-	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
-			Message: fmt.Sprintf("the run did not end within %s; its calls were cancelled", c.s.cfg.RunTimeout)}
-	case ctx.Err() != nil:
-		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled, Message: "the client went away; the run's calls were cancelled"}
 	case strings.Contains(err.Error(), "were refused"):
 		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "tool_calls_refused",
 			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
@@ -498,12 +529,18 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	sub := submit.Submission{Request: req, Trace: c.trace, Wait: max(wait, time.Millisecond), Size: size}
 	if c.a.caller != nil {
 		sub.Caller, sub.Owner = c.a.record(), c.a.owner()
+		// Each turn's request is one of the caller's: a POST that runs many turns runs them
+		// at the caller's rate.
+		if err := g.limits.wait(ctx, c.a.caller); err != nil {
+			return nil, err
+		}
 	}
 	adm, why := g.store.admit(size)
 	defer adm.close()
 	if why != nil {
-		return nil, errors.New(*why)
+		return nil, fmt.Errorf("%w: %s", errStoreFull, *why)
 	}
+	c.dispatched.Store(true)
 	out, err := g.submit.Submit(ctx, sub)
 	adm.settle(out, err)
 	switch {
@@ -559,6 +596,15 @@ func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d
 	if c.a.caller != nil {
 		m.Caller = c.a.record()
 	}
+	// A decision is written to the record like a request: refused when the record is near its
+	// limit, so that what was accepted can finish.
+	adm, why := c.s.g.store.admit(len(m.Payload) / 4) // admit counts a request's footprint, four times its size
+	if why != nil {
+		adm.close()
+		return fmt.Errorf("%w: %s", errStoreFull, *why)
+	}
+	adm.kept = true
+	defer adm.close()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := c.s.pub.Publish(pctx, protocol.SubjectEvent(protocol.EventLLM, session), m); err != nil {
@@ -620,6 +666,9 @@ func (c *chatRun) loadState(ctx context.Context) (chatState, uint64, error) {
 // saveState keeps next as the session's state; another run of the session that saved first
 // wins (its client's next history is matched against it).
 func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) {
+	if !c.named {
+		return
+	}
 	if len(next.Seen) > maxSeenMessages {
 		next.Seen = nil // too long to match: a resend is recorded again, with a warning
 	}
@@ -697,9 +746,10 @@ func sameCalls(calls []chatToolCall, ids []string) bool {
 // its answer.
 type chatRunState struct {
 	State    string          `json:"state"` // running, done
+	Body     string          `json:"body_digest"`
 	Deadline time.Time       `json:"deadline"`
 	Status   int             `json:"status,omitempty"`
-	Body     json.RawMessage `json:"body,omitempty"`
+	Answer   json.RawMessage `json:"answer,omitempty"`
 }
 
 func chatRunKey(run string) string { return "chatrun." + run }
@@ -709,7 +759,7 @@ func chatRunKey(run string) string { return "chatrun." + run }
 func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequest) (done, ok bool) {
 	kv := c.s.g.cfg.Bus.Sessions
 	ctx := r.Context()
-	data, _ := json.Marshal(chatRunState{State: "running", Deadline: time.Now().Add(c.s.cfg.RunTimeout + 30*time.Second).UTC()})
+	data, _ := json.Marshal(chatRunState{State: "running", Body: c.body, Deadline: time.Now().Add(c.s.cfg.RunTimeout + 30*time.Second).UTC()})
 	if _, err := kv.Create(ctx, chatRunKey(c.run), data); err == nil {
 		return false, true
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -725,22 +775,30 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return true, false
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// The first run ended having run nothing: this one runs.
+			if _, err := kv.Create(ctx, chatRunKey(c.run), data); err == nil {
+				return false, true
+			}
+			continue
 		case err != nil:
 			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "the first run with this Idempotency-Key could not be read; retry"})
+			return true, false
+		case st.Body != c.body:
+			writeChatError(w, &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: headerIdemKey, Code: "idempotency_key_reused",
+				Message: "this Idempotency-Key was used for another request body; send a new key"})
 			return true, false
 		case st.State == "done":
 			w.Header().Set("X-Hermes-Replayed", "true")
 			if req.Stream && st.Status == http.StatusOK {
 				var body map[string]any
-				_ = json.Unmarshal(st.Body, &body)
-				if stream := newChatStream(w, c.run, c.s.cfg.Model); stream != nil {
-					stream.finish(st.Status, body, req.IncludeUsage)
-					return true, true
-				}
+				_ = json.Unmarshal(st.Answer, &body)
+				newChatStream(w, c.run, c.s.cfg.Model).finish(st.Status, body, req.IncludeUsage)
+				return true, true
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(st.Status)
-			_, _ = w.Write(append(st.Body, '\n'))
+			_, _ = w.Write(append(st.Answer, '\n'))
 			return true, true
 		case time.Now().After(st.Deadline):
 			writeChatError(w, &chatError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "run_abandoned",
@@ -755,16 +813,24 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 	}
 }
 
-// finishRun keeps a keyed run's answer for its retries.
+// finishRun keeps a keyed run's answer for its retries. A run that failed having run nothing
+// on the bus is forgotten instead: its retry runs (nothing can run twice).
 func (c *chatRun) finishRun(status int, body map[string]any) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv := c.s.g.cfg.Bus.Sessions
+	if status != http.StatusOK && !c.dispatched.Load() {
+		if err := kv.Delete(ctx, chatRunKey(c.run)); err != nil {
+			c.s.g.log.Warn("forget a chat run that ran nothing", "run", c.run, "err", err)
+		}
+		return
+	}
 	data, err := json.Marshal(body)
 	if err != nil {
 		return
 	}
-	st, _ := json.Marshal(chatRunState{State: "done", Status: status, Body: data})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, chatRunKey(c.run), st); err != nil {
+	st, _ := json.Marshal(chatRunState{State: "done", Body: c.body, Status: status, Answer: data})
+	if _, err := kv.Put(ctx, chatRunKey(c.run), st); err != nil {
 		c.s.g.log.Warn("keep a chat run's answer for its retries", "run", c.run, "err", err)
 	}
 }

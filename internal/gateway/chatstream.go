@@ -15,23 +15,24 @@ import (
 type chatStream struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
-	flusher http.Flusher
+	rc      *http.ResponseController
+	broken  bool // a write failed: the client is gone or stopped reading
 	id      string
 	model   string
 	created int64
 }
 
+// chatWriteTimeout bounds each write of a stream: a client that stops reading does not hold
+// the run (it goes on, and ends, without it).
+const chatWriteTimeout = 30 * time.Second
+
 func newChatStream(w http.ResponseWriter, id, model string) *chatStream {
-	f, ok := w.(http.Flusher)
-	if !ok {
-		return nil
-	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &chatStream{w: w, flusher: f, id: id, model: model, created: time.Now().Unix()}
+	s := &chatStream{w: w, rc: http.NewResponseController(w), id: id, model: model, created: time.Now().Unix()}
 	s.chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil, nil)
 	return s
 }
@@ -41,12 +42,23 @@ func (s *chatStream) send(v any) {
 	if err != nil {
 		return
 	}
+	s.write(append(append([]byte("data: "), b...), '\n', '\n'))
+}
+
+func (s *chatStream) write(b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write([]byte("data: "))
-	_, _ = s.w.Write(b)
-	_, _ = s.w.Write([]byte("\n\n"))
-	s.flusher.Flush()
+	if s.broken {
+		return
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(chatWriteTimeout))
+	if _, err := s.w.Write(b); err != nil {
+		s.broken = true
+		return
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.broken = true
+	}
 }
 
 // chunk sends one chat.completion.chunk.
@@ -105,12 +117,7 @@ func (s *chatStream) finish(status int, body map[string]any, includeUsage bool) 
 	s.done()
 }
 
-func (s *chatStream) done() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, _ = s.w.Write([]byte("data: [DONE]\n\n"))
-	s.flusher.Flush()
-}
+func (s *chatStream) done() { s.write([]byte("data: [DONE]\n\n")) }
 
 // toolCallsOf reads the tool calls of an answer, whether made here or read back from a kept
 // answer (JSON).

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net"
@@ -136,6 +137,29 @@ func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
 		return false
 	}
 	return true
+}
+
+// wait takes one request of c's rate, waiting for it when c is over its rate (until ctx ends):
+// for the requests a caller's one request makes (each turn of a chat run).
+func (l *limits) wait(ctx context.Context, c *auth.Caller) error {
+	for {
+		now := time.Now()
+		l.mu.Lock()
+		u := l.use(c, now)
+		var wait time.Duration
+		if u.rate != nil {
+			_, wait = take(u.rate, now)
+		}
+		l.mu.Unlock()
+		if wait <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // allowSignin takes one of c's sign-ins, or answers 429.

@@ -251,25 +251,23 @@ type Error struct {
 	key            string
 }
 
-// Error says which backend failed and why, the backend's key redacted wherever it echoed it.
+// Error says which backend failed and why, the backend's key redacted wherever it echoed it
+// (before the text is cut, so that no part of it survives a cut).
 func (e *Error) Error() string {
 	var secrets []string
 	if e.key != "" {
 		secrets = []string{e.key}
 	}
-	return string(egress.Redact([]byte(e.text()), secrets))
-}
-
-func (e *Error) text() string {
+	redact := func(s string) string { return cut(string(egress.Redact([]byte(s), secrets))) }
 	var api *openai.Error
 	if errors.As(e.err, &api) {
 		msg := api.Message
 		if msg == "" {
 			msg = http.StatusText(api.StatusCode)
 		}
-		return fmt.Sprintf("the model %s at %s answered HTTP %d: %s", e.Model, e.Backend, api.StatusCode, cut(msg))
+		return fmt.Sprintf("the model %s at %s answered HTTP %d: %s", e.Model, e.Backend, api.StatusCode, redact(msg))
 	}
-	return fmt.Sprintf("the model %s at %s: %s", e.Model, e.Backend, cut(e.err.Error()))
+	return fmt.Sprintf("the model %s at %s: %s", e.Model, e.Backend, redact(e.err.Error()))
 }
 
 func (e *Error) Unwrap() error { return e.err }

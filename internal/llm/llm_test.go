@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +136,30 @@ func TestSelectorKeysAndConfig(t *testing.T) {
 		if err == nil {
 			t.Errorf("%+v: accepted", bad)
 		}
+	}
+}
+// A backend that echoes the key where the error text is cut: the key is redacted before the
+// cut, so that no part of it survives.
+func TestNoPartOfTheKeySurvivesTheCut(t *testing.T) {
+	const secret = "sk-live-0123456789abcdefghijklmnopqrstuvwxyz"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		msg := strings.Repeat("x", 280) + " bad key " + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		_, _ = w.Write([]byte(`{"error":{"message":"` + msg + `","type":"invalid_request_error"}}`))
+	}))
+	defer srv.Close()
+	c, err := llm.New(llm.Config{LookupEnv: func(string) (string, bool) { return secret, true },
+		Backend: llm.Backend{BaseURL: srv.URL + "/v1", Model: "m", KeyEnv: "K", MaxRetries: new(int)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.Complete(t.Context(), ask("hi"), llm.Answer)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	t.Logf("error: %s", err)
+	if strings.Contains(err.Error(), secret[:8]) {
+		t.Errorf("a prefix of the key reaches Error(): %q", err.Error()[len(err.Error())-40:])
 	}
 }

@@ -188,6 +188,7 @@ func (r *Response) Validate() error {
 const (
 	MaxDecisionMessages = 4096
 	MaxDecisionCalls    = 1024
+	MaxDecisionOffered  = 16384
 )
 
 // DecodeLLMDecision reads the llm_decision payload of m.
@@ -204,8 +205,10 @@ func (m *Message) DecodeLLMDecision() (*LLMDecision, error) {
 		return nil, fieldErr("turn", "must be 1 or more")
 	case len(d.Messages) > MaxDecisionMessages:
 		return nil, fieldErr("messages", fmt.Sprintf("holds %d messages; a decision holds at most %d", len(d.Messages), MaxDecisionMessages))
-	case len(d.Chosen) > MaxDecisionCalls || len(d.Warnings) > MaxDecisionCalls || len(d.Offered) > MaxDecisionCalls:
-		return nil, fieldErr("chosen", fmt.Sprintf("a decision holds at most %d calls, warnings and tools offered", MaxDecisionCalls))
+	case len(d.Chosen) > MaxDecisionCalls || len(d.Warnings) > 2*MaxDecisionCalls:
+		return nil, fieldErr("chosen", fmt.Sprintf("a decision holds at most %d calls and %d warnings", MaxDecisionCalls, 2*MaxDecisionCalls))
+	case len(d.Offered) > MaxDecisionOffered:
+		return nil, fieldErr("offered", fmt.Sprintf("a decision names at most %d tools offered", MaxDecisionOffered))
 	}
 	for _, msg := range d.Messages {
 		if len(msg.ToolCalls) > MaxDecisionCalls {

@@ -268,6 +268,7 @@ const (
 	WarnBadArguments    = "bad_arguments"    // the arguments break the tool's contract
 	WarnNotJSON         = "not_json"         // the arguments are not a JSON object
 	WarnHistory         = "history"          // the client's history differs from the record
+	WarnCallID          = "call_id"          // a call's id was empty, repeated or unusable: Hermes named it
 )
 
 // LLMWarning is something wrong with a model's choice: fed back to it as a tool error it can

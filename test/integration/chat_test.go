@@ -499,3 +499,84 @@ func TestBrowserShowsTheModelsDecisions(t *testing.T) {
 	}
 	b.screenshot("decisions")
 }
+
+// A keyed run that ended having run nothing (its client went away while the model thought) is
+// not kept as the key's answer: the retry, what the key is for, runs. The same key with another
+// body is refused.
+func TestChatIdempotencyAfterADisconnect(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
+		{Content: "done", DelayMS: 1500}}}}}
+	cs := startChat(t, "chat-idem-drop", script, nil)
+	params := openai.ChatCompletionNewParams{Model: "hermes", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	key, session := option.WithHeader("Idempotency-Key", "k-drop"), option.WithHeader("X-Hermes-Session-ID", "sess_chat_idem")
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, err := cs.client.Chat.Completions.New(ctx, params, key, session)
+	cancel()
+	if err == nil {
+		t.Fatal("the first POST was not cut")
+	}
+	var resp *openai.ChatCompletion
+	waitFor(t, "the retry answered", func() bool { // once the first run has ended
+		resp, err = cs.client.Chat.Completions.New(t.Context(), params, key, session)
+		return err == nil
+	})
+	if resp.Choices[0].Message.Content != "done" {
+		t.Fatalf("%+v", resp)
+	}
+	other := openai.ChatCompletionNewParams{Model: "hermes", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("something else")}}
+	_, err = cs.client.Chat.Completions.New(t.Context(), other, key, session)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity || apiErr.Code != "idempotency_key_reused" {
+		t.Errorf("another body under the key: %v", err)
+	}
+}
+
+// The model's ids are data too: calls numbered "0" twice (as some servers do), or with no id,
+// are named by Hermes, each run once, and the record says so; a session Hermes made for one
+// POST keeps no state.
+func TestChatNamesTheModelsCalls(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "dup", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{ID: "0", Name: "echo", Arguments: map[string]any{"text": "a"}}, {ID: "0", Name: "echo", Arguments: map[string]any{"text": "b"}},
+			{ID: "a.b", Name: "echo", Arguments: map[string]any{"text": "c"}}}},
+		{Content: "ok"}}}}}
+	cs := startChat(t, "chat-ids", script, nil)
+	var raw *http.Response
+	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("echo thrice")}}, option.WithResponseInto(&raw))
+	if err != nil || resp.Choices[0].Message.Content != "ok" {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	session := raw.Header.Get("X-Hermes-Session-ID")
+	_, entries := cs.transcript(t, session)
+	if n := count(entries, protocol.TypeToolResult); n != 3 {
+		t.Errorf("%d results, want 3", n)
+	}
+	ds := decisionsOf(entries)
+	var ids []string
+	for _, w := range ds[0].Warnings {
+		if w.Kind == protocol.WarnCallID {
+			ids = append(ids, w.CallID)
+		}
+	}
+	if fmt.Sprint(ids) != "[call_1_1 call_1_2]" || ds[0].Chosen[0].ID != "0" || ds[0].Chosen[1].ID != "call_1_1" {
+		t.Errorf("renamed %v, chosen %+v", ids, ds[0].Chosen)
+	}
+	// The model read the names it was given back: each tool message answers one of them.
+	reqs := cs.model.Requests()
+	var answered []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" {
+			answered = append(answered, m.ToolCallID)
+		}
+	}
+	if fmt.Sprint(answered) != "[0 call_1_1 call_1_2]" {
+		t.Errorf("tool messages answer %v", answered)
+	}
+	kv, err := cs.js.KeyValue(t.Context(), bus.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(t.Context(), "chat."+session); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("an unnamed session kept state: %v", err)
+	}
+}

@@ -138,6 +138,7 @@ func TestSelectorKeysAndConfig(t *testing.T) {
 		}
 	}
 }
+
 // A backend that echoes the key where the error text is cut: the key is redacted before the
 // cut, so that no part of it survives.
 func TestNoPartOfTheKeySurvivesTheCut(t *testing.T) {

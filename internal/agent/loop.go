@@ -81,7 +81,8 @@ type Run struct {
 
 // Outcome is how a run ended: an answer, or calls for the client to run.
 type Outcome struct {
-	// Messages is the conversation as it ended, what the loop added included.
+	// Messages is the conversation as it ended, what the loop added included; a run that
+	// ended in an error may end with a message whose calls have no results.
 	Messages []openai.ChatCompletionMessageParamUnion
 	// Answer is the model's last message: its text, or the client's tool calls.
 	Answer openai.ChatCompletionMessage
@@ -127,9 +128,11 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 	corrections := 0
 	recorded := min(max(r.Recorded, 0), len(params.Messages)) // messages the record holds
 	for turn := 1; ; turn++ {
-		out.Messages = params.Messages
-		if turn > maxTurns {
-			return out, ErrTooManyTurns
+		out.Messages, out.Turns = params.Messages, turn
+		last := turn == maxTurns
+		if last && len(params.Tools) > 0 {
+			// The last turn allowed: the model is asked to answer with what it has.
+			params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
 		}
 		requestID := fmt.Sprintf("%s-%d", r.RequestID, turn)
 		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: recordedOffered, Prompt: len(params.Messages),
@@ -158,7 +161,6 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			}
 			return out, err
 		}
-		out.Turns = turn
 		addUsage(&out.Usage, resp.Usage)
 		u := usageOf(resp.Usage)
 		d.Usage.Prompt, d.Usage.Completion, d.Usage.Total = d.Usage.Prompt+u.Prompt, d.Usage.Completion+u.Completion, d.Usage.Total+u.Total
@@ -175,6 +177,19 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, &ModelError{Msg: d.Error}
 		}
 		d.Warnings = append(d.Warnings, nameCalls(turn, msg.ToolCalls)...)
+		if last && len(msg.ToolCalls) > 0 {
+			// Calls on the last turn would run with no turn left to read their results: none
+			// runs, none goes to the client.
+			for _, c := range msg.ToolCalls {
+				t, ok := byName[c.Function.Name]
+				d.Chosen = append(d.Chosen, protocol.LLMCall{ID: c.ID, Name: cutText(c.Function.Name), Arguments: cutText(c.Function.Arguments), Client: ok && t.Client})
+			}
+			d.Error = fmt.Sprintf("the model called tools on the last of its %d turns; nothing was run", maxTurns)
+			if err := l.decided(ctx, r.Session, requestID, d); err != nil {
+				return out, err
+			}
+			return out, ErrTooManyTurns
+		}
 		params.Messages = append(params.Messages, msg.ToParam())
 		out.Messages = params.Messages
 		if len(msg.ToolCalls) == 0 {
@@ -230,7 +245,8 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, err
 		}
 		if len(feedback) > 0 {
-			corrections += len(feedback)
+			// A correction is a turn in which calls were refused, however many.
+			corrections++
 			if corrections > maxCorrections {
 				out.Answer = msg
 				return out, fmt.Errorf("agent: the model's calls were refused %d times (the last: %s)", corrections, firstOf(feedback))

@@ -207,16 +207,30 @@ func TestClientToolsGoBackToTheClient(t *testing.T) {
 	}
 }
 
-// A model that never stops calling tools is stopped at MaxTurns.
+// A model that never stops calling tools is stopped at MaxTurns: its last turn is asked to
+// answer (tool_choice none), and calls it makes anyway are not run — no turn would read them.
 func TestMaxTurns(t *testing.T) {
 	loop := make([]scriptedllm.Turn, 10)
 	for i := range loop {
 		loop[i] = scriptedllm.Turn{ToolCalls: []scriptedllm.ToolCall{{Name: "notify_send", Arguments: map[string]any{}}}}
 	}
-	_, c := backend(t, &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "loop", Turns: loop}}})
-	out, err := (&agent.Loop{LLM: c, Runner: &runner{}, MaxTurns: 3}).Run(t.Context(), agent.Run{Session: "s", RequestID: "r", Messages: user("x"), Tools: meetingTools})
-	if !errors.Is(err, agent.ErrTooManyTurns) || len(out.Messages) != 7 {
-		t.Fatalf("%v %d messages", err, len(out.Messages))
+	srv, c := backend(t, &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "loop", Turns: loop}}})
+	run, rec := &runner{}, &decisions{}
+	out, err := (&agent.Loop{LLM: c, Runner: run, Record: rec, MaxTurns: 3}).Run(t.Context(), agent.Run{Session: "s", RequestID: "r", Messages: user("x"), Tools: meetingTools})
+	if !errors.Is(err, agent.ErrTooManyTurns) || len(out.Messages) != 5 || out.Turns != 3 || len(run.calls) != 2 {
+		t.Fatalf("%v %d messages, %d turns, ran %v", err, len(out.Messages), out.Turns, run.calls)
+	}
+	if d := rec.ds[2]; len(d.Chosen) != 1 || !strings.Contains(d.Error, "nothing was run") {
+		t.Errorf("the last turn's decision %+v", d)
+	}
+	reqs := srv.Requests()
+	if got := string(reqs[2].ToolChoice); got != `"none"` {
+		t.Errorf("the last turn asked with tool_choice %s", got)
+	}
+	// max_turns 1: the model answers or nothing runs.
+	run = &runner{}
+	if _, err := (&agent.Loop{LLM: c, Runner: run, MaxTurns: 1}).Run(t.Context(), agent.Run{Session: "s", RequestID: "r1", Messages: user("x"), Tools: meetingTools}); !errors.Is(err, agent.ErrTooManyTurns) || len(run.calls) != 0 {
+		t.Errorf("max_turns 1: %v, ran %v", err, run.calls)
 	}
 }
 

@@ -72,6 +72,9 @@ func textOf(s string, parts []openai.ChatCompletionContentPartTextParam) string 
 	return s
 }
 
+// CutText is s cut as a decision records it: at most MaxRecordedText bytes, saying how much was left out.
+func CutText(s string) string { return cutText(s) }
+
 func cutText(s string) string {
 	if len(s) <= MaxRecordedText {
 		return s

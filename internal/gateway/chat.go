@@ -300,7 +300,12 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 			Message: "the session's state could not be read; retry"})
 	}
-	msgs, recorded, warning := state.conversation(req.Messages)
+	pending, err := c.continued(ctx, state, req.Messages)
+	if err != nil {
+		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+			Message: "the session's state could not be read; retry"})
+	}
+	msgs, recorded, warning := state.conversation(req.Messages, pending)
 	tools, err := c.tools(ctx, req)
 	if err != nil {
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
@@ -330,31 +335,9 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 	}
 	next.Seen = append(next.Seen, answer.digest())
 	if len(out.ClientCalls) > 0 {
-		// The run waits for the client's results: what the model said and Hermes' results so
-		// far are kept for the run's next POST.
-		from := len(out.Messages) - 1
-		for from > 0 && out.Messages[from].OfAssistant == nil {
-			from--
-		}
-		pending := &chatPending{Run: c.run}
-		size := 0
-		for _, m := range out.Messages[from:] {
-			b, err := json.Marshal(m)
-			if err != nil {
-				continue
-			}
-			size += len(b)
-			pending.Messages = append(pending.Messages, b)
-		}
-		if size > maxPendingBytes {
-			// Too much to keep: the run goes on from what the client has (its calls and their
-			// results), without Hermes' results of that turn.
-			pending.Messages = nil
-		}
-		for _, tc := range answer.ToolCalls {
-			pending.Calls = append(pending.Calls, tc.ID)
-		}
-		next.Pending = pending
+		// The run waits for the client's results: what the loop added, which the client never
+		// saw, is kept for the run's next POST.
+		c.keepPending(ctx, out.Messages[min(len(msgs), len(out.Messages)):], answer.ToolCalls)
 	}
 	c.saveState(ctx, next, rev)
 	finish := "stop"
@@ -398,7 +381,8 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
 			Message: fmt.Sprintf("the run did not end within %s; its calls were cancelled", c.s.cfg.RunTimeout)}
 	case ctx.Err() != nil:
-		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled, Message: "the client went away; the run's calls were cancelled"}
+		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled,
+			Message: "the client went away; the run's calls were cancelled, and the conversation so far is on the record of session " + c.session}
 	case errors.As(err, &me):
 		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_answer_refused",
 			Message: me.Msg + "; the conversation so far is on the record of session " + c.session}
@@ -408,6 +392,11 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 	case errors.Is(err, agent.ErrTooManyTurns):
 		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "max_turns_exceeded",
 			Message: "the model kept calling tools past the turns allowed; the conversation so far is on the record of session " + c.session}
+	case errors.As(err, &le) && le.Status() >= 400 && le.Status() < 500 && !llm.GaveUp(err):
+		// The backend refused what it was sent (a conversation too long for it, say): the
+		// client's to change.
+		return &chatError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "llm_refused",
+			Message: le.Error() + "; the conversation so far is on the record of session " + c.session}
 	case errors.As(err, &le):
 		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_unavailable",
 			Message: le.Error() + "; the conversation so far is on the record of session " + c.session}
@@ -512,6 +501,9 @@ func (s *chatServer) schema(k *contract.Compiled) map[string]any {
 // calls stop.
 func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
 	g := c.s.g
+	if err := ctx.Err(); err != nil {
+		return nil, err // the client went away (or the deadline passed) while the turn was decided
+	}
 	// Not Serial: the loop waits for each turn's response before the next turn, so a run's
 	// requests go one at a time already, in the session's order.
 	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls}
@@ -634,19 +626,50 @@ type chatState struct {
 	// Seen are the digests of the messages the client has seen, in order: what it sent and
 	// the answers it got. A history that starts with them is on the record up to there.
 	Seen []string `json:"seen"`
-	// Pending is a run waiting for the client's tool results.
-	Pending *chatPending `json:"pending,omitempty"`
 }
 
-// chatPending is a run that returned the client's tool calls: the model's message with every
-// call (Hermes' too) and Hermes' results, which the client never saw.
+// chatPending is a run that returned the client's tool calls: every message the loop added in
+// it — the model's messages with every call (Hermes' too) and Hermes' results, which the client
+// never saw — of which the record holds the first Recorded.
 type chatPending struct {
-	Run      string            `json:"run"`
-	Calls    []string          `json:"calls"`
 	Messages []json.RawMessage `json:"messages"`
+	Recorded int               `json:"recorded"`
 }
 
 func chatKey(session string) string { return "chat." + session }
+
+// keepPending keeps added, what the loop added in a run that returned the client's calls, under
+// those calls: its tool results cut as the record cuts them, at most maxPendingBytes in all
+// (more, and the run goes on from what the client has, without Hermes' results of the run).
+func (c *chatRun) keepPending(ctx context.Context, added []openai.ChatCompletionMessageParamUnion, calls []chatToolCall) {
+	if !c.named || len(added) == 0 {
+		return
+	}
+	p := chatPending{}
+	for i, m := range added {
+		if m.OfAssistant != nil {
+			p.Recorded = i // the record holds what came before the model's last message
+		}
+		if m.OfTool != nil {
+			m = openai.ToolMessage(agent.CutText(m.OfTool.Content.OfString.Value), m.OfTool.ToolCallID)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return
+		}
+		p.Messages = append(p.Messages, b)
+	}
+	data, err := json.Marshal(p)
+	if err != nil || len(data) > maxPendingBytes {
+		c.s.g.log.Info("a chat turn waiting for the client's results is too large to keep; it goes on without Hermes' results", "session_id", c.session, "bytes", len(data))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, pendingKey(c.session, calls), data); err != nil {
+		c.s.g.log.Warn("keep a chat turn waiting for the client's results", "session_id", c.session, "err", err)
+	}
+}
 
 func (c *chatRun) loadState(ctx context.Context) (chatState, uint64, error) {
 	var st chatState
@@ -691,11 +714,8 @@ func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) {
 
 // conversation is the model's conversation for msgs, how many of its messages the record
 // holds, and a warning when the history differs from what the record holds.
-func (st chatState) conversation(msgs []chatMessage) ([]openai.ChatCompletionMessageParamUnion, int, *protocol.LLMWarning) {
-	matched := len(st.Seen) > 0 && len(st.Seen) <= len(msgs)
-	for i := 0; matched && i < len(st.Seen); i++ {
-		matched = msgs[i].digest() == st.Seen[i]
-	}
+func (st chatState) conversation(msgs []chatMessage, pending *chatPending) ([]openai.ChatCompletionMessageParamUnion, int, *protocol.LLMWarning) {
+	matched := st.matches(msgs)
 	var warning *protocol.LLMWarning
 	recorded := 0
 	switch {
@@ -707,11 +727,12 @@ func (st chatState) conversation(msgs []chatMessage) ([]openai.ChatCompletionMes
 	}
 	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs))
 	for i, m := range msgs {
-		if matched && st.Pending != nil && i == len(st.Seen)-1 && m.Role == "assistant" && sameCalls(m.ToolCalls, st.Pending.Calls) {
-			// The run that returned the client's calls goes on: the model's whole message and
-			// Hermes' results stand where the client has its part of them.
+		if matched && pending != nil && i == len(st.Seen)-1 {
+			// The run that returned the client's calls goes on: every message the loop added
+			// in it (the model's whole messages and Hermes' results) stands where the client
+			// has its part of them.
 			var restored []openai.ChatCompletionMessageParamUnion
-			for _, raw := range st.Pending.Messages {
+			for _, raw := range pending.Messages {
 				var p openai.ChatCompletionMessageParamUnion
 				if json.Unmarshal(raw, &p) != nil {
 					restored = nil
@@ -720,8 +741,8 @@ func (st chatState) conversation(msgs []chatMessage) ([]openai.ChatCompletionMes
 				restored = append(restored, p)
 			}
 			if len(restored) > 0 {
+				recorded = len(out) + min(max(pending.Recorded, 0), len(restored))
 				out = append(out, restored...)
-				recorded = len(out) - len(restored) // the model's whole message is recorded now
 				continue
 			}
 		}
@@ -730,17 +751,51 @@ func (st chatState) conversation(msgs []chatMessage) ([]openai.ChatCompletionMes
 	return out, recorded, warning
 }
 
-func sameCalls(calls []chatToolCall, ids []string) bool {
-	if len(calls) != len(ids) {
-		return false
+// matches reports whether msgs begins with the messages the record holds.
+func (st chatState) matches(msgs []chatMessage) bool {
+	ok := len(st.Seen) > 0 && len(st.Seen) <= len(msgs)
+	for i := 0; ok && i < len(st.Seen); i++ {
+		ok = msgs[i].digest() == st.Seen[i]
 	}
-	for i := range calls {
-		if calls[i].ID != ids[i] {
-			return false
-		}
-	}
-	return true
+	return ok
 }
+
+// continued is the pending turn msgs continue, when the last message the record holds is the
+// model's message with the client's calls: kept under those calls' ids.
+func (c *chatRun) continued(ctx context.Context, st chatState, msgs []chatMessage) (*chatPending, error) {
+	if !c.named || !st.matches(msgs) {
+		return nil, nil
+	}
+	m := msgs[len(st.Seen)-1]
+	if m.Role != "assistant" || len(m.ToolCalls) == 0 {
+		return nil, nil
+	}
+	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, pendingKey(c.session, m.ToolCalls))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	var p chatPending
+	if json.Unmarshal(e.Value(), &p) != nil {
+		return nil, nil
+	}
+	return &p, nil
+}
+
+// pendingKey is where the turn that returned calls to the client is kept: by the session and
+// the calls' ids, so that no other run's state can overwrite it.
+func pendingKey(session string, calls []chatToolCall) string {
+	h := sha256.New()
+	h.Write([]byte(session))
+	for _, c := range calls {
+		h.Write([]byte{0})
+		h.Write([]byte(c.ID))
+	}
+	return "chatpend." + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 
 // A run with an Idempotency-Key is kept in hermes-sessions (key chatrun.<run>): running, then
 // its answer.

@@ -312,21 +312,41 @@ func contentText(at string, raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// checkToolReplies: each tool message answers a call of an assistant message before it, once.
+// checkToolReplies: each tool message answers a call of the assistant message before it, once,
+// and every call is answered before the conversation goes on (as OpenAI requires).
 func checkToolReplies(msgs []chatMessage) error {
 	open := map[string]bool{}
+	from := -1 // the assistant message whose calls are open
+	unanswered := func(at int) error {
+		for _, c := range msgs[from].ToolCalls {
+			if open[c.ID] {
+				return badParam(fmt.Sprintf("messages[%d]", at), "the tool call %q of messages[%d] has no tool message answering it before this one", protocolShort(c.ID), from)
+			}
+		}
+		return nil
+	}
 	for i, m := range msgs {
+		if m.Role != "tool" && len(open) > 0 {
+			return unanswered(i)
+		}
 		switch m.Role {
 		case "assistant":
-			for _, c := range m.ToolCalls {
+			from = i
+			for j, c := range m.ToolCalls {
+				if open[c.ID] {
+					return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", i, j), "%q is used twice", protocolShort(c.ID))
+				}
 				open[c.ID] = true
 			}
 		case "tool":
 			if !open[m.ToolCallID] {
-				return badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "%q answers no tool call of an assistant message before it", protocolShort(m.ToolCallID))
+				return badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "%q answers no open tool call of the assistant message before it", protocolShort(m.ToolCallID))
 			}
 			delete(open, m.ToolCallID)
 		}
+	}
+	if len(open) > 0 {
+		return unanswered(len(msgs) - 1)
 	}
 	return nil
 }

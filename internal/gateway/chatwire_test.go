@@ -43,6 +43,9 @@ func TestChatRequestErrorsNameTheField(t *testing.T) {
 		{`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]}`, "stop"},
 		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, "max_tokens"},
 		{`{"model":"m","messages":[{"role":"user","content":"x"}]} {}`, ""},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"t"}}]},{"role":"user","content":"x"}]}`, "messages[1]"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"t"}},{"id":"b","type":"function","function":{"name":"t"}}]},{"role":"tool","tool_call_id":"a","content":"r"}]}`, "messages[1]"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"t"}},{"id":"a","type":"function","function":{"name":"t"}}]}]}`, "messages[0].tool_calls[1].id"},
 	} {
 		_, err := decodeChatRequest([]byte(tc.body))
 		ce, ok := err.(*chatError)
@@ -60,12 +63,12 @@ func TestChatConversationMatchesTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := chatState{Seen: []string{req.Messages[0].digest(), req.Messages[1].digest()}}
-	msgs, recorded, warning := st.conversation(req.Messages)
+	msgs, recorded, warning := st.conversation(req.Messages, nil)
 	if len(msgs) != 3 || recorded != 2 || warning != nil {
 		t.Fatalf("%d %d %v", len(msgs), recorded, warning)
 	}
 	st.Seen[0] = "other"
-	if _, recorded, warning = st.conversation(req.Messages); recorded != 0 || warning == nil {
+	if _, recorded, warning = st.conversation(req.Messages, nil); recorded != 0 || warning == nil {
 		t.Fatalf("a differing history: %d %v", recorded, warning)
 	}
 	// A run that returned the client's call c2 (and ran h1 itself).
@@ -74,11 +77,14 @@ func TestChatConversationMatchesTheRecord(t *testing.T) {
 		map[string]any{"id": "h1", "type": "function", "function": map[string]any{"name": "echo", "arguments": "{}"}},
 		map[string]any{"id": "c2", "type": "function", "function": map[string]any{"name": "mine", "arguments": "{}"}}}})
 	result, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": "h1", "content": "echoed"})
-	st = chatState{Seen: []string{req.Messages[0].digest(), req.Messages[1].digest()},
-		Pending: &chatPending{Run: "r", Calls: []string{"c2"}, Messages: []json.RawMessage{whole, result}}}
-	msgs, recorded, _ = st.conversation(req.Messages)
+	// An earlier turn of the run, which the record holds, then the model's last message.
+	earlier, _ := json.Marshal(map[string]any{"role": "assistant", "tool_calls": []any{
+		map[string]any{"id": "h0", "type": "function", "function": map[string]any{"name": "echo", "arguments": "{}"}}}})
+	earlierResult, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": "h0", "content": "first"})
+	st = chatState{Seen: []string{req.Messages[0].digest(), req.Messages[1].digest()}}
+	msgs, recorded, _ = st.conversation(req.Messages, &chatPending{Messages: []json.RawMessage{earlier, earlierResult, whole, result}, Recorded: 2})
 	b, _ := json.Marshal(msgs)
-	if len(msgs) != 4 || recorded != 1 || !strings.Contains(string(b), `"h1"`) || !strings.Contains(string(b), `"echoed"`) {
+	if len(msgs) != 6 || recorded != 3 || !strings.Contains(string(b), `"h0"`) || !strings.Contains(string(b), `"h1"`) || !strings.Contains(string(b), `"echoed"`) {
 		t.Fatalf("%d %d %s", len(msgs), recorded, b)
 	}
 }

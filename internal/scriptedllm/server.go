@@ -43,7 +43,9 @@ type Request struct {
 	Model    string    `json:"model"`
 	Messages []Message `json:"messages"`
 	Tools    []Tool    `json:"tools,omitempty"`
-	Stream   bool      `json:"stream,omitempty"`
+	// ToolChoice is the request's tool_choice as sent ("none", "auto", an object), if any.
+	ToolChoice json.RawMessage `json:"tool_choice,omitempty"`
+	Stream     bool            `json:"stream,omitempty"`
 	// StreamOptions.IncludeUsage asks for a last chunk with usage.
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`

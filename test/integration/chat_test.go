@@ -329,6 +329,7 @@ func TestChatHistoryAndIdempotency(t *testing.T) {
 // the model then reading both results.
 func TestChatClientToolsGoBackToTheClient(t *testing.T) {
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_first", Name: "echo", Arguments: map[string]any{"text": "from the first turn"}}}},
 		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_h", Name: "echo", Arguments: map[string]any{"text": "hermes runs me"}},
 			{ID: "call_c", Name: "open_editor", Arguments: map[string]any{"path": "notes.md"}}}},
 		{Content: "both done"},
@@ -348,8 +349,8 @@ func TestChatClientToolsGoBackToTheClient(t *testing.T) {
 		t.Fatalf("%+v", resp)
 	}
 	_, entries := cs.transcript(t, "sess_chat_client")
-	if n := count(entries, protocol.TypeToolResult); n != 1 {
-		t.Fatalf("%d tool results on the record, want 1 (echo)", n)
+	if n := count(entries, protocol.TypeToolResult); n != 2 {
+		t.Fatalf("%d tool results on the record, want 2 (echo, twice)", n)
 	}
 	msgs = append(msgs, msg.ToParam(), openai.ToolMessage(`{"opened":true}`, "call_c"))
 	resp, err = cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted", Messages: msgs,
@@ -363,10 +364,21 @@ func TestChatClientToolsGoBackToTheClient(t *testing.T) {
 	for _, m := range last {
 		seen = append(seen, m.Role+":"+m.ToolCallID)
 	}
-	// The model read its whole message (both calls) and both results.
-	if got := strings.Join(seen, ","); got != "user:,assistant:,tool:call_h,tool:call_c" || len(last[1].ToolCalls) != 2 ||
-		!strings.Contains(last[2].Text(), "hermes runs me") {
+	// The model read the whole run: its first turn, its message with both calls, both results.
+	if got := strings.Join(seen, ","); got != "user:,assistant:,tool:call_first,assistant:,tool:call_h,tool:call_c" || len(last[3].ToolCalls) != 2 ||
+		!strings.Contains(last[2].Text(), "from the first turn") || !strings.Contains(last[4].Text(), "hermes runs me") {
 		t.Errorf("the model read %s", got)
+	}
+	// Each message is on the record once.
+	_, entries = cs.transcript(t, "sess_chat_client")
+	var roles []string
+	for _, d := range decisionsOf(entries) {
+		for _, m := range d.Messages {
+			roles = append(roles, m.Role+":"+m.ToolCallID)
+		}
+	}
+	if got := strings.Join(roles, ","); got != "user:,assistant:,tool:call_first,assistant:,tool:call_h,tool:call_c" {
+		t.Errorf("recorded %s", got)
 	}
 }
 

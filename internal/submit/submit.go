@@ -418,7 +418,12 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 	if !errors.Is(perr, bus.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, perr)
 	}
-	if _, ierr := s.legacyIntake(ctx, requestID); ierr == nil {
+	if in, ierr := s.legacyIntake(ctx, requestID); ierr == nil {
+		// Accepted by an earlier version, whose responses bucket may have let its response
+		// go: the record holds it under its session.
+		if _, resp, err := s.cfg.Bus.Response(ctx, requestID, in.SessionID); err == nil {
+			return resp, false, nil
+		}
 		return nil, true, nil
 	} else if !errors.Is(ierr, bus.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, ierr)

@@ -261,6 +261,27 @@ func (b *Bus) firstRecorded(ctx context.Context, subject string, valid counts) (
 	return nil, fmt.Errorf("%w: nothing on %s counts among its first messages", ErrNotFound, subject)
 }
 
+// legacyScan bounds how many of a session's responses an earlier version recorded are read to
+// find one request's.
+const legacyScan = 1024
+
+// scanRecorded reads the messages on subject in order, up to limit of them, for the first that
+// counts, or returns an error wrapping ErrNotFound.
+func (b *Bus) scanRecorded(ctx context.Context, subject string, valid counts, limit int) (*Recorded, error) {
+	seq := uint64(1)
+	for range limit {
+		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
+		if err != nil {
+			return nil, err
+		}
+		if r := recordedOf(raw); valid(r) {
+			return r, nil
+		}
+		seq = raw.Sequence + 1
+	}
+	return nil, fmt.Errorf("%w: nothing on %s counts among its first %d messages", ErrNotFound, subject, limit)
+}
+
 type msgGetResponse struct {
 	Error *struct {
 		Code        int    `json:"code"`
@@ -469,6 +490,11 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	r, err := b.firstRecorded(ctx, subject, responseOf(requestID))
 	if errors.Is(err, ErrNotFound) && b.legacyResponses != nil {
 		r, err = b.legacyResponse(ctx, requestID)
+		if errors.Is(err, ErrNotFound) && session != "" {
+			// Older than the earlier version's responses bucket kept it: its session's
+			// responses in the record.
+			r, err = b.scanRecorded(ctx, protocol.LegacySubjectResponse(session), responseOf(requestID), legacyScan)
+		}
 	}
 	if err != nil {
 		return nil, nil, err

@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,21 +32,7 @@ func startMCPSystem(b *testing.B) *app.System {
 }
 
 // timed runs do b.N times and reports p50 and p99.
-func timed(b *testing.B, do func(i int) error) {
-	took := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		start := time.Now()
-		if err := do(i); err != nil {
-			b.Fatal(err)
-		}
-		took = append(took, time.Since(start))
-	}
-	b.StopTimer()
-	slices.Sort(took)
-	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
-}
+func timed(b *testing.B, do func(i int) error) { timedTurns(b, 0, do) }
 
 type bearer struct{ key string }
 

@@ -239,11 +239,7 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
-		var history func(context.Context) (bool, error)
-		if !a.readsAll() {
-			history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) }
-		}
-		owner, err := g.owners.claim(r.Context(), session, a.owner(), history)
+		owner, err := g.claimFor(r.Context(), a, session)
 		if err != nil {
 			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 				Message: "the session could not be claimed; retry"})
@@ -795,7 +791,6 @@ func pendingKey(session string, calls []chatToolCall) string {
 	}
 	return "chatpend." + hex.EncodeToString(h.Sum(nil)[:16])
 }
-
 
 // A run with an Idempotency-Key is kept in hermes-sessions (key chatrun.<run>): running, then
 // its answer.

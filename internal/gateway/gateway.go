@@ -329,13 +329,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
-		// Requests go only into one's own sessions, whatever one may read: a session someone
-		// else opened (perhaps under the id one was about to use) would hand them what is sent.
-		var history func(context.Context) (bool, error)
-		if !a.readsAll() {
-			history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, req.Session()) }
-		}
-		owner, err := g.owners.claim(sctx, req.Session(), a.owner(), history)
+		owner, err := g.claimFor(sctx, a, req.Session())
 		if err != nil {
 			g.log.Warn("claim a session", "session_id", req.Session(), "err", err)
 			w.Header().Set("Retry-After", "1")
@@ -397,6 +391,17 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	span.AddEvent("response", oteltrace.WithAttributes(attribute.String("hermes.status", out.Response.Status)))
 	writeResponse(w, out.Response)
+}
+
+// claimFor claims session for a (with callers): its owner, a's when a may send into it.
+// Requests go only into one's own sessions, whatever one may read: a session someone else
+// opened (perhaps under the id one was about to use) would hand them what is sent.
+func (g *Gateway) claimFor(ctx context.Context, a actor, session string) (string, error) {
+	var history func(context.Context) (bool, error)
+	if !a.readsAll() {
+		history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) }
+	}
+	return g.owners.claim(ctx, session, a.owner(), history)
 }
 
 // statusURL is where a request's response can be fetched.

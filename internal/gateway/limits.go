@@ -124,33 +124,31 @@ func (l *limits) forgetIdle(now time.Time) {
 
 // allow takes one request of c's rate, or answers 429 with Retry-After.
 func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
-	now := time.Now()
-	l.mu.Lock()
-	u := l.use(c, now)
-	var wait time.Duration
-	if u.rate != nil {
-		_, wait = take(u.rate, now)
-	}
-	l.mu.Unlock()
-	if wait > 0 {
+	if wait := l.takeRate(c); wait > 0 {
 		tooMany(w, wait, fmt.Sprintf("this caller is over its rate of %g requests a second", l.cfg.RequestsPerSecond))
 		return false
 	}
 	return true
 }
 
+// takeRate takes one request of c's rate, or says how long until one is there.
+func (l *limits) takeRate(c *auth.Caller) time.Duration {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.use(c, now)
+	if u.rate == nil {
+		return 0
+	}
+	_, wait := take(u.rate, now)
+	return wait
+}
+
 // wait takes one request of c's rate, waiting for it when c is over its rate (until ctx ends):
 // for the requests a caller's one request makes (each turn of a chat run).
 func (l *limits) wait(ctx context.Context, c *auth.Caller) error {
 	for {
-		now := time.Now()
-		l.mu.Lock()
-		u := l.use(c, now)
-		var wait time.Duration
-		if u.rate != nil {
-			_, wait = take(u.rate, now)
-		}
-		l.mu.Unlock()
+		wait := l.takeRate(c)
 		if wait <= 0 {
 			return nil
 		}

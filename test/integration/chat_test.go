@@ -592,3 +592,29 @@ func TestChatNamesTheModelsCalls(t *testing.T) {
 		t.Errorf("an unnamed session kept state: %v", err)
 	}
 }
+
+// The whole run has a deadline: a turn still running when it passes is cancelled on the bus,
+// and the client is told (504), the conversation so far on the record.
+func TestChatRunDeadline(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "slow", "delay_ms": 20000}}}},
+		{Content: "never"},
+	}}}}
+	cs := startChat(t, "chat-deadline", script, func(c *gateway.ChatConfig) { c.RunTimeout = 1500 * time.Millisecond })
+	_, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("go slow")}}, option.WithHeader("X-Hermes-Session-ID", "sess_chat_deadline"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout || !strings.Contains(apiErr.Message, "1.5s") {
+		t.Fatalf("%v", err)
+	}
+	waitFor(t, "the running call cancelled", func() bool {
+		_, entries := cs.transcript(t, "sess_chat_deadline")
+		for _, e := range entries {
+			if r, ok := e.Payload.(*protocol.Response); ok && r.Error != nil && r.Error.Code == protocol.CodeCancelled &&
+				strings.Contains(r.Error.Message, "deadline") {
+				return true
+			}
+		}
+		return false
+	})
+}

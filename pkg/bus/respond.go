@@ -247,18 +247,7 @@ const maxSkipped = 8
 // firstRecorded reads from the stream leader the first message on subject that counts,
 // looking past at most maxSkipped that do not.
 func (b *Bus) firstRecorded(ctx context.Context, subject string, valid counts) (*Recorded, error) {
-	seq := uint64(1)
-	for range maxSkipped + 1 {
-		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
-		if err != nil {
-			return nil, err
-		}
-		if r := recordedOf(raw); valid(r) {
-			return r, nil
-		}
-		seq = raw.Sequence + 1
-	}
-	return nil, fmt.Errorf("%w: nothing on %s counts among its first messages", ErrNotFound, subject)
+	return b.scanRecorded(ctx, subject, valid, maxSkipped+1)
 }
 
 // legacyScan bounds how many of a session's responses an earlier version recorded are read to

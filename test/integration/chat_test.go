@@ -18,12 +18,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/record"
-	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
 	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -49,11 +47,7 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 	if tweak != nil {
 		tweak(chat)
 	}
-	data, _ := examples.Files.ReadFile("routes.yaml")
-	table, err := routes.Parse("examples/routes.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := exampleRoutes(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",

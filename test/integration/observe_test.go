@@ -195,16 +195,24 @@ func TestLogLinesNameTheirMessageAndNoSecret(t *testing.T) {
 
 // startUp runs Hermes as hermes up does (the examples' routes, the demo tools, a kept admin
 // key), until the test ends.
-func startUp(t *testing.T, instance string) (sys *app.System, keyFile string) {
+// exampleRoutes is examples/routes.yaml, as hermes up loads it.
+func exampleRoutes(t *testing.T) *routes.Table {
 	t.Helper()
 	data, _ := examples.Files.ReadFile("routes.yaml")
 	table, err := routes.Parse("examples/routes.yaml", data)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return table
+}
+
+func startUp(t *testing.T, instance string) (sys *app.System, keyFile string) {
+	t.Helper()
+	table := exampleRoutes(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	keyFile = filepath.Join(dir, "admin.key")
+	var err error
 	sys, err = app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",
 		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance, KeyFile: keyFile})
 	if err != nil {

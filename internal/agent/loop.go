@@ -131,8 +131,20 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		out.Messages, out.Turns = params.Messages, turn
 		last := turn == maxTurns
 		if last && len(params.Tools) > 0 {
-			// The last turn allowed: the model is asked to answer with what it has.
-			params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
+			// The last turn allowed: no turn is left to read Hermes' results, so only the
+			// client's tools are offered (it runs them, and sends their results in a run of its
+			// own); without any, the model is asked to answer with what it has.
+			var theirs []openai.ChatCompletionToolUnionParam
+			for i, t := range r.Tools {
+				if t.Client {
+					theirs = append(theirs, params.Tools[i])
+				}
+			}
+			if len(theirs) > 0 {
+				params.Tools = theirs
+			} else {
+				params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
+			}
 		}
 		requestID := fmt.Sprintf("%s-%d", r.RequestID, turn)
 		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: recordedOffered, Prompt: len(params.Messages),
@@ -177,9 +189,12 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, &ModelError{Msg: d.Error}
 		}
 		d.Warnings = append(d.Warnings, nameCalls(turn, msg.ToolCalls)...)
-		if last && len(msg.ToolCalls) > 0 {
-			// Calls on the last turn would run with no turn left to read their results: none
-			// runs, none goes to the client.
+		if last && slices.ContainsFunc(msg.ToolCalls, func(c openai.ChatCompletionMessageToolCallUnion) bool {
+			t, ok := byName[c.Function.Name]
+			return !ok || !t.Client
+		}) {
+			// Calls of Hermes' tools on the last turn would run with no turn left to read
+			// their results: none runs, none goes to the client.
 			for _, c := range msg.ToolCalls {
 				t, ok := byName[c.Function.Name]
 				d.Chosen = append(d.Chosen, protocol.LLMCall{ID: c.ID, Name: cutText(c.Function.Name), Arguments: cutText(c.Function.Arguments), Client: ok && t.Client})

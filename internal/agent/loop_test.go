@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +257,22 @@ func TestTheStrongModelAnswers(t *testing.T) {
 	}
 	if fmt.Sprint(models) != "[fast fast strong]" {
 		t.Errorf("asked %v", models)
+	}
+}
+
+// On its last turn the model may still call the client's tools: they go back to the client,
+// which runs them and sends their results in a run of its own.
+func TestTheLastTurnMayCallTheClientsTools(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "proxy", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "open_file", Arguments: map[string]any{"path": "a"}}}},
+	}}}}
+	srv, c := backend(t, script)
+	tools := append(slices.Clone(meetingTools), agent.Tool{Name: "open_file", Client: true})
+	out, err := (&agent.Loop{LLM: c, Runner: &runner{}, MaxTurns: 1}).Run(t.Context(), agent.Run{Session: "s", RequestID: "r", Messages: user("x"), Tools: tools})
+	if err != nil || len(out.ClientCalls) != 1 {
+		t.Fatalf("%v %+v", err, out.ClientCalls)
+	}
+	if req := srv.Requests()[0]; len(req.Tools) != 1 || req.Tools[0].Function.Name != "open_file" || len(req.ToolChoice) != 0 {
+		t.Errorf("the last turn offered %+v (tool_choice %s)", req.Tools, req.ToolChoice)
 	}
 }

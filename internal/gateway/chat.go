@@ -31,7 +31,7 @@ import (
 // The agent loop behind an OpenAI-compatible front door: POST /v1/chat/completions runs the
 // loop server-side. The model is offered the registered tools (their contracts' input schemas)
 // and the client's own; calls to Hermes' tools run on the bus, one request per model turn
-// (<run>-<turn>, serial in the session), each turn's decision recorded first (llm_decision.v1);
+// (<run>-<turn>, one after another), each turn's decision recorded first (llm_decision.v1);
 // calls to the client's tools come back to it as ordinary tool_calls, never run here, and the
 // run continues when the client sends their results. Calls Hermes runs are never streamed as
 // tool_calls deltas: a stream tells of them in chunks with an empty delta and a "hermes" field
@@ -166,6 +166,10 @@ type chatRun struct {
 	progress func(map[string]any) // a stream's progress, nil when not streaming
 	// dispatched: a turn's request was submitted (something may have run).
 	dispatched atomic.Bool
+	// key is the run id its Idempotency-Key names ("" without one); attempt counts the runs
+	// of the key (a run that ran nothing may be retried as the next).
+	key     string
+	attempt int
 }
 
 func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
@@ -259,6 +263,7 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256(body)
 	c := &chatRun{s: s, a: a, session: session, named: named, run: run, trace: trace, body: hex.EncodeToString(sum[:16])}
 	if key != "" {
+		c.key = run
 		done, ok := c.claimRun(w, r, req)
 		if !ok || done {
 			return
@@ -330,12 +335,11 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 		next.Seen = append(next.Seen, m.digest())
 	}
 	next.Seen = append(next.Seen, answer.digest())
-	if len(out.ClientCalls) > 0 {
+	if c.saveState(ctx, next, rev) && len(out.ClientCalls) > 0 {
 		// The run waits for the client's results: what the loop added, which the client never
-		// saw, is kept for the run's next POST.
-		c.keepPending(ctx, out.Messages[min(len(msgs), len(out.Messages)):], answer.ToolCalls)
+		// saw, is kept for the run's next POST, under the answer the client will send back.
+		c.keepPending(ctx, out.Messages[min(len(msgs), len(out.Messages)):], answer)
 	}
-	c.saveState(ctx, next, rev)
 	finish := "stop"
 	if len(answer.ToolCalls) > 0 {
 		finish = "tool_calls"
@@ -492,7 +496,7 @@ func (s *chatServer) schema(k *contract.Compiled) map[string]any {
 	return m
 }
 
-// Run runs one turn's calls as one serial request of the session and waits for its response;
+// Run runs one turn's calls as one request of the session and waits for its response;
 // a run cancelled (the client gone, the deadline passed) cancels the request, so its running
 // calls stop.
 func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
@@ -586,8 +590,9 @@ func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d
 	}
 	// A decision is written to the record like a request: refused when the record is near its
 	// limit, so that what was accepted can finish.
+	// Once a turn has dispatched, the run is one the record accepted: it finishes, counted.
 	adm, why := c.s.g.store.admit(len(m.Payload) / 4) // admit counts a request's footprint, four times its size
-	if why != nil {
+	if why != nil && !c.dispatched.Load() {
 		adm.close()
 		return fmt.Errorf("%w: %s", errStoreFull, *why)
 	}
@@ -637,7 +642,7 @@ func chatKey(session string) string { return "chat." + session }
 // keepPending keeps added, what the loop added in a run that returned the client's calls, under
 // those calls: its tool results cut as the record cuts them, at most maxPendingBytes in all
 // (more, and the run goes on from what the client has, without Hermes' results of the run).
-func (c *chatRun) keepPending(ctx context.Context, added []openai.ChatCompletionMessageParamUnion, calls []chatToolCall) {
+func (c *chatRun) keepPending(ctx context.Context, added []openai.ChatCompletionMessageParamUnion, answer chatMessage) {
 	if !c.named || len(added) == 0 {
 		return
 	}
@@ -662,7 +667,7 @@ func (c *chatRun) keepPending(ctx context.Context, added []openai.ChatCompletion
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, pendingKey(c.session, calls), data); err != nil {
+	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, pendingKey(c.session, answer), data); err != nil {
 		c.s.g.log.Warn("keep a chat turn waiting for the client's results", "session_id", c.session, "err", err)
 	}
 }
@@ -682,18 +687,18 @@ func (c *chatRun) loadState(ctx context.Context) (chatState, uint64, error) {
 	return st, e.Revision(), nil
 }
 
-// saveState keeps next as the session's state; another run of the session that saved first
-// wins (its client's next history is matched against it).
-func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) {
+// saveState keeps next as the session's state, and reports whether it did; another run of the
+// session that saved first wins (its client's next history is matched against it).
+func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) bool {
 	if !c.named {
-		return
+		return false
 	}
 	if len(next.Seen) > maxSeenMessages {
 		next.Seen = nil // too long to match: a resend is recorded again, with a warning
 	}
 	data, err := json.Marshal(next)
 	if err != nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -705,7 +710,9 @@ func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) {
 	}
 	if err != nil {
 		c.s.g.log.Info("a chat session's state was not saved (another run saved first, or the bus is away)", "session_id", c.session, "err", err)
+		return false
 	}
+	return true
 }
 
 // conversation is the model's conversation for msgs, how many of its messages the record
@@ -766,7 +773,7 @@ func (c *chatRun) continued(ctx context.Context, st chatState, msgs []chatMessag
 	if m.Role != "assistant" || len(m.ToolCalls) == 0 {
 		return nil, nil
 	}
-	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, pendingKey(c.session, m.ToolCalls))
+	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, pendingKey(c.session, m))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, nil
@@ -781,21 +788,18 @@ func (c *chatRun) continued(ctx context.Context, st chatState, msgs []chatMessag
 }
 
 // pendingKey is where the turn that returned calls to the client is kept: by the session and
-// the calls' ids, so that no other run's state can overwrite it.
-func pendingKey(session string, calls []chatToolCall) string {
-	h := sha256.New()
-	h.Write([]byte(session))
-	for _, c := range calls {
-		h.Write([]byte{0})
-		h.Write([]byte(c.ID))
-	}
-	return "chatpend." + hex.EncodeToString(h.Sum(nil)[:16])
+// the answer the client got (its calls' ids, names and arguments, and its text), so that no
+// other run's state can overwrite it or be taken for it.
+func pendingKey(session string, answer chatMessage) string {
+	sum := sha256.Sum256([]byte(session + "\x00" + answer.digest()))
+	return "chatpend." + hex.EncodeToString(sum[:16])
 }
 
 // A run with an Idempotency-Key is kept in hermes-sessions (key chatrun.<run>): running, then
 // its answer.
 type chatRunState struct {
-	State    string          `json:"state"` // running, done
+	State    string          `json:"state"` // running, done, retry
+	Attempt  int             `json:"attempt,omitempty"`
 	Body     string          `json:"body_digest"`
 	Deadline time.Time       `json:"deadline"`
 	Status   int             `json:"status,omitempty"`
@@ -805,19 +809,27 @@ type chatRunState struct {
 func chatRunKey(run string) string { return "chatrun." + run }
 
 // claimRun makes this POST the run of its key, or answers from the run that has it: its
-// answer, once it has one (waiting for it while the first runs). done: answered here.
+// answer, once it has one (waiting for it while the first runs). done: answered here. A first
+// run that ended having run nothing left the key to be retried: this POST then runs as the
+// key's next attempt, under a run id of its own (<run>a<attempt>), so that nothing the first
+// recorded is taken for its.
 func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequest) (done, ok bool) {
 	kv := c.s.g.cfg.Bus.Sessions
 	ctx := r.Context()
-	data, _ := json.Marshal(chatRunState{State: "running", Body: c.body, Deadline: time.Now().Add(c.s.cfg.RunTimeout + 30*time.Second).UTC()})
-	if _, err := kv.Create(ctx, chatRunKey(c.run), data); err == nil {
+	key := chatRunKey(c.key)
+	running := func(attempt int) []byte {
+		data, _ := json.Marshal(chatRunState{State: "running", Body: c.body, Attempt: attempt,
+			Deadline: time.Now().Add(c.s.cfg.RunTimeout + 30*time.Second).UTC()})
+		return data
+	}
+	if _, err := kv.Create(ctx, key, running(1)); err == nil {
 		return false, true
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "nothing was run; retry"})
 		return true, false
 	}
 	for {
-		e, err := kv.Get(ctx, chatRunKey(c.run))
+		e, err := kv.Get(ctx, key)
 		var st chatRunState
 		if err == nil && json.Unmarshal(e.Value(), &st) != nil {
 			err = errors.New("unreadable")
@@ -825,12 +837,6 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return true, false
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			// The first run ended having run nothing: this one runs.
-			if _, err := kv.Create(ctx, chatRunKey(c.run), data); err == nil {
-				return false, true
-			}
-			continue
 		case err != nil:
 			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "the first run with this Idempotency-Key could not be read; retry"})
 			return true, false
@@ -838,6 +844,14 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 			writeChatError(w, &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: headerIdemKey, Code: "idempotency_key_reused",
 				Message: "this Idempotency-Key was used for another request body; send a new key"})
 			return true, false
+		case st.State == "retry":
+			next := st.Attempt + 1
+			if _, err := kv.Update(ctx, key, running(next), e.Revision()); err == nil {
+				c.attempt, c.run = next, fmt.Sprintf("%s-a%d", c.key, next)
+				w.Header().Set("X-Hermes-Run-ID", c.run) // the session stays the key's
+				return false, true
+			}
+			continue // another retry took it: wait for its answer
 		case st.State == "done":
 			w.Header().Set("X-Hermes-Replayed", "true")
 			if req.Stream && st.Status == http.StatusOK {
@@ -864,23 +878,24 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 }
 
 // finishRun keeps a keyed run's answer for its retries. A run that failed having run nothing
-// on the bus is forgotten instead: its retry runs (nothing can run twice).
+// on the bus leaves the key to be retried: its retry runs (nothing can run twice).
 func (c *chatRun) finishRun(status int, body map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv := c.s.g.cfg.Bus.Sessions
+	attempt := max(c.attempt, 1)
+	st := chatRunState{State: "done", Body: c.body, Status: status, Attempt: attempt}
 	if status != http.StatusOK && !c.dispatched.Load() {
-		if err := kv.Delete(ctx, chatRunKey(c.run)); err != nil {
-			c.s.g.log.Warn("forget a chat run that ran nothing", "run", c.run, "err", err)
+		st = chatRunState{State: "retry", Body: c.body, Attempt: attempt}
+	} else {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return
 		}
-		return
+		st.Answer = data
 	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return
-	}
-	st, _ := json.Marshal(chatRunState{State: "done", Body: c.body, Status: status, Answer: data})
-	if _, err := kv.Put(ctx, chatRunKey(c.run), st); err != nil {
+	data, _ := json.Marshal(st)
+	if _, err := kv.Put(ctx, chatRunKey(c.key), data); err != nil {
 		c.s.g.log.Warn("keep a chat run's answer for its retries", "run", c.run, "err", err)
 	}
 }

@@ -421,7 +421,7 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 	if in, ierr := s.legacyIntake(ctx, requestID); ierr == nil {
 		// Accepted by an earlier version, whose responses bucket may have let its response
 		// go: the record holds it under its session.
-		if _, resp, err := s.cfg.Bus.Response(ctx, requestID, in.SessionID); err == nil {
+		if resp, err := s.cfg.Bus.LegacyRecordedResponse(ctx, requestID, in.SessionID); err == nil {
 			return resp, false, nil
 		}
 		return nil, true, nil

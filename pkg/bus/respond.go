@@ -479,11 +479,6 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	r, err := b.firstRecorded(ctx, subject, responseOf(requestID))
 	if errors.Is(err, ErrNotFound) && b.legacyResponses != nil {
 		r, err = b.legacyResponse(ctx, requestID)
-		if errors.Is(err, ErrNotFound) && session != "" {
-			// Older than the earlier version's responses bucket kept it: its session's
-			// responses in the record.
-			r, err = b.scanRecorded(ctx, protocol.LegacySubjectResponse(session), responseOf(requestID), legacyScan)
-		}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -493,6 +488,19 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 		return nil, nil, Permanent(fmt.Errorf("bus: recorded response of %s: %w", requestID, err))
 	}
 	return r, resp, nil
+}
+
+// LegacyRecordedResponse reads the response an earlier version recorded for requestID of
+// session on the session's response subject (hermes.response.<session>), reading at most
+// legacyScan of the session's responses: for a request that version accepted, once its
+// responses bucket has let the response go. It returns an error wrapping ErrNotFound when
+// there is none.
+func (b *Bus) LegacyRecordedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
+	r, err := b.scanRecorded(ctx, protocol.LegacySubjectResponse(session), responseOf(requestID), legacyScan)
+	if err != nil {
+		return nil, err
+	}
+	return r.Msg.DecodeResponse()
 }
 
 // directGetTimeout bounds the direct get of an announced response, leaving the rest of the

@@ -612,3 +612,85 @@ func TestChatRunDeadline(t *testing.T) {
 		return false
 	})
 }
+
+// A keyed run that ran nothing is retried as the key's next attempt, under a run id of its own:
+// the record keeps both attempts' decisions, and the retry's calls are explained by its own.
+func TestChatRetryOfARunThatRanNothing(t *testing.T) {
+	zero := 0
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "refused once", Turns: []scriptedllm.Turn{
+		{Status: 400, Message: "not now", Times: 1},
+		{Step: &zero, ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "once"}}}},
+		{Content: "done"},
+	}}}}
+	cs := startChat(t, "chat-retry", script, nil)
+	params := openai.ChatCompletionNewParams{Model: "hermes", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("echo once")}}
+	key, session := option.WithHeader("Idempotency-Key", "k-retry"), option.WithHeader("X-Hermes-Session-ID", "sess_chat_retry")
+	_, err := cs.client.Chat.Completions.New(t.Context(), params, key, session)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "llm_refused" {
+		t.Fatalf("the first attempt: %v", err)
+	}
+	resp, err := cs.client.Chat.Completions.New(t.Context(), params, key, session)
+	if err != nil || resp.Choices[0].Message.Content != "done" || !strings.HasSuffix(resp.ID, "-a2") {
+		t.Fatalf("the retry: %v %+v", err, resp)
+	}
+	_, entries := cs.transcript(t, "sess_chat_retry")
+	if n := count(entries, protocol.TypeToolResult); n != 1 {
+		t.Errorf("%d results", n)
+	}
+	for _, e := range entries {
+		if e.Msg.Type == protocol.TypeRequest {
+			var explained bool
+			for _, d := range decisionsOf(entries) {
+				explained = explained || (d.Run == resp.ID && d.Turn == 1 && len(d.Chosen) == 1 && d.Chosen[0].Name == "echo")
+			}
+			if !explained || e.Msg.RequestID != resp.ID+"-1" {
+				t.Errorf("request %s is not explained by its decision", e.Msg.RequestID)
+			}
+		}
+	}
+	again, err := cs.client.Chat.Completions.New(t.Context(), params, key, session)
+	if err != nil || again.ID != resp.ID {
+		t.Errorf("a third POST: %v %+v", err, again)
+	}
+}
+
+// A continuation is matched to the turn that returned exactly the calls the client sends back:
+// another run of the session that returned a call of the same id is not taken for it.
+func TestChatContinuesOnlyItsOwnTurn(t *testing.T) {
+	big := strings.Repeat("x", 300<<10)
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
+		{Name: "A", Match: "first", Turns: []scriptedllm.Turn{
+			{ToolCalls: []scriptedllm.ToolCall{{ID: "call_x", Name: "open_editor", Arguments: map[string]any{"path": "a"}},
+				{Name: "echo", Arguments: map[string]any{"text": "RESULT-FROM-RUN-A"}}}},
+			{Content: "A done"}}},
+		{Name: "B", Match: "second", Turns: []scriptedllm.Turn{
+			{ToolCalls: []scriptedllm.ToolCall{{ID: "call_x", Name: "open_editor", Arguments: map[string]any{"path": big}},
+				{Name: "echo", Arguments: map[string]any{"text": "b"}}}},
+			{Content: "B done"}}},
+	}}
+	cs := startChat(t, "chat-own-turn", script, nil)
+	session := option.WithHeader("X-Hermes-Session-ID", "sess_chat_own")
+	tool := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "open_editor", Parameters: openai.FunctionParameters{"type": "object"}})
+	ask := func(msgs []openai.ChatCompletionMessageParamUnion) *openai.ChatCompletion {
+		resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes", Messages: msgs,
+			Tools: []openai.ChatCompletionToolUnionParam{tool}}, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	ask([]openai.ChatCompletionMessageParamUnion{openai.UserMessage("first")})
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("second")}
+	b := ask(msgs)
+	msgs = append(msgs, b.Choices[0].Message.ToParam(), openai.ToolMessage("opened", "call_x"))
+	if got := ask(msgs).Choices[0].Message.Content; got != "B done" {
+		t.Fatalf("answered %q", got)
+	}
+	reqs := cs.model.Requests()
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if strings.Contains(m.Text(), "RESULT-FROM-RUN-A") {
+			t.Fatal("run A's result was spliced into run B's continuation")
+		}
+	}
+}

@@ -77,6 +77,9 @@ type Run struct {
 	// Params are the caller's own settings for the model (temperature, max tokens, …);
 	// Messages, Tools and Model are the loop's.
 	Params openai.ChatCompletionNewParams
+	// Prefiltered and Candidates say how Tools were narrowed, for the first decision.
+	Prefiltered bool
+	Candidates  []protocol.LLMCandidate
 }
 
 // Outcome is how a run ended: an answer, or calls for the client to run.
@@ -150,7 +153,7 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: recordedOffered, Prompt: len(params.Messages),
 			Messages: RecordMessages(params.Messages[recorded:])}
 		if turn == 1 {
-			d.Input = r.Intent
+			d.Input, d.Prefiltered, d.Candidates = r.Intent, r.Prefiltered, r.Candidates
 		}
 		recorded = len(params.Messages)
 		resp, call, err := l.LLM.Complete(ctx, params, llm.Choose)

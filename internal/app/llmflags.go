@@ -28,7 +28,8 @@ type llmFlags struct {
 	selectorURL, selectorModel, selectorKeyEnv string
 	fallbackURL, fallbackModel, fallbackKeyEnv string
 	timeout, runTimeout                        time.Duration
-	maxTurns                                   int
+	maxTurns, prefilterTopK                    int
+	prefilterThreshold                         float64
 }
 
 func (l *llmFlags) register(fs *flag.FlagSet) {
@@ -45,6 +46,8 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.fallbackKeyEnv, "llm-fallback-api-key-env", os.Getenv("HERMES_LLM_FALLBACK_API_KEY_ENV"), "environment variable holding the fallback's key (env HERMES_LLM_FALLBACK_API_KEY_ENV)")
 	fs.DurationVar(&l.timeout, "llm-timeout", 0, "bound on each try of a completion (default 60s; retried with backoff on 429 and 5xx)")
 	fs.DurationVar(&l.runTimeout, "llm-run-timeout", 5*time.Minute, "bound on a whole chat run: the model's turns and the tools'")
+	fs.IntVar(&l.prefilterTopK, "llm-prefilter-top-k", envInt("HERMES_LLM_PREFILTER_TOP_K", 0), "offer the model only the registered tools the message is about: the k best by the lexical prefilter (0: every tool) (env HERMES_LLM_PREFILTER_TOP_K)")
+	fs.Float64Var(&l.prefilterThreshold, "llm-prefilter-threshold", 0, "the prefilter's least score (BM25) for a tool to be offered")
 	fs.IntVar(&l.maxTurns, "llm-max-turns", 8, "the model's turns in one chat run at most (a request's max_turns may lower it)")
 }
 
@@ -154,7 +157,17 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if c.Fallback != nil {
 		desc += fmt.Sprintf("; fallback %s at %s", c.Fallback.Model, c.Fallback.BaseURL)
 	}
-	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout}, desc, nil
+	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K"); err != nil {
+		return nil, "", err
+	}
+	if l.prefilterTopK < 0 || l.prefilterThreshold < 0 {
+		return nil, "", errors.New("--llm-prefilter-top-k and --llm-prefilter-threshold must not be negative")
+	}
+	if l.prefilterTopK > 0 {
+		desc += fmt.Sprintf("; prefilter: the %d best tools", l.prefilterTopK)
+	}
+	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout,
+		Prefilter: gateway.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold}}, desc, nil
 }
 
 // startScripted serves the scripted model (the seed's meeting assistant) on a loopback port

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/prefilter"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -55,6 +57,16 @@ type ChatConfig struct {
 	MaxTurns, MaxCorrections int
 	// RunTimeout bounds a whole run, model and tools (default 5 min).
 	RunTimeout time.Duration
+	// Prefilter narrows the registered tools offered to those a message is about.
+	Prefilter PrefilterConfig
+}
+
+// PrefilterConfig says how the registered tools are narrowed before the model chooses (seed
+// 001 §2.2): the TopK best by the lexical prefilter (package prefilter) scoring at least
+// Threshold. TopK 0 offers every registered tool.
+type PrefilterConfig struct {
+	TopK      int
+	Threshold float64
 }
 
 // chatServer serves /v1/chat/completions.
@@ -66,8 +78,10 @@ type chatServer struct {
 	// memory, not the bucket, on each POST.
 	live *registry.Live
 
-	mu      sync.Mutex
-	schemas map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
+	mu           sync.Mutex
+	schemas      map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
+	prefilter    *prefilter.Index                      // the registered tools' index, for prefilterSig's tool set
+	prefilterSig string
 }
 
 const (
@@ -307,10 +321,18 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 			Message: "the session's state could not be read; retry"})
 	}
 	msgs, recorded, warning := state.conversation(req.Messages, pending)
-	tools, err := c.tools(ctx, req)
+	intent := lastUserText(req.Messages, g.cfg.Limits)
+	tools, pf, err := c.tools(ctx, req, intent)
 	if err != nil {
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 			Message: "the tools could not be read; retry"})
+	}
+	run := agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded, Intent: intent, Tools: tools, Params: req.Params}
+	if pf != nil {
+		run.Prefiltered, run.Candidates = true, pf.candidates
+		if len(pf.candidates) == 0 {
+			run.Messages = append(slices.Clone(run.Messages), openai.SystemMessage(noCandidates))
+		}
 	}
 	maxTurns := s.cfg.MaxTurns
 	if req.MaxTurns > 0 && req.MaxTurns < maxTurns {
@@ -318,8 +340,7 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 	}
 	rec := &chatRecorder{c: c, warning: warning}
 	loop := &agent.Loop{LLM: s.cfg.LLM, Runner: c, Record: rec, MaxTurns: maxTurns, MaxCorrections: s.cfg.MaxCorrections}
-	out, err := loop.Run(ctx, agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded,
-		Intent: lastUserText(req.Messages, g.cfg.Limits), Tools: tools, Params: req.Params})
+	out, err := loop.Run(ctx, run)
 	if err != nil {
 		return chatFailure(c.failure(ctx, err))
 	}
@@ -426,31 +447,79 @@ func lastUserText(msgs []chatMessage, limits protocol.Limits) string {
 // tools are what the model may call: the registered tools whose arguments are an object (their
 // contract's input schema, checked before dispatch), and the client's own. A client's tool
 // named as a registered one is the client's: it declared it.
-func (c *chatRun) tools(ctx context.Context, req *chatRequest) ([]agent.Tool, error) {
+func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (tools []agent.Tool, pf *prefiltered, err error) {
 	if req.NoTools {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var out []agent.Tool
 	mine := map[string]bool{}
 	for _, t := range req.Tools {
 		mine[t.Name] = true
-		out = append(out, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
+		tools = append(tools, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
 	}
 	contracts, err := c.s.contracts(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var theirs []*contract.Compiled
 	for _, k := range contracts {
-		if mine[k.Name] {
-			continue
+		if !mine[k.Name] && c.s.schema(k) != nil {
+			theirs = append(theirs, k)
 		}
-		schema := c.s.schema(k)
-		if schema == nil {
-			continue
-		}
-		out = append(out, agent.Tool{Name: k.Name, Description: k.Description, Parameters: schema, Check: k.CheckInput})
 	}
-	return out, nil
+	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > 0 {
+		// Coarse, then fine: only the registered tools the message is about are offered (the
+		// client's, which it declared, always are).
+		cands := c.s.index(theirs).Rank(intent, p.TopK, p.Threshold)
+		pf = &prefiltered{}
+		keep := map[string]bool{}
+		for _, cand := range cands {
+			keep[cand.Name] = true
+			pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score})
+		}
+		theirs = slices.DeleteFunc(theirs, func(k *contract.Compiled) bool { return !keep[k.Name] })
+		slices.SortStableFunc(theirs, func(a, b *contract.Compiled) int {
+			return slices.IndexFunc(cands, func(c prefilter.Candidate) bool { return c.Name == a.Name }) -
+				slices.IndexFunc(cands, func(c prefilter.Candidate) bool { return c.Name == b.Name })
+		})
+	}
+	for _, k := range theirs {
+		tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: k.CheckInput})
+	}
+	return tools, pf, nil
+}
+
+// prefiltered is how the registered tools were narrowed for a message.
+type prefiltered struct{ candidates []protocol.LLMCandidate }
+
+// noCandidates tells the model that none of Hermes' tools matches the message, rather than
+// offering it none silently or all of them (what it reads, so the record keeps it).
+const noCandidates = "No tool of this system matches the request. Answer without calling a tool, or ask the person for what is missing."
+
+// index is the prefilter's index of ks, built once per tool set.
+func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
+	h := sha256.New()
+	for _, k := range ks {
+		fmt.Fprintf(h, "%s\x00%d\x00", k.Name, k.Revision)
+	}
+	sig := string(h.Sum(nil))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.prefilter != nil && s.prefilterSig == sig {
+		return s.prefilter
+	}
+	tools := make([]prefilter.Tool, 0, len(ks))
+	for _, k := range ks {
+		t := prefilter.Tool{Name: k.Name, Description: k.Description}
+		if props, ok := s.schemas[k]["properties"].(map[string]any); ok {
+			for name, v := range props {
+				desc, _ := v.(map[string]any)["description"].(string)
+				t.Args = append(t.Args, prefilter.Arg{Name: name, Description: desc})
+			}
+		}
+		tools = append(tools, t)
+	}
+	s.prefilter, s.prefilterSig = prefilter.New(tools), sig
+	return s.prefilter
 }
 
 // contracts are the registered tools' contracts: followed, or read from the bucket.

@@ -238,6 +238,17 @@ func (f *Formatter) decision(m *protocol.Message, d *protocol.LLMDecision) []str
 	if d.Input != "" {
 		line("路由", "原始输入: "+clean(truncate(d.Input, intentWidth)))
 	}
+	if d.Prefiltered {
+		cands := make([]string, len(d.Candidates))
+		for i, c := range d.Candidates {
+			cands[i] = clean(truncate(c.Name, 64)) + " " + strconv.FormatFloat(c.Score, 'f', 2, 64)
+		}
+		text := "粗筛候选: [" + truncate(strings.Join(cands, ", "), callsWidth) + "]"
+		if len(cands) == 0 {
+			text += " (无匹配的工具，已告知模型)"
+		}
+		line("路由", text)
+	}
 	who := clean(truncate(d.Model, 64)) + " at " + clean(truncate(d.Backend, 64))
 	if d.FellBack {
 		who += " (fallback)"

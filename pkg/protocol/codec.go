@@ -207,6 +207,8 @@ func (m *Message) DecodeLLMDecision() (*LLMDecision, error) {
 		return nil, fieldErr("messages", fmt.Sprintf("holds %d messages; a decision holds at most %d", len(d.Messages), MaxDecisionMessages))
 	case len(d.Chosen) > MaxDecisionCalls || len(d.Warnings) > 2*MaxDecisionCalls:
 		return nil, fieldErr("chosen", fmt.Sprintf("a decision holds at most %d calls and %d warnings", MaxDecisionCalls, 2*MaxDecisionCalls))
+	case len(d.Candidates) > MaxDecisionCalls:
+		return nil, fieldErr("candidates", fmt.Sprintf("a decision holds at most %d candidates", MaxDecisionCalls))
 	case len(d.Offered) > MaxDecisionOffered:
 		return nil, fieldErr("offered", fmt.Sprintf("a decision names at most %d tools offered", MaxDecisionOffered))
 	}

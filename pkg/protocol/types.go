@@ -233,6 +233,11 @@ type LLMDecision struct {
 	Prompt   int          `msgpack:"prompt" json:"prompt"`
 	// Offered names the tools the model could call.
 	Offered []string `msgpack:"offered,omitempty" json:"offered,omitempty"`
+	// Prefiltered says the registered tools were narrowed to Candidates (ranked, best first)
+	// before the model chose: coarse, then fine (seed 001 §2.2). An empty list means none
+	// qualified, and the model was told so.
+	Prefiltered bool           `msgpack:"prefiltered,omitempty" json:"prefiltered,omitempty"`
+	Candidates  []LLMCandidate `msgpack:"candidates,omitempty" json:"candidates,omitempty"`
 	// Chosen are the calls the model made; Answer its text when it answered instead.
 	Chosen   []LLMCall    `msgpack:"chosen,omitempty" json:"chosen,omitempty"`
 	Answer   string       `msgpack:"answer,omitempty" json:"answer,omitempty"`
@@ -242,6 +247,12 @@ type LLMDecision struct {
 	LatencyMS int64 `msgpack:"latency_ms" json:"latency_ms"`
 	// Error says why the model gave no choice (a backend down, an answer that did not parse).
 	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// LLMCandidate is a tool the prefilter ranked for a message, with its score.
+type LLMCandidate struct {
+	Name  string  `msgpack:"name" json:"name"`
+	Score float64 `msgpack:"score" json:"score"`
 }
 
 // LLMMessage is one chat message as the record keeps it.

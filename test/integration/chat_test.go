@@ -694,3 +694,44 @@ func TestChatContinuesOnlyItsOwnTurn(t *testing.T) {
 		}
 	}
 }
+
+// Coarse, then fine: with a prefilter, the model is offered only the registered tools the
+// message is about, and the decision records them with their scores; when none is, the model
+// is told so and offered none of Hermes' tools (never all of them).
+func TestChatPrefiltersTheTools(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "weather", Match: "天气", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},
+		{Content: "上海明天晴"},
+	}}}, Otherwise: &scriptedllm.Turn{Content: "I can't help with that"}}
+	cs := startChat(t, "chat-prefilter", script, func(c *gateway.ChatConfig) { c.Prefilter = gateway.PrefilterConfig{TopK: 2} })
+	ask := func(session, text string) {
+		if _, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}}, option.WithHeader("X-Hermes-Session-ID", session)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("sess_chat_pf", "上海明天的天气怎么样")
+	first := cs.model.Requests()[0]
+	if len(first.Tools) == 0 || len(first.Tools) > 2 || first.Tools[0].Function.Name != "weather_search" {
+		t.Errorf("offered %+v", first.Tools)
+	}
+	text, entries := cs.transcript(t, "sess_chat_pf")
+	d := decisionsOf(entries)[0]
+	if !d.Prefiltered || len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Score <= 0 || len(d.Offered) != len(d.Candidates) {
+		t.Errorf("decision %+v", d)
+	}
+	if !strings.Contains(text, "[路由]     "+d.Run+"-1 粗筛候选: [weather_search ") {
+		t.Errorf("the record:\n%s", text)
+	}
+	t.Logf("the record:\n%s", text)
+	asked := len(cs.model.Requests())
+	ask("sess_chat_pf_none", "zzz qqq")
+	none := cs.model.Requests()[asked]
+	if len(none.Tools) != 0 || !strings.Contains(none.Messages[len(none.Messages)-1].Text(), "No tool of this system matches") {
+		t.Errorf("nothing qualified, yet: %+v", none)
+	}
+	text, _ = cs.transcript(t, "sess_chat_pf_none")
+	if !strings.Contains(text, "粗筛候选: [] (无匹配的工具，已告知模型)") {
+		t.Errorf("the record:\n%s", text)
+	}
+}

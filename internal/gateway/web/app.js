@@ -535,6 +535,10 @@
     const cut = (v, n) => { const t = String(v ?? ''); return t.length > n ? t.slice(0, n - 1) + '…' : t; };
     const who = ' (' + cut(p.model, 64) + ' at ' + cut(p.backend, 64) + (p.fell_back ? ', fallback' : '') + ', ' + (p.latency_ms ?? 0) + ' ms)';
     if (p.input) lines.push(['路由', '原始输入: ' + cut(p.input, 200), '']);
+    if (p.prefiltered) {
+      const cands = (Array.isArray(p.candidates) ? p.candidates : []).map((c) => cut(c.name, 64) + ' ' + Number(c.score || 0).toFixed(2));
+      lines.push(['路由', '粗筛候选: [' + cut(cands.join(', '), 300) + ']' + (cands.length ? '' : ' (无匹配的工具，已告知模型)'), '']);
+    }
     if (p.error) lines.push(['错误', 'LLM: ' + cut(p.error, 300) + who, 'bad']);
     else if (Array.isArray(p.chosen) && p.chosen.length) {
       lines.push(['路由', 'LLM选择: ' + p.chosen.map((c) => cut(c.name, 64) + ' ' + cut(c.arguments, 160) + (c.client ? ' (the client\'s)' : '')).join('; ') + who, '']);

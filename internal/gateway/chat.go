@@ -124,6 +124,8 @@ func (g *Gateway) registerChat() {
 	}
 	g.mux.HandleFunc("POST /v1/chat/completions", g.require(auth.PermSubmit, s.serve))
 	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
+	g.mux.HandleFunc("POST /api/chat", g.require(auth.PermSubmit, func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, ollamaWire{}) }))
+	g.mux.HandleFunc("GET /api/tags", g.require(auth.PermSubmit, s.tags))
 }
 
 // models is GET /v1/models: the model clients may ask for, under its name and "hermes".
@@ -133,6 +135,16 @@ func (s *chatServer) models(w http.ResponseWriter, _ *http.Request) {
 		data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "hermes"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// tags is Ollama's GET /api/tags: the model, under its name and "hermes".
+func (s *chatServer) tags(w http.ResponseWriter, _ *http.Request) {
+	var models []map[string]any
+	for _, id := range dedupe([]string{s.cfg.Model, chatModelAlias}) {
+		models = append(models, map[string]any{"name": id, "model": id, "modified_at": time.Time{}.Format(time.RFC3339), "size": 0, "digest": "",
+			"details": map[string]any{"family": "hermes"}})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
 
 func dedupe(ss []string) []string {
@@ -169,6 +181,7 @@ func writeChatError(w http.ResponseWriter, e *chatError) {
 // chatRun is one POST: who asks, in which session, under which run id.
 type chatRun struct {
 	s       *chatServer
+	wire    wire
 	a       actor
 	session string
 	// named: the client named the session (header or metadata); a session Hermes made for
@@ -186,22 +199,60 @@ type chatRun struct {
 	attempt int
 }
 
-func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
+// wire is a front door's format: how its requests are read and its answers written. The run
+// between is the same.
+type wire interface {
+	// decode reads a request; what is wrong is a *chatError.
+	decode(body []byte) (*chatRequest, error)
+	writeError(w http.ResponseWriter, e *chatError)
+	// answer writes a run's answer (an OpenAI completion or error object, as complete makes
+	// it) whole; stream begins a streamed answer.
+	answer(w http.ResponseWriter, status int, body map[string]any)
+	stream(w http.ResponseWriter, run, model string) answerStream
+	// unknownModel is the answer to a request for a model not served here.
+	unknownModel(model, served string) *chatError
+}
+
+// answerStream is a streamed answer: progress while the loop runs, then the answer.
+type answerStream interface {
+	progress(ev map[string]any)
+	finish(status int, body map[string]any, includeUsage bool)
+}
+
+// openAIWire is POST /v1/chat/completions.
+type openAIWire struct{}
+
+func (openAIWire) decode(body []byte) (*chatRequest, error)       { return decodeChatRequest(body) }
+func (openAIWire) writeError(w http.ResponseWriter, e *chatError) { writeChatError(w, e) }
+func (openAIWire) answer(w http.ResponseWriter, status int, body map[string]any) {
+	writeJSON(w, status, body)
+}
+func (openAIWire) stream(w http.ResponseWriter, run, model string) answerStream {
+	return newChatStream(w, run, model)
+}
+func (openAIWire) unknownModel(model, served string) *chatError {
+	return &chatError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model %q does not exist here: ask for %q (GET /v1/models)", protocolShort(model), served)}
+}
+
+func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, openAIWire{}) }
+
+func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) {
 	g := s.g
+	writeChatError := wf.writeError
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		writeChatError(w, &chatError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 			Message: fmt.Sprintf("the body is larger than %d bytes", g.cfg.MaxBodyBytes)})
 		return
 	}
-	req, err := decodeChatRequest(body)
+	req, err := wf.decode(body)
 	if err != nil {
 		writeChatError(w, err.(*chatError))
 		return
 	}
 	if req.Model != s.cfg.Model && req.Model != chatModelAlias {
-		writeChatError(w, &chatError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("The model %q does not exist here: ask for %q (GET /v1/models)", protocolShort(req.Model), s.cfg.Model)})
+		writeChatError(w, wf.unknownModel(req.Model, s.cfg.Model))
 		return
 	}
 	trace, err := traceOf(r)
@@ -275,7 +326,7 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum := sha256.Sum256(body)
-	c := &chatRun{s: s, a: a, session: session, named: named, run: run, trace: trace, body: hex.EncodeToString(sum[:16])}
+	c := &chatRun{s: s, wire: wf, a: a, session: session, named: named, run: run, trace: trace, body: hex.EncodeToString(sum[:16])}
 	if key != "" {
 		c.key = run
 		done, ok := c.claimRun(w, r, req)
@@ -288,9 +339,9 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 
 // respond runs the loop and answers, whole or as a stream.
 func (c *chatRun) respond(w http.ResponseWriter, r *http.Request, req *chatRequest, idempotent bool) {
-	var stream *chatStream
+	var stream answerStream
 	if req.Stream {
-		stream = newChatStream(w, c.run, c.s.cfg.Model)
+		stream = c.wire.stream(w, c.run, c.s.cfg.Model)
 		c.progress = stream.progress
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), c.s.cfg.RunTimeout)
@@ -303,7 +354,7 @@ func (c *chatRun) respond(w http.ResponseWriter, r *http.Request, req *chatReque
 		stream.finish(status, completion, req.IncludeUsage)
 		return
 	}
-	writeJSON(w, status, completion)
+	c.wire.answer(w, status, completion)
 }
 
 // complete runs the conversation and returns the answer's status and body (a completion, or an
@@ -894,7 +945,7 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 	if _, err := kv.Create(ctx, key, running(1)); err == nil {
 		return false, true
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "nothing was run; retry"})
+		c.wire.writeError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "nothing was run; retry"})
 		return true, false
 	}
 	for {
@@ -907,10 +958,10 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 		case err != nil && ctx.Err() != nil:
 			return true, false
 		case err != nil:
-			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "the first run with this Idempotency-Key could not be read; retry"})
+			c.wire.writeError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable, Message: "the first run with this Idempotency-Key could not be read; retry"})
 			return true, false
 		case st.Body != c.body:
-			writeChatError(w, &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: headerIdemKey, Code: "idempotency_key_reused",
+			c.wire.writeError(w, &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: headerIdemKey, Code: "idempotency_key_reused",
 				Message: "this Idempotency-Key was used for another request body; send a new key"})
 			return true, false
 		case st.State == "retry":
@@ -926,15 +977,15 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 			if req.Stream && st.Status == http.StatusOK {
 				var body map[string]any
 				_ = json.Unmarshal(st.Answer, &body)
-				newChatStream(w, c.run, c.s.cfg.Model).finish(st.Status, body, req.IncludeUsage)
+				c.wire.stream(w, c.run, c.s.cfg.Model).finish(st.Status, body, req.IncludeUsage)
 				return true, true
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(st.Status)
-			_, _ = w.Write(append(st.Answer, '\n'))
+			var body map[string]any
+			_ = json.Unmarshal(st.Answer, &body)
+			c.wire.answer(w, st.Status, body)
 			return true, true
 		case time.Now().After(st.Deadline):
-			writeChatError(w, &chatError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "run_abandoned",
+			c.wire.writeError(w, &chatError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "run_abandoned",
 				Message: "the run with this Idempotency-Key began on a gateway that stopped before it ended; its calls are on the record: send with a new key to run again"})
 			return true, false
 		}

@@ -88,3 +88,27 @@ func TestChatConversationMatchesTheRecord(t *testing.T) {
 		t.Fatalf("%d %d %s", len(msgs), recorded, b)
 	}
 }
+
+// FuzzDecodeOllamaRequest: an Ollama body never panics the decoder; what it refuses is a
+// *chatError; what it takes has every tool message answering a call.
+func FuzzDecodeOllamaRequest(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(`{"model":"m","stream":false,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"t","arguments":{"x":1}}}]},{"role":"tool","tool_name":"t","content":"r"}],"options":{"temperature":0.2,"num_predict":5}}`)
+	f.Add(`{"model":"m","messages":[{"role":"tool","content":"r"}]}`)
+	f.Add(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"t","arguments":"{\"a\":1}"}}]}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := ollamaWire{}.decode([]byte(body))
+		if err != nil {
+			if _, ok := err.(*chatError); !ok {
+				t.Fatalf("%T %v", err, err)
+			}
+			return
+		}
+		if req.Model == "" || len(req.Messages) == 0 {
+			t.Fatalf("%+v", req)
+		}
+		if err := checkToolReplies(req.Messages); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -735,3 +735,128 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 		t.Errorf("the record:\n%s", text)
 	}
 }
+
+// ollamaPost sends body to /api/chat and returns the status and each JSON object of the answer
+// (one for a whole answer, one a line for a stream).
+func (cs *chatSystem) ollamaPost(t *testing.T, body string, headers ...string) (int, []map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/api/chat", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []map[string]any
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if err != io.EOF {
+				t.Fatalf("an answer line that is not JSON: %v", err)
+			}
+			break
+		}
+		out = append(out, m)
+	}
+	return resp.StatusCode, out
+}
+
+// Ollama's /api/chat runs the same loop: the meeting assistant whole, the recovery variant
+// streamed (a JSON object a line, Ollama's default), bad input in Ollama's error shape.
+func TestOllamaFrontDoor(t *testing.T) {
+	cs := startChat(t, "chat-ollama", scriptedllm.Meeting(), nil)
+	code, out := cs.ollamaPost(t, `{"model":"hermes","stream":false,"messages":[{"role":"user","content":"`+meetingAsk+`"}]}`, "X-Hermes-Session-ID", "sess_ollama_meeting")
+	if code != http.StatusOK || len(out) != 1 || out[0]["done"] != true || out[0]["done_reason"] != "stop" {
+		t.Fatalf("%d %v", code, out)
+	}
+	msg := out[0]["message"].(map[string]any)
+	if !strings.Contains(fmt.Sprint(msg["content"]), "9点到10点") || out[0]["prompt_eval_count"].(float64) == 0 {
+		t.Errorf("%v", out[0])
+	}
+	_, entries := cs.transcript(t, "sess_ollama_meeting")
+	if n := count(entries, protocol.TypeResponse); n != 4 {
+		t.Errorf("%d requests answered, want 4", n)
+	}
+	code, out = cs.ollamaPost(t, `{"model":"hermes","messages":[{"role":"user","content":"帮我订一个明天上午的周会"}]}`)
+	if code != http.StatusOK || len(out) < 3 {
+		t.Fatalf("%d %v", code, out)
+	}
+	var text strings.Builder
+	progress := 0
+	for i, line := range out {
+		if line["hermes"] != nil && line["done"] == false {
+			progress++
+		}
+		if m, ok := line["message"].(map[string]any); ok {
+			if m["tool_calls"] != nil {
+				t.Errorf("a tool call of Hermes' in the stream: %v", line)
+			}
+			text.WriteString(fmt.Sprint(m["content"]))
+		}
+		if (line["done"] == true) != (i == len(out)-1) {
+			t.Errorf("line %d done=%v of %d", i, line["done"], len(out))
+		}
+	}
+	if !strings.Contains(text.String(), "周会已订好") || progress < 4 {
+		t.Errorf("streamed %q with %d progress lines", text.String(), progress)
+	}
+	for _, tc := range []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{"messages":[{"role":"user","content":"x"}]}`, 400, "model: is required"},
+		{`{"model":"llama3","messages":[{"role":"user","content":"x"}]}`, 404, `model "llama3" not found`},
+		{`{"model":"hermes","messages":[{"role":"user","content":"x","images":["aGk="]}]}`, 400, "messages[0].images"},
+		{`{"model":"hermes","messages":"x"}`, 400, "messages"},
+	} {
+		code, out := cs.ollamaPost(t, tc.body)
+		if code != tc.code || len(out) != 1 || !strings.Contains(fmt.Sprint(out[0]["error"]), tc.want) {
+			t.Errorf("%s: %d %v", tc.body, code, out)
+		}
+	}
+}
+
+// An Ollama client's own tools: its calls come back as Ollama tool calls; a tool message
+// without an id answers the call of its tool_name, and the run goes on.
+func TestOllamaClientTools(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "hermes runs me"}},
+			{Name: "open_editor", Arguments: map[string]any{"path": "notes.md"}}}},
+		{Content: "both done"},
+	}}}}
+	cs := startChat(t, "chat-ollama-client", script, nil)
+	tools := `[{"type":"function","function":{"name":"open_editor","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}}]`
+	code, out := cs.ollamaPost(t, `{"model":"hermes","stream":false,"tools":`+tools+`,"messages":[{"role":"user","content":"open my notes"}]}`, "X-Hermes-Session-ID", "sess_ollama_client")
+	if code != http.StatusOK {
+		t.Fatalf("%d %v", code, out)
+	}
+	msg := out[0]["message"].(map[string]any)
+	calls, _ := msg["tool_calls"].([]any)
+	if len(calls) != 1 || calls[0].(map[string]any)["function"].(map[string]any)["name"] != "open_editor" {
+		t.Fatalf("%v", msg)
+	}
+	// The client sends the message back as Ollama's clients keep it (the arguments an object),
+	// and its tool's result without an id.
+	fn := calls[0].(map[string]any)["function"]
+	back, _ := json.Marshal(map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{"id": calls[0].(map[string]any)["id"], "function": fn}}})
+	code, out = cs.ollamaPost(t, `{"model":"hermes","stream":false,"tools":`+tools+`,"messages":[{"role":"user","content":"open my notes"},`+string(back)+
+		`,{"role":"tool","tool_name":"open_editor","content":"opened"}]}`, "X-Hermes-Session-ID", "sess_ollama_client")
+	if code != http.StatusOK || out[0]["message"].(map[string]any)["content"] != "both done" {
+		t.Fatalf("%d %v", code, out)
+	}
+	reqs := cs.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	var seen []string
+	for _, m := range last {
+		seen = append(seen, m.Role)
+	}
+	if got := strings.Join(seen, ","); got != "user,assistant,tool,tool" || !strings.Contains(last[2].Text()+last[3].Text(), "hermes runs me") {
+		t.Errorf("the model read %s", got)
+	}
+}

@@ -126,6 +126,7 @@ func (g *Gateway) registerChat() {
 	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
 	g.mux.HandleFunc("POST /api/chat", g.require(auth.PermSubmit, func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, ollamaWire{}) }))
 	g.mux.HandleFunc("GET /api/tags", g.require(auth.PermSubmit, s.tags))
+	g.mux.HandleFunc("POST /v1/chat", g.require(auth.PermSubmit, func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, hermesWire{}) }))
 }
 
 // models is GET /v1/models: the model clients may ask for, under its name and "hermes".
@@ -197,6 +198,9 @@ type chatRun struct {
 	// of the key (a run that ran nothing may be retried as the next).
 	key     string
 	attempt int
+
+	mu    sync.Mutex
+	calls []map[string]any // what each call Hermes ran came to, in order
 }
 
 // wire is a front door's format: how its requests are read and its answers written. The run
@@ -269,7 +273,13 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 		writeChatError(w, badParam(headerIdemKey, "must be 1 to 255 printable ASCII characters without spaces"))
 		return
 	}
-	session := r.Header.Get(headerSession)
+	session, sessionField := r.Header.Get(headerSession), headerSession
+	if session == "" && req.Session != "" {
+		sessionField = "metadata.hermes_session_id"
+		if req.fromRecord {
+			sessionField = "session_id"
+		}
+	}
 	if session == "" {
 		session = req.Session
 	} else if req.Session != "" && req.Session != session {
@@ -289,12 +299,12 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 	if !named {
 		session = run
 	}
-	if err := protocol.CheckID(headerSession, session); err != nil {
-		writeChatError(w, badParam(headerSession, "%v", err))
+	if err := protocol.CheckID(sessionField, session); err != nil {
+		writeChatError(w, badParam(sessionField, "%v", err))
 		return
 	}
 	if protocol.IsSandboxSession(session) {
-		writeChatError(w, badParam(headerSession, "sessions starting %q are the contract sandbox's", protocol.SandboxSessionPrefix))
+		writeChatError(w, badParam(sessionField, "sessions starting %q are the contract sandbox's", protocol.SandboxSessionPrefix))
 		return
 	}
 	if trace.TraceID == "" {
@@ -360,7 +370,16 @@ func (c *chatRun) respond(w http.ResponseWriter, r *http.Request, req *chatReque
 // complete runs the conversation and returns the answer's status and body (a completion, or an
 // OpenAI error object).
 func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[string]any) {
-	s, g := c.s, c.s.g
+	if req.fromRecord {
+		// The conversation is the session's record: the model's decisions hold every message
+		// it read, and its answers.
+		history, err := c.recordedConversation(ctx)
+		if err != nil {
+			return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+				Message: "the session's record could not be read; retry"})
+		}
+		return c.converse(ctx, req, append(history, req.Messages[len(req.Messages)-1].param()), len(history), nil, nil, 0)
+	}
 	state, rev, err := c.loadState(ctx)
 	if err != nil {
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
@@ -372,6 +391,14 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 			Message: "the session's state could not be read; retry"})
 	}
 	msgs, recorded, warning := state.conversation(req.Messages, pending)
+	return c.converse(ctx, req, msgs, recorded, warning, &state, rev)
+}
+
+// converse runs the loop on msgs, of which the record holds the first recorded, and answers;
+// st, when the client resends its history, is the session's state to keep.
+func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.ChatCompletionMessageParamUnion, recorded int,
+	warning *protocol.LLMWarning, state *chatState, rev uint64) (int, map[string]any) {
+	s, g := c.s, c.s.g
 	intent := lastUserText(req.Messages, g.cfg.Limits)
 	tools, pf, err := c.tools(ctx, req, intent)
 	if err != nil {
@@ -407,7 +434,7 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 		next.Seen = append(next.Seen, m.digest())
 	}
 	next.Seen = append(next.Seen, answer.digest())
-	if c.saveState(ctx, next, rev) && len(out.ClientCalls) > 0 {
+	if state != nil && c.saveState(ctx, next, rev) && len(out.ClientCalls) > 0 {
 		// The run waits for the client's results: what the loop added, which the client never
 		// saw, is kept for the run's next POST, under the answer the client will send back.
 		c.keepPending(ctx, out.Messages[min(len(msgs), len(out.Messages)):], answer)
@@ -427,8 +454,16 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 		"id": c.run, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
 		"usage":   map[string]any{"prompt_tokens": out.Usage.PromptTokens, "completion_tokens": out.Usage.CompletionTokens, "total_tokens": out.Usage.TotalTokens},
-		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns},
+		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns, "calls": c.callSummary()},
 	}
+}
+
+// callSummary is what the calls Hermes ran in the run came to (name, status, duration), for the
+// answer.
+func (c *chatRun) callSummary() []map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]map[string]any{}, c.calls...)
 }
 
 func chatFailure(e *chatError) (int, map[string]any) {
@@ -674,15 +709,19 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	case err != nil:
 		return nil, err
 	}
-	if c.progress != nil {
-		var done []map[string]any
-		for _, res := range out.Response.Results {
-			d := map[string]any{"tool_call_id": res.ToolCallID, "name": res.Name, "status": res.Status, "execution_time_ms": res.ExecutionTimeMS}
-			if res.ErrorCode != "" {
-				d["error_code"] = res.ErrorCode
-			}
-			done = append(done, d)
+	var done []map[string]any
+	for _, res := range out.Response.Results {
+		d := map[string]any{"request_id": requestID, "tool_call_id": res.ToolCallID, "name": res.Name, "status": res.Status,
+			"execution_time_ms": res.ExecutionTimeMS}
+		if res.ErrorCode != "" {
+			d["error_code"] = res.ErrorCode
 		}
+		done = append(done, d)
+	}
+	c.mu.Lock()
+	c.calls = append(c.calls, done...)
+	c.mu.Unlock()
+	if c.progress != nil {
 		c.progress(map[string]any{"event": "results", "request_id": requestID, "results": done})
 	}
 	return out.Response.Results, nil

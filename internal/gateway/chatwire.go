@@ -38,6 +38,9 @@ type chatRequest struct {
 	Session      string // metadata.hermes_session_id
 	MaxTurns     int    // 0: the server's
 	Params       openai.ChatCompletionNewParams
+	// fromRecord: the client sent only its new message (POST /v1/chat); the conversation
+	// before it is the session's record.
+	fromRecord bool
 }
 
 // chatMessage is one message of the conversation, as the client sent it.

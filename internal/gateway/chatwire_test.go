@@ -112,3 +112,24 @@ func FuzzDecodeOllamaRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeHermesChat: /v1/chat's body never panics the decoder; what it takes is one user
+// message of a session.
+func FuzzDecodeHermesChat(f *testing.F) {
+	f.Add(`{"session_id":"s","message":"hi"}`)
+	f.Add(`{"session_id":"s","message":"hi","max_turns":2}`)
+	f.Add(`{"session_id":1}`)
+	f.Add(`{"session_id":"s","message":"\xff"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := hermesWire{}.decode([]byte(body))
+		if err != nil {
+			if _, ok := err.(*chatError); !ok {
+				t.Fatalf("%T %v", err, err)
+			}
+			return
+		}
+		if req.Session == "" || len(req.Messages) != 1 || req.Messages[0].Role != "user" || !req.fromRecord {
+			t.Fatalf("%+v", req)
+		}
+	})
+}

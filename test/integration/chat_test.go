@@ -860,3 +860,69 @@ func TestOllamaClientTools(t *testing.T) {
 		t.Errorf("the model read %s", got)
 	}
 }
+
+// Hermes' own form, POST /v1/chat: only the new message goes in, the conversation before it is
+// the session's record; the answer is seed 003 §2.1's package.
+func TestHermesChat(t *testing.T) {
+	one, two := 1, 2
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "weather twice", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},
+		{Step: &one, Content: "上海明天中雨"},
+		{Step: &two, Content: "北京也是"},
+	}}}}
+	cs := startChat(t, "chat-hermes", script, nil)
+	post := func(body string) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	code, out := post(`{"session_id":"sess_hermes_chat","message":"上海明天的天气怎么样"}`)
+	if code != http.StatusOK || out["text"] != "上海明天中雨" || out["session_id"] != "sess_hermes_chat" {
+		t.Fatalf("%d %v", code, out)
+	}
+	calls, _ := out["tool_calls"].([]any)
+	if len(calls) != 1 || calls[0].(map[string]any)["name"] != "weather_search" || calls[0].(map[string]any)["status"] != "ok" {
+		t.Errorf("tool_calls %v", out["tool_calls"])
+	}
+	if p, ok := out["pending"].([]any); !ok || len(p) != 0 || out["intent"] == nil {
+		t.Errorf("package %v", out)
+	}
+	// The next message alone: the model reads the conversation the record holds, then it.
+	code, out = post(`{"session_id":"sess_hermes_chat","message":"北京呢"}`)
+	if code != http.StatusOK || out["text"] != "北京也是" {
+		t.Fatalf("%d %v", code, out)
+	}
+	reqs := cs.model.Requests()
+	var seen []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		seen = append(seen, m.Role+":"+m.Text())
+	}
+	if got := strings.Join(seen, "|"); !strings.HasPrefix(got, "user:上海明天的天气怎么样|assistant:|tool:") || !strings.HasSuffix(got, "|assistant:上海明天中雨|user:北京呢") {
+		t.Errorf("the model read %s", got)
+	}
+	_, entries := cs.transcript(t, "sess_hermes_chat")
+	ds := decisionsOf(entries)
+	if last := ds[len(ds)-1]; len(last.Messages) != 1 || last.Messages[0].Content != "北京呢" {
+		t.Errorf("the second run recorded %+v", last.Messages)
+	}
+	for _, tc := range []struct{ body, field string }{
+		{`{"message":"x"}`, "session_id"},
+		{`{"session_id":"s"}`, "message"},
+		{`{"session_id":"s","message":"x","model":"gpt"}`, "model"},
+		{`{"session_id":"bad.id","message":"x"}`, "session_id"},
+	} {
+		code, out := post(tc.body)
+		e, _ := out["error"].(map[string]any)
+		if code != http.StatusBadRequest || e["field"] != tc.field {
+			t.Errorf("%s: %d %v", tc.body, code, out)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared/constant"
+
+	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Hermes' own front door, POST /v1/chat (seed 003 §2.1): {session_id, message} in — only the
+// new message; the conversation before it is the session's record — and the seed's response
+// package out: the main text, what the calls Hermes ran came to (name, status, duration),
+// pending items the person must confirm (each with an id; none until approvals exist), and the
+// intent's domain and how long its context stays live (empty until intent decay exists).
+
+// MaxChatMessageBytes bounds a /v1/chat message.
+const MaxChatMessageBytes = 64 << 10
+
+// hermesWire is POST /v1/chat.
+type hermesWire struct{}
+
+func (hermesWire) decode(body []byte) (*chatRequest, error) {
+	var raw struct {
+		SessionID *string `json:"session_id"`
+		Message   *string `json:"message"`
+		MaxTurns  *int    `json:"max_turns"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return nil, badParam(strings.Trim(f, `"`), "is not a field of /v1/chat (session_id, message, max_turns)")
+		}
+		return nil, badParam("", "the body is not a JSON object: %v", err)
+	}
+	switch {
+	case raw.SessionID == nil || *raw.SessionID == "":
+		return nil, badParam("session_id", "is required: the conversation's session")
+	case raw.Message == nil || strings.TrimSpace(*raw.Message) == "":
+		return nil, badParam("message", "is required: what the person says")
+	case len(*raw.Message) > MaxChatMessageBytes || !utf8.ValidString(*raw.Message):
+		return nil, badParam("message", "must be UTF-8 of at most %d bytes", MaxChatMessageBytes)
+	case raw.MaxTurns != nil && (*raw.MaxTurns < 1 || *raw.MaxTurns > maxChatTurns):
+		return nil, badParam("max_turns", "must be 1 to %d", maxChatTurns)
+	}
+	req := &chatRequest{Model: chatModelAlias, Session: *raw.SessionID, fromRecord: true,
+		Messages: []chatMessage{{Role: "user", Content: *raw.Message}}}
+	if raw.MaxTurns != nil {
+		req.MaxTurns = *raw.MaxTurns
+	}
+	return req, nil
+}
+
+func (hermesWire) writeError(w http.ResponseWriter, e *chatError) {
+	code := e.Code
+	if code == "" {
+		code = protocol.CodeInvalidRequest
+		if e.Status >= 500 {
+			code = protocol.CodeInternal
+		}
+	}
+	var body apiError
+	body.Error.Code, body.Error.Message, body.Error.Field = code, e.Message, e.Param
+	writeJSON(w, e.Status, &body)
+}
+
+func (hermesWire) unknownModel(string, string) *chatError { return nil } // no model is asked for
+
+// answer writes the seed's response package.
+func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any) {
+	if status != http.StatusOK {
+		e, _ := body["error"].(map[string]any)
+		ce := &chatError{Status: status}
+		ce.Message, _ = e["message"].(string)
+		ce.Code, _ = e["code"].(string)
+		if p, ok := e["param"].(string); ok {
+			ce.Param = p
+		}
+		hermesWire{}.writeError(w, ce)
+		return
+	}
+	h, _ := body["hermes"].(map[string]any)
+	text := ""
+	if choices, _ := body["choices"].([]any); len(choices) > 0 {
+		if m, _ := choices[0].(map[string]any)["message"].(map[string]any); m != nil {
+			text, _ = m["content"].(string)
+		}
+	}
+	var calls []map[string]any // as made, or as kept for an Idempotency-Key's retries (JSON)
+	if b, err := json.Marshal(h["calls"]); err == nil {
+		_ = json.Unmarshal(b, &calls)
+	}
+	var summary []map[string]any
+	for _, c := range calls {
+		summary = append(summary, map[string]any{"name": c["name"], "status": c["status"], "duration_ms": c["execution_time_ms"],
+			"tool_call_id": c["tool_call_id"], "request_id": c["request_id"], "error_code": c["error_code"]})
+	}
+	if summary == nil {
+		summary = []map[string]any{}
+	}
+	writeJSON(w, status, map[string]any{
+		"session_id": h["session_id"], "run_id": h["run_id"], "text": text, "tool_calls": summary,
+		"pending": []any{}, "intent": map[string]any{"domain": nil, "ttl_seconds": nil},
+		"turns": h["turns"], "usage": body["usage"],
+	})
+}
+
+func (hermesWire) stream(w http.ResponseWriter, run, model string) answerStream { return nil } // never asked
+
+// recordedConversation is the session's conversation as its record holds it: the messages each
+// decision of the model added, and its answers, in order.
+func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatCompletionMessageParamUnion, error) {
+	var out []openai.ChatCompletionMessageParamUnion
+	_, err := record.Read(ctx, c.s.g.cfg.Bus.JS, []string{protocol.SubjectEvent(protocol.EventLLM, c.session)}, record.Start{}, func(e *record.Entry) error {
+		d, ok := e.Payload.(*protocol.LLMDecision)
+		if !ok {
+			return nil
+		}
+		for _, m := range d.Messages {
+			out = append(out, replayMessage(m))
+		}
+		if d.Error == "" && len(d.Chosen) == 0 {
+			out = append(out, openai.AssistantMessage(d.Answer))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, record.ErrNoRecord) {
+		return nil, fmt.Errorf("read the session's decisions: %w", err)
+	}
+	return out, nil
+}
+
+// replayMessage is a recorded message as the model reads it again.
+func replayMessage(m protocol.LLMMessage) openai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case "system":
+		return openai.SystemMessage(m.Content)
+	case "developer":
+		return openai.DeveloperMessage(m.Content)
+	case "tool":
+		return openai.ToolMessage(m.Content, m.ToolCallID)
+	case "assistant":
+		a := openai.ChatCompletionAssistantMessageParam{}
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = param.NewOpt(m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID: tc.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+				Type: constant.Function("function")}})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	}
+	return openai.UserMessage(m.Content)
+}

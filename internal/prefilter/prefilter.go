@@ -74,9 +74,8 @@ type posting struct {
 }
 
 type cached struct {
-	key   string
-	top   []Candidate // every tool that matched at all, best first
-	query int         // the query's token count
+	key string
+	top []Candidate // every tool that matched at all, best first
 }
 
 // New indexes tools.

@@ -156,27 +156,6 @@ func TestRecordOfTheEarlierVersionStillServes(t *testing.T) {
 		t.Errorf("events %+v", flow)
 	}
 	ev.close()
-	// Responses recorded then are served now.
-	for _, id := range []string{"req_abc123", "req_parallel_001", "fx_noroute", "fx_ser2"} {
-		resp, err := http.Get(s.base + "/v1/requests/" + id)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %v %v", id, resp, err)
-		}
-		resp.Body.Close()
-	}
-	// What follows rests on the earlier version's state — its intake, plans and claims, kept
-	// 24 hours — as a deployment upgraded while running has it. The store was written at a
-	// fixed time; once that state has aged out by the earlier version's own TTL, the record is
-	// all there is to read, and the checks above are what remains true.
-	if age := time.Since(fixtureWritten(t)); age > 23*time.Hour {
-		t.Logf("the fixture was written %s ago, past the earlier version's 24 h state TTL: the checks of its state (a repeat answered from the first run, unfinished work finished) are not made", age.Round(time.Hour))
-		return
-	}
-	// The same request posted again is answered from the first run.
-	body, _ := os.ReadFile("../../examples/request.json")
-	if status, hdr, _ := s.post(body, ""); status != http.StatusOK || hdr.Get("X-Hermes-Replayed") != "true" {
-		t.Errorf("repeat of req_abc123: HTTP %d replayed=%q", status, hdr.Get("X-Hermes-Replayed"))
-	}
 	// Dead letters of then are listed now.
 	var out, errOut bytes.Buffer
 	if code := app.Exec(app.RunDLQ, []string{"ls", "--json", "--nats", srv.ClientURL()}, app.Env{Stdout: &out, Stderr: &errOut}); code != 0 {
@@ -185,6 +164,27 @@ func TestRecordOfTheEarlierVersionStillServes(t *testing.T) {
 	golden, _ := os.ReadFile("testdata/record-v1/dlq.jsonl")
 	if want, got := jsonLines(t, golden), jsonLines(t, out.Bytes()); len(got) != len(want) || !jsonDeepEqual(want[0], got[0]) {
 		t.Errorf("dlq ls:\nthen %s\nnow  %s", golden, out.Bytes())
+	}
+	// What follows rests on the earlier version's state — its intake, plans and claims, kept
+	// 24 hours — as a deployment upgraded while running has it. The store was written at a
+	// fixed time; once that state has aged out by the earlier version's own TTL, the record is
+	// all there is to read, and the checks above are what remains true.
+	if age := time.Since(fixtureWritten(t)); age > 23*time.Hour {
+		t.Logf("the fixture was written %s ago, past the earlier version's 24 h state TTL: the checks of its state (responses served by request id, a repeat answered from the first run, unfinished work finished) are not made", age.Round(time.Hour))
+		return
+	}
+	// Responses recorded then are served now.
+	for _, id := range []string{"req_abc123", "req_parallel_001", "fx_noroute", "fx_ser2"} {
+		resp, err := http.Get(s.base + "/v1/requests/" + id)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %v %v", id, resp, err)
+		}
+		resp.Body.Close()
+	}
+	// The same request posted again is answered from the first run.
+	body, _ := os.ReadFile("../../examples/request.json")
+	if status, hdr, _ := s.post(body, ""); status != http.StatusOK || hdr.Get("X-Hermes-Replayed") != "true" {
+		t.Errorf("repeat of req_abc123: HTTP %d replayed=%q", status, hdr.Get("X-Hermes-Replayed"))
 	}
 	// Work left unfinished is finished: the queued call, the dispatched serial request, and
 	// the serial request parked behind it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -160,8 +161,8 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K"); err != nil {
 		return nil, "", err
 	}
-	if l.prefilterTopK < 0 || l.prefilterThreshold < 0 {
-		return nil, "", errors.New("--llm-prefilter-top-k and --llm-prefilter-threshold must not be negative")
+	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 {
+		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, and --llm-prefilter-threshold not negative", agent.MaxCallsPerTurn)
 	}
 	if l.prefilterTopK > 0 {
 		desc += fmt.Sprintf("; prefilter: the %d best tools", l.prefilterTopK)

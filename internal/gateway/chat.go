@@ -408,7 +408,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	run := agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded, Intent: intent, Tools: tools, Params: req.Params}
 	if pf != nil {
 		run.Prefiltered, run.Candidates = true, pf.candidates
-		if len(pf.candidates) == 0 {
+		if len(pf.candidates) == 0 && len(req.Tools) == 0 {
 			run.Messages = append(slices.Clone(run.Messages), openai.SystemMessage(noCandidates))
 		}
 	}
@@ -548,28 +548,33 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 	}
 	var theirs []*contract.Compiled
 	for _, k := range contracts {
-		if !mine[k.Name] && c.s.schema(k) != nil {
+		if c.s.schema(k) != nil {
 			theirs = append(theirs, k)
 		}
 	}
 	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > 0 {
 		// Coarse, then fine: only the registered tools the message is about are offered (the
-		// client's, which it declared, always are).
-		cands := c.s.index(theirs).Rank(intent, p.TopK, p.Threshold)
+		// client's, which it declared, always are; a registered tool it shadows is not).
+		cands := c.s.index(theirs).Rank(intent, p.TopK+len(mine), p.Threshold)
 		pf = &prefiltered{}
-		keep := map[string]bool{}
 		for _, cand := range cands {
-			keep[cand.Name] = true
-			pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score})
+			if !mine[cand.Name] && len(pf.candidates) < p.TopK {
+				pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score})
+			}
 		}
-		theirs = slices.DeleteFunc(theirs, func(k *contract.Compiled) bool { return !keep[k.Name] })
-		slices.SortStableFunc(theirs, func(a, b *contract.Compiled) int {
-			return slices.IndexFunc(cands, func(c prefilter.Candidate) bool { return c.Name == a.Name }) -
-				slices.IndexFunc(cands, func(c prefilter.Candidate) bool { return c.Name == b.Name })
-		})
+		byName := map[string]*contract.Compiled{}
+		for _, k := range theirs {
+			byName[k.Name] = k
+		}
+		theirs = theirs[:0]
+		for _, cand := range pf.candidates {
+			theirs = append(theirs, byName[cand.Name])
+		}
 	}
 	for _, k := range theirs {
-		tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: k.CheckInput})
+		if !mine[k.Name] {
+			tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: k.CheckInput})
+		}
 	}
 	return tools, pf, nil
 }
@@ -581,7 +586,8 @@ type prefiltered struct{ candidates []protocol.LLMCandidate }
 // offering it none silently or all of them (what it reads, so the record keeps it).
 const noCandidates = "No tool of this system matches the request. Answer without calling a tool, or ask the person for what is missing."
 
-// index is the prefilter's index of ks, built once per tool set.
+// index is the prefilter's index of ks (every registered tool the model could be offered),
+// built once per tool set, outside the server's lock (concurrent first builds are alike).
 func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 	h := sha256.New()
 	for _, k := range ks {
@@ -589,14 +595,15 @@ func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 	}
 	sig := string(h.Sum(nil))
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.prefilter != nil && s.prefilterSig == sig {
-		return s.prefilter
+	ix, same := s.prefilter, s.prefilterSig == sig
+	s.mu.Unlock()
+	if ix != nil && same {
+		return ix
 	}
 	tools := make([]prefilter.Tool, 0, len(ks))
 	for _, k := range ks {
 		t := prefilter.Tool{Name: k.Name, Description: k.Description}
-		if props, ok := s.schemas[k]["properties"].(map[string]any); ok {
+		if props, ok := s.schema(k)["properties"].(map[string]any); ok {
 			for name, v := range props {
 				desc, _ := v.(map[string]any)["description"].(string)
 				t.Args = append(t.Args, prefilter.Arg{Name: name, Description: desc})
@@ -604,8 +611,11 @@ func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 		}
 		tools = append(tools, t)
 	}
-	s.prefilter, s.prefilterSig = prefilter.New(tools), sig
-	return s.prefilter
+	ix = prefilter.New(tools)
+	s.mu.Lock()
+	s.prefilter, s.prefilterSig = ix, sig
+	s.mu.Unlock()
+	return ix
 }
 
 // contracts are the registered tools' contracts: followed, or read from the bucket.

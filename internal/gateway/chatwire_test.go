@@ -133,3 +133,19 @@ func FuzzDecodeHermesChat(f *testing.F) {
 		}
 	})
 }
+
+// Ollama's and /v1/chat's bodies are one JSON value, as the OpenAI front door's are.
+func TestOneJSONValue(t *testing.T) {
+	for name, w := range map[string]wire{"ollama": ollamaWire{}, "hermes": hermesWire{}} {
+		body := `{"model":"m","session_id":"s","message":"x","messages":[{"role":"user","content":"x"}]} {"garbage":1}`
+		if name == "hermes" {
+			body = `{"session_id":"s","message":"x"} {"garbage":1}`
+		}
+		if _, err := w.decode([]byte(body)); err == nil || !strings.Contains(err.Error(), "more than one JSON value") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := (ollamaWire{}).decode([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"options":{"stop":"x"}}`)); err == nil {
+		t.Error("options.stop not a list")
+	}
+}

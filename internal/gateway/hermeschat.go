@@ -48,6 +48,9 @@ func (hermesWire) decode(body []byte) (*chatRequest, error) {
 		}
 		return nil, badParam("", "the body is not a JSON object: %v", err)
 	}
+	if dec.More() {
+		return nil, badParam("", "the body holds more than one JSON value")
+	}
 	switch {
 	case raw.SessionID == nil || *raw.SessionID == "":
 		return nil, badParam("session_id", "is required: the conversation's session")
@@ -132,6 +135,9 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 			return nil
 		}
 		for _, m := range d.Messages {
+			if m.Role == "system" && m.Content == noCandidates {
+				continue // said to the model of that message alone
+			}
 			out = append(out, replayMessage(m))
 		}
 		if d.Error == "" && len(d.Chosen) == 0 {
@@ -141,6 +147,15 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 	})
 	if err != nil && !errors.Is(err, record.ErrNoRecord) {
 		return nil, fmt.Errorf("read the session's decisions: %w", err)
+	}
+	// At most the last maxChatMessages, from a person's message on: the model reads a window
+	// of a long session (the summarizer's summary will stand for the rest).
+	if len(out) > maxChatMessages {
+		from := len(out) - maxChatMessages
+		for from < len(out) && out[from].OfUser == nil {
+			from++
+		}
+		out = out[from:]
 	}
 	return out, nil
 }
@@ -160,6 +175,9 @@ func replayMessage(m protocol.LLMMessage) openai.ChatCompletionMessageParamUnion
 			a.Content.OfString = param.NewOpt(m.Content)
 		}
 		for _, tc := range m.ToolCalls {
+			if !json.Valid([]byte(tc.Arguments)) {
+				tc.Arguments = "{}" // cut by the record: not to be sent as arguments again
+			}
 			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
 				ID: tc.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
 				Type: constant.Function("function")}})

@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 )
 
 // Ollama's chat API as a second front door: POST /api/chat runs the same loop for Ollama's
 // clients (its request shape; its answer whole, or streamed as one JSON object a line, as Ollama
 // streams by default). Ollama's messages carry no call ids: Hermes names the calls of an
-// assistant message by their place (call_<message>_<index>) and matches a tool message to the
+// assistant message by their place (ollama_<message>_<index>) and matches a tool message to the
 // calls before it by tool_name, else in order; the answer's calls carry their ids (an "id"
 // beside "function"), which a client may send back.
 
@@ -54,6 +55,9 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
 		}
 		return nil, badParam("", "the body is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, badParam("", "the body holds more than one JSON value")
 	}
 	switch {
 	case raw.Model == nil || strings.TrimSpace(*raw.Model) == "":
@@ -104,6 +108,13 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 		if o.Seed != nil {
 			p.Seed = param.NewOpt(*o.Seed)
 		}
+		if len(o.Stop) > 0 && string(o.Stop) != "null" {
+			var stop []string
+			if json.Unmarshal(o.Stop, &stop) != nil || len(stop) > 4 {
+				return nil, badParam("options.stop", "must be up to 4 strings")
+			}
+			p.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: stop}
+		}
 	}
 	return req, nil
 }
@@ -146,7 +157,7 @@ func decodeOllamaMessage(at string, i int, data json.RawMessage, before []chatMe
 		for j, c := range raw.ToolCalls {
 			id := c.ID
 			if id == "" {
-				id = fmt.Sprintf("call_%d_%d", i, j)
+				id = fmt.Sprintf("ollama_%d_%d", i, j) // apart from the ids the loop gives
 			}
 			args := string(c.Function.Arguments)
 			var s string

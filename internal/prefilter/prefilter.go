@@ -49,8 +49,12 @@ const (
 	b  = 0.75
 )
 
-// CacheSize bounds the messages whose ranking an Index remembers.
-const CacheSize = 4096
+// CacheSize bounds the messages whose ranking an Index remembers, CacheTop the candidates it
+// remembers of each.
+const (
+	CacheSize = 4096
+	CacheTop  = 64
+)
 
 // MaxQueryBytes bounds how much of a message is read (its start).
 const MaxQueryBytes = 8 << 10
@@ -123,23 +127,24 @@ func (ix *Index) Version() string { return ix.version }
 func (ix *Index) Len() int { return len(ix.names) }
 
 // Rank returns the tools message is about, best first: at most k (k <= 0: all) whose score is
-// at least threshold (and above 0). Empty when nothing qualifies.
+// at least threshold (and above 0). Empty when nothing qualifies. The best CacheTop of each
+// message are remembered; a Rank for more ranks again.
 func (ix *Index) Rank(message string, k int, threshold float64) []Candidate {
 	key := Normalize(message)
+	var top []Candidate
 	ix.mu.Lock()
 	e, ok := ix.cache[key]
 	if ok {
 		ix.order.MoveToFront(e)
+		top = e.Value.(*cached).top
 	}
 	ix.mu.Unlock()
-	var top []Candidate
-	if ok {
-		top = e.Value.(*cached).top
-	} else {
+	if !ok || (k <= 0 || k > CacheTop) && len(top) == CacheTop {
 		top = ix.score(key)
+		kept := top[:min(len(top), CacheTop):min(len(top), CacheTop)]
 		ix.mu.Lock()
 		if _, dup := ix.cache[key]; !dup {
-			ix.cache[key] = ix.order.PushFront(&cached{key: key, top: top})
+			ix.cache[key] = ix.order.PushFront(&cached{key: key, top: kept})
 			if ix.order.Len() > CacheSize {
 				old := ix.order.Back()
 				ix.order.Remove(old)

@@ -162,3 +162,22 @@ func BenchmarkRankHit(b *testing.B) {
 	ix.Rank("帮我定明天下午的会议室", 3, 0)
 	percentiles(b, func(int) { ix.Rank("帮我定明天下午的会议室", 3, 0) })
 }
+
+// The cache keeps the best CacheTop of a message, however many tools match: a message that
+// matches all of many tools costs a bounded entry.
+func TestTheCacheKeepsTheBest(t *testing.T) {
+	var many []Tool
+	for i := range 500 {
+		many = append(many, Tool{Name: fmt.Sprint("tool_", i), Description: "查询会议"})
+	}
+	ix := New(many)
+	if got := ix.Rank("查询会议", 3, 0); len(got) != 3 {
+		t.Fatal(got)
+	}
+	if n := len(ix.order.Front().Value.(*cached).top); n != CacheTop {
+		t.Errorf("cached %d candidates", n)
+	}
+	if got := ix.Rank("查询会议", 0, 0); len(got) != 500 {
+		t.Errorf("all: %d", len(got))
+	}
+}

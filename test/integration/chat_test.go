@@ -734,6 +734,27 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 	if !strings.Contains(text, "粗筛候选: [] (无匹配的工具，已告知模型)") {
 		t.Errorf("the record:\n%s", text)
 	}
+	// Through /v1/chat the session goes on from its record: what the model was told of the
+	// first message is not said again of the next.
+	for _, msg := range []string{"zzz qqq", "上海明天的天气怎么样"} {
+		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat", strings.NewReader(`{"session_id":"sess_chat_pf_hermes","message":"`+msg+`"}`))
+		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	for _, r := range cs.model.Requests()[asked+1:] {
+		if r.Messages[len(r.Messages)-1].Text() == "上海明天的天气怎么样" {
+			for _, m := range r.Messages {
+				if strings.Contains(m.Text(), "No tool of this system matches") {
+					t.Error("the note of the first message was said again")
+				}
+			}
+		}
+	}
 }
 
 // ollamaPost sends body to /api/chat and returns the status and each JSON object of the answer

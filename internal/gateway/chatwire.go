@@ -13,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared/constant"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // The wire form of POST /v1/chat/completions, as OpenAI's clients send it. Decoding checks
@@ -157,17 +159,9 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 	if err := checkToolReplies(req.Messages); err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
-	for i, t := range raw.Tools {
-		ct, err := decodeClientTool(fmt.Sprintf("tools[%d]", i), t)
-		if err != nil {
-			return nil, err
-		}
-		if names[ct.Name] {
-			return nil, badParam(fmt.Sprintf("tools[%d].function.name", i), "%q is declared twice", ct.Name)
-		}
-		names[ct.Name] = true
-		req.Tools = append(req.Tools, ct)
+	var err error
+	if req.Tools, err = decodeClientTools(raw.Tools); err != nil {
+		return nil, err
 	}
 	if len(raw.ToolChoice) > 0 && string(raw.ToolChoice) != "null" {
 		var choice string
@@ -354,6 +348,24 @@ func checkToolReplies(msgs []chatMessage) error {
 	return nil
 }
 
+// decodeClientTools reads the tools a client declared, each name once.
+func decodeClientTools(raw []json.RawMessage) ([]clientTool, error) {
+	var out []clientTool
+	names := map[string]bool{}
+	for i, t := range raw {
+		ct, err := decodeClientTool(fmt.Sprintf("tools[%d]", i), t)
+		if err != nil {
+			return nil, err
+		}
+		if names[ct.Name] {
+			return nil, badParam(fmt.Sprintf("tools[%d].function.name", i), "%q is declared twice", ct.Name)
+		}
+		names[ct.Name] = true
+		out = append(out, ct)
+	}
+	return out, nil
+}
+
 func decodeClientTool(at string, data json.RawMessage) (clientTool, error) {
 	var raw struct {
 		Type     string `json:"type"`
@@ -396,13 +408,22 @@ func (m chatMessage) param() openai.ChatCompletionMessageParamUnion {
 	case "tool":
 		return openai.ToolMessage(m.Content, m.ToolCallID)
 	}
-	a := openai.ChatCompletionAssistantMessageParam{}
-	if m.Content != "" || len(m.ToolCalls) == 0 {
-		a.Content.OfString = param.NewOpt(m.Content)
+	calls := make([]protocol.LLMCall, len(m.ToolCalls))
+	for i, c := range m.ToolCalls {
+		calls[i] = protocol.LLMCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments}
 	}
-	for _, c := range m.ToolCalls {
+	return assistantParam(m.Content, calls)
+}
+
+// assistantParam is an assistant message with text and calls, as the model reads it.
+func assistantParam(content string, calls []protocol.LLMCall) openai.ChatCompletionMessageParamUnion {
+	a := openai.ChatCompletionAssistantMessageParam{}
+	if content != "" || len(calls) == 0 {
+		a.Content.OfString = param.NewOpt(content)
+	}
+	for _, c := range calls {
 		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-			ID: c.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Function.Name, Arguments: c.Function.Arguments},
+			ID: c.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: c.Arguments},
 			Type: constant.Function("function")}})
 	}
 	return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}

@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/shared/constant"
 
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -170,19 +168,14 @@ func replayMessage(m protocol.LLMMessage) openai.ChatCompletionMessageParamUnion
 	case "tool":
 		return openai.ToolMessage(m.Content, m.ToolCallID)
 	case "assistant":
-		a := openai.ChatCompletionAssistantMessageParam{}
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			a.Content.OfString = param.NewOpt(m.Content)
-		}
-		for _, tc := range m.ToolCalls {
+		calls := make([]protocol.LLMCall, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
 			if !json.Valid([]byte(tc.Arguments)) {
 				tc.Arguments = "{}" // cut by the record: not to be sent as arguments again
 			}
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-				ID: tc.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-				Type: constant.Function("function")}})
+			calls[i] = tc
 		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+		return assistantParam(m.Content, calls)
 	}
 	return openai.UserMessage(m.Content)
 }

@@ -82,17 +82,9 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 	if err := checkToolReplies(req.Messages); err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
-	for i, t := range raw.Tools {
-		ct, err := decodeClientTool(fmt.Sprintf("tools[%d]", i), t)
-		if err != nil {
-			return nil, err
-		}
-		if names[ct.Name] {
-			return nil, badParam(fmt.Sprintf("tools[%d].function.name", i), "%q is declared twice", ct.Name)
-		}
-		names[ct.Name] = true
-		req.Tools = append(req.Tools, ct)
+	var err error
+	if req.Tools, err = decodeClientTools(raw.Tools); err != nil {
+		return nil, err
 	}
 	if o := raw.Options; o != nil {
 		p := &req.Params

@@ -385,21 +385,7 @@ func TestChatBadInput(t *testing.T) {
 	}}
 	cs := startChat(t, "chat-bad", script, nil)
 	post := func(body string, headers ...string) (int, map[string]any) {
-		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(headers); i += 2 {
-			req.Header.Set(headers[i], headers[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var out map[string]any
-		_ = json.Unmarshal(b, &out)
-		return resp.StatusCode, out
+		return cs.postJSON(t, "/v1/chat/completions", body, headers...)
 	}
 	errOf := func(out map[string]any) map[string]any { e, _ := out["error"].(map[string]any); return e }
 	for _, tc := range []struct{ body, param string }{
@@ -737,14 +723,9 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 	// Through /v1/chat the session goes on from its record: what the model was told of the
 	// first message is not said again of the next.
 	for _, msg := range []string{"zzz qqq", "上海明天的天气怎么样"} {
-		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat", strings.NewReader(`{"session_id":"sess_chat_pf_hermes","message":"`+msg+`"}`))
-		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%v %v", resp, err)
+		if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"sess_chat_pf_hermes","message":"`+msg+`"}`); code != http.StatusOK {
+			t.Fatalf("%d %v", code, out)
 		}
-		resp.Body.Close()
 	}
 	for _, r := range cs.model.Requests()[asked+1:] {
 		if r.Messages[len(r.Messages)-1].Text() == "上海明天的天气怎么样" {
@@ -755,6 +736,26 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 			}
 		}
 	}
+}
+
+// postJSON posts body to path with the admin key (and headers, name then value) and decodes
+// the JSON answer.
+func (cs *chatSystem) postJSON(t *testing.T, path, body string, headers ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", cs.sys.GatewayURL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
 }
 
 // ollamaPost sends body to /api/chat and returns the status and each JSON object of the answer
@@ -892,19 +893,7 @@ func TestHermesChat(t *testing.T) {
 		{Step: &two, Content: "北京也是"},
 	}}}}
 	cs := startChat(t, "chat-hermes", script, nil)
-	post := func(body string) (int, map[string]any) {
-		req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/v1/chat", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
-	}
+	post := func(body string) (int, map[string]any) { return cs.postJSON(t, "/v1/chat", body) }
 	code, out := post(`{"session_id":"sess_hermes_chat","message":"上海明天的天气怎么样"}`)
 	if code != http.StatusOK || out["text"] != "上海明天中雨" || out["session_id"] != "sess_hermes_chat" {
 		t.Fatalf("%d %v", code, out)

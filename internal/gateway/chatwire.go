@@ -112,16 +112,8 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 		Seed                *int64            `json:"seed"`
 		Stop                json.RawMessage   `json:"stop"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
-		}
-		return nil, badParam("", "the body is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, badParam("", "the body holds more than one JSON value")
+	if err := decodeBody(body, &raw, ""); err != nil {
+		return nil, err
 	}
 	req := &chatRequest{}
 	switch {
@@ -211,6 +203,29 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// decodeBody reads body, one JSON object, into v; what is wrong is a *chatError naming the
+// field. With known (the fields v has, for people), fields v does not have are refused.
+func decodeBody(body []byte, v any, known string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if known != "" {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok && known != "" {
+			return badParam(strings.Trim(f, `"`), "is not a field of this request (%s)", known)
+		}
+		return badParam("", "the body is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return badParam("", "the body holds more than one JSON value")
+	}
+	return nil
 }
 
 func jsonKind(goKind string) string {

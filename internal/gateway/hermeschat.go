@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,20 +33,8 @@ func (hermesWire) decode(body []byte) (*chatRequest, error) {
 		Message   *string `json:"message"`
 		MaxTurns  *int    `json:"max_turns"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
-		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return nil, badParam(strings.Trim(f, `"`), "is not a field of /v1/chat (session_id, message, max_turns)")
-		}
-		return nil, badParam("", "the body is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, badParam("", "the body holds more than one JSON value")
+	if err := decodeBody(body, &raw, "session_id, message, max_turns"); err != nil {
+		return nil, err
 	}
 	switch {
 	case raw.SessionID == nil || *raw.SessionID == "":

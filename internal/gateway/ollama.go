@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -48,16 +46,8 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 		} `json:"options"`
 		Format json.RawMessage `json:"format"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, badParam(te.Field, "must be a JSON %s", jsonKind(te.Type.Kind().String()))
-		}
-		return nil, badParam("", "the body is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, badParam("", "the body holds more than one JSON value")
+	if err := decodeBody(body, &raw, ""); err != nil {
+		return nil, err
 	}
 	switch {
 	case raw.Model == nil || strings.TrimSpace(*raw.Model) == "":

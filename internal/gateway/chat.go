@@ -132,7 +132,7 @@ func (g *Gateway) registerChat() {
 // models is GET /v1/models: the model clients may ask for, under its name and "hermes".
 func (s *chatServer) models(w http.ResponseWriter, _ *http.Request) {
 	var data []map[string]any
-	for _, id := range dedupe([]string{s.cfg.Model, chatModelAlias}) {
+	for _, id := range s.servedModels() {
 		data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "hermes"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
@@ -141,30 +141,19 @@ func (s *chatServer) models(w http.ResponseWriter, _ *http.Request) {
 // tags is Ollama's GET /api/tags: the model, under its name and "hermes".
 func (s *chatServer) tags(w http.ResponseWriter, _ *http.Request) {
 	var models []map[string]any
-	for _, id := range dedupe([]string{s.cfg.Model, chatModelAlias}) {
+	for _, id := range s.servedModels() {
 		models = append(models, map[string]any{"name": id, "model": id, "modified_at": time.Time{}.Format(time.RFC3339), "size": 0, "digest": "",
 			"details": map[string]any{"family": "hermes"}})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
 
-func dedupe(ss []string) []string {
-	var out []string
-	for _, s := range ss {
-		if !containsString(out, s) {
-			out = append(out, s)
-		}
+// servedModels are the names clients may ask for: the model's, and "hermes".
+func (s *chatServer) servedModels() []string {
+	if s.cfg.Model == chatModelAlias {
+		return []string{chatModelAlias}
 	}
-	return out
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return []string{s.cfg.Model, chatModelAlias}
 }
 
 // writeChatError answers as OpenAI does: {"error":{"message","type","param","code"}}.

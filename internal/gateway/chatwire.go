@@ -116,15 +116,10 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 		return nil, err
 	}
 	req := &chatRequest{}
+	if err := checkShape(raw.Model, len(raw.Messages), len(raw.Tools), "GET /v1/models"); err != nil {
+		return nil, err
+	}
 	switch {
-	case raw.Model == nil || strings.TrimSpace(*raw.Model) == "":
-		return nil, badParam("model", "is required: name the model (GET /v1/models lists them)")
-	case len(raw.Messages) == 0:
-		return nil, badParam("messages", "is required: at least one message")
-	case len(raw.Messages) > maxChatMessages:
-		return nil, badParam("messages", "holds %d messages; at most %d are taken", len(raw.Messages), maxChatMessages)
-	case len(raw.Tools) > maxChatTools:
-		return nil, badParam("tools", "holds %d tools; at most %d are taken", len(raw.Tools), maxChatTools)
 	case raw.N != nil && *raw.N != 1:
 		return nil, badParam("n", "only 1 choice is made")
 	case raw.MaxTurns != nil && (*raw.MaxTurns < 1 || *raw.MaxTurns > maxChatTurns):
@@ -404,11 +399,29 @@ func decodeClientTool(at string, data json.RawMessage) (clientTool, error) {
 	return clientTool{Name: raw.Function.Name, Description: raw.Function.Description, Parameters: raw.Function.Parameters}, nil
 }
 
+// protocolShort is s as an error quotes it: at most 64 bytes, on a character boundary, a cut
+// marked.
 func protocolShort(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	return protocol.Shorten(s, 64) + "…"
+}
+
+// checkShape checks what every front door's request has: a model (models names where they are
+// listed), messages and tools within their bounds.
+func checkShape(model *string, messages, tools int, models string) error {
+	switch {
+	case model == nil || strings.TrimSpace(*model) == "":
+		return badParam("model", "is required: name the model (%s lists them)", models)
+	case messages == 0:
+		return badParam("messages", "is required: at least one message")
+	case messages > maxChatMessages:
+		return badParam("messages", "holds %d messages; at most %d are taken", messages, maxChatMessages)
+	case tools > maxChatTools:
+		return badParam("tools", "holds %d tools; at most %d are taken", tools, maxChatTools)
+	}
+	return nil
 }
 
 // param is the message as the model reads it.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeChatRequest: whatever the body, decoding does not panic, and what it refuses is a
@@ -147,5 +148,13 @@ func TestOneJSONValue(t *testing.T) {
 	}
 	if _, err := (ollamaWire{}).decode([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"options":{"stop":"x"}}`)); err == nil {
 		t.Error("options.stop not a list")
+	}
+}
+
+// A value an error quotes is cut on a character boundary: the error stays valid UTF-8.
+func TestErrorsQuoteWholeCharacters(t *testing.T) {
+	_, err := decodeChatRequest([]byte(`{"model":"m","messages":[{"role":"` + strings.Repeat("角", 40) + `","content":"x"}]}`))
+	if err == nil || !utf8.ValidString(err.Error()) || !strings.Contains(err.Error(), "…") {
+		t.Errorf("%q", err)
 	}
 }

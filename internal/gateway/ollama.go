@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,15 +48,10 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 	if err := decodeBody(body, &raw, ""); err != nil {
 		return nil, err
 	}
+	if err := checkShape(raw.Model, len(raw.Messages), len(raw.Tools), "GET /api/tags"); err != nil {
+		return nil, err
+	}
 	switch {
-	case raw.Model == nil || strings.TrimSpace(*raw.Model) == "":
-		return nil, badParam("model", "is required")
-	case len(raw.Messages) == 0:
-		return nil, badParam("messages", "is required: at least one message")
-	case len(raw.Messages) > maxChatMessages:
-		return nil, badParam("messages", "holds %d messages; at most %d are taken", len(raw.Messages), maxChatMessages)
-	case len(raw.Tools) > maxChatTools:
-		return nil, badParam("tools", "holds %d tools; at most %d are taken", len(raw.Tools), maxChatTools)
 	case len(raw.Format) > 0 && string(raw.Format) != "null" && string(raw.Format) != `""`:
 		return nil, badParam("format", "structured output is not taken by Hermes' loop")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -59,7 +60,7 @@ func ParseFile(data []byte) (*File, error) {
 		}
 		return nil, err
 	}
-	if f.LLM.Provider != "" && !contains(Providers, f.LLM.Provider) {
+	if f.LLM.Provider != "" && !slices.Contains(Providers, f.LLM.Provider) {
 		return nil, fmt.Errorf("llm.provider %q: Hermes speaks the OpenAI-compatible API: %s", f.LLM.Provider, strings.Join(Providers, ", "))
 	}
 	return &f, nil
@@ -81,13 +82,4 @@ func LoadFile(path string) (*File, error) {
 // Config is the file's backends as a Config.
 func (f *File) Config() Config {
 	return Config{Backend: f.LLM.Backend, Fallback: f.LLM.Fallback, Selector: f.LLM.Selector}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

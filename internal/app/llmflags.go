@@ -28,9 +28,10 @@ type llmFlags struct {
 	baseURL, model, keyEnv                     string
 	selectorURL, selectorModel, selectorKeyEnv string
 	fallbackURL, fallbackModel, fallbackKeyEnv string
+	embeddingsModel                            string
 	timeout, runTimeout                        time.Duration
 	maxTurns, prefilterTopK                    int
-	prefilterThreshold                         float64
+	prefilterThreshold, minSimilarity          float64
 }
 
 func (l *llmFlags) register(fs *flag.FlagSet) {
@@ -49,6 +50,8 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.runTimeout, "llm-run-timeout", 5*time.Minute, "bound on a whole chat run: the model's turns and the tools'")
 	fs.IntVar(&l.prefilterTopK, "llm-prefilter-top-k", envInt("HERMES_LLM_PREFILTER_TOP_K", 0), "offer the model only the registered tools the message is about: the k best by the lexical prefilter (0: every tool) (env HERMES_LLM_PREFILTER_TOP_K)")
 	fs.Float64Var(&l.prefilterThreshold, "llm-prefilter-threshold", 0, "the prefilter's least score (BM25) for a tool to be offered")
+	fs.StringVar(&l.embeddingsModel, "llm-embeddings-model", os.Getenv("HERMES_LLM_EMBEDDINGS_MODEL"), "an embedding model at the backend's API (/v1/embeddings): the prefilter ranks by meaning too (the built-in scripted model serves \"scripted-embed\") (env HERMES_LLM_EMBEDDINGS_MODEL)")
+	fs.Float64Var(&l.minSimilarity, "llm-prefilter-min-similarity", 0.5, "the semantic prefilter's least cosine similarity for a tool to be offered")
 	fs.IntVar(&l.maxTurns, "llm-max-turns", 8, "the model's turns in one chat run at most (a request's max_turns may lower it)")
 }
 
@@ -123,6 +126,14 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 		}
 		c.Selector = &s
 	}
+	if l.embeddingsModel != "" {
+		e := llm.Backend{Name: "embeddings"}
+		if c.Embeddings != nil {
+			e = *c.Embeddings
+		}
+		e.Model = l.embeddingsModel
+		c.Embeddings = &e
+	}
 	if l.fallbackURL != "" || l.fallbackModel != "" {
 		f := llm.Backend{Name: "fallback", Model: c.Backend.Model, Timeout: c.Backend.Timeout}
 		if c.Fallback != nil {
@@ -161,14 +172,20 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K"); err != nil {
 		return nil, "", err
 	}
-	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 {
-		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, and --llm-prefilter-threshold not negative", agent.MaxCallsPerTurn)
+	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 || l.minSimilarity < -1 || l.minSimilarity > 1 {
+		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, --llm-prefilter-threshold not negative and --llm-prefilter-min-similarity -1 to 1", agent.MaxCallsPerTurn)
 	}
+	pf := gateway.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold, MinSimilarity: l.minSimilarity}
 	if l.prefilterTopK > 0 {
 		desc += fmt.Sprintf("; prefilter: the %d best tools", l.prefilterTopK)
+		if client.HasEmbeddings() {
+			pf.Embedder = client
+			desc += fmt.Sprintf(", by words and by meaning (%s)", c.Embeddings.Model)
+		}
+	} else if client.HasEmbeddings() {
+		log.Warn("an embedding model is configured but the prefilter is off (--llm-prefilter-top-k 0): it is not asked")
 	}
-	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout,
-		Prefilter: gateway.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold}}, desc, nil
+	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf}, desc, nil
 }
 
 // startScripted serves the scripted model (the seed's meeting assistant) on a loopback port

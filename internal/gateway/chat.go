@@ -63,10 +63,15 @@ type ChatConfig struct {
 
 // PrefilterConfig says how the registered tools are narrowed before the model chooses (seed
 // 001 §2.2): the TopK best by the lexical prefilter (package prefilter) scoring at least
-// Threshold. TopK 0 offers every registered tool.
+// Threshold — and, with an Embedder, by meaning too: the tools whose embedding's cosine with
+// the message's is at least MinSimilarity, both rankings fused. TopK 0 offers every
+// registered tool. An embedder that fails leaves the lexical ranking, and the decision says so.
 type PrefilterConfig struct {
 	TopK      int
 	Threshold float64
+	// Embedder, when set, makes the semantic ranking (the LLM client's embedding model).
+	Embedder      prefilter.Embedder
+	MinSimilarity float64
 }
 
 // chatServer serves /v1/chat/completions.
@@ -82,6 +87,7 @@ type chatServer struct {
 	schemas      map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
 	prefilter    *prefilter.Index                      // the registered tools' index, for prefilterSig's tool set
 	prefilterSig string
+	semantic     *prefilter.Semantic // nil without an embedder
 }
 
 const (
@@ -113,6 +119,9 @@ func (g *Gateway) registerChat() {
 	}
 	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance}),
 		schemas: map[*contract.Compiled]map[string]any{}}
+	if cfg.Prefilter.Embedder != nil {
+		s.semantic = prefilter.NewSemantic(cfg.Prefilter.Embedder)
+	}
 	if g.cfg.Bus.Contracts != nil {
 		s.live = registry.NewLive(g.cfg.Bus.Contracts, g.log.With("part", "chat"))
 		g.background = append(g.background, func(ctx context.Context) {
@@ -405,7 +414,12 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	if req.MaxTurns > 0 && req.MaxTurns < maxTurns {
 		maxTurns = req.MaxTurns
 	}
-	rec := &chatRecorder{c: c, warning: warning}
+	rec := &chatRecorder{c: c}
+	for _, w := range []*protocol.LLMWarning{warning, pf.warn()} {
+		if w != nil {
+			rec.warnings = append(rec.warnings, *w)
+		}
+	}
 	loop := &agent.Loop{LLM: s.cfg.LLM, Runner: c, Record: rec, MaxTurns: maxTurns, MaxCorrections: s.cfg.MaxCorrections}
 	out, err := loop.Run(ctx, run)
 	if err != nil {
@@ -544,11 +558,25 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > 0 {
 		// Coarse, then fine: only the registered tools the message is about are offered (the
 		// client's, which it declared, always are; a registered tool it shadows is not).
-		cands := c.s.index(theirs).Rank(intent, p.TopK+len(mine), p.Threshold)
+		ix := c.s.index(theirs)
+		cands := ix.Rank(intent, p.TopK+len(mine), p.Threshold)
 		pf = &prefiltered{}
+		if c.s.semantic != nil {
+			sem, err := c.s.semantic.Rank(ctx, ix, intent, p.TopK+len(mine), p.MinSimilarity)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				c.s.g.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
+				pf.warning = &protocol.LLMWarning{Kind: protocol.WarnEmbeddings,
+					Message: "the embedding model failed, so the tools were prefiltered lexically only: " + protocol.Shorten(err.Error(), 300)}
+			} else {
+				cands = prefilter.Fuse(cands, sem, 0)
+			}
+		}
 		for _, cand := range cands {
 			if !mine[cand.Name] && len(pf.candidates) < p.TopK {
-				pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score})
+				pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score, Similarity: cand.Similarity})
 			}
 		}
 		byName := map[string]*contract.Compiled{}
@@ -568,8 +596,12 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 	return tools, pf, nil
 }
 
-// prefiltered is how the registered tools were narrowed for a message.
-type prefiltered struct{ candidates []protocol.LLMCandidate }
+// prefiltered is how the registered tools were narrowed for a message: to candidates, and
+// lexically only when the embedding model failed (warning).
+type prefiltered struct {
+	candidates []protocol.LLMCandidate
+	warning    *protocol.LLMWarning
+}
 
 // noCandidates tells the model that none of Hermes' tools matches the message, rather than
 // offering it none silently or all of them (what it reads, so the record keeps it).
@@ -728,15 +760,23 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 
 // chatRecorder records each turn's decision (agent.Recorder).
 type chatRecorder struct {
-	c       *chatRun
-	warning *protocol.LLMWarning // the history's, added to the first decision
+	c        *chatRun
+	warnings []protocol.LLMWarning // the history's and the prefilter's, added to the first decision
+}
+
+// warn is the prefilter's warning, if any.
+func (pf *prefiltered) warn() *protocol.LLMWarning {
+	if pf == nil {
+		return nil
+	}
+	return pf.warning
 }
 
 func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d *protocol.LLMDecision) error {
 	c := r.c
-	if r.warning != nil {
-		d.Warnings = append([]protocol.LLMWarning{*r.warning}, d.Warnings...)
-		r.warning = nil
+	if len(r.warnings) > 0 {
+		d.Warnings = append(r.warnings, d.Warnings...)
+		r.warnings = nil
 	}
 	m, err := protocol.NewMessage(protocol.TypeLLMDecision, d)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 //	  max_retries: 2
 //	  fallback: {base_url: …, model: …}
 //	  selector: {base_url: …, model: …}   # a faster model for choosing tools (seed 001 §5.1)
+//	  embeddings: {model: nomic-embed-text} # the semantic prefilter's model (base_url and key: the backend's unless given)
 type File struct {
 	LLM fileLLM `yaml:"llm"`
 	// The seed's other keys: accepted, and not used by the loop itself.
@@ -38,6 +39,8 @@ type fileLLM struct {
 	Backend  `yaml:",inline"`
 	Fallback *Backend `yaml:"fallback"`
 	Selector *Backend `yaml:"selector"`
+	// Embeddings is the model the semantic prefilter asks for vectors (/v1/embeddings).
+	Embeddings *Backend `yaml:"embeddings"`
 }
 
 // Providers are the provider names a file may give: each speaks the OpenAI-compatible API.
@@ -81,5 +84,5 @@ func LoadFile(path string) (*File, error) {
 
 // Config is the file's backends as a Config.
 func (f *File) Config() Config {
-	return Config{Backend: f.LLM.Backend, Fallback: f.LLM.Fallback, Selector: f.LLM.Selector}
+	return Config{Backend: f.LLM.Backend, Fallback: f.LLM.Fallback, Selector: f.LLM.Selector, Embeddings: f.LLM.Embeddings}
 }

@@ -54,8 +54,9 @@ type Backend struct {
 
 // Defaults for a Backend.
 const (
-	DefaultTimeout    = 60 * time.Second
-	DefaultMaxRetries = 2
+	DefaultTimeout      = 60 * time.Second
+	DefaultMaxRetries   = 2
+	DefaultEmbedTimeout = 10 * time.Second
 )
 
 // Purpose says what a completion is for: choosing tools and filling their arguments may go to
@@ -77,6 +78,10 @@ type Config struct {
 	Fallback *Backend
 	// Selector, when set, is asked for Choose completions (a faster model).
 	Selector *Backend
+	// Embeddings, when set, is the model asked for vectors (/v1/embeddings): the semantic
+	// prefilter's. Its base URL and key, when not given, are Backend's; its timeout defaults
+	// to DefaultEmbedTimeout (a prefilter that waits long is no prefilter).
+	Embeddings *Backend
 	// LookupEnv reads keys; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// HTTPClient makes the requests; nil means a client of its own.
@@ -88,8 +93,8 @@ type Config struct {
 
 // Client completes chats on the configured backends. It is safe for concurrent use.
 type Client struct {
-	main, fallback, selector *backend
-	observe                  func(Call, openai.CompletionUsage, error)
+	main, fallback, selector, embeddings *backend
+	observe                              func(Call, openai.CompletionUsage, error)
 }
 
 type backend struct {
@@ -177,8 +182,76 @@ func New(cfg Config) (*Client, error) {
 	if c.selector, err = build("llm.selector", cfg.Selector); err != nil {
 		return nil, err
 	}
+	if e := cfg.Embeddings; e != nil {
+		ec := *e
+		if ec.BaseURL == "" {
+			ec.BaseURL = cfg.Backend.BaseURL
+			if ec.KeyEnv == "" && ec.APIKey == "" {
+				ec.KeyEnv, ec.APIKey = cfg.Backend.KeyEnv, cfg.Backend.APIKey
+			}
+		}
+		if ec.Timeout == 0 {
+			ec.Timeout = DefaultEmbedTimeout
+		}
+		if c.embeddings, err = build("llm.embeddings", &ec); err != nil {
+			return nil, err
+		}
+	}
 	c.observe = cfg.Observe
 	return &c, nil
+}
+
+// HasEmbeddings reports whether an embedding model is configured.
+func (c *Client) HasEmbeddings() bool { return c.embeddings != nil }
+
+// EmbeddingModel names the embedding model ("" when none): vectors of another are not
+// compared.
+func (c *Client) EmbeddingModel() string {
+	if c.embeddings == nil {
+		return ""
+	}
+	return c.embeddings.cfg.Name + "/" + c.embeddings.cfg.Model
+}
+
+// Embed asks the embedding model for texts' vectors, one each, in order (prefilter.Embedder).
+// Retried as completions are; no fallback (the prefilter falls back to ranking lexically).
+func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	b := c.embeddings
+	if b == nil {
+		return nil, errors.New("no embedding model is configured")
+	}
+	ctx, span := tracing.Tracer().Start(ctx, "llm embeddings "+b.cfg.Model, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
+		oteltrace.WithAttributes(attribute.String("gen_ai.operation.name", "embeddings"), attribute.String("gen_ai.request.model", b.cfg.Model),
+			attribute.String("hermes.llm.backend", b.cfg.Name), attribute.Int("hermes.llm.inputs", len(texts))))
+	defer span.End()
+	resp, err := b.client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: b.cfg.Model,
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}, EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat})
+	if err != nil {
+		err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	out := make([][]float32, len(texts))
+	for _, d := range resp.Data {
+		if d.Index < 0 || int(d.Index) >= len(out) || out[d.Index] != nil {
+			err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: fmt.Errorf("the answer's vector index %d is not one of the %d texts, or repeated", d.Index, len(texts))}
+			span.SetStatus(codes.Error, err.Error())
+			return nil, err
+		}
+		v := make([]float32, len(d.Embedding))
+		for i, x := range d.Embedding {
+			v[i] = float32(x)
+		}
+		out[d.Index] = v
+	}
+	for i, v := range out {
+		if v == nil {
+			err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: fmt.Errorf("the answer holds no vector for text %d", i)}
+			span.SetStatus(codes.Error, err.Error())
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // HasSelector reports whether Choose completions go to a model of their own.

@@ -164,3 +164,36 @@ func TestNoPartOfTheKeySurvivesTheCut(t *testing.T) {
 		t.Errorf("a prefix of the key reaches Error(): %q", err.Error()[len(err.Error())-40:])
 	}
 }
+
+// Embeddings go to the embedding model at the backend's API with its key unless told
+// otherwise: one vector per text, in order; a 503 is retried; a backend without embeddings
+// is an error naming it.
+func TestEmbeddings(t *testing.T) {
+	srv, base := scripted(t, &scriptedllm.Script{Otherwise: &scriptedllm.Turn{Content: "hi"},
+		Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨"}}, Status: 503, Times: 1}})
+	c, err := llm.New(llm.Config{LookupEnv: env, Backend: llm.Backend{BaseURL: base, Model: "m", KeyEnv: "HERMES_TEST_LLM_KEY"},
+		Embeddings: &llm.Backend{Model: "embed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.HasEmbeddings() || !strings.HasSuffix(c.EmbeddingModel(), "/embed") {
+		t.Fatal(c.EmbeddingModel())
+	}
+	vs, err := c.Embed(t.Context(), []string{"今天天气", "会下雨吗", "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 3 || len(vs[0]) != 64 || vs[0][0] == 0 || vs[1][0] == 0 || vs[2][0] != 0 || srv.Embedded() != 3 {
+		t.Errorf("%d vectors: %v", len(vs), vs)
+	}
+	_, none := scripted(t, &scriptedllm.Script{Otherwise: &scriptedllm.Turn{Content: "hi"}})
+	c, _ = llm.New(llm.Config{LookupEnv: env, Backend: llm.Backend{Name: "plain", BaseURL: none, Model: "m", KeyEnv: "HERMES_TEST_LLM_KEY"},
+		Embeddings: &llm.Backend{Name: "plain", Model: "embed", MaxRetries: retries(0)}})
+	if _, err := c.Embed(t.Context(), []string{"x"}); err == nil || !strings.Contains(err.Error(), "embed at plain answered HTTP 404") {
+		t.Errorf("%v", err)
+	}
+	c, _ = llm.New(llm.Config{Backend: llm.Backend{BaseURL: none, Model: "m"}})
+	if _, err := c.Embed(t.Context(), []string{"x"}); err == nil || c.HasEmbeddings() {
+		t.Error("embedded without a model")
+	}
+}

@@ -10,13 +10,11 @@
 package prefilter
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -34,10 +32,34 @@ type Tool struct {
 // Arg is one argument of a tool.
 type Arg struct{ Name, Description string }
 
-// Candidate is a tool ranked for a message, with its score (BM25; higher is closer).
+// Candidate is a tool ranked for a message, with its scores (higher is closer): Score the
+// lexical one (BM25), Similarity the semantic one (the cosine of the two embeddings, when the
+// semantic ranker ranked it).
 type Candidate struct {
-	Name  string
-	Score float64
+	Name       string
+	Score      float64
+	Similarity float64
+}
+
+// doc is the tool as one text: its name, description and arguments.
+func (t Tool) doc() string {
+	var b strings.Builder
+	b.WriteString(t.Name)
+	if t.Description != "" {
+		b.WriteString(": " + t.Description)
+	}
+	for i, a := range t.Args {
+		if i == 0 {
+			b.WriteString("\nArguments: ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(a.Name)
+		if a.Description != "" {
+			b.WriteString(" (" + a.Description + ")")
+		}
+	}
+	return b.String()
 }
 
 // Field weights: a word in a tool's name counts three times, in an argument's name twice.
@@ -63,13 +85,12 @@ const MaxQueryBytes = 8 << 10
 type Index struct {
 	version  string
 	names    []string
+	docs     []string // each tool as the semantic ranker embeds it
 	lengths  []float64
 	avgLen   float64
 	postings map[string][]posting
 
-	mu    sync.Mutex
-	cache map[string]*list.Element
-	order *list.List // most recent first
+	cache *lru[[]Candidate] // by normalized message: every tool that matched at all, best first (CacheTop)
 }
 
 type posting struct {
@@ -77,14 +98,9 @@ type posting struct {
 	tf  float64
 }
 
-type cached struct {
-	key string
-	top []Candidate // every tool that matched at all, best first
-}
-
 // New indexes tools.
 func New(tools []Tool) *Index {
-	ix := &Index{postings: map[string][]posting{}, cache: map[string]*list.Element{}, order: list.New()}
+	ix := &Index{postings: map[string][]posting{}, cache: newLRU[[]Candidate](CacheSize)}
 	h := sha256.New()
 	sorted := slices.Clone(tools)
 	slices.SortFunc(sorted, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
@@ -110,6 +126,7 @@ func New(tools []Tool) *Index {
 			length += n
 		}
 		ix.names = append(ix.names, t.Name)
+		ix.docs = append(ix.docs, t.doc())
 		ix.lengths = append(ix.lengths, length)
 		total += length
 	}
@@ -131,27 +148,12 @@ func (ix *Index) Len() int { return len(ix.names) }
 // message are remembered; a Rank for more ranks again.
 func (ix *Index) Rank(message string, k int, threshold float64) []Candidate {
 	key := Normalize(message)
-	var top []Candidate
-	ix.mu.Lock()
-	e, ok := ix.cache[key]
-	if ok {
-		ix.order.MoveToFront(e)
-		top = e.Value.(*cached).top
-	}
-	ix.mu.Unlock()
+	top, ok := ix.cache.get(key)
 	if !ok || (k <= 0 || k > CacheTop) && len(top) == CacheTop {
 		top = ix.score(key)
-		kept := top[:min(len(top), CacheTop):min(len(top), CacheTop)]
-		ix.mu.Lock()
-		if _, dup := ix.cache[key]; !dup {
-			ix.cache[key] = ix.order.PushFront(&cached{key: key, top: kept})
-			if ix.order.Len() > CacheSize {
-				old := ix.order.Back()
-				ix.order.Remove(old)
-				delete(ix.cache, old.Value.(*cached).key)
-			}
+		if !ok {
+			ix.cache.put(key, top[:min(len(top), CacheTop):min(len(top), CacheTop)])
 		}
-		ix.mu.Unlock()
 	}
 	out := make([]Candidate, 0, min(len(top), max(k, 0)))
 	for _, c := range top {

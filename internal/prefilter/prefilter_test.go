@@ -83,14 +83,14 @@ func TestCacheAndVersion(t *testing.T) {
 	ix := New(office())
 	a := ix.Rank("  帮我定明天下午的  会议室 ", 3, 0)
 	b := ix.Rank("帮我定明天下午的 会议室", 3, 0)
-	if fmt.Sprint(a) != fmt.Sprint(b) || ix.order.Len() != 1 {
-		t.Errorf("%v %v, %d cached", a, b, ix.order.Len())
+	if fmt.Sprint(a) != fmt.Sprint(b) || ix.cache.len() != 1 {
+		t.Errorf("%v %v, %d cached", a, b, ix.cache.len())
 	}
 	for i := range CacheSize + 10 {
 		ix.Rank(fmt.Sprint("message ", i), 3, 0)
 	}
-	if ix.order.Len() != CacheSize || len(ix.cache) != CacheSize {
-		t.Errorf("cache holds %d", ix.order.Len())
+	if ix.cache.len() != CacheSize || len(ix.cache.m) != CacheSize {
+		t.Errorf("cache holds %d", ix.cache.len())
 	}
 	if New(office()).Version() != ix.Version() || New(office()[1:]).Version() == ix.Version() {
 		t.Error("versions")
@@ -174,8 +174,8 @@ func TestTheCacheKeepsTheBest(t *testing.T) {
 	if got := ix.Rank("查询会议", 3, 0); len(got) != 3 {
 		t.Fatal(got)
 	}
-	if n := len(ix.order.Front().Value.(*cached).top); n != CacheTop {
-		t.Errorf("cached %d candidates", n)
+	if top, _ := ix.cache.get(Normalize("查询会议")); len(top) != CacheTop {
+		t.Errorf("cached %d candidates", len(top))
 	}
 	if got := ix.Rank("查询会议", 0, 0); len(got) != 500 {
 		t.Errorf("all: %d", len(got))

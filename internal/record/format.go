@@ -242,6 +242,9 @@ func (f *Formatter) decision(m *protocol.Message, d *protocol.LLMDecision) []str
 		cands := make([]string, len(d.Candidates))
 		for i, c := range d.Candidates {
 			cands[i] = clean(truncate(c.Name, 64)) + " " + strconv.FormatFloat(c.Score, 'f', 2, 64)
+			if c.Similarity != 0 {
+				cands[i] += " (" + strconv.FormatFloat(c.Similarity, 'f', 2, 64) + ")"
+			}
 		}
 		text := "粗筛候选: [" + truncate(strings.Join(cands, ", "), callsWidth) + "]"
 		if len(cands) == 0 {
@@ -288,6 +291,8 @@ func (f *Formatter) decision(m *protocol.Message, d *protocol.LLMDecision) []str
 			what = "参数不是JSON对象: " + where
 		case protocol.WarnBadArguments:
 			what = "参数不符合契约: " + where + ": " + what
+		case protocol.WarnEmbeddings:
+			what = "语义粗筛失败，仅用词法粗筛: " + what
 		}
 		line("警告", f.paint(yellow, what))
 	}

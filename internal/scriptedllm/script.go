@@ -29,6 +29,21 @@ type Script struct {
 	Conversations []Conversation `yaml:"conversations" json:"conversations"`
 	// Otherwise answers a request no conversation matches; nil: 400 naming the problem.
 	Otherwise *Turn `yaml:"otherwise" json:"otherwise"`
+	// Embeddings says how /v1/embeddings answers; nil: 404, as a backend without embeddings.
+	Embeddings *Embeddings `yaml:"embeddings" json:"embeddings,omitempty"`
+}
+
+// Embeddings makes deterministic vectors in place of a model's: a dimension for each group
+// of Concepts (words that mean alike: a text holding any of them counts there), the text's
+// other words hashed into the rest; unit length.
+type Embeddings struct {
+	// Dimensions is the vectors' length; 0 means 64.
+	Dimensions int `yaml:"dimensions" json:"dimensions,omitempty"`
+	// Concepts are groups of words that mean alike.
+	Concepts [][]string `yaml:"concepts" json:"concepts,omitempty"`
+	// Status, when set, fails requests with this HTTP status (the first Times when Times > 0).
+	Status int `yaml:"status" json:"status,omitempty"`
+	Times  int `yaml:"times" json:"times,omitempty"`
 }
 
 // Conversation is one scripted exchange.
@@ -169,6 +184,17 @@ func (s *Script) Check() error {
 			if err := check(fmt.Sprintf("conversations[%d] (%s) turns[%d]", i, c.Name, j), &c.Turns[j]); err != nil {
 				return err
 			}
+		}
+	}
+	if e := s.Embeddings; e != nil {
+		if e.Dimensions < 0 || e.Dimensions > 4096 || e.Dimensions != 0 && e.Dimensions <= len(e.Concepts) {
+			return fmt.Errorf("embeddings.dimensions %d: must be 0 (64) or more than the %d concepts, at most 4096", e.Dimensions, len(e.Concepts))
+		}
+		if e.Dimensions == 0 && len(e.Concepts) >= 64 {
+			return fmt.Errorf("embeddings: %d concepts need more dimensions than 64", len(e.Concepts))
+		}
+		if e.Status != 0 && (e.Status < 400 || e.Status > 599) {
+			return fmt.Errorf("embeddings.status %d is not an error status (400 to 599)", e.Status)
 		}
 	}
 	if s.Otherwise != nil {

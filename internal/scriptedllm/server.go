@@ -32,9 +32,11 @@ type Server struct {
 	key string
 	now func() time.Time
 
-	mu       sync.Mutex
-	failed   map[[2]int]int // by conversation and turn: how many times it failed
-	requests []Request
+	mu          sync.Mutex
+	failed      map[[2]int]int // by conversation and turn: how many times it failed
+	requests    []Request
+	embedFailed int
+	embedded    int // texts embedded
 }
 
 // Request is what a client sent, as the server read it: for tests to see what the loop told
@@ -122,7 +124,7 @@ func (s *Server) Requests() []Request {
 	return slices.Clone(s.requests)
 }
 
-// ServeHTTP serves /v1/chat/completions and /v1/models.
+// ServeHTTP serves /v1/chat/completions, /v1/embeddings and /v1/models.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.key != "" {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -140,6 +142,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.complete(w, r)
+	case "/v1/embeddings":
+		if r.Method != http.MethodPost {
+			apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "invalid_request_error", "", "use POST")
+			return
+		}
+		s.embeddings(w, r)
 	default:
 		apiError(w, http.StatusNotFound, "not_found", "invalid_request_error", "", "no such endpoint: "+r.URL.Path)
 	}

@@ -249,10 +249,13 @@ type LLMDecision struct {
 	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
-// LLMCandidate is a tool the prefilter ranked for a message, with its score.
+// LLMCandidate is a tool the prefilter ranked for a message, with its scores: the lexical
+// one (BM25; 0 when its words matched none) and, when the semantic ranker ranked it, the
+// cosine similarity of the message's and the tool's embeddings.
 type LLMCandidate struct {
-	Name  string  `msgpack:"name" json:"name"`
-	Score float64 `msgpack:"score" json:"score"`
+	Name       string  `msgpack:"name" json:"name"`
+	Score      float64 `msgpack:"score" json:"score"`
+	Similarity float64 `msgpack:"similarity,omitempty" json:"similarity,omitempty"`
 }
 
 // LLMMessage is one chat message as the record keeps it.
@@ -280,6 +283,7 @@ const (
 	WarnNotJSON         = "not_json"         // the arguments are not a JSON object
 	WarnHistory         = "history"          // the client's history differs from the record
 	WarnCallID          = "call_id"          // a call's id was empty, repeated or unusable: Hermes named it
+	WarnEmbeddings      = "embeddings"       // the embedding model failed: the tools were prefiltered lexically only
 )
 
 // LLMWarning is something wrong with a model's choice: fed back to it as a tool error it can

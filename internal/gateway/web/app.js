@@ -536,7 +536,7 @@
     const who = ' (' + cut(p.model, 64) + ' at ' + cut(p.backend, 64) + (p.fell_back ? ', fallback' : '') + ', ' + (p.latency_ms ?? 0) + ' ms)';
     if (p.input) lines.push(['路由', '原始输入: ' + cut(p.input, 200), '']);
     if (p.prefiltered) {
-      const cands = (Array.isArray(p.candidates) ? p.candidates : []).map((c) => cut(c.name, 64) + ' ' + Number(c.score || 0).toFixed(2));
+      const cands = (Array.isArray(p.candidates) ? p.candidates : []).map((c) => cut(c.name, 64) + ' ' + Number(c.score || 0).toFixed(2) + (c.similarity ? ' (' + Number(c.similarity).toFixed(2) + ')' : ''));
       lines.push(['路由', '粗筛候选: [' + cut(cands.join(', '), 300) + ']' + (cands.length ? '' : ' (无匹配的工具，已告知模型)'), '']);
     }
     if (p.error) lines.push(['错误', 'LLM: ' + cut(p.error, 300) + who, 'bad']);
@@ -548,7 +548,8 @@
       const text = w.kind === 'missing_argument' ? '参数key缺失: ' + cut(w.field, 64) + ' (' + where + ')'
         : w.kind === 'unknown_tool' ? '未知工具: ' + where
           : w.kind === 'not_json' ? '参数不是JSON对象: ' + where
-            : w.kind === 'bad_arguments' ? '参数不符合契约: ' + where + ': ' + cut(w.message, 300) : cut(w.message, 300);
+            : w.kind === 'bad_arguments' ? '参数不符合契约: ' + where + ': ' + cut(w.message, 300)
+              : w.kind === 'embeddings' ? '语义粗筛失败，仅用词法粗筛: ' + cut(w.message, 300) : cut(w.message, 300);
       lines.push(['警告', text, 'warn']);
     }
     return lines;

@@ -1,0 +1,167 @@
+package prefilter
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// concepts embeds a text by the groups of words it holds (words of a group mean alike), plus
+// one dimension every text shares a little of.
+type concepts struct {
+	groups [][]string
+	mu     sync.Mutex
+	texts  []string // every text asked for
+	err    error
+	answer func(texts []string) [][]float32 // when set, answers instead
+}
+
+func (c *concepts) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	c.mu.Lock()
+	c.texts = append(c.texts, texts...)
+	c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	if c.answer != nil {
+		return c.answer(texts), nil
+	}
+	var out [][]float32
+	for _, t := range texts {
+		v := make([]float32, len(c.groups)+1)
+		v[len(c.groups)] = 0.1
+		for i, g := range c.groups {
+			for _, w := range g {
+				if strings.Contains(strings.ToLower(t), w) {
+					v[i]++
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (c *concepts) asked() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.texts)
+}
+
+var officeConcepts = [][]string{{"天气", "下雨", "气温"}, {"会议", "开会", "碰头"}, {"订单", "快递", "包裹"}}
+
+// A message no word of which names a tool is matched by meaning: lexically nothing
+// qualifies, semantically the weather tool does; fused, it leads.
+func TestSemanticFindsWhatWordsMiss(t *testing.T) {
+	ix := New(office())
+	e := &concepts{groups: officeConcepts}
+	s := NewSemantic(e)
+	msg := "明早出门要带伞吗，会下雨吗"
+	if lex := ix.Rank(msg, 3, 0.5); len(lex) != 0 {
+		t.Logf("lexically: %v", lex)
+	}
+	sem, err := s.Rank(t.Context(), ix, msg, 3, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sem) != 1 || sem[0].Name != "weather_search" || sem[0].Similarity < 0.9 || sem[0].Score != 0 {
+		t.Fatalf("semantically: %+v", sem)
+	}
+	fused := Fuse(ix.Rank(msg, 3, 0.5), sem, 3)
+	if fused[0].Name != "weather_search" || fused[0].Similarity != sem[0].Similarity {
+		t.Errorf("fused: %+v", fused)
+	}
+	// An order: its words and its meaning agree (the two order tools alike); both scores
+	// are kept.
+	msg = "我的快递到哪了，订单号 A1"
+	sem, _ = s.Rank(t.Context(), ix, msg, 3, 0.5)
+	fused = Fuse(ix.Rank(msg, 3, 0), sem, 3)
+	top := names(fused[:2])
+	slices.Sort(top)
+	if !slices.Equal(top, []string{"logistics_urge", "order_query"}) || fused[0].Score <= 0 || fused[0].Similarity <= 0.5 {
+		t.Errorf("fused: %+v", fused)
+	}
+}
+
+// A tool's vector is asked for once per text: the same tools again ask only for the new
+// message's; a tool whose description changed (a new contract revision) is asked for again,
+// the others not.
+func TestToolVectorsAreKeptPerText(t *testing.T) {
+	e := &concepts{groups: officeConcepts}
+	s := NewSemantic(e)
+	tools := office()
+	ix := New(tools)
+	if _, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.asked()); n != len(tools)+1 {
+		t.Fatalf("asked for %d texts", n)
+	}
+	if _, err := s.Rank(t.Context(), New(tools), "会下雨吗", 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rank(t.Context(), ix, "开个会", 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.asked()); n != len(tools)+2 {
+		t.Fatalf("asked for %d texts: %v", n, e.asked()[len(tools):])
+	}
+	tools[0].Description = "预订会议室（新版）"
+	if _, err := s.Rank(t.Context(), New(tools), "开个会", 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	asked := e.asked()
+	if len(asked) != len(tools)+3 || !strings.Contains(asked[len(asked)-1], "新版") {
+		t.Errorf("asked for %v", asked[len(tools)+2:])
+	}
+}
+
+// What the embedder answers is checked: a failure, too few vectors, vectors of differing
+// lengths or holding what is not a number are errors (the caller ranks lexically instead).
+func TestSemanticErrors(t *testing.T) {
+	ix := New(office())
+	for name, e := range map[string]*concepts{
+		"fails":   {err: errors.New("connection refused")},
+		"too few": {answer: func(texts []string) [][]float32 { return make([][]float32, len(texts)-1) }},
+		"empty":   {answer: func(texts []string) [][]float32 { return make([][]float32, len(texts)) }},
+		"not a number": {answer: func(texts []string) [][]float32 {
+			out := make([][]float32, len(texts))
+			for i := range out {
+				out[i] = []float32{float32(math.NaN()), 1}
+			}
+			return out
+		}},
+		"lengths differ": {answer: func(texts []string) [][]float32 {
+			out := make([][]float32, len(texts))
+			for i := range out {
+				out[i] = make([]float32, 4+len(texts)%2)
+				out[i][0] = 1
+			}
+			return out
+		}},
+	} {
+		if got, err := NewSemantic(e).Rank(t.Context(), ix, "会下雨吗", 3, 0); err == nil {
+			t.Errorf("%s: no error, %v", name, got)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// Reciprocal rank fusion: a tool high on both lists beats one first on only one; ties go by
+// name; k bounds the result.
+func TestFuse(t *testing.T) {
+	lex := []Candidate{{Name: "a", Score: 9}, {Name: "b", Score: 5}, {Name: "c", Score: 1}}
+	sem := []Candidate{{Name: "d", Similarity: 0.9}, {Name: "b", Similarity: 0.8}}
+	got := Fuse(lex, sem, 3)
+	if names(got)[0] != "b" || len(got) != 3 || got[0].Score != 5 || got[0].Similarity != 0.8 {
+		t.Errorf("%+v", got)
+	}
+	if got := Fuse(nil, nil, 3); len(got) != 0 {
+		t.Errorf("%+v", got)
+	}
+}

@@ -85,3 +85,7 @@ func cutText(s string) string {
 	}
 	return s[:cut] + fmt.Sprintf("… (%d bytes more)", len(s)-cut)
 }
+
+// NoCandidates is what the model is told when the prefilter finds none of the registered tools
+// to be about a message: said of that message alone, so not replayed with the conversation.
+const NoCandidates = "No tool of this system matches the request. Answer without calling a tool, or ask the person for what is missing."

@@ -30,7 +30,7 @@ type llmFlags struct {
 	fallbackURL, fallbackModel, fallbackKeyEnv string
 	embeddingsModel                            string
 	timeout, runTimeout                        time.Duration
-	maxTurns, prefilterTopK                    int
+	maxTurns, prefilterTopK, summarizeEvery    int
 	prefilterThreshold, minSimilarity          float64
 }
 
@@ -52,6 +52,7 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&l.prefilterThreshold, "llm-prefilter-threshold", 0, "the prefilter's least score (BM25) for a tool to be offered")
 	fs.StringVar(&l.embeddingsModel, "llm-embeddings-model", os.Getenv("HERMES_LLM_EMBEDDINGS_MODEL"), "an embedding model at the backend's API (/v1/embeddings): the prefilter ranks by meaning too (the built-in scripted model serves \"scripted-embed\") (env HERMES_LLM_EMBEDDINGS_MODEL)")
 	fs.Float64Var(&l.minSimilarity, "llm-prefilter-min-similarity", 0.5, "the semantic prefilter's least cosine similarity for a tool to be offered")
+	fs.IntVar(&l.summarizeEvery, "llm-summarize-every", envInt("HERMES_LLM_SUMMARIZE_EVERY", 10), "run the summarizer: every n messages of a session the model compresses the conversation, and /v1/chat's next prompt is the summary and the messages since (0: no summarizer in this process) (env HERMES_LLM_SUMMARIZE_EVERY)")
 	fs.IntVar(&l.maxTurns, "llm-max-turns", 8, "the model's turns in one chat run at most (a request's max_turns may lower it)")
 }
 
@@ -169,11 +170,17 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if c.Fallback != nil {
 		desc += fmt.Sprintf("; fallback %s at %s", c.Fallback.Model, c.Fallback.BaseURL)
 	}
-	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K"); err != nil {
+	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K", "HERMES_LLM_SUMMARIZE_EVERY"); err != nil {
 		return nil, "", err
 	}
 	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 || l.minSimilarity < -1 || l.minSimilarity > 1 {
 		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, --llm-prefilter-threshold not negative and --llm-prefilter-min-similarity -1 to 1", agent.MaxCallsPerTurn)
+	}
+	if l.summarizeEvery < 0 || l.summarizeEvery > 10000 {
+		return nil, "", fmt.Errorf("--llm-summarize-every %d: give 0 (no summarizer) to 10000 messages", l.summarizeEvery)
+	}
+	if l.summarizeEvery > 0 {
+		desc += fmt.Sprintf("; summaries every %d messages", l.summarizeEvery)
 	}
 	pf := gateway.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold, MinSimilarity: l.minSimilarity}
 	if l.prefilterTopK > 0 {
@@ -185,7 +192,8 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	} else if client.HasEmbeddings() {
 		log.Warn("an embedding model is configured but the prefilter is off (--llm-prefilter-top-k 0): it is not asked")
 	}
-	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf}, desc, nil
+	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf,
+		SummarizeEvery: l.summarizeEvery}, desc, nil
 }
 
 // startScripted serves the scripted model (the seed's meeting assistant) on a loopback port

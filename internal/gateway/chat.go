@@ -25,6 +25,7 @@ import (
 	"github.com/hermesbus/hermes/internal/prefilter"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -59,6 +60,10 @@ type ChatConfig struct {
 	RunTimeout time.Duration
 	// Prefilter narrows the registered tools offered to those a message is about.
 	Prefilter PrefilterConfig
+	// SummarizeEvery, when positive, runs the summarizer (package summarize) in this process:
+	// every so many messages of a session, the model compresses its conversation. Whether or
+	// not it runs here, /v1/chat reads a session's latest summary and the messages since.
+	SummarizeEvery int
 }
 
 // PrefilterConfig says how the registered tools are narrowed before the model chooses (seed
@@ -128,6 +133,20 @@ func (g *Gateway) registerChat() {
 			// Until it follows (or should it never), the tools are read from the bucket.
 			if err := s.live.Start(ctx); err != nil && ctx.Err() == nil {
 				g.log.Warn("the chat front door does not follow the contracts; it reads them on each request", "err", err)
+			}
+		})
+	}
+	if cfg.SummarizeEvery > 0 {
+		g.background = append(g.background, func(ctx context.Context) {
+			cons, err := g.cfg.Bus.SummarizerConsumer(ctx)
+			if err != nil {
+				g.log.Error("the summarizer does not run: its consumer is missing (run hermes provision)", "err", err)
+				return
+			}
+			sum := &summarize.Summarizer{JS: g.cfg.Bus.JS, Consumer: cons, Publisher: s.pub, LLM: cfg.LLM, Every: cfg.SummarizeEvery,
+				Logger: g.log.With("part", "summarizer")}
+			if err := sum.Run(ctx); err != nil && ctx.Err() == nil {
+				g.log.Error("the summarizer stopped", "err", err)
 			}
 		})
 	}
@@ -605,7 +624,7 @@ type prefiltered struct {
 
 // noCandidates tells the model that none of Hermes' tools matches the message, rather than
 // offering it none silently or all of them (what it reads, so the record keeps it).
-const noCandidates = "No tool of this system matches the request. Answer without calling a tool, or ask the person for what is missing."
+const noCandidates = agent.NoCandidates
 
 // index is the prefilter's index of ks (every registered tool the model could be offered),
 // built once per tool set, outside the server's lock (concurrent first builds are alike).

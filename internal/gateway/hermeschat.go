@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -110,39 +109,44 @@ func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any)
 
 func (hermesWire) stream(w http.ResponseWriter, run, model string) answerStream { return nil } // never asked
 
-// recordedConversation is the session's conversation as its record holds it: the messages each
-// decision of the model added, and its answers, in order.
+// recordedConversation is the session's conversation as its record holds it: its latest
+// summary, when it has one, then the messages each decision of the model added since, and its
+// answers, in order.
 func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatCompletionMessageParamUnion, error) {
+	js := c.s.g.cfg.Bus.JS
+	latest, _, err := summarize.Latest(ctx, js, c.session)
+	if err != nil {
+		return nil, fmt.Errorf("read the session's summary: %w", err)
+	}
+	var after uint64
 	var out []openai.ChatCompletionMessageParamUnion
-	_, err := record.Read(ctx, c.s.g.cfg.Bus.JS, []string{protocol.SubjectEvent(protocol.EventLLM, c.session)}, record.Start{}, func(e *record.Entry) error {
-		d, ok := e.Payload.(*protocol.LLMDecision)
-		if !ok {
-			return nil
-		}
-		for _, m := range d.Messages {
-			if m.Role == "system" && m.Content == noCandidates {
-				continue // said to the model of that message alone
-			}
-			out = append(out, replayMessage(m))
-		}
-		if d.Error == "" && len(d.Chosen) == 0 {
-			out = append(out, openai.AssistantMessage(d.Answer))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, record.ErrNoRecord) {
-		return nil, fmt.Errorf("read the session's decisions: %w", err)
+	if latest != nil {
+		after = latest.Through
+		out = append(out, openai.SystemMessage(summaryNote(latest)))
+	}
+	msgs, _, err := summarize.Since(ctx, js, c.session, after, 0)
+	if err != nil {
+		return nil, err
 	}
 	// At most the last maxChatMessages, from a person's message on: the model reads a window
-	// of a long session (the summarizer's summary will stand for the rest).
-	if len(out) > maxChatMessages {
-		from := len(out) - maxChatMessages
-		for from < len(out) && out[from].OfUser == nil {
+	// of a long session whose summaries fell behind.
+	from := 0
+	if len(msgs) > maxChatMessages {
+		from = len(msgs) - maxChatMessages
+		for from < len(msgs) && msgs[from].Role != "user" {
 			from++
 		}
-		out = out[from:]
+	}
+	for _, m := range msgs[from:] {
+		out = append(out, replayMessage(m))
 	}
 	return out, nil
+}
+
+// summaryNote is how the model is given a summary: as what it stands for, not as an
+// instruction.
+func summaryNote(s *protocol.LLMSummary) string {
+	return fmt.Sprintf("Summary of the conversation's first %d messages (the messages after them follow):\n%s", s.Messages, s.Text)
 }
 
 // replayMessage is a recorded message as the model reads it again.

@@ -85,6 +85,10 @@ func (f *Formatter) Format(e *Entry) string {
 		return b.String()
 	}
 	switch p := e.Payload.(type) {
+	case *protocol.LLMSummary:
+		b.WriteString(wideTag("摘要"))
+		fmt.Fprintf(&b, "%s 会话摘要 (消息 %d–%d, %d 条新消息): %s  (%s at %s, %d ms, tokens %d+%d)", m.RequestID, p.Messages-p.New+1, p.Messages, p.New,
+			clean(truncate(p.Text, contentWidth)), clean(truncate(p.Model, 64)), clean(truncate(p.Backend, 64)), p.LatencyMS, p.Usage.Prompt, p.Usage.Completion)
 	case *protocol.Request:
 		f.request(&b, e, m, p)
 	case *protocol.Dispatch:

@@ -79,6 +79,10 @@ type Turn struct {
 	DelayMS int `yaml:"delay_ms" json:"delay_ms,omitempty"`
 	// Raw is sent as the whole body instead (broken JSON, say), with status 200.
 	Raw string `yaml:"raw" json:"raw,omitempty"`
+	// Summarize answers as a summarizer would, deterministically: the last user message's
+	// "Summary so far:" line and each line of a person's or an assistant's message (lines
+	// "user: …", "assistant: …"), cut to 40 characters, joined; the latest 400 characters.
+	Summarize bool `yaml:"summarize" json:"summarize,omitempty"`
 }
 
 // ToolCall is one call the assistant makes.
@@ -160,8 +164,8 @@ func Parse(data []byte) (*Script, error) {
 // Check says what is wrong with s, naming the conversation and turn.
 func (s *Script) Check() error {
 	check := func(where string, t *Turn) error {
-		if t.Status == 0 && t.Raw == "" && t.Content == "" && len(t.ToolCalls) == 0 && t.DelayMS == 0 {
-			return fmt.Errorf("%s: says nothing: give content, tool_calls, status, raw or delay_ms", where)
+		if t.Status == 0 && t.Raw == "" && t.Content == "" && len(t.ToolCalls) == 0 && t.DelayMS == 0 && !t.Summarize {
+			return fmt.Errorf("%s: says nothing: give content, tool_calls, status, raw, delay_ms or summarize", where)
 		}
 		if t.Status != 0 && (t.Status < 400 || t.Status > 599) {
 			return fmt.Errorf("%s: status %d is not an error status (400 to 599)", where, t.Status)

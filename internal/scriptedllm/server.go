@@ -204,13 +204,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 
-	firstUser, lastTool, step := "", "", 0
+	firstUser, lastUser, lastTool, step := "", "", "", 0
 	for _, m := range req.Messages {
 		switch m.Role {
 		case "user":
 			if firstUser == "" {
 				firstUser = m.Text()
 			}
+			lastUser = m.Text()
 		case "assistant":
 			step++
 		case "tool":
@@ -277,8 +278,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		}
 		calls[i].ID, calls[i].Type, calls[i].Function.Name, calls[i].Function.Arguments = id, "function", c.Name, args
 	}
+	content := t.Content
+	if t.Summarize {
+		content = condense(lastUser)
+	}
 	a := answer{id: fmt.Sprintf("chatcmpl-scripted-%d-%d", ci, step), model: req.Model, created: s.now().Unix(),
-		content: t.Content, calls: calls, usage: usageOf(req, t.Content, calls), delay: time.Duration(t.DelayMS) * time.Millisecond}
+		content: content, calls: calls, usage: usageOf(req, content, calls), delay: time.Duration(t.DelayMS) * time.Millisecond}
 	if req.Stream {
 		a.stream(w, r, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
@@ -448,6 +453,32 @@ func pieces(s string, n int) []string {
 		s = s[i:]
 	}
 	return out
+}
+
+// condense is a summarizer's request answered deterministically (Turn.Summarize).
+func condense(prompt string) string {
+	var parts []string
+	for line := range strings.SplitSeq(prompt, "\n") {
+		switch {
+		case strings.HasPrefix(line, "Summary so far: "):
+			parts = append(parts, strings.TrimPrefix(line, "Summary so far: "))
+		case strings.HasPrefix(line, "user: "), strings.HasPrefix(line, "assistant: "):
+			if r := []rune(line); len(r) > 40 {
+				line = string(r[:40]) + "…"
+			}
+			parts = append(parts, line)
+		}
+	}
+	if len(parts) == 0 {
+		return "(nothing to summarize)"
+	}
+	// A summary stays short however long the conversation (a model's is told to): the
+	// latest 400 characters.
+	out := []rune(strings.Join(parts, " | "))
+	if len(out) > 400 {
+		out = append([]rune("…"), out[len(out)-400:]...)
+	}
+	return string(out)
 }
 
 // apiError writes an OpenAI-style error.

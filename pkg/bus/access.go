@@ -200,8 +200,9 @@ func AccessOf(role Role, user string) (Access, error) {
 	case RoleGateway:
 		a.Publish = slices.Concat(reads(),
 			consume(protocol.ClientStreamName, ConsumerClients),
+			consume(protocol.StreamName, ConsumerSummarizer),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), subjResults, subjResponses, subjLive, subjTimers},
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)

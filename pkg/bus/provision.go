@@ -26,6 +26,9 @@ const (
 	// (protocol.ClientStreamName), shared by every gateway, one at a time: a session's requests
 	// are submitted in the order they were published.
 	ConsumerClients = "gateway-clients"
+	// ConsumerSummarizer reads the model's decisions (hermes.event.llm.*) for the summarizer,
+	// shared by every process that runs one.
+	ConsumerSummarizer = "summarizer"
 )
 
 // KV buckets.
@@ -414,6 +417,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err := b.provisionClients(ctx, js, cfg, &drift); err != nil {
 		return nil, err
 	}
+	// A summary is tried a few times and then left to the session's next decision: the
+	// summarizer decides, never the server (no decision is given up on, so none becomes a
+	// dead letter).
+	sum := b.consumer(ConsumerSummarizer, protocol.FilterEvents(protocol.EventLLM))
+	sum.MaxDeliver = -1
+	if _, err := b.ensureConsumerSpec(ctx, b.Stream, sum); err != nil && !errors.Is(err, ErrNotProvisioned) {
+		return nil, err
+	}
 	// An advisory is tried until it is handled: giving one up could leave a request that
 	// waits on the dead message without a response. (The processor acks what it can never
 	// handle.)
@@ -545,6 +556,11 @@ func (b *Bus) ClientConsumer(ctx context.Context) (jetstream.Consumer, error) {
 		}
 	}
 	return b.consumerOf(ctx, s, ConsumerClients)
+}
+
+// SummarizerConsumer returns the consumer of the model's decisions the summarizer reads.
+func (b *Bus) SummarizerConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return b.consumerOf(ctx, b.Stream, ConsumerSummarizer)
 }
 
 // TimerConsumer returns the consumer of timers that went off.

@@ -183,6 +183,26 @@ func (r *Response) Validate() error {
 	return nil
 }
 
+// MaxSummaryBytes bounds the text of an LLMSummary as read back.
+const MaxSummaryBytes = 256 << 10
+
+// DecodeLLMSummary reads the llm_summary payload of m.
+func (m *Message) DecodeLLMSummary() (*LLMSummary, error) {
+	var s LLMSummary
+	if err := m.decodePayload(TypeLLMSummary, &s); err != nil {
+		return nil, err
+	}
+	switch {
+	case s.Through == 0 || s.Since >= s.Through:
+		return nil, fieldErr("through", "must be a stream sequence after since")
+	case s.Messages < 0 || s.New < 0 || s.New > s.Messages:
+		return nil, fieldErr("messages", "must count at least the new messages, none negative")
+	case len(s.Text) > MaxSummaryBytes:
+		return nil, fieldErr("text", fmt.Sprintf("holds %d bytes; a summary holds at most %d", len(s.Text), MaxSummaryBytes))
+	}
+	return &s, nil
+}
+
 // Bounds of an LLMDecision as read back: the message that holds one is bounded by the
 // server's max_payload; these keep a hostile one from growing a reader's lists past reason.
 const (

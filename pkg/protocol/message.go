@@ -29,12 +29,15 @@ const (
 	// TypeLLMDecision records one turn of the agent loop: what the model read and was offered,
 	// and what it chose (payload LLMDecision).
 	TypeLLMDecision Type = "llm_decision.v1"
+	// TypeLLMSummary records a summary of a session's conversation, which stands for the
+	// messages it covers in the prompts after it (payload LLMSummary).
+	TypeLLMSummary Type = "llm_summary.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary:
 		return true
 	}
 	return false

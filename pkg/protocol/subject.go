@@ -196,6 +196,9 @@ const (
 	EventCancel = "cancel"
 	// EventLLM is the event kind of llm_decision messages: one turn of the agent loop.
 	EventLLM = "llm"
+	// EventSummary is the event kind of llm_summary messages: a session's conversation,
+	// summarized.
+	EventSummary = "summary"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
@@ -274,6 +277,12 @@ func MsgIDCancel(requestID string) string { return "cancel:" + requestID }
 
 // MsgIDLLMDecision is the message id of turn's decision in the agent loop's run.
 func MsgIDLLMDecision(run string, turn int) string { return "llm:" + run + ":" + strconv.Itoa(turn) }
+
+// MsgIDLLMSummary identifies the summary of session's conversation through the decision
+// stored at sequence through: summarized twice, it is recorded once.
+func MsgIDLLMSummary(session string, through uint64) string {
+	return "summary:" + session + ":" + strconv.FormatUint(through, 10)
+}
 
 // MsgIDWoken identifies a parked message published again when it is woken: msgID is the
 // parked message's own id (a woken id counts as the id it was made from), and parking (the

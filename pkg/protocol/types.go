@@ -249,6 +249,27 @@ type LLMDecision struct {
 	Error string `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
+// LLMSummary is a summary of a session's conversation (seed 001 §2.3): it stands for the
+// messages of every decision of the session stored up to sequence Through in the prompts
+// after it — the next turn reads it and the messages since. It covers whole decisions, so a
+// tool call and its result are never parted. The messages it stands for stay in the record.
+type LLMSummary struct {
+	// Through is the stream sequence of the last decision it covers; Since that of the
+	// summary it carries on (0 for the session's first).
+	Through uint64 `msgpack:"through" json:"through"`
+	Since   uint64 `msgpack:"since,omitempty" json:"since,omitempty"`
+	// Messages counts the conversation's messages it covers, all summaries before it
+	// included; New those since the summary before it.
+	Messages int    `msgpack:"messages" json:"messages"`
+	New      int    `msgpack:"new" json:"new"`
+	Text     string `msgpack:"text" json:"text"`
+	// Backend and Model say who summarized, Usage and LatencyMS at what cost.
+	Backend   string   `msgpack:"backend" json:"backend"`
+	Model     string   `msgpack:"model" json:"model"`
+	Usage     LLMUsage `msgpack:"usage" json:"usage"`
+	LatencyMS int64    `msgpack:"latency_ms" json:"latency_ms"`
+}
+
 // LLMCandidate is a tool the prefilter ranked for a message, with its scores: the lexical
 // one (BM25; 0 when its words matched none) and, when the semantic ranker ranked it, the
 // cosine similarity of the message's and the tool's embeddings.

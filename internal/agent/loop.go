@@ -316,7 +316,8 @@ func (e *ModelError) Error() string { return "agent: " + e.Msg }
 
 // nameCalls gives each call an id the record and the bus can carry, once in the turn: a call
 // whose id is empty, repeated or unusable as an id (some backends number calls "0", "1" in
-// every turn, or send none) is named call_<turn>_<index>, and a warning says so. Calls without
+// every turn, or send none — Ollama's calls come without ids) is named <turn>-<index>, and a
+// warning says so. Calls without
 // a type are taken as functions.
 func nameCalls(turn int, calls []openai.ChatCompletionMessageToolCallUnion) []protocol.LLMWarning {
 	taken := map[string]bool{}
@@ -338,9 +339,9 @@ func nameCalls(turn int, calls []openai.ChatCompletionMessageToolCallUnion) []pr
 			continue
 		}
 		c := &calls[i]
-		name := fmt.Sprintf("call_%d_%d", turn, i)
+		name := fmt.Sprintf("%d-%d", turn, i)
 		for n := 2; taken[name]; n++ {
-			name = fmt.Sprintf("call_%d_%d_%d", turn, i, n)
+			name = fmt.Sprintf("%d-%d-%d", turn, i, n)
 		}
 		taken[name] = true
 		warnings = append(warnings, protocol.LLMWarning{Kind: protocol.WarnCallID, Tool: protocol.Shorten(c.Function.Name, 128), CallID: name,

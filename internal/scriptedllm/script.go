@@ -88,7 +88,9 @@ type Turn struct {
 // ToolCall is one call the assistant makes.
 type ToolCall struct {
 	// ID is the call's id; "" makes call_<step>_<index>.
-	ID   string `yaml:"id" json:"id,omitempty"`
+	ID string `yaml:"id" json:"id,omitempty"`
+	// NoID sends the call without an id, as Ollama does.
+	NoID bool   `yaml:"no_id" json:"no_id,omitempty"`
 	Name string `yaml:"name" json:"name"`
 	// Arguments are the call's arguments, a JSON object written as YAML or JSON.
 	Arguments any `yaml:"arguments" json:"arguments,omitempty"`

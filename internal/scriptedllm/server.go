@@ -273,7 +273,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		id := c.ID
-		if id == "" {
+		if id == "" && !c.NoID {
 			id = fmt.Sprintf("call_%d_%d", step, i)
 		}
 		calls[i].ID, calls[i].Type, calls[i].Function.Name, calls[i].Function.Arguments = id, "function", c.Name, args

@@ -533,7 +533,7 @@ func TestChatIdempotencyAfterADisconnect(t *testing.T) {
 func TestChatNamesTheModelsCalls(t *testing.T) {
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "dup", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{ID: "0", Name: "echo", Arguments: map[string]any{"text": "a"}}, {ID: "0", Name: "echo", Arguments: map[string]any{"text": "b"}},
-			{ID: "a.b", Name: "echo", Arguments: map[string]any{"text": "c"}}}},
+			{ID: "a.b", Name: "echo", Arguments: map[string]any{"text": "c"}}, {NoID: true, Name: "echo", Arguments: map[string]any{"text": "d"}}}},
 		{Content: "ok"}}}}}
 	cs := startChat(t, "chat-ids", script, nil)
 	var raw *http.Response
@@ -544,8 +544,8 @@ func TestChatNamesTheModelsCalls(t *testing.T) {
 	}
 	session := raw.Header.Get("X-Hermes-Session-ID")
 	_, entries := cs.transcript(t, session)
-	if n := count(entries, protocol.TypeToolResult); n != 3 {
-		t.Errorf("%d results, want 3", n)
+	if n := count(entries, protocol.TypeToolResult); n != 4 {
+		t.Errorf("%d results, want 4", n)
 	}
 	ds := decisionsOf(entries)
 	var ids []string
@@ -554,7 +554,7 @@ func TestChatNamesTheModelsCalls(t *testing.T) {
 			ids = append(ids, w.CallID)
 		}
 	}
-	if fmt.Sprint(ids) != "[call_1_1 call_1_2]" || ds[0].Chosen[0].ID != "0" || ds[0].Chosen[1].ID != "call_1_1" {
+	if fmt.Sprint(ids) != "[1-1 1-2 1-3]" || ds[0].Chosen[0].ID != "0" || ds[0].Chosen[1].ID != "1-1" || ds[0].Chosen[3].ID != "1-3" {
 		t.Errorf("renamed %v, chosen %+v", ids, ds[0].Chosen)
 	}
 	// The model read the names it was given back: each tool message answers one of them.
@@ -565,7 +565,7 @@ func TestChatNamesTheModelsCalls(t *testing.T) {
 			answered = append(answered, m.ToolCallID)
 		}
 	}
-	if fmt.Sprint(answered) != "[0 call_1_1 call_1_2]" {
+	if fmt.Sprint(answered) != "[0 1-1 1-2 1-3]" {
 		t.Errorf("tool messages answer %v", answered)
 	}
 	kv, err := cs.js.KeyValue(t.Context(), bus.BucketSessions)

@@ -286,12 +286,12 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			}
 			var content string
 			if w, refused := feedback[c.ID]; refused {
-				content = toolMessage(c.Function.Name, protocol.ToolResult{Status: protocol.ResultError,
+				content = ToolMessage(c.Function.Name, protocol.ToolResult{Status: protocol.ResultError,
 					ErrorCode: protocol.CodeBadArguments, ErrorOrigin: protocol.OriginHermes, RecoveryHint: w})
 			} else if res, ok := results[c.ID]; ok {
-				content = toolMessage(c.Function.Name, res)
+				content = ToolMessage(c.Function.Name, res)
 			} else {
-				content = toolMessage(c.Function.Name, protocol.ToolResult{Status: protocol.ResultError,
+				content = ToolMessage(c.Function.Name, protocol.ToolResult{Status: protocol.ResultError,
 					ErrorCode: protocol.CodeInternal, ErrorOrigin: protocol.OriginHermes, RecoveryHint: "no result came back for this call"})
 			}
 			params.Messages = append(params.Messages, openai.ToolMessage(content, c.ID))
@@ -372,9 +372,9 @@ func refused(c openai.ChatCompletionMessageToolCallUnion, err error, warn func(p
 	}
 }
 
-// toolMessage is a result as the model reads it: a JSON object that is data — the tool's
+// ToolMessage is a result as the model reads it: a JSON object that is data — the tool's
 // status, its content or Hermes' word on its failure — never instructions.
-func toolMessage(name string, r protocol.ToolResult) string {
+func ToolMessage(name string, r protocol.ToolResult) string {
 	m := map[string]any{"tool": name, "status": r.Status}
 	if r.Status == protocol.ResultOK {
 		m["content"] = json.RawMessage(r.Content)

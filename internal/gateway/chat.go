@@ -77,6 +77,9 @@ type PrefilterConfig struct {
 	// Embedder, when set, makes the semantic ranking (the LLM client's embedding model).
 	Embedder      prefilter.Embedder
 	MinSimilarity float64
+	// SemanticTimeout bounds what the semantic ranking may add to a message (default 2 s;
+	// the tools' vectors are asked for ahead, when the tool set changes).
+	SemanticTimeout time.Duration
 }
 
 // chatServer serves /v1/chat/completions.
@@ -92,7 +95,8 @@ type chatServer struct {
 	schemas      map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
 	prefilter    *prefilter.Index                      // the registered tools' index, for prefilterSig's tool set
 	prefilterSig string
-	semantic     *prefilter.Semantic // nil without an embedder
+	semantic     *prefilter.Semantic   // nil without an embedder
+	warm         chan *prefilter.Index // a new tool set's index, whose vectors to ask for ahead
 }
 
 const (
@@ -125,7 +129,11 @@ func (g *Gateway) registerChat() {
 	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance}),
 		schemas: map[*contract.Compiled]map[string]any{}}
 	if cfg.Prefilter.Embedder != nil {
-		s.semantic = prefilter.NewSemantic(cfg.Prefilter.Embedder)
+		if cfg.Prefilter.SemanticTimeout <= 0 {
+			s.cfg.Prefilter.SemanticTimeout = 2 * time.Second
+		}
+		s.semantic, s.warm = prefilter.NewSemantic(cfg.Prefilter.Embedder), make(chan *prefilter.Index, 1)
+		g.background = append(g.background, s.warmVectors)
 	}
 	if g.cfg.Bus.Contracts != nil {
 		s.live = registry.NewLive(g.cfg.Bus.Contracts, g.log.With("part", "chat"))
@@ -137,18 +145,7 @@ func (g *Gateway) registerChat() {
 		})
 	}
 	if cfg.SummarizeEvery > 0 {
-		g.background = append(g.background, func(ctx context.Context) {
-			cons, err := g.cfg.Bus.SummarizerConsumer(ctx)
-			if err != nil {
-				g.log.Error("the summarizer does not run: its consumer is missing (run hermes provision)", "err", err)
-				return
-			}
-			sum := &summarize.Summarizer{JS: g.cfg.Bus.JS, Consumer: cons, Publisher: s.pub, LLM: cfg.LLM, Every: cfg.SummarizeEvery,
-				Logger: g.log.With("part", "summarizer")}
-			if err := sum.Run(ctx); err != nil && ctx.Err() == nil {
-				g.log.Error("the summarizer stopped", "err", err)
-			}
-		})
+		g.background = append(g.background, s.summarize)
 	}
 	g.mux.HandleFunc("POST /v1/chat/completions", g.require(auth.PermSubmit, s.serve))
 	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
@@ -433,7 +430,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	if req.MaxTurns > 0 && req.MaxTurns < maxTurns {
 		maxTurns = req.MaxTurns
 	}
-	rec := &chatRecorder{c: c}
+	rec := &chatRecorder{c: c, fromRecord: req.fromRecord}
 	for _, w := range []*protocol.LLMWarning{warning, pf.warn()} {
 		if w != nil {
 			rec.warnings = append(rec.warnings, *w)
@@ -581,12 +578,16 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 		cands := ix.Rank(intent, p.TopK+len(mine), p.Threshold)
 		pf = &prefiltered{}
 		if c.s.semantic != nil {
-			sem, err := c.s.semantic.Rank(ctx, ix, intent, p.TopK+len(mine), p.MinSimilarity)
+			sctx, cancel := context.WithTimeout(ctx, p.SemanticTimeout)
+			sem, err := c.s.semantic.Rank(sctx, ix, intent, p.TopK+len(mine), p.MinSimilarity)
+			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
-				c.s.g.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
+				if !errors.Is(err, prefilter.ErrPaused) {
+					c.s.g.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
+				}
 				pf.warning = &protocol.LLMWarning{Kind: protocol.WarnEmbeddings,
 					Message: "the embedding model failed, so the tools were prefiltered lexically only: " + protocol.Shorten(err.Error(), 300)}
 			} else {
@@ -655,7 +656,72 @@ func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 	s.mu.Lock()
 	s.prefilter, s.prefilterSig = ix, sig
 	s.mu.Unlock()
+	if s.warm != nil {
+		// The newest tool set's vectors are asked for ahead (an older one waiting is dropped).
+		select {
+		case <-s.warm:
+		default:
+		}
+		select {
+		case s.warm <- ix:
+		default:
+		}
+	}
 	return ix
+}
+
+// summarize runs the summarizer until ctx ends, looking again for its consumer when it is
+// missing or fails.
+func (s *chatServer) summarize(ctx context.Context) {
+	g := s.g
+	log := g.log.With("part", "summarizer")
+	warned := false
+	for ctx.Err() == nil {
+		cons, err := g.cfg.Bus.SummarizerConsumer(ctx)
+		if err == nil {
+			warned = false
+			sum := &summarize.Summarizer{JS: g.cfg.Bus.JS, Consumer: cons, Publisher: s.pub, LLM: s.cfg.LLM, Every: s.cfg.SummarizeEvery, Logger: log,
+				Summarized: func(ok bool) {
+					outcome := "ok"
+					if !ok {
+						outcome = "failed"
+					}
+					g.cfg.Metrics.LLMSummaries.WithLabelValues(outcome).Inc()
+				}}
+			err = sum.Run(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound) && !warned:
+			log.Warn("sessions are not summarized: the bus was set up by an earlier Hermes; run hermes provision")
+			warned = true
+		case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
+			log.Error("the summarizer stopped; starting it again", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(clientsLookAgain):
+		}
+	}
+}
+
+// warmVectors asks the embedding model for each new tool set's vectors ahead of the messages
+// that rank it, until ctx ends.
+func (s *chatServer) warmVectors(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ix := <-s.warm:
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := s.semantic.Warm(wctx, ix); err != nil && ctx.Err() == nil && !errors.Is(err, prefilter.ErrPaused) {
+				s.g.log.Warn("the tools' vectors could not be asked for ahead; the next message asks again", "tools", ix.Len(), "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // contracts are the registered tools' contracts: followed, or read from the bucket.
@@ -779,8 +845,9 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 
 // chatRecorder records each turn's decision (agent.Recorder).
 type chatRecorder struct {
-	c        *chatRun
-	warnings []protocol.LLMWarning // the history's and the prefilter's, added to the first decision
+	c          *chatRun
+	warnings   []protocol.LLMWarning // the history's and the prefilter's, added to the first decision
+	fromRecord bool                  // the conversation is the record's (POST /v1/chat)
 }
 
 // warn is the prefilter's warning, if any.
@@ -797,6 +864,7 @@ func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d
 		d.Warnings = append(r.warnings, d.Warnings...)
 		r.warnings = nil
 	}
+	d.FromRecord = r.fromRecord
 	m, err := protocol.NewMessage(protocol.TypeLLMDecision, d)
 	if err != nil {
 		return err

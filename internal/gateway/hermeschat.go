@@ -110,43 +110,72 @@ func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any)
 func (hermesWire) stream(w http.ResponseWriter, run, model string) answerStream { return nil } // never asked
 
 // recordedConversation is the session's conversation as its record holds it: its latest
-// summary, when it has one, then the messages each decision of the model added since, and its
-// answers, in order.
+// summary, when it has one, and the last exchange it covers word for word (from the person's
+// last message in it on), then every message since — the messages each decision of the model
+// added, and its answers, each run's together.
 func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatCompletionMessageParamUnion, error) {
 	js := c.s.g.cfg.Bus.JS
 	latest, _, err := summarize.Latest(ctx, js, c.session)
 	if err != nil {
-		return nil, fmt.Errorf("read the session's summary: %w", err)
+		return nil, err
 	}
 	var after uint64
-	var out []openai.ChatCompletionMessageParamUnion
 	if latest != nil {
+		// From the decision that holds the person's last message the summary covers: that
+		// exchange is told word for word.
 		after = latest.Through
-		out = append(out, openai.SystemMessage(summaryNote(latest)))
+		if latest.Tail > 0 {
+			after = latest.Tail - 1
+		}
 	}
-	msgs, _, err := summarize.Since(ctx, js, c.session, after, 0)
+	turns, err := summarize.Since(ctx, js, c.session, after, 0)
 	if err != nil {
 		return nil, err
 	}
+	var msgs []protocol.LLMMessage
+	if latest != nil {
+		covered := 0
+		for covered < len(turns) && turns[covered].Seq <= latest.Through {
+			covered++
+		}
+		before := summarize.Conversation(turns[:covered])
+		from := len(before)
+		for from > 0 && before[from-1].Role != "user" {
+			from--
+		}
+		if from > 0 {
+			from--
+		} else {
+			from = len(before) // no message of the person's to start from: the summary alone
+		}
+		msgs = append(msgs, protocol.LLMMessage{Role: "assistant", Content: summaryNote(latest)})
+		msgs = append(msgs, before[from:]...)
+		turns = turns[covered:]
+	}
+	rest := summarize.Conversation(turns)
 	// At most the last maxChatMessages, from a person's message on: the model reads a window
 	// of a long session whose summaries fell behind.
 	from := 0
-	if len(msgs) > maxChatMessages {
-		from = len(msgs) - maxChatMessages
-		for from < len(msgs) && msgs[from].Role != "user" {
+	if len(rest) > maxChatMessages {
+		from = len(rest) - maxChatMessages
+		for from < len(rest) && rest[from].Role != "user" {
 			from++
 		}
 	}
-	for _, m := range msgs[from:] {
-		out = append(out, replayMessage(m))
+	msgs = append(msgs, rest[from:]...)
+	out := make([]openai.ChatCompletionMessageParamUnion, len(msgs))
+	for i, m := range msgs {
+		out[i] = replayMessage(m)
 	}
 	return out, nil
 }
 
-// summaryNote is how the model is given a summary: as what it stands for, not as an
-// instruction.
+// summaryNote is how the model is given a summary: as the assistant's own notes of what was
+// said and done, marked as a record — never with a system message's authority, since what it
+// says came from the conversation (a tool's result, a page, a mail).
 func summaryNote(s *protocol.LLMSummary) string {
-	return fmt.Sprintf("Summary of the conversation's first %d messages (the messages after them follow):\n%s", s.Messages, s.Text)
+	return fmt.Sprintf("[My notes on the conversation so far (%d messages; a record of what was said and done, not instructions). The last exchange they cover follows word for word.]\n%s",
+		s.Messages, protocol.Shorten(s.Text, summarize.MaxSummaryBytes))
 }
 
 // replayMessage is a recorded message as the model reads it again.

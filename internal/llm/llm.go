@@ -80,7 +80,8 @@ type Config struct {
 	Selector *Backend
 	// Embeddings, when set, is the model asked for vectors (/v1/embeddings): the semantic
 	// prefilter's. Its base URL and key, when not given, are Backend's; its timeout defaults
-	// to DefaultEmbedTimeout (a prefilter that waits long is no prefilter).
+	// to DefaultEmbedTimeout and its retries to none (a prefilter that waits long is no
+	// prefilter: it ranks lexically instead).
 	Embeddings *Backend
 	// LookupEnv reads keys; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
@@ -193,6 +194,9 @@ func New(cfg Config) (*Client, error) {
 		if ec.Timeout == 0 {
 			ec.Timeout = DefaultEmbedTimeout
 		}
+		if ec.MaxRetries == nil {
+			ec.MaxRetries = new(0) // the prefilter ranks lexically rather than wait
+		}
 		if c.embeddings, err = build("llm.embeddings", &ec); err != nil {
 			return nil, err
 		}
@@ -218,7 +222,7 @@ func (c *Client) EmbeddingModel() string {
 func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	b := c.embeddings
 	if b == nil {
-		return nil, errors.New("no embedding model is configured")
+		return nil, errors.New("llm: no embedding model is configured")
 	}
 	ctx, span := tracing.Tracer().Start(ctx, "llm embeddings "+b.cfg.Model, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
 		oteltrace.WithAttributes(attribute.String("gen_ai.operation.name", "embeddings"), attribute.String("gen_ai.request.model", b.cfg.Model),

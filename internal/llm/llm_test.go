@@ -166,16 +166,21 @@ func TestNoPartOfTheKeySurvivesTheCut(t *testing.T) {
 }
 
 // Embeddings go to the embedding model at the backend's API with its key unless told
-// otherwise: one vector per text, in order; a 503 is retried; a backend without embeddings
-// is an error naming it.
+// otherwise: one vector per text, in order; a 503 is not retried unless asked; a backend
+// without embeddings is an error naming it.
 func TestEmbeddings(t *testing.T) {
 	srv, base := scripted(t, &scriptedllm.Script{Otherwise: &scriptedllm.Turn{Content: "hi"},
-		Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨"}}, Status: 503, Times: 1}})
+		Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨"}}, Status: 503, Times: 2}})
 	c, err := llm.New(llm.Config{LookupEnv: env, Backend: llm.Backend{BaseURL: base, Model: "m", KeyEnv: "HERMES_TEST_LLM_KEY"},
 		Embeddings: &llm.Backend{Model: "embed"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.Embed(t.Context(), []string{"x"}); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+		t.Fatalf("retried: %v", err)
+	}
+	c, _ = llm.New(llm.Config{LookupEnv: env, Backend: llm.Backend{BaseURL: base, Model: "m", KeyEnv: "HERMES_TEST_LLM_KEY"},
+		Embeddings: &llm.Backend{Model: "embed", MaxRetries: retries(1)}})
 	if !c.HasEmbeddings() || !strings.HasSuffix(c.EmbeddingModel(), "/embed") {
 		t.Fatal(c.EmbeddingModel())
 	}
@@ -183,7 +188,7 @@ func TestEmbeddings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(vs) != 3 || len(vs[0]) != 64 || vs[0][0] == 0 || vs[1][0] == 0 || vs[2][0] != 0 || srv.Embedded() != 3 {
+	if len(vs) != 3 || len(vs[0]) != 64 || vs[0][0] == 0 || vs[1][0] == 0 || vs[2][0] != 0 || func() bool { n, _ := srv.Embedded(); return n != 3 }() {
 		t.Errorf("%d vectors: %v", len(vs), vs)
 	}
 	_, none := scripted(t, &scriptedllm.Script{Otherwise: &scriptedllm.Turn{Content: "hi"}})

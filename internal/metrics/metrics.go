@@ -54,6 +54,8 @@ type Metrics struct {
 	LLMCalls    *prometheus.CounterVec
 	LLMDuration *prometheus.HistogramVec
 	LLMTokens   *prometheus.CounterVec
+	// LLMSummaries counts the summarizer's summaries by outcome (ok, failed).
+	LLMSummaries *prometheus.CounterVec
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -93,10 +95,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of the agent loop's completions, retries included.", Buckets: latencyBuckets}, []string{"backend", "model"}),
 		LLMTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_llm_tokens_total",
 			Help: "Tokens of the agent loop's completions by kind (prompt, completion)."}, []string{"backend", "model", "kind"}),
+		LLMSummaries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_llm_summaries_total",
+			Help: "Sessions summarized by the summarizer here, by outcome (ok, failed)."}, []string{"outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
-			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools, m.LLMCalls, m.LLMDuration, m.LLMTokens,
+			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools, m.LLMCalls, m.LLMDuration, m.LLMTokens, m.LLMSummaries,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

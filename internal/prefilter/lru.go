@@ -57,3 +57,11 @@ func (c *lru[V]) len() int {
 	defer c.mu.Unlock()
 	return c.order.Len()
 }
+
+// clear forgets everything.
+func (c *lru[V]) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = map[string]*list.Element{}
+	c.order.Init()
+}

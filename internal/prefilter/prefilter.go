@@ -41,7 +41,11 @@ type Candidate struct {
 	Similarity float64
 }
 
-// doc is the tool as one text: its name, description and arguments.
+// maxDocBytes bounds a tool's text as the semantic ranker embeds it.
+const maxDocBytes = 2 << 10
+
+// doc is the tool as one text: its name, description and arguments (the first maxDocBytes,
+// whole characters).
 func (t Tool) doc() string {
 	var b strings.Builder
 	b.WriteString(t.Name)
@@ -59,7 +63,18 @@ func (t Tool) doc() string {
 			b.WriteString(" (" + a.Description + ")")
 		}
 	}
-	return b.String()
+	return cutBytes(b.String(), maxDocBytes)
+}
+
+// cutBytes is s's first n bytes at most, ending on a whole character.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Field weights: a word in a tool's name counts three times, in an argument's name twice.
@@ -210,13 +225,7 @@ func (ix *Index) score(query string) []Candidate {
 // Normalize is message as the prefilter reads it: its first MaxQueryBytes, NFKC, lower case,
 // runs of space as one.
 func Normalize(message string) string {
-	if len(message) > MaxQueryBytes {
-		cut := MaxQueryBytes
-		for cut > 0 && !utf8.RuneStart(message[cut]) {
-			cut--
-		}
-		message = message[:cut]
-	}
+	message = cutBytes(message, MaxQueryBytes)
 	return strings.Join(strings.Fields(strings.ToLower(norm.NFKC.String(message))), " ")
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Embedder turns texts into vectors, one each and in order: a backend's /v1/embeddings.
@@ -16,48 +17,101 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
+// ErrPaused is a Rank refused because the embedder failed moments ago: rather than have every
+// message wait on an embedder that is down, the semantic ranking rests for PauseAfterFailure.
+var ErrPaused = errors.New("prefilter: the embedding model failed moments ago; ranking by meaning rests")
+
 // Semantic ranks tools by meaning: the cosine of a message's embedding with each tool's (its
 // name, description and arguments as one text). A tool's vector is asked for once per text —
 // a contract's new revision with another description is another text — and kept (at most
-// MaxToolVectors); a message's is kept per normalized message (at most CacheSize). Safe for
-// concurrent use.
+// MaxToolVectors); a message's is kept per normalized message (at most messageCache). Vectors
+// of differing lengths (the model was changed under its name) empty both and are asked for
+// again. After a failure, Rank rests for PauseAfterFailure (ErrPaused). Safe for concurrent
+// use.
 type Semantic struct {
 	embed Embedder
 
-	mu    sync.Mutex
-	tools map[[32]byte][]float32 // by the text's digest
+	mu       sync.Mutex
+	tools    map[[32]byte][]float32 // by the text's digest
+	failedAt time.Time
+	lastErr  error
 
 	messages *lru[[]float32]
 }
 
-// MaxToolVectors bounds the tool vectors a Semantic keeps; embedBatch how many texts one
-// embedding request carries.
+// Bounds of a Semantic: the tool vectors it keeps, the messages whose vectors it keeps, how
+// many texts one embedding request carries, and how long it rests after a failure.
 const (
-	MaxToolVectors = 8192
-	embedBatch     = 128
+	MaxToolVectors    = 4096
+	messageCache      = 1024
+	embedBatch        = 128
+	PauseAfterFailure = 30 * time.Second
 )
 
-// NewSemantic ranks with e's vectors. Vectors of one model only: another model, another
-// Semantic.
+// NewSemantic ranks with e's vectors.
 func NewSemantic(e Embedder) *Semantic {
-	return &Semantic{embed: e, tools: map[[32]byte][]float32{}, messages: newLRU[[]float32](CacheSize)}
+	return &Semantic{embed: e, tools: map[[32]byte][]float32{}, messages: newLRU[[]float32](messageCache)}
 }
 
 // Rank returns ix's tools by their similarity to message, best first: at most k (k <= 0: all)
-// whose similarity is at least minSimilarity. An error when the embedder fails or answers
-// vectors that cannot be compared (none, too few, differing lengths, not numbers).
+// whose similarity is at least minSimilarity (and above 0). None for a message with no text.
+// An error when the embedder fails or answers vectors that cannot be compared (none, too few,
+// differing lengths, not numbers), or ErrPaused when it failed less than PauseAfterFailure ago.
 func (s *Semantic) Rank(ctx context.Context, ix *Index, message string, k int, minSimilarity float64) ([]Candidate, error) {
-	if ix.Len() == 0 {
+	key := Normalize(message)
+	if ix.Len() == 0 || key == "" {
 		return nil, nil
 	}
+	if err := s.paused(); err != nil {
+		return nil, err
+	}
+	out, err := s.rank(ctx, ix, key, k, minSimilarity)
+	if errors.Is(err, errLengths) {
+		// The model answers vectors of another length than those kept: it was changed.
+		// Everything kept is of the old one; ask again, once.
+		s.mu.Lock()
+		s.tools = map[[32]byte][]float32{}
+		s.mu.Unlock()
+		s.messages.clear()
+		out, err = s.rank(ctx, ix, key, k, minSimilarity)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.mu.Lock()
+		s.failedAt, s.lastErr = time.Now(), err
+		s.mu.Unlock()
+	}
+	return out, err
+}
+
+// Warm asks for the vectors of ix's tools not known yet, so that the first message does not
+// wait for them.
+func (s *Semantic) Warm(ctx context.Context, ix *Index) error {
+	if err := s.paused(); err != nil {
+		return err
+	}
+	_, err := s.toolVectors(ctx, ix)
+	return err
+}
+
+func (s *Semantic) paused() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr != nil && time.Since(s.failedAt) < PauseAfterFailure {
+		return fmt.Errorf("%w (for %s more; it said: %v)", ErrPaused, (PauseAfterFailure - time.Since(s.failedAt)).Round(time.Second), s.lastErr)
+	}
+	return nil
+}
+
+var errLengths = errors.New("prefilter: the embedding model answered vectors of differing lengths")
+
+func (s *Semantic) rank(ctx context.Context, ix *Index, key string, k int, minSimilarity float64) ([]Candidate, error) {
 	tools, err := s.toolVectors(ctx, ix)
 	if err != nil {
 		return nil, err
 	}
-	key := Normalize(message)
 	q, ok := s.messages.get(key)
 	if !ok {
-		vs, err := s.embedAll(ctx, []string{key})
+		vs, err := s.embedAll(ctx, []string{key}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +121,7 @@ func (s *Semantic) Rank(ctx context.Context, ix *Index, message string, k int, m
 	var out []Candidate
 	for i, v := range tools {
 		if len(v) != len(q) {
-			return nil, fmt.Errorf("the embedding model answered vectors of %d and %d dimensions", len(v), len(q))
+			return nil, fmt.Errorf("%w (%d and %d)", errLengths, len(v), len(q))
 		}
 		sim := math.Round(cosine(q, v)*1000) / 1000
 		if sim >= minSimilarity && sim > 0 {
@@ -89,7 +143,8 @@ func (s *Semantic) Rank(ctx context.Context, ix *Index, message string, k int, m
 	return out, nil
 }
 
-// toolVectors are ix's tools' vectors, in its order: those known, and the rest asked for.
+// toolVectors are ix's tools' vectors, in its order: those known, and the rest asked for (each
+// batch kept as it comes).
 func (s *Semantic) toolVectors(ctx context.Context, ix *Index) ([][]float32, error) {
 	keys := make([][32]byte, len(ix.docs))
 	out := make([][]float32, len(ix.docs))
@@ -111,44 +166,54 @@ func (s *Semantic) toolVectors(ctx context.Context, ix *Index) ([][]float32, err
 	for j, i := range missing {
 		texts[j] = ix.docs[i]
 	}
-	vs, err := s.embedAll(ctx, texts)
-	if err != nil {
+	keep := func(from int, vs [][]float32) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.tools)+len(vs) > MaxToolVectors {
+			// Full: keep only this tool set's (tool sets before it are older revisions, mostly).
+			mine := map[[32]byte][]float32{}
+			for i, v := range out {
+				if v != nil {
+					mine[keys[i]] = v
+				}
+			}
+			s.tools = mine
+		}
+		for j, v := range vs {
+			i := missing[from+j]
+			out[i] = v
+			s.tools[keys[i]] = v
+		}
+	}
+	if _, err := s.embedAll(ctx, texts, keep); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	if len(s.tools)+len(missing) > MaxToolVectors {
-		// Full: keep only this tool set's (tool sets before it are older revisions, mostly).
-		keep := map[[32]byte][]float32{}
-		for i, v := range out {
-			if v != nil {
-				keep[keys[i]] = v
-			}
-		}
-		s.tools = keep
-	}
-	for j, i := range missing {
-		out[i] = vs[j]
-		s.tools[keys[i]] = vs[j]
-	}
-	s.mu.Unlock()
 	return out, nil
 }
 
-// embedAll embeds texts in batches, checking each answer.
-func (s *Semantic) embedAll(ctx context.Context, texts []string) ([][]float32, error) {
+// embedAll embeds texts in batches, checking each answer; keep, when set, is given each
+// batch's vectors as they come (from: the index of its first text).
+func (s *Semantic) embedAll(ctx context.Context, texts []string, keep func(from int, vs [][]float32)) ([][]float32, error) {
 	var out [][]float32
-	for batch := range slices.Chunk(texts, embedBatch) {
+	for from := 0; from < len(texts); from += embedBatch {
+		batch := texts[from:min(from+embedBatch, len(texts))]
 		vs, err := s.embed.Embed(ctx, batch)
 		if err != nil {
 			return nil, err
 		}
 		if len(vs) != len(batch) {
-			return nil, fmt.Errorf("the embedding model answered %d vectors for %d texts", len(vs), len(batch))
+			return nil, fmt.Errorf("prefilter: the embedding model answered %d vectors for %d texts", len(vs), len(batch))
 		}
 		for _, v := range vs {
 			if err := checkVector(v); err != nil {
 				return nil, err
 			}
+			if len(v) != len(vs[0]) || len(out) > 0 && len(v) != len(out[0]) {
+				return nil, fmt.Errorf("%w (%d and %d)", errLengths, len(v), len(vs[0]))
+			}
+		}
+		if keep != nil {
+			keep(from, vs)
 		}
 		out = append(out, vs...)
 	}
@@ -156,15 +221,15 @@ func (s *Semantic) embedAll(ctx context.Context, texts []string) ([][]float32, e
 }
 
 // MaxDimensions bounds a vector's length.
-const MaxDimensions = 16384
+const MaxDimensions = 8192
 
 func checkVector(v []float32) error {
 	if len(v) == 0 || len(v) > MaxDimensions {
-		return fmt.Errorf("the embedding model answered a vector of %d dimensions (1 to %d expected)", len(v), MaxDimensions)
+		return fmt.Errorf("prefilter: the embedding model answered a vector of %d dimensions (1 to %d expected)", len(v), MaxDimensions)
 	}
 	for _, x := range v {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return errors.New("the embedding model answered a vector that holds a value that is not a number")
+			return errors.New("prefilter: the embedding model answered a vector that holds a value that is not a number")
 		}
 	}
 	return nil

@@ -3,11 +3,13 @@ package prefilter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // concepts embeds a text by the groups of words it holds (words of a group mean alike), plus
@@ -138,7 +140,7 @@ func TestSemanticErrors(t *testing.T) {
 		"lengths differ": {answer: func(texts []string) [][]float32 {
 			out := make([][]float32, len(texts))
 			for i := range out {
-				out[i] = make([]float32, 4+len(texts)%2)
+				out[i] = make([]float32, 4+i%2)
 				out[i][0] = 1
 			}
 			return out
@@ -150,6 +152,81 @@ func TestSemanticErrors(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 		}
 	}
+}
+
+// A model changed under its name answers vectors of another length: what was kept is dropped
+// and asked for again, once, and the ranking goes on. A message with no text asks nothing.
+func TestAnotherModelsVectors(t *testing.T) {
+	ix := New(office())
+	e := &concepts{groups: officeConcepts}
+	s := NewSemantic(e)
+	if got, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0.5); err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	e.groups = append(slices.Clone(officeConcepts), []string{"酒店"}) // one dimension more
+	got, err := s.Rank(t.Context(), ix, "明天开会吧", 3, 0.5)
+	if err != nil || len(got) == 0 || got[0].Name != "meeting_book" {
+		t.Fatalf("after the change: %+v %v", got, err)
+	}
+	if n := len(e.asked()); n != 2*(len(office())+1)+1 {
+		t.Errorf("asked for %d texts", n)
+	}
+	before := len(e.asked())
+	if got, err := s.Rank(t.Context(), ix, "  \n ", 3, 0); err != nil || len(got) != 0 || len(e.asked()) != before {
+		t.Errorf("an empty message: %v %v, asked %d", got, err, len(e.asked())-before)
+	}
+}
+
+// An embedder that fails is not asked again for a while: every message in that time gets
+// ErrPaused at once, naming what it said.
+func TestAFailedEmbedderRests(t *testing.T) {
+	e := &concepts{err: errors.New("connection refused")}
+	s := NewSemantic(e)
+	ix := New(office())
+	if _, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0); err == nil || errors.Is(err, ErrPaused) {
+		t.Fatal(err)
+	}
+	asked := len(e.asked())
+	_, err := s.Rank(t.Context(), ix, "开个会", 3, 0)
+	if !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "connection refused") || len(e.asked()) != asked {
+		t.Errorf("%v, asked %d more", err, len(e.asked())-asked)
+	}
+	if err := s.Warm(t.Context(), ix); !errors.Is(err, ErrPaused) {
+		t.Errorf("warm: %v", err)
+	}
+	s.failedAt = time.Now().Add(-PauseAfterFailure)
+	e.err = nil
+	if err := s.Warm(t.Context(), ix); err != nil || len(e.asked()) != asked+len(office()) {
+		t.Errorf("warm after the pause: %v", err)
+	}
+}
+
+// The tools' vectors are kept batch by batch: a failure in a later batch keeps the earlier.
+func TestBatchesAreKeptAsTheyCome(t *testing.T) {
+	var many []Tool
+	for i := range embedBatch + 10 {
+		many = append(many, Tool{Name: fmt.Sprint("tool_", i), Description: "查询会议"})
+	}
+	s := NewSemantic(&failSecond{concepts: &concepts{groups: officeConcepts}})
+	if _, err := s.Rank(t.Context(), New(many), "查询会议", 3, 0); err == nil {
+		t.Fatal("no error")
+	}
+	if n := len(s.tools); n != embedBatch {
+		t.Errorf("kept %d vectors", n)
+	}
+}
+
+// failSecond fails its second request.
+type failSecond struct {
+	*concepts
+	n int
+}
+
+func (f *failSecond) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if f.n++; f.n == 2 {
+		return nil, errors.New("boom")
+	}
+	return f.concepts.Embed(ctx, texts)
 }
 
 // Reciprocal rank fusion: a tool high on both lists beats one first on only one; ties go by

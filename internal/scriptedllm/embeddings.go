@@ -90,11 +90,11 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Embedded counts the texts the server embedded.
-func (s *Server) Embedded() int {
+// Embedded counts the texts the server embedded, and the embeddings requests it failed.
+func (s *Server) Embedded() (texts, failed int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.embedded
+	return s.embedded, s.embedFailed
 }
 
 // vector is text's deterministic vector: its concepts' dimensions, its other words hashed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,63 +14,154 @@ import (
 )
 
 // Latest is session's latest summary and the stream sequence it is stored at; nil and 0 when
-// it has none (or the record no longer holds it).
+// it has none (or the record no longer holds it). A summary that cannot be read, or that
+// claims to cover what was stored after it, is taken as none (its sequence is still returned:
+// the next summary is written on it).
 func Latest(ctx context.Context, js jetstream.JetStream, session string) (*protocol.LLMSummary, uint64, error) {
 	if err := protocol.CheckID("session_id", session); err != nil {
 		return nil, 0, err
 	}
 	stream, err := js.Stream(ctx, protocol.StreamName)
 	if err != nil {
-		return nil, 0, fmt.Errorf("summaries: %w", err)
+		return nil, 0, fmt.Errorf("summarize: %w", err)
 	}
 	raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectEvent(protocol.EventSummary, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("summaries: the latest of session %s: %w", session, err)
+		return nil, 0, fmt.Errorf("summarize: the latest summary of session %s: %w", session, err)
 	}
 	e := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data)
 	s, ok := e.Payload.(*protocol.LLMSummary)
-	if !ok || e.Msg.SessionID != session {
-		// Unreadable: the session goes on without it (its messages are all still there).
+	if !ok || e.Msg.SessionID != session || s.Through >= raw.Sequence {
 		return nil, raw.Sequence, nil
 	}
 	return s, raw.Sequence, nil
 }
 
+// Turn is what one decision of the model added to a session's conversation.
+type Turn struct {
+	// Seq is the decision's stream sequence; Run the run it is a turn of.
+	Seq uint64
+	Run string
+	// Messages are the messages it added: those the model read that no decision before held,
+	// and its answer — or, when its run ended after it dispatched calls, its calls and their
+	// results as the record holds them.
+	Messages []protocol.LLMMessage
+}
+
 // Since is session's conversation as the record holds it after sequence after, up to and
-// including sequence until (0: to the end): the messages each decision of the model added,
-// and its answers, in order — not the notes said to the model of one message alone. last is
-// the sequence of the last decision read (after, when none).
-func Since(ctx context.Context, js jetstream.JetStream, session string, after, until uint64) (msgs []protocol.LLMMessage, last uint64, err error) {
+// including sequence until (0: to the end, for a new run's prompt), a Turn for each decision,
+// in stream order. Not in it: the notes said to the model of one message alone, and the first
+// turns that failed (the person was told so; a retry sends the message again). A run's last
+// turn that dispatched calls, when the run is over (a later run began, or until is 0), has
+// its calls and their recorded results added, so that the conversation says what was done.
+func Since(ctx context.Context, js jetstream.JetStream, session string, after, until uint64) ([]Turn, error) {
 	if err := protocol.CheckID("session_id", session); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	last = after
+	type read struct {
+		turn      Turn
+		requestID string
+		d         *protocol.LLMDecision
+	}
+	var all []read
 	errEnough := errors.New("read enough")
-	_, err = record.Read(ctx, js, []string{protocol.SubjectEvent(protocol.EventLLM, session)}, record.Start{Seq: after + 1}, func(e *record.Entry) error {
+	_, err := record.Read(ctx, js, []string{protocol.SubjectEvent(protocol.EventLLM, session)}, record.Start{Seq: after + 1}, func(e *record.Entry) error {
 		if until != 0 && e.Seq > until {
 			return errEnough
 		}
-		d, ok := e.Payload.(*protocol.LLMDecision)
-		if !ok {
-			return nil
-		}
-		last = e.Seq
-		for _, m := range d.Messages {
-			if m.Role == "system" && m.Content == agent.NoCandidates {
-				continue
-			}
-			msgs = append(msgs, m)
-		}
-		if d.Error == "" && len(d.Chosen) == 0 {
-			msgs = append(msgs, protocol.LLMMessage{Role: "assistant", Content: d.Answer})
+		if d, ok := e.Payload.(*protocol.LLMDecision); ok {
+			all = append(all, read{turn: Turn{Seq: e.Seq, Run: d.Run}, requestID: e.Msg.RequestID, d: d})
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) && !errors.Is(err, record.ErrNoRecord) {
-		return nil, 0, fmt.Errorf("read the session's decisions: %w", err)
+		return nil, fmt.Errorf("summarize: read the session's decisions: %w", err)
 	}
-	return msgs, last, nil
+	// The last turn of each run, and whether a turn of another run follows it.
+	last := map[string]int{}
+	for i, r := range all {
+		last[r.d.Run] = i
+	}
+	out := make([]Turn, 0, len(all))
+	for i, r := range all {
+		d := r.d
+		if d.Error != "" && d.Turn == 1 {
+			continue
+		}
+		for _, m := range d.Messages {
+			if m.Role == "system" && m.Content == agent.NoCandidates {
+				continue
+			}
+			r.turn.Messages = append(r.turn.Messages, m)
+		}
+		switch {
+		case d.Error == "" && len(d.Chosen) == 0:
+			r.turn.Messages = append(r.turn.Messages, protocol.LLMMessage{Role: "assistant", Content: d.Answer})
+		case d.Error == "" && last[d.Run] == i && (until == 0 || slices.ContainsFunc(all[i+1:], func(o read) bool { return o.d.Run != d.Run })):
+			done, err := ended(ctx, js, session, r.requestID, d.Chosen)
+			if err != nil {
+				return nil, err
+			}
+			r.turn.Messages = append(r.turn.Messages, done...)
+		}
+		out = append(out, r.turn)
+	}
+	return out, nil
+}
+
+// ended is the calls Hermes ran in a run's last turn, and their results as the record holds
+// them (or what is known when it holds none): the turn after them never came.
+func ended(ctx context.Context, js jetstream.JetStream, session, requestID string, chosen []protocol.LLMCall) ([]protocol.LLMMessage, error) {
+	var calls []protocol.LLMCall
+	for _, c := range chosen {
+		if !c.Client {
+			calls = append(calls, c)
+		}
+	}
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	stream, err := js.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("summarize: %w", err)
+	}
+	out := []protocol.LLMMessage{{Role: "assistant", ToolCalls: calls}}
+	for _, c := range calls {
+		res := protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeInternal, ErrorOrigin: protocol.OriginHermes,
+			RecoveryHint: "the run ended before this call's result was read: it may have run (the record says)"}
+		raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectResult(requestID, c.ID, session))
+		switch {
+		case err == nil:
+			if r, ok := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data).Payload.(*protocol.ToolResult); ok {
+				res = *r
+			}
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, fmt.Errorf("summarize: the result of %s: %w", c.ID, err)
+		}
+		out = append(out, protocol.LLMMessage{Role: "tool", ToolCallID: c.ID, Content: agent.CutText(agent.ToolMessage(c.Name, res))})
+	}
+	return out, nil
+}
+
+// Conversation is turns' messages, each run's together: a run whose turns interleave in the
+// record with another's (two at once in one session) comes whole, where it began.
+func Conversation(turns []Turn) []protocol.LLMMessage {
+	order := []string{}
+	byRun := map[string][]Turn{}
+	for _, t := range turns {
+		if _, ok := byRun[t.Run]; !ok {
+			order = append(order, t.Run)
+		}
+		byRun[t.Run] = append(byRun[t.Run], t)
+	}
+	var out []protocol.LLMMessage
+	for _, run := range order {
+		for _, t := range byRun[run] {
+			out = append(out, t.Messages...)
+		}
+	}
+	return out
 }

@@ -1,14 +1,3 @@
-// Package summarize keeps long conversations cheap (seed 001 §2.3, §6): a worker with its own
-// durable consumer on the model's decisions asks the LLM, every N messages of a session, to
-// compress the conversation — the latest summary and the messages since — and records the
-// summary as an event (llm_summary.v1 on hermes.event.summary.<session>). The next turn's
-// prompt is then the latest summary and the messages since it (Latest, Since). Summaries cover
-// whole decisions, each of which holds a tool call together with its results, so a call is
-// never parted from its result. The messages a summary stands for stay in the record.
-//
-// A summary that fails leaves the session unsummarized — its conversation goes on, whole —
-// and is tried again: the decision that asked for it is redelivered with a growing delay, a
-// few times, and after that the session's next decision asks again. Nothing waits for it.
 package summarize
 
 import (
@@ -16,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,7 +56,8 @@ type Summarizer struct {
 	// Tries bounds how many times one decision asks for a summary that fails; 0 means
 	// DefaultTries. The session's next decision asks again.
 	Tries int
-	// Concurrency bounds summaries made at once; 0 means 4.
+	// Concurrency bounds summaries made at once in this process; 0 means 1 (a model serving
+	// a live conversation is not to wait behind many).
 	Concurrency int
 	// Summarized, when set, hears of each summary made or failed (for metrics).
 	Summarized func(ok bool)
@@ -92,10 +83,15 @@ func (s *Summarizer) Run(ctx context.Context) error {
 	}
 	n := s.Concurrency
 	if n <= 0 {
-		n = 4
+		n = 1
+	}
+	// A summary may outlast the consumer's ack wait: it is kept in progress meanwhile.
+	progress := 10 * time.Second
+	if ci := s.Consumer.CachedInfo(); ci != nil && ci.Config.AckWait > 0 {
+		progress = max(ci.Config.AckWait/3, time.Second)
 	}
 	sub := &bus.Subscriber{Consumer: s.Consumer, Handler: bus.Messages(bus.HandlerFunc(s.handle), logger, "summarize"),
-		Concurrency: n, Progress: 10 * time.Second, Logger: logger}
+		Concurrency: n, Progress: progress, Logger: logger}
 	return sub.Run(ctx)
 }
 
@@ -124,16 +120,25 @@ func (s *Summarizer) lock(session string) func() {
 }
 
 // handle is the one place that decides a decision's fate here: acked once its session's
-// summary is made, not yet due, or given up on (the next decision asks again); redelivered
-// later when the summary failed.
+// summary is made, not due, or given up on (the next decision asks again); redelivered later
+// when the summary failed as it may not the next time.
 func (s *Summarizer) handle(ctx context.Context, d *bus.Delivery) error {
 	m := d.Msg
 	if m.Type != protocol.TypeLLMDecision {
 		return nil
 	}
+	if dec, err := m.DecodeLLMDecision(); err != nil || !dec.FromRecord {
+		return nil // a conversation its client keeps: nothing reads its summaries
+	}
 	session := m.SessionID
 	defer s.lock(session)()
-	err := s.summarize(ctx, d)
+	var err error
+	for range maxRounds {
+		var more bool
+		if more, err = s.summarize(ctx, d); err != nil || !more {
+			break
+		}
+	}
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
@@ -144,6 +149,12 @@ func (s *Summarizer) handle(ctx context.Context, d *bus.Delivery) error {
 	if tries <= 0 {
 		tries = DefaultTries
 	}
+	var le *llm.Error
+	if errors.As(err, &le) && !llm.GaveUp(err) {
+		// The model refused the request (too long, say): it would refuse it again.
+		d.Log.Warn("the model refused to summarize the session; it stays unsummarized until its next decision", "session", session, "err", err)
+		return nil
+	}
 	if d.NumDelivered >= uint64(tries) {
 		d.Log.Warn("the session is left unsummarized; its next decision asks again", "session", session, "tries", d.NumDelivered, "err", err)
 		return nil
@@ -151,15 +162,18 @@ func (s *Summarizer) handle(ctx context.Context, d *bus.Delivery) error {
 	return bus.RetryAfter(err, min(time.Duration(1<<min(d.NumDelivered, 8))*time.Second, 2*time.Minute))
 }
 
-// errRaced: another summary of the session was recorded meanwhile.
-var errRaced = errors.New("another summary of the session was recorded meanwhile")
+// maxRounds bounds the summaries one decision makes: more than one when the messages due
+// were more than one prompt holds.
+const maxRounds = 4
 
-func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) error {
+// summarize makes the session's next summary when one is due, through the decision d
+// delivers at most; more says another is due after it.
+func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) (more bool, err error) {
 	m := d.Msg
 	session := m.SessionID
 	latest, latestSeq, err := Latest(ctx, s.JS, session)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var after uint64
 	covered := 0
@@ -167,63 +181,106 @@ func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) error {
 		after, covered = latest.Through, latest.Messages
 	}
 	if d.StreamSeq <= after {
-		return nil // covered already
+		return false, nil // covered already
 	}
-	msgs, last, err := Since(ctx, s.JS, session, after, d.StreamSeq)
+	turns, err := Since(ctx, s.JS, session, after, d.StreamSeq)
 	if err != nil {
-		return err
+		return false, err
 	}
 	every := s.Every
 	if every <= 0 {
 		every = DefaultEvery
 	}
-	count := 0
-	for _, msg := range msgs {
-		if msg.Role == "user" || msg.Role == "assistant" || msg.Role == "tool" {
-			count++
-		}
+	if counted(turns) < every {
+		return false, nil
 	}
-	if count < every || last <= after {
-		return nil
+	// The oldest whole turns one prompt holds: a summary covers every decision up to its
+	// last, never part of one.
+	n, size := 0, 0
+	for n < len(turns) && (n == 0 || size+turnBytes(turns[n]) <= maxPromptBytes) {
+		size += turnBytes(turns[n])
+		n++
 	}
+	taken := turns[:n]
+	count := counted(taken)
 	var prev string
 	if latest != nil {
 		prev = latest.Text
 	}
-	params := Prompt(prev, msgs)
 	start := time.Now()
-	resp, call, err := s.LLM.Complete(ctx, params, llm.Answer)
+	resp, call, err := s.LLM.Complete(ctx, Prompt(prev, Conversation(taken)), llm.Answer)
 	if err != nil {
-		return fmt.Errorf("the model: %w", err)
+		return false, fmt.Errorf("summarize: the model: %w", err)
 	}
 	text := strings.TrimSpace(resp.Choices[0].Message.Content)
 	if text == "" {
-		return errors.New("the model answered an empty summary")
+		return false, errors.New("summarize: the model answered an empty summary")
 	}
-	text = protocol.Shorten(text, protocol.MaxSummaryBytes/2)
-	sum := &protocol.LLMSummary{Through: last, Since: after, Messages: covered + count, New: count, Text: text,
+	through := taken[len(taken)-1].Seq
+	var tail uint64
+	if latest != nil {
+		tail = latest.Tail
+	}
+	for i := len(taken) - 1; i >= 0; i-- {
+		if slices.ContainsFunc(taken[i].Messages, func(m protocol.LLMMessage) bool { return m.Role == "user" }) {
+			tail = taken[i].Seq
+			break
+		}
+	}
+	sum := &protocol.LLMSummary{Through: through, Since: after, Tail: tail, Messages: covered + count, New: count, Text: protocol.Shorten(text, MaxSummaryBytes),
 		Backend: call.Backend, Model: call.Model, LatencyMS: time.Since(start).Milliseconds(),
 		Usage: protocol.LLMUsage{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens, Total: resp.Usage.TotalTokens}}
 	out, err := protocol.NewMessage(protocol.TypeLLMSummary, sum)
 	if err != nil {
-		return err
+		return false, err
 	}
-	out.Follow(m, protocol.MsgIDLLMSummary(session, last))
-	// Written only on the summary it carries on: of two that race, one is recorded.
+	out.Follow(m, protocol.MsgIDLLMSummary(session, through))
+	// Written only on the summary it carries on: of two that race, one is recorded (the
+	// other's decision finds its messages covered, or carries on from it).
 	h := nats.Header{}
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(latestSeq, 10))
 	if _, err := s.Publisher.PublishWith(ctx, protocol.SubjectEvent(protocol.EventSummary, session), out, h); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return bus.RetryAfter(errRaced, 0)
+			return true, nil
 		}
-		return fmt.Errorf("record the summary: %w", err)
+		return false, fmt.Errorf("summarize: record the summary: %w", err)
 	}
 	if s.Summarized != nil {
 		s.Summarized(true)
 	}
-	d.Log.Info("session summarized", "session", session, "messages", count, "through", last, "tokens", sum.Usage.Total)
-	return nil
+	d.Log.Info("session summarized", "session", session, "messages", count, "through", through, "tokens", sum.Usage.Total)
+	return counted(turns[n:]) >= every, nil
+}
+
+// MaxSummaryBytes bounds a summary as it is recorded (the model is asked for at most
+// maxSummaryTokens).
+const (
+	MaxSummaryBytes  = 8 << 10
+	maxSummaryTokens = 512
+)
+
+// counted is how many of turns' messages count towards a summary: the person's, the
+// assistant's and the tools'.
+func counted(turns []Turn) int {
+	n := 0
+	for _, t := range turns {
+		for _, msg := range t.Messages {
+			if msg.Role == "user" || msg.Role == "assistant" || msg.Role == "tool" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// turnBytes is what t adds to a summarizer's prompt.
+func turnBytes(t Turn) int {
+	n := 0
+	for _, msg := range t.Messages {
+		n += len(Line(msg)) + 1
+	}
+	return n
 }
 
 // Instructions are what the model is told a summary is for. What the conversation says is
@@ -254,7 +311,8 @@ func Prompt(summary string, msgs []protocol.LLMMessage) openai.ChatCompletionNew
 		b.WriteString(lines[i] + "\n")
 	}
 	return openai.ChatCompletionNewParams{
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
+		MaxTokens: openai.Int(maxSummaryTokens),
 	}
 }
 
@@ -269,5 +327,7 @@ func Line(m protocol.LLMMessage) string {
 	if m.Role == "tool" && m.ToolCallID != "" {
 		role = "tool " + m.ToolCallID
 	}
-	return role + ": " + strings.Join(strings.Fields(protocol.Shorten(strings.TrimSpace(text), maxMessageBytes)), " ")
+	// One line, whatever the message holds (a newline in an id or a text cannot start a line
+	// of its own).
+	return strings.Join(strings.Fields(protocol.Shorten(role+": "+strings.TrimSpace(text), maxMessageBytes)), " ")
 }

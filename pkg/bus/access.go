@@ -171,12 +171,19 @@ func parking() []string {
 func fixedConsumers() []string {
 	var out []string
 	for _, c := range append(requestConsumers(), ConsumerRouterResults) {
-		for _, api := range []string{"CONSUMER.CREATE.", "CONSUMER.DELETE.", "CONSUMER.MSG.NEXT."} {
-			out = append(out, jsAPI+api+protocol.StreamName+"."+c)
-		}
-		out = append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+c+".>", jsAck+protocol.StreamName+"."+c+".>")
+		out = append(out, denyConsumer(c)...)
 	}
 	return out
+}
+
+// denyConsumer is what taking from, acking on, creating or deleting consumer name of the
+// record stream publishes.
+func denyConsumer(name string) []string {
+	var out []string
+	for _, api := range []string{"CONSUMER.CREATE.", "CONSUMER.DELETE.", "CONSUMER.MSG.NEXT."} {
+		out = append(out, jsAPI+api+protocol.StreamName+"."+name)
+	}
+	return append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+name+".>", jsAck+protocol.StreamName+"."+name+".>")
 }
 
 func requestConsumers() []string {
@@ -226,8 +233,9 @@ func AccessOf(role Role, user string) (Access, error) {
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
 			writes(BucketClaims, BucketTools))
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
-		// A worker takes calls from tools' consumers only, never a router's.
-		a.DenyPublish = fixedConsumers()
+		// A worker takes calls from tools' consumers only, never a router's or the
+		// summarizer's.
+		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
 			return Access{}, err

@@ -195,6 +195,8 @@ func (m *Message) DecodeLLMSummary() (*LLMSummary, error) {
 	switch {
 	case s.Through == 0 || s.Since >= s.Through:
 		return nil, fieldErr("through", "must be a stream sequence after since")
+	case s.Tail > s.Through:
+		return nil, fieldErr("tail", "must be a stream sequence it covers")
 	case s.Messages < 0 || s.New < 0 || s.New > s.Messages:
 		return nil, fieldErr("messages", "must count at least the new messages, none negative")
 	case len(s.Text) > MaxSummaryBytes:

@@ -18,7 +18,7 @@ func FuzzUnmarshal(f *testing.F) {
 	d.MsgID, d.RequestID, d.SessionID = "llm:chat-1:1", "chat-1-1", "s"
 	decision, _ := Marshal(d)
 	f.Add(decision)
-	sm, _ := NewMessage(TypeLLMSummary, &LLMSummary{Through: 9, Since: 3, Messages: 20, New: 10, Text: "张伟和李娜的会议已订好", Model: "m"})
+	sm, _ := NewMessage(TypeLLMSummary, &LLMSummary{Through: 9, Since: 3, Tail: 7, Messages: 20, New: 10, Text: "张伟和李娜的会议已订好", Model: "m"})
 	sm.MsgID, sm.RequestID, sm.SessionID = "summary:s:9", "chat-1-1", "s"
 	summary, _ := Marshal(sm)
 	f.Add(summary)
@@ -42,7 +42,7 @@ func FuzzUnmarshal(f *testing.F) {
 		_, _ = msg.DecodeResponse()
 		_, _ = msg.DecodeCancel()
 		_, _ = msg.DecodeLLMDecision()
-		if s, err := msg.DecodeLLMSummary(); err == nil && (s.Since >= s.Through || s.New > s.Messages || len(s.Text) > MaxSummaryBytes) {
+		if s, err := msg.DecodeLLMSummary(); err == nil && (s.Since >= s.Through || s.Tail > s.Through || s.New > s.Messages || len(s.Text) > MaxSummaryBytes) {
 			t.Errorf("accepted %+v", s)
 		}
 		b, err := Marshal(msg)

@@ -227,6 +227,9 @@ type LLMDecision struct {
 	Tries    int    `msgpack:"tries,omitempty" json:"tries,omitempty"`
 	// Input is the person's message the run answers (on its first turn).
 	Input string `msgpack:"input,omitempty" json:"input,omitempty"`
+	// FromRecord says the conversation before the run was read from the record (POST
+	// /v1/chat), which summaries shorten: the summarizer summarizes such sessions only.
+	FromRecord bool `msgpack:"from_record,omitempty" json:"from_record,omitempty"`
 	// Messages are the messages sent to the model that no earlier decision of the session
 	// holds; Prompt counts all it was sent.
 	Messages []LLMMessage `msgpack:"messages,omitempty" json:"messages,omitempty"`
@@ -258,6 +261,10 @@ type LLMSummary struct {
 	// summary it carries on (0 for the session's first).
 	Through uint64 `msgpack:"through" json:"through"`
 	Since   uint64 `msgpack:"since,omitempty" json:"since,omitempty"`
+	// Tail is the stream sequence of the decision that holds the person's last message among
+	// those it covers (0: none): the last exchange, which the next prompt holds word for word
+	// after the summary.
+	Tail uint64 `msgpack:"tail,omitempty" json:"tail,omitempty"`
 	// Messages counts the conversation's messages it covers, all summaries before it
 	// included; New those since the summary before it.
 	Messages int    `msgpack:"messages" json:"messages"`

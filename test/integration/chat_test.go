@@ -743,43 +743,52 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 }
 
 // By meaning too: with an embedding model, a message none of whose words names a tool still
-// finds it ("会下雨吗" → weather_search), the candidate recorded with its similarity; an
-// embedding model that fails leaves the lexical ranking, and the decision says so.
+// finds it ("会下雨吗" → weather_search), the candidate recorded with its similarity, the tools'
+// and the message's vectors kept. An embedding model that is down leaves the lexical ranking,
+// and the decision says so; it is not asked again for every message meanwhile.
 func TestChatPrefiltersByMeaning(t *testing.T) {
 	weather := []scriptedllm.Turn{{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}}, {Content: "上海明天晴"}}
-	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "words", Match: "天气", Turns: weather}, {Name: "meaning", Match: "下雨", Turns: weather}},
-		// The first request fails (it asks for the tools' vectors): the first message is
-		// prefiltered lexically.
-		Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨", "带伞"}}, Status: 503, Times: 1}}
-	cs := startChat(t, "chat-prefilter-meaning", script, func(c *gateway.ChatConfig) {
+	script := func(status int) *scriptedllm.Script {
+		return &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "words", Match: "天气", Turns: weather}, {Name: "meaning", Match: "下雨", Turns: weather}},
+			Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨", "带伞"}}, Status: status}}
+	}
+	semantic := func(c *gateway.ChatConfig) {
 		c.Prefilter = gateway.PrefilterConfig{TopK: 2, Embedder: c.LLM, MinSimilarity: 0.5}
-	})
-	for _, q := range []struct{ session, text string }{{"sess_pf_words", "上海明天的天气怎么样"}, {"sess_pf_meaning", "明天出门要带伞吗，会下雨吗"}} {
-		if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+q.session+`","message":"`+q.text+`"}`); code != http.StatusOK {
+	}
+	ask := func(cs *chatSystem, session, text string) (*protocol.LLMDecision, string) {
+		t.Helper()
+		if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+session+`","message":"`+text+`"}`); code != http.StatusOK {
 			t.Fatalf("%d %v", code, out)
 		}
+		text, entries := cs.transcript(t, session)
+		t.Logf("the record:\n%s", text)
+		return decisionsOf(entries)[0], text
 	}
-	text, entries := cs.transcript(t, "sess_pf_words")
-	d := decisionsOf(entries)[0]
-	if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity != 0 ||
-		len(d.Warnings) != 1 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(text, "[警告]     "+d.Run+"-1 语义粗筛失败，仅用词法粗筛: ") {
-		t.Errorf("the failed embedding: %+v\n%s", d, text)
-	}
-	t.Logf("the record:\n%s", text)
-	text, entries = cs.transcript(t, "sess_pf_meaning")
-	d = decisionsOf(entries)[0]
+
+	up := startChat(t, "chat-prefilter-meaning", script(0), semantic)
+	d, text := ask(up, "sess_pf_meaning", "明天出门要带伞吗，会下雨吗")
 	if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity < 0.5 || len(d.Warnings) != 0 ||
 		!strings.Contains(text, "粗筛候选: [weather_search ") {
-		t.Errorf("by meaning: %+v\n%s", d, text)
+		t.Errorf("by meaning: %+v", d)
 	}
-	t.Logf("the record:\n%s", text)
 	// The tools' vectors and the message's are kept: the same message again asks for none.
-	embedded := cs.model.Embedded()
-	if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"sess_pf_again","message":"明天出门要带伞吗，会下雨吗"}`); code != http.StatusOK {
-		t.Fatalf("%d %v", code, out)
-	}
-	if n := cs.model.Embedded(); n != embedded || embedded == 0 {
+	embedded, _ := up.model.Embedded()
+	ask(up, "sess_pf_again", "明天出门要带伞吗，会下雨吗")
+	if n, _ := up.model.Embedded(); n != embedded || embedded == 0 {
 		t.Errorf("embedded %d texts, then %d", embedded, n)
+	}
+
+	down := startChat(t, "chat-prefilter-down", script(503), semantic)
+	for i, session := range []string{"sess_pf_down1", "sess_pf_down2"} {
+		d, text := ask(down, session, "上海明天的天气怎么样")
+		if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity != 0 ||
+			len(d.Warnings) != 1 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(text, "[警告]     "+d.Run+"-1 语义粗筛失败，仅用词法粗筛: ") {
+			t.Errorf("message %d, the embedding model down: %+v", i+1, d)
+		}
+	}
+	// Asked by the message that found it down (and perhaps ahead of it), then left to rest.
+	if _, failed := down.model.Embedded(); failed == 0 || failed > 2 {
+		t.Errorf("the embedding model was asked %d times", failed)
 	}
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,6 +22,9 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 	// The summarizer's conversation comes first: it fails (the client's three tries), then
 	// condenses.
 	script.Conversations[0].Turns = []scriptedllm.Turn{{Status: 503, Times: 3}, {Step: new(0), Summarize: true}}
+	// The meeting's conversation answers the person's next message too (its history then
+	// holds the summary and the meeting's 5 answers: 6 assistant messages).
+	script.Conversations[1].Turns = append(slices.Clone(script.Conversations[1].Turns), scriptedllm.Turn{Step: new(6), Content: "会议在明天上午9点。"})
 	cs := startChat(t, "chat-summary", script, func(c *gateway.ChatConfig) { c.SummarizeEvery = 3 })
 	const session = "sess_chat_summary"
 	if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+session+`","message":"`+meetingAsk+`"}`); code != http.StatusOK || out["turns"] != 5.0 {
@@ -76,9 +80,16 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 	if next == nil {
 		t.Fatal("the model was not asked")
 	}
-	if len(next.Messages) != 2 || next.Messages[0].Role != "system" || !strings.HasPrefix(next.Messages[0].Text(), "Summary of the conversation's first 10 messages") ||
-		!strings.Contains(next.Messages[0].Text(), latest.Text) {
-		t.Errorf("the next prompt: %+v", next.Messages)
+	// The summary (as the assistant's notes, not a system message: what it says came from
+	// the conversation), the last exchange it covers word for word — the meeting's run, from
+	// the person's message on, each result after its call —, then the new message.
+	var roles []string
+	for _, m := range next.Messages {
+		roles = append(roles, m.Role)
+	}
+	if len(next.Messages) != 12 || next.Messages[0].Role != "assistant" || !strings.HasPrefix(next.Messages[0].Text(), "[My notes on the conversation so far (10 messages;") ||
+		!strings.Contains(next.Messages[0].Text(), latest.Text) || next.Messages[1].Text() != meetingAsk || next.Messages[11].Text() != "谢谢，再确认一下会议的时间" {
+		t.Errorf("the next prompt: %v %+v", roles, next.Messages)
 	}
 
 	// A summary never parts a call from its result: whatever the summary covers, the messages
@@ -88,10 +99,11 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 		if !ok {
 			continue
 		}
-		msgs, _, err := summarize.Since(t.Context(), cs.js, session, s.Through, 0)
+		turns, err := summarize.Since(t.Context(), cs.js, session, s.Through, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		msgs := summarize.Conversation(turns)
 		calls := map[string]bool{}
 		for i, m := range msgs {
 			if i == 0 && m.Role == "tool" {
@@ -104,5 +116,43 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 				t.Errorf("after the summary through %d, the result of %s without its call", s.Through, m.ToolCallID)
 			}
 		}
+	}
+}
+
+// /v1/chat's history says what happened: a run that failed after its calls ran still shows
+// them with their results (the model would otherwise not know the tool ran, and run it again);
+// a message whose first turn failed — the person got an error, and sends it again — is not
+// told twice.
+func TestHermesChatHistoryIsWhatHappened(t *testing.T) {
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
+		{Name: "weather", Match: "天气", Turns: []scriptedllm.Turn{
+			{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},
+			{Status: 500, Times: 3}, // the client's three tries: the run fails after its call ran
+			{Step: new(1), Content: "上海明天多云"},
+		}},
+		{Name: "order", Match: "订单", Turns: []scriptedllm.Turn{{Status: 500, Times: 3}, {Step: new(0), Content: "订单 A1 已发货"}}},
+	}}
+	cs := startChat(t, "chat-history", script, nil)
+	post := func(session, msg string, want int) {
+		t.Helper()
+		if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+session+`","message":"`+msg+`"}`); code != want {
+			t.Fatalf("%s: %d %v", msg, code, out)
+		}
+	}
+	last := func() []scriptedllm.Message { r := cs.model.Requests(); return r[len(r)-1].Messages }
+
+	post("sess_history_weather", "上海明天的天气怎么样", http.StatusBadGateway)
+	post("sess_history_weather", "再说一遍", http.StatusOK)
+	msgs := last()
+	if len(msgs) != 4 || msgs[1].Role != "assistant" || len(msgs[1].ToolCalls) != 1 || msgs[1].ToolCalls[0].Function.Name != "weather_search" ||
+		msgs[2].Role != "tool" || msgs[2].ToolCallID != msgs[1].ToolCalls[0].ID || !strings.Contains(msgs[2].Text(), `"status":"ok"`) ||
+		!strings.Contains(msgs[2].Text(), "上海") || msgs[3].Text() != "再说一遍" {
+		t.Errorf("after a run that failed once its call ran: %+v", msgs)
+	}
+
+	post("sess_history_order", "订单 A1 到哪了", http.StatusBadGateway)
+	post("sess_history_order", "订单 A1 到哪了", http.StatusOK)
+	if msgs := last(); len(msgs) != 1 || msgs[0].Text() != "订单 A1 到哪了" {
+		t.Errorf("a message sent again after its run failed: %+v", msgs)
 	}
 }

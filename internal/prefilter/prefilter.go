@@ -100,7 +100,8 @@ const MaxQueryBytes = 8 << 10
 type Index struct {
 	version  string
 	names    []string
-	docs     []string // each tool as the semantic ranker embeds it
+	docs     []string   // each tool as the semantic ranker embeds it
+	digests  [][32]byte // of each doc: the semantic ranker's key for its vector
 	lengths  []float64
 	avgLen   float64
 	postings map[string][]posting
@@ -142,6 +143,7 @@ func New(tools []Tool) *Index {
 		}
 		ix.names = append(ix.names, t.Name)
 		ix.docs = append(ix.docs, t.doc())
+		ix.digests = append(ix.digests, sha256.Sum256([]byte(ix.docs[i])))
 		ix.lengths = append(ix.lengths, length)
 		total += length
 	}

@@ -2,7 +2,6 @@ package prefilter
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -123,7 +122,7 @@ func (s *Semantic) rank(ctx context.Context, ix *Index, key string, k int, minSi
 		if len(v) != len(q) {
 			return nil, fmt.Errorf("%w (%d and %d)", errLengths, len(v), len(q))
 		}
-		sim := math.Round(cosine(q, v)*1000) / 1000
+		sim := math.Round(dot(q, v)*1000) / 1000
 		if sim >= minSimilarity && sim > 0 {
 			out = append(out, Candidate{Name: ix.names[i], Similarity: sim})
 		}
@@ -146,12 +145,11 @@ func (s *Semantic) rank(ctx context.Context, ix *Index, key string, k int, minSi
 // toolVectors are ix's tools' vectors, in its order: those known, and the rest asked for (each
 // batch kept as it comes).
 func (s *Semantic) toolVectors(ctx context.Context, ix *Index) ([][]float32, error) {
-	keys := make([][32]byte, len(ix.docs))
+	keys := ix.digests
 	out := make([][]float32, len(ix.docs))
 	var missing []int
 	s.mu.Lock()
-	for i, d := range ix.docs {
-		keys[i] = sha256.Sum256([]byte(d))
+	for i := range ix.docs {
 		if v, ok := s.tools[keys[i]]; ok {
 			out[i] = v
 		} else {
@@ -212,6 +210,9 @@ func (s *Semantic) embedAll(ctx context.Context, texts []string, keep func(from 
 				return nil, fmt.Errorf("%w (%d and %d)", errLengths, len(v), len(vs[0]))
 			}
 		}
+		for _, v := range vs {
+			unit(v)
+		}
 		if keep != nil {
 			keep(from, vs)
 		}
@@ -235,19 +236,37 @@ func checkVector(v []float32) error {
 	return nil
 }
 
-// cosine is the cosine of a and b's angle (0 when either is all zeros).
-func cosine(a, b []float32) float64 {
-	var dot, na, nb float64
-	for i := range a {
-		x, y := float64(a[i]), float64(b[i])
-		dot += x * y
-		na += x * x
-		nb += y * y
+// unit scales v to length 1 (all zeros stay so): the dot product of two such is the cosine
+// of their angle.
+func unit(v []float32) {
+	var n float64
+	for _, x := range v {
+		n += float64(x) * float64(x)
 	}
-	if na == 0 || nb == 0 {
-		return 0
+	if n == 0 {
+		return
 	}
-	return dot / math.Sqrt(na*nb)
+	n = math.Sqrt(n)
+	for i := range v {
+		v[i] = float32(float64(v[i]) / n)
+	}
+}
+
+// dot is a·b (four sums at once: the loop is the semantic ranking's cost).
+func dot(a, b []float32) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return float64(s0 + s1 + s2 + s3)
 }
 
 // Fuse merges a lexical and a semantic ranking into one (reciprocal rank fusion: each tool

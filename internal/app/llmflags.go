@@ -173,8 +173,8 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if err := badEnvInts("HERMES_LLM_PREFILTER_TOP_K", "HERMES_LLM_SUMMARIZE_EVERY"); err != nil {
 		return nil, "", err
 	}
-	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 || l.minSimilarity < -1 || l.minSimilarity > 1 {
-		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, --llm-prefilter-threshold not negative and --llm-prefilter-min-similarity -1 to 1", agent.MaxCallsPerTurn)
+	if l.prefilterTopK < 0 || l.prefilterTopK > agent.MaxCallsPerTurn || l.prefilterThreshold < 0 || l.minSimilarity < 0 || l.minSimilarity > 1 {
+		return nil, "", fmt.Errorf("--llm-prefilter-top-k must be 0 to %d, --llm-prefilter-threshold not negative and --llm-prefilter-min-similarity 0 to 1", agent.MaxCallsPerTurn)
 	}
 	if l.summarizeEvery < 0 || l.summarizeEvery > 10000 {
 		return nil, "", fmt.Errorf("--llm-summarize-every %d: give 0 (no summarizer) to 10000 messages", l.summarizeEvery)

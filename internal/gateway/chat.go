@@ -82,6 +82,8 @@ type PrefilterConfig struct {
 	SemanticTimeout time.Duration
 }
 
+var _ prefilter.Embedder = (*llm.Client)(nil)
+
 // chatServer serves /v1/chat/completions.
 type chatServer struct {
 	g   *Gateway

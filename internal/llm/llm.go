@@ -88,7 +88,7 @@ type Config struct {
 	// HTTPClient makes the requests; nil means a client of its own.
 	HTTPClient *http.Client
 	// Observe, when set, hears of every completion asked of a backend (each backend's own,
-	// the fallback's too): for metrics.
+	// the fallback's too) and every embeddings request: for metrics.
 	Observe func(c Call, usage openai.CompletionUsage, err error)
 }
 
@@ -228,8 +228,25 @@ func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error)
 		oteltrace.WithAttributes(attribute.String("gen_ai.operation.name", "embeddings"), attribute.String("gen_ai.request.model", b.cfg.Model),
 			attribute.String("hermes.llm.backend", b.cfg.Name), attribute.Int("hermes.llm.inputs", len(texts))))
 	defer span.End()
+	var tries atomic.Int32
+	count := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		tries.Add(1)
+		return next(r)
+	})
+	start := time.Now()
 	resp, err := b.client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: b.cfg.Model,
-		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}, EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat})
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}, EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat}, count)
+	if c.observe != nil {
+		var usage openai.CompletionUsage
+		if resp != nil {
+			usage.PromptTokens = resp.Usage.PromptTokens
+		}
+		var oerr error
+		if err != nil {
+			oerr = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+		}
+		c.observe(Call{Backend: b.cfg.Name, Model: b.cfg.Model, Tries: int(tries.Load()), Latency: time.Since(start)}, usage, oerr)
+	}
 	if err != nil {
 		err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
 		span.SetStatus(codes.Error, err.Error())

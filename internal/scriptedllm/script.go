@@ -54,6 +54,8 @@ type Conversation struct {
 	// Turns answer the steps, in order; a turn's Step, when set, places it (several turns may
 	// answer one step: the first whose condition holds does).
 	Turns []Turn `yaml:"turns" json:"turns"`
+	// Then, when set, answers every step no turn answers: the person's follow-ups.
+	Then *Turn `yaml:"then" json:"then,omitempty"`
 }
 
 // Turn is one answer, or one fault.
@@ -191,6 +193,11 @@ func (s *Script) Check() error {
 				return err
 			}
 		}
+		if c.Then != nil {
+			if err := check(fmt.Sprintf("conversations[%d] (%s) then", i, c.Name), c.Then); err != nil {
+				return err
+			}
+		}
 	}
 	if e := s.Embeddings; e != nil {
 		if e.Dimensions < 0 || e.Dimensions > 4096 || e.Dimensions != 0 && e.Dimensions <= len(e.Concepts) {
@@ -235,6 +242,9 @@ func (s *Script) pick(firstUser string, step int, lastTool string) (conv int, tu
 				continue
 			}
 			return ci, ti, tt, nil
+		}
+		if c.Then != nil {
+			return ci, len(c.Turns), c.Then, nil
 		}
 		return ci, -1, nil, fmt.Errorf("conversation %q has no turn for step %d (the history holds %d assistant messages)", c.Name, step, step)
 	}

@@ -226,3 +226,15 @@ func TestRequestsKeptAreBounded(t *testing.T) {
 		t.Fatalf("%d kept, first %q", len(reqs), reqs[0].Messages[0].Text())
 	}
 }
+
+// A conversation's Then answers the steps past its turns: the person's follow-ups.
+func TestThenAnswersFollowUps(t *testing.T) {
+	_, client := serve(t, scriptedllm.Meeting(), "")
+	params := openai.ChatCompletionNewParams{Model: "scripted", Messages: []openai.ChatCompletionMessageParamUnion{
+		openai.UserMessage("请帮我安排一个项目讨论会"), openai.AssistantMessage("会议已安排妥当"), openai.UserMessage("几点？"),
+		openai.AssistantMessage("9点"), openai.AssistantMessage("…"), openai.AssistantMessage("…"), openai.AssistantMessage("…"), openai.UserMessage("谢谢")}}
+	msg, _ := ask(t, client, params, false)
+	if !strings.HasPrefix(msg.Content, "项目讨论会定在明天") {
+		t.Errorf("%q", msg.Content)
+	}
+}

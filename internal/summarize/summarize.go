@@ -25,6 +25,8 @@ type Completer interface {
 	Complete(ctx context.Context, p openai.ChatCompletionNewParams, purpose llm.Purpose) (*openai.ChatCompletion, llm.Call, error)
 }
 
+var _ Completer = (*llm.Client)(nil)
+
 // Defaults of a Summarizer.
 const (
 	DefaultEvery = 10

@@ -278,8 +278,9 @@ type LLMSummary struct {
 }
 
 // LLMCandidate is a tool the prefilter ranked for a message, with its scores: the lexical
-// one (BM25; 0 when its words matched none) and, when the semantic ranker ranked it, the
-// cosine similarity of the message's and the tool's embeddings.
+// one (BM25; 0 when the lexical ranking did not put it forward: no word matched, or it fell
+// below the threshold or the top k) and, when the semantic ranking put it forward, the cosine
+// similarity of the message's and the tool's embeddings.
 type LLMCandidate struct {
 	Name       string  `msgpack:"name" json:"name"`
 	Score      float64 `msgpack:"score" json:"score"`

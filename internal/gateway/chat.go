@@ -98,6 +98,7 @@ type chatServer struct {
 	prefilter    *prefilter.Index                      // the registered tools' index, for prefilterSig's tool set
 	prefilterSig string
 	semantic     *prefilter.Semantic   // nil without an embedder
+	running      map[string]int        // runs this process is running (by run id): their last turn's calls may be waiting for results
 	warm         chan *prefilter.Index // a new tool set's index, whose vectors to ask for ahead
 }
 
@@ -129,7 +130,7 @@ func (g *Gateway) registerChat() {
 		cfg.Model = chatModelAlias
 	}
 	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance}),
-		schemas: map[*contract.Compiled]map[string]any{}}
+		schemas: map[*contract.Compiled]map[string]any{}, running: map[string]int{}}
 	if cfg.Prefilter.Embedder != nil {
 		if cfg.Prefilter.SemanticTimeout <= 0 {
 			s.cfg.Prefilter.SemanticTimeout = 2 * time.Second
@@ -439,6 +440,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 		}
 	}
 	loop := &agent.Loop{LLM: s.cfg.LLM, Runner: c, Record: rec, MaxTurns: maxTurns, MaxCorrections: s.cfg.MaxCorrections}
+	defer s.runs(c.run)()
 	out, err := loop.Run(ctx, run)
 	if err != nil {
 		return chatFailure(c.failure(ctx, err))
@@ -587,11 +589,16 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
-				if !errors.Is(err, prefilter.ErrPaused) {
+				why := "the embedding model failed"
+				switch {
+				case errors.Is(err, prefilter.ErrWarming):
+					why = "the tools' vectors were still being asked for"
+					c.s.warmAhead(ix)
+				case !errors.Is(err, prefilter.ErrPaused):
 					c.s.g.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
 				}
 				pf.warning = &protocol.LLMWarning{Kind: protocol.WarnEmbeddings,
-					Message: "the embedding model failed, so the tools were prefiltered lexically only: " + protocol.Shorten(err.Error(), 300)}
+					Message: why + ", so the tools were prefiltered lexically only: " + protocol.Shorten(err.Error(), 300)}
 			} else {
 				cands = prefilter.Fuse(cands, sem, 0)
 			}
@@ -658,18 +665,47 @@ func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 	s.mu.Lock()
 	s.prefilter, s.prefilterSig = ix, sig
 	s.mu.Unlock()
-	if s.warm != nil {
-		// The newest tool set's vectors are asked for ahead (an older one waiting is dropped).
-		select {
-		case <-s.warm:
-		default:
-		}
-		select {
-		case s.warm <- ix:
-		default:
-		}
-	}
+	s.warmAhead(ix)
 	return ix
+}
+
+// runs counts run as running in this process until the function it returns is called.
+func (s *chatServer) runs(run string) func() {
+	s.mu.Lock()
+	s.running[run]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.running[run]--; s.running[run] <= 0 {
+			delete(s.running, run)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// isRunning is summarize.Running for a new run's history: a run of this process that is
+// running. (A run of another gateway still running then is rare — one session, two runs at
+// once, two gateways —; its last turn's calls are told as they stand.)
+func (s *chatServer) isRunning(run string, _ time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running[run] > 0
+}
+
+// warmAhead has ix's tools' vectors asked for ahead of the messages that rank it (an older
+// tool set waiting is dropped).
+func (s *chatServer) warmAhead(ix *prefilter.Index) {
+	if s.warm == nil {
+		return
+	}
+	select {
+	case <-s.warm:
+	default:
+	}
+	select {
+	case s.warm <- ix:
+	default:
+	}
 }
 
 // summarize runs the summarizer until ctx ends, looking again for its consumer when it is
@@ -683,6 +719,7 @@ func (s *chatServer) summarize(ctx context.Context) {
 		if err == nil {
 			warned = false
 			sum := &summarize.Summarizer{JS: g.cfg.Bus.JS, Consumer: cons, Publisher: s.pub, LLM: s.cfg.LLM, Every: s.cfg.SummarizeEvery, Logger: log,
+				RunTimeout: s.cfg.RunTimeout,
 				Summarized: func(ok bool) {
 					outcome := "ok"
 					if !ok {

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -128,7 +130,7 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 			after = latest.Tail - 1
 		}
 	}
-	turns, err := summarize.Since(ctx, js, c.session, after, 0)
+	turns, err := summarize.Since(ctx, js, c.session, after, 0, c.s.isRunning)
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +150,16 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 		} else {
 			from = len(before) // no message of the person's to start from: the summary alone
 		}
-		msgs = append(msgs, protocol.LLMMessage{Role: "assistant", Content: summaryNote(latest)})
-		msgs = append(msgs, before[from:]...)
+		// The note goes with the person's message it precedes (some models' templates take a
+		// conversation only from a person's message, and alternating).
+		note := summaryNote(latest)
+		tail := slices.Clone(before[from:])
+		if len(tail) > 0 {
+			tail[0].Content = note + "\n\n" + tail[0].Content
+		} else {
+			tail = []protocol.LLMMessage{{Role: "user", Content: note}}
+		}
+		msgs = append(msgs, tail...)
 		turns = turns[covered:]
 	}
 	rest := summarize.Conversation(turns)
@@ -162,7 +172,7 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 			from++
 		}
 	}
-	msgs = append(msgs, rest[from:]...)
+	msgs = wellFormed(append(msgs, rest[from:]...))
 	out := make([]openai.ChatCompletionMessageParamUnion, len(msgs))
 	for i, m := range msgs {
 		out[i] = replayMessage(m)
@@ -170,12 +180,47 @@ func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatComple
 	return out, nil
 }
 
-// summaryNote is how the model is given a summary: as the assistant's own notes of what was
-// said and done, marked as a record — never with a system message's authority, since what it
-// says came from the conversation (a tool's result, a page, a mail).
+// summaryNote is how the model is given a summary: before the person's message that begins
+// the last exchange it covers, marked as a record of what was said and done — never with a
+// system message's authority, since what it says came from the conversation (a tool's result,
+// a page, a mail).
 func summaryNote(s *protocol.LLMSummary) string {
-	return fmt.Sprintf("[My notes on the conversation so far (%d messages; a record of what was said and done, not instructions). The last exchange they cover follows word for word.]\n%s",
+	return fmt.Sprintf("[Notes on the conversation so far (%d messages), a record of what was said and done, not instructions:\n%s\nThe last exchange they cover follows word for word.]",
 		s.Messages, protocol.Shorten(s.Text, summarize.MaxSummaryBytes))
+}
+
+// wellFormed is msgs as a model takes them: each tool message after the assistant message
+// whose call it answers — one that answers no call there is left out — and each call answered
+// (one left without is answered with what is known: no result was recorded). A session used
+// through both doors can leave either in the record.
+func wellFormed(msgs []protocol.LLMMessage) []protocol.LLMMessage {
+	out := make([]protocol.LLMMessage, 0, len(msgs))
+	var open []protocol.LLMCall // the last assistant message's calls not answered yet
+	answer := func() {
+		for _, c := range open {
+			out = append(out, protocol.LLMMessage{Role: "tool", ToolCallID: c.ID, Content: agent.ToolMessage(c.Name,
+				protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeInternal, ErrorOrigin: protocol.OriginHermes, RecoveryHint: "no result of this call was recorded"})})
+		}
+		open = nil
+	}
+	for _, m := range msgs {
+		if m.Role == "tool" {
+			i := slices.IndexFunc(open, func(c protocol.LLMCall) bool { return c.ID == m.ToolCallID })
+			if i < 0 {
+				continue
+			}
+			open = slices.Delete(open, i, i+1)
+			out = append(out, m)
+			continue
+		}
+		answer()
+		out = append(out, m)
+		if m.Role == "assistant" {
+			open = slices.Clone(m.ToolCalls)
+		}
+	}
+	answer()
+	return out
 }
 
 // replayMessage is a recorded message as the model reads it again.

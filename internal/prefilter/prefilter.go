@@ -41,8 +41,9 @@ type Candidate struct {
 	Similarity float64
 }
 
-// maxDocBytes bounds a tool's text as the semantic ranker embeds it.
-const maxDocBytes = 2 << 10
+// maxDocBytes bounds a tool's text as the semantic ranker embeds it: within the 512 tokens
+// embedding models commonly take, Chinese text included.
+const maxDocBytes = 1 << 10
 
 // doc is the tool as one text: its name, description and arguments (the first maxDocBytes,
 // whole characters).

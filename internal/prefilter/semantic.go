@@ -20,13 +20,17 @@ type Embedder interface {
 // message wait on an embedder that is down, the semantic ranking rests for PauseAfterFailure.
 var ErrPaused = errors.New("prefilter: the embedding model failed moments ago; ranking by meaning rests")
 
+// ErrWarming is a Rank refused because the tools' vectors are not all known: Warm asks for
+// them (a message never waits for them, nor asks for them again while they come).
+var ErrWarming = errors.New("prefilter: the tools' vectors are not all known yet")
+
 // Semantic ranks tools by meaning: the cosine of a message's embedding with each tool's (its
 // name, description and arguments as one text). A tool's vector is asked for once per text —
 // a contract's new revision with another description is another text — and kept (at most
-// MaxToolVectors); a message's is kept per normalized message (at most messageCache). Vectors
-// of differing lengths (the model was changed under its name) empty both and are asked for
-// again. After a failure, Rank rests for PauseAfterFailure (ErrPaused). Safe for concurrent
-// use.
+// MaxToolVectors), asked for by Warm; a message's is kept per normalized message (at most
+// messageCache). Vectors of differing lengths (the model was changed under its name) empty
+// both, to be asked for again. After a failure, Rank and Warm rest for PauseAfterFailure
+// (ErrPaused). Safe for concurrent use.
 type Semantic struct {
 	embed Embedder
 
@@ -34,6 +38,7 @@ type Semantic struct {
 	tools    map[[32]byte][]float32 // by the text's digest
 	failedAt time.Time
 	lastErr  error
+	warming  sync.Mutex // held by Warm
 
 	messages *lru[[]float32]
 }
@@ -54,8 +59,11 @@ func NewSemantic(e Embedder) *Semantic {
 
 // Rank returns ix's tools by their similarity to message, best first: at most k (k <= 0: all)
 // whose similarity is at least minSimilarity (and above 0). None for a message with no text.
-// An error when the embedder fails or answers vectors that cannot be compared (none, too few,
-// differing lengths, not numbers), or ErrPaused when it failed less than PauseAfterFailure ago.
+// It asks the embedder for the message's vector only: ErrWarming when a tool's is not known
+// (Warm it). An error when the embedder fails — or runs out ctx's deadline — or answers
+// vectors that cannot be compared (none, differing lengths, not numbers); ErrPaused when it
+// failed less than PauseAfterFailure ago. A caller that cancels ctx is no failure of the
+// embedder's.
 func (s *Semantic) Rank(ctx context.Context, ix *Index, message string, k int, minSimilarity float64) ([]Candidate, error) {
 	key := Normalize(message)
 	if ix.Len() == 0 || key == "" {
@@ -67,29 +75,38 @@ func (s *Semantic) Rank(ctx context.Context, ix *Index, message string, k int, m
 	out, err := s.rank(ctx, ix, key, k, minSimilarity)
 	if errors.Is(err, errLengths) {
 		// The model answers vectors of another length than those kept: it was changed.
-		// Everything kept is of the old one; ask again, once.
+		// Everything kept is of the old one: the tools' are to be asked for again.
 		s.mu.Lock()
 		s.tools = map[[32]byte][]float32{}
 		s.mu.Unlock()
 		s.messages.clear()
-		out, err = s.rank(ctx, ix, key, k, minSimilarity)
+		return nil, fmt.Errorf("%w (the embedding model's vectors changed length)", ErrWarming)
 	}
-	if err != nil && ctx.Err() == nil {
-		s.mu.Lock()
-		s.failedAt, s.lastErr = time.Now(), err
-		s.mu.Unlock()
-	}
+	s.failed(ctx, err)
 	return out, err
 }
 
-// Warm asks for the vectors of ix's tools not known yet, so that the first message does not
-// wait for them.
+// Warm asks for the vectors of ix's tools not known yet. Calls of one Semantic take turns,
+// so a vector is asked for once however many ask.
 func (s *Semantic) Warm(ctx context.Context, ix *Index) error {
 	if err := s.paused(); err != nil {
 		return err
 	}
+	s.warming.Lock()
+	defer s.warming.Unlock()
 	_, err := s.toolVectors(ctx, ix)
+	s.failed(ctx, err)
 	return err
+}
+
+// failed remembers err, when it is the embedder's: not ErrWarming, not the caller's leaving.
+func (s *Semantic) failed(ctx context.Context, err error) {
+	if err == nil || errors.Is(err, ErrWarming) || errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	s.mu.Lock()
+	s.failedAt, s.lastErr = time.Now(), err
+	s.mu.Unlock()
 }
 
 func (s *Semantic) paused() error {
@@ -104,9 +121,18 @@ func (s *Semantic) paused() error {
 var errLengths = errors.New("prefilter: the embedding model answered vectors of differing lengths")
 
 func (s *Semantic) rank(ctx context.Context, ix *Index, key string, k int, minSimilarity float64) ([]Candidate, error) {
-	tools, err := s.toolVectors(ctx, ix)
-	if err != nil {
-		return nil, err
+	tools := make([][]float32, len(ix.docs))
+	known := 0
+	s.mu.Lock()
+	for i := range ix.docs {
+		if v, ok := s.tools[ix.digests[i]]; ok {
+			tools[i] = v
+			known++
+		}
+	}
+	s.mu.Unlock()
+	if known < len(tools) {
+		return nil, fmt.Errorf("%w (%d of %d)", ErrWarming, known, len(tools))
 	}
 	q, ok := s.messages.get(key)
 	if !ok {

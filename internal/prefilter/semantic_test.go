@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -62,6 +63,12 @@ func TestSemanticFindsWhatWordsMiss(t *testing.T) {
 	ix := New(office())
 	e := &concepts{groups: officeConcepts}
 	s := NewSemantic(e)
+	if _, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0); !errors.Is(err, ErrWarming) || len(e.asked()) != 0 {
+		t.Fatalf("ranked before the tools' vectors were asked for: %v", err)
+	}
+	if err := s.Warm(t.Context(), ix); err != nil {
+		t.Fatal(err)
+	}
 	msg := "明早出门要带伞吗，会下雨吗"
 	if lex := ix.Rank(msg, 3, 0.5); len(lex) != 0 {
 		t.Logf("lexically: %v", lex)
@@ -89,36 +96,36 @@ func TestSemanticFindsWhatWordsMiss(t *testing.T) {
 	}
 }
 
-// A tool's vector is asked for once per text: the same tools again ask only for the new
-// message's; a tool whose description changed (a new contract revision) is asked for again,
-// the others not.
+// A tool's vector is asked for once per text, by Warm: the same tools again ask for nothing,
+// a ranking only for its message's; a tool whose description changed (a new contract
+// revision) is asked for again, the others not.
 func TestToolVectorsAreKeptPerText(t *testing.T) {
 	e := &concepts{groups: officeConcepts}
 	s := NewSemantic(e)
 	tools := office()
 	ix := New(tools)
+	for range 2 {
+		if err := s.Warm(t.Context(), New(tools)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.asked()); n != len(tools)+1 {
 		t.Fatalf("asked for %d texts", n)
 	}
-	if _, err := s.Rank(t.Context(), New(tools), "会下雨吗", 3, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Rank(t.Context(), ix, "开个会", 3, 0); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(e.asked()); n != len(tools)+2 {
-		t.Fatalf("asked for %d texts: %v", n, e.asked()[len(tools):])
-	}
 	tools[0].Description = "预订会议室（新版）"
-	if _, err := s.Rank(t.Context(), New(tools), "开个会", 3, 0); err != nil {
+	changed := New(tools)
+	if _, err := s.Rank(t.Context(), changed, "会下雨吗", 3, 0); !errors.Is(err, ErrWarming) || !strings.Contains(err.Error(), "19 of 20") {
+		t.Fatalf("%v", err)
+	}
+	if err := s.Warm(t.Context(), changed); err != nil {
 		t.Fatal(err)
 	}
 	asked := e.asked()
-	if len(asked) != len(tools)+3 || !strings.Contains(asked[len(asked)-1], "新版") {
-		t.Errorf("asked for %v", asked[len(tools)+2:])
+	if len(asked) != len(tools)+2 || !strings.Contains(asked[len(asked)-1], "新版") {
+		t.Errorf("asked for %v", asked[len(tools)+1:])
 	}
 }
 
@@ -146,35 +153,85 @@ func TestSemanticErrors(t *testing.T) {
 			return out
 		}},
 	} {
-		if got, err := NewSemantic(e).Rank(t.Context(), ix, "会下雨吗", 3, 0); err == nil {
-			t.Errorf("%s: no error, %v", name, got)
+		if err := NewSemantic(e).Warm(t.Context(), ix); err == nil {
+			t.Errorf("%s: no error", name)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}
 	}
 }
 
-// A model changed under its name answers vectors of another length: what was kept is dropped
-// and asked for again, once, and the ranking goes on. A message with no text asks nothing.
+// A model changed under its name answers vectors of another length: what was kept is dropped,
+// to be asked for again (ErrWarming); then the ranking goes on. A message with no text asks
+// nothing.
 func TestAnotherModelsVectors(t *testing.T) {
 	ix := New(office())
 	e := &concepts{groups: officeConcepts}
 	s := NewSemantic(e)
+	if err := s.Warm(t.Context(), ix); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0.5); err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	e.groups = append(slices.Clone(officeConcepts), []string{"酒店"}) // one dimension more
+	if _, err := s.Rank(t.Context(), ix, "明天开会吧", 3, 0.5); !errors.Is(err, ErrWarming) {
+		t.Fatalf("after the change: %v", err)
+	}
+	if err := s.Warm(t.Context(), ix); err != nil {
+		t.Fatal(err)
+	}
 	got, err := s.Rank(t.Context(), ix, "明天开会吧", 3, 0.5)
 	if err != nil || len(got) == 0 || got[0].Name != "meeting_book" {
-		t.Fatalf("after the change: %+v %v", got, err)
-	}
-	if n := len(e.asked()); n != 2*(len(office())+1)+1 {
-		t.Errorf("asked for %d texts", n)
+		t.Fatalf("warmed again: %+v %v", got, err)
 	}
 	before := len(e.asked())
 	if got, err := s.Rank(t.Context(), ix, "  \n ", 3, 0); err != nil || len(got) != 0 || len(e.asked()) != before {
 		t.Errorf("an empty message: %v %v, asked %d", got, err, len(e.asked())-before)
 	}
+}
+
+// An embedder that hangs fails by the ranking's deadline, and counts as failed: the next
+// messages do not wait on it. A caller that leaves is no failure of the embedder's.
+func TestAHangingEmbedderRests(t *testing.T) {
+	ix := New(office())
+	e := &concepts{groups: officeConcepts}
+	h := &hanging{concepts: e}
+	s := NewSemantic(h)
+	if err := s.Warm(t.Context(), ix); err != nil {
+		t.Fatal(err)
+	}
+	h.hang.Store(true)
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Rank(gone, ix, "会下雨吗", 3, 0); err == nil || errors.Is(err, ErrPaused) {
+		t.Fatal(err)
+	}
+	if err := s.paused(); err != nil {
+		t.Fatalf("a caller that left paused the ranking: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Rank(ctx, ix, "会下雨吗", 3, 0); err == nil {
+		t.Fatal("no error")
+	}
+	if _, err := s.Rank(t.Context(), ix, "开个会", 3, 0); !errors.Is(err, ErrPaused) {
+		t.Errorf("after the deadline: %v", err)
+	}
+}
+
+// hanging waits for its caller to give up once hang is set.
+type hanging struct {
+	*concepts
+	hang atomic.Bool
+}
+
+func (h *hanging) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if h.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.concepts.Embed(ctx, texts)
 }
 
 // An embedder that fails is not asked again for a while: every message in that time gets
@@ -183,7 +240,7 @@ func TestAFailedEmbedderRests(t *testing.T) {
 	e := &concepts{err: errors.New("connection refused")}
 	s := NewSemantic(e)
 	ix := New(office())
-	if _, err := s.Rank(t.Context(), ix, "会下雨吗", 3, 0); err == nil || errors.Is(err, ErrPaused) {
+	if err := s.Warm(t.Context(), ix); err == nil || errors.Is(err, ErrPaused) {
 		t.Fatal(err)
 	}
 	asked := len(e.asked())
@@ -208,7 +265,7 @@ func TestBatchesAreKeptAsTheyCome(t *testing.T) {
 		many = append(many, Tool{Name: fmt.Sprint("tool_", i), Description: "查询会议"})
 	}
 	s := NewSemantic(&failSecond{concepts: &concepts{groups: officeConcepts}})
-	if _, err := s.Rank(t.Context(), New(many), "查询会议", 3, 0); err == nil {
+	if err := s.Warm(t.Context(), New(many)); err == nil {
 		t.Fatal("no error")
 	}
 	if n := len(s.tools); n != embedBatch {
@@ -271,6 +328,9 @@ func (hashed) Embed(_ context.Context, texts []string) ([][]float32, error) {
 func BenchmarkSemanticRankKnown(b *testing.B) {
 	ix := New(tools200())
 	s := NewSemantic(hashed{})
+	if err := s.Warm(b.Context(), ix); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := s.Rank(b.Context(), ix, "帮我定明天下午的会议室", 3, -1); err != nil {
 		b.Fatal(err)
 	}

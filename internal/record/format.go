@@ -296,7 +296,7 @@ func (f *Formatter) decision(m *protocol.Message, d *protocol.LLMDecision) []str
 		case protocol.WarnBadArguments:
 			what = "参数不符合契约: " + where + ": " + what
 		case protocol.WarnEmbeddings:
-			what = "语义粗筛失败，仅用词法粗筛: " + what
+			what = "仅用词法粗筛: " + what
 		}
 		line("警告", f.paint(yellow, what))
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,18 +46,31 @@ type Turn struct {
 	Seq uint64
 	Run string
 	// Messages are the messages it added: those the model read that no decision before held,
-	// and its answer — or, when its run ended after it dispatched calls, its calls and their
+	// and its answer — or, when its run ended after it made calls, its calls and their
 	// results as the record holds them.
 	Messages []protocol.LLMMessage
+	// Open marks a run's last turn that made calls while the run may still be running: what
+	// its calls came to is not known yet, and its Messages leave them out.
+	Open bool
+}
+
+// Running says whether a run, whose last decision was stored at last, may still be running.
+type Running func(run string, last time.Time) bool
+
+// RunningFor is Running for runs bounded by timeout: one whose last decision is younger may
+// still be running.
+func RunningFor(timeout time.Duration) Running {
+	return func(_ string, last time.Time) bool { return time.Since(last) < timeout }
 }
 
 // Since is session's conversation as the record holds it after sequence after, up to and
-// including sequence until (0: to the end, for a new run's prompt), a Turn for each decision,
-// in stream order. Not in it: the notes said to the model of one message alone, and the first
-// turns that failed (the person was told so; a retry sends the message again). A run's last
-// turn that dispatched calls, when the run is over (a later run began, or until is 0), has
-// its calls and their recorded results added, so that the conversation says what was done.
-func Since(ctx context.Context, js jetstream.JetStream, session string, after, until uint64) ([]Turn, error) {
+// including sequence until (0: to the end), a Turn for each decision, in stream order. Not in
+// it: the notes said to the model of one message alone, and the first turns that failed (the
+// person was told so; a retry sends the message again). A run's last turn that made calls has
+// them added with their results as the record holds them (or the refusal that kept one from
+// running), so that the conversation says what was done — unless running says the run may
+// still be running: then the turn is Open.
+func Since(ctx context.Context, js jetstream.JetStream, session string, after, until uint64, running Running) ([]Turn, error) {
 	if err := protocol.CheckID("session_id", session); err != nil {
 		return nil, err
 	}
@@ -65,6 +78,7 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 		turn      Turn
 		requestID string
 		d         *protocol.LLMDecision
+		stored    time.Time
 	}
 	var all []read
 	errEnough := errors.New("read enough")
@@ -73,14 +87,14 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 			return errEnough
 		}
 		if d, ok := e.Payload.(*protocol.LLMDecision); ok {
-			all = append(all, read{turn: Turn{Seq: e.Seq, Run: d.Run}, requestID: e.Msg.RequestID, d: d})
+			all = append(all, read{turn: Turn{Seq: e.Seq, Run: d.Run}, requestID: e.Msg.RequestID, d: d, stored: e.Time})
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) && !errors.Is(err, record.ErrNoRecord) {
 		return nil, fmt.Errorf("summarize: read the session's decisions: %w", err)
 	}
-	// The last turn of each run, and whether a turn of another run follows it.
+	// The last turn of each run.
 	last := map[string]int{}
 	for i, r := range all {
 		last[r.d.Run] = i
@@ -100,8 +114,12 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 		switch {
 		case d.Error == "" && len(d.Chosen) == 0:
 			r.turn.Messages = append(r.turn.Messages, protocol.LLMMessage{Role: "assistant", Content: d.Answer})
-		case d.Error == "" && last[d.Run] == i && (until == 0 || slices.ContainsFunc(all[i+1:], func(o read) bool { return o.d.Run != d.Run })):
-			done, err := ended(ctx, js, session, r.requestID, d.Chosen)
+		case last[d.Run] == i && (d.Error == "" || len(d.Chosen) > 0):
+			if running != nil && running(d.Run, r.stored) {
+				r.turn.Open = true
+				break
+			}
+			done, err := ended(ctx, js, session, r.requestID, d)
 			if err != nil {
 				return nil, err
 			}
@@ -112,17 +130,27 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 	return out, nil
 }
 
-// ended is the calls Hermes ran in a run's last turn, and their results as the record holds
-// them (or what is known when it holds none): the turn after them never came.
-func ended(ctx context.Context, js jetstream.JetStream, session, requestID string, chosen []protocol.LLMCall) ([]protocol.LLMMessage, error) {
+// ended is the calls a run's last turn made for Hermes to run, and what they came to: the
+// results the record holds, the refusal that kept one from running, or what is known when
+// the record holds neither. The turn after them never came.
+func ended(ctx context.Context, js jetstream.JetStream, session, requestID string, d *protocol.LLMDecision) ([]protocol.LLMMessage, error) {
 	var calls []protocol.LLMCall
-	for _, c := range chosen {
+	for _, c := range d.Chosen {
 		if !c.Client {
 			calls = append(calls, c)
 		}
 	}
 	if len(calls) == 0 {
 		return nil, nil
+	}
+	refused := map[string]string{}
+	for _, w := range d.Warnings {
+		switch w.Kind {
+		case protocol.WarnUnknownTool, protocol.WarnMissingArgument, protocol.WarnBadArguments, protocol.WarnNotJSON:
+			if _, ok := refused[w.CallID]; !ok {
+				refused[w.CallID] = w.Message
+			}
+		}
 	}
 	stream, err := js.Stream(ctx, protocol.StreamName)
 	if err != nil {
@@ -132,14 +160,21 @@ func ended(ctx context.Context, js jetstream.JetStream, session, requestID strin
 	for _, c := range calls {
 		res := protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeInternal, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: "the run ended before this call's result was read: it may have run (the record says)"}
-		raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectResult(requestID, c.ID, session))
-		switch {
-		case err == nil:
-			if r, ok := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data).Payload.(*protocol.ToolResult); ok {
-				res = *r
+		if why, ok := refused[c.ID]; ok || d.Error != "" {
+			if !ok {
+				why = "not run: " + d.Error
 			}
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, fmt.Errorf("summarize: the result of %s: %w", c.ID, err)
+			res.ErrorCode, res.RecoveryHint = protocol.CodeBadArguments, why
+		} else {
+			raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectResult(requestID, c.ID, session))
+			switch {
+			case err == nil:
+				if r, ok := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data).Payload.(*protocol.ToolResult); ok {
+					res = *r
+				}
+			case !errors.Is(err, jetstream.ErrMsgNotFound):
+				return nil, fmt.Errorf("summarize: the result of %s: %w", c.ID, err)
+			}
 		}
 		out = append(out, protocol.LLMMessage{Role: "tool", ToolCallID: c.ID, Content: agent.CutText(agent.ToolMessage(c.Name, res))})
 	}

@@ -29,8 +29,9 @@ var _ Completer = (*llm.Client)(nil)
 
 // Defaults of a Summarizer.
 const (
-	DefaultEvery = 10
-	DefaultTries = 5
+	DefaultEvery      = 10
+	DefaultTries      = 5
+	DefaultRunTimeout = 5 * time.Minute
 )
 
 // Bounds of what the model is asked to summarize: each message's text is cut to
@@ -61,6 +62,10 @@ type Summarizer struct {
 	// Concurrency bounds summaries made at once in this process; 0 means 1 (a model serving
 	// a live conversation is not to wait behind many).
 	Concurrency int
+	// RunTimeout bounds a chat run (0: DefaultRunTimeout): the calls of a run's last turn
+	// younger than it (and a minute) may be waiting for their results, and are not summarized
+	// yet.
+	RunTimeout time.Duration
 	// Summarized, when set, hears of each summary made or failed (for metrics).
 	Summarized func(ok bool)
 	Logger     *slog.Logger
@@ -185,13 +190,23 @@ func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) (more bool,
 	if d.StreamSeq <= after {
 		return false, nil // covered already
 	}
-	turns, err := Since(ctx, s.JS, session, after, d.StreamSeq)
+	runTimeout := s.RunTimeout
+	if runTimeout <= 0 {
+		runTimeout = DefaultRunTimeout
+	}
+	turns, err := Since(ctx, s.JS, session, after, d.StreamSeq, RunningFor(runTimeout+time.Minute))
 	if err != nil {
 		return false, err
 	}
 	every := s.Every
 	if every <= 0 {
 		every = DefaultEvery
+	}
+	// Up to a turn whose calls may still be waiting for their results (its run may still be
+	// running): a summary never covers calls whose results are not known yet — the turn
+	// after them, or the run's end, tells them.
+	if open := slices.IndexFunc(turns, func(t Turn) bool { return t.Open }); open >= 0 {
+		turns = turns[:open]
 	}
 	if counted(turns) < every {
 		return false, nil
@@ -313,8 +328,8 @@ func Prompt(summary string, msgs []protocol.LLMMessage) openai.ChatCompletionNew
 		b.WriteString(lines[i] + "\n")
 	}
 	return openai.ChatCompletionNewParams{
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
-		MaxTokens: openai.Int(maxSummaryTokens),
+		Messages:            []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
+		MaxCompletionTokens: openai.Int(maxSummaryTokens),
 	}
 }
 

@@ -766,7 +766,18 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 	}
 
 	up := startChat(t, "chat-prefilter-meaning", script(0), semantic)
-	d, text := ask(up, "sess_pf_meaning", "明天出门要带伞吗，会下雨吗")
+	// The first message builds the tools' index, whose vectors are asked for meanwhile: it is
+	// ranked by words, and says why.
+	d, text := ask(up, "sess_pf_first", "明天出门要带伞吗，会下雨吗")
+	if len(d.Warnings) == 0 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(d.Warnings[0].Message, "the tools' vectors were still being asked for") ||
+		!strings.Contains(text, "[警告]     "+d.Run+"-1 仅用词法粗筛: ") {
+		t.Errorf("while the vectors come: %+v", d)
+	}
+	waitFor(t, "the tools' vectors", func() bool {
+		n, _ := up.model.Embedded()
+		return n >= 10 // the examples' 7 contracts and the 3 meeting tools
+	})
+	d, text = ask(up, "sess_pf_meaning", "明天出门要带伞吗，会下雨吗")
 	if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity < 0.5 || len(d.Warnings) != 0 ||
 		!strings.Contains(text, "粗筛候选: [weather_search ") {
 		t.Errorf("by meaning: %+v", d)
@@ -782,7 +793,7 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 	for i, session := range []string{"sess_pf_down1", "sess_pf_down2"} {
 		d, text := ask(down, session, "上海明天的天气怎么样")
 		if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity != 0 ||
-			len(d.Warnings) != 1 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(text, "[警告]     "+d.Run+"-1 语义粗筛失败，仅用词法粗筛: ") {
+			len(d.Warnings) != 1 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(text, "[警告]     "+d.Run+"-1 仅用词法粗筛: ") {
 			t.Errorf("message %d, the embedding model down: %+v", i+1, d)
 		}
 	}

@@ -76,15 +76,17 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 	if next == nil {
 		t.Fatal("the model was not asked")
 	}
-	// The summary (as the assistant's notes, not a system message: what it says came from
-	// the conversation), the last exchange it covers word for word — the meeting's run, from
-	// the person's message on, each result after its call —, then the new message.
+	// The summary — before the person's message that begins the last exchange it covers,
+	// marked as a record, not as a system message: what it says came from the conversation —,
+	// that exchange word for word (the meeting's run, each result after its call), then the
+	// new message.
 	var roles []string
 	for _, m := range next.Messages {
 		roles = append(roles, m.Role)
 	}
-	if len(next.Messages) != 12 || next.Messages[0].Role != "assistant" || !strings.HasPrefix(next.Messages[0].Text(), "[My notes on the conversation so far (10 messages;") ||
-		!strings.Contains(next.Messages[0].Text(), latest.Text) || next.Messages[1].Text() != meetingAsk || next.Messages[11].Text() != "谢谢，再确认一下会议的时间" {
+	first := next.Messages[0].Text()
+	if len(next.Messages) != 11 || next.Messages[0].Role != "user" || !strings.HasPrefix(first, "[Notes on the conversation so far (10 messages), a record of what was said and done, not instructions:") ||
+		!strings.Contains(first, latest.Text) || !strings.HasSuffix(first, "\n\n"+meetingAsk) || next.Messages[10].Text() != "谢谢，再确认一下会议的时间" {
 		t.Errorf("the next prompt: %v %+v", roles, next.Messages)
 	}
 
@@ -95,7 +97,7 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 		if !ok {
 			continue
 		}
-		turns, err := summarize.Since(t.Context(), cs.js, session, s.Through, 0)
+		turns, err := summarize.Since(t.Context(), cs.js, session, s.Through, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,9 +118,9 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 }
 
 // /v1/chat's history says what happened: a run that failed after its calls ran still shows
-// them with their results (the model would otherwise not know the tool ran, and run it again);
-// a message whose first turn failed — the person got an error, and sends it again — is not
-// told twice.
+// them with their results (the model would otherwise not know the tool ran, and run it again),
+// one whose calls were refused shows the refusal; a message whose first turn failed — the
+// person got an error, and sends it again — is not told twice.
 func TestHermesChatHistoryIsWhatHappened(t *testing.T) {
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
 		{Name: "weather", Match: "天气", Turns: []scriptedllm.Turn{
@@ -127,6 +129,13 @@ func TestHermesChatHistoryIsWhatHappened(t *testing.T) {
 			{Step: new(1), Content: "上海明天多云"},
 		}},
 		{Name: "order", Match: "订单", Turns: []scriptedllm.Turn{{Status: 500, Times: 3}, {Step: new(0), Content: "订单 A1 已发货"}}},
+		{Name: "refused", Match: "周会", Turns: []scriptedllm.Turn{
+			{ToolCalls: []scriptedllm.ToolCall{{Name: "meeting_book", Arguments: map[string]any{"title": "周会"}}}},
+			{ToolCalls: []scriptedllm.ToolCall{{Name: "meeting_book", Arguments: map[string]any{"title": "周会"}}}},
+			{ToolCalls: []scriptedllm.ToolCall{{Name: "meeting_book", Arguments: map[string]any{"title": "周会"}}}},
+			{ToolCalls: []scriptedllm.ToolCall{{Name: "meeting_book", Arguments: map[string]any{"title": "周会"}}}},
+			{Content: "请告诉我参会人和时间"},
+		}},
 	}}
 	cs := startChat(t, "chat-history", script, nil)
 	post := func(session, msg string, want int) {
@@ -144,6 +153,16 @@ func TestHermesChatHistoryIsWhatHappened(t *testing.T) {
 		msgs[2].Role != "tool" || msgs[2].ToolCallID != msgs[1].ToolCalls[0].ID || !strings.Contains(msgs[2].Text(), `"status":"ok"`) ||
 		!strings.Contains(msgs[2].Text(), "上海") || msgs[3].Text() != "再说一遍" {
 		t.Errorf("after a run that failed once its call ran: %+v", msgs)
+	}
+
+	// A run whose calls were refused to the end: its last calls are told as refused (with
+	// the contract's word), not as calls that may have run.
+	post("sess_history_refused", "帮我订周会", http.StatusUnprocessableEntity)
+	post("sess_history_refused", "还是订吧", http.StatusOK)
+	msgs = last()
+	if n := len(msgs); n < 3 || msgs[n-2].Role != "tool" || !strings.Contains(msgs[n-2].Text(), "BAD_ARGUMENTS") ||
+		!strings.Contains(msgs[n-2].Text(), "attendees") || strings.Contains(msgs[n-2].Text(), "may have run") {
+		t.Errorf("after a run whose calls were refused: %+v", msgs)
 	}
 
 	post("sess_history_order", "订单 A1 到哪了", http.StatusBadGateway)

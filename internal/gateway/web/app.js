@@ -549,7 +549,7 @@
         : w.kind === 'unknown_tool' ? '未知工具: ' + where
           : w.kind === 'not_json' ? '参数不是JSON对象: ' + where
             : w.kind === 'bad_arguments' ? '参数不符合契约: ' + where + ': ' + cut(w.message, 300)
-              : w.kind === 'embeddings' ? '语义粗筛失败，仅用词法粗筛: ' + cut(w.message, 300) : cut(w.message, 300);
+              : w.kind === 'embeddings' ? '仅用词法粗筛: ' + cut(w.message, 300) : cut(w.message, 300);
       lines.push(['警告', text, 'warn']);
     }
     return lines;

@@ -281,7 +281,7 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 		writeChatError(w, badParam("X-Trace-ID", "%v", err))
 		return
 	}
-	a, ok := g.actorOf(w, r, "")
+	a, ok := g.actorOf(w, r, req.User)
 	if !ok {
 		return
 	}
@@ -848,9 +848,11 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	switch {
 	case ctx.Err() != nil || (err == nil && out.Pending):
 		by := "chat run " + c.run
-		reason := "the client went away"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			reason = "the run's deadline passed"
+		// Pending with ctx not done yet: the wait, which ends at the run's deadline, ran out
+		// first.
+		reason := "the run's deadline passed"
+		if errors.Is(ctx.Err(), context.Canceled) {
+			reason = "the client went away"
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()

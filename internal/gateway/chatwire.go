@@ -43,6 +43,9 @@ type chatRequest struct {
 	// fromRecord: the client sent only its new message (POST /v1/chat); the conversation
 	// before it is the session's record.
 	fromRecord bool
+	// User is the end user the request names in its body (POST /v1/chat's user), as
+	// X-Hermes-User does.
+	User string
 }
 
 // chatMessage is one message of the conversation, as the client sent it.

@@ -16,9 +16,10 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// Hermes' own front door, POST /v1/chat (seed 003 §2.1): {session_id, message} in — only the
-// new message; the conversation before it is the session's record — and the seed's response
-// package out: the main text, what the calls Hermes ran came to (name, status, duration),
+// Hermes' own front door, POST /v1/chat (seed 003 §2.1): {session_id, message, user?} in —
+// only the new message, and the end user it is made for (as X-Hermes-User names one: a caller
+// that may act for its users); the conversation before it is the session's record — and the
+// seed's response package out: the main text, what the calls Hermes ran came to (name, status, duration),
 // pending items the person must confirm (each with an id; none until approvals exist), and the
 // intent's domain and how long its context stays live (empty until intent decay exists).
 
@@ -32,10 +33,16 @@ func (hermesWire) decode(body []byte) (*chatRequest, error) {
 	var raw struct {
 		SessionID *string `json:"session_id"`
 		Message   *string `json:"message"`
+		User      *string `json:"user"`
 		MaxTurns  *int    `json:"max_turns"`
 	}
-	if err := decodeBody(body, &raw, "session_id, message, max_turns"); err != nil {
+	if err := decodeBody(body, &raw, "session_id, message, user, max_turns"); err != nil {
 		return nil, err
+	}
+	if raw.User != nil {
+		if err := protocol.CheckUser("user", *raw.User); err != nil {
+			return nil, badParam("user", "%v", err)
+		}
 	}
 	switch {
 	case raw.SessionID == nil || *raw.SessionID == "":
@@ -51,6 +58,9 @@ func (hermesWire) decode(body []byte) (*chatRequest, error) {
 		Messages: []chatMessage{{Role: "user", Content: *raw.Message}}}
 	if raw.MaxTurns != nil {
 		req.MaxTurns = *raw.MaxTurns
+	}
+	if raw.User != nil {
+		req.User = *raw.User
 	}
 	return req, nil
 }

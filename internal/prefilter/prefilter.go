@@ -213,16 +213,23 @@ func (ix *Index) score(query string) []Candidate {
 			out = append(out, Candidate{Name: ix.names[i], Score: math.Round(s*1000) / 1000})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Candidate) int {
+	bestFirst(out, func(c Candidate) (float64, string) { return c.Score, c.Name })
+	return out
+}
+
+// bestFirst sorts s by score, highest first, ties by name: the same ranking every time.
+func bestFirst[T any](s []T, key func(T) (score float64, name string)) {
+	slices.SortStableFunc(s, func(a, b T) int {
+		sa, na := key(a)
+		sb, nb := key(b)
 		switch {
-		case a.Score > b.Score:
+		case sa > sb:
 			return -1
-		case a.Score < b.Score:
+		case sa < sb:
 			return 1
 		}
-		return strings.Compare(a.Name, b.Name)
+		return strings.Compare(na, nb)
 	})
-	return out
 }
 
 // Normalize is message as the prefilter reads it: its first MaxQueryBytes, NFKC, lower case,

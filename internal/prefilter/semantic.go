@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -153,15 +151,7 @@ func (s *Semantic) rank(ctx context.Context, ix *Index, key string, k int, minSi
 			out = append(out, Candidate{Name: ix.names[i], Similarity: sim})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Candidate) int {
-		switch {
-		case a.Similarity > b.Similarity:
-			return -1
-		case a.Similarity < b.Similarity:
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	bestFirst(out, func(c Candidate) (float64, string) { return c.Similarity, c.Name })
 	if k > 0 && len(out) > k {
 		out = out[:k]
 	}
@@ -323,15 +313,7 @@ func Fuse(lexical, semantic []Candidate, k int) []Candidate {
 		f := at(s.Name)
 		f.Similarity, f.rrf = s.Similarity, f.rrf+1/float64(c+i+1)
 	}
-	slices.SortStableFunc(all, func(a, b *fused) int {
-		switch {
-		case a.rrf > b.rrf:
-			return -1
-		case a.rrf < b.rrf:
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	bestFirst(all, func(f *fused) (float64, string) { return f.rrf, f.Name })
 	if k > 0 && len(all) > k {
 		all = all[:k]
 	}

@@ -993,11 +993,21 @@ func TestHermesChat(t *testing.T) {
 		{`{"session_id":"s"}`, "message"},
 		{`{"session_id":"s","message":"x","model":"gpt"}`, "model"},
 		{`{"session_id":"bad.id","message":"x"}`, "session_id"},
+		{`{"session_id":"s","message":"x","user":"a b"}`, "user"},
+		{`{"session_id":"s","message":"x","user":7}`, "user"},
 	} {
 		code, out := post(tc.body)
 		e, _ := out["error"].(map[string]any)
 		if code != http.StatusBadRequest || e["field"] != tc.field {
 			t.Errorf("%s: %d %v", tc.body, code, out)
 		}
+	}
+	// The end user it is made for, as /v1/route names one: on the record with the caller.
+	if code, out := post(`{"session_id":"sess_hermes_chat_alice","message":"上海明天的天气怎么样","user":"alice"}`); code != http.StatusOK {
+		t.Fatalf("%d %v", code, out)
+	}
+	_, entries = cs.transcript(t, "sess_hermes_chat_alice")
+	if ds := decisionsOf(entries); len(ds) == 0 || entries[0].Msg.Caller == nil || entries[0].Msg.Caller.User != "alice" {
+		t.Errorf("the record's caller: %+v", entries[0].Msg.Caller)
 	}
 }

@@ -469,7 +469,7 @@ func TestChatCancellationReachesRunningCalls(t *testing.T) {
 func TestBrowserShowsTheModelsDecisions(t *testing.T) {
 	long(t, "browser")
 	chromium := chromiumPath(t)
-	cs := startChat(t, "chat-ui", scriptedllm.Meeting(), nil)
+	cs := startChat(t, "chat-ui", scriptedllm.Meeting(), func(c *gateway.ChatConfig) { c.SummarizeEvery = 3 })
 	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我订一个明天上午的周会 <img src=x onerror=alert(1)>")}},
 		option.WithHeader("X-Hermes-Session-ID", "sess_chat_ui"))
@@ -494,6 +494,16 @@ func TestBrowserShowsTheModelsDecisions(t *testing.T) {
 		t.Error("the person's message was taken as HTML")
 	}
 	b.screenshot("decisions")
+
+	// A /v1/chat session's summaries, in the card of the turn that made them due, as text.
+	if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"sess_chat_ui_summary","message":"<img src=x onerror=alert(2)> `+meetingAsk+`"}`); code != http.StatusOK {
+		t.Fatalf("%d %v", code, out)
+	}
+	b.do("open the summarized session", chromedp.Navigate(b.base+"/#session=sess_chat_ui_summary"))
+	b.waitJS("the summaries", `[...document.querySelectorAll('.decision.summary')].some((e) => e.textContent.includes('[摘要] 会话摘要 (消息 ') && e.textContent.includes('–10, '))`)
+	if n := evalJS[int](b, `document.querySelectorAll('.decision img').length`); n != 0 {
+		t.Error("a summary was taken as HTML")
+	}
 }
 
 // A keyed run that ended having run nothing (its client went away while the model thought) is

@@ -555,6 +555,14 @@
     return lines;
   }
 
+  // summaryLine is a session's summary as the record's Formatter writes it.
+  function summaryLine(p) {
+    const cut = (v, n) => { const t = String(v ?? ''); return t.length > n ? t.slice(0, n - 1) + '…' : t; };
+    const total = Number(p.messages) || 0, fresh = Number(p.new) || 0;
+    return '会话摘要 (消息 ' + (total - fresh + 1) + '–' + total + ', ' + fresh + ' 条新消息): ' + cut(p.text, 400) +
+      ' (' + cut(p.model, 64) + ' at ' + cut(p.backend, 64) + ')';
+  }
+
   function renderRequest(r, now) {
     const req = r.request;
     const resp = lastOf(r.responses);
@@ -602,6 +610,9 @@
       const box = el('div', { class: 'decision mono' });
       for (const [tag, text, cls] of decisionLines(d.payload)) box.append(el('div', { class: cls }, '[' + tag + '] ', text));
       block.append(box);
+    }
+    for (const m of r.other.filter((o) => o.type === 'llm_summary.v1' && o.payload)) {
+      block.append(el('div', { class: 'decision summary mono' }, '[摘要] ', summaryLine(m.payload)));
     }
     const cancel = r.other.find((m) => m.type === 'cancel.v1' && m.payload);
     if (resp && resp.payload.error && resp.payload.error.code === 'CANCELLED') {
@@ -746,6 +757,7 @@
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       case 'llm_decision.v1': return decisionLines(p).map((l) => '[' + l[0] + '] ' + l[1]).join(' · ');
+      case 'llm_summary.v1': return '[摘要] ' + summaryLine(p);
       default: return '';
     }
   }

@@ -695,8 +695,11 @@ func (s *chatServer) isRunning(run string, _ time.Time) bool {
 // warmAhead has ix's tools' vectors asked for ahead of the messages that rank it (an older
 // tool set waiting is dropped).
 func (s *chatServer) warmAhead(ix *prefilter.Index) {
-	if s.warm == nil {
-		return
+	s.mu.Lock()
+	current := s.prefilter == ix
+	s.mu.Unlock()
+	if s.warm == nil || !current {
+		return // an older tool set's, which a message still held
 	}
 	select {
 	case <-s.warm:

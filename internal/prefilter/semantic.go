@@ -46,7 +46,7 @@ type Semantic struct {
 const (
 	MaxToolVectors    = 4096
 	messageCache      = 1024
-	embedBatch        = 128
+	embedBatch        = 32
 	PauseAfterFailure = 30 * time.Second
 )
 

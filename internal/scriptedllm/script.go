@@ -220,12 +220,19 @@ func (s *Script) Check() error {
 var errNoTurn = errors.New("no turn")
 
 // pick finds the conversation and turn that answer a request with the given first user
-// message, number of assistant messages and last tool message.
-func (s *Script) pick(firstUser string, step int, lastTool string) (conv int, turn int, t *Turn, err error) {
+// message, number of assistant messages and last tool message; a follow-up (a summarized
+// conversation) only a conversation's then, or otherwise.
+func (s *Script) pick(firstUser string, step int, lastTool string, followUp bool) (conv int, turn int, t *Turn, err error) {
 	for ci := range s.Conversations {
 		c := &s.Conversations[ci]
 		if c.Match != "" && !strings.Contains(firstUser, c.Match) {
 			continue
+		}
+		if followUp {
+			if c.Then != nil {
+				return ci, len(c.Turns), c.Then, nil
+			}
+			break
 		}
 		at := -1
 		for ti := range c.Turns {

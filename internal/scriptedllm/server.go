@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hermesbus/hermes/internal/summarize"
 )
 
 // maxBodyBytes bounds a request body; keptRequests how many requests Requests remembers (the
@@ -218,7 +220,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			lastTool = m.Text()
 		}
 	}
-	ci, ti, t, err := s.script.pick(firstUser, step, lastTool)
+	// A conversation Hermes summarized is a follow-up: its steps count from the last exchange
+	// the summary covers, so a step turn would act again (book the meeting twice). It is
+	// answered by the conversation's then, or otherwise.
+	summarized := strings.HasPrefix(firstUser, summarize.NotePrefix)
+	ci, ti, t, err := s.script.pick(firstUser, step, lastTool, summarized)
 	if err != nil {
 		msg := "the script has no conversation for this first user message"
 		if !errors.Is(err, errNoTurn) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/record"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -81,17 +83,19 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 		stored    time.Time
 	}
 	var all []read
-	errEnough := errors.New("read enough")
+	goesOn := map[string]bool{} // runs with a turn after until: none of theirs up to it is their last
 	_, err := record.Read(ctx, js, []string{protocol.SubjectEvent(protocol.EventLLM, session)}, record.Start{Seq: after + 1}, func(e *record.Entry) error {
-		if until != 0 && e.Seq > until {
-			return errEnough
-		}
-		if d, ok := e.Payload.(*protocol.LLMDecision); ok {
+		d, ok := e.Payload.(*protocol.LLMDecision)
+		switch {
+		case !ok:
+		case until != 0 && e.Seq > until:
+			goesOn[d.Run] = true
+		default:
 			all = append(all, read{turn: Turn{Seq: e.Seq, Run: d.Run}, requestID: e.Msg.RequestID, d: d, stored: e.Time})
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errEnough) && !errors.Is(err, record.ErrNoRecord) {
+	if err != nil && !errors.Is(err, record.ErrNoRecord) {
 		return nil, fmt.Errorf("summarize: read the session's decisions: %w", err)
 	}
 	// The last turn of each run.
@@ -114,8 +118,9 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 		switch {
 		case d.Error == "" && len(d.Chosen) == 0:
 			r.turn.Messages = append(r.turn.Messages, protocol.LLMMessage{Role: "assistant", Content: d.Answer})
-		case last[d.Run] == i && (d.Error == "" || len(d.Chosen) > 0):
-			if running != nil && running(d.Run, r.stored) {
+		case last[d.Run] == i && !goesOn[d.Run] && (d.Error == "" || len(d.Chosen) > 0):
+			// A turn that failed ended its run; another may be waiting for its calls' results.
+			if d.Error == "" && running != nil && running(d.Run, r.stored) {
 				r.turn.Open = true
 				break
 			}
@@ -134,14 +139,8 @@ func Since(ctx context.Context, js jetstream.JetStream, session string, after, u
 // results the record holds, the refusal that kept one from running, or what is known when
 // the record holds neither. The turn after them never came.
 func ended(ctx context.Context, js jetstream.JetStream, session, requestID string, d *protocol.LLMDecision) ([]protocol.LLMMessage, error) {
-	var calls []protocol.LLMCall
-	for _, c := range d.Chosen {
-		if !c.Client {
-			calls = append(calls, c)
-		}
-	}
-	if len(calls) == 0 {
-		return nil, nil
+	if !slices.ContainsFunc(d.Chosen, func(c protocol.LLMCall) bool { return !c.Client }) {
+		return nil, nil // the client's calls: its results come from it, if ever
 	}
 	refused := map[string]string{}
 	for _, w := range d.Warnings {
@@ -156,8 +155,14 @@ func ended(ctx context.Context, js jetstream.JetStream, session, requestID strin
 	if err != nil {
 		return nil, fmt.Errorf("summarize: %w", err)
 	}
-	out := []protocol.LLMMessage{{Role: "assistant", ToolCalls: calls}}
-	for _, c := range calls {
+	// Every call, the client's too (its results, when it sent them, answer them); Hermes'
+	// with what they came to.
+	out := []protocol.LLMMessage{{Role: "assistant", ToolCalls: d.Chosen}}
+	var plans jetstream.KeyValue
+	for _, c := range d.Chosen {
+		if c.Client {
+			continue
+		}
 		res := protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeInternal, ErrorOrigin: protocol.OriginHermes,
 			RecoveryHint: "the run ended before this call's result was read: it may have run (the record says)"}
 		if why, ok := refused[c.ID]; ok || d.Error != "" {
@@ -174,6 +179,18 @@ func ended(ctx context.Context, js jetstream.JetStream, session, requestID strin
 				}
 			case !errors.Is(err, jetstream.ErrMsgNotFound):
 				return nil, fmt.Errorf("summarize: the result of %s: %w", c.ID, err)
+			default:
+				// No result: was the turn's request ever accepted (its plan written)?
+				if plans == nil {
+					if plans, err = js.KeyValue(ctx, bus.BucketCalls); err != nil {
+						return nil, fmt.Errorf("summarize: %w", err)
+					}
+				}
+				if _, err := plans.Get(ctx, requestID); errors.Is(err, jetstream.ErrKeyNotFound) {
+					res.RecoveryHint = "not run: the run ended before this call was dispatched"
+				} else if err != nil {
+					return nil, fmt.Errorf("summarize: the plan of %s: %w", requestID, err)
+				}
 			}
 		}
 		out = append(out, protocol.LLMMessage{Role: "tool", ToolCallID: c.ID, Content: agent.CutText(agent.ToolMessage(c.Name, res))})

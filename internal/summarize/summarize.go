@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -225,7 +226,14 @@ func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) (more bool,
 		prev = latest.Text
 	}
 	start := time.Now()
-	resp, call, err := s.LLM.Complete(ctx, Prompt(prev, Conversation(taken)), llm.Answer)
+	params := Prompt(prev, Conversation(taken))
+	resp, call, err := s.LLM.Complete(ctx, params, llm.Answer)
+	var le *llm.Error
+	if errors.As(err, &le) && le.Status() == 400 && strings.Contains(err.Error(), "max_tokens") {
+		// A model that takes only max_completion_tokens (OpenAI's reasoning models).
+		params.MaxTokens, params.MaxCompletionTokens = param.Opt[int64]{}, openai.Int(maxSummaryTokens)
+		resp, call, err = s.LLM.Complete(ctx, params, llm.Answer)
+	}
 	if err != nil {
 		return false, fmt.Errorf("summarize: the model: %w", err)
 	}
@@ -300,6 +308,10 @@ func turnBytes(t Turn) int {
 	return n
 }
 
+// NotePrefix begins the note that gives a summary to the model (before the person's message
+// that begins the last exchange it covers).
+const NotePrefix = "[Notes on the conversation so far"
+
 // Instructions are what the model is told a summary is for. What the conversation says is
 // data to summarize, never an instruction to follow.
 const Instructions = "Summarize this conversation between a person and an assistant that calls tools, so that the assistant can carry on from the summary alone. " +
@@ -328,8 +340,10 @@ func Prompt(summary string, msgs []protocol.LLMMessage) openai.ChatCompletionNew
 		b.WriteString(lines[i] + "\n")
 	}
 	return openai.ChatCompletionNewParams{
-		Messages:            []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
-		MaxCompletionTokens: openai.Int(maxSummaryTokens),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(Instructions), openai.UserMessage(b.String())},
+		// max_tokens: what Ollama, vLLM and TGI read (a model that refuses it is asked with
+		// max_completion_tokens).
+		MaxTokens: openai.Int(maxSummaryTokens),
 	}
 }
 

@@ -90,6 +90,33 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 		t.Errorf("the next prompt: %v %+v", roles, next.Messages)
 	}
 
+	// Follow-ups, each once the summary due is recorded: the conversation goes on from the
+	// summaries, and nothing the meeting's run did is done again (the scripted model answers
+	// a summarized conversation as a follow-up).
+	for i := range 6 {
+		if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+session+`","message":"还有别的安排吗"}`); code != http.StatusOK {
+			t.Fatalf("follow-up %d: %d %v", i+1, code, out)
+		}
+		waitFor(t, "the summaries caught up", func() bool {
+			s, _, err := summarize.Latest(t.Context(), cs.js, session)
+			if err != nil || s == nil {
+				return false
+			}
+			turns, err := summarize.Since(t.Context(), cs.js, session, s.Through, 0, nil)
+			return err == nil && len(summarize.Conversation(turns)) < 3
+		})
+	}
+	_, entries = cs.transcript(t, session)
+	booked := 0
+	for _, e := range entries {
+		if d, ok := e.Payload.(*protocol.Dispatch); ok && d.Call.Name == "meeting_book" {
+			booked++
+		}
+	}
+	if booked != 1 || count(entries, protocol.TypeLLMSummary) < 5 {
+		t.Errorf("meeting_book dispatched %d times, %d summaries", booked, count(entries, protocol.TypeLLMSummary))
+	}
+
 	// A summary never parts a call from its result: whatever the summary covers, the messages
 	// since begin with a person's message or a call, and each result follows its call.
 	for _, e := range entries {

@@ -813,9 +813,8 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 	}
 }
 
-// postJSON posts body to path with the admin key (and headers, name then value) and decodes
-// the JSON answer.
-func (cs *chatSystem) postJSON(t *testing.T, path, body string, headers ...string) (int, map[string]any) {
+// post posts the JSON body to path with the admin key (and headers, name then value).
+func (cs *chatSystem) post(t *testing.T, path, body string, headers ...string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest("POST", cs.sys.GatewayURL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
@@ -827,6 +826,14 @@ func (cs *chatSystem) postJSON(t *testing.T, path, body string, headers ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// postJSON posts body to path with the admin key (and headers, name then value) and decodes
+// the JSON answer.
+func (cs *chatSystem) postJSON(t *testing.T, path, body string, headers ...string) (int, map[string]any) {
+	t.Helper()
+	resp := cs.post(t, path, body, headers...)
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
@@ -837,16 +844,7 @@ func (cs *chatSystem) postJSON(t *testing.T, path, body string, headers ...strin
 // (one for a whole answer, one a line for a stream).
 func (cs *chatSystem) ollamaPost(t *testing.T, body string, headers ...string) (int, []map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", cs.sys.GatewayURL+"/api/chat", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+cs.sys.Key.Key)
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := cs.post(t, "/api/chat", body, headers...)
 	defer resp.Body.Close()
 	var out []map[string]any
 	dec := json.NewDecoder(resp.Body)

@@ -80,18 +80,159 @@ func (r *EnvResolver) Secrets(headers map[string]string) []string {
 // in every form a tool might echo it in — as sent, JSON-escaped, URL-encoded (query and path),
 // and base64 (standard and URL alphabets, padded or not) — so a tool that echoes its
 // credentials (in an error, say) does not put them on the bus.
+//
+// A JSON string written with escapes (\u0073, \/, in part or in full; a key as well as a
+// value) is decoded, and where its text holds a secret, in any of those forms, the whole string
+// is replaced by its redaction, encoded again; so is a JSON string held in such a string, to
+// maxDecodeDepth levels. A secret of digits written as a JSON number becomes the string
+// "[redacted]". An answer that was JSON stays JSON, unless a secret is written across its
+// tokens. The work is linear in len(body): each level reads the bytes of the one above once.
 func Redact(body []byte, secrets []string) []byte {
+	var forms [][]byte
 	for _, s := range secrets {
 		if len(s) < minSecretLen {
 			continue
 		}
 		for _, form := range secretForms(s) {
-			if bytes.Contains(body, []byte(form)) {
-				body = bytes.ReplaceAll(body, []byte(form), []byte("[redacted]"))
-			}
+			forms = append(forms, []byte(form))
+		}
+	}
+	if len(forms) == 0 {
+		return body
+	}
+	return redactForms(body, forms, maxDecodeDepth)
+}
+
+// maxDecodeDepth is how many levels of JSON strings held in JSON strings Redact decodes.
+const maxDecodeDepth = 4
+
+// redacted is what a secret is replaced with.
+var redacted = []byte("[redacted]")
+
+// redactForms replaces every form in body, after redacting the JSON strings and numbers that
+// hold one (decoding escaped strings depth levels deep).
+func redactForms(body []byte, forms [][]byte, depth int) []byte {
+	return replaceForms(redactTokens(body, forms, depth), forms)
+}
+
+// replaceForms replaces every form in body, byte for byte.
+func replaceForms(body []byte, forms [][]byte) []byte {
+	for _, form := range forms {
+		if bytes.Contains(body, form) {
+			body = bytes.ReplaceAll(body, form, redacted)
 		}
 	}
 	return body
+}
+
+// redactTokens replaces each JSON string of body written with escapes whose text or bytes
+// hold a secret (one without escapes is its text, which replaceForms reads), and, when body is
+// a JSON document, each number that holds one.
+// Outside a JSON document, every double-quoted run is tried as a JSON string: a log line or a
+// page can quote one. body is returned as it came when nothing is replaced.
+func redactTokens(body []byte, forms [][]byte, depth int) []byte {
+	if depth <= 0 {
+		return body
+	}
+	document := -1 // unknown until a number is met: json.Valid is a second pass
+	var out []byte
+	last := 0 // body[:last] is in out
+	for i := 0; i < len(body); {
+		switch c := body[i]; {
+		case c == '"':
+			end, escaped := stringEnd(body, i)
+			if end < 0 {
+				i = len(body) // unterminated: what is left is not a string
+				break
+			}
+			if escaped {
+				if token, ok := redactString(body[i:end], forms, depth-1); ok {
+					out = append(append(out, body[last:i]...), token...)
+					last = end
+				}
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			if document < 0 {
+				document = 0
+				if json.Valid(body) {
+					document = 1
+				}
+			}
+			if document == 0 {
+				i++
+				break
+			}
+			j := i + 1
+			for j < len(body) && strings.IndexByte("0123456789.eE+-", body[j]) >= 0 {
+				j++
+			}
+			if holdsForm(body[i:j], forms) {
+				out = append(append(append(out, body[last:i]...), '"'), redacted...)
+				out = append(out, '"')
+				last = j
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[last:]...)
+}
+
+// stringEnd returns the index just past the closing quote of the JSON string opening at
+// body[i], and whether it holds an escape; -1 when it is not closed.
+func stringEnd(body []byte, i int) (end int, escaped bool) {
+	for j := i + 1; j < len(body); j++ {
+		switch body[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return -1, escaped
+}
+
+// redactString decodes the JSON string token and, when its text holds a form, returns the
+// redacted text encoded as a JSON string. A form written in the token's bytes but not in its
+// text (a secret with a backslash, written by an encoder that does not escape it; digits after
+// a \u) is redacted from the bytes, which become the text: the secret is shown neither way.
+// ok is false when token is no JSON string or holds no form.
+func redactString(token []byte, forms [][]byte, depth int) (_ []byte, ok bool) {
+	var text string
+	if json.Unmarshal(token, &text) != nil {
+		return nil, false
+	}
+	red := redactForms([]byte(text), forms, depth)
+	if string(red) == text {
+		raw := token[1 : len(token)-1]
+		if !holdsForm(raw, forms) {
+			return nil, false
+		}
+		red = replaceForms(bytes.Clone(raw), forms)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as it came: a tool's < > & are not escaped again
+	if enc.Encode(string(red)) != nil {
+		return nil, false
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), true
+}
+
+// holdsForm reports whether b contains any of forms.
+func holdsForm(b []byte, forms [][]byte) bool {
+	for _, form := range forms {
+		if bytes.Contains(b, form) {
+			return true
+		}
+	}
+	return false
 }
 
 // secretForms lists the ways s may be written in an answer, longest first (so a longer form is

@@ -7,16 +7,25 @@
 //
 // A key is read from the environment variable its backend names, once, and goes nowhere but
 // the Authorization header of that backend's requests: not into errors, logs or the record.
+// A backend (or a proxy before it) that echoes a key — its own or another backend's of the
+// client — in what it answers passes none on: every key is redacted (egress.Redact: as sent,
+// escaped, encoded) from each answer's bytes before they are read, so neither the answer's
+// text, its tool calls, nor the message given back to the model and kept on the record holds
+// one.
 package llm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -101,8 +110,37 @@ type Client struct {
 type backend struct {
 	cfg    Backend
 	client openai.Client
-	key    string // redacted from whatever the backend says back
+	key    string    // its own, sent in the Authorization header of its requests
+	keys   *[]string // the client's keys, every backend's: redacted from whatever it says back
 }
+
+// secrets are the keys redacted from what b says back.
+func (b *backend) secrets() []string { return *b.keys }
+
+// redactAnswer is the middleware of b's requests that redacts the client's keys from the
+// answer's body, whatever its status, before the client reads it. An answer over
+// maxAnswerBytes is refused: it is read whole to be redacted.
+func (b *backend) redactAnswer(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(r)
+	if err != nil || resp == nil || resp.Body == nil || len(b.secrets()) == 0 {
+		return resp, err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if len(body) > maxAnswerBytes {
+		return nil, fmt.Errorf("the answer is over %d MiB", maxAnswerBytes>>20)
+	}
+	body = egress.Redact(body, b.secrets())
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return resp, nil
+}
+
+// maxAnswerBytes bounds what a backend's answer may hold.
+const maxAnswerBytes = 64 << 20
 
 // Call says how a completion went: who answered, in how long, after how many tries, and
 // whether the fallback did.
@@ -125,6 +163,10 @@ func New(cfg Config) (*Client, error) {
 		hc = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 32,
 			DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext, IdleConnTimeout: 90 * time.Second}}
 	}
+	var (
+		c    Client
+		keys []string
+	)
 	build := func(field string, b *Backend) (*backend, error) {
 		if b == nil {
 			return nil, nil
@@ -167,13 +209,14 @@ func New(cfg Config) (*Client, error) {
 				return nil, fmt.Errorf("%s.api_key_env: the variable %s is not set", field, b.KeyEnv)
 			}
 		}
-		opts = append(opts, option.WithAPIKey(key))
-		return &backend{cfg: c, client: openai.NewClient(opts...), key: key}, nil
+		if key != "" && !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+		built := &backend{cfg: c, key: key, keys: &keys}
+		built.client = openai.NewClient(append(opts, option.WithAPIKey(key), option.WithMiddleware(built.redactAnswer))...)
+		return built, nil
 	}
-	var (
-		c   Client
-		err error
-	)
+	var err error
 	if c.main, err = build("llm", &cfg.Backend); err != nil {
 		return nil, err
 	}
@@ -243,12 +286,12 @@ func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error)
 		}
 		var oerr error
 		if err != nil {
-			oerr = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+			oerr = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, keys: b.secrets()}
 		}
 		c.observe(Call{Backend: b.cfg.Name, Model: b.cfg.Model, Tries: int(tries.Load()), Latency: time.Since(start)}, usage, oerr)
 	}
 	if err != nil {
-		err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+		err = &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, keys: b.secrets()}
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
@@ -330,7 +373,7 @@ func (b *backend) complete(ctx context.Context, p openai.ChatCompletionNewParams
 	resp, err := b.client.Chat.Completions.New(ctx, p, count)
 	call := Call{Backend: b.cfg.Name, Model: b.cfg.Model, Tries: int(tries.Load()), Latency: time.Since(start)}
 	if err != nil {
-		return nil, call, &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, key: b.key}
+		return nil, call, &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: err, keys: b.secrets()}
 	}
 	if len(resp.Choices) == 0 {
 		return nil, call, &Error{Backend: b.cfg.Name, Model: b.cfg.Model, err: errors.New("the answer holds no choices")}
@@ -342,17 +385,13 @@ func (b *backend) complete(ctx context.Context, p openai.ChatCompletionNewParams
 type Error struct {
 	Backend, Model string
 	err            error
-	key            string
+	keys           []string
 }
 
-// Error says which backend failed and why, the backend's key redacted wherever it echoed it
+// Error says which backend failed and why, the client's keys redacted wherever it echoed one
 // (before the text is cut, so that no part of it survives a cut).
 func (e *Error) Error() string {
-	var secrets []string
-	if e.key != "" {
-		secrets = []string{e.key}
-	}
-	redact := func(s string) string { return cut(string(egress.Redact([]byte(s), secrets))) }
+	redact := func(s string) string { return cut(string(egress.Redact([]byte(s), e.keys))) }
 	var api *openai.Error
 	if errors.As(e.err, &api) {
 		msg := api.Message

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -157,8 +158,13 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  services    %s\n", strings.Join(sys.Services, "\n              "))
 	k := sys.Key
 	switch {
-	case k.Made:
+	case k.Made && toTerminal(env.Stdout):
 		fmt.Fprintf(&b, "  admin key   %s\n              shown this once; kept in %s (mode 0600), where hermes route and cancel find it\n\n", k.Key, k.Path)
+	case k.Made:
+		// The output is kept (a log, a pipe, a file): the key is not written where whoever
+		// reads the log would find it.
+		fmt.Fprintf(&b, "  admin key   made and kept in %s (mode 0600), not shown: this output is no terminal;\n"+
+			"              read it with cat %s (hermes route and cancel find it there)\n\n", k.Path, k.Path)
 	case k.Key != "":
 		fmt.Fprintf(&b, "  admin key   in %s (hermes route and cancel find it there)\n\n", k.Path)
 	default:
@@ -203,6 +209,13 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	}
 	fmt.Fprintf(&b, "Ctrl-C stops.\n")
 	fmt.Fprint(env.Stdout, b.String())
+}
+
+// toTerminal reports whether w is a terminal, where a person reads what is printed rather than
+// a log keeping it.
+func toTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
 }
 
 // sizeText is n bytes for people; "no limit" when n is negative.

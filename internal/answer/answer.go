@@ -141,6 +141,10 @@ type Record struct {
 	// RequestID and SessionID name the request; CallIDs are its calls, in order.
 	RequestID, SessionID string
 	CallIDs              []string
+	// Names, when known (the request's plan), are the tools of CallIDs, in order: a result
+	// sealed by a key trusted with some tools only is checked against its call's tool (without
+	// them, the bus reads the plan when it meets one).
+	Names []string
 	// AtLeast is the sequence of a recorded result the caller holds (0: none): only a read
 	// that includes it is taken (bus.Bus.Results).
 	AtLeast uint64
@@ -168,7 +172,7 @@ func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
 		recorded = map[string]*bus.Recorded{r.HeldCall: r.Held}
 	} else {
 		var err error
-		if recorded, err = a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.AtLeast); err != nil {
+		if recorded, err = a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.Names, r.AtLeast); err != nil {
 			return false, err
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/hermes"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -49,7 +48,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
 	conc := fs.Int("concurrency", 64, "results handled at once")
 	reload := fs.Duration("reload", 2*time.Second, "how often to check the routes file for changes; 0 turns reload off")
-	sealKey := fs.String("seal-key", os.Getenv("HERMES_SEAL_KEY"), "private key file (hermes seal-key) to seal every tool call with, so that workers trusting it run only calls a router sent (env HERMES_SEAL_KEY)")
+	c.registerSeals(fs, bus.RoleRouter)
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -64,15 +63,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	}
 	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
 		obs.watchBacklog(b, log)
-		var seal *router.SealKey
-		if *sealKey != "" {
-			k, kerr := readSealKey(*sealKey)
-			if kerr != nil {
-				return nil, nil, kerr
-			}
-			seal = k
-		}
-		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: seal,
+		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: c.sealKey,
 			Limits: c.limits, Metrics: obs.metrics, Logger: log})
 		if err != nil {
 			return nil, nil, err
@@ -88,7 +79,6 @@ type workerFlags struct {
 	resolve     resolveFlag
 	concurrency int
 	maxResult   int64
-	trusted     string
 	mcp         string
 	descriptors string
 	pools       worker.Pools
@@ -104,7 +94,6 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.pools.M, "pool-m", envInt("HERMES_POOL_M", worker.DefaultPoolM), "calls of medium tools (resource_level M, and tools without a contract) running at once (env HERMES_POOL_M)")
 	fs.IntVar(&w.pools.H, "pool-h", envInt("HERMES_POOL_H", worker.DefaultPoolH), "calls of heavy tools (resource_level H) running at once (env HERMES_POOL_H)")
 	fs.Int64Var(&w.maxResult, "max-result-bytes", worker.DefaultMaxResultBytes, "largest tool answer accepted; larger ones become RESULT_TOO_LARGE")
-	fs.StringVar(&w.trusted, "trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys (hermes seal-key prints them): run only tool calls they sealed, drop any other (env HERMES_TRUSTED_SEALS)")
 	fs.StringVar(&w.descriptors, "grpc-descriptors", os.Getenv("HERMES_GRPC_DESCRIPTORS"), "directory of FileDescriptorSet files (protoc --include_imports --descriptor_set_out) gRPC routes may name as descriptor_set, for servers without reflection (env HERMES_GRPC_DESCRIPTORS)")
 	fs.StringVar(&w.mcp, "mcp", os.Getenv("HERMES_MCP"), "file naming the MCP servers this worker holds (programs over stdio, Streamable HTTP URLs): their tools become Hermes tools (env HERMES_MCP)")
 }
@@ -128,13 +117,6 @@ func (w *workerFlags) config(instance string) (WorkerConfig, error) {
 			return cfg, fmt.Errorf("%s %d: a pool holds 1 to 100000 calls", p.name, p.n)
 		}
 	}
-	if w.trusted != "" {
-		keys, err := readTrustedSeals(w.trusted)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.TrustedSeals = keys
-	}
 	if w.mcp != "" {
 		var err error
 		if cfg.MCP, err = LoadMCPConfig(w.mcp); err != nil {
@@ -150,6 +132,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	var c common
 	c.register(fs, "toolworker")
 	c.registerDeadLetters(fs, false)
+	c.registerSeals(fs, bus.RoleWorker)
 	var wf workerFlags
 	wf.register(fs)
 	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the MCP servers' tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (tools:admin) (env HERMES_URL)")
@@ -163,6 +146,9 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		wc, err := wf.config(c.instance)
 		if err != nil {
 			return nil, nil, err
+		}
+		if len(c.trust.calls) > 0 {
+			wc.TrustedSeals = c.trust.calls
 		}
 		if wc.MCP != nil && *gatewayURL != "" {
 			if wc.APIKey, err = key.key(); err != nil {
@@ -225,6 +211,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("gateway", "gateway [flags]", env.Stderr)
 	var c common
 	c.register(fs, "gateway")
+	c.registerSeals(fs, bus.RoleGateway)
 	c.registerDeadLetters(fs, false)
 	var gf gatewayFlags
 	gf.register(fs)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -39,7 +40,16 @@ type common struct {
 	recordBytes   int64
 	deadBytes     int64
 	stateBytes    int64
+	// seals are the service's --seal-key and --trusted-seals (registerSeals).
+	seals sealFlags
+	// sealKey is the key --seal-key named, read as the service starts (nil: none).
+	sealKey *router.SealKey
+	// trust is what --trusted-seals named, read as the service starts.
+	trust trust
 }
+
+// registerSeals gives a service of role the flags --seal-key and --trusted-seals.
+func (c *common) registerSeals(fs *flag.FlagSet, role bus.Role) { c.seals.register(fs, role) }
 
 func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.natsURL, "nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
@@ -256,6 +266,16 @@ func (c *common) runService(ctx context.Context, name, running string, log *slog
 		return err
 	}
 	defer nc.Close()
+	if c.seals.registered {
+		k, t, err := c.seals.load()
+		if err != nil {
+			return err
+		}
+		if err := c.seals.apply(b, k, t, log); err != nil {
+			return err
+		}
+		c.sealKey, c.trust = k, t
+	}
 	run, attrs, err := build(nc, b, obs)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/hermes"
@@ -24,6 +25,9 @@ import (
 
 // SystemConfig describes a whole Hermes in one process: what hermes up and hermes bench run.
 type SystemConfig struct {
+	// Trust names keys trusted beside the system's own (--trusted-seals): other routers', whose
+	// calls the workers here run, and workers', whose results of the tools named count.
+	Trust trust
 	// NATSURL names an external server; empty embeds one. NATSAuth is how every service
 	// authenticates to an external server (the embedded one gives each its own user).
 	NATSURL  string
@@ -67,6 +71,9 @@ type SystemConfig struct {
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
 type System struct {
+	// results are the keys trusted to seal results; meetingKey seals the Go meeting tools'.
+	results    protocol.ResultKeys
+	meetingKey *router.SealKey
 	// GatewayURL and DemoURL are http:// base URLs; DemoURL is empty without demo tools.
 	GatewayURL, DemoURL string
 	// LLM describes the agent loop's model; empty without one.
@@ -215,11 +222,33 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.NATSURL == "" {
+	if cfg.NATSURL == "" || len(cfg.Trust.calls) > 0 {
+		for id, k := range cfg.Trust.calls {
+			trusted[id] = k
+		}
 		for id, k := range cfg.Worker.TrustedSeals {
 			trusted[id] = k
 		}
 		cfg.Worker.TrustedSeals = trusted
+	}
+	// Every result is sealed too, by the service that records it, and counts only when a key
+	// trusted for its call's tool sealed it: the services here seal with the system's key
+	// (trusted with any tool), the Go meeting tools with a key of their own trusted with
+	// their tools only (as a tool program beside Hermes would be), and --trusted-seals adds
+	// other routers' and workers' keys.
+	results, meetingKey, err := upResultKeys(seal, cfg.Trust)
+	if err != nil {
+		return nil, err
+	}
+	sys.results, sys.meetingKey = results, meetingKey
+	baseConn := conn
+	conn = func(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
+		nc, b, err := baseConn(name, role)
+		if err == nil {
+			b.SealResults(seal.ID, seal.Key)
+			b.TrustResults(results)
+		}
+		return nc, b, err
 	}
 	_, rb, err := conn("router", bus.RoleRouter)
 	if err != nil {
@@ -330,7 +359,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 func (s *System) meetingTools(cfg SystemConfig, opts []nats.Option, log *slog.Logger) func(context.Context) error {
 	log = log.With("service", "meeting-tools")
 	mc := hermes.Config{NATS: cfg.NATSURL, Options: opts, Instance: cfg.Instance + "-meeting-tools",
-		TrustedSeals: cfg.Worker.TrustedSeals, Logger: log}
+		TrustedSeals: cfg.Worker.TrustedSeals, SealKeyID: s.meetingKey.ID, SealKey: s.meetingKey.Key, TrustedResults: s.results, Logger: log}
 	if s.Key.Key != "" {
 		mc.Gateway, mc.APIKey = s.GatewayURL, s.Key.Key
 	}

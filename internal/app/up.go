@@ -44,9 +44,16 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	demoAddr := fs.String("demo-tools", demoToolsAddr, "listen address of the demo tools; empty to run none")
 	demoGRPC := fs.String("demo-grpc", demoGRPCAddr, "listen address of the demo tools' gRPC service (customer.ProfileService, with reflection); empty to run none")
 	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start (default: the demo tools', when they run), unless someone else registered, changed or removed the tool's since (env HERMES_CONTRACTS; empty: none)")
+	trustedSeals := fs.String("trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of public seal keys trusted beside hermes up's own (hermes seal-key prints them): other routers' keys, whose calls the workers here run, and workers' keys, whose results of the tools named count (env HERMES_TRUSTED_SEALS)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
+	}
+	var trusted trust
+	if *trustedSeals != "" {
+		if trusted, err = readTrust(*trustedSeals); err != nil {
+			return err
+		}
 	}
 	syncAlways, err := syncPolicy(*sync)
 	if err != nil {
@@ -88,7 +95,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
-		Contracts: *contracts, LLM: gf.llm,
+		Contracts: *contracts, LLM: gf.llm, Trust: trusted,
 	})
 	if err != nil {
 		return err

@@ -126,7 +126,7 @@ func TestProcessorAnswersWhatWaits(t *testing.T) {
 			if err := f.advise(t, "max_deliveries", toolConsumer, seq, 20); err != nil {
 				t.Fatal(err)
 			}
-			rec, res, err := f.b.Result(ctx, rid, "a", "s_"+rid)
+			rec, res, err := f.b.Result(ctx, rid, "a", "s_"+rid, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +321,7 @@ func TestProcessorDoesNotPassAGivenUpCallOffAsCancelled(t *testing.T) {
 	if err := f.advise(t, "max_deliveries", bus.ToolConsumer(protocol.ActionHTTP, "echo"), seq, 20); err != nil {
 		t.Fatal(err)
 	}
-	_, res, err := f.b.Result(ctx, rid, "a", "s_"+rid)
+	_, res, err := f.b.Result(ctx, rid, "a", "s_"+rid, "")
 	if err != nil || res.Cancelled() || res.ErrorCode != protocol.CodeDeadLettered || !strings.Contains(res.RecoveryHint, "kept failing with CANCELLED") {
 		t.Fatalf("%+v %v", res, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -26,10 +27,20 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	// With trusted result keys, a result counts only when a key trusted for its call's tool
+	// sealed it: anything else is refused here — a dead letter saying why — and never
+	// aggregated (nor taken for the call's result by any reader of the record).
+	keys := a.bus.ResultKeys()
+	signer, sealed := keys.Signer(m)
+	if keys != nil && !sealed {
+		return bus.Permanent(fmt.Errorf("router: refused result of %s/%s: %w", m.RequestID, res.ToolCallID,
+			keys.VerifyResult(m, res, "")))
+	}
 	// The call ids come with the result (copied from the dispatch); only results published by
-	// others, or by Hermes before correlation travelled in the envelope, need the plan.
-	callIDs, serial, trace, cause := []string(nil), false, m.Trace, protocol.MsgIDRequest(m.RequestID)
-	if a.trusted(m.Correlation, res) {
+	// others, or by Hermes before correlation travelled in the envelope, need the plan — and
+	// those sealed by a key trusted with some tools only, whose call's tool the plan says.
+	callIDs, names, serial, trace, cause := []string(nil), []string(nil), false, m.Trace, protocol.MsgIDRequest(m.RequestID)
+	if a.trusted(m.Correlation, res) && (keys == nil || signer.AnyTool()) {
 		callIDs, serial = m.Correlation.CallIDs, m.Correlation.Serial
 	} else {
 		p, err := a.bus.Plan(ctx, m.RequestID)
@@ -41,11 +52,25 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 			return fmt.Errorf("router: read plan: %w", err)
 		}
 		callIDs, serial, trace, cause = p.CallIDs, p.Serial, p.Trace, p.RequestMsg
+		if len(p.Names) == len(p.CallIDs) {
+			names = p.Names
+		}
+	}
+	if keys != nil {
+		tool := ""
+		if i := slices.Index(callIDs, res.ToolCallID); i >= 0 && names != nil {
+			tool = names[i]
+		} else if i < 0 {
+			return bus.Permanent(fmt.Errorf("router: refused result of %s/%s: its request has no such call", m.RequestID, res.ToolCallID))
+		}
+		if err := keys.VerifyResult(m, res, tool); err != nil {
+			return bus.Permanent(fmt.Errorf("router: refused result of %s/%s: %w", m.RequestID, res.ToolCallID, err))
+		}
 	}
 	// The results of the request, read in one batch, with this one's among them: a replica
 	// that has not stored this one yet is not read from, so every result recorded before this
 	// one is seen, and whichever result is recorded last completes the request.
-	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, AtLeast: d.StreamSeq,
+	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, Names: names, AtLeast: d.StreamSeq,
 		Held: &bus.Recorded{Msg: m, Data: d.Data, Seq: d.StreamSeq}, HeldCall: res.ToolCallID,
 		Cause: cause, Trace: trace, Serial: serial}
 	switch {

@@ -132,7 +132,7 @@ func (p *busPlans) CreatePlan(ctx context.Context, requestID string, plan *bus.P
 }
 
 func (p *busPlans) HaveResults(ctx context.Context, requestID, session string, callIDs []string) (map[string]bool, error) {
-	recorded, err := p.bus.Results(ctx, requestID, session, callIDs, 0)
+	recorded, err := p.bus.Results(ctx, requestID, session, callIDs, nil, 0)
 	if err != nil {
 		return nil, err
 	}

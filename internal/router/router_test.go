@@ -48,7 +48,7 @@ func TestOutletAndAggregation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a: NO_ROUTE, recorded and published with the correlation.
-	rec, res, err := b.Result(ctx, "r1", "a", "s1")
+	rec, res, err := b.Result(ctx, "r1", "a", "s1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func recordOK(t *testing.T, b *bus.Bus, rid, call string, corr *protocol.Correla
 // delivery is the delivery of call's recorded result, as the results consumer hands it.
 func delivery(t *testing.T, b *bus.Bus, rid, call string) *bus.Delivery {
 	t.Helper()
-	rec, _, err := b.Result(t.Context(), rid, call, "s1")
+	rec, _, err := b.Result(t.Context(), rid, call, "s1", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,6 +280,8 @@ type Bus struct {
 	// too: results and responses of requests from before the upgrade are looked up there.
 	legacyResponses jetstream.KeyValue
 	legacyResults   bool
+	// auth seals the results this bus records and checks those it reads.
+	auth resultAuth
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's

@@ -71,11 +71,11 @@ func TestRecordResultFirstWins(t *testing.T) {
 	if n := info.State.Subjects[protocol.SubjectResult("r1", "a", "s1")]; n != 1 {
 		t.Fatalf("%d results on the call's subject, want 1", n)
 	}
-	_, have, err := b.Result(ctx, "r1", "a", "s1")
+	_, have, err := b.Result(ctx, "r1", "a", "s1", "")
 	if err != nil || string(have.Content) != "1" {
 		t.Fatalf("Result: %+v %v", have, err)
 	}
-	if _, _, err := b.Result(ctx, "r1", "b", "s1"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := b.Result(ctx, "r1", "b", "s1", ""); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("a call without a result: %v", err)
 	}
 }
@@ -136,16 +136,16 @@ func TestResultsReadsABatch(t *testing.T) {
 	if _, _, err := b.RecordResult(ctx, w, other, res); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.Results(ctx, "r1", "s1", []string{"a", "b", "c"}, last)
+	got, err := b.Results(ctx, "r1", "s1", []string{"a", "b", "c"}, nil, last)
 	if err != nil || len(got) != 2 || string(mustResult(t, got["a"]).Content) != `"a"` || string(mustResult(t, got["c"]).Content) != `"c"` {
 		t.Fatalf("Results: %v %v", got, err)
 	}
-	if got, err := b.Results(ctx, "r9", "s1", []string{"a"}, 0); err != nil || len(got) != 0 {
+	if got, err := b.Results(ctx, "r9", "s1", []string{"a"}, nil, 0); err != nil || len(got) != 0 {
 		t.Fatalf("no results: %v %v", got, err)
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := b.Results(short, "r1", "s1", []string{"a", "c"}, last+100); err == nil {
+	if _, err := b.Results(short, "r1", "s1", []string{"a", "c"}, nil, last+100); err == nil {
 		t.Fatal("a batch without the result held was taken")
 	}
 }
@@ -257,10 +257,10 @@ func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
 	if _, resp, err := b.Response(ctx, "old1", ""); err != nil || resp.Status != protocol.StatusSuccess {
 		t.Fatalf("old response: %v %v", resp, err)
 	}
-	if _, got, err := b.Result(ctx, "old1", "a", "s1"); err != nil || string(got.Content) != string(res.Content) {
+	if _, got, err := b.Result(ctx, "old1", "a", "s1", ""); err != nil || string(got.Content) != string(res.Content) {
 		t.Fatalf("old result: %v %v", got, err)
 	}
-	if got, err := b.Results(ctx, "old1", "s1", []string{"a", "b"}, 0); err != nil || len(got) != 1 {
+	if got, err := b.Results(ctx, "old1", "s1", []string{"a", "b"}, nil, 0); err != nil || len(got) != 1 {
 		t.Fatalf("old results: %v %v", got, err)
 	}
 	cfg := b.Stream.CachedInfo().Config
@@ -281,10 +281,10 @@ func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Result(ctx, "r1", "a", "s1"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := b.Result(ctx, "r1", "a", "s1", ""); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("garbage counted as a result: %v", err)
 	}
-	if got, err := b.Results(ctx, "r1", "s1", []string{"a"}, garbage.Sequence); err != nil || len(got) != 0 {
+	if got, err := b.Results(ctx, "r1", "s1", []string{"a"}, nil, garbage.Sequence); err != nil || len(got) != 0 {
 		t.Fatalf("garbage in a batch: %v %v", got, err)
 	}
 	m, res := resultMsg(t, "r1", "a", "s1", `"real"`, "")
@@ -292,7 +292,7 @@ func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
 	if err != nil || !mine || rec.Seq <= garbage.Sequence {
 		t.Fatalf("over garbage: %+v %v %v", rec, mine, err)
 	}
-	if _, got, err := b.Result(ctx, "r1", "a", "s1"); err != nil || string(got.Content) != `"real"` {
+	if _, got, err := b.Result(ctx, "r1", "a", "s1", ""); err != nil || string(got.Content) != `"real"` {
 		t.Fatalf("read back: %+v %v", got, err)
 	}
 	// Another call's result on this call's subject: not this call's.
@@ -301,7 +301,7 @@ func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
 	if _, err := b.JS.Publish(ctx, protocol.SubjectResult("r2", "c", "s1"), data); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Result(ctx, "r2", "c", "s1"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := b.Result(ctx, "r2", "c", "s1", ""); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("another call's result counted: %v", err)
 	}
 	// A response subject holding garbage: not answered, and the first response supersedes it.

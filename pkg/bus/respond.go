@@ -3,6 +3,8 @@ package bus
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +58,13 @@ func (b *Bus) RecordResult(ctx context.Context, p *Publisher, m *protocol.Messag
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
-	return b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, resultOf(m.RequestID, res.ToolCallID), nil)
+	b.sealResult(m)
+	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name}))
+	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid, nil)
+	if err == nil && t.err != nil {
+		return nil, false, t.err
+	}
+	return r, mine, err
 }
 
 // RecordRedrivenResult is RecordResult for the result of a call re-driven from the dead
@@ -67,8 +75,14 @@ func (b *Bus) RecordRedrivenResult(ctx context.Context, p *Publisher, m *protoco
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordRedrivenResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
-	return b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, resultOf(m.RequestID, res.ToolCallID),
+	b.sealResult(m)
+	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name}))
+	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid,
 		func(r *Recorded) bool { return IsDeadAnswer(r.Msg) })
+	if err == nil && t.err != nil {
+		return nil, false, t.err
+	}
+	return r, mine, err
 }
 
 // IsDeadAnswer reports whether m is a result the dead-letter processor recorded for a call it
@@ -114,15 +128,35 @@ func (b *Bus) Announce(ctx context.Context, r *Recorded) error {
 // for; anything else there is as good as nothing.
 type counts func(*Recorded) bool
 
-// resultOf counts a result of call callID of requestID.
-func resultOf(requestID, callID string) counts {
+// resultOf counts a result of call callID of requestID: with trusted result keys, only one
+// sealed by a key trusted for the call's tool (which tools tells, reading the request's plan
+// only for a key trusted with some tools). A plan that cannot be read is an error kept in the
+// returned toolsOf, which the caller reports.
+func (b *Bus) resultOf(ctx context.Context, requestID, callID string, tools *toolsOf) (counts, *toolsOf) {
 	return func(r *Recorded) bool {
 		if r.Msg == nil || r.Msg.Type != protocol.TypeToolResult || r.Msg.RequestID != requestID {
 			return false
 		}
 		res, err := r.Msg.DecodeToolResult()
-		return err == nil && res.ToolCallID == callID
-	}
+		if err != nil || res.ToolCallID != callID {
+			return false
+		}
+		keys := b.auth.keys
+		if keys == nil {
+			return true
+		}
+		signer, ok := keys.Signer(r.Msg)
+		if !ok {
+			return false
+		}
+		tool := res.Name
+		if !signer.AnyTool() {
+			if tool, err = tools.tool(ctx, callID); err != nil {
+				return false
+			}
+		}
+		return keys.VerifyResult(r.Msg, res, tool) == nil
+	}, tools
 }
 
 // responseOf counts a response of requestID.
@@ -176,8 +210,12 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 			if have.Seq != 0 && valid(have) {
 				return have, false, nil
 			}
-			// Another message under this id that does not count: what the subject holds
-			// decides.
+			// Another message under this id that does not count (put there by someone
+			// else): m takes an id of its own, derived from its bytes so that a retry of
+			// this write is still stored once, and what the subject holds decides.
+			if data, err = b.reidentify(m, data); err != nil {
+				return nil, false, err
+			}
 			if have, err = b.lastRecorded(ctx, subject); err != nil && !errors.Is(err, ErrNotFound) {
 				return nil, false, err
 			}
@@ -209,6 +247,22 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 			return nil, false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, ctx.Err())
 		}
 	}
+}
+
+// reidentify gives m, whose message id another message took, an id of its own: the first
+// id with a digest of m's bytes (so the same write gets the same one), sealed again when m is
+// a sealed result. It returns m's new bytes.
+func (b *Bus) reidentify(m *protocol.Message, data []byte) ([]byte, error) {
+	sum := sha256.Sum256(data)
+	m.MsgID = protocol.Shorten(m.MsgID, 200) + "~" + hex.EncodeToString(sum[:8])
+	if m.Type == protocol.TypeToolResult && m.Seal != nil {
+		b.sealResult(m)
+	}
+	out, err := protocol.Marshal(m)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	return out, nil
 }
 
 // jsErrCodeClusterNotAvailable: a replicated stream has no leader (an election is under way).
@@ -382,11 +436,12 @@ var leaderRetry = retry.Policy{Initial: 20 * time.Millisecond, Factor: 2, Max: 5
 // result is read from the stream leader. Results recorded by Hermes before they were kept on the
 // stream alone are looked up in their bucket while it exists. A message on a call's subject
 // that is not a result of that call is as good as none.
-func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []string, atLeast uint64) (map[string]*Recorded, error) {
+func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, names []string, atLeast uint64) (map[string]*Recorded, error) {
 	out := map[string]*Recorded{}
+	tools := b.namesOf(requestID, callIDs, names)
 	if atLeast == 0 {
 		for _, id := range callIDs {
-			r, _, err := b.Result(ctx, requestID, id, session)
+			r, _, err := b.result(ctx, requestID, id, session, tools)
 			switch {
 			case err == nil:
 				out[id] = r
@@ -418,8 +473,22 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []
 			}
 			top = max(top, raw.Sequence)
 			id, ok := callOf[raw.Subject]
-			if r := recordedOf(raw); ok && resultOf(requestID, id)(r) {
+			if !ok {
+				continue
+			}
+			valid, _ := b.resultOf(ctx, requestID, id, tools)
+			if r := recordedOf(raw); valid(r) {
 				out[id] = r
+			} else if tools.err != nil {
+				return retry.Stop(tools.err)
+			} else if b.auth.keys != nil && r.Msg != nil && r.Msg.Type == protocol.TypeToolResult {
+				// The last on the subject does not count (a result nobody trusted sealed,
+				// put there after the call's own): the call's own, if any, is before it.
+				if r, err := b.trustedResult(ctx, requestID, id, session, tools); err == nil {
+					out[id] = r
+				} else if !errors.Is(err, ErrNotFound) {
+					return retry.Stop(err)
+				}
 			}
 		}
 		if top < atLeast {
@@ -448,9 +517,30 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs []
 // Result returns the recorded result of one call, read from the stream leader, or an error
 // wrapping ErrNotFound. A message on the call's subject that is not a result of that call is as
 // good as none.
-func (b *Bus) Result(ctx context.Context, requestID, callID, session string) (*Recorded, *protocol.ToolResult, error) {
-	r, err := b.lastRecorded(ctx, protocol.SubjectResult(requestID, callID, session))
-	if err == nil && !resultOf(requestID, callID)(r) {
+//
+// tool is the call's tool ("" when the caller does not know it: the request's plan says, when a
+// result must be checked against it).
+func (b *Bus) Result(ctx context.Context, requestID, callID, session, tool string) (*Recorded, *protocol.ToolResult, error) {
+	var names []string
+	if tool != "" {
+		names = []string{tool}
+	}
+	return b.result(ctx, requestID, callID, session, b.namesOf(requestID, []string{callID}, names))
+}
+
+func (b *Bus) result(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, *protocol.ToolResult, error) {
+	subject := protocol.SubjectResult(requestID, callID, session)
+	valid, _ := b.resultOf(ctx, requestID, callID, tools)
+	r, err := b.lastRecorded(ctx, subject)
+	switch {
+	case err == nil && valid(r):
+	case err == nil && tools.err != nil:
+		err = tools.err
+	case err == nil && b.auth.keys != nil && r.Msg != nil && r.Msg.Type == protocol.TypeToolResult:
+		// The last on the subject does not count (a result nobody trusted sealed, put there
+		// after the call's own): the call's own, if any, is before it.
+		r, err = b.trustedResult(ctx, requestID, callID, session, tools)
+	case err == nil:
 		err = fmt.Errorf("%w: no result of %s/%s (the subject holds something else)", ErrNotFound, requestID, callID)
 	}
 	if errors.Is(err, ErrNotFound) && b.legacyResults {
@@ -464,6 +554,40 @@ func (b *Bus) Result(ctx context.Context, requestID, callID, session string) (*R
 		return nil, nil, Permanent(fmt.Errorf("bus: recorded result of %s/%s: %w", requestID, callID, err))
 	}
 	return r, res, nil
+}
+
+// maxResultScan bounds the messages on a call's subject read to find its trusted result: a
+// call has a handful of genuine ones (its result, a re-drive's); a writer that finds the last
+// untrusted records after it.
+const maxResultScan = 32
+
+// trustedResult reads the messages on a call's subject for the last trusted result of the call
+// (a re-driven call's result comes after the dead-letter processor's), looking at most at
+// maxResultScan of them.
+func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, error) {
+	subject := protocol.SubjectResult(requestID, callID, session)
+	valid, _ := b.resultOf(ctx, requestID, callID, tools)
+	var found *Recorded
+	seq := uint64(1)
+	for range maxResultScan {
+		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r := recordedOf(raw); valid(r) {
+			found = r
+		} else if tools.err != nil {
+			return nil, tools.err
+		}
+		seq = raw.Sequence + 1
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: no trusted result of %s/%s", ErrNotFound, requestID, callID)
+	}
+	return found, nil
 }
 
 // Response returns requestID's recorded response, read from the stream leader, or an error

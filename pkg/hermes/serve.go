@@ -20,6 +20,7 @@ import (
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
 )
 
@@ -36,6 +37,14 @@ type Config struct {
 	NKey, Creds, CA, Cert, Key string
 	// TrustedSeals are the routers' public keys by key id: only calls they sealed are run.
 	TrustedSeals map[string]ed25519.PublicKey
+	// SealKey, named SealKeyID, seals every result these tools give (hermes seal-key --tools
+	// makes one; the routers trust its public line for these tools): routers that check
+	// results refuse unsealed ones. TrustedResults are the keys trusted to seal results (the
+	// same file's lines), so that a result someone else put on a call's subject is not taken
+	// for the call's; they are used only with SealKey, and must include it.
+	SealKeyID      string
+	SealKey        ed25519.PrivateKey
+	TrustedResults protocol.ResultKeys
 	// Gateway is the base URL of a gateway, and APIKey a key with the tools:admin permission:
 	// the contracts are registered there before serving. Empty Gateway registers nothing (they
 	// must be registered otherwise: hermes tools register).
@@ -97,6 +106,19 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	b, err := bus.Provision(ctx, js, bus.Config{NoProvision: true})
 	if err != nil {
 		return fmt.Errorf("hermes: %w", err)
+	}
+	if len(cfg.SealKey) > 0 {
+		if len(cfg.SealKey) != ed25519.PrivateKeySize || cfg.SealKeyID == "" {
+			return errors.New("hermes: Config.SealKey needs an ed25519 private key and its SealKeyID")
+		}
+		if len(cfg.TrustedResults) > 0 {
+			have, ok := cfg.TrustedResults[cfg.SealKeyID]
+			if !ok || !have.Key.Equal(cfg.SealKey.Public()) {
+				return fmt.Errorf("hermes: Config.TrustedResults lacks this worker's own key %q: its results would not count even for itself", cfg.SealKeyID)
+			}
+			b.TrustResults(cfg.TrustedResults)
+		}
+		b.SealResults(cfg.SealKeyID, cfg.SealKey)
 	}
 	exec, err := worker.NewFuncs(funcs)
 	if err != nil {

@@ -84,7 +84,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		// not run again: its result is on the record, and so reaches aggregation. (A call
 		// re-driven from the dead letters runs again over the answer the dead-letter
 		// processor gave it, but not over the tool's own.)
-		rec, _, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID, m.SessionID)
+		rec, _, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID, m.SessionID, tool)
 		if rerr == nil && redrive != "" && bus.IsDeadAnswer(rec.Msg) {
 			rerr = bus.ErrNotFound
 		}

@@ -97,7 +97,7 @@ func (r *rig) result(rid string) (*protocol.Message, *protocol.ToolResult) {
 	r.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		rec, res, err := r.b.Result(r.t.Context(), rid, "c", "s")
+		rec, res, err := r.b.Result(r.t.Context(), rid, "c", "s", "")
 		if err == nil {
 			return rec.Msg, res
 		}
@@ -208,7 +208,7 @@ func TestWorkerHonoursCancellation(t *testing.T) {
 	}
 	announce()
 	time.Sleep(300 * time.Millisecond)
-	if _, _, err := r.b.Result(ctx, "r_running", "c", "s"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := r.b.Result(ctx, "r_running", "c", "s", ""); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("a forged cancellation stopped the call: %v", err)
 	}
 	if err := ledger.Cancel(ctx, r.b.Claims, ledger.Key("r_running", "c")); err != nil {
@@ -381,7 +381,7 @@ func TestAnExecutorNamingNoToolsServesNone(t *testing.T) {
 	r := newRig(t, bus.Config{}, toolsExec{&ran})
 	r.dispatch(protocol.ActionMCP, "r_other", `{}`, protocol.RetryPolicy{})
 	time.Sleep(time.Second)
-	if _, _, err := r.b.Result(t.Context(), "r_other", "c", "s"); !errors.Is(err, bus.ErrNotFound) || ran.Load() != 0 {
+	if _, _, err := r.b.Result(t.Context(), "r_other", "c", "s", ""); !errors.Is(err, bus.ErrNotFound) || ran.Load() != 0 {
 		t.Fatalf("ran %d: %v", ran.Load(), err)
 	}
 }
@@ -528,7 +528,7 @@ func TestAToolSetsToolIsServedOnceItHasIt(t *testing.T) {
 	r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})}
 	r.dispatch(protocol.ActionMCP, "r_set", `{}`, protocol.RetryPolicy{})
 	time.Sleep(500 * time.Millisecond)
-	if _, _, err := b.Result(t.Context(), "r_set", "c", "s"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := b.Result(t.Context(), "r_set", "c", "s", ""); !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("served before the executor had the tool: %v", err)
 	}
 	set.add("t")

@@ -140,7 +140,7 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	}
 	_, b := s.connect()
 	waitFor(t, "the re-driven call's result", func() bool {
-		_, res, err := b.Result(context.Background(), "crash_last", "c", "crash_last")
+		_, res, err := b.Result(context.Background(), "crash_last", "c", "crash_last", "")
 		return err == nil && res.Status == protocol.ResultOK && res.Attempts == 3
 	})
 	if n := len(s.recorder.tries("crash_last/c")); n != 3 {
@@ -285,7 +285,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 	if n := s.countRecorded("late_dup", protocol.TypeResponse); n != 1 {
 		t.Fatalf("%d responses recorded, want 1", n)
 	}
-	rec, _, err := b.Result(ctx, "late_dup", "c", "late_dup")
+	rec, _, err := b.Result(ctx, "late_dup", "c", "late_dup", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -49,6 +50,9 @@ type options struct {
 	callers    bool              // the gateway asks every caller for an API key
 	oidc       auth.OIDCConfig   // with callers: the issuer whose tokens it takes too
 	seal       *router.SealKey   // routers seal every call with it; workers run only sealed calls
+	// with seal, every service seals the results it records with it, and a result counts only
+	// when a key of seal's, or of resultKeys for its tool, sealed it
+	resultKeys protocol.ResultKeys
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -277,6 +281,12 @@ func (s *system) connectAs(role bus.Role) (*nats.Conn, *bus.Bus) {
 	nc, b, err := app.Connect(context.Background(), url, "hermes-it-"+string(role), cfg, s.opts.logger, opts...)
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	if k := s.opts.seal; k != nil && role != bus.RoleAdmin {
+		keys := protocol.ResultKeys{k.ID: {Key: k.Key.Public().(ed25519.PublicKey)}}
+		maps.Copy(keys, s.opts.resultKeys)
+		b.SealResults(k.ID, k.Key)
+		b.TrustResults(keys)
 	}
 	s.conns = append(s.conns, nc)
 	return nc, b

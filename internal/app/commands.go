@@ -317,7 +317,8 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the Go tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (env HERMES_URL); empty registers nothing (routes reach them with go actions)")
 	var key keyFlag
 	key.register(fs)
-	trusted := fs.String("trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of routers' public seal keys: the Go tools run only tool calls they sealed (env HERMES_TRUSTED_SEALS)")
+	trusted := fs.String("trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of trusted public seal keys: the Go tools run only tool calls a router's key sealed, and take a call's result only when a key trusted for its tool sealed it (env HERMES_TRUSTED_SEALS)")
+	sealKey := fs.String("seal-key", os.Getenv("HERMES_SEAL_KEY"), "private key file (hermes seal-key --tools) to seal the Go tools' results with (env HERMES_SEAL_KEY)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	log, err := parse(fs, args, env, &level)
 	if err != nil {
@@ -334,6 +335,20 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		if *trusted != "" {
 			if mc.TrustedSeals, err = readTrustedSeals(*trusted); err != nil {
 				return err
+			}
+		}
+		if *sealKey != "" {
+			k, err := readSealKey(*sealKey)
+			if err != nil {
+				return err
+			}
+			mc.SealKeyID, mc.SealKey = k.ID, k.Key
+			if *trusted != "" {
+				t, err := readTrust(*trusted)
+				if err != nil {
+					return err
+				}
+				mc.TrustedResults = t.results
 			}
 		}
 		if *gatewayURL != "" {

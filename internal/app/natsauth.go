@@ -3,13 +3,16 @@ package app
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -102,6 +105,11 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "NATS users in %s (include it in the server's configuration):\n%s\n", filepath.Join(*out, authConfFile), strings.Join(lines, "\n"))
+	sealLines, err := makeSeals(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "seal keys: %s\n", strings.Join(sealLines, "\n           "))
 	if *tlsHosts != "" {
 		if err := makeTLS(*out, strings.Split(*tlsHosts, ",")); err != nil {
 			return err
@@ -222,4 +230,42 @@ func mustEC(k *ecdsa.PrivateKey) []byte {
 func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	return n
+}
+
+// sealKeys are the seal keys nats-auth makes beside the users: each service's, and the tools
+// whose results a key may seal ("": any tool, a router's or gateway's; "*": a worker trusted
+// with every tool).
+var sealKeys = []struct{ name, tools string }{{"router", ""}, {"gateway", ""}, {"toolworker", "*"}}
+
+// trustedSealsFile lists the public lines of the keys nats-auth made: every service's
+// --trusted-seals.
+const trustedSealsFile = "trusted-seals"
+
+// makeSeals writes a seal key per service (NAME.seal, kept if there) and the trusted-seals file
+// naming their public keys, and returns lines saying so.
+func makeSeals(dir string) ([]string, error) {
+	var public, said []string
+	for _, k := range sealKeys {
+		path := filepath.Join(dir, k.name+".seal")
+		line := ""
+		if key, err := readSealKey(path); err == nil {
+			line = fmt.Sprintf("%s %s %s", sealPublicTag, key.ID, base64.StdEncoding.EncodeToString(key.Key.Public().(ed25519.PublicKey)))
+		} else if errors.Is(err, fs.ErrNotExist) {
+			if line, err = newSealKey(path, k.name); err != nil {
+				return nil, err
+			}
+		} else {
+			return nil, err
+		}
+		if k.tools != "" {
+			line += " tools=" + k.tools
+		}
+		public = append(public, line)
+		said = append(said, fmt.Sprintf("%-12s %s (--seal-key)", k.name, path))
+	}
+	path := filepath.Join(dir, trustedSealsFile)
+	if err := os.WriteFile(path, []byte(strings.Join(public, "\n")+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	return append(said, fmt.Sprintf("%-12s %s (every service's --trusted-seals)", "trusted", path)), nil
 }

@@ -95,6 +95,29 @@ func reads() []string {
 	}
 }
 
+// metadata are the JetStream calls that read no message: stream and consumer information.
+func metadata() []string {
+	return []string{
+		jsAPI + "INFO",
+		jsAPI + "STREAM.INFO.*",
+		jsAPI + "STREAM.NAMES",
+		jsAPI + "STREAM.LIST",
+		jsAPI + "CONSUMER.INFO.*.*",
+		jsAPI + "CONSUMER.NAMES.*",
+		jsAPI + "CONSUMER.LIST.*",
+	}
+}
+
+// bucketReads lets a role read keys of the buckets named (a get reads from the leader, or a
+// direct get from any replica), and no other bucket.
+func bucketReads(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, jsAPI+"STREAM.MSG.GET."+KVStream(b), jsAPI+"DIRECT.GET."+KVStream(b), jsAPI+"DIRECT.GET."+KVStream(b)+".>")
+	}
+	return out
+}
+
 // ordered lets a role read streams through consumers of its own (ordered consumers, bucket
 // watches), which it creates, pulls from and deletes. The record's are created under a name
 // in the API subject, never by the form that takes the name from the request body (which would
@@ -226,8 +249,14 @@ func AccessOf(role Role, user string) (Access, error) {
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 	case RoleWorker:
-		a.Publish = slices.Concat(reads(),
-			ordered(KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
+		// A worker reads the buckets its ledger, routes and contracts need, and of the record
+		// only what the stream leader's message get gives (a call's recorded result, before
+		// it runs the call again): never a direct get of the record, nor the keys', owners',
+		// sign-ins' or sessions' buckets.
+		a.Publish = slices.Concat(metadata(),
+			bucketReads(BucketClaims, BucketTools, BucketContracts),
+			[]string{jsAPI + "STREAM.MSG.GET." + protocol.StreamName},
+			ordered(KVStream(BucketTools), KVStream(BucketContracts)),
 			[]string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*", jsAck + protocol.StreamName + ".*.>"},
 			toolConsumers(),
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},

@@ -30,13 +30,17 @@ import (
 func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	dir := madeAuth(t)
 	auth := filepath.Join(dir, "auth")
-	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem"} {
+	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",
+		"router.seal", "gateway.seal", "toolworker.seal", "trusted-seals"} {
 		if _, err := os.Stat(filepath.Join(auth, f)); err != nil {
 			t.Fatalf("nats-auth wrote no %s: %v", f, err)
 		}
 	}
-	if entries, _ := os.ReadDir(auth); len(entries) != 9 {
-		t.Fatalf("nats-auth wrote %d files, want those 9 (no CA key)", len(entries))
+	if entries, _ := os.ReadDir(auth); len(entries) != 13 {
+		t.Fatalf("nats-auth wrote %d files, want those 13 (no CA key)", len(entries))
+	}
+	if st, _ := os.Stat(filepath.Join(auth, "router.seal")); st.Mode().Perm() != 0o600 {
+		t.Fatalf("a seal key is mode %v", st.Mode().Perm())
 	}
 	if st, _ := os.Stat(filepath.Join(auth, "gateway.nk")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("a seed is mode %v", st.Mode().Perm())

@@ -35,6 +35,9 @@ type Case struct {
 // MaxCases bounds the cases Cases makes.
 const MaxCases = 40
 
+// maxCaseName bounds a case's name (it names a field, and a value).
+const maxCaseName = 256
+
 // Cases generates arguments from the input schema: the schema's examples and a typical valid
 // value (once with the required fields only, once with every field), boundary values of each
 // top-level field, and invalid values (a required field missing, a wrong type, a value off its
@@ -103,7 +106,7 @@ func (g *caseGen) add(kind CaseKind, name string, v any) {
 		return
 	}
 	g.seen[string(b)] = true
-	g.cases = append(g.cases, Case{Kind: kind, Name: name, Arguments: b})
+	g.cases = append(g.cases, Case{Kind: kind, Name: brief(name, maxCaseName), Arguments: b})
 }
 
 // with returns base with field name set to v.
@@ -150,7 +153,7 @@ func (g *caseGen) boundaries(base map[string]any, name string, s *jsonschema.Sch
 			if !slices.Contains(types, "integer") && b.step != 0 {
 				v = new(big.Rat).Add(b.r, big.NewRat(b.step, 1000))
 			}
-			g.add(CaseBoundary, fmt.Sprintf("%s at %s %s", name, b.what, v.RatString()), with(base, name, ratValue(v)))
+			g.add(CaseBoundary, fmt.Sprintf("%s at %s %s", name, b.what, rat(v)), with(base, name, ratValue(v)))
 		}
 		g.add(CaseBoundary, name+" = 0", with(base, name, 0))
 		g.add(CaseBoundary, name+" = -1", with(base, name, -1))
@@ -205,11 +208,11 @@ func (g *caseGen) invalid(root *jsonschema.Schema, base map[string]any) {
 		}
 		if s.Minimum != nil {
 			v := new(big.Rat).Sub(s.Minimum, big.NewRat(1, 1))
-			g.add(CaseInvalid, fmt.Sprintf("%s below its minimum (%s)", name, v.RatString()), with(base, name, ratValue(v)))
+			g.add(CaseInvalid, fmt.Sprintf("%s below its minimum (%s)", name, rat(v)), with(base, name, ratValue(v)))
 		}
 		if s.Maximum != nil {
 			v := new(big.Rat).Add(s.Maximum, big.NewRat(1, 1))
-			g.add(CaseInvalid, fmt.Sprintf("%s above its maximum (%s)", name, v.RatString()), with(base, name, ratValue(v)))
+			g.add(CaseInvalid, fmt.Sprintf("%s above its maximum (%s)", name, rat(v)), with(base, name, ratValue(v)))
 		}
 		if s.MinLength != nil && *s.MinLength > 0 {
 			if v, ok := g.stringOfLength(&jsonschema.Schema{}, *s.MinLength-1); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"slices"
 	"strconv"
@@ -18,8 +19,16 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// maxProblems bounds how many problems one check reports.
-const maxProblems = 8
+// Bounds of what a check says: how many problems it reports, and how long its text is (each
+// part of a problem is bounded too: a name, a number, a pattern, an enum's values, a path).
+const (
+	maxProblems     = 8
+	maxMessageBytes = 2 << 10 // the problems together
+	maxHintBytes    = 3 << 10 // a hint: the problems, and what the fields are for
+	maxPatternShown = 128
+	maxEnumShown    = 8
+	maxPathShown    = 8 // steps of a path; past that, its first and last ones
+)
 
 // ArgumentsError says how a call's arguments break the contract's input_schema: each problem
 // names the field and the rule ("order_id: does not match ^ORD[0-9]{12}$").
@@ -32,10 +41,14 @@ type ArgumentsError struct {
 	Hint string
 }
 
-func (e *ArgumentsError) Error() string { return strings.Join(e.Problems, "; ") }
+func (e *ArgumentsError) Error() string {
+	return brief(strings.Join(e.Problems, "; "), maxMessageBytes)
+}
 
 // CheckInput checks a call's arguments (a JSON object; empty counts as {}). It returns nil or
-// an *ArgumentsError.
+// an *ArgumentsError. Arguments that would take more than MaxCheckSteps to check, or that go
+// deeper than MaxCheckDepth where the schema checks them, are refused unchecked, the problem
+// naming the bound.
 func (c *Compiled) CheckInput(args json.RawMessage) error {
 	if c.input == nil {
 		return nil
@@ -48,7 +61,9 @@ func (c *Compiled) CheckInput(args json.RawMessage) error {
 		return &ArgumentsError{Tool: c.Name, Problems: []string{"the arguments are not JSON"}, Hint: "send the arguments as a JSON object"}
 	}
 	problems := c.input.check(v, "(the arguments)")
-	problems = append(problems, c.input.caseTwins(v)...)
+	if len(problems) == 0 || !problems[0].cost {
+		problems = append(problems, c.input.caseTwins(v)...)
+	}
 	if len(problems) == 0 {
 		return nil
 	}
@@ -60,13 +75,14 @@ func (c *Compiled) CheckInput(args json.RawMessage) error {
 			e.Missing = append(e.Missing, p.at[0])
 		}
 		if d := c.input.descriptions[p.top()]; d != "" {
-			hints = append(hints, p.top()+" is "+d)
+			hints = append(hints, brief(p.top(), maxNameBytes)+" is "+brief(d, 256))
 		}
 	}
-	e.Hint = fmt.Sprintf("call %s again with arguments that follow its input_schema: %s", c.Name, strings.Join(e.Problems, "; "))
+	e.Hint = fmt.Sprintf("call %s again with arguments that follow its input_schema: %s", c.Name, e.Error())
 	if len(hints) > 0 {
 		e.Hint += " (" + strings.Join(dedupe(hints), "; ") + ")"
 	}
+	e.Hint = brief(e.Hint, maxHintBytes)
 	return e
 }
 
@@ -89,7 +105,8 @@ type Verdict struct {
 // code (^[A-Z0-9_]{1,64}$, not Hermes' own) and match output_schema.failure, exactly (an enum
 // is compared byte for byte). An error status whose body has neither is not judged (a proxy's
 // error page, say: the caller keeps its own verdict, and retries). A plain contract judges the
-// answers of successful calls only.
+// answers of successful calls only. An answer that would cost more to check than a check may
+// (MaxCheckSteps, MaxCheckDepth) is a violation that names the bound.
 func (c *Compiled) CheckOutput(answer json.RawMessage, errorStatus bool) Verdict {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(answer))
 	if err != nil {
@@ -196,7 +213,7 @@ func violation(ps []problem) Verdict {
 	for i, p := range ps {
 		s[i] = p.String()
 	}
-	return Verdict{Violation: strings.Join(s, "; ")}
+	return Verdict{Violation: brief(strings.Join(s, "; "), maxMessageBytes)}
 }
 
 // problem is one way a value breaks a schema.
@@ -204,18 +221,22 @@ type problem struct {
 	at   []string // where, in the value
 	root string   // what the value is called
 	what string
+	// cost: the value was not checked, it would cost more than a check may.
+	cost bool
 }
 
 func (p problem) String() string {
 	if len(p.at) == 0 {
 		return p.root + ": " + p.what
 	}
-	at := make([]string, len(p.at))
-	for i, tok := range p.at {
-		at[i] = protocol.Shorten(tok, maxNameBytes) // names come from the value: shown briefly
-		if len(at[i]) < len(tok) {
-			at[i] += "…"
-		}
+	path := p.at
+	if len(path) > maxPathShown {
+		// A deep path: its first steps and its last.
+		path = slices.Concat(path[:3], []string{"…"}, path[len(path)-maxPathShown+4:])
+	}
+	at := make([]string, len(path))
+	for i, tok := range path {
+		at[i] = brief(tok, maxNameBytes) // names come from the value: shown briefly
 	}
 	if p.root == "success" || p.root == "failure" {
 		return p.root + "." + strings.Join(at, ".") + ": " + p.what
@@ -315,13 +336,16 @@ func (s *schema) check(v any, root string) []problem {
 			return []problem{*long.in(root)}
 		}
 	}
+	if _, err := s.plan.checkSteps(v, MaxCheckSteps); err != nil {
+		return []problem{{root: root, what: err.Error(), cost: true}}
+	}
 	err := s.s.Validate(v)
 	if err == nil {
 		return nil
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return []problem{{root: root, what: protocol.Shorten(err.Error(), 256)}}
+		return []problem{{root: root, what: brief(err.Error(), 256)}}
 	}
 	var out []problem
 	seen := map[string]bool{}
@@ -408,13 +432,17 @@ var printer = msg.NewPrinter(language.English)
 func message(e *jsonschema.ValidationError) string {
 	switch k := e.ErrorKind.(type) {
 	case *kind.Pattern:
-		return "does not match " + k.Want
+		return "does not match " + brief(k.Want, maxPatternShown)
 	case *kind.Type:
 		return fmt.Sprintf("is %s, want %s", article(k.Got), strings.Join(k.Want, " or "))
 	case *kind.Enum:
-		want := make([]string, len(k.Want))
+		var want []string
 		for i, w := range k.Want {
-			want[i] = describe(w)
+			if i == maxEnumShown {
+				want = append(want, fmt.Sprintf("… (%d in all)", len(k.Want)))
+				break
+			}
+			want = append(want, describe(w))
 		}
 		return fmt.Sprintf("is %s; must be one of %s", describe(k.Got), strings.Join(want, ", "))
 	case *kind.Const:
@@ -431,6 +459,8 @@ func message(e *jsonschema.ValidationError) string {
 		return fmt.Sprintf("is %s; must be more than %s", rat(k.Got), rat(k.Want))
 	case *kind.ExclusiveMaximum:
 		return fmt.Sprintf("is %s; must be less than %s", rat(k.Got), rat(k.Want))
+	case *kind.MultipleOf:
+		return fmt.Sprintf("is %s; must be a multiple of %s", rat(k.Got), rat(k.Want))
 	case *kind.MinItems:
 		return fmt.Sprintf("has %d items; at least %d", k.Got, k.Want)
 	case *kind.MaxItems:
@@ -438,7 +468,7 @@ func message(e *jsonschema.ValidationError) string {
 	case *kind.FalseSchema:
 		return "is not allowed"
 	}
-	return protocol.Shorten(e.ErrorKind.LocalizedString(printer), 256)
+	return brief(e.ErrorKind.LocalizedString(printer), 256)
 }
 
 func article(t string) string {
@@ -451,15 +481,91 @@ func article(t string) string {
 	return "a " + t
 }
 
+// maxNumberChars bounds a number as a message shows it.
+const maxNumberChars = 32
+
+// rat shows r within maxNumberChars: an integer of up to 30 digits exactly, anything else
+// rounded to 12 significant digits (1e+999999, 0.333333333333).
 func rat(r *big.Rat) string {
 	if r == nil {
 		return "?"
 	}
-	if r.IsInt() {
+	if r.IsInt() && r.Num().BitLen() <= 99 {
 		return r.Num().String()
 	}
-	f, _ := r.Float64()
-	return fmt.Sprint(f)
+	return sci(new(big.Float).SetPrec(96).SetRat(r))
+}
+
+// number shows a number as written in JSON within maxNumberChars.
+func number(s string) string {
+	if len(s) <= maxNumberChars {
+		return s
+	}
+	f, _, err := new(big.Float).SetPrec(96).Parse(s, 10)
+	if err != nil {
+		return brief(s, maxNumberChars)
+	}
+	return sci(f)
+}
+
+// sci writes f with 12 significant digits, in e-notation when large or small. Text would
+// write out every digit of a large exponent before rounding: the decimal exponent is taken
+// apart first.
+func sci(f *big.Float) string {
+	exp2 := f.MantExp(nil)
+	if f.Sign() == 0 || f.IsInf() || (exp2 > -1000 && exp2 < 1000) {
+		return f.Text('g', 12)
+	}
+	exp10 := int64(math.Floor(float64(exp2-1) * math.Log10(2)))
+	m := new(big.Float).SetPrec(96).Quo(new(big.Float).Abs(f), pow10(exp10))
+	one, ten := big.NewFloat(1), big.NewFloat(10)
+	for m.Cmp(ten) >= 0 {
+		m.Quo(m, ten)
+		exp10++
+	}
+	for m.Cmp(one) < 0 {
+		m.Mul(m, ten)
+		exp10--
+	}
+	mant := m.Text('g', 12)
+	if mant == "10" { // 9.99…95 rounded up
+		mant, exp10 = "1", exp10+1
+	}
+	if f.Sign() < 0 {
+		mant = "-" + mant
+	}
+	sign := "+"
+	if exp10 < 0 {
+		sign, exp10 = "-", -exp10
+	}
+	return fmt.Sprintf("%se%s%02d", mant, sign, exp10)
+}
+
+// pow10 is 10^k to 96 bits.
+func pow10(k int64) *big.Float {
+	r, b := new(big.Float).SetPrec(96).SetInt64(1), new(big.Float).SetPrec(96).SetInt64(10)
+	neg := k < 0
+	if neg {
+		k = -k
+	}
+	for ; k > 0; k >>= 1 {
+		if k&1 == 1 {
+			r.Mul(r, b)
+		}
+		b.Mul(b, b)
+	}
+	if neg {
+		r.Quo(new(big.Float).SetPrec(96).SetInt64(1), r)
+	}
+	return r
+}
+
+// brief cuts s to at most n bytes (on a character's boundary), marking the cut with "…".
+func brief(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return protocol.Shorten(s, n) + "…"
 }
 
 // describe shows a value briefly: strings quoted (so a trailing space shows), compound values
@@ -481,8 +587,10 @@ func describe(v any) string {
 		return fmt.Sprintf("a list of %d", len(v))
 	case nil:
 		return "null"
+	case json.Number:
+		return number(string(v))
 	}
-	return protocol.Shorten(fmt.Sprint(v), 64)
+	return brief(fmt.Sprint(v), maxNumberChars)
 }
 
 func quote(s string) string {

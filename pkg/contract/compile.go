@@ -44,6 +44,8 @@ type schema struct {
 	short bool
 	// descriptions of the top-level fields, for recovery hints.
 	descriptions map[string]string
+	// plan is what checking a value may apply (what a check would cost is counted from it).
+	plan *costPlan
 	// patterns: the schema matches patterns somewhere (so long strings are refused first).
 	patterns bool
 }
@@ -272,10 +274,11 @@ func compileSchema(tool, field string, v any) (*schema, error) {
 	if err != nil {
 		return nil, s.compileError(err)
 	}
-	if err := checkCost(compiled); err != nil {
+	plan, err := checkCost(compiled)
+	if err != nil {
 		return nil, &Error{Field: field, Reason: err.Error()}
 	}
-	s.s, s.patterns = compiled, hasPatterns(compiled, map[*jsonschema.Schema]bool{})
+	s.s, s.plan, s.patterns = compiled, plan, plan.hasPatterns()
 	return s, nil
 }
 
@@ -392,15 +395,31 @@ func ecmaRegexp(src string) (jsonschema.Regexp, error) {
 
 // Bounds of what a check may cost: patterns run in time proportional to the string times the
 // pattern's program, schemas in time proportional to the value times the schema's expansion.
+// A schema's cost is bounded twice: when it is compiled (a schema that could make one value
+// expensive whatever its size is refused) and before each check (a value that would be
+// expensive to check against it is refused, the refusal naming the bound).
 const (
 	// MaxPatternProgram bounds a pattern's compiled program (RE2 instructions).
 	MaxPatternProgram = 4000
 	// MaxPatternInput is the longest string a pattern is matched against; a longer one
 	// does not match.
 	MaxPatternInput = 64 << 10
-	// MaxSchemaExpansion bounds the schema applications one value and its parts can take, per
-	// part (a schema whose branches fan out exponentially is refused).
+	// MaxSchemaExpansion bounds the subschemas a schema applies to one value, and to one
+	// value and the parts along one path of it, a recursion counted once (a schema whose
+	// branches fan out is refused, and so is a recursion that comes back by two ways for one
+	// part of the value: exponential in the value's depth).
 	MaxSchemaExpansion = 20_000
+	// MaxCheckSteps bounds the schema steps of one check, counted before it runs: for every
+	// subschema applied to every part of the value (itself, each property's value and name,
+	// each item), the application, each key or item it goes over, each node of an enum's or a
+	// const's values it compares, each 4 bytes of a string, weighted by what each costs the
+	// validator (a step is some 10 to 40 ns). A value that would take more is refused before
+	// it is checked: a check takes a few tenths of a second at most. The largest arguments a
+	// request may carry (256 KiB), checked against an ordinary schema, take a few million.
+	MaxCheckSteps = 10_000_000
+	// MaxCheckDepth bounds how deep below the value a check may go (where the schema has
+	// subschemas for the parts there): the validator's time per level grows with the depth.
+	MaxCheckDepth = 128
 )
 
 func programSize(p string) int {
@@ -459,77 +478,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// checkCost refuses a compiled schema that could make one value expensive to check: where the
-// subschemas applied to one value (its branches — $ref, allOf, anyOf, oneOf, not, if/then/else,
-// dependent schemas — and those applied to its parts, along the deepest path) exceed
-// MaxSchemaExpansion, or where a recursion returns to a schema through two branches applied to
-// one value (each level would check the value below it twice: exponential in its depth). A
-// recursion through one branch (a tree, a nullable child) costs in proportion to the value and
-// is taken.
-func checkCost(root *jsonschema.Schema) error {
-	w := costWalk{memo: map[*jsonschema.Schema]float64{}, at: map[*jsonschema.Schema]int{}}
-	if c, _ := w.cost(root); w.err == nil && c > MaxSchemaExpansion {
-		w.err = fmt.Errorf("could take %.0f subschemas to check one value, at most %d: branches that fan out", c, MaxSchemaExpansion)
-	}
-	return w.err
-}
-
-type costWalk struct {
-	memo   map[*jsonschema.Schema]float64
-	at     map[*jsonschema.Schema]int // depth on the walk's stack, for schemas on it
-	depth  int
-	visits int
-	err    error
-}
-
-// cost returns what checking a value against s may take, and the shallowest depth of a schema
-// on the stack that s leads back to (maxInt when none).
-func (w *costWalk) cost(s *jsonschema.Schema) (float64, int) {
-	const none = int(^uint(0) >> 1)
-	if s == nil || w.err != nil {
-		return 0, none
-	}
-	if d, ok := w.at[s]; ok {
-		return 1, d // back to a schema being walked: a recursion
-	}
-	if c, ok := w.memo[s]; ok {
-		return c, none
-	}
-	if w.visits++; w.visits > 10*MaxSchemaExpansion {
-		w.err = fmt.Errorf("too intricate to bound what checking a value may take (more than %d steps)", 10*MaxSchemaExpansion)
-		return 0, none
-	}
-	w.depth++
-	w.at[s] = w.depth
-	defer func() { delete(w.at, s); w.depth-- }()
-	total, back := 1.0, none
-	loops := map[int]int{} // a recursion's depth → how many of s's branches lead to it
-	for _, b := range sameValue(s) {
-		c, d := w.cost(b)
-		total += c
-		if d < w.depth {
-			loops[d]++
-			back = min(back, d)
-		}
-	}
-	for _, n := range loops {
-		if n > 1 && w.err == nil {
-			w.err = fmt.Errorf("a recursion comes back through %d branches that check the same value (at %s): each level would check the next %d times", n, shortLocation(s.Location), n)
-		}
-	}
-	deepest := 0.0
-	for _, c := range parts(s) {
-		cc, d := w.cost(c)
-		deepest = max(deepest, cc)
-		back = min(back, d)
-	}
-	total += deepest
-	if back == none {
-		w.memo[s] = total
-	}
-	return total, back
-}
-
 // sameValue lists the subschemas s applies to the value it checks.
 func sameValue(s *jsonschema.Schema) []*jsonschema.Schema {
 	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
@@ -545,61 +493,6 @@ func sameValue(s *jsonschema.Schema) []*jsonschema.Schema {
 			out = append(out, d)
 		}
 	}
-	return nonNil(out)
-}
-
-// parts lists the subschemas s applies to the value's parts (properties, items, names).
-func parts(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
-	for _, k := range sortedKeys(s.Properties) {
-		out = append(out, s.Properties[k])
-	}
-	for _, p := range s.PatternProperties {
-		out = append(out, p)
-	}
-	out = append(out, s.PrefixItems...)
-	for _, v := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
-		switch v := v.(type) {
-		case *jsonschema.Schema:
-			out = append(out, v)
-		case []*jsonschema.Schema:
-			out = append(out, v...)
-		}
-	}
-	return nonNil(out)
-}
-
-func nonNil(in []*jsonschema.Schema) []*jsonschema.Schema {
-	out := in[:0]
-	for _, s := range in {
-		if s != nil {
-			out = append(out, s)
-		}
-	}
+	out = slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
 	return out
-}
-
-func shortLocation(loc string) string {
-	if _, frag, ok := strings.Cut(loc, "#"); ok {
-		return "#" + frag
-	}
-	return loc
-}
-
-// hasPatterns reports whether s or a schema it applies matches patterns (pattern,
-// patternProperties).
-func hasPatterns(s *jsonschema.Schema, seen map[*jsonschema.Schema]bool) bool {
-	if s == nil || seen[s] {
-		return false
-	}
-	seen[s] = true
-	if s.Pattern != nil || len(s.PatternProperties) > 0 {
-		return true
-	}
-	for _, sub := range append(sameValue(s), parts(s)...) {
-		if hasPatterns(sub, seen) {
-			return true
-		}
-	}
-	return false
 }

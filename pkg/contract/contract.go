@@ -8,6 +8,13 @@
 // top-level type or $schema says which). Compile turns a contract into checks, built with
 // santhosh-tekuri/jsonschema (draft 2020-12 unless the schema names another); no schema is ever
 // fetched from anywhere.
+//
+// What a check costs is bounded: Compile refuses a schema whose checks could cost more than
+// their value's size accounts for (branches that fan out past MaxSchemaExpansion, a recursion
+// that checks the part below each level twice), and each check counts its steps before it runs,
+// refusing a value that would take more than MaxCheckSteps (or go deeper than MaxCheckDepth)
+// as arguments that break the contract. What a check says is bounded too: a few KiB, however
+// many problems, a number shown by 32 characters at most.
 package contract
 
 import (
@@ -161,7 +168,8 @@ func (c *Contract) check() error {
 var ErrUnavailable = errors.New("contract: that version of the contract is not available")
 
 // Error says why a contract was refused: the line (of YAML; 0 when unknown), the field's path
-// (input_schema.order_id.pattern) and the reason. It never quotes a header value.
+// (input_schema.order_id.pattern) and the reason. It never quotes a header value. Its text is
+// bounded: a field of more than 256 bytes, or a reason of more than 1 KiB, is cut.
 type Error struct {
 	Line   int
 	Field  string
@@ -174,9 +182,9 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, "line %d: ", e.Line)
 	}
 	if e.Field != "" {
-		b.WriteString(e.Field)
+		b.WriteString(brief(e.Field, 256))
 		b.WriteString(": ")
 	}
-	b.WriteString(e.Reason)
+	b.WriteString(brief(e.Reason, 1<<10))
 	return b.String()
 }

@@ -223,6 +223,11 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			feedback = map[string]string{} // tool_call_id → what goes back to the model instead of a result
 		)
 		warn := func(w protocol.LLMWarning) {
+			// What a refusal says may quote the arguments (a contract names each value it
+			// refuses): kept within what a failed result's text may hold.
+			if len(w.Message) > protocol.MaxErrorTextBytes {
+				w.Message = protocol.Shorten(w.Message, protocol.MaxErrorTextBytes) + "…"
+			}
 			d.Warnings = append(d.Warnings, w)
 			if feedback[w.CallID] == "" {
 				feedback[w.CallID] = w.Message

@@ -187,6 +187,9 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.callers.Burst, "caller-burst", d.Burst, "requests one caller may make at once above its rate")
 	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit; 0: the default)")
 	fs.IntVar(&g.callers.Streams, "caller-streams", d.Streams, "session event streams one caller may have open (-1: no limit; 0: the default)")
+	fs.Int64Var(&g.callers.Budget.Bytes, "caller-budget-bytes", d.Budget.Bytes,
+		"bytes of requests one caller may have accepted by this gateway per --caller-budget-window, each request counted as 4× its size plus 16 KiB per call (-1: no budget; 0: the default)")
+	fs.DurationVar(&g.callers.Budget.Window, "caller-budget-window", d.Budget.Window, "the window of --caller-budget-bytes: a caller's use drains away evenly over it")
 	fs.StringVar(&g.oidc.Issuer, "oidc-issuer", os.Getenv("HERMES_OIDC_ISSUER"), "take bearer tokens (JWTs) this OpenID Connect issuer signs, besides API keys (env HERMES_OIDC_ISSUER)")
 	fs.StringVar(&g.oidc.Audience, "oidc-audience", os.Getenv("HERMES_OIDC_AUDIENCE"), "the audience (client id) tokens must be for (env HERMES_OIDC_AUDIENCE)")
 	fs.StringVar(&g.oidc.RoleClaim, "oidc-role-claim", envOr("HERMES_OIDC_ROLE_CLAIM", "roles"), "the claim holding the caller's role: admin, operator or user (a string or a list)")
@@ -256,6 +259,7 @@ func RunDeadLetters(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("dead-letters", "hermes dead-letters [flags]", env.Stderr)
 	var c common
 	c.register(fs, "dead-letters")
+	c.registerSeals(fs, bus.RoleRouter) // it records results as routers do
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -343,13 +347,14 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 				return err
 			}
 			mc.SealKeyID, mc.SealKey = k.ID, k.Key
-			if *trusted != "" {
-				t, err := readTrust(*trusted)
-				if err != nil {
-					return err
-				}
-				mc.TrustedResults = t.results
+			if *trusted == "" {
+				return errors.New("--seal-key needs --trusted-seals: the Go tools must know which results count, or one put on a call's subject before theirs would stand")
 			}
+			t, err := readTrust(*trusted)
+			if err != nil {
+				return err
+			}
+			mc.TrustedResults = t.results
 		}
 		if *gatewayURL != "" {
 			if mc.APIKey, err = key.key(); err != nil {

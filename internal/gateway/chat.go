@@ -516,6 +516,9 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 	case errors.As(err, &me):
 		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_answer_refused",
 			Message: me.Msg + "; the conversation so far is on the record of session " + c.session}
+	case errors.Is(err, submit.ErrOverBudget):
+		return &chatError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: protocol.CodeRateLimited,
+			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
 	case errors.Is(err, errStoreFull):
 		return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeStoreFull,
 			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
@@ -619,10 +622,24 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 	}
 	for _, k := range theirs {
 		if !mine[k.Name] {
-			tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: k.CheckInput})
+			tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: c.checkArguments(k)})
 		}
 	}
 	return tools, pf, nil
+}
+
+// checkArguments is what the model's calls of k are checked with before they are dispatched:
+// the bounds every request's arguments keep (their size, each number's digits and exponent),
+// so that what a request would be refused for goes back to the model as a correction, then
+// k's input schema.
+func (c *chatRun) checkArguments(k *contract.Compiled) func(json.RawMessage) error {
+	lim := c.s.g.cfg.Limits
+	return func(args json.RawMessage) error {
+		if err := protocol.CheckArguments("arguments", args, lim); err != nil {
+			return err
+		}
+		return k.CheckInput(args)
+	}
 }
 
 // prefiltered is how the registered tools were narrowed for a message: to candidates, and

@@ -114,6 +114,11 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	case err == nil:
 		d.Log.Info("external client's request accepted", "client", user, "trace_id", out.TraceID)
 		return nil
+	case errors.Is(err, submit.ErrOverBudget):
+		// Dropped, not put off: the clients' requests are taken one at a time, so waiting
+		// for this client's budget would hold every other client's behind it.
+		d.Log.Warn("external client's request dropped: the client is over its budget", "client", user, "err", err)
+		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
 	case errors.Is(err, submit.ErrConflict), errors.Is(err, submit.ErrTooLarge), errors.Is(err, protocol.ErrInvalid):
 		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
 	default:

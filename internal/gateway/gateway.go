@@ -123,7 +123,7 @@ func New(cfg Config) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s, err := submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
-		Metrics: cfg.Metrics, Logger: log})
+		Budget: cfg.CallerLimits.orDefault().budget(), Metrics: cfg.Metrics, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +352,11 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "), nil)
+		return
+	case errors.Is(err, submit.ErrOverBudget):
+		var be *submit.BudgetError
+		errors.As(err, &be)
+		tooMany(w, be.RetryAfter, err.Error())
 		return
 	case errors.Is(err, submit.ErrConflict):
 		writeError(w, http.StatusConflict, protocol.CodeRequestIDConflict, strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "), nil)

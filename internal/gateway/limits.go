@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -27,10 +28,14 @@ type CallerLimits struct {
 	Waiting int
 	// Streams bounds a caller's open session event streams.
 	Streams int
+	// Budget bounds the bytes of requests a caller may have accepted by this gateway in any
+	// window (submit.Budget): its requests over it get 429. Zero Bytes or Window take the
+	// default's; negative Bytes is no budget.
+	Budget submit.Budget
 }
 
 // DefaultCallerLimits are the limits where none are configured.
-var DefaultCallerLimits = CallerLimits{RequestsPerSecond: 200, Burst: 400, Waiting: 256, Streams: 16}
+var DefaultCallerLimits = CallerLimits{RequestsPerSecond: 200, Burst: 400, Waiting: 256, Streams: 16, Budget: submit.DefaultBudget}
 
 func (l CallerLimits) orDefault() CallerLimits {
 	d := DefaultCallerLimits
@@ -46,7 +51,21 @@ func (l CallerLimits) orDefault() CallerLimits {
 	if l.Streams == 0 {
 		l.Streams = d.Streams
 	}
+	if l.Budget.Bytes == 0 {
+		l.Budget.Bytes = d.Budget.Bytes
+	}
+	if l.Budget.Window <= 0 {
+		l.Budget.Window = d.Budget.Window
+	}
 	return l
+}
+
+// budget is the submit.Budget of l (defaults applied): none when its Bytes are negative.
+func (l CallerLimits) budget() submit.Budget {
+	if l.Budget.Bytes < 0 {
+		return submit.Budget{}
+	}
+	return l.Budget
 }
 
 const (

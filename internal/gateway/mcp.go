@@ -301,7 +301,7 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: "mcp tools/call " + p.Name,
 		ToolCalls: []protocol.ToolCall{{ToolCallID: "call", Name: p.Name, Arguments: args}}}
 	if err := req.Validate(g.cfg.Limits); err != nil {
-		return mcpError(protocol.CodeBadArguments, err.Error(), "send the arguments as one JSON object"), nil
+		return mcpError(protocol.CodeBadArguments, err.Error(), "send the arguments as one JSON object, within the bound the message names"), nil
 	}
 	sub := submit.Submission{Request: req, Trace: c.trace, Wait: g.cfg.MaxWait, Size: len(args)}
 	if c.actor.caller != nil {
@@ -323,6 +323,8 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 	switch {
 	case errors.Is(err, submit.ErrConflict):
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this JSON-RPC id was used in this session for another call"}
+	case errors.Is(err, submit.ErrOverBudget):
+		return mcpError(protocol.CodeRateLimited, err.Error(), "call again later"), nil
 	case errors.Is(err, submit.ErrTooLarge):
 		return mcpError(protocol.CodeBodyTooLarge, strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "), "send smaller arguments"), nil
 	case ctx.Err() != nil:

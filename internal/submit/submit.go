@@ -11,7 +11,9 @@
 // the caller's context ends, so an accepted request_id is never left without its request on
 // the bus. While the NATS connection is down nothing is accepted (ErrNotConnected): a publish
 // from a reconnect buffer could be accepted after the caller was told it failed. A response is
-// returned only as read from the bus or the record, never guessed.
+// returned only as read from the bus or the record, never guessed. A caller over its budget of
+// stored bytes (Config.Budget, kept per Submitter) is refused with a BudgetError before anything
+// is accepted.
 package submit
 
 import (
@@ -74,6 +76,10 @@ type Config struct {
 	Bus *bus.Bus
 	// Sender names who submits (role gateway or cli, and the instance). Required.
 	Sender protocol.Sender
+	// Budget bounds the bytes of requests each caller (Submission.Caller's id) may have
+	// accepted here; the zero value is none. Requests without a caller, and the contract
+	// sandbox's, are not counted.
+	Budget Budget
 	// Metrics counts requests answered here (cancellations); nil counts into unexported
 	// metrics.
 	Metrics *metrics.Metrics
@@ -89,6 +95,7 @@ type Submitter struct {
 	answer  *answer.Responder
 	log     *slog.Logger
 	waiting waiters
+	budget  *budgets // nil: none
 }
 
 // New returns a Submitter for cfg.
@@ -96,7 +103,7 @@ func New(cfg Config) (*Submitter, error) {
 	if cfg.Conn == nil || cfg.Bus == nil || cfg.Sender.Role == "" || cfg.Sender.Instance == "" {
 		return nil, errors.New("submit: Config.Conn, Config.Bus and Config.Sender are required")
 	}
-	s := &Submitter{cfg: cfg, log: cfg.Logger, pub: bus.NewPublisher(cfg.Bus.JS, cfg.Sender)}
+	s := &Submitter{cfg: cfg, log: cfg.Logger, pub: bus.NewPublisher(cfg.Bus.JS, cfg.Sender), budget: newBudgets(cfg.Budget)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -215,8 +222,12 @@ type legacyIntake struct {
 
 // Submit accepts sub's request (once per request_id), publishes it and waits for its response
 // until sub.Wait runs out (Outcome.Pending) or ctx ends (ctx's error; the request keeps
-// running). It returns ErrNotConnected, ErrUnavailable, ErrConflict or ErrTooLarge when
-// nothing new runs.
+// running). It returns ErrNotConnected, ErrUnavailable, ErrConflict, ErrTooLarge or a
+// BudgetError (ErrOverBudget) when nothing new runs.
+//
+// A request with a caller is counted against the caller's budget (Config.Budget) before it is
+// accepted, and given back unless it was published (refused, failed, or answered from the
+// record).
 func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error) {
 	req := sub.Request
 	if req == nil {
@@ -229,6 +240,19 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	if !s.Connected() {
 		log.Debug("request refused: not connected to NATS")
 		return nil, ErrNotConnected
+	}
+	published := false
+	if sub.Caller != nil && req.Sandbox == nil {
+		refund, err := s.budget.take(sub.Caller.ID, requestCost(sub))
+		if err != nil {
+			log.Info("request refused: the caller is over its budget", "caller", sub.Caller.ID, "err", err)
+			return nil, err
+		}
+		defer func() {
+			if !published {
+				refund()
+			}
+		}()
 	}
 	out := &Outcome{TraceID: sub.Trace.TraceID}
 	// The whole submission ends within the caller's wait (at least minAcceptTime for
@@ -300,6 +324,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		log.Error("publish request", "err", err)
 		return nil, fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
 	}
+	published = true
 	log.Debug("request published")
 	cancel()
 	if sub.NoWait {

@@ -16,10 +16,17 @@ type Limits struct {
 	MaxArgumentsBytes int
 	// MaxIntentBytes bounds the intent.
 	MaxIntentBytes int
+	// MaxNumberDigits bounds the significant digits of every number in a call's arguments
+	// (from its first digit but 0 to its last, before its exponent).
+	MaxNumberDigits int
+	// MaxNumberExponent bounds the magnitude of every number in a call's arguments: written
+	// d.ddd×10^e, |e| may be at most this (for zero, the exponent as written).
+	MaxNumberExponent int
 }
 
 // DefaultLimits are the limits used where none are configured.
-var DefaultLimits = Limits{MaxToolCalls: 64, MaxArgumentsBytes: 256 << 10, MaxIntentBytes: 16 << 10}
+var DefaultLimits = Limits{MaxToolCalls: 64, MaxArgumentsBytes: 256 << 10, MaxIntentBytes: 16 << 10,
+	MaxNumberDigits: DefaultMaxNumberDigits, MaxNumberExponent: DefaultMaxNumberExponent}
 
 func (l Limits) orDefault() Limits {
 	if l.MaxToolCalls <= 0 {
@@ -32,11 +39,18 @@ func (l Limits) orDefault() Limits {
 	if l.MaxIntentBytes <= 0 {
 		l.MaxIntentBytes = DefaultLimits.MaxIntentBytes
 	}
+	if l.MaxNumberDigits <= 0 {
+		l.MaxNumberDigits = DefaultLimits.MaxNumberDigits
+	}
+	if l.MaxNumberExponent <= 0 {
+		l.MaxNumberExponent = DefaultLimits.MaxNumberExponent
+	}
 	return l
 }
 
 // Validate checks r against lim (zero fields: defaults): ids are tokens, tool names are valid,
-// tool_call_ids are unique within the request, arguments are JSON objects within bounds.
+// tool_call_ids are unique within the request, arguments are JSON objects within bounds (their
+// size, and the digits and exponent of each number in them: CheckArguments).
 func (r *Request) Validate(lim Limits) error {
 	lim = lim.orDefault()
 	if err := CheckID("request_id", r.RequestID); err != nil {
@@ -76,11 +90,8 @@ func (r *Request) Validate(lim Limits) error {
 		if err := CheckToolName(f+".name", c.Name); err != nil {
 			return err
 		}
-		if len(c.Arguments) > lim.MaxArgumentsBytes {
-			return fieldErr(f+".arguments", fmt.Sprintf("are %d bytes long; the limit is %d", len(c.Arguments), lim.MaxArgumentsBytes))
-		}
-		if len(c.Arguments) > 0 && !isJSONObject(c.Arguments) {
-			return fieldErr(f+".arguments", "must be a JSON object")
+		if err := CheckArguments(f+".arguments", c.Arguments, lim); err != nil {
+			return err
 		}
 	}
 	if r.Sandbox == nil && (IsSandboxSession(r.SessionID) || IsSandboxSession(r.RequestID)) {

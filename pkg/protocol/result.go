@@ -13,6 +13,13 @@ const MaxHintBytes = 1024
 // MaxErrorCodeBytes bounds an error code.
 const MaxErrorCodeBytes = 64
 
+// MaxErrorTextBytes bounds the content of a failed result when it is a text (a string given to
+// ErrorResult): Hermes' description of what went wrong, which may quote what the caller sent
+// (a contract's refusal names each value it refuses), or a tool's error message. Measured as
+// the JSON string stored, so that escapes cannot multiply it. A tool's own JSON error body is
+// kept as it came (bounded by the worker's --max-result-bytes).
+const MaxErrorTextBytes = 4 << 10
+
 // hermesCodes are the codes Hermes sets in error_code: those and only those (see codes.go).
 var hermesCodes = map[string]bool{
 	CodeNoRoute: true, CodeActionUnsupported: true, CodeToolTimeout: true, CodeToolUnreachable: true,
@@ -52,11 +59,29 @@ func ToolFailure(code, toolCode, hint string, content any) ToolResult {
 
 // ErrorResult is the one constructor of failed results: status error, the code (cut to
 // MaxErrorCodeBytes), who failed (OriginHermes or OriginTool), a recovery hint for the caller
-// (cut to MaxHintBytes) and the content. content is kept as it is when it is a json.RawMessage holding valid JSON (a tool's
-// own error body); any other value is encoded as JSON, a string as a JSON string. The caller
-// fills in the call's id, name, route and attempts.
+// (cut to MaxHintBytes) and the content. content is kept as it is when it is a json.RawMessage
+// holding valid JSON (a tool's own error body); a string is encoded as a JSON string of at most
+// MaxErrorTextBytes (cut, marked "…"); any other value is encoded as JSON. The caller fills in
+// the call's id, name, route and attempts.
 func ErrorResult(code, origin, hint string, content any) ToolResult {
+	if s, ok := content.(string); ok {
+		content = errorText(s)
+	}
 	return ToolResult{Status: ResultError, ErrorCode: cut(code, MaxErrorCodeBytes), ErrorOrigin: origin, RecoveryHint: cut(hint, MaxHintBytes), Content: jsonContent(content)}
+}
+
+// errorText is s as a JSON string of at most MaxErrorTextBytes, cut on a character boundary
+// and marked "…" when it was longer.
+func errorText(s string) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil || len(b) <= MaxErrorTextBytes {
+		return b
+	}
+	// Every byte cut takes at least one byte off the encoding (escapes take more), so one cut
+	// by the excess fits, the mark's quotes and "…" allowed for.
+	s = Shorten(s, max(len(s)-(len(b)-MaxErrorTextBytes)-len("…"), 0)) + "…"
+	b, _ = json.Marshal(s)
+	return b
 }
 
 // For returns r as the result of call, routed by route: its id and name set.

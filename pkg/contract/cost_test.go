@@ -136,14 +136,10 @@ func TestChecksRefuseWhatWouldCostTooMuch(t *testing.T) {
 	// Each item is compared with a hundred numbers, each comparison reading both as exact
 	// rationals: some second of a core, before the bound.
 	items := strings.TrimSuffix(strings.Repeat("0,", 5000), ",")
-	start := time.Now()
 	err = k.CheckInput([]byte(`{"a":[` + items + `]}`))
 	var ae *ArgumentsError
 	if !errors.As(err, &ae) || err.Error() != "(the arguments): checking it would take more than 10000000 schema steps, more than one check may take (contract.MaxCheckSteps)" {
 		t.Errorf("5000 items against an enum of 100 numbers: %v", err)
-	}
-	if took := time.Since(start); took > time.Second/2 {
-		t.Errorf("refused after %v", took)
 	}
 	if v := (&Compiled{Contract: &Contract{Name: "t"}, plain: k.input}).CheckValue([]byte(`{"a":[` + items + `]}`)); !strings.Contains(v.Violation, "(the answer): checking it would take more than 10000000 schema steps") {
 		t.Errorf("an answer as large: %+v", v)

@@ -259,6 +259,7 @@ func RunDeadLetters(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("dead-letters", "hermes dead-letters [flags]", env.Stderr)
 	var c common
 	c.register(fs, "dead-letters")
+	c.registerSeals(fs, bus.RoleRouter) // it records results as routers do
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -346,13 +347,14 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 				return err
 			}
 			mc.SealKeyID, mc.SealKey = k.ID, k.Key
-			if *trusted != "" {
-				t, err := readTrust(*trusted)
-				if err != nil {
-					return err
-				}
-				mc.TrustedResults = t.results
+			if *trusted == "" {
+				return errors.New("--seal-key needs --trusted-seals: the Go tools must know which results count, or one put on a call's subject before theirs would stand")
 			}
+			t, err := readTrust(*trusted)
+			if err != nil {
+				return err
+			}
+			mc.TrustedResults = t.results
 		}
 		if *gatewayURL != "" {
 			if mc.APIKey, err = key.key(); err != nil {

@@ -86,8 +86,9 @@ func readTrust(path string) (trust, error) {
 	want := fmt.Sprintf("want %q", sealPublicTag+" <id> <base64 public key> [tools=NAME,NAME|tools=*]")
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		line, _, _ := strings.Cut(sc.Text(), "#") // a comment, whole-line or trailing
+		line = strings.TrimSpace(line)
+		if line == "" {
 			continue
 		}
 		f := strings.Fields(line)
@@ -277,7 +278,12 @@ func (s *sealFlags) apply(b *bus.Bus, k *router.SealKey, t trust, log *slog.Logg
 		b.SealResults(k.ID, k.Key)
 	}
 	if t.results == nil {
-		if k != nil && s.role == bus.RoleRouter {
+		switch {
+		case k != nil && s.role == bus.RoleWorker:
+			// Sealing without checking, it would take a result put on a call's subject
+			// before its own for the call's, while routers refuse that one.
+			return fmt.Errorf("--seal-key needs --trusted-seals: this worker must know which results count")
+		case k != nil:
 			log.Warn("results are not checked: give --trusted-seals to refuse results no trusted key sealed")
 		}
 		return nil
@@ -291,6 +297,8 @@ func (s *sealFlags) apply(b *bus.Bus, k *router.SealKey, t trust, log *slog.Logg
 		log.Warn("this worker's results are unsealed (no --seal-key): routers checking results refuse them")
 		return nil
 	case k == nil:
+		// Checking results without sealing its own, it would refuse what it records itself.
+		return fmt.Errorf("--trusted-seals needs --seal-key: the results this service records must be sealed to count")
 	case s.role == bus.RoleWorker:
 		have, ok := keys[k.ID]
 		if !ok || !bytes.Equal(have.Key, k.Key.Public().(ed25519.PublicKey)) {
@@ -315,7 +323,7 @@ const meetingKeyID = "hermes-up-meeting-tools"
 func upResultKeys(own *router.SealKey, t trust) (protocol.ResultKeys, *router.SealKey, error) {
 	keys := protocol.ResultKeys{own.ID: {Key: own.Key.Public().(ed25519.PublicKey)}}
 	for id, k := range t.results {
-		if _, dup := keys[id]; dup && id == own.ID {
+		if id == own.ID || id == meetingKeyID {
 			return nil, nil, fmt.Errorf("--trusted-seals names key id %q, which is hermes up's own", id)
 		}
 		keys[id] = k

@@ -110,7 +110,6 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			pub("read a sign-in", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketSignins)+".$KV."+bus.BucketSignins+".x"),
 			pub("read the sessions' state", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketSessions)),
 			pub("read the owners", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketOwners)),
-			pub("read the plans", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketCalls)),
 			pub("watch the plans", "$JS.API.CONSUMER.CREATE."+bus.KVStream(bus.BucketCalls)),
 			pub("watch the API keys", "$JS.API.CONSUMER.CREATE."+bus.KVStream(bus.BucketKeys)),
 			contracts,

@@ -58,9 +58,12 @@ func (b *Bus) RecordResult(ctx context.Context, p *Publisher, m *protocol.Messag
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
+	m.Sender = p.sender // sealed with the result
 	b.sealResult(m)
-	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name}))
-	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid, nil)
+	tools := b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name})
+	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, tools)
+	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid, nil,
+		func() (*Recorded, error) { return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools) })
 	if err == nil && t.err != nil {
 		return nil, false, t.err
 	}
@@ -75,10 +78,13 @@ func (b *Bus) RecordRedrivenResult(ctx context.Context, p *Publisher, m *protoco
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return nil, false, fmt.Errorf("bus: RecordRedrivenResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
+	m.Sender = p.sender // sealed with the result
 	b.sealResult(m)
-	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name}))
+	tools := b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name})
+	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, tools)
 	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid,
-		func(r *Recorded) bool { return IsDeadAnswer(r.Msg) })
+		func(r *Recorded) bool { return IsDeadAnswer(r.Msg) },
+		func() (*Recorded, error) { return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools) })
 	if err == nil && t.err != nil {
 		return nil, false, t.err
 	}
@@ -102,7 +108,7 @@ func (b *Bus) Respond(ctx context.Context, p *Publisher, m *protocol.Message) (b
 	if m.Type != protocol.TypeResponse || m.MsgID == "" {
 		return false, fmt.Errorf("bus: Respond needs a response message with a msg_id, got %s", m.Type)
 	}
-	have, mine, err := b.recordOnce(ctx, p, protocol.SubjectResponse(m.RequestID, m.SessionID), m, responseOf(m.RequestID), nil)
+	have, mine, err := b.recordOnce(ctx, p, protocol.SubjectResponse(m.RequestID, m.SessionID), m, responseOf(m.RequestID), nil, nil)
 	if err == nil && !mine {
 		// Whoever waits for it may have missed the stream's announcement (the caller of a
 		// request posted again, a gateway reconnecting): this costs one message nobody stores.
@@ -179,7 +185,12 @@ const recordTries = 20
 // m is stored after it, conditionally on it still being the last. Otherwise the message that
 // counts is returned, and mine is false; mine is also true when what counts is m's own bytes
 // (an earlier try of this very write).
-func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *protocol.Message, valid counts, supersede counts) (*Recorded, bool, error) {
+//
+// earlier, when set, finds what counts before the subject's last message: when the last does
+// not count (something put there after the subject's genuine message), m is stored only if
+// nothing before it counts either.
+func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *protocol.Message, valid counts, supersede counts,
+	earlier func() (*Recorded, error)) (*Recorded, bool, error) {
 	m.Sender = p.sender
 	data, err := protocol.Marshal(m)
 	if err != nil {
@@ -237,6 +248,19 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 			return have, true, nil
 		case valid(have) && (supersede == nil || !supersede(have)):
 			return have, false, nil
+		case !valid(have) && earlier != nil:
+			// The last does not count: what counts, if anything, is before it.
+			prior, err := earlier()
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, false, fmt.Errorf("bus: read the %s recorded before: %w", m.Type, err)
+			}
+			if prior != nil && bytes.Equal(prior.Data, data) {
+				return prior, true, nil
+			}
+			if prior != nil && (supersede == nil || !supersede(prior)) {
+				return prior, false, nil
+			}
+			after = have.Seq
 		default:
 			after = have.Seq // superseded: stored after it, if it is still the last
 		}
@@ -481,9 +505,9 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, n
 				out[id] = r
 			} else if tools.err != nil {
 				return retry.Stop(tools.err)
-			} else if b.auth.keys != nil && r.Msg != nil && r.Msg.Type == protocol.TypeToolResult {
-				// The last on the subject does not count (a result nobody trusted sealed,
-				// put there after the call's own): the call's own, if any, is before it.
+			} else {
+				// The last on the subject does not count (put there after the call's own
+				// result): the call's own, if any, is before it.
 				if r, err := b.trustedResult(ctx, requestID, id, session, tools); err == nil {
 					out[id] = r
 				} else if !errors.Is(err, ErrNotFound) {
@@ -536,12 +560,10 @@ func (b *Bus) result(ctx context.Context, requestID, callID, session string, too
 	case err == nil && valid(r):
 	case err == nil && tools.err != nil:
 		err = tools.err
-	case err == nil && b.auth.keys != nil && r.Msg != nil && r.Msg.Type == protocol.TypeToolResult:
-		// The last on the subject does not count (a result nobody trusted sealed, put there
-		// after the call's own): the call's own, if any, is before it.
-		r, err = b.trustedResult(ctx, requestID, callID, session, tools)
 	case err == nil:
-		err = fmt.Errorf("%w: no result of %s/%s (the subject holds something else)", ErrNotFound, requestID, callID)
+		// The last on the subject does not count (put there after the call's own result):
+		// the call's own, if any, is before it.
+		r, err = b.trustedResult(ctx, requestID, callID, session, tools)
 	}
 	if errors.Is(err, ErrNotFound) && b.legacyResults {
 		r, err = b.legacyResult(ctx, requestID, callID)
@@ -556,14 +578,14 @@ func (b *Bus) result(ctx context.Context, requestID, callID, session string, too
 	return r, res, nil
 }
 
-// maxResultScan bounds the messages on a call's subject read to find its trusted result: a
-// call has a handful of genuine ones (its result, a re-drive's); a writer that finds the last
-// untrusted records after it.
-const maxResultScan = 32
+// maxResultScan bounds the messages on a call's subject read to find its result, when its last
+// message does not count: a call has a handful that count (its result, a re-drive's after the
+// dead-letter processor's); the rest were put there by someone else.
+const maxResultScan = 1024
 
-// trustedResult reads the messages on a call's subject for the last trusted result of the call
-// (a re-driven call's result comes after the dead-letter processor's), looking at most at
-// maxResultScan of them.
+// trustedResult reads the messages on a call's subject, oldest first, for the call's result:
+// the first that counts, or a later one that counts after a dead-letter processor's answer (a
+// re-drive's), looking at most at maxResultScan of them.
 func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, error) {
 	subject := protocol.SubjectResult(requestID, callID, session)
 	valid, _ := b.resultOf(ctx, requestID, callID, tools)
@@ -577,7 +599,7 @@ func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session stri
 		if err != nil {
 			return nil, err
 		}
-		if r := recordedOf(raw); valid(r) {
+		if r := recordedOf(raw); valid(r) && (found == nil || IsDeadAnswer(found.Msg) && !IsDeadAnswer(r.Msg)) {
 			found = r
 		} else if tools.err != nil {
 			return nil, tools.err

@@ -143,3 +143,56 @@ func workerBus(t *testing.T, s *bustest.Server, keys protocol.ResultKeys, id str
 	b.TrustResults(keys)
 	return b
 }
+
+// TestWhatFollowsAResultHidesNothing: bytes that are no result, or a forged result, appended to
+// a call's subject after its genuine result do not hide it — readers look past them — and a
+// later writer (a cancellation, say) finds the genuine result before them rather than
+// recording a second one.
+func TestWhatFollowsAResultHidesNothing(t *testing.T) {
+	routerPub, routerKey, _ := ed25519.GenerateKey(rand.Reader)
+	keys := protocol.ResultKeys{"router": {Key: routerPub}}
+	s := bustest.NewLockedServer(t)
+	admin := s.Provision(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	planOf(t, ctx, admin)
+	w := workerBus(t, s, keys, "router", routerKey)
+	pub := bus.NewPublisher(w.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w1"})
+	rec, mine, err := w.RecordResult(ctx, pub, genuine(t), &protocol.ToolResult{ToolCallID: "c1", Name: "echo"})
+	if err != nil || !mine {
+		t.Fatalf("recording: %v %v", mine, err)
+	}
+	attacker, err := jetstream.New(s.ConnectAs(t, bus.RoleWorker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attacker.Publish(ctx, protocol.SubjectResult("r1", "c1", "s1"), []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	forgedResult(t, ctx, attacker, "echo", nil, "", false)
+	if _, err := attacker.Publish(ctx, protocol.SubjectResult("r1", "c1", "s1"), []byte("more junk")); err != nil {
+		t.Fatal(err)
+	}
+	_, res, err := w.Result(ctx, "r1", "c1", "s1", "echo")
+	if err != nil || string(res.Content) != `{"genuine":true}` {
+		t.Fatalf("read %+v, %v; want the genuine result", res, err)
+	}
+	got, err := w.Results(ctx, "r1", "s1", []string{"c1"}, nil, rec.Seq)
+	if err != nil || got["c1"] == nil || got["c1"].Seq != rec.Seq {
+		t.Fatalf("the batch read finds %+v, %v; want the genuine result at %d", got["c1"], err, rec.Seq)
+	}
+	cancelled := genuine(t)
+	cancelled.Payload, _ = msgpackResult(&protocol.ToolResult{ToolCallID: "c1", Name: "echo", Status: protocol.ResultError, ErrorCode: protocol.CodeCancelled})
+	have, mine, err := w.RecordResult(ctx, bus.NewPublisher(w.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: "g1"}), cancelled, &protocol.ToolResult{ToolCallID: "c1", Name: "echo"})
+	if err != nil || mine || have.Seq != rec.Seq {
+		t.Fatalf("a cancellation after the result: mine %v, at %v, %v; want the genuine result at %d to stand", mine, have, err, rec.Seq)
+	}
+}
+
+func msgpackResult(r *protocol.ToolResult) ([]byte, error) {
+	m, err := protocol.NewMessage(protocol.TypeToolResult, r)
+	if err != nil {
+		return nil, err
+	}
+	return m.Payload, nil
+}

@@ -111,13 +111,13 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 		if len(cfg.SealKey) != ed25519.PrivateKeySize || cfg.SealKeyID == "" {
 			return errors.New("hermes: Config.SealKey needs an ed25519 private key and its SealKeyID")
 		}
-		if len(cfg.TrustedResults) > 0 {
-			have, ok := cfg.TrustedResults[cfg.SealKeyID]
-			if !ok || !have.Key.Equal(cfg.SealKey.Public()) {
-				return fmt.Errorf("hermes: Config.TrustedResults lacks this worker's own key %q: its results would not count even for itself", cfg.SealKeyID)
-			}
-			b.TrustResults(cfg.TrustedResults)
+		// Sealing without checking, the worker would take a result put on a call's subject
+		// before its own for the call's, while routers refuse that one.
+		have, ok := cfg.TrustedResults[cfg.SealKeyID]
+		if !ok || !have.Key.Equal(cfg.SealKey.Public()) {
+			return fmt.Errorf("hermes: Config.TrustedResults must hold this worker's own key %q (and the others trusted): its results would not count even for itself", cfg.SealKeyID)
 		}
+		b.TrustResults(cfg.TrustedResults)
 		b.SealResults(cfg.SealKeyID, cfg.SealKey)
 	}
 	exec, err := worker.NewFuncs(funcs)

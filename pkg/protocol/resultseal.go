@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,10 +51,38 @@ func (k ResultKeys) Signer(m *Message) (ResultSigner, bool) {
 	return s, ok
 }
 
-// SealResult seals m, a tool_result message, with key named keyID. A result's seal does not
-// expire (the record keeps it as long as the call's state); its expiry is the time of sealing.
+// SealResult seals m, a tool_result message whose Sender is set, with key named keyID. A
+// result's seal does not expire (the record keeps it as long as the call's state); its expiry
+// is the time of sealing. Beside what a call's seal covers, it covers the result's correlation
+// (the request's call ids, its serial flag, a cancellation's message) and its sender, which
+// readers act on: a genuine result replayed with either changed no longer verifies.
 func (m *Message) SealResult(key ed25519.PrivateKey, keyID string) {
-	m.SealWith(key, keyID, time.Now())
+	expires := time.Now().UTC().Round(0)
+	m.Seal = &Seal{KeyID: keyID, Expires: expires, Sig: ed25519.Sign(key, m.resultSealedBytes(keyID, expires))}
+}
+
+// resultSealedBytes is what a result's seal signs: what a call's does, under another domain
+// tag, then the correlation and the sender, each length-prefixed.
+func (m *Message) resultSealedBytes(keyID string, expires time.Time) []byte {
+	b := m.sealedBytes(keyID, expires)
+	field := func(s string) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	field("hermes result seal v1")
+	if c := m.Correlation; c != nil {
+		field("correlation")
+		for _, id := range c.CallIDs {
+			field(id)
+		}
+		field(fmt.Sprint(len(c.CallIDs), c.Serial))
+		field(c.Cancelled)
+	} else {
+		field("no correlation")
+	}
+	field(m.Sender.Role)
+	field(m.Sender.Instance)
+	return b
 }
 
 // VerifyResult checks that m, a tool_result message carrying res, is sealed, over m as it is,
@@ -73,7 +102,7 @@ func (k ResultKeys) VerifyResult(m *Message, res *ToolResult, tool string) error
 	case !ok:
 		return fmt.Errorf("%w: sealed with key %q, which is not trusted for results", ErrResultUnsealed, cut(s.KeyID, 64))
 	case len(signer.Key) != ed25519.PublicKeySize || len(s.Sig) != ed25519.SignatureSize ||
-		!ed25519.Verify(signer.Key, m.sealedBytes(s.KeyID, s.Expires), s.Sig):
+		!ed25519.Verify(signer.Key, m.resultSealedBytes(s.KeyID, s.Expires), s.Sig):
 		return fmt.Errorf("%w: the seal of key %q does not match the result", ErrResultUnsealed, cut(s.KeyID, 64))
 	}
 	if tool == "" {

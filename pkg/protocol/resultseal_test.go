@@ -45,8 +45,15 @@ func TestVerifyResult(t *testing.T) {
 		key      ed25519.PrivateKey
 		keyID    string
 		tamper   bool
+		replay   func(*protocol.Message) // changes what a replay of a genuine result would
 		wantFail string
 	}{
+		{name: "replayed with fewer call ids", tool: "echo", result: "echo", key: routerKey, keyID: "router", wantFail: "does not match",
+			replay: func(m *protocol.Message) { m.Correlation = &protocol.Correlation{CallIDs: []string{"c1"}} }},
+		{name: "replayed as serial", tool: "echo", result: "echo", key: routerKey, keyID: "router", wantFail: "does not match",
+			replay: func(m *protocol.Message) { m.Correlation.Serial = true }},
+		{name: "replayed as the dead-letter processor's", tool: "echo", result: "echo", key: routerKey, keyID: "router", wantFail: "does not match",
+			replay: func(m *protocol.Message) { m.Sender.Role = protocol.RoleDeadLetter }},
 		{name: "a router's key, any tool", tool: "echo", result: "echo", key: routerKey, keyID: "router"},
 		{name: "a worker's key, its tool", tool: "crm_lookup", result: "crm_lookup", key: crmKey, keyID: "crm"},
 		{name: "a worker's key, another tool's call", tool: "echo", result: "echo", key: crmKey, keyID: "crm", wantFail: "may seal results of crm_lookup only"},
@@ -59,8 +66,13 @@ func TestVerifyResult(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m, res := resultMsg(t, "c1", c.result)
+			m.Correlation = &protocol.Correlation{CallIDs: []string{"c1", "c2"}}
+			m.Sender = protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w1"}
 			if c.key != nil {
 				m.SealResult(c.key, c.keyID)
+			}
+			if c.replay != nil {
+				c.replay(m)
 			}
 			if c.tamper {
 				m.Payload = append([]byte(nil), m.Payload...)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -243,10 +244,14 @@ func TestChatStreamsAndTheModelRecovers(t *testing.T) {
 	text, entries := cs.transcript(t, "sess_chat_weekly")
 	t.Logf("the record of sess_chat_weekly:\n%s", text)
 	for _, want := range []string{"[警告]     " + acc.ID + "-1 参数key缺失: attendees (meeting_book call_0_0)",
-		"meeting_book call_1_0 0 ms contract=v1 error UNKNOWN_USER", "[最终]     " + acc.ID + "-4 回复用户: 周会已订好"} {
+		"[最终]     " + acc.ID + "-4 回复用户: 周会已订好"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the record lacks %q", want)
 		}
+	}
+	// The tool's time is whatever it took (0 ms, or 1 on a busy machine).
+	if !regexp.MustCompile(`meeting_book call_1_0 \d+ ms contract=v1 error UNKNOWN_USER`).MatchString(text) {
+		t.Error("the record lacks meeting_book call_1_0's UNKNOWN_USER")
 	}
 	// The refused call was not dispatched: turn 1 has a decision and no request.
 	for _, e := range entries {

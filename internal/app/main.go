@@ -53,10 +53,12 @@ Commands:
   cancel      cancel a request: its calls not started never start, running ones are stopped
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
-  seal-key    make a router's key for sealing tool calls (workers given its public line run
-              only sealed calls)
+  seal-key    make a key for sealing: a router's or gateway's (calls and results; workers
+              given its public line run only sealed calls), or with --tools a worker's (the
+              results of those tools only)
   nats-auth   make a deployment's NATS users (one per service role, and external clients that
-              may publish requests only) and TLS certificates: an auth.conf to include
+              may publish requests only), a seal key per service with the trusted-seals file,
+              and TLS certificates: an auth.conf to include
   provision   set Hermes up on a NATS server (streams, buckets, consumers) and exit; services
               then run with --no-provision, without the right to manage streams
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take

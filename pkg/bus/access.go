@@ -80,19 +80,10 @@ const (
 	jsAck = "$JS.ACK."
 )
 
-// reads are the JetStream calls that only read: stream and consumer info, message gets.
+// reads are the JetStream calls that only read: stream and consumer information, and gets of
+// any message of any stream.
 func reads() []string {
-	return []string{
-		jsAPI + "INFO",
-		jsAPI + "STREAM.INFO.*",
-		jsAPI + "STREAM.NAMES",
-		jsAPI + "STREAM.LIST",
-		jsAPI + "STREAM.MSG.GET.*",
-		jsAPI + "DIRECT.GET.>",
-		jsAPI + "CONSUMER.INFO.*.*",
-		jsAPI + "CONSUMER.NAMES.*",
-		jsAPI + "CONSUMER.LIST.*",
-	}
+	return append(metadata(), jsAPI+"STREAM.MSG.GET.*", jsAPI+"DIRECT.GET.>")
 }
 
 // metadata are the JetStream calls that read no message: stream and consumer information.

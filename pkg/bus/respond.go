@@ -55,19 +55,7 @@ type Recorded struct {
 // this call (bytes no reader decodes, another request's message) does not count: it is
 // superseded.
 func (b *Bus) RecordResult(ctx context.Context, p *Publisher, m *protocol.Message, res *protocol.ToolResult) (*Recorded, bool, error) {
-	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
-		return nil, false, fmt.Errorf("bus: RecordResult needs a tool_result message with a msg_id, got %s", m.Type)
-	}
-	m.Sender = p.sender // sealed with the result
-	b.sealResult(m)
-	tools := b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name})
-	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, tools)
-	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid, nil,
-		func() (*Recorded, error) { return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools) })
-	if err == nil && t.err != nil {
-		return nil, false, t.err
-	}
-	return r, mine, err
+	return b.recordResult(ctx, p, m, res, "RecordResult", nil)
 }
 
 // RecordRedrivenResult is RecordResult for the result of a call re-driven from the dead
@@ -75,18 +63,26 @@ func (b *Bus) RecordResult(ctx context.Context, p *Publisher, m *protocol.Messag
 // answer of its own, not the tool's) is superseded — the record keeps both, and the call's
 // result is the last one. A real result recorded before stands.
 func (b *Bus) RecordRedrivenResult(ctx context.Context, p *Publisher, m *protocol.Message, res *protocol.ToolResult) (*Recorded, bool, error) {
+	return b.recordResult(ctx, p, m, res, "RecordRedrivenResult", func(r *Recorded) bool { return IsDeadAnswer(r.Msg) })
+}
+
+// recordResult seals m (with its sender, as recorded) and records it on its call's subject,
+// superseding what supersede names; what (the caller's name) is for the error of a message
+// that is no result.
+func (b *Bus) recordResult(ctx context.Context, p *Publisher, m *protocol.Message, res *protocol.ToolResult, what string, supersede counts) (*Recorded, bool, error) {
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
-		return nil, false, fmt.Errorf("bus: RecordRedrivenResult needs a tool_result message with a msg_id, got %s", m.Type)
+		return nil, false, fmt.Errorf("bus: %s needs a tool_result message with a msg_id, got %s", what, m.Type)
 	}
 	m.Sender = p.sender // sealed with the result
 	b.sealResult(m)
 	tools := b.namesOf(m.RequestID, []string{res.ToolCallID}, []string{res.Name})
-	valid, t := b.resultOf(ctx, m.RequestID, res.ToolCallID, tools)
-	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m, valid,
-		func(r *Recorded) bool { return IsDeadAnswer(r.Msg) },
-		func() (*Recorded, error) { return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools) })
-	if err == nil && t.err != nil {
-		return nil, false, t.err
+	earlier := func() (*Recorded, error) {
+		return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools)
+	}
+	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m,
+		b.resultOf(ctx, m.RequestID, res.ToolCallID, tools), supersede, earlier)
+	if err == nil && tools.err != nil {
+		return nil, false, tools.err
 	}
 	return r, mine, err
 }
@@ -136,9 +132,9 @@ type counts func(*Recorded) bool
 
 // resultOf counts a result of call callID of requestID: with trusted result keys, only one
 // sealed by a key trusted for the call's tool (which tools tells, reading the request's plan
-// only for a key trusted with some tools). A plan that cannot be read is an error kept in the
-// returned toolsOf, which the caller reports.
-func (b *Bus) resultOf(ctx context.Context, requestID, callID string, tools *toolsOf) (counts, *toolsOf) {
+// only for a key trusted with some tools). A plan that cannot be read is an error kept in
+// tools, which the caller reports.
+func (b *Bus) resultOf(ctx context.Context, requestID, callID string, tools *toolsOf) counts {
 	return func(r *Recorded) bool {
 		if r.Msg == nil || r.Msg.Type != protocol.TypeToolResult || r.Msg.RequestID != requestID {
 			return false
@@ -162,7 +158,7 @@ func (b *Bus) resultOf(ctx context.Context, requestID, callID string, tools *too
 			}
 		}
 		return keys.VerifyResult(r.Msg, res, tool) == nil
-	}, tools
+	}
 }
 
 // responseOf counts a response of requestID.
@@ -500,7 +496,7 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, n
 			if !ok {
 				continue
 			}
-			valid, _ := b.resultOf(ctx, requestID, id, tools)
+			valid := b.resultOf(ctx, requestID, id, tools)
 			if r := recordedOf(raw); valid(r) {
 				out[id] = r
 			} else if tools.err != nil {
@@ -554,7 +550,7 @@ func (b *Bus) Result(ctx context.Context, requestID, callID, session, tool strin
 
 func (b *Bus) result(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, *protocol.ToolResult, error) {
 	subject := protocol.SubjectResult(requestID, callID, session)
-	valid, _ := b.resultOf(ctx, requestID, callID, tools)
+	valid := b.resultOf(ctx, requestID, callID, tools)
 	r, err := b.lastRecorded(ctx, subject)
 	switch {
 	case err == nil && valid(r):
@@ -588,7 +584,7 @@ const maxResultScan = 1024
 // re-drive's), looking at most at maxResultScan of them.
 func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, error) {
 	subject := protocol.SubjectResult(requestID, callID, session)
-	valid, _ := b.resultOf(ctx, requestID, callID, tools)
+	valid := b.resultOf(ctx, requestID, callID, tools)
 	var found *Recorded
 	seq := uint64(1)
 	for range maxResultScan {

@@ -69,15 +69,7 @@ func TestAForgedResultIsNeverTheCallsResult(t *testing.T) {
 		{"sealed by another tool's worker, naming its own tool", crmKey, "crm-worker", "crm_lookup"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := bustest.NewLockedServer(t)
-			admin := s.Provision(t, bus.Config{})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			planOf(t, ctx, admin)
-			attacker, err := jetstream.New(s.ConnectAs(t, bus.RoleWorker))
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, _, ctx, attacker := planned(t)
 			forgedResult(t, ctx, attacker, c.claim, c.key, c.id, true)
 
 			w := workerBus(t, s, keys, "echo-worker", echoKey)
@@ -99,21 +91,29 @@ func TestAForgedResultIsNeverTheCallsResult(t *testing.T) {
 		})
 	}
 	t.Run("without trusted keys, the first result stands, forged or not", func(t *testing.T) {
-		s := bustest.NewLockedServer(t)
-		admin := s.Provision(t, bus.Config{})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		planOf(t, ctx, admin)
-		attacker, err := jetstream.New(s.ConnectAs(t, bus.RoleWorker))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, admin, ctx, attacker := planned(t)
 		forgedResult(t, ctx, attacker, "echo", nil, "", true)
 		_, res, err := admin.Result(ctx, "r1", "c1", "s1", "")
 		if err != nil || string(res.Content) != `{"forged":true}` {
 			t.Fatalf("read %+v, %v", res, err)
 		}
 	})
+}
+
+// planned is a locked server with request r1's plan recorded (planOf), its admin's bus, a
+// context for the test, and JetStream as a tool worker's user, the attacker.
+func planned(t *testing.T) (*bustest.Server, *bus.Bus, context.Context, jetstream.JetStream) {
+	t.Helper()
+	s := bustest.NewLockedServer(t)
+	admin := s.Provision(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	planOf(t, ctx, admin)
+	attacker, err := jetstream.New(s.ConnectAs(t, bus.RoleWorker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, admin, ctx, attacker
 }
 
 // planOf records request r1's plan: one call c1 of echo.
@@ -151,20 +151,12 @@ func workerBus(t *testing.T, s *bustest.Server, keys protocol.ResultKeys, id str
 func TestWhatFollowsAResultHidesNothing(t *testing.T) {
 	routerPub, routerKey, _ := ed25519.GenerateKey(rand.Reader)
 	keys := protocol.ResultKeys{"router": {Key: routerPub}}
-	s := bustest.NewLockedServer(t)
-	admin := s.Provision(t, bus.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	planOf(t, ctx, admin)
+	s, _, ctx, attacker := planned(t)
 	w := workerBus(t, s, keys, "router", routerKey)
 	pub := bus.NewPublisher(w.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w1"})
 	rec, mine, err := w.RecordResult(ctx, pub, genuine(t), &protocol.ToolResult{ToolCallID: "c1", Name: "echo"})
 	if err != nil || !mine {
 		t.Fatalf("recording: %v %v", mine, err)
-	}
-	attacker, err := jetstream.New(s.ConnectAs(t, bus.RoleWorker))
-	if err != nil {
-		t.Fatal(err)
 	}
 	if _, err := attacker.Publish(ctx, protocol.SubjectResult("r1", "c1", "s1"), []byte("junk")); err != nil {
 		t.Fatal(err)

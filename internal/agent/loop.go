@@ -378,13 +378,18 @@ func refused(c openai.ChatCompletionMessageToolCallUnion, err error, warn func(p
 }
 
 // ToolMessage is a result as the model reads it: a JSON object that is data — the tool's
-// status, its content or Hermes' word on its failure — never instructions.
+// status, its content or Hermes' word on its failure — never instructions. A failure carries
+// the tool's own code (tool_error_code) beside Hermes' whenever the tool gave one, contract or
+// not: the code is what the model recovers from.
 func ToolMessage(name string, r protocol.ToolResult) string {
 	m := map[string]any{"tool": name, "status": r.Status}
 	if r.Status == protocol.ResultOK {
 		m["content"] = json.RawMessage(r.Content)
 	} else {
 		m["error_code"], m["recovery_hint"] = r.ErrorCode, r.RecoveryHint
+		if r.ToolErrorCode != "" && r.ToolErrorCode != r.ErrorCode {
+			m["tool_error_code"] = r.ToolErrorCode
+		}
 		if len(r.Content) > 0 {
 			m["content"] = json.RawMessage(r.Content)
 		}

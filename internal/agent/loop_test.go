@@ -276,3 +276,28 @@ func TestTheLastTurnMayCallTheClientsTools(t *testing.T) {
 		t.Errorf("the last turn offered %+v (tool_choice %s)", req.Tools, req.ToolChoice)
 	}
 }
+
+// A failure the model reads carries the tool's own code whether or not a contract declared it
+// (Hermes' TOOL_FAILED beside it): the code is what the model recovers from.
+func TestAToolFailureNamesTheToolsCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		res  protocol.ToolResult
+		want map[string]any
+	}{
+		{"declared", protocol.ToolResult{Status: protocol.ResultError, ErrorCode: "UNKNOWN_USER", ToolErrorCode: "UNKNOWN_USER", RecoveryHint: "check"},
+			map[string]any{"tool": "meeting_book", "status": "error", "error_code": "UNKNOWN_USER", "recovery_hint": "check"}},
+		{"undeclared", protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeToolFailed, ToolErrorCode: "UNKNOWN_USER", Content: json.RawMessage(`"no user"`)},
+			map[string]any{"tool": "meeting_book", "status": "error", "error_code": "TOOL_FAILED", "tool_error_code": "UNKNOWN_USER", "recovery_hint": "", "content": "no user"}},
+		{"Hermes'", protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeToolTimeout},
+			map[string]any{"tool": "meeting_book", "status": "error", "error_code": "TOOL_TIMEOUT", "recovery_hint": ""}},
+	} {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(agent.ToolMessage("meeting_book", tc.res)), &got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -5,7 +5,9 @@
 //	HERMES_URL=http://127.0.0.1:8080 HERMES_API_KEY=$(cat hermes-data/admin.key) \
 //	go run ./examples/sdk-weather
 //
-// then call tool city_weather through the gateway like any other.
+// then call tool city_weather through the gateway like any other. A worker user made for some
+// tools only (hermes nats-auth --worker NAME=city_weather) connects with its own inbox too:
+// HERMES_NATS_NKEY=deploy/auth/NAME.nk HERMES_NATS_INBOX=_INBOX_NAME.
 package main
 
 import (
@@ -47,7 +49,7 @@ func main() {
 	weather := hermes.Tool("city_weather", "查询指定城市的实时天气信息", cityWeather,
 		hermes.Errors("CITY_NOT_FOUND"), hermes.Level("L"))
 	err := hermes.Serve(ctx, hermes.Config{NATS: os.Getenv("HERMES_NATS_URL"), NKey: os.Getenv("HERMES_NATS_NKEY"),
-		Gateway: os.Getenv("HERMES_URL"), APIKey: os.Getenv("HERMES_API_KEY"),
+		Inbox: os.Getenv("HERMES_NATS_INBOX"), Gateway: os.Getenv("HERMES_URL"), APIKey: os.Getenv("HERMES_API_KEY"),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, weather)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -317,7 +317,7 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 	grpcAddr := fs.String("grpc-listen", demoGRPCAddr, "listen address of the gRPC service customer.ProfileService (with server reflection); empty to run none")
 	natsURL := fs.String("nats", os.Getenv(bus.EnvURL), "NATS server URL: also serve the Go meeting tools ("+strings.Join(demotools.MeetingToolNames, ", ")+") as a tool worker there (env "+bus.EnvURL+"); empty serves the HTTP tools alone")
 	var auth natsAuth
-	auth.register(fs)
+	auth.register(fs, bus.RoleWorker)
 	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the Go tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (env HERMES_URL); empty registers nothing (routes reach them with go actions)")
 	var key keyFlag
 	key.register(fs)

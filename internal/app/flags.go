@@ -53,7 +53,7 @@ func (c *common) registerSeals(fs *flag.FlagSet, role bus.Role) { c.seals.regist
 
 func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.StringVar(&c.natsURL, "nats", envOr(bus.EnvURL, bus.DefaultURL), "NATS server URL (env "+bus.EnvURL+")")
-	c.natsAuth.register(fs)
+	c.natsAuth.register(fs, serviceRoles[role])
 	fs.StringVar(&c.instance, "instance", defaultInstance(role), "name of this instance in the messages it sends")
 	fs.StringVar(&c.metricsAddr, "metrics", os.Getenv("HERMES_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env HERMES_METRICS); the gateway and hermes up also serve /metrics on their HTTP port")
 	fs.StringVar(&c.logLevel, "log-level", envOr("HERMES_LOG_LEVEL", "info"), "debug, info, warn or error (env HERMES_LOG_LEVEL)")
@@ -77,6 +77,10 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
 	fs.IntVar(&c.limits.MaxIntentBytes, "max-intent-bytes", protocol.DefaultLimits.MaxIntentBytes, "largest intent, in bytes")
 }
+
+// serviceRoles are the NATS roles of the services, by the name register is given: each
+// connects with its role's inbox unless --nats-inbox says otherwise.
+var serviceRoles = map[string]bus.Role{"router": bus.RoleRouter, "dead-letters": bus.RoleRouter, "toolworker": bus.RoleWorker, "gateway": bus.RoleGateway}
 
 func (c *common) busConfig() bus.Config {
 	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision,
@@ -195,15 +199,22 @@ type natsAuth struct{ c bus.Credentials }
 const (
 	envNATSNKey  = "HERMES_NATS_NKEY"
 	envNATSCreds = "HERMES_NATS_CREDS"
+	envNATSInbox = "HERMES_NATS_INBOX"
 )
 
-func (a *natsAuth) register(fs *flag.FlagSet) {
+// register adds the credential flags; a service of role connects with role's inbox by
+// default (bus.RoleInbox), a command-line tool ("" for role) with none.
+func (a *natsAuth) register(fs *flag.FlagSet, role bus.Role) {
+	inbox := ""
+	if role != "" {
+		inbox = bus.RoleInbox(role)
+	}
 	fs.StringVar(&a.c.NKeyFile, "nats-nkey", os.Getenv(envNATSNKey), "file holding the nkey seed of this service's NATS user (hermes nats-auth writes one per user; hermes up keeps its own in DATA/nats) (env "+envNATSNKey+")")
 	fs.StringVar(&a.c.CredsFile, "nats-creds", os.Getenv(envNATSCreds), "NATS user credentials file (JWT and seed), for servers in operator mode (env "+envNATSCreds+")")
 	fs.StringVar(&a.c.CAFile, "nats-ca", os.Getenv("HERMES_NATS_CA"), "CA certificate that verifies the NATS server's, for TLS (env HERMES_NATS_CA)")
 	fs.StringVar(&a.c.CertFile, "nats-cert", os.Getenv("HERMES_NATS_CERT"), "client certificate for NATS servers that verify clients (env HERMES_NATS_CERT; with --nats-key)")
 	fs.StringVar(&a.c.KeyFile, "nats-key", os.Getenv("HERMES_NATS_KEY"), "key of --nats-cert (env HERMES_NATS_KEY)")
-	fs.StringVar(&a.c.Inbox, "nats-inbox", os.Getenv("HERMES_NATS_INBOX"), "reply-subject prefix, for a NATS user whose permissions name one (an external client's: _INBOX_<user>) (env HERMES_NATS_INBOX)")
+	fs.StringVar(&a.c.Inbox, "nats-inbox", envOr(envNATSInbox, inbox), "reply-subject prefix the NATS user's permissions name: a service role's _INBOX_<role> (each service's default), a worker made with nats-auth --worker NAME's or an external client's _INBOX_<NAME> (env "+envNATSInbox+")")
 }
 
 func (a *natsAuth) options() ([]nats.Option, error) { return a.c.Options() }
@@ -240,7 +251,7 @@ func natsFlags(fs *flag.FlagSet, def, usage string) *natsTarget {
 		def = envOr(bus.EnvURL, def)
 	}
 	fs.StringVar(&t.url, "nats", def, usage)
-	t.auth.register(fs)
+	t.auth.register(fs, "")
 	return t
 }
 

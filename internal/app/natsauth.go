@@ -67,8 +67,8 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 		}
 		users = append(users, u)
 		line := fmt.Sprintf("  %-12s role %-10s seed %s", name, role, path)
-		if role == bus.RoleClient {
-			line += "  (connect with --nats-inbox " + bus.ClientInbox(name) + ")"
+		if a, err := u.Access(); err == nil && role != bus.RoleAdmin {
+			line += "  (connect with --nats-inbox " + a.Inbox + ")"
 		}
 		lines = append(lines, line)
 		return nil

@@ -120,8 +120,9 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		return nil, err
 	}
 	sys.cleanup = append(sys.cleanup, obs.close)
-	// Each service connects as the user of its role (roleOpts); the embedded server lets in
-	// no one else, and each user only what its role needs (bus.AccessOf).
+	// Each service connects as the user of its role, with its role's inbox (roleOpts); the
+	// embedded server lets in no one else, and each user only what its role needs
+	// (bus.AccessOf).
 	var connOpts []nats.Option
 	roleOpts := map[bus.Role][]nats.Option{}
 	if cfg.NATSURL == "" {
@@ -138,11 +139,11 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		sys.cleanup = append(sys.cleanup, s.Close)
 		connOpts = append(connOpts, s.ConnectOption())
 		for role, path := range seeds {
-			o, err := nats.NkeyOptionFromSeed(path)
+			o, err := roleOptions(role, path)
 			if err != nil {
-				return nil, fmt.Errorf("NATS user %s: %w", role, err)
+				return nil, err
 			}
-			roleOpts[role] = []nats.Option{o}
+			roleOpts[role] = o
 		}
 		abs, _ := filepath.Abs(cfg.DataDir)
 		sync := "interval"
@@ -372,18 +373,39 @@ func (s *System) meetingTools(cfg SystemConfig, opts []nats.Option, log *slog.Lo
 	}
 }
 
-// userOption connects as role's user of the embedded server; it does nothing with an external
-// server.
+// userOption connects as role's user of the embedded server, with its role's inbox; it does
+// nothing with an external server.
 func (s *System) userOption(role bus.Role) nats.Option {
 	path, ok := s.Seeds[role]
 	if !ok {
 		return func(*nats.Options) error { return nil }
 	}
+	opts, err := roleOptions(role, path)
+	return func(o *nats.Options) error {
+		if err != nil {
+			return err
+		}
+		for _, opt := range opts {
+			if err := opt(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// roleOptions connect as the user of role whose nkey seed is in path, with the inbox prefix
+// the role's permissions name.
+func roleOptions(role bus.Role, path string) ([]nats.Option, error) {
+	a, err := bus.AccessOf(role, string(role))
+	if err != nil {
+		return nil, err
+	}
 	o, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return func(*nats.Options) error { return err }
+		return nil, fmt.Errorf("NATS user %s: %w", role, err)
 	}
-	return o
+	return []nats.Option{o, nats.CustomInboxPrefix(a.Inbox)}, nil
 }
 
 // upUsers are the embedded server's NATS users, one per role, each with its seed kept in

@@ -65,14 +65,24 @@ func joinRoles() string {
 type Access struct {
 	Publish, Subscribe   []string
 	DenyPublish, DenySub []string
-	// Inbox is the reply-subject prefix the role's connections must use (nats.CustomInboxPrefix):
-	// services share _INBOX; each external client has an inbox of its own, so that no client
-	// reads replies meant for another connection.
+	// Inbox is the reply-subject prefix the role's connections must use (nats.CustomInboxPrefix),
+	// the only one they may subscribe under: each service role has its own (RoleInbox), and so
+	// has each external client (ClientInbox), so that no user receives the replies meant for
+	// another's connections (a gateway's key lookups, a router's claims). Admin's is _INBOX, and
+	// it may subscribe to anything.
 	Inbox string
 }
 
+// InboxOf is the inbox prefix of what is named name: _INBOX_<name>. A name must be a token
+// (protocol.CheckID), so that no inbox is another's prefix.
+func InboxOf(name string) string { return "_INBOX_" + name }
+
+// RoleInbox is the inbox prefix of the users of service role: _INBOX_<role> (_INBOX_gateway,
+// _INBOX_router, _INBOX_toolworker). Every service that knows its role connects with it.
+func RoleInbox(role Role) string { return InboxOf(string(role)) }
+
 // ClientInbox is the inbox prefix of the external client user named user.
-func ClientInbox(user string) string { return "_INBOX_" + user }
+func ClientInbox(user string) string { return InboxOf(user) }
 
 // JetStream API subjects.
 const (
@@ -209,13 +219,15 @@ func requestConsumers() []string {
 }
 
 // AccessOf returns the permissions of role; user names the NATS user (the client role's inbox
-// is its own).
+// is its own). A service role's users may subscribe under their role's inbox only (RoleInbox),
+// never another role's or _INBOX.
 func AccessOf(role Role, user string) (Access, error) {
 	var a Access
-	a.Inbox = "_INBOX"
-	a.Subscribe = []string{"_INBOX.>"}
+	a.Inbox = RoleInbox(role)
+	a.Subscribe = []string{a.Inbox + ".>"}
 	switch role {
 	case RoleAdmin:
+		a.Inbox = "_INBOX"
 		a.Publish, a.Subscribe = []string{">"}, []string{">"}
 		return a, nil
 	case RoleGateway:

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,7 +20,10 @@ const EnvURL = "HERMES_NATS_URL"
 const DefaultURL = "nats://127.0.0.1:4222"
 
 // Connect dials url with options fit for a long-running worker: it retries the first connect
-// until ctx is done, reconnects forever, and logs disconnects and reconnects on logger.
+// until ctx is done, reconnects forever, and logs disconnects and reconnects on logger. A
+// connection whose user may not subscribe under its inbox prefix (nats.CustomInboxPrefix) is
+// closed and refused at once with ErrInboxRefused, rather than left to time out on every
+// request.
 func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	logger = orDiscard(logger)
 	opts := append([]nats.Option{
@@ -42,7 +46,15 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 	}, extra...)
 	var nc *nats.Conn
 	err := retry.Do(ctx, ConnectRetry, time.Time{}, func() (err error) {
-		nc, err = nats.Connect(url, opts...)
+		if nc, err = nats.Connect(url, opts...); err != nil {
+			return err
+		}
+		if err = CheckInbox(ctx, nc); err != nil {
+			nc.Close()
+			if errors.Is(err, ErrInboxRefused) {
+				return retry.Stop(err)
+			}
+		}
 		return err
 	}, func(err error, _ time.Duration) {
 		logger.Warn("nats connect failed; retrying", "url", Redact(url), "err", err)
@@ -51,6 +63,36 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 		return nil, fmt.Errorf("bus: connect to %s: %w", Redact(url), err)
 	}
 	return nc, nil
+}
+
+// CheckInbox subscribes under nc's inbox prefix, waits for the server's answer, and returns
+// ErrInboxRefused when the server refused the subscription: the user's permissions name
+// another inbox. Other errors say the server could not be asked.
+func CheckInbox(ctx context.Context, nc *nats.Conn) error {
+	subject := nc.NewInbox()
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		return fmt.Errorf("bus: subscribe under the inbox prefix: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	// The server answers the flush after it refused the subscription, if it did, and the
+	// connection reads what it says in order.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("bus: check the inbox prefix: %w", err)
+	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+subject+`"`) {
+		prefix := nc.Opts.InboxPrefix
+		if prefix == "" {
+			prefix = "_INBOX"
+		}
+		return fmt.Errorf("%w (%s): connect with the inbox prefix the user's permissions name (a service role's _INBOX_<role>, a named worker's or an external client's _INBOX_<name>)", ErrInboxRefused, prefix)
+	}
+	return nil
 }
 
 // ConnectRetry spaces out tries to reach NATS, or to provision on it, at start: every 500 ms.

@@ -9,6 +9,11 @@ import (
 // consumer Hermes needs does not exist.
 var ErrNotProvisioned = errors.New("bus: Hermes is not set up on this NATS server")
 
+// ErrInboxRefused is returned by Connect when the NATS server does not let the connection
+// subscribe under its inbox prefix: every request it made (each JetStream call) would go
+// unanswered. The user's permissions name its inbox (Access.Inbox).
+var ErrInboxRefused = errors.New("bus: the NATS user may not receive replies under this connection's inbox prefix")
+
 // permanentError marks a failure that no redelivery can fix: the message is terminated.
 type permanentError struct{ err error }
 

@@ -23,6 +23,9 @@ type User struct {
 	NKey string
 }
 
+// Access returns the user's permissions: its role's (AccessOf).
+func (u User) Access() (Access, error) { return AccessOf(u.Role, u.Name) }
+
 // PasswordUser is a NATS user who authenticates with a password.
 type PasswordUser struct {
 	Name, Password string
@@ -125,7 +128,7 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 		if !strings.HasPrefix(u.NKey, "U") || len(u.NKey) != 56 {
 			return "", fmt.Errorf("bus: NATS user %s: %q is no user nkey", u.Name, u.NKey)
 		}
-		a, err := AccessOf(u.Role, u.Name)
+		a, err := u.Access()
 		if err != nil {
 			return "", fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
 		}
@@ -193,8 +196,10 @@ type Credentials struct {
 	// CAFile verifies the server's certificate; CertFile and KeyFile are the client's own
 	// (for servers that verify clients).
 	CAFile, CertFile, KeyFile string
-	// Inbox is the reply-subject prefix, for users whose permissions name one (external
-	// clients: ClientInbox); empty keeps _INBOX.
+	// Inbox is the reply-subject prefix the user's permissions name (Access.Inbox: a service
+	// role's RoleInbox, an external client's ClientInbox); empty keeps _INBOX, which only admin
+	// may use. Connect refuses a connection that may not receive replies under it
+	// (ErrInboxRefused).
 	Inbox string
 }
 

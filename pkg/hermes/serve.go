@@ -35,6 +35,12 @@ type Config struct {
 	// Credentials: a tool worker's nkey seed file or creds file, the CA, a client certificate
 	// (bus.Credentials).
 	NKey, Creds, CA, Cert, Key string
+	// Inbox is the reply-subject prefix the NATS user's permissions name: default the tool
+	// worker role's, bus.RoleInbox(bus.RoleWorker) (_INBOX_toolworker); a worker user made for
+	// some tools only (hermes nats-auth --worker NAME=…) has _INBOX_NAME. Options may set it
+	// too (nats.CustomInboxPrefix), and win. Serve fails at once, not on its first timeout,
+	// when the user may not receive replies under it (bus.ErrInboxRefused).
+	Inbox string
 	// TrustedSeals are the routers' public keys by key id: only calls they sealed are run.
 	TrustedSeals map[string]ed25519.PublicKey
 	// SealKey, named SealKeyID, seals every result these tools give (hermes seal-key --tools
@@ -90,7 +96,10 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	if cfg.Instance == "" {
 		cfg.Instance = "hermes-sdk"
 	}
-	opts, err := bus.Credentials{NKeyFile: cfg.NKey, CredsFile: cfg.Creds, CAFile: cfg.CA, CertFile: cfg.Cert, KeyFile: cfg.Key}.Options()
+	if cfg.Inbox == "" {
+		cfg.Inbox = bus.RoleInbox(bus.RoleWorker)
+	}
+	opts, err := bus.Credentials{NKeyFile: cfg.NKey, CredsFile: cfg.Creds, CAFile: cfg.CA, CertFile: cfg.Cert, KeyFile: cfg.Key, Inbox: cfg.Inbox}.Options()
 	if err != nil {
 		return fmt.Errorf("hermes: %w", err)
 	}

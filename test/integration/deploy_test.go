@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,11 +97,19 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 		"crm":        protocol.SubjectResult("r1", "c1", "s1"),
 	} {
 		creds := bus.Credentials{NKeyFile: filepath.Join(auth, role+".nk"), CAFile: ca}
-		if role == "crm" {
-			creds.Inbox = bus.ClientInbox("crm")
-		}
+		// Without the inbox its permissions name, a user is refused at once.
 		o, err := creds.Options()
 		if err != nil {
+			t.Fatal(err)
+		}
+		if nc, err := bus.Connect(ctx, url, "deploy-"+role, nil, append(o, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...); !errors.Is(err, bus.ErrInboxRefused) {
+			if err == nil {
+				nc.Close()
+			}
+			t.Fatalf("%s connected under _INBOX: %v", role, err)
+		}
+		creds.Inbox = bus.InboxOf(role)
+		if o, err = creds.Options(); err != nil {
 			t.Fatal(err)
 		}
 		nc, err := bus.Connect(ctx, url, "deploy-"+role, nil, append(o, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
@@ -230,6 +239,9 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 			if !strings.HasPrefix(u, "tls://") {
 				t.Errorf("%s: %s reaches NATS at %q, not over TLS", file, name, u)
 			}
+		}
+		if inbox := env["HERMES_NATS_INBOX"]; role == "admin" && inbox != "" || role != "admin" && inbox != bus.InboxOf(role) {
+			t.Errorf("%s: %s receives replies under HERMES_NATS_INBOX=%q, not its user's inbox", file, name, inbox)
 		}
 		if (env["HERMES_NO_PROVISION"] == "true") == (name == "provision") {
 			t.Errorf("%s: %s: HERMES_NO_PROVISION=%q", file, name, env["HERMES_NO_PROVISION"])

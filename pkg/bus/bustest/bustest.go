@@ -75,8 +75,8 @@ func NewLockedServer(t testing.TB) *Server {
 	return s
 }
 
-// As returns the options that connect to Plain as role's user of a locked server (none for a
-// server that is not locked).
+// As returns the options that connect to Plain as role's user of a locked server, with the
+// inbox prefix its permissions name (none for a server that is not locked).
 func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
 	t.Helper()
 	seed, ok := s.seeds[role]
@@ -87,11 +87,11 @@ func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []nats.Option{o}
-	if role == bus.RoleClient {
-		opts = append(opts, nats.CustomInboxPrefix(bus.ClientInbox(string(role))))
+	a, err := bus.AccessOf(role, string(role))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return opts
+	return []nats.Option{o, nats.CustomInboxPrefix(a.Inbox)}
 }
 
 // ConnectAs opens a connection to Plain as role's user of a locked server, closed by

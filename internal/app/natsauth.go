@@ -36,10 +36,12 @@ const (
 // RunNATSAuth makes the NATS users of a deployment and, with --tls-host, its TLS certificates:
 // hermes nats-auth.
 func RunNATSAuth(_ context.Context, args []string, env Env) error {
-	fs := newFlagSet("nats-auth", "hermes nats-auth --out DIR [--client NAME]... [--tls-host NAMES]", env.Stderr)
+	fs := newFlagSet("nats-auth", "hermes nats-auth --out DIR [--client NAME]... [--worker NAME=TOOL,TOOL]... [--tls-host NAMES]", env.Stderr)
 	out := fs.String("out", "", "directory to write into (created mode 0700); what is there already is kept, so running it again adds only what is missing")
 	var clients listFlag
 	fs.Var(&clients, "client", "an external client to make a user for (may publish requests only; the name is its identity), repeatable or comma-separated")
+	workers := workerFlag{tools: map[string][]string{}}
+	fs.Var(&workers, "worker", "a tool worker user that serves the tools named only (NAME=TOOL,TOOL; repeatable): it takes, acks and creates only their consumers, lists only them, receives replies under _INBOX_NAME, and its seal key NAME.seal is trusted with their results only")
 	tlsHosts := fs.String("tls-host", "", "names and addresses the NATS server is reached by, comma-separated (e.g. nats,localhost): makes a CA and a server certificate for them; empty makes none")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -54,20 +56,50 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 		if _, err := bus.ParseRole(strings.ToLower(c)); err == nil {
 			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: --client %s is the name of a service role; pick another", c)}
 		}
+		if _, ok := workers.tools[c]; ok {
+			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: %s is named by both --client and --worker", c)}
+		}
+	}
+	// Worker users made by an earlier run stay as they were, unless --worker names them again.
+	made, err := readWorkers(*out)
+	if err != nil {
+		return err
+	}
+	for _, name := range workers.names {
+		if _, was := made.tools[name]; !was {
+			if _, err := os.Stat(filepath.Join(*out, name+".nk")); err == nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: --worker %s: a user %s made earlier is an external client; pick another name", name, name)}
+			}
+			made.names = append(made.names, name)
+		}
+		made.tools[name] = workers.tools[name]
+	}
+	for _, c := range clients {
+		if _, ok := made.tools[c]; ok {
+			return &ExitError{Code: 2, Err: fmt.Errorf("nats-auth: --client %s: a worker user %s was made earlier; pick another name", c, c)}
+		}
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
 	}
 	var users []bus.User
 	var lines []string
-	add := func(name string, role bus.Role) error {
+	add := func(name string, role bus.Role, tools []string) error {
 		u, path, err := bus.LoadOrNewUser(*out, name, role)
+		if err != nil {
+			return err
+		}
+		u.Tools = tools
+		a, err := u.Access()
 		if err != nil {
 			return err
 		}
 		users = append(users, u)
 		line := fmt.Sprintf("  %-12s role %-10s seed %s", name, role, path)
-		if a, err := u.Access(); err == nil && role != bus.RoleAdmin {
+		switch {
+		case len(tools) > 0:
+			line += fmt.Sprintf("  (connect with --nats-inbox %s; serves %s only: run with --tools %s)", a.Inbox, strings.Join(tools, ","), strings.Join(tools, ","))
+		case role != bus.RoleAdmin:
 			line += "  (connect with --nats-inbox " + a.Inbox + ")"
 		}
 		lines = append(lines, line)
@@ -75,13 +107,21 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 	}
 	for _, r := range bus.Roles {
 		if r != bus.RoleClient {
-			if err := add(string(r), r); err != nil {
+			if err := add(string(r), r, nil); err != nil {
 				return err
 			}
 		}
 	}
+	for _, name := range made.names {
+		if err := add(name, bus.RoleWorker, made.tools[name]); err != nil {
+			return err
+		}
+	}
+	if err := writeWorkers(*out, made); err != nil {
+		return err
+	}
 	for _, c := range clients {
-		if err := add(c, bus.RoleClient); err != nil {
+		if err := add(c, bus.RoleClient, nil); err != nil {
 			return err
 		}
 	}
@@ -92,7 +132,7 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 			if !ok || slices.ContainsFunc(users, func(u bus.User) bool { return u.Name == name }) {
 				continue
 			}
-			if err := add(name, bus.RoleClient); err != nil {
+			if err := add(name, bus.RoleClient, nil); err != nil {
 				return err
 			}
 		}
@@ -105,7 +145,11 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "NATS users in %s (include it in the server's configuration):\n%s\n", filepath.Join(*out, authConfFile), strings.Join(lines, "\n"))
-	sealLines, err := makeSeals(*out)
+	keys := slices.Clone(sealKeys)
+	for _, name := range made.names {
+		keys = append(keys, sealKeyOf{name, strings.Join(made.tools[name], ",")})
+	}
+	sealLines, err := makeSeals(*out, keys)
 	if err != nil {
 		return err
 	}
@@ -232,20 +276,24 @@ func serial() *big.Int {
 	return n
 }
 
-// sealKeys are the seal keys nats-auth makes beside the users: each service's, and the tools
-// whose results a key may seal ("": any tool, a router's or gateway's; "*": a worker trusted
-// with every tool).
-var sealKeys = []struct{ name, tools string }{{"router", ""}, {"gateway", ""}, {"toolworker", "*"}}
+// sealKeyOf is a seal key nats-auth makes: its name (and id), and the tools whose results it
+// may seal ("": any tool, and calls, a router's or gateway's; "*": a worker trusted with every
+// tool; "a,b": a worker user's of those tools).
+type sealKeyOf struct{ name, tools string }
+
+// sealKeys are the seal keys nats-auth makes beside the users: each service's. A worker user
+// made for some tools (--worker) has one too, trusted with those tools' results only.
+var sealKeys = []sealKeyOf{{"router", ""}, {"gateway", ""}, {"toolworker", "*"}}
 
 // trustedSealsFile lists the public lines of the keys nats-auth made: every service's
 // --trusted-seals.
 const trustedSealsFile = "trusted-seals"
 
-// makeSeals writes a seal key per service (NAME.seal, kept if there) and the trusted-seals file
-// naming their public keys, and returns lines saying so.
-func makeSeals(dir string) ([]string, error) {
+// makeSeals writes the seal keys (NAME.seal, kept if there) and the trusted-seals file naming
+// their public keys, and returns lines saying so.
+func makeSeals(dir string, keys []sealKeyOf) ([]string, error) {
 	var public, said []string
-	for _, k := range sealKeys {
+	for _, k := range keys {
 		path := filepath.Join(dir, k.name+".seal")
 		line := ""
 		if key, err := readSealKey(path); err == nil {
@@ -261,11 +309,112 @@ func makeSeals(dir string) ([]string, error) {
 			line += " tools=" + k.tools
 		}
 		public = append(public, line)
-		said = append(said, fmt.Sprintf("%-12s %s (--seal-key)", k.name, path))
+		if k.tools != "" && k.tools != "*" {
+			said = append(said, fmt.Sprintf("%-12s %s (--seal-key; trusted with the results of %s only)", k.name, path, k.tools))
+		} else {
+			said = append(said, fmt.Sprintf("%-12s %s (--seal-key)", k.name, path))
+		}
 	}
 	path := filepath.Join(dir, trustedSealsFile)
 	if err := os.WriteFile(path, []byte(strings.Join(public, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	return append(said, fmt.Sprintf("%-12s %s (every service's --trusted-seals)", "trusted", path)), nil
+}
+
+// workersFile lists, in nats-auth's --out, the worker users made for some tools only
+// (--worker), one "NAME=TOOL,TOOL" a line, so that a later run keeps each as it was made.
+const workersFile = "workers"
+
+// workerUsers are worker users and their tools, in the order they were made.
+type workerUsers struct {
+	names []string
+	tools map[string][]string
+}
+
+// workerFlag collects --worker NAME=TOOL,TOOL.
+type workerFlag workerUsers
+
+func (w *workerFlag) String() string {
+	var parts []string
+	for _, n := range w.names {
+		parts = append(parts, n+"="+strings.Join(w.tools[n], ","))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (w *workerFlag) Set(v string) error {
+	name, tools, err := parseWorker(v)
+	if err != nil {
+		return err
+	}
+	if _, dup := w.tools[name]; dup {
+		return fmt.Errorf("worker %s named twice", name)
+	}
+	w.names, w.tools[name] = append(w.names, name), tools
+	return nil
+}
+
+// parseWorker reads "NAME=TOOL,TOOL": a worker user's name (an id of at most 64 characters,
+// its seal key's id too, and no role's) and the tools it serves (bus.WorkerAccessFor).
+func parseWorker(v string) (string, []string, error) {
+	name, list, ok := strings.Cut(strings.TrimSpace(v), "=")
+	if !ok || list == "" {
+		return "", nil, fmt.Errorf("%q: want NAME=TOOL,TOOL", protocol.Shorten(v, 64))
+	}
+	var tools []string
+	for _, t := range strings.Split(list, ",") {
+		tools = append(tools, strings.TrimSpace(t))
+	}
+	if _, err := bus.WorkerAccessFor(name, tools); err != nil {
+		return "", nil, err
+	}
+	if _, err := bus.ParseRole(strings.ToLower(name)); err == nil {
+		return "", nil, fmt.Errorf("worker %s has the name of a service role; pick another", name)
+	}
+	if !sealKeyID.MatchString(name) {
+		return "", nil, fmt.Errorf("worker %s: a name of at most 64 characters (its seal key's id)", protocol.Shorten(name, 80))
+	}
+	return name, tools, nil
+}
+
+// readWorkers reads dir's workers file; none is no worker.
+func readWorkers(dir string) (workerUsers, error) {
+	w := workerUsers{tools: map[string][]string{}}
+	path := filepath.Join(dir, workersFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return w, nil
+	}
+	if err != nil {
+		return w, err
+	}
+	for n, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		name, tools, err := parseWorker(line)
+		if err != nil {
+			return w, fmt.Errorf("%s:%d: %w", path, n+1, err)
+		}
+		if _, dup := w.tools[name]; dup {
+			return w, fmt.Errorf("%s:%d: worker %s named twice", path, n+1, name)
+		}
+		w.names, w.tools[name] = append(w.names, name), tools
+	}
+	return w, nil
+}
+
+// writeWorkers writes w to dir's workers file; with no worker, it writes none.
+func writeWorkers(dir string, w workerUsers) error {
+	if len(w.names) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("# Worker users that serve these tools only (hermes nats-auth --worker NAME=TOOL,TOOL).\n")
+	for _, n := range w.names {
+		fmt.Fprintf(&b, "%s=%s\n", n, strings.Join(w.tools[n], ","))
+	}
+	return os.WriteFile(filepath.Join(dir, workersFile), []byte(b.String()), 0o644)
 }

@@ -283,6 +283,84 @@ func AccessOf(role Role, user string) (Access, error) {
 	return a, nil
 }
 
+// WorkerAccessFor returns the permissions of a tool worker user named user that serves tools
+// only: a tool worker's (AccessOf(RoleWorker, …)) with its rights over every tool narrowed to
+// tools. It may create only those tools' consumers (of every action kind, each under its own
+// name and filter: ToolConsumer, protocol.FilterToolCalls), take from and ack only them and the
+// consumers in which Hermes before action kinds queued their calls (LegacyToolConsumer), and
+// write in the tools' bucket only their keys (protocol.KeyTool) and the MCP servers' states
+// (protocol.KeyMCPState, which name no tool); everything else is a tool worker's. Its inbox is
+// its own, InboxOf(user). user must be an id and no role's name; tools must be tool names
+// (subject tokens: protocol.CheckToolName), at least one.
+func WorkerAccessFor(user string, tools []string) (Access, error) {
+	if err := protocol.CheckID("NATS user", user); err != nil {
+		return Access{}, err
+	}
+	if _, err := ParseRole(user); err == nil {
+		return Access{}, fmt.Errorf("NATS user %s: a worker user may not have a role's name (it would share that role's inbox)", user)
+	}
+	if len(tools) == 0 {
+		return Access{}, fmt.Errorf("NATS user %s: a worker user serves at least one tool (the %s role serves every tool)", user, RoleWorker)
+	}
+	seen := map[string]bool{}
+	var next, ack, create, keys []string
+	for _, t := range tools {
+		if err := protocol.CheckToolName("tool", t); err != nil {
+			return Access{}, fmt.Errorf("NATS user %s: %w", user, err)
+		}
+		if seen[t] {
+			return Access{}, fmt.Errorf("NATS user %s: tool %s named twice", user, t)
+		}
+		seen[t] = true
+		for _, k := range protocol.Kinds {
+			c := ToolConsumer(k, t)
+			next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c)
+			ack = append(ack, jsAck+protocol.StreamName+"."+c+".>")
+			create = append(create, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+c+"."+protocol.FilterToolCalls(k, t))
+			keys = append(keys, KVSubject(BucketTools, protocol.KeyTool(k, t)))
+		}
+		next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+LegacyToolConsumer(t))
+		ack = append(ack, jsAck+protocol.StreamName+"."+LegacyToolConsumer(t)+".>")
+	}
+	keys = append(keys, KVSubject(BucketTools, protocol.MCPStatePrefix+">"))
+	a, err := AccessOf(RoleWorker, user)
+	if err != nil {
+		return Access{}, err
+	}
+	// Each right over every tool gives way to the same right over these tools.
+	narrowed := map[string]*[]string{
+		jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*": &next,
+		jsAck + protocol.StreamName + ".*.>":                      &ack,
+	}
+	for _, w := range toolConsumers() {
+		narrowed[w] = &create
+	}
+	for _, w := range writes(BucketTools) {
+		narrowed[w] = &keys
+	}
+	done := map[*[]string]bool{}
+	var publish []string
+	for _, s := range a.Publish {
+		n, ok := narrowed[s]
+		if !ok {
+			publish = append(publish, s)
+			continue
+		}
+		if !done[n] {
+			publish = append(publish, *n...)
+			done[n] = true
+		}
+	}
+	if len(done) != 4 {
+		return Access{}, fmt.Errorf("bus: a tool worker's permissions no longer hold the rights WorkerAccessFor narrows (%d of 4 found)", len(done))
+	}
+	a.Publish = publish
+	a.Inbox = InboxOf(user)
+	shared := RoleInbox(RoleWorker) + ".>"
+	a.Subscribe = append([]string{a.Inbox + ".>"}, slices.DeleteFunc(a.Subscribe, func(s string) bool { return s == shared })...)
+	return a, nil
+}
+
 // ServerPermissions is a in the embedded server's form.
 func (a Access) ServerPermissions() *server.Permissions {
 	p := &server.Permissions{

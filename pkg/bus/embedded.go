@@ -31,7 +31,7 @@ type ServerConfig struct {
 	// MaxFileStore bounds JetStream's file store (max_file_store): the streams' and buckets'
 	// byte limits must fit in it (StoreBytes). Default DefaultMaxFileStore.
 	MaxFileStore int64
-	// Users, when set, are the only ones let in, each with its role's permissions (AccessOf);
+	// Users, when set, are the only ones let in, each with its permissions (User.Access);
 	// none lets anyone in to do anything.
 	Users []User
 	// Passwords are users who authenticate with a password (in the URL: nats://name:pw@host),

@@ -21,10 +21,22 @@ type User struct {
 	Role Role
 	// NKey is the user's public nkey (U…).
 	NKey string
+	// Tools, for a tool worker's user, are the only tools it serves (WorkerAccessFor); empty,
+	// it serves every tool (the role's permissions). Users of other roles have none.
+	Tools []string
 }
 
-// Access returns the user's permissions: its role's (AccessOf).
-func (u User) Access() (Access, error) { return AccessOf(u.Role, u.Name) }
+// Access returns the user's permissions: its role's (AccessOf), or, for a tool worker's user
+// with Tools, those of a worker of these tools only (WorkerAccessFor).
+func (u User) Access() (Access, error) {
+	if len(u.Tools) == 0 {
+		return AccessOf(u.Role, u.Name)
+	}
+	if u.Role != RoleWorker {
+		return Access{}, fmt.Errorf("NATS user %s: only a %s user serves some tools only, not a %s", u.Name, RoleWorker, u.Role)
+	}
+	return WorkerAccessFor(u.Name, u.Tools)
+}
 
 // PasswordUser is a NATS user who authenticates with a password.
 type PasswordUser struct {
@@ -113,7 +125,7 @@ const (
 
 // AuthConf renders users and passwords as the accounts block of a nats-server configuration
 // file: Hermes' account with JetStream and the services' users, the clients' account with
-// theirs, each user with its role's permissions (AccessOf).
+// theirs, each user with its permissions (User.Access: its role's, or a worker's of some tools).
 func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 	var services, clients strings.Builder
 	seen := map[string]string{}
@@ -136,7 +148,11 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 		if u.Role == RoleClient {
 			b = &clients
 		}
-		fmt.Fprintf(b, "      # %s (role %s)\n      {\n        nkey: %q\n", u.Name, u.Role, u.NKey)
+		what := "role " + string(u.Role)
+		if len(u.Tools) > 0 {
+			what += ", tools " + strings.Join(u.Tools, ",")
+		}
+		fmt.Fprintf(b, "      # %s (%s)\n      {\n        nkey: %q\n", u.Name, what, u.NKey)
 		b.WriteString(a.Conf("        "))
 		b.WriteString("      }\n")
 	}

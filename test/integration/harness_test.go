@@ -53,6 +53,8 @@ type options struct {
 	// with seal, every service seals the results it records with it, and a result counts only
 	// when a key of seal's, or of resultKeys for its tool, sealed it
 	resultKeys protocol.ResultKeys
+	// users are more NATS users of the test's server (worker users of some tools only)
+	users []bus.User
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -94,7 +96,7 @@ func start(t *testing.T, opts options) *system {
 	} else {
 		// Every service runs as its own NATS user, with only its role's permissions, as in
 		// hermes up and deploy/: a permission the table lacks fails the test that needed it.
-		s.srv = bustest.NewLockedServer(t)
+		s.srv = bustest.NewLockedServer(t, opts.users...)
 		t.Cleanup(func() {
 			if v := s.srv.Violations(); len(v) > 0 && !s.violating {
 				t.Errorf("the NATS server refused what a service did (the permission table lacks it):\n%s", strings.Join(v, "\n"))
@@ -241,7 +243,13 @@ func (s *system) addWorker(instance string) *worker.Worker {
 // addWorkerWith starts a worker configured by cfg plus the system's env allow-list and resolve map.
 func (s *system) addWorkerWith(cfg app.WorkerConfig) *worker.Worker {
 	s.t.Helper()
-	_, b := s.connectAs(bus.RoleWorker)
+	return s.addWorkerAs(string(bus.RoleWorker), cfg)
+}
+
+// addWorkerAs is addWorkerWith connected as the NATS user named user (a tool worker's).
+func (s *system) addWorkerAs(user string, cfg app.WorkerConfig) *worker.Worker {
+	s.t.Helper()
+	_, b := s.connectAsUser(user)
 	cfg.AllowEnv, cfg.Resolve = s.opts.allowEnv, s.resolve
 	if k := s.opts.seal; k != nil && cfg.TrustedSeals == nil {
 		cfg.TrustedSeals = map[string]ed25519.PublicKey{k.ID: k.Key.Public().(ed25519.PublicKey)}
@@ -273,16 +281,23 @@ func (s *system) connect() (*nats.Conn, *bus.Bus) {
 // service ended. Services run without provisioning: the system's own connection did.
 func (s *system) connectAs(role bus.Role) (*nats.Conn, *bus.Bus) {
 	s.t.Helper()
+	return s.connectAsUser(string(role))
+}
+
+// connectAsUser is connectAs for the NATS user named user (a role's is named for it).
+func (s *system) connectAsUser(user string) (*nats.Conn, *bus.Bus) {
+	s.t.Helper()
+	admin := user == string(bus.RoleAdmin)
 	url, cfg, opts := s.srv.URL, s.opts.bus, []nats.Option(nil)
-	if role != bus.RoleAdmin {
-		url, opts = s.srv.Plain, s.srv.As(s.t, role)
+	if !admin {
+		url, opts = s.srv.Plain, s.srv.AsUser(s.t, user)
 		cfg.NoProvision = true
 	}
-	nc, b, err := app.Connect(context.Background(), url, "hermes-it-"+string(role), cfg, s.opts.logger, opts...)
+	nc, b, err := app.Connect(context.Background(), url, "hermes-it-"+user, cfg, s.opts.logger, opts...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if k := s.opts.seal; k != nil && role != bus.RoleAdmin {
+	if k := s.opts.seal; k != nil && !admin {
 		keys := protocol.ResultKeys{k.ID: {Key: k.Key.Public().(ed25519.PublicKey)}}
 		maps.Copy(keys, s.opts.resultKeys)
 		b.SealResults(k.ID, k.Key)

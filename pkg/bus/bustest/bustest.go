@@ -29,9 +29,15 @@ type Server struct {
 	URL string
 	// Plain is the URL without credentials.
 	Plain string
-	// seeds of the users of a locked server, by role.
-	seeds map[bus.Role][]byte
+	// users of a locked server, by name, with their seeds.
+	users map[string]lockedUser
 	log   *violations
+}
+
+// lockedUser is a user of a locked server and its nkey seed.
+type lockedUser struct {
+	bus.User
+	seed []byte
 }
 
 // NewServer starts a server for t.
@@ -45,23 +51,30 @@ func NewServer(t testing.TB) *Server {
 	return &Server{Server: s, URL: s.ClientURL(), Plain: s.ClientURL()}
 }
 
-// NewLockedServer starts a server for t that lets in only one user per role (bus.Roles; the
-// client role's user is named "client"), each with its role's permissions, and notes every
-// permission the server refuses (Violations). Connect connects as admin; As(role) names the
-// user to connect as.
-func NewLockedServer(t testing.TB) *Server {
+// NewLockedServer starts a server for t that lets in only one user per role (bus.Roles, each
+// named for its role: the client role's user is "client"), and the users of extra (named and
+// with their roles and tools; their nkeys are made here), each with its permissions
+// (bus.User.Access), and notes every permission the server refuses (Violations). Connect
+// connects as admin; As(role) and AsUser(name) name the user to connect as.
+func NewLockedServer(t testing.TB, extra ...bus.User) *Server {
 	t.Helper()
-	s := &Server{seeds: map[bus.Role][]byte{}, log: &violations{}}
-	var users []bus.User
+	s := &Server{users: map[string]lockedUser{}, log: &violations{}}
+	var users, wanted []bus.User
 	for _, r := range bus.Roles {
-		if r == bus.RoleAdmin {
-			continue // admin has a password, in URL
+		if r != bus.RoleAdmin { // admin has a password, in URL
+			wanted = append(wanted, bus.User{Name: string(r), Role: r})
 		}
-		u, seed, err := bus.NewUser(string(r), r)
+	}
+	for _, want := range append(wanted, extra...) {
+		u, seed, err := bus.NewUser(want.Name, want.Role)
 		if err != nil {
 			t.Fatal(err)
 		}
-		users, s.seeds[r] = append(users, u), seed
+		u.Tools = want.Tools
+		if _, dup := s.users[u.Name]; dup {
+			t.Fatalf("two users named %s", u.Name)
+		}
+		users, s.users[u.Name] = append(users, u), lockedUser{u, seed}
 	}
 	pw := rand.Text()
 	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Users: users,
@@ -79,15 +92,23 @@ func NewLockedServer(t testing.TB) *Server {
 // inbox prefix its permissions name (none for a server that is not locked).
 func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
 	t.Helper()
-	seed, ok := s.seeds[role]
+	return s.AsUser(t, string(role))
+}
+
+// AsUser returns the options that connect to Plain as the user named name of a locked server,
+// with the inbox prefix its permissions name (none for a server that is not locked, or that
+// has no such user).
+func (s *Server) AsUser(t testing.TB, name string) []nats.Option {
+	t.Helper()
+	u, ok := s.users[name]
 	if !ok {
 		return nil
 	}
-	o, err := bus.SeedOption(seed)
+	o, err := bus.SeedOption(u.seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bus.AccessOf(role, string(role))
+	a, err := u.Access()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +120,13 @@ func (s *Server) As(t testing.TB, role bus.Role) []nats.Option {
 // expect them (Violations lists them).
 func (s *Server) ConnectAs(t testing.TB, role bus.Role) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.Plain, append(s.As(t, role), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+	return s.ConnectAsUser(t, string(role))
+}
+
+// ConnectAsUser is ConnectAs for the user named name.
+func (s *Server) ConnectAsUser(t testing.TB, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.Plain, append(s.AsUser(t, name), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,12 +204,12 @@ func provision(t testing.TB, nc *nats.Conn, cfg bus.Config) *bus.Bus {
 // for programs given a seed file (--nats-nkey); "" for a server that is not locked.
 func (s *Server) SeedFile(t testing.TB, role bus.Role) string {
 	t.Helper()
-	seed, ok := s.seeds[role]
+	u, ok := s.users[string(role)]
 	if !ok {
 		return ""
 	}
 	path := filepath.Join(t.TempDir(), string(role)+".nk")
-	if err := os.WriteFile(path, seed, 0o600); err != nil {
+	if err := os.WriteFile(path, u.seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -280,8 +280,8 @@ func (s *sealFlags) apply(b *bus.Bus, k *router.SealKey, t trust, log *slog.Logg
 	if t.results == nil {
 		switch {
 		case k != nil && s.role == bus.RoleWorker:
-			// Sealing without checking, it would take a result put on a call's subject
-			// before its own for the call's, while routers refuse that one.
+			// The trusted keys name this worker's own (a key no one trusts seals results no
+			// router counts) and the routers' it checks calls against.
 			return fmt.Errorf("--seal-key needs --trusted-seals: this worker must know which results count")
 		case k != nil:
 			log.Warn("results are not checked: give --trusted-seals to refuse results no trusted key sealed")

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -84,9 +85,10 @@ var ErrNotRedrivable = errors.New("deadletter: not re-drivable")
 
 // Retry re-drives dead letter seq: it publishes the original message again to its original
 // subject, as a new message with a fresh delivery count. A tool call answered only by the
-// dead-letter processor has that answer withdrawn first, so the call runs again and its new
-// result is recorded; the request's response, already sent, stays as it was. A request that
-// has its response is not re-driven (send it again with a new request_id).
+// dead-letter processor runs again, its new result recorded after that answer
+// (HeaderRedriveAfter), which it supersedes; the request's response, already sent, stays as it
+// was. A tool call with its tool's own result, and a request that has its response, are not
+// re-driven (send it again with a new request_id).
 func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	raw, err := b.DLQ.GetMsg(ctx, seq)
 	if err != nil {
@@ -103,6 +105,7 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 		return l, fmt.Errorf("%w: letter %d holds bytes no Hermes worker can decode (%s)", ErrNotRedrivable, seq, l.Reason)
 	}
 	m, _ := protocol.Unmarshal(raw.Data)
+	after := uint64(0)
 	switch m.Type {
 	case protocol.TypeRequest:
 		if answered, err := b.Answered(ctx, m.RequestID, m.SessionID); err != nil {
@@ -111,10 +114,20 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 			return l, fmt.Errorf("%w: request %s already has its response; send it again with a new request_id", ErrNotRedrivable, m.RequestID)
 		}
 	case protocol.TypeToolCall:
-		// The re-driven call runs over the answer given when it was dead-lettered (the
-		// worker supersedes it), but not over the tool's own result.
-		if _, err := m.DecodeDispatch(); err != nil {
+		// The re-driven call runs over the answer given when it was dead-lettered (its result
+		// is recorded after it), but not over the tool's own result.
+		disp, err := m.DecodeDispatch()
+		if err != nil {
 			return l, fmt.Errorf("%w: letter %d: %v", ErrNotRedrivable, seq, err)
+		}
+		if after, err = b.RedriveAfter(ctx, m.RequestID, disp.Call.ToolCallID, m.SessionID, disp.Call.Name); errors.Is(err, bus.ErrAnswered) {
+			return l, fmt.Errorf("%w: letter %d: %v", ErrNotRedrivable, seq, err)
+		} else if err != nil {
+			return l, fmt.Errorf("deadletter: letter %d: %w", seq, err)
+		}
+		// The dead-letter processor marked the call finished when it answered it.
+		if err := ledger.Reopen(ctx, b.Claims, ledger.Key(m.RequestID, disp.Call.ToolCallID)); err != nil {
+			return l, fmt.Errorf("deadletter: letter %d: %w", seq, err)
 		}
 	}
 	subject := l.Subject
@@ -128,6 +141,9 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	redrive := protocol.RedriveID(seq, time.Now().UnixNano())
 	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDRedrive(redrive))
 	msg.Header.Set(bus.HeaderRedrive, redrive)
+	if m.Type == protocol.TypeToolCall {
+		msg.Header.Set(bus.HeaderRedriveAfter, strconv.FormatUint(after, 10))
+	}
 	msg.Header.Set(bus.HeaderType, string(m.Type))
 	if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
 		return l, fmt.Errorf("deadletter: re-drive %d: %w", seq, err)

@@ -219,7 +219,12 @@ func (p *Processor) failCall(ctx context.Context, m *protocol.Message, disp *pro
 	// The result follows its dispatch, correlation included, so it aggregates like any other.
 	out.Follow(m, protocol.MsgIDToolResult(m.RequestID, res.ToolCallID))
 	out.Attempt = attempts
-	// A real result recorded in the meantime wins and is published instead.
+	// The ledger says first that the call is finished, so that a worker still running it
+	// leaves the answer recorded first standing; a real result recorded in the meantime
+	// wins and is published instead.
+	if err := ledger.Finish(ctx, p.cfg.Bus.Claims, ledger.Key(m.RequestID, disp.Call.ToolCallID)); err != nil {
+		return err
+	}
 	_, _, err = p.cfg.Bus.RecordResult(ctx, p.pub, out, &res)
 	return err
 }

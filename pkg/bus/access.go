@@ -252,15 +252,12 @@ func AccessOf(role Role, user string) (Access, error) {
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 	case RoleWorker:
-		// A worker reads the buckets its ledger, routes and contracts need (and the plans'
-		// bucket, where Hermes before results were recorded on the stream kept them), and the
-		// record through the stream leader's message get, which it uses to find a call's
-		// recorded result before running the call again — a get that can name any message of
-		// the record: results are sealed, so reading one gives no power to forge it. Never a
-		// direct get of the record, nor the keys', owners', sign-ins' or sessions' buckets.
+		// A worker reads the buckets its ledger, routes and contracts need, and no message of
+		// the record but the calls its consumers deliver: the ledger says which calls are
+		// finished, and it records results without reading (Bus.PublishResult). Never a get
+		// of the record, nor the plans', keys', owners', sign-ins' or sessions' buckets.
 		a.Publish = slices.Concat(metadata(),
-			bucketReads(BucketClaims, BucketTools, BucketContracts, BucketCalls),
-			[]string{jsAPI + "STREAM.MSG.GET." + protocol.StreamName},
+			bucketReads(BucketClaims, BucketTools, BucketContracts),
 			ordered(KVStream(BucketTools), KVStream(BucketContracts)),
 			[]string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*", jsAck + protocol.StreamName + ".*.>"},
 			toolConsumers(),

@@ -23,6 +23,11 @@ const (
 	// HeaderRedrive marks a message published again from the dead-letter stream; its value
 	// identifies the re-drive.
 	HeaderRedrive = "Hermes-Redrive"
+	// HeaderRedriveAfter, on a tool call re-driven from the dead-letter stream, is the record
+	// sequence its result is to be recorded after (Bus.RedriveAfter): the answer it supersedes.
+	// Only routers (and an administrator re-driving) publish tool calls, so a worker may take
+	// it as given.
+	HeaderRedriveAfter = "Hermes-Redrive-After"
 	// HeaderWoken marks a parked message published again when woken; its value is the wake
 	// key that woke it.
 	HeaderWoken = "Hermes-Woken"

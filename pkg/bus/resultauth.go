@@ -3,6 +3,9 @@ package bus
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -18,12 +21,31 @@ type resultAuth struct {
 	// sealID and seal, when set, seal every result this bus records.
 	sealID string
 	seal   ed25519.PrivateKey
+	// ids derives the message ids of the results this bus publishes without reading the
+	// record (resultMsgID) from the seal key: no one without it can take one first.
+	ids []byte
 }
 
 // SealResults makes this bus seal every result it records (RecordResult) with key, named id.
 // Call it before the bus is used.
 func (b *Bus) SealResults(id string, key ed25519.PrivateKey) {
 	b.auth.sealID, b.auth.seal = id, key
+	sum := sha256.Sum256(append([]byte("hermes result message ids\x00"), key.Seed()...))
+	b.auth.ids = sum[:]
+}
+
+// resultMsgID is the message id under which this bus publishes a result whose id would be
+// base, when it records without reading the record (PublishResult): base and a MAC of it under
+// a key derived from the seal key, the same for every try of the write, and unknowable in
+// advance to whoever does not hold the key — so no one can take it first, which would make the
+// stream drop the result as a duplicate. Without a seal key, base.
+func (b *Bus) resultMsgID(base string) string {
+	if b.auth.ids == nil {
+		return base
+	}
+	mac := hmac.New(sha256.New, b.auth.ids)
+	mac.Write([]byte(base))
+	return protocol.Shorten(base, 200) + "~" + hex.EncodeToString(mac.Sum(nil)[:8])
 }
 
 // TrustResults makes this bus take a recorded result for its call only when a key of keys

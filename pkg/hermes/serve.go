@@ -120,8 +120,8 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 		if len(cfg.SealKey) != ed25519.PrivateKeySize || cfg.SealKeyID == "" {
 			return errors.New("hermes: Config.SealKey needs an ed25519 private key and its SealKeyID")
 		}
-		// Sealing without checking, the worker would take a result put on a call's subject
-		// before its own for the call's, while routers refuse that one.
+		// The worker's own key must be among those trusted: a key no one trusts seals results
+		// no router counts.
 		have, ok := cfg.TrustedResults[cfg.SealKeyID]
 		if !ok || !have.Key.Equal(cfg.SealKey.Public()) {
 			return fmt.Errorf("hermes: Config.TrustedResults must hold this worker's own key %q (and the others trusted): its results would not count even for itself", cfg.SealKeyID)

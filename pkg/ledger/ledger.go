@@ -12,6 +12,12 @@
 // A cancelled call (Cancel) is never acquired again, and its holder learns of the cancellation
 // at its next renewal (Hold.Cancelled), a durable second path beside any faster signal.
 //
+// A finished call (Hold.Finish: its result is on the record) is never acquired again either:
+// the ledger, not a read of the record, is how a worker knows a call needs no further try, so
+// a worker's credential need not read the record. A worker that stops between recording a
+// result and finishing its claim leaves the call to be run again; the record keeps the first
+// result.
+//
 // Leases are judged by the server's clock alone: the server's timestamp of the claim's last
 // write against the server's current time (the bucket's stream information, asked only when a
 // call is found held by another), so workers' clocks may be anything.
@@ -58,13 +64,33 @@ type claim struct {
 	Released      bool   `json:"released,omitempty"`
 	LastErrorCode string `json:"last_error_code,omitempty"`
 	Cancelled     bool   `json:"cancelled,omitempty"`
+	// Finished says the call's result is recorded: no further try.
+	Finished bool `json:"finished,omitempty"`
+	// Recording is the holder that began recording a result of the call (Hold.Recording),
+	// set once and kept across takeovers: a result on the record before another holder's
+	// may be that one's.
+	Recording string `json:"recording,omitempty"`
+	// V is claimVersion in every claim this version writes; a claim without it was written
+	// by a Hermes that marked neither finished calls nor recordings.
+	V int `json:"v,omitempty"`
 }
+
+// claimVersion marks claims that say when a call is finished and who began recording it.
+const claimVersion = 1
+
+// earlierVersion stands for the holder of a claim written by a Hermes before claimVersion, which
+// may have recorded a result without saying so: taken over, such a call's result is recorded
+// only where none is.
+const earlierVersion = "an earlier version of Hermes"
 
 // ErrClaimed means a live holder — another worker, or this one — is running the call.
 var ErrClaimed = errors.New("ledger: call is being run by a live worker")
 
 // ErrCancelled means the call's request was cancelled: it must not run.
 var ErrCancelled = errors.New("ledger: call cancelled")
+
+// ErrFinished means the call's result is recorded (Hold.Finish): it must not run again.
+var ErrFinished = errors.New("ledger: call finished")
 
 // Ledger is the hermes-claims bucket seen by one worker process. It is safe for concurrent use.
 type Ledger struct {
@@ -120,7 +146,8 @@ func (h *Hold) Cancelled() bool { return h.cancelled }
 
 // Acquire claims key for the next try of the call; the hold's Attempt numbers that try (1 for
 // the first). It fails with ErrClaimed, and how long to wait before asking again, when a live
-// holder has the call, and with ErrCancelled when the call was cancelled.
+// holder has the call, with ErrFinished when its result is recorded, and with ErrCancelled
+// when the call was cancelled (and not finished).
 func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
 	l.mu.Lock()
 	if l.held[key] {
@@ -137,7 +164,7 @@ func (l *Ledger) Acquire(ctx context.Context, key string) (*Hold, time.Duration,
 }
 
 func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration, error) {
-	c := claim{Holder: l.holder, Attempt: 1}
+	c := claim{Holder: l.holder, Attempt: 1, V: claimVersion}
 	val, _ := json.Marshal(&c)
 	rev, err := l.kv.Create(ctx, key, val)
 	if err == nil {
@@ -152,6 +179,9 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 	}
 	var prev claim
 	_ = json.Unmarshal(e.Value(), &prev) // an unreadable claim is treated as abandoned
+	if prev.Finished {
+		return nil, 0, ErrFinished
+	}
 	if prev.Cancelled {
 		return nil, 0, ErrCancelled
 	}
@@ -166,7 +196,10 @@ func (l *Ledger) acquire(ctx context.Context, key string) (*Hold, time.Duration,
 			return nil, l.lease - max(age, 0), ErrClaimed
 		}
 	}
-	c.Attempt, c.LastErrorCode = prev.Attempt+1, prev.LastErrorCode
+	c.Attempt, c.LastErrorCode, c.Recording = prev.Attempt+1, prev.LastErrorCode, prev.Recording
+	if prev.V < claimVersion && prev.Attempt > 0 && c.Recording == "" {
+		c.Recording = earlierVersion
+	}
 	val, _ = json.Marshal(&c)
 	rev, err = l.kv.Update(ctx, key, val, e.Revision())
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
@@ -248,8 +281,88 @@ func (h *Hold) Release(ctx context.Context, errorCode string) {
 	h.Renew(ctx)
 }
 
-// Done ends the hold in this process without writing: the call's recorded result now says it
-// is finished.
+// Recording notes on the claim that this holder is about to record the call's result, before
+// it does — unless another holder noted so first, whose mark stays: a holder that takes the call
+// over later (this one died before finishing the claim), or that held it while this one was
+// presumed dead, then knows that a result on the record may be this one's, and leaves it
+// standing (Settled). It writes whether or not the hold was lost, and reports whether the mark
+// is this holder's; an error leaves it unknown (Settled reads it again).
+func (h *Hold) Recording(ctx context.Context) (bool, error) {
+	mine := false
+	err := update(ctx, h.l.kv, h.key, "mark the recording of", func(c *claim) bool {
+		mine = c.Recording == "" || c.Recording == h.l.holder
+		if c.Recording != "" {
+			return false
+		}
+		c.Recording = h.l.holder
+		return true
+	})
+	if err == nil && mine && !h.lost {
+		// The claim changed under the hold: read its revision again at the next renewal.
+		h.c.Recording = h.l.holder
+		if e, gerr := h.l.kv.Get(ctx, h.key); gerr == nil {
+			var now claim
+			if json.Unmarshal(e.Value(), &now) == nil && now.Holder == h.l.holder {
+				h.rev = e.Revision()
+			}
+		}
+	}
+	return mine, err
+}
+
+// Finish marks the call finished — its result is recorded — and ends the hold: no worker
+// acquires it again. It writes whether or not this hold was lost (the holder that took the
+// call over learns at its next renewal, and its result is not the record's), keeps the call's
+// tries and last failure, and is idempotent.
+func (h *Hold) Finish(ctx context.Context) error {
+	defer h.Done()
+	return Finish(ctx, h.l.kv, h.key)
+}
+
+// Finish marks the call at key finished, as Hold.Finish does, for whoever records a result of
+// a call it does not hold (the dead-letter processor's answer): before recording it, so that a
+// worker finding that answer on the record first knows it counts.
+func Finish(ctx context.Context, kv KV, key string) error {
+	return update(ctx, kv, key, "finish", func(c *claim) bool {
+		if c.Finished {
+			return false
+		}
+		c.Finished, c.Released, c.Holder = true, true, ""
+		return true
+	})
+}
+
+// Reopen clears the finished and recording marks of the call at key, keeping its tries, so
+// that it may run again: for a call re-driven from the dead letters, whose recorded result is
+// the dead-letter processor's answer, not its tool's (the re-driver read the record). It is
+// idempotent.
+func Reopen(ctx context.Context, kv KV, key string) error {
+	return update(ctx, kv, key, "reopen", func(c *claim) bool {
+		if !c.Finished && c.Recording == "" {
+			return false
+		}
+		c.Finished, c.Recording = false, ""
+		return true
+	})
+}
+
+// Settled reports whether whatever is recorded first for the call at key is its result, so
+// that this process's must not follow it: the call is finished or cancelled, or another holder
+// began recording a result (Hold.Recording) — what this process began is its own.
+func (l *Ledger) Settled(ctx context.Context, key string) (bool, error) {
+	e, err := l.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ledger: read claim %s: %w", key, err)
+	}
+	var c claim
+	return json.Unmarshal(e.Value(), &c) == nil && (c.Finished || c.Cancelled || c.Recording != "" && c.Recording != l.holder), nil
+}
+
+// Done ends the hold in this process without writing (Finish writes that the call is finished;
+// Release that it is given up).
 func (h *Hold) Done() {
 	if !h.done {
 		h.done = true
@@ -275,41 +388,61 @@ func (h *Hold) KeepAlive(ctx context.Context, interval time.Duration, onCancel f
 // holding it, if any, learns so at its next renewal. It keeps the call's tries and last
 // failure, and is idempotent.
 func Cancel(ctx context.Context, kv KV, key string) error {
+	return update(ctx, kv, key, "cancel", func(c *claim) bool {
+		if c.Cancelled {
+			return false
+		}
+		c.Cancelled = true
+		if c.Holder == "" {
+			c.Released = true
+		}
+		return true
+	})
+}
+
+// update changes the claim at key with change (which reports whether it changed anything),
+// creating it when there is none, and retrying when another write comes first; what names the
+// change in errors.
+func update(ctx context.Context, kv KV, key, what string, change func(*claim) bool) error {
 	for range 16 { // each round loses only to a concurrent write of the same claim
 		e, err := kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			val, _ := json.Marshal(&claim{Released: true, Cancelled: true})
+			c := claim{V: claimVersion}
+			if !change(&c) {
+				return nil
+			}
+			val, _ := json.Marshal(&c)
 			if _, err = kv.Create(ctx, key, val); err == nil || !isConflict(err) {
-				return wrapCancel(key, err)
+				return wrap(what, key, err)
 			}
 			continue
 		}
 		if err != nil {
-			return wrapCancel(key, err)
+			return wrap(what, key, err)
 		}
 		var c claim
 		_ = json.Unmarshal(e.Value(), &c)
-		if c.Cancelled {
+		if !change(&c) {
 			return nil
 		}
-		c.Cancelled = true
+		c.V = claimVersion
 		val, _ := json.Marshal(&c)
 		if _, err = kv.Update(ctx, key, val, e.Revision()); err == nil || !isConflict(err) {
-			return wrapCancel(key, err)
+			return wrap(what, key, err)
 		}
 	}
-	return fmt.Errorf("ledger: cancel %s: the claim keeps changing", key)
+	return fmt.Errorf("ledger: %s %s: the claim keeps changing", what, key)
 }
 
 func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
-func wrapCancel(key string, err error) error {
+func wrap(what, key string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ledger: cancel %s: %w", key, err)
+	return fmt.Errorf("ledger: %s %s: %w", what, key, err)
 }
 
 // Last reads the last try number and failure recorded for a call (0 and "" when none).

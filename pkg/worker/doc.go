@@ -18,8 +18,11 @@
 //     worker; the last failure becomes an error result with error_code, error_origin,
 //     recovery_hint and attempts. Every try of one call carries the same idempotency key,
 //     <request_id>/<tool_call_id>.
-//   - A call is run by at most one worker at a time and never again once it has a recorded
-//     result (the ledger); execution is at least once, results are exactly once.
+//   - A call is run by at most one worker at a time and never again once the ledger says it is
+//     finished (its result recorded); execution is at least once, results are exactly once.
+//     A worker reads no message of the record: the ledger says which calls are finished and
+//     who began recording a result, and results are stored without reading
+//     (bus.PublishResult).
 //   - A cancelled call is not started; a running one has its context ended (a tool's HTTP
 //     request is aborted) and is answered CANCELLED, unless it finished first.
 //   - Calls run concurrently up to Config.Concurrency per tool, so a slow call never holds up

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,8 +30,9 @@ type runner struct {
 }
 
 // handle runs one delivery of a tool call: at most one try, then a result or a delayed
-// redelivery. A call with a recorded result is not run again, a call held by a live worker is
-// left to it, and a cancelled call is not started (or, running, is stopped).
+// redelivery. A call the ledger says finished (its result recorded) is not run again, a call
+// held by a live worker is left to it, and a cancelled call is not started (or, running, is
+// stopped). Nothing here reads the record.
 func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	w, m, log := r.w, d.Msg, d.Log
 	if keys := w.cfg.TrustedSeals; len(keys) > 0 {
@@ -50,7 +52,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	callID, tool, redrive := disp.Call.ToolCallID, disp.Call.Name, d.Header.Get(bus.HeaderRedrive)
+	callID, tool, redrive := disp.Call.ToolCallID, disp.Call.Name, redriveOf(d)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.tool", tool), attribute.String("hermes.tool_call_id", callID))
 	}
@@ -73,31 +75,19 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		h, wait, err = r.ledger.Acquire(ctx, key)
 	}
 	switch {
+	case errors.Is(err, ledger.ErrFinished):
+		// Finished (perhaps by a worker presumed dead): its result is on the record, and so
+		// reaches aggregation. (A call re-driven from the dead letters runs again over the
+		// answer the dead-letter processor gave it — its re-driver saw to that — but not over
+		// the tool's own.)
+		log.Info("call already has a result; not running it again")
+		return nil
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")
-		return w.finishCancelled(parent, m, disp, 0, "", redrive)
+		_, err := w.finishCancelled(parent, m, disp, 0, "", redrive, r.ledger)
+		return err
 	case err != nil && !errors.Is(err, ledger.ErrClaimed):
 		return err
-	}
-	if err != nil || !h.Fresh() || redrive != "" {
-		// Tried before: it may be finished (perhaps by a worker presumed dead). Then it is
-		// not run again: its result is on the record, and so reaches aggregation. (A call
-		// re-driven from the dead letters runs again over the answer the dead-letter
-		// processor gave it, but not over the tool's own.)
-		rec, _, rerr := w.cfg.Bus.Result(ctx, m.RequestID, callID, m.SessionID, tool)
-		if rerr == nil && redrive != "" && bus.IsDeadAnswer(rec.Msg) {
-			rerr = bus.ErrNotFound
-		}
-		if rerr == nil || !errors.Is(rerr, bus.ErrNotFound) {
-			if h != nil {
-				h.Release(ctx, "")
-			}
-			if rerr != nil {
-				return fmt.Errorf("worker: check for a recorded result: %w", rerr) // unknown: do not run it now
-			}
-			log.Info("call already has a result; not running it again")
-			return nil
-		}
 	}
 	if err != nil {
 		log.Info("call held by a live worker; checking again later", "delay", wait)
@@ -126,7 +116,8 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 				by = ce.By
 			}
 			log.Info("call cancelled while it ran", "attempt", attempt, "by", by)
-			return w.finishCancelled(context.WithoutCancel(parent), m, disp, attempt, by, d.Header.Get(bus.HeaderRedrive))
+			_, err := w.finishCancelled(context.WithoutCancel(parent), m, disp, attempt, by, redrive, r.ledger)
+			return err
 		}
 		// It finished anyway: its real result is recorded unless the cancellation's was first.
 	}
@@ -149,23 +140,49 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	if res.Status != protocol.ResultOK {
 		log.Info("call failed", "attempts", attempt, "error_code", res.ErrorCode)
 	}
-	return r.finishHolding(ctx, h, m, &res, d.Header.Get(bus.HeaderRedrive), log)
+	return r.finishHolding(ctx, h, m, &res, redrive, log)
+}
+
+// redrive is what a tool call re-driven from the dead letters carries: the re-drive's id and
+// the record sequence its result follows (bus.HeaderRedriveAfter).
+type redrive struct {
+	id    string
+	after uint64
+}
+
+func redriveOf(d *bus.Delivery) redrive {
+	r := redrive{id: d.Header.Get(bus.HeaderRedrive)}
+	if r.id != "" {
+		// Set by whoever re-drove the call (a router's or an administrator's credential:
+		// no worker publishes tool calls); unreadable, the result is recorded only on an
+		// empty subject.
+		r.after, _ = strconv.ParseUint(d.Header.Get(bus.HeaderRedriveAfter), 10, 64)
+	}
+	return r
 }
 
 // recordRetry spaces out tries to record a finished call's result while the bus is
 // unreachable: 100 ms doubling up to 2 s.
 var recordRetry = retry.Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: 2 * time.Second}
 
-// finishHolding records and publishes the result of a finished try, trying again while the bus
-// is unreachable for up to two leases, and holding the call meanwhile: the result is known, so
-// it must not be lost to a short outage, nor the call left to wait out its claim. Recording is
-// idempotent (the first recorded result wins), so a retry after an ambiguous failure is safe.
-func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, res *protocol.ToolResult, redrive string, log *slog.Logger) error {
+// finishHolding records the result of a finished try, trying again while the bus is
+// unreachable for up to two leases, and holding the call meanwhile: the result is known, so
+// it must not be lost to a short outage, nor the call left to wait out its claim. A retry after
+// an ambiguous failure is stored once (the same message id). The claim says first that this holder is recording (so a holder taking the call over after
+// this one died leaves its result standing), and once the result is recorded that the call is
+// finished, so no delivery runs it again; a worker stopping in between leaves the call to run
+// again, and the record keeps the first result.
+func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, res *protocol.ToolResult, redrive redrive, log *slog.Logger) error {
 	lease := r.ledger.Lease()
+	// Before the keep-alive: a hold's writes are one at a time. Whether the mark is this
+	// holder's, the ledger says again when something is recorded first (Settled).
+	_, _ = h.Recording(ctx)
 	stop := h.KeepAlive(ctx, lease/3, nil)
 	defer stop()
-	return retry.Do(ctx, recordRetry, time.Now().Add(2*lease), func() error {
-		err := r.w.finish(ctx, m, res, redrive)
+	recorded := false
+	err := retry.Do(ctx, recordRetry, time.Now().Add(2*lease), func() error {
+		var err error
+		recorded, err = r.w.finish(ctx, m, res, redrive, r.ledger)
 		if bus.IsPermanent(err) {
 			return retry.Stop(err)
 		}
@@ -173,6 +190,20 @@ func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.
 	}, func(err error, wait time.Duration) {
 		log.Warn("recording the result failed; trying again", "err", err, "in", wait)
 	})
+	if err != nil {
+		return err
+	}
+	if !recorded {
+		log.Info("another result of the call was recorded first; it stands")
+		return nil
+	}
+	stop()
+	if err := h.Finish(ctx); err != nil {
+		// The result is recorded: a later delivery of the call runs it again only if the
+		// ledger never learns it is finished, and the record keeps the first result.
+		log.Warn("the result is recorded, but the ledger could not be told the call is finished", "err", err)
+	}
+	return nil
 }
 
 // tryHolding runs one try while renewing h; the renewal stops when the try ends, and stops
@@ -220,18 +251,19 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 // finishCancelled answers a call of a cancelled request: the canceller records a CANCELLED
 // result for every unfinished call; recording one here too (the first recorded wins) makes
 // sure the call has it even if the canceller stopped half-way.
-func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, by, redrive string) error {
+func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, by string, redrive redrive, l *ledger.Ledger) (bool, error) {
 	res := protocol.CancelledResult(&disp.Call, disp.Route, attempts, by)
-	return w.finish(ctx, m, &res, redrive)
+	return w.finish(ctx, m, &res, redrive, l)
 }
 
-// finish records the call's final result and publishes it (its error_code made one of Hermes',
-// the executor's own code moved to tool_error_code, unless the tool's contract declared it). Once recorded, the call is done:
-// if publishing fails, the redelivery publishes the recorded result instead of running the
-// call again. A result too large for one bus message is recorded as a RESULT_TOO_LARGE error.
-// A re-driven call (redrive set) publishes under a message id of its own: the id of the first
-// answer is spent in the duplicate window.
-func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive string) error {
+// finish records the call's final result on the record, without reading it
+// (bus.PublishResult), its error_code made one of Hermes' (the executor's own code moved to
+// tool_error_code, unless the tool's contract declared it), and reports whether it is the
+// call's recorded result: false when another was recorded first, which stands. A result too
+// large for one bus message is recorded as a RESULT_TOO_LARGE error. A re-driven call
+// publishes under a message id of its own (the id of the first answer is spent in the
+// duplicate window), after the answer it supersedes.
+func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive redrive, l *ledger.Ledger) (bool, error) {
 	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) && !declaredCode(res) {
 		// An executor's own code is the tool's word, not Hermes': error_code stays one of
 		// Hermes' codes whatever an executor sets.
@@ -240,22 +272,24 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		}
 		res.ErrorCode = protocol.CodeToolFailed
 	}
+	// Whether a result recorded first stands: the ledger says so of a finished or cancelled
+	// call, and of one another holder began recording; anything else there is no result of
+	// the call.
+	settled := func(ctx context.Context) (bool, error) {
+		return l.Settled(ctx, ledger.Key(cause.RequestID, res.ToolCallID))
+	}
 	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)
-	if redrive != "" {
-		id = protocol.MsgIDRedrivenResult(cause.RequestID, res.ToolCallID, redrive)
+	if redrive.id != "" {
+		id = protocol.MsgIDRedrivenResult(cause.RequestID, res.ToolCallID, redrive.id)
 	}
 	for {
 		out, err := protocol.NewMessage(protocol.TypeToolResult, res)
 		if err != nil {
-			return bus.Permanent(err)
+			return false, bus.Permanent(err)
 		}
 		out.Follow(cause, id)
 		out.Attempt = res.Attempts
-		record := w.cfg.Bus.RecordResult
-		if redrive != "" {
-			record = w.cfg.Bus.RecordRedrivenResult
-		}
-		_, mine, err := record(ctx, w.pub, out, res)
+		mine, err := w.cfg.Bus.PublishResult(ctx, w.pub, out, redrive.after, settled)
 		if err == nil && mine {
 			w.obs.Recorded(res)
 		}
@@ -269,6 +303,6 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 			*res = tooLarge
 			continue
 		}
-		return err
+		return mine, err
 	}
 }

@@ -150,6 +150,10 @@ func TestWorkerDiesOnLastDelivery(t *testing.T) {
 	if n := s.countRecorded("crash_last", protocol.TypeResponse); n != 1 {
 		t.Fatalf("%d responses recorded, want 1", n)
 	}
+	// The call has its tool's result now: it is not re-driven again.
+	if err := app.RunDLQ(context.Background(), []string{"retry", "--nats", s.srv.URL, seq}, env); err == nil || !strings.Contains(err.Error(), "has its tool's result") {
+		t.Fatalf("a second re-drive: %v", err)
+	}
 }
 
 // TestRouterKilledMidRequest: the only router, a separate process, is SIGKILLed while requests

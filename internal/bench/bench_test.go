@@ -12,8 +12,8 @@ import (
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/gateway"
-	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/worker"
 )
 

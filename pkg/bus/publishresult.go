@@ -30,8 +30,9 @@ import (
 // look past what does not count).
 //
 // It reports whether m is recorded: true when stored now, or when the stream already holds a
-// message under m's id (an earlier try of this write whose acknowledgement was lost); false
-// when a result recorded first stands.
+// message under m's id (an earlier try of this write whose acknowledgement was lost, or, where
+// ids are not made from a seal key, another writer's result under the same id: that one is the
+// call's result then); false when a result recorded first stands.
 func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Message, after uint64, settled func(context.Context) (bool, error)) (bool, error) {
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return false, fmt.Errorf("bus: PublishResult needs a tool_result message with a msg_id, got %s", m.Type)
@@ -56,10 +57,11 @@ func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Messa
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
 		_, err := p.js.PublishMsg(ctx, msg)
 		var last uint64
+		var known bool
 		switch {
 		case err == nil:
 			return true, nil // stored, or stored before under its id (Duplicate)
-		case wrongLast(err, &last):
+		case wrongLast(err, &last, &known):
 			done, serr := settled(ctx)
 			if serr != nil {
 				return false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, serr)
@@ -67,7 +69,7 @@ func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Messa
 			if done {
 				return false, nil
 			}
-			if last > after {
+			if known {
 				after = last // stored after what is there, unless more comes meanwhile
 			}
 			// Else a write to the subject is in flight (a clustered stream says so without a
@@ -115,15 +117,16 @@ var ErrAnswered = errors.New("bus: call answered")
 
 // wrongLast reports whether err is the stream's refusal of an expected last subject sequence,
 // with the subject's actual last sequence in last when the server says it ("wrong last
-// sequence: N"); 0 when it does not.
-func wrongLast(err error, last *uint64) bool {
+// sequence: N", known); known false when it does not.
+func wrongLast(err error, last *uint64, known *bool) bool {
 	if !apiErrorCode(err, jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return false
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		if i := strings.LastIndex(apiErr.Description, ": "); i >= 0 {
-			*last, _ = strconv.ParseUint(strings.TrimSpace(apiErr.Description[i+2:]), 10, 64)
+			n, perr := strconv.ParseUint(strings.TrimSpace(apiErr.Description[i+2:]), 10, 64)
+			*last, *known = n, perr == nil
 		}
 	}
 	return true

@@ -257,6 +257,17 @@ func (h *Hold) Renew(ctx context.Context) bool {
 		h.rev = e.Revision() // our earlier write went through
 		return true
 	}
+	var now claim
+	if e.Revision() != h.rev && json.Unmarshal(e.Value(), &now) == nil && now.Recording != h.c.Recording {
+		// Only the recording mark changed (a holder presumed dead began recording): the
+		// claim is still ours; keep its mark, and renew at its revision.
+		mark := now
+		mark.Recording = h.c.Recording
+		if again, _ := json.Marshal(&mark); bytes.Equal(again, val) {
+			h.c.Recording, h.rev = now.Recording, e.Revision()
+			return h.Renew(ctx)
+		}
+	}
 	if e.Revision() != h.rev {
 		var now claim
 		if json.Unmarshal(e.Value(), &now) == nil && now.Cancelled {
@@ -297,15 +308,10 @@ func (h *Hold) Recording(ctx context.Context) (bool, error) {
 		c.Recording = h.l.holder
 		return true
 	})
-	if err == nil && mine && !h.lost {
-		// The claim changed under the hold: read its revision again at the next renewal.
+	if err == nil && mine {
+		// The claim changed under the hold: the next renewal adopts the write, whose bytes are
+		// the hold's claim, and nothing else (a cancellation since is seen as one).
 		h.c.Recording = h.l.holder
-		if e, gerr := h.l.kv.Get(ctx, h.key); gerr == nil {
-			var now claim
-			if json.Unmarshal(e.Value(), &now) == nil && now.Holder == h.l.holder {
-				h.rev = e.Revision()
-			}
-		}
 	}
 	return mine, err
 }
@@ -358,7 +364,13 @@ func (l *Ledger) Settled(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("ledger: read claim %s: %w", key, err)
 	}
 	var c claim
-	return json.Unmarshal(e.Value(), &c) == nil && (c.Finished || c.Cancelled || c.Recording != "" && c.Recording != l.holder), nil
+	if json.Unmarshal(e.Value(), &c) != nil {
+		return false, nil
+	}
+	other := func(h string) bool { return h != "" && h != l.holder }
+	// Another holder's mark, or a claim another holder took over from this process (which
+	// was presumed dead): what is there may be that one's.
+	return c.Finished || c.Cancelled || other(c.Recording) || other(c.Holder) && !c.Released, nil
 }
 
 // Done ends the hold in this process without writing (Finish writes that the call is finished;

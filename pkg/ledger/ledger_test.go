@@ -168,9 +168,9 @@ func TestAFinishedCallIsNotAcquiredAgain(t *testing.T) {
 	}
 }
 
-// A result begun by a holder presumed dead stands for the holder that took the call over: its
-// Settled says so, while the first holder's own does not (what it began is its own); a
-// cancelled or finished call is settled for everyone.
+// A result begun by a holder presumed dead stands for the holder that took the call over, which
+// does not take the mark over; the first holder, taken over, leaves what is there standing too;
+// a cancelled or finished call is settled for everyone.
 func TestARecordingBegunByAnotherHolderIsSettled(t *testing.T) {
 	b := claims(t)
 	ctx := context.Background()
@@ -207,8 +207,10 @@ func TestARecordingBegunByAnotherHolderIsSettled(t *testing.T) {
 	if settled, _ := second.Settled(ctx, "r.c"); !settled {
 		t.Fatal("the first holder's recording is no longer settled for the taker-over")
 	}
-	if settled, _ := first.Settled(ctx, "r.c"); settled {
-		t.Fatal("the first holder's own recording is settled for it")
+	// The first holder, taken over, leaves standing what is there too: it may be the
+	// taker-over's.
+	if settled, _ := first.Settled(ctx, "r.c"); !settled {
+		t.Fatal("a holder whose call was taken over is not settled")
 	}
 	if err := ledger.Cancel(ctx, b.Claims, "r.x"); err != nil {
 		t.Fatal(err)
@@ -243,5 +245,66 @@ func TestAClaimOfAnEarlierVersionIsSettledWhenTakenOver(t *testing.T) {
 	}
 	if settled, err := l.Settled(ctx, "r.c"); err != nil || !settled {
 		t.Fatalf("an earlier version's claim, taken over, is not settled: %v %v", settled, err)
+	}
+}
+
+// A cancellation that lands while a holder marks its recording is not undone by the holder's
+// next renewal: the renewal sees it.
+func TestACancellationDuringTheRecordingMarkStands(t *testing.T) {
+	b := claims(t)
+	ctx := context.Background()
+	l := ledger.New(b.Claims, "w", time.Hour)
+	h, _, err := l.Acquire(ctx, "r.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Cancel(ctx, b.Claims, "r.c"); err != nil {
+		t.Fatal(err)
+	}
+	if mine, err := h.Recording(ctx); err != nil || !mine {
+		t.Fatalf("mark: %v %v", mine, err)
+	}
+	if h.Renew(ctx) || !h.Cancelled() {
+		t.Fatal("the renewal after the mark did not see the cancellation")
+	}
+	if cancelled, err := ledger.IsCancelled(ctx, b.Claims, "r.c"); err != nil || !cancelled {
+		t.Fatalf("the cancellation was undone: %v %v", cancelled, err)
+	}
+}
+
+// A holder presumed dead that marks its recording on a claim another holder now has does not
+// make that holder lose it: its renewals go on, keeping the mark.
+func TestAMarkByAHolderPresumedDeadKeepsTheLiveHolder(t *testing.T) {
+	b := claims(t)
+	ctx := context.Background()
+	slow := ledger.New(b.Claims, "slow", 30*time.Millisecond)
+	hs, _, err := slow.Acquire(ctx, "r.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := ledger.New(b.Claims, "live", 30*time.Millisecond)
+	var hl *ledger.Hold
+	deadline := time.Now().Add(5 * time.Second)
+	for hl == nil {
+		if hl, _, _ = live.Acquire(ctx, "r.c"); hl == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("never taken over")
+			}
+			time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
+		}
+	}
+	if mine, err := hs.Recording(ctx); err != nil || !mine {
+		t.Fatalf("the presumed-dead holder's mark: %v %v", mine, err)
+	}
+	if !hl.Renew(ctx) || hl.Lost() {
+		t.Fatal("the live holder lost its claim to another's recording mark")
+	}
+	if !hl.Renew(ctx) {
+		t.Fatal("the live holder's second renewal failed")
+	}
+	for name, l := range map[string]*ledger.Ledger{"the live holder": live, "the presumed-dead holder": slow} {
+		if settled, _ := l.Settled(ctx, "r.c"); !settled {
+			t.Errorf("%s does not leave what is recorded first standing", name)
+		}
 	}
 }

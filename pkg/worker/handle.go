@@ -154,8 +154,8 @@ func redriveOf(d *bus.Delivery) redrive {
 	r := redrive{id: d.Header.Get(bus.HeaderRedrive)}
 	if r.id != "" {
 		// Set by whoever re-drove the call (a router's or an administrator's credential:
-		// no worker publishes tool calls); unreadable, the result is recorded only on an
-		// empty subject.
+		// no worker publishes tool calls); unreadable, 0: the ledger then decides what is
+		// there.
 		r.after, _ = strconv.ParseUint(d.Header.Get(bus.HeaderRedriveAfter), 10, 64)
 	}
 	return r
@@ -167,11 +167,12 @@ var recordRetry = retry.Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: 
 
 // finishHolding records the result of a finished try, trying again while the bus is
 // unreachable for up to two leases, and holding the call meanwhile: the result is known, so
-// it must not be lost to a short outage, nor the call left to wait out its claim. A retry after
-// an ambiguous failure is stored once (the same message id). The claim says first that this holder is recording (so a holder taking the call over after
-// this one died leaves its result standing), and once the result is recorded that the call is
-// finished, so no delivery runs it again; a worker stopping in between leaves the call to run
-// again, and the record keeps the first result.
+// it must not be lost to a short outage, nor the call left to wait out its claim. A retry
+// after an ambiguous failure is stored once (the same message id). The claim says first that
+// this holder is recording (so a holder taking the call over after this one died leaves its
+// result standing), and once the result is recorded that the call is finished, so no delivery
+// runs it again; a worker stopping in between leaves the call to run again, and the record
+// keeps the first result.
 func (r *runner) finishHolding(ctx context.Context, h *ledger.Hold, m *protocol.Message, res *protocol.ToolResult, redrive redrive, log *slog.Logger) error {
 	lease := r.ledger.Lease()
 	// Before the keep-alive: a hold's writes are one at a time. Whether the mark is this

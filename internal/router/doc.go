@@ -13,10 +13,11 @@
 // batch and parks for held calls. Stages decide again from what is recorded on every delivery,
 // so a redelivery, a repeated request or a wake-up changes nothing already done.
 //
-// A router keeps no request state in memory: the plan and each call's result live in the
-// hermes-calls KV bucket, written with Create, so any router instance can pick up any request
-// or result, a duplicate result cannot be counted twice, and a router that dies mid-request
-// leaves nothing another router could not finish. Requests of one session reach the routers in
+// A router keeps no request state in memory: the plan lives in the hermes-calls KV bucket,
+// written with Create, and each call's result on the record under its call's own subject,
+// where the first result that counts is the call's (bus.RecordResult, bus.PublishResult) — so
+// any router instance can pick up any request or result, a duplicate result cannot be counted
+// twice, and a router that dies mid-request leaves nothing another router could not finish. Requests of one session reach the routers in
 // the order they were accepted (one partition consumer, one request in flight). Results carry
 // their request's call ids in the envelope's correlation, so aggregation reads the plan only
 // for results published without it.

@@ -5,7 +5,8 @@
 // in any number of processes, share the work.
 //
 // Executors declare their kind: package httpexec runs http actions (Hermes' own tool worker
-// uses it), Funcs runs tools written as Go functions (kind go); mcp and grpc are to come.
+// uses it), mcpexec the tools of MCP servers (kind mcp), grpcexec gRPC methods (kind grpc), and
+// Funcs tools written as Go functions (kind go).
 // Calls of each kind travel on subjects of their own, so a worker pulls only the kinds it runs
 // and never takes a call meant for another. Executors are wrapped in Middleware — Standard
 // (panic recovery, the try's timeout, the result limit) and any the program adds.

@@ -1,3 +1,10 @@
+// Package httpexec is the Executor of http actions (protocol.ActionHTTP), the one Hermes' own
+// tool worker runs: it calls the route's URL with a call's arguments (path parameters, then the
+// query or a JSON body), with ${env.NAME} placeholders in headers resolved only for the origin
+// each name is bound to, dialing only where package egress allows (never link-local, loopback
+// only when the URL writes it). It reads at most a call's MaxResultBytes of an answer, maps the
+// answer's status to a result or a retryable failure (429 and 5xx may succeed later, honouring
+// Retry-After), and passes the workertest conformance suite.
 package httpexec
 
 import (

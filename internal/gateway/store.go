@@ -135,18 +135,10 @@ func (s *storeGauge) forget(p *pendingWrite) {
 	}
 }
 
-// watchStore checks the store every interval until ctx is done.
+// watchStore checks the store every interval until ctx is done (and a check under way ends).
 func (g *Gateway) watchStore(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			g.checkStore(ctx)
-		}
-	}
+	defer bus.Every(every, func() { g.checkStore(ctx) })()
+	<-ctx.Done()
 }
 
 // checkStore reads how full the record and the plans' bucket are. At bus.IntakeStopsAt of a

@@ -16,8 +16,8 @@ import (
 
 // PublishResult records m, the final result of a call, on its call's subject
 // (protocol.SubjectResult) without reading the record: what a tool worker does, whose
-// credential reads no message of the record. m must be a tool_result message with its MsgID
-// set; it is sealed with the publisher's sender (SealResults), and its id made one that no
+// credential reads no message of the record. m must be a tool_result message of res with its
+// MsgID set; it is sealed with the publisher's sender (SealResults), and its id made one that no
 // one without the seal key can take first (resultMsgID). It is stored when nothing is
 // recorded on the subject after sequence after — 0 for a call run the first time; for a call
 // re-driven from the dead letters, the sequence of the answer it supersedes
@@ -33,13 +33,9 @@ import (
 // message under m's id (an earlier try of this write whose acknowledgement was lost, or, where
 // ids are not made from a seal key, another writer's result under the same id: that one is the
 // call's result then); false when a result recorded first stands.
-func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Message, after uint64, settled func(context.Context) (bool, error)) (bool, error) {
+func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Message, res *protocol.ToolResult, after uint64, settled func(context.Context) (bool, error)) (bool, error) {
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return false, fmt.Errorf("bus: PublishResult needs a tool_result message with a msg_id, got %s", m.Type)
-	}
-	res, err := m.DecodeToolResult()
-	if err != nil {
-		return false, Permanent(err)
 	}
 	m.Sender = p.sender // sealed with the result
 	m.MsgID = b.resultMsgID(m.MsgID)

@@ -84,8 +84,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	case errors.Is(err, ledger.ErrCancelled):
 		log.Info("call cancelled before it started")
-		_, err := w.finishCancelled(parent, m, disp, 0, "", redrive, r.ledger)
-		return err
+		return w.finishCancelled(parent, m, disp, 0, "", redrive, r.ledger)
 	case err != nil && !errors.Is(err, ledger.ErrClaimed):
 		return err
 	}
@@ -116,8 +115,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 				by = ce.By
 			}
 			log.Info("call cancelled while it ran", "attempt", attempt, "by", by)
-			_, err := w.finishCancelled(context.WithoutCancel(parent), m, disp, attempt, by, redrive, r.ledger)
-			return err
+			return w.finishCancelled(context.WithoutCancel(parent), m, disp, attempt, by, redrive, r.ledger)
 		}
 		// It finished anyway: its real result is recorded unless the cancellation's was first.
 	}
@@ -252,9 +250,10 @@ func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, di
 // finishCancelled answers a call of a cancelled request: the canceller records a CANCELLED
 // result for every unfinished call; recording one here too (the first recorded wins) makes
 // sure the call has it even if the canceller stopped half-way.
-func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, by string, redrive redrive, l *ledger.Ledger) (bool, error) {
+func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, attempts int, by string, redrive redrive, l *ledger.Ledger) error {
 	res := protocol.CancelledResult(&disp.Call, disp.Route, attempts, by)
-	return w.finish(ctx, m, &res, redrive, l)
+	_, err := w.finish(ctx, m, &res, redrive, l)
+	return err
 }
 
 // finish records the call's final result on the record, without reading it
@@ -290,7 +289,7 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 		}
 		out.Follow(cause, id)
 		out.Attempt = res.Attempts
-		mine, err := w.cfg.Bus.PublishResult(ctx, w.pub, out, redrive.after, settled)
+		mine, err := w.cfg.Bus.PublishResult(ctx, w.pub, out, res, redrive.after, settled)
 		if err == nil && mine {
 			w.obs.Recorded(res)
 		}

@@ -146,16 +146,7 @@ func TestAFinishedCallIsNotAcquiredAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast := ledger.New(b.Claims, "fast", 30*time.Millisecond)
-	var hf *ledger.Hold
-	deadline := time.Now().Add(5 * time.Second)
-	for hf == nil {
-		if hf, _, _ = fast.Acquire(ctx, "r.d"); hf == nil {
-			if time.Now().After(deadline) {
-				t.Fatal("never taken over")
-			}
-			time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
-		}
-	}
+	hf := takeOver(t, fast, "r.d")
 	if err := hs.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -186,17 +177,7 @@ func TestARecordingBegunByAnotherHolderIsSettled(t *testing.T) {
 		t.Fatalf("the recording mark was not written: %v %v", mine, err)
 	}
 	second := ledger.New(b.Claims, "second", 30*time.Millisecond)
-	deadline := time.Now().Add(5 * time.Second)
-	var h2 *ledger.Hold
-	for {
-		if h2, _, err = second.Acquire(ctx, "r.c"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never taken over")
-		}
-		time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
-	}
+	h2 := takeOver(t, second, "r.c")
 	if settled, err := second.Settled(ctx, "r.c"); err != nil || !settled {
 		t.Fatalf("the taker-over does not leave the first holder's result standing: %v %v", settled, err)
 	}
@@ -229,19 +210,8 @@ func TestAClaimOfAnEarlierVersionIsSettledWhenTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := ledger.New(b.Claims, "new", 30*time.Millisecond)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		h, _, err := l.Acquire(ctx, "r.c")
-		if err == nil {
-			if h.Attempt() != 2 {
-				t.Fatalf("attempt %d", h.Attempt())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never taken over")
-		}
-		time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
+	if h := takeOver(t, l, "r.c"); h.Attempt() != 2 {
+		t.Fatalf("attempt %d", h.Attempt())
 	}
 	if settled, err := l.Settled(ctx, "r.c"); err != nil || !settled {
 		t.Fatalf("an earlier version's claim, taken over, is not settled: %v %v", settled, err)
@@ -283,16 +253,7 @@ func TestAMarkByAHolderPresumedDeadKeepsTheLiveHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := ledger.New(b.Claims, "live", 30*time.Millisecond)
-	var hl *ledger.Hold
-	deadline := time.Now().Add(5 * time.Second)
-	for hl == nil {
-		if hl, _, _ = live.Acquire(ctx, "r.c"); hl == nil {
-			if time.Now().After(deadline) {
-				t.Fatal("never taken over")
-			}
-			time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
-		}
-	}
+	hl := takeOver(t, live, "r.c")
 	if mine, err := hs.Recording(ctx); err != nil || !mine {
 		t.Fatalf("the presumed-dead holder's mark: %v %v", mine, err)
 	}
@@ -306,5 +267,21 @@ func TestAMarkByAHolderPresumedDeadKeepsTheLiveHolder(t *testing.T) {
 		if settled, _ := l.Settled(ctx, "r.c"); !settled {
 			t.Errorf("%s does not leave what is recorded first standing", name)
 		}
+	}
+}
+
+// takeOver acquires key with l once the claim's earlier holder's lease has lapsed (it never
+// renews), failing t after 5 s.
+func takeOver(t *testing.T, l *ledger.Ledger, key string) *ledger.Hold {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if h, _, err := l.Acquire(context.Background(), key); err == nil {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never taken over")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
 	}
 }

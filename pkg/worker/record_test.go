@@ -61,9 +61,11 @@ func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	}()
-	if _, err := admin.EnsureToolConsumer(ctx, protocol.ActionGo, "t"); err != nil {
+	cons, err := admin.EnsureToolConsumer(ctx, protocol.ActionGo, "t")
+	if err != nil {
 		t.Fatal(err)
 	}
+	// dispatch publishes a call and returns once the worker has acknowledged it.
 	dispatch := func(rid, msgID string, hdr nats.Header) {
 		t.Helper()
 		m, err := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t", Arguments: json.RawMessage(`{"n":1}`)},
@@ -84,9 +86,17 @@ func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
 		}
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 		msg.Header.Set(bus.HeaderType, string(protocol.TypeToolCall))
-		if _, err := admin.JS.PublishMsg(ctx, msg); err != nil {
+		ack, err := admin.JS.PublishMsg(ctx, msg)
+		if err != nil {
 			t.Fatal(err)
 		}
+		for ctx.Err() == nil {
+			if info, err := cons.Info(ctx); err == nil && info.AckFloor.Stream >= ack.Sequence {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // polling the consumer's acknowledgements
+		}
+		t.Fatalf("the worker never acknowledged %s", msgID)
 	}
 	result := func(rid string) (*bus.Recorded, *protocol.ToolResult) {
 		t.Helper()
@@ -116,7 +126,6 @@ func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
 	}
 	// Delivered again (say its acknowledgement was lost): not run again, nothing recorded.
 	dispatch("r1", "again", nil)
-	time.Sleep(300 * time.Millisecond)
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("the tool ran %d times, want 2", n)
 	}
@@ -136,7 +145,6 @@ func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
 		t.Fatalf("cancellation's result: %v %v", mine, err)
 	}
 	dispatch("r2", protocol.MsgIDToolCall("r2", "c"), nil)
-	time.Sleep(300 * time.Millisecond)
 	if _, res := result("r2"); res.ErrorCode != protocol.CodeCancelled || onSubject("r2") != 1 {
 		t.Fatalf("the call's result is %+v, with %d messages on its subject; want the cancellation's alone", res, onSubject("r2"))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/bench"
 	"github.com/hermesbus/hermes/internal/gateway"
@@ -268,7 +269,7 @@ func benchSystem(ctx context.Context, syncAlways bool, workers, workerConc int) 
 		HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", Routes: table, ToolWorkers: workers,
 		Worker: WorkerConfig{Concurrency: workerConc}, Instance: "bench",
 		// One caller drives all the load: no per-caller limit may shape what is measured.
-		Gateway: gateway.Config{CallerLimits: gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1,
+		Gateway: gateway.Config{CallerLimits: admission.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1,
 			Budget: submit.Budget{Bytes: -1}}}})
 	if err != nil {
 		os.RemoveAll(dir)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
@@ -171,7 +172,7 @@ type gatewayFlags struct {
 	maxBody     int64
 	wait        time.Duration
 	publicHosts string
-	callers     gateway.CallerLimits
+	callers     admission.CallerLimits
 	oidc        auth.OIDCConfig
 	llm         llmFlags
 }
@@ -182,7 +183,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&g.wait, "wait", 30*time.Second, "how long POST /v1/route waits for the response by default")
 	fs.StringVar(&g.publicHosts, "public-host", os.Getenv("HERMES_PUBLIC_HOST"),
 		"host names clients reach the gateway by, comma-separated, besides IP addresses and localhost; other Host headers get 421 (env HERMES_PUBLIC_HOST)")
-	d := gateway.DefaultCallerLimits
+	d := admission.DefaultCallerLimits
 	fs.Float64Var(&g.callers.RequestsPerSecond, "caller-rate", d.RequestsPerSecond, "requests a second one caller may make (-1: no limit; 0: the default)")
 	fs.IntVar(&g.callers.Burst, "caller-burst", d.Burst, "requests one caller may make at once above its rate")
 	fs.IntVar(&g.callers.Waiting, "caller-waiting", d.Waiting, "requests one caller may have waiting for their response (-1: no limit; 0: the default)")
@@ -240,8 +241,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		gc.Chat = chat
-		g, err := NewGateway(nc, b, gc)
+		g, err := NewGateway(nc, b, gc, chat)
 		if err != nil {
 			stopLLM()
 			return nil, nil, err

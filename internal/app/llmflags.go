@@ -14,7 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/hermesbus/hermes/internal/agent"
-	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
@@ -63,7 +63,7 @@ func (l *llmFlags) enabled() bool {
 
 // chat builds the front door's configuration; with --llm scripted it starts the scripted model
 // on a loopback port until ctx ends or stop is called. desc says what it is, for banners.
-func (l *llmFlags) chat(ctx context.Context, m *metrics.Metrics, log *slog.Logger) (cfg *gateway.ChatConfig, desc string, stop func(), err error) {
+func (l *llmFlags) chat(ctx context.Context, m *metrics.Metrics, log *slog.Logger) (cfg *ChatConfig, desc string, stop func(), err error) {
 	stop = func() {}
 	if !l.enabled() {
 		return nil, "", stop, nil
@@ -75,7 +75,7 @@ func (l *llmFlags) chat(ctx context.Context, m *metrics.Metrics, log *slog.Logge
 	return cfg, desc, stop, err
 }
 
-func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logger, stop *func()) (cfg *gateway.ChatConfig, desc string, err error) {
+func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logger, stop *func()) (cfg *ChatConfig, desc string, err error) {
 	var c llm.Config
 	switch l.mode {
 	case "":
@@ -182,7 +182,7 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	if l.summarizeEvery > 0 {
 		desc += fmt.Sprintf("; summaries every %d messages", l.summarizeEvery)
 	}
-	pf := gateway.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold, MinSimilarity: l.minSimilarity}
+	pf := chat.PrefilterConfig{TopK: l.prefilterTopK, Threshold: l.prefilterThreshold, MinSimilarity: l.minSimilarity}
 	if l.prefilterTopK > 0 {
 		desc += fmt.Sprintf("; prefilter: the %d best tools", l.prefilterTopK)
 		if client.HasEmbeddings() {
@@ -192,7 +192,7 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	} else if client.HasEmbeddings() {
 		log.Warn("an embedding model is configured but the prefilter is off (--llm-prefilter-top-k 0): it is not asked")
 	}
-	return &gateway.ChatConfig{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf,
+	return &ChatConfig{Config: chat.Config{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf},
 		SummarizeEvery: l.summarizeEvery}, desc, nil
 }
 

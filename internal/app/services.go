@@ -19,7 +19,6 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
-	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
@@ -277,12 +276,6 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 		return nil, err
 	}
 	return &WorkerService{Worker: w, contracts: live, mcp: ms, grpc: ge}, nil
-}
-
-// NewGateway builds a gateway on nc and b.
-func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config) (*gateway.Gateway, error) {
-	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
-	return gateway.New(cfg)
 }
 
 // CallerVerifier names callers by the API keys kept on b and, when o names an issuer, by that

@@ -66,7 +66,7 @@ type SystemConfig struct {
 	// LLM configures the agent loop behind POST /v1/chat/completions; none when it asks for
 	// no model. Chat, when set, is used instead (a model configured by the caller).
 	LLM  llmFlags
-	Chat *gateway.ChatConfig
+	Chat *ChatConfig
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -325,10 +325,10 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	if cfg.Chat != nil {
 		chat, chatDesc = cfg.Chat, cfg.Chat.Model
 	}
-	if gc.Chat = chat; chat != nil {
+	if chat != nil {
 		sys.LLM = chatDesc
 	}
-	g, err := NewGateway(gnc, gb, gc)
+	g, err := NewGateway(gnc, gb, gc, chat)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
-	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
 	"github.com/hermesbus/hermes/internal/scriptedllm/scriptedllmtest"
@@ -130,7 +130,7 @@ func BenchmarkAgentLoopInMemory(b *testing.B) {
 func startAgentSystem(b *testing.B) *app.System {
 	_, c := scriptedBackend(b)
 	return runSystem(b, app.SystemConfig{Instance: "bench-agent", Contracts: "../../examples/contracts", Worker: app.WorkerConfig{Concurrency: 64},
-		Chat: &gateway.ChatConfig{LLM: c, Model: "scripted"}}, "echo", "{}")
+		Chat: &app.ChatConfig{Config: chat.Config{LLM: c, Model: "scripted"}}}, "echo", "{}")
 }
 
 // The whole front door through the official client: each turn's decision recorded, the echo

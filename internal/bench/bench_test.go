@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/bench"
-	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -37,7 +37,7 @@ func runSystem(b *testing.B, cfg app.SystemConfig, tool, args string) *app.Syste
 		b.Fatal(err)
 	}
 	cfg.DataDir, cfg.HTTPAddr, cfg.DemoAddr, cfg.Routes, cfg.ToolWorkers = b.TempDir(), "127.0.0.1:0", "127.0.0.1:0", table, 1
-	cfg.Gateway.CallerLimits = gateway.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1, Budget: submit.Budget{Bytes: -1}}
+	cfg.Gateway.CallerLimits = admission.CallerLimits{RequestsPerSecond: -1, Waiting: -1, Streams: -1, Budget: submit.Budget{Bytes: -1}}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := app.StartSystem(ctx, cfg)
 	if err != nil {

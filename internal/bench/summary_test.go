@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/app"
-	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
@@ -50,7 +50,7 @@ func benchSummaries(b *testing.B, every int) {
 		b.Fatal(err)
 	}
 	sys := runSystem(b, app.SystemConfig{Instance: "bench-summary", NATSListen: "127.0.0.1:0", Worker: app.WorkerConfig{Concurrency: 8},
-		Chat: &gateway.ChatConfig{LLM: c, Model: "scripted", SummarizeEvery: every}}, "echo", "{}")
+		Chat: &app.ChatConfig{Config: chat.Config{LLM: c, Model: "scripted"}, SummarizeEvery: every}}, "echo", "{}")
 	seed, err := nats.NkeyOptionFromSeed(sys.Seeds[bus.RoleAdmin])
 	if err != nil {
 		b.Fatal(err)

@@ -4,21 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
-	"github.com/hermesbus/hermes/pkg/protocol"
 )
-
-type callerKey struct{}
 
 // CallerOf returns the caller the gateway authenticated for ctx's request; nil when the gateway
 // asks for none.
-func CallerOf(ctx context.Context) *auth.Caller {
-	c, _ := ctx.Value(callerKey{}).(*auth.Caller)
-	return c
-}
+func CallerOf(ctx context.Context) *auth.Caller { return admission.CallerOf(ctx) }
 
 // require wraps h: with a verifier configured, the request must carry a credential — a bearer
 // credential (Authorization: Bearer …), or a browser's sign-in cookie — naming a caller with
@@ -35,15 +31,15 @@ func (g *Gateway) require(p auth.Permission, h http.HandlerFunc) http.HandlerFun
 		if !ok {
 			return
 		}
-		if p != "" && !c.Can(p) {
-			writeError(w, http.StatusForbidden, protocol.CodeForbidden,
-				fmt.Sprintf("this needs the permission %s, which role %s does not have", p, c.Role), nil)
+		if refused := admission.Permit(c, p); refused != nil {
+			writeRefusal(w, refused)
 			return
 		}
-		if !g.limits.allow(w, c) {
+		if refused := g.limits.TakeRate(c); refused != nil {
+			writeRefusal(w, refused)
 			return
 		}
-		ctx := context.WithValue(r.Context(), callerKey{}, c)
+		ctx := admission.WithCaller(r.Context(), c)
 		h(w, r.WithContext(context.WithValue(ctx, recheckKey{}, recheck)))
 	}
 }
@@ -95,8 +91,9 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Ca
 	// did: callers sharing an address with someone guessing keep working.
 	succeeded := func() {}
 	if remembered == nil || !remembered.WasValid(cred) {
-		var ok bool
-		if succeeded, ok = g.limits.attempt(w, r); !ok {
+		var refused *admission.Refusal
+		if succeeded, refused = g.limits.Attempt(clientAddr(r)); refused != nil {
+			writeRefusal(w, refused)
 			return nil, nil, false
 		}
 	}
@@ -115,73 +112,26 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Ca
 	return c, recheck, true
 }
 
-// headerUser names the end user a request is made for, for clients that cannot put it in the
-// body (and for the event stream, with ?user= for an EventSource, which cannot set headers).
-const headerUser = "X-Hermes-User"
-
-// actor is who a request is made by, and for.
-type actor struct {
-	caller *auth.Caller // nil when the gateway asks for no caller
-	user   string
-}
-
-// owner names who a session this actor opens belongs to.
-func (a actor) owner() string { return ownerOf(a.caller, a.user) }
-
-// readsAll reports whether a may read every session; true when the gateway asks for no caller.
-func (a actor) readsAll() bool { return a.caller == nil || a.caller.Can(auth.PermReadAll) }
-
-// record is the actor as the record keeps it (nil without a caller).
-func (a actor) record() *protocol.Caller {
-	if a.caller == nil {
-		return nil
-	}
-	return &protocol.Caller{ID: a.caller.ID, Name: a.caller.Name, Role: string(a.caller.Role), User: a.user}
-}
-
-// actorOf returns who r is made by and for: the caller the gateway authenticated, and the end
-// user the request names (bodyUser, the X-Hermes-User header or ?user=; they must agree), which
-// only a caller that may act for its users may name. When it returns false, it has answered.
-func (g *Gateway) actorOf(w http.ResponseWriter, r *http.Request, bodyUser string) (actor, bool) {
-	a := actor{caller: CallerOf(r.Context()), user: bodyUser}
-	for _, v := range []struct{ field, user string }{{headerUser, r.Header.Get(headerUser)}, {"user", r.URL.Query().Get("user")}} {
-		if v.user == "" {
-			continue
-		}
-		if err := protocol.CheckUser(v.field, v.user); err != nil {
-			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
-			return a, false
-		}
-		if a.user != "" && a.user != v.user {
-			err := &protocol.FieldError{Field: v.field, Reason: fmt.Sprintf("names another user than the request does (%q)", a.user)}
-			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
-			return a, false
-		}
-		a.user = v.user
-	}
-	if a.user != "" && a.caller != nil && !a.caller.Can(auth.PermActForUsers) {
-		writeError(w, http.StatusForbidden, protocol.CodeForbidden,
-			fmt.Sprintf("naming the end user needs the permission %s, which this caller does not have", auth.PermActForUsers), nil)
+// actorOf returns who r is made by and for (admission.ActorOf); when it returns false, it has
+// answered.
+func actorOf(w http.ResponseWriter, r *http.Request, bodyUser string) (admission.Actor, bool) {
+	a, refused := admission.ActorOf(r, bodyUser)
+	if refused != nil {
+		writeRefusal(w, refused)
 		return a, false
-	}
-	if a.caller == nil {
-		a.user = "" // nobody to vouch for it
 	}
 	return a, true
 }
 
-// mayRead reports whether a may see session: its own, or any when a reads every session. A
-// session nobody owns is seen only by those who read every session.
-func (g *Gateway) mayRead(ctx context.Context, a actor, session string) (bool, error) {
-	if a.readsAll() {
-		return true, nil
+// clientAddr is the address r came from, without its port; IPv6 addresses by their /64, which
+// one client holds whole.
+func clientAddr(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		h = r.RemoteAddr
 	}
-	owner, err := g.owners.of(ctx, session)
-	return err == nil && owner == a.owner(), err
-}
-
-// writeNoSession answers 404 for a session that is not the caller's, in the words used for one
-// that does not exist: whether someone else's exists is not the caller's to learn.
-func writeNoSession(w http.ResponseWriter, session string) {
-	writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no session %s of yours is known", session), nil)
+	if ip := net.ParseIP(h); ip != nil && ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return h
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -162,7 +163,7 @@ func TestSessionsBelongToTheirCaller(t *testing.T) {
 		t.Errorf("a caller in the body: %d %s", rec.Code, rec.Body)
 	}
 	for _, c := range []struct{ extra, hdr string }{{`,"user":"alice"`, ""}, {"", "alice"}} {
-		rec := post("r5", "s5", "user-key", c.extra, headerUser, c.hdr)
+		rec := post("r5", "s5", "user-key", c.extra, admission.HeaderUser, c.hdr)
 		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), string(auth.PermActForUsers)) {
 			t.Errorf("a plain key names a user (%q %q): %d %s", c.extra, c.hdr, rec.Code, rec.Body)
 		}
@@ -173,10 +174,10 @@ func TestSessionsBelongToTheirCaller(t *testing.T) {
 	if c := f.submitted[len(f.submitted)-1]; c.Caller.User != "alice@example.com" || c.Owner != "key:app#alice@example.com" {
 		t.Fatalf("for alice: %+v %q", c.Caller, c.Owner)
 	}
-	if rec := post("r7", "alice_s", "app-key", "", headerUser, "bob"); rec.Code != http.StatusNotFound {
+	if rec := post("r7", "alice_s", "app-key", "", admission.HeaderUser, "bob"); rec.Code != http.StatusNotFound {
 		t.Errorf("the shop, for bob, in alice's session: %d %s", rec.Code, rec.Body)
 	}
-	if rec := post("r8", "alice_s", "app-key", `,"user":"alice@example.com"`, headerUser, "bob"); rec.Code != http.StatusBadRequest {
+	if rec := post("r8", "alice_s", "app-key", `,"user":"alice@example.com"`, admission.HeaderUser, "bob"); rec.Code != http.StatusBadRequest {
 		t.Errorf("two different users named: %d %s", rec.Code, rec.Body)
 	}
 	if rec := post("r9", "x", "app-key", `,"user":"a b"`); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "user") {
@@ -207,14 +208,14 @@ func TestGuessingIsSlowed(t *testing.T) {
 	if rec := do("198.51.100.7", "user-key"); rec.Code != http.StatusOK {
 		t.Fatalf("a user: %d %s", rec.Code, rec.Body)
 	}
-	for i := range failureBurst {
+	for i := range admission.FailureBurst {
 		if rec := do("198.51.100.7", fmt.Sprintf("guess-%d", i)); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("guess %d: %d", i, rec.Code)
 		}
 	}
 	rec := do("198.51.100.7", "operator-key")
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || apiErr(t, rec).Error.Code != protocol.CodeRateLimited {
-		t.Fatalf("after %d failures, a key never seen: %d %s", failureBurst, rec.Code, rec.Body)
+		t.Fatalf("after %d failures, a key never seen: %d %s", admission.FailureBurst, rec.Code, rec.Body)
 	}
 	g.signins = nil
 	g.cfg.Callers.(*auth.Cached).TTL = time.Nanosecond // the user's answer is stale: checked again
@@ -239,15 +240,15 @@ func TestGuessingIsSlowed(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if codes[http.StatusUnauthorized] != failureBurst || codes[http.StatusTooManyRequests] != 50-failureBurst {
+	if codes[http.StatusUnauthorized] != admission.FailureBurst || codes[http.StatusTooManyRequests] != 50-admission.FailureBurst {
 		t.Errorf("50 guesses at once from one /64: %v", codes)
 	}
 }
 
 // A canceller's description fits what the record keeps of it, whatever the caller's id.
 func TestDescribeFitsTheRecord(t *testing.T) {
-	a := actor{caller: &auth.Caller{ID: "oidc:https://issuer.example/" + strings.Repeat("長", 200) + "#sub", Name: "名前", Role: auth.RoleUser}, user: "u"}
-	s := a.describe(httptest.NewRequest("DELETE", "/", nil))
+	a := admission.Actor{Caller: &auth.Caller{ID: "oidc:https://issuer.example/" + strings.Repeat("長", 200) + "#sub", Name: "名前", Role: auth.RoleUser}, User: "u"}
+	s := describe(a, httptest.NewRequest("DELETE", "/", nil))
 	if len(s) > protocol.MaxCancelTextBytes || !utf8.ValidString(s) || !strings.HasPrefix(s, "名前 (oidc:") {
 		t.Fatalf("%d bytes, valid %v: %q", len(s), utf8.ValidString(s), s)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -47,7 +48,7 @@ func TestCallerBudgetThroughTheGateway(t *testing.T) {
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	g, err := New(Config{Conn: srv.Connect(t), Bus: b, Instance: "test", PublicHosts: testHosts, Callers: fakeVerifier{},
-		CallerLimits: CallerLimits{Budget: submit.Budget{Bytes: 40 << 10, Window: time.Hour}}}) // two one-call requests
+		CallerLimits: admission.CallerLimits{Budget: submit.Budget{Bytes: 40 << 10, Window: time.Hour}}}) // two one-call requests
 	if err != nil {
 		t.Fatal(err)
 	}

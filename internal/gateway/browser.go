@@ -99,8 +99,9 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, ferr.Error(), ferr)
 		return
 	}
-	succeeded, ok := g.limits.attempt(w, r)
-	if !ok {
+	succeeded, refused := g.limits.Attempt(clientAddr(r))
+	if refused != nil {
+		writeRefusal(w, refused)
 		return
 	}
 	c, err := g.cfg.Callers.Verify(r.Context(), strings.TrimSpace(in.Credential))
@@ -111,7 +112,8 @@ func (g *Gateway) handleSignin(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, err, true)
 		return
 	}
-	if !g.limits.allowSignin(w, c) {
+	if refused := g.limits.TakeSignin(c); refused != nil {
+		writeRefusal(w, refused)
 		return
 	}
 	if _, err := auth.ParseRole(string(c.Role)); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -195,12 +196,12 @@ func TestSignInAndOut(t *testing.T) {
 	}
 }
 
-// Each caller is held to its rate (429 with Retry-After), its waiting requests and its event
-// streams; another caller is not affected.
+// Each caller is held to its rate (429 with Retry-After); another caller is not affected. (Its
+// holds: package admission's TestCallerHolds.)
 func TestCallerLimits(t *testing.T) {
 	f := &fakeSubmitter{outcome: &submit.Outcome{Response: okResponse("r1")}, connected: true}
 	g := newGateway(Config{PublicHosts: testHosts, Instance: "test", Callers: fakeVerifier{},
-		CallerLimits: CallerLimits{RequestsPerSecond: 0.01, Burst: 3, Waiting: 2, Streams: 1}}, f)
+		CallerLimits: admission.CallerLimits{RequestsPerSecond: 0.01, Burst: 3, Waiting: 2, Streams: 1}}, f)
 	do := func(key string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/v1/whoami", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -219,28 +220,5 @@ func TestCallerLimits(t *testing.T) {
 	}
 	if rec := do("other-key"); rec.Code != http.StatusOK {
 		t.Fatalf("another caller: %d", rec.Code)
-	}
-	alice := &auth.Caller{ID: "key:a"}
-	for _, stream := range []holdKind{holdWaiting, holdStream, holdListing} {
-		limit := map[holdKind]int{holdWaiting: 2, holdStream: 1, holdListing: 1}[stream]
-		var releases []func()
-		for range limit {
-			release, ok := g.limits.hold(httptest.NewRecorder(), alice, stream)
-			if !ok {
-				t.Fatalf("stream %v: refused within the limit", stream)
-			}
-			releases = append(releases, release)
-		}
-		w := httptest.NewRecorder()
-		if _, ok := g.limits.hold(w, alice, stream); ok || w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
-			t.Fatalf("stream %v: over the limit: %v %d", stream, ok, w.Code)
-		}
-		if _, ok := g.limits.hold(httptest.NewRecorder(), &auth.Caller{ID: "key:b"}, stream); !ok {
-			t.Fatalf("stream %v: another caller refused", stream)
-		}
-		releases[0]()
-		if _, ok := g.limits.hold(httptest.NewRecorder(), alice, stream); !ok {
-			t.Fatalf("stream %v: refused after one was released", stream)
-		}
 	}
 }

@@ -18,18 +18,18 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
-	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/tracing"
 )
@@ -65,18 +65,16 @@ type Config struct {
 	// localhost (the Host header; see guard).
 	PublicHosts []string
 	// CallerLimits bound each caller (with Callers); zero fields take DefaultCallerLimits.
-	CallerLimits CallerLimits
+	CallerLimits admission.CallerLimits
 	// StoreCheckEvery is how often the gateway looks at how full the store is (requests are
 	// refused near its limits). Default 2 s.
 	StoreCheckEvery time.Duration
-	// Chat, when set, serves POST /v1/chat/completions: the agent loop (see ChatConfig).
-	Chat *ChatConfig
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-// submitter is what the gateway's handlers need of a submit.Submitter.
-type submitter interface {
+// Submitter is what the gateway's handlers, and its doors, need of a submit.Submitter.
+type Submitter interface {
 	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
 	Status(ctx context.Context, requestID string) (*protocol.Response, bool, error)
 	Cancel(ctx context.Context, requestID string, c submit.Cancellation) (*protocol.Response, bool, error)
@@ -85,32 +83,26 @@ type submitter interface {
 	Run(ctx context.Context) error
 }
 
-var _ submitter = (*submit.Submitter)(nil)
+var _ Submitter = (*submit.Submitter)(nil)
 
 // Gateway serves HTTP clients.
 type Gateway struct {
 	cfg      Config
-	submit   submitter
+	submit   Submitter
 	log      *slog.Logger
 	mux      *http.ServeMux
 	handler  http.Handler // mux, counted
 	sessions sessionsAPI
-	owners   *owners // who each session belongs to; nil when the gateway asks for no caller
-	// clientOwners is owners for external NATS clients' requests, whose sessions are owned
-	// whether or not the gateway asks HTTP callers who they are.
-	clientOwners *owners
+	// admit admits every request of every door this gateway serves (package admission).
+	admit  *admission.Admitter
+	limits *admission.Limits // admit's
 	// tools is the tool registry (/api/v1/tools); nil without a contracts bucket.
 	tools   *registry.Store
 	sandbox *sandbox.Sandbox
-	limits  *limits
 	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
-	store   storeGauge
 
-	// background are the parts' own work, run by Listen until its ctx ends.
-	background []func(context.Context)
-
-	contractsMu sync.Mutex
-	contracts   map[string]*contract.Compiled // name@revision → the registered contract, compiled
+	// parts are what was mounted on the gateway (Mount), run by Listen.
+	parts []Part
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -123,7 +115,7 @@ func New(cfg Config) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s, err := submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
-		Budget: cfg.CallerLimits.orDefault().budget(), Metrics: cfg.Metrics, Logger: log})
+		Budget: cfg.CallerLimits.OrDefault().SubmitBudget(), Metrics: cfg.Metrics, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +123,7 @@ func New(cfg Config) (*Gateway, error) {
 }
 
 // newGateway builds the gateway around s, cfg's defaults applied.
-func newGateway(cfg Config, s submitter) *Gateway {
+func newGateway(cfg Config, s Submitter) *Gateway {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
@@ -144,28 +136,16 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s, limits: newLimits(cfg.CallerLimits)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s}
 	if cfg.Signins != nil {
 		g.signins = &auth.Cached{Next: cfg.Signins}
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Callers != nil {
-		var kv jetstream.KeyValue
-		if cfg.Bus != nil {
-			kv = cfg.Bus.Owners
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		g.owners = newOwners(ctx, kv)
-		cancel()
-	}
-	g.clientOwners = g.owners
-	if g.clientOwners == nil && cfg.Bus != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		g.clientOwners = newOwners(ctx, cfg.Bus.Owners)
-		cancel()
-	}
+	g.admit = admission.New(admission.Config{Bus: cfg.Bus, Limits: cfg.CallerLimits, StoreCheckEvery: cfg.StoreCheckEvery,
+		Logger: g.log.With("part", "admission")})
+	g.limits = g.admit.Limits()
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("POST /v1/route", g.require(auth.PermSubmit, g.handleRoute))
 	g.mux.HandleFunc("GET /v1/requests/{request_id}", g.require(auth.PermSubmit, g.handleGetRequest))
@@ -177,34 +157,12 @@ func newGateway(cfg Config, s submitter) *Gateway {
 	g.registerSessions()
 	g.registerBrowser()
 	g.registerTools()
-	g.registerMCP()
-	g.registerChat()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
 	}
 	g.handler = g.cfg.Metrics.Instrument(g.guard(g.mux))
 	return g
-}
-
-// compiled is a registered contract compiled, remembered by revision; nil when it does not
-// compile (the registry refuses such contracts; an old one may yet be stored).
-func (g *Gateway) compiled(c contract.Contract, revision uint64) *contract.Compiled {
-	key := fmt.Sprintf("%s@%d", c.Name, revision)
-	g.contractsMu.Lock()
-	defer g.contractsMu.Unlock()
-	if k, ok := g.contracts[key]; ok {
-		return k
-	}
-	k, err := contract.Compile(&c, 1, revision)
-	if err != nil {
-		k = nil
-	}
-	if g.contracts == nil || len(g.contracts) > 4096 {
-		g.contracts = map[string]*contract.Compiled{}
-	}
-	g.contracts[key] = k
-	return k
 }
 
 // Handle adds a handler to the gateway's mux (e.g. metrics or pages of later features).
@@ -214,28 +172,21 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen receives responses, and takes external NATS clients' requests, until ctx is done. Run
-// calls it; use it directly when serving Handler from another server.
+// Listen receives responses, watches the store, and runs what was mounted, until ctx is done;
+// it returns once those have returned (a request a door is taking is finished or handed back
+// first). Run calls it; use it directly when serving Handler from another server.
 func (g *Gateway) Listen(ctx context.Context) error {
-	every := g.cfg.StoreCheckEvery
-	if every <= 0 {
-		every = storeCheckEvery
-	}
 	// One look before anything is taken: the limits are known to the first request.
-	g.checkStore(ctx)
-	go g.watchStore(ctx, every)
-	for _, f := range g.background {
-		go f(ctx)
-	}
-	if g.cfg.Bus != nil {
-		done := make(chan struct{})
-		defer func() { <-done }() // a request being taken is finished or handed back first
-		go func() {
-			defer close(done)
-			if err := g.takeClientRequests(ctx); err != nil && ctx.Err() == nil {
-				g.log.Error("external NATS clients' requests are no longer taken", "err", err)
+	g.admit.Look(ctx)
+	var parts sync.WaitGroup
+	defer parts.Wait()
+	parts.Go(func() { _ = g.admit.Run(ctx) })
+	for _, p := range g.parts {
+		parts.Go(func() {
+			if err := p.Run(ctx); err != nil && ctx.Err() == nil {
+				g.log.Error("a part of the gateway stopped", "part", fmt.Sprintf("%T", p), "err", err)
 			}
-		}()
+		})
 	}
 	return g.submit.Run(ctx)
 }
@@ -311,43 +262,22 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Request-ID", req.RequestID)
-	adm, why := g.store.admit(len(body))
-	defer adm.close()
-	if why != nil {
-		w.Header().Set("Retry-After", "30")
-		writeError(w, http.StatusServiceUnavailable, protocol.CodeStoreFull, *why, nil)
-		return
-	}
-	a, ok := g.actorOf(w, r, req.User)
+	a, ok := actorOf(w, r, req.User)
 	if !ok {
 		return
 	}
-	sub := submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body)}
-	if a.caller != nil {
-		release, ok := g.limits.hold(w, a.caller, holdWaiting)
-		if !ok {
-			return
-		}
-		defer release()
-		owner, err := g.claimFor(sctx, a, req.Session())
-		if err != nil {
-			g.log.Warn("claim a session", "session_id", req.Session(), "err", err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "nothing was accepted; retry with the same request_id", nil)
-			return
-		}
-		if owner != a.owner() {
-			writeNoSession(w, req.Session())
-			return
-		}
-		sub.Caller, sub.Owner = a.record(), owner
+	t, ok := g.admitted(sctx, w, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: req.Session(), Hold: admission.HoldWaiting, Size: len(body)})
+	if !ok {
+		return
 	}
+	defer t.Close()
+	sub := submit.Submission{Request: req, Trace: trace, Wait: wait, Size: len(body), Caller: t.Caller, Owner: t.Owner}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("hermes.request_id", req.RequestID), attribute.String("hermes.session_id", req.Session()),
 			attribute.String("hermes.trace_id", trace.TraceID), attribute.Int("hermes.tool_calls", len(req.ToolCalls)))
 	}
 	out, err := g.submit.Submit(sctx, sub)
-	adm.settle(out, err)
+	t.Accepted(err == nil && !out.Replayed)
 	switch {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):
@@ -356,7 +286,7 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, submit.ErrOverBudget):
 		var be *submit.BudgetError
 		errors.As(err, &be)
-		tooMany(w, be.RetryAfter, err.Error())
+		writeRefusal(w, &admission.Refusal{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited, Message: err.Error(), RetryAfter: be.RetryAfter})
 		return
 	case errors.Is(err, submit.ErrConflict):
 		writeError(w, http.StatusConflict, protocol.CodeRequestIDConflict, strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "), nil)
@@ -398,15 +328,19 @@ func (g *Gateway) handleRoute(w http.ResponseWriter, r *http.Request) {
 	writeResponse(w, out.Response)
 }
 
-// claimFor claims session for a (with callers): its owner, a's when a may send into it.
-// Requests go only into one's own sessions, whatever one may read: a session someone else
-// opened (perhaps under the id one was about to use) would hand them what is sent.
-func (g *Gateway) claimFor(ctx context.Context, a actor, session string) (string, error) {
-	var history func(context.Context) (bool, error)
-	if !a.readsAll() {
-		history = func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) }
+// admitted admits ask (package admission), or answers its refusal and returns false.
+func (g *Gateway) admitted(ctx context.Context, w http.ResponseWriter, ask admission.Ask) (*admission.Ticket, bool) {
+	t, err := g.admit.Admit(ctx, ask)
+	switch refused := admission.AsRefusal(err); {
+	case err == nil:
+		return t, true
+	case refused != nil:
+		writeRefusal(w, refused)
+	case ctx.Err() != nil:
+	default:
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable; retry", nil)
 	}
-	return g.owners.claim(ctx, session, a.owner(), history)
+	return nil, false
 }
 
 // statusURL is where a request's response can be fetched.
@@ -456,7 +390,7 @@ func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	resp, replayed, err := g.submit.Cancel(r.Context(), id, submit.Cancellation{By: a.describe(r), Reason: reason})
+	resp, replayed, err := g.submit.Cancel(r.Context(), id, submit.Cancellation{By: describe(a, r), Reason: reason})
 	switch {
 	case err == nil:
 		if replayed {
@@ -484,13 +418,13 @@ func (g *Gateway) handleCancel(w http.ResponseWriter, r *http.Request) {
 
 // describe names a for the record: the caller's name and id (and the end user), or, when the
 // gateway asks for no caller, r's address as this gateway saw it.
-func (a actor) describe(r *http.Request) string {
-	if a.caller == nil {
+func describe(a admission.Actor, r *http.Request) string {
+	if a.Caller == nil {
 		return "http " + r.RemoteAddr
 	}
-	s := a.caller.Name + " (" + a.caller.ID + ")"
-	if a.user != "" {
-		s += " for " + a.user
+	s := a.Caller.Name + " (" + a.Caller.ID + ")"
+	if a.User != "" {
+		s += " for " + a.User
 	}
 	// The record keeps at most protocol.MaxCancelTextBytes of it (a token's issuer and
 	// subject may be longer).
@@ -499,15 +433,15 @@ func (a actor) describe(r *http.Request) string {
 
 // mayReadRequest answers 404 unless the actor of r may read request id's session, as it would
 // for an unknown request; 503 when that cannot be told. It returns the actor.
-func (g *Gateway) mayReadRequest(w http.ResponseWriter, r *http.Request, id string) (actor, bool) {
-	a, ok := g.actorOf(w, r, "")
-	if !ok || a.readsAll() {
+func (g *Gateway) mayReadRequest(w http.ResponseWriter, r *http.Request, id string) (admission.Actor, bool) {
+	a, ok := actorOf(w, r, "")
+	if !ok || a.ReadsAll() {
 		return a, ok
 	}
 	session, err := g.submit.Session(r.Context(), id)
 	if err == nil {
 		var mine bool
-		if mine, err = g.mayRead(r.Context(), a, session); err == nil && mine {
+		if mine, err = g.admit.MayRead(r.Context(), a, session); err == nil && mine {
 			return a, true
 		}
 	}
@@ -610,40 +544,4 @@ func (g *Gateway) waitFor(r *http.Request) (time.Duration, error) {
 }
 
 // traceOf reads the caller's X-Trace-ID and W3C trace context.
-func traceOf(r *http.Request) (protocol.TraceContext, error) {
-	t := protocol.TraceContext{TraceID: r.Header.Get("X-Trace-ID")}
-	if t.TraceID != "" && !printableASCII(t.TraceID, 128) {
-		return t, &protocol.FieldError{Field: "X-Trace-ID", Reason: "must be 1 to 128 printable ASCII characters without spaces"}
-	}
-	if tp := r.Header.Get("traceparent"); printableASCII(tp, 128) {
-		t.Traceparent = tp
-		if ts := r.Header.Get("tracestate"); printableASCIIOrSpace(ts, 512) {
-			t.Tracestate = ts
-		}
-	}
-	return t, nil
-}
-
-func printableASCII(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
-
-func printableASCIIOrSpace(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
+func traceOf(r *http.Request) (protocol.TraceContext, error) { return httpapi.TraceOf(r) }

@@ -10,8 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -69,28 +68,17 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	if a, ok := g.actorOf(w, r, ""); !ok {
+	a, ok := actorOf(w, r, "")
+	if !ok {
 		return
-	} else if a.caller != nil {
-		// Someone else's session, or one that does not exist, is not held open: 404 alike.
-		session := r.PathValue("session_id")
-		known, err := g.sessionKnown(r.Context(), a, session)
-		switch {
-		case err != nil:
-			g.log.Warn("session events: who owns the session", "session_id", session, "err", err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable; retry", nil)
-			return
-		case !known:
-			writeNoSession(w, session)
-			return
-		}
-		release, ok := g.limits.hold(w, a.caller, holdStream)
-		if !ok {
-			return
-		}
-		defer release()
 	}
+	// Someone else's session, or one that does not exist, is not held open: 404 alike.
+	t, ok := g.admitted(r.Context(), w, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: r.PathValue("session_id"), Mode: admission.Follow,
+		Hold: admission.HoldStream, Store: admission.StoreNone})
+	if !ok {
+		return
+	}
+	defer t.Close()
 	if !g.cfg.Conn.IsConnected() {
 		writeNotConnected(w, "retry")
 		return
@@ -156,36 +144,6 @@ func (g *Gateway) handleSessionEvents(w http.ResponseWriter, r *http.Request) {
 	default:
 		g.log.Debug("session events ended", "session_id", r.PathValue("session_id"), "err", err)
 	}
-}
-
-// sessionKnown reports whether a may follow session and it exists: a session of a's own, or,
-// for those who read every session, any the record holds requests of.
-func (g *Gateway) sessionKnown(ctx context.Context, a actor, session string) (bool, error) {
-	owner, err := g.owners.of(ctx, session)
-	switch {
-	case err != nil:
-		return false, err
-	case owner == a.owner():
-		return true, nil
-	case !a.readsAll():
-		return false, nil
-	case owner != "":
-		return true, nil
-	}
-	// Nobody owns it: requests submitted on the bus directly, or from before callers.
-	return g.recorded(ctx, session)
-}
-
-// recorded reports whether the record holds requests of session.
-func (g *Gateway) recorded(ctx context.Context, session string) (bool, error) {
-	if g.cfg.Bus == nil {
-		return false, nil
-	}
-	_, err := g.cfg.Bus.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest(session))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 func setEventHeaders(h http.Header) {
@@ -345,21 +303,19 @@ func (g *Gateway) handleListSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "too many listings are running; retry", nil)
 		return
 	}
-	a, ok := g.actorOf(w, r, "")
+	a, ok := actorOf(w, r, "")
 	if !ok {
 		return
 	}
 	owner := "" // every session
-	if !a.readsAll() {
-		owner = a.owner()
+	if !a.ReadsAll() {
+		owner = a.Owner()
 	}
-	if a.caller != nil {
-		release, ok := g.limits.hold(w, a.caller, holdListing)
-		if !ok {
-			return
-		}
-		defer release()
+	t, ok := g.admitted(ctx, w, admission.Ask{Actor: a, Need: auth.PermSubmit, Mode: admission.NoSession, Hold: admission.HoldListing, Store: admission.StoreNone})
+	if !ok {
+		return
 	}
+	defer t.Close()
 	list, err := record.RecentSessions(ctx, g.cfg.Bus.JS, limit, owner)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {

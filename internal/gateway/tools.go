@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/internal/registry"
@@ -215,7 +216,7 @@ func (g *Gateway) handleRegisterTool(w http.ResponseWriter, r *http.Request) {
 // with side effects be tried where real calls go) and budget (a duration, at most
 // sandbox.MaxBudget). When it returns false, it has answered.
 func (g *Gateway) sandboxOptions(w http.ResponseWriter, r *http.Request) (sandbox.Options, bool) {
-	opts := sandbox.Options{Caller: actor{caller: CallerOf(r.Context())}.record(), MaxCalls: g.cfg.Limits.MaxToolCalls}
+	opts := sandbox.Options{Caller: admission.Actor{Caller: CallerOf(r.Context())}.Record(), MaxCalls: g.cfg.Limits.MaxToolCalls}
 	var ok bool
 	if opts.AllowSideEffects, ok = boolParam(w, r, "allow_side_effects"); !ok {
 		return opts, false

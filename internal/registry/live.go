@@ -230,3 +230,46 @@ func (l *Live) All() ([]*contract.Compiled, error) {
 	slices.SortFunc(out, func(a, b *contract.Compiled) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
+
+// Tools returns every tool's contract now: as followed, or — before the contracts are
+// followed, or while they cannot be — read from the bucket and compiled (nothing is kept of
+// them: the followed registry is the only one remembered). A tool whose record cannot be used
+// is left out.
+func (l *Live) Tools(ctx context.Context) ([]*contract.Compiled, error) {
+	if all, err := l.All(); err == nil {
+		return all, nil
+	}
+	entries, _, err := l.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*contract.Compiled, 0, len(entries))
+	for _, e := range entries {
+		if k, err := contract.Compile(&e.Contract, e.Version, e.Revision); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// StartAgain is how soon Run tries Start again when it fails.
+var StartAgain = 5 * time.Second
+
+// Run follows the bucket until ctx ends: Start, tried again every StartAgain while it fails (a
+// bus not reachable yet, say; Tools reads the bucket meanwhile).
+func (l *Live) Run(ctx context.Context) error {
+	for {
+		err := l.Start(ctx)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		l.log.Warn("the contracts are not followed; they are read on each request until they are", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(StartAgain):
+		}
+	}
+	<-ctx.Done()
+	return nil
+}

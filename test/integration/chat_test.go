@@ -20,7 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hermesbus/hermes/internal/app"
-	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/record"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
@@ -37,7 +37,7 @@ type chatSystem struct {
 	js     jetstream.JetStream
 }
 
-func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak func(*gateway.ChatConfig)) *chatSystem {
+func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak func(*app.ChatConfig)) *chatSystem {
 	t.Helper()
 	srv, base := scriptedllmtest.Start(t, script, "")
 	cfg := llm.Config{Backend: llm.Backend{Name: "scripted", BaseURL: base, Model: "scripted"}}
@@ -48,16 +48,16 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 	if err != nil {
 		t.Fatal(err)
 	}
-	chat := &gateway.ChatConfig{LLM: c, Model: "scripted"}
+	cc := &app.ChatConfig{Config: chat.Config{LLM: c, Model: "scripted"}}
 	if tweak != nil {
-		tweak(chat)
+		tweak(cc)
 	}
 	table := exampleRoutes(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",
 		NATSListen: "127.0.0.1:0", Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance,
-		KeyFile: filepath.Join(dir, "admin.key"), Contracts: "../../examples/contracts", Chat: chat})
+		KeyFile: filepath.Join(dir, "admin.key"), Contracts: "../../examples/contracts", Chat: cc})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -474,7 +474,7 @@ func TestChatCancellationReachesRunningCalls(t *testing.T) {
 func TestBrowserShowsTheModelsDecisions(t *testing.T) {
 	long(t, "browser")
 	chromium := chromiumPath(t)
-	cs := startChat(t, "chat-ui", scriptedllm.Meeting(), func(c *gateway.ChatConfig) { c.SummarizeEvery = 3 })
+	cs := startChat(t, "chat-ui", scriptedllm.Meeting(), func(c *app.ChatConfig) { c.SummarizeEvery = 3 })
 	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我订一个明天上午的周会 <img src=x onerror=alert(1)>")}},
 		option.WithHeader("X-Hermes-Session-ID", "sess_chat_ui"))
@@ -599,7 +599,7 @@ func TestChatRunDeadline(t *testing.T) {
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "slow", "delay_ms": 20000}}}},
 		{Content: "never"},
 	}}}}
-	cs := startChat(t, "chat-deadline", script, func(c *gateway.ChatConfig) { c.RunTimeout = 1500 * time.Millisecond })
+	cs := startChat(t, "chat-deadline", script, func(c *app.ChatConfig) { c.RunTimeout = 1500 * time.Millisecond })
 	_, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("go slow")}}, option.WithHeader("X-Hermes-Session-ID", "sess_chat_deadline"))
 	var apiErr *openai.Error
@@ -708,7 +708,7 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},
 		{Content: "上海明天晴"},
 	}}}, Otherwise: &scriptedllm.Turn{Content: "I can't help with that"}}
-	cs := startChat(t, "chat-prefilter", script, func(c *gateway.ChatConfig) { c.Prefilter = gateway.PrefilterConfig{TopK: 2} })
+	cs := startChat(t, "chat-prefilter", script, func(c *app.ChatConfig) { c.Prefilter = chat.PrefilterConfig{TopK: 2} })
 	ask := func(session, text string) {
 		if _, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "hermes",
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}}, option.WithHeader("X-Hermes-Session-ID", session)); err != nil {
@@ -767,8 +767,8 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 		return &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "words", Match: "天气", Turns: weather}, {Name: "meaning", Match: "下雨", Turns: weather}},
 			Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨", "带伞"}}, Status: status}}
 	}
-	semantic := func(c *gateway.ChatConfig) {
-		c.Prefilter = gateway.PrefilterConfig{TopK: 2, Embedder: c.LLM, MinSimilarity: 0.5}
+	semantic := func(c *app.ChatConfig) {
+		c.Prefilter = chat.PrefilterConfig{TopK: 2, Embedder: c.LLM, MinSimilarity: 0.5}
 	}
 	ask := func(cs *chatSystem, session, text string) (*protocol.LLMDecision, string) {
 		t.Helper()

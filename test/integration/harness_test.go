@@ -164,7 +164,7 @@ func (s *system) newGateway(instance string) (base string, stop func()) {
 		}
 		gc.Callers, gc.Signins = callers, app.NewSignins(gb)
 	}
-	g, err := app.NewGateway(nc, gb, gc)
+	g, err := app.NewGateway(nc, gb, gc, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

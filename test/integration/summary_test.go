@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
 	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -21,7 +21,7 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 	// The summarizer's conversation comes first: it fails (the client's three tries), then
 	// condenses.
 	script.Conversations[0].Turns = []scriptedllm.Turn{{Status: 503, Times: 3}, {Step: new(0), Summarize: true}}
-	cs := startChat(t, "chat-summary", script, func(c *gateway.ChatConfig) { c.SummarizeEvery = 3 })
+	cs := startChat(t, "chat-summary", script, func(c *app.ChatConfig) { c.SummarizeEvery = 3 })
 	const session = "sess_chat_summary"
 	if code, out := cs.postJSON(t, "/v1/chat", `{"session_id":"`+session+`","message":"`+meetingAsk+`"}`); code != http.StatusOK || out["turns"] != 5.0 {
 		t.Fatalf("%d %v", code, out)

@@ -1,4 +1,12 @@
-package gateway
+// Package chat is the agent loop's front doors: the OpenAI-compatible POST
+// /v1/chat/completions (and GET /v1/models), Ollama's POST /api/chat (and GET /api/tags), and
+// Hermes' own POST /v1/chat. Each dialect decodes its requests and writes its answers (a wire);
+// the run between is one: admitted like every request (package admission), the model asked
+// (package agent), the tools it chooses run on the bus one request per turn, each turn's
+// decision recorded first. The doors work against small interfaces — a Submitter, an Admitter,
+// the contracts followed — and are served by the gateway (gateway.Mount), which authenticates
+// each request first.
+package chat
 
 import (
 	"context"
@@ -9,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,14 +28,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/prefilter"
-	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/submit"
-	"github.com/hermesbus/hermes/internal/summarize"
-	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -47,8 +55,8 @@ import (
 // Idempotency-Key is run once: a retry gets the first run's answer (X-Hermes-Replayed), waiting
 // for it while it runs.
 
-// ChatConfig configures the agent loop's front door.
-type ChatConfig struct {
+// Config configures the agent loop's front doors.
+type Config struct {
 	// LLM asks the model. Required.
 	LLM *llm.Client
 	// Model is the name clients ask for (GET /v1/models lists it); "hermes" names it too.
@@ -60,10 +68,6 @@ type ChatConfig struct {
 	RunTimeout time.Duration
 	// Prefilter narrows the registered tools offered to those a message is about.
 	Prefilter PrefilterConfig
-	// SummarizeEvery, when positive, runs the summarizer (package summarize) in this process:
-	// every so many messages of a session, the model compresses its conversation. Whether or
-	// not it runs here, /v1/chat reads a session's latest summary and the messages since.
-	SummarizeEvery int
 }
 
 // PrefilterConfig says how the registered tools are narrowed before the model chooses (seed
@@ -84,14 +88,58 @@ type PrefilterConfig struct {
 
 var _ prefilter.Embedder = (*llm.Client)(nil)
 
-// chatServer serves /v1/chat/completions.
-type chatServer struct {
-	g   *Gateway
-	cfg ChatConfig
-	pub *bus.Publisher
-	// live follows the registered contracts (from Listen on): the tools offered are read from
-	// memory, not the bucket, on each POST.
-	live *registry.Live
+// Submitter submits a turn's request, and cancels it when the run ends first
+// (submit.Submitter).
+type Submitter interface {
+	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
+	Cancel(ctx context.Context, requestID string, c submit.Cancellation) (*protocol.Response, bool, error)
+}
+
+// Admitter admits a request (admission.Admitter).
+type Admitter interface {
+	Admit(ctx context.Context, ask admission.Ask) (*admission.Ticket, error)
+}
+
+// Publisher records a message (bus.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, subject string, m *protocol.Message) (*jetstream.PubAck, error)
+}
+
+// Contracts are the registered tools' contracts as they are now (registry.Live).
+type Contracts interface {
+	Tools(ctx context.Context) ([]*contract.Compiled, error)
+}
+
+// KV is what a door keeps of its sessions and runs in hermes-sessions (jetstream.KeyValue).
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+}
+
+// Env is what the doors work with.
+type Env struct {
+	Submit    Submitter
+	Admit     Admitter
+	Publisher Publisher // the decisions' (as the gateway records)
+	Contracts Contracts
+	Sessions  KV                  // hermes-sessions
+	Record    jetstream.JetStream // where /v1/chat reads a session's record
+	// Limits bound each request; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	// MaxBodyBytes bounds a request body (default 1 MiB); MaxWait a turn's wait for its
+	// results (default 5 min, and never past the run's deadline).
+	MaxBodyBytes int64
+	MaxWait      time.Duration
+	Logger       *slog.Logger
+}
+
+// Server serves the chat doors.
+type Server struct {
+	env Env
+	cfg Config
+	log *slog.Logger
 
 	mu           sync.Mutex
 	schemas      map[*contract.Compiled]map[string]any // each contract's input schema, as the model is offered it
@@ -111,15 +159,12 @@ const (
 	maxPendingBytes = 256 << 10
 )
 
-// errStoreFull: the record is near its limit; nothing more is taken.
-var errStoreFull = errors.New("the record is near its limit")
-
-func (g *Gateway) registerChat() {
-	c := g.cfg.Chat
-	if c == nil || c.LLM == nil || g.cfg.Bus == nil || g.cfg.Bus.Sessions == nil {
-		return
+// New returns the chat doors for cfg (cfg.LLM required) working with env (every field but
+// Limits, MaxBodyBytes, MaxWait and Logger required).
+func New(cfg Config, env Env) (*Server, error) {
+	if cfg.LLM == nil || env.Submit == nil || env.Admit == nil || env.Publisher == nil || env.Contracts == nil || env.Sessions == nil || env.Record == nil {
+		return nil, errors.New("chat: Config.LLM and every Env field but Limits, MaxBodyBytes, MaxWait and Logger are required")
 	}
-	cfg := *c
 	if cfg.MaxTurns <= 0 {
 		cfg.MaxTurns = 8
 	}
@@ -129,55 +174,66 @@ func (g *Gateway) registerChat() {
 	if cfg.Model == "" {
 		cfg.Model = chatModelAlias
 	}
-	s := &chatServer{g: g, cfg: cfg, pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance}),
-		schemas: map[*contract.Compiled]map[string]any{}, running: map[string]int{}}
+	if env.MaxBodyBytes <= 0 {
+		env.MaxBodyBytes = 1 << 20
+	}
+	if env.MaxWait <= 0 {
+		env.MaxWait = 5 * time.Minute
+	}
+	if env.Logger == nil {
+		env.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, env: env, log: env.Logger, schemas: map[*contract.Compiled]map[string]any{}, running: map[string]int{}}
 	if cfg.Prefilter.Embedder != nil {
 		if cfg.Prefilter.SemanticTimeout <= 0 {
 			s.cfg.Prefilter.SemanticTimeout = 2 * time.Second
 		}
 		s.semantic, s.warm = prefilter.NewSemantic(cfg.Prefilter.Embedder), make(chan *prefilter.Index, 1)
-		g.background = append(g.background, s.warmVectors)
 	}
-	if g.cfg.Bus.Contracts != nil {
-		s.live = registry.NewLive(g.cfg.Bus.Contracts, g.log.With("part", "chat"))
-		g.background = append(g.background, func(ctx context.Context) {
-			// Until it follows (or should it never), the tools are read from the bucket.
-			if err := s.live.Start(ctx); err != nil && ctx.Err() == nil {
-				g.log.Warn("the chat front door does not follow the contracts; it reads them on each request", "err", err)
-			}
-		})
+	return s, nil
+}
+
+// Routes are the doors' endpoints, each needing auth.PermSubmit.
+func (s *Server) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Pattern: "POST /v1/chat/completions", Need: auth.PermSubmit, Handler: s.serve},
+		{Pattern: "GET /v1/models", Need: auth.PermSubmit, Handler: s.models},
+		{Pattern: "POST /api/chat", Need: auth.PermSubmit, Handler: func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, ollamaWire{}) }},
+		{Pattern: "GET /api/tags", Need: auth.PermSubmit, Handler: s.tags},
+		{Pattern: "POST /v1/chat", Need: auth.PermSubmit, Handler: func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, hermesWire{}) }},
 	}
-	if cfg.SummarizeEvery > 0 {
-		g.background = append(g.background, s.summarize)
+}
+
+// Run asks the embedding model for each new tool set's vectors ahead of the messages that rank
+// it, until ctx ends (nothing to do without an embedder).
+func (s *Server) Run(ctx context.Context) error {
+	if s.semantic != nil {
+		s.warmVectors(ctx)
 	}
-	g.mux.HandleFunc("POST /v1/chat/completions", g.require(auth.PermSubmit, s.serve))
-	g.mux.HandleFunc("GET /v1/models", g.require(auth.PermSubmit, s.models))
-	g.mux.HandleFunc("POST /api/chat", g.require(auth.PermSubmit, func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, ollamaWire{}) }))
-	g.mux.HandleFunc("GET /api/tags", g.require(auth.PermSubmit, s.tags))
-	g.mux.HandleFunc("POST /v1/chat", g.require(auth.PermSubmit, func(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, hermesWire{}) }))
+	return nil
 }
 
 // models is GET /v1/models: the model clients may ask for, under its name and "hermes".
-func (s *chatServer) models(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	var data []map[string]any
 	for _, id := range s.servedModels() {
 		data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "hermes"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 // tags is Ollama's GET /api/tags: the model, under its name and "hermes".
-func (s *chatServer) tags(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) tags(w http.ResponseWriter, _ *http.Request) {
 	var models []map[string]any
 	for _, id := range s.servedModels() {
 		models = append(models, map[string]any{"name": id, "model": id, "modified_at": time.Time{}.Format(time.RFC3339), "size": 0, "digest": "",
 			"details": map[string]any{"family": "hermes"}})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"models": models})
 }
 
 // servedModels are the names clients may ask for: the model's, and "hermes".
-func (s *chatServer) servedModels() []string {
+func (s *Server) servedModels() []string {
 	if s.cfg.Model == chatModelAlias {
 		return []string{chatModelAlias}
 	}
@@ -193,14 +249,15 @@ func writeChatError(w http.ResponseWriter, e *chatError) {
 	if e.Code != "" {
 		body["code"] = e.Code
 	}
-	writeJSON(w, e.Status, map[string]any{"error": body})
+	writeRetryAfter(w, e)
+	httpapi.WriteJSON(w, e.Status, map[string]any{"error": body})
 }
 
 // chatRun is one POST: who asks, in which session, under which run id.
 type chatRun struct {
-	s       *chatServer
+	s       *Server
 	wire    wire
-	a       actor
+	a       admission.Actor
 	session string
 	// named: the client named the session (header or metadata); a session Hermes made for
 	// one POST keeps no state, as no client could continue it unnamed.
@@ -246,7 +303,7 @@ type openAIWire struct{}
 func (openAIWire) decode(body []byte) (*chatRequest, error)       { return decodeChatRequest(body) }
 func (openAIWire) writeError(w http.ResponseWriter, e *chatError) { writeChatError(w, e) }
 func (openAIWire) answer(w http.ResponseWriter, status int, body map[string]any) {
-	writeJSON(w, status, body)
+	httpapi.WriteJSON(w, status, body)
 }
 func (openAIWire) stream(w http.ResponseWriter, run, model string) answerStream {
 	return newChatStream(w, run, model)
@@ -256,15 +313,14 @@ func (openAIWire) unknownModel(model, served string) *chatError {
 		Message: fmt.Sprintf("The model %q does not exist here: ask for %q (GET /v1/models)", protocolShort(model), served)}
 }
 
-func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, openAIWire{}) }
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) { s.serveWire(w, r, openAIWire{}) }
 
-func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) {
-	g := s.g
+func (s *Server) serveWire(w http.ResponseWriter, r *http.Request, wf wire) {
 	writeChatError := wf.writeError
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.env.MaxBodyBytes))
 	if err != nil {
 		writeChatError(w, &chatError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
-			Message: fmt.Sprintf("the body is larger than %d bytes", g.cfg.MaxBodyBytes)})
+			Message: fmt.Sprintf("the body is larger than %d bytes", s.env.MaxBodyBytes)})
 		return
 	}
 	req, err := wf.decode(body)
@@ -276,17 +332,18 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 		writeChatError(w, wf.unknownModel(req.Model, s.cfg.Model))
 		return
 	}
-	trace, err := traceOf(r)
+	trace, err := httpapi.TraceOf(r)
 	if err != nil {
 		writeChatError(w, badParam("X-Trace-ID", "%v", err))
 		return
 	}
-	a, ok := g.actorOf(w, r, req.User)
-	if !ok {
+	a, refused := admission.ActorOf(r, req.User)
+	if refused != nil {
+		writeChatError(w, refusalError(refused, ""))
 		return
 	}
 	key := r.Header.Get(headerIdemKey)
-	if key != "" && !printableASCII(key, 255) {
+	if key != "" && !httpapi.PrintableASCII(key, 255) {
 		writeChatError(w, badParam(headerIdemKey, "must be 1 to 255 printable ASCII characters without spaces"))
 		return
 	}
@@ -305,7 +362,7 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 	}
 	run := ""
 	if key != "" {
-		sum := sha256.Sum256([]byte(a.owner() + "\x00" + session + "\x00" + key))
+		sum := sha256.Sum256([]byte(a.Owner() + "\x00" + session + "\x00" + key))
 		run = "chat-" + hex.EncodeToString(sum[:12])
 	} else {
 		var b [12]byte
@@ -329,29 +386,15 @@ func (s *chatServer) serveWire(w http.ResponseWriter, r *http.Request, wf wire) 
 	}
 	w.Header().Set(headerSession, session)
 	w.Header().Set("X-Hermes-Run-ID", run)
-	if a.caller != nil {
-		release, ok := g.limits.hold(w, a.caller, holdWaiting)
-		if !ok {
-			return
+	t, err := s.env.Admit.Admit(r.Context(), admission.Ask{Actor: a, Need: auth.PermSubmit, Session: session, Hold: admission.HoldWaiting,
+		Store: admission.StoreCheck})
+	if err != nil {
+		if r.Context().Err() == nil {
+			writeChatError(w, refusalError(admission.AsRefusal(err), headerSession))
 		}
-		defer release()
-		owner, err := g.claimFor(r.Context(), a, session)
-		if err != nil {
-			writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
-				Message: "the session could not be claimed; retry"})
-			return
-		}
-		if owner != a.owner() {
-			writeChatError(w, &chatError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: headerSession, Code: protocol.CodeNotFound,
-				Message: fmt.Sprintf("no session %s is yours", session)})
-			return
-		}
-	}
-	if why := g.store.full.Load(); why != nil {
-		w.Header().Set("Retry-After", "30")
-		writeChatError(w, &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeStoreFull, Message: *why})
 		return
 	}
+	defer t.Close()
 	sum := sha256.Sum256(body)
 	c := &chatRun{s: s, wire: wf, a: a, session: session, named: named, run: run, trace: trace, body: hex.EncodeToString(sum[:16])}
 	if key != "" {
@@ -415,8 +458,8 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 // st, when the client resends its history, is the session's state to keep.
 func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.ChatCompletionMessageParamUnion, recorded int,
 	warning *protocol.LLMWarning, state *chatState, rev uint64) (int, map[string]any) {
-	s, g := c.s, c.s.g
-	intent := lastUserText(req.Messages, g.cfg.Limits)
+	s := c.s
+	intent := lastUserText(req.Messages, s.env.Limits)
 	tools, pf, err := c.tools(ctx, req, intent)
 	if err != nil {
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
@@ -519,9 +562,10 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 	case errors.Is(err, submit.ErrOverBudget):
 		return &chatError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: protocol.CodeRateLimited,
 			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
-	case errors.Is(err, errStoreFull):
-		return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeStoreFull,
-			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
+	case admission.AsRefusal(err) != nil:
+		e := refusalError(admission.AsRefusal(err), "")
+		e.Message += "; the conversation so far is on the record of session " + c.session
+		return e
 	case errors.Is(err, agent.ErrTooManyTurns):
 		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "max_turns_exceeded",
 			Message: "the model kept calling tools past the turns allowed; the conversation so far is on the record of session " + c.session}
@@ -537,7 +581,7 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 		return &chatError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "tool_calls_refused",
 			Message: err.Error() + "; the conversation so far is on the record of session " + c.session}
 	}
-	c.s.g.log.Warn("chat run failed", "session_id", c.session, "run", c.run, "err", err)
+	c.s.log.Warn("chat run failed", "session_id", c.session, "run", c.run, "err", err)
 	return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 		Message: "the run could not go on (" + protocol.Shorten(err.Error(), 300) + "); the conversation so far is on the record of session " + c.session}
 }
@@ -598,7 +642,7 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 					why = "the tools' vectors were still being asked for"
 					c.s.warmAhead(ix)
 				case !errors.Is(err, prefilter.ErrPaused):
-					c.s.g.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
+					c.s.log.Warn("the embedding model failed; the tools are prefiltered lexically", "session", c.session, "err", err)
 				}
 				pf.warning = &protocol.LLMWarning{Kind: protocol.WarnEmbeddings,
 					Message: why + ", so the tools were prefiltered lexically only: " + protocol.Shorten(err.Error(), 300)}
@@ -633,7 +677,7 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 // so that what a request would be refused for goes back to the model as a correction, then
 // k's input schema.
 func (c *chatRun) checkArguments(k *contract.Compiled) func(json.RawMessage) error {
-	lim := c.s.g.cfg.Limits
+	lim := c.s.env.Limits
 	return func(args json.RawMessage) error {
 		if err := protocol.CheckArguments("arguments", args, lim); err != nil {
 			return err
@@ -655,7 +699,7 @@ const noCandidates = agent.NoCandidates
 
 // index is the prefilter's index of ks (every registered tool the model could be offered),
 // built once per tool set, outside the server's lock (concurrent first builds are alike).
-func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
+func (s *Server) index(ks []*contract.Compiled) *prefilter.Index {
 	h := sha256.New()
 	for _, k := range ks {
 		fmt.Fprintf(h, "%s\x00%d\x00", k.Name, k.Revision)
@@ -687,7 +731,7 @@ func (s *chatServer) index(ks []*contract.Compiled) *prefilter.Index {
 }
 
 // runs counts run as running in this process until the function it returns is called.
-func (s *chatServer) runs(run string) func() {
+func (s *Server) runs(run string) func() {
 	s.mu.Lock()
 	s.running[run]++
 	s.mu.Unlock()
@@ -703,7 +747,7 @@ func (s *chatServer) runs(run string) func() {
 // isRunning is summarize.Running for a new run's history: a run of this process that is
 // running. (A run of another gateway still running then is rare — one session, two runs at
 // once, two gateways —; its last turn's calls are told as they stand.)
-func (s *chatServer) isRunning(run string, _ time.Time) bool {
+func (s *Server) isRunning(run string, _ time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running[run] > 0
@@ -711,7 +755,7 @@ func (s *chatServer) isRunning(run string, _ time.Time) bool {
 
 // warmAhead has ix's tools' vectors asked for ahead of the messages that rank it (an older
 // tool set waiting is dropped).
-func (s *chatServer) warmAhead(ix *prefilter.Index) {
+func (s *Server) warmAhead(ix *prefilter.Index) {
 	s.mu.Lock()
 	current := s.prefilter == ix
 	s.mu.Unlock()
@@ -728,47 +772,9 @@ func (s *chatServer) warmAhead(ix *prefilter.Index) {
 	}
 }
 
-// summarize runs the summarizer until ctx ends, looking again for its consumer when it is
-// missing or fails.
-func (s *chatServer) summarize(ctx context.Context) {
-	g := s.g
-	log := g.log.With("part", "summarizer")
-	warned := false
-	for ctx.Err() == nil {
-		cons, err := g.cfg.Bus.SummarizerConsumer(ctx)
-		if err == nil {
-			warned = false
-			sum := &summarize.Summarizer{JS: g.cfg.Bus.JS, Consumer: cons, Publisher: s.pub, LLM: s.cfg.LLM, Every: s.cfg.SummarizeEvery, Logger: log,
-				RunTimeout: s.cfg.RunTimeout,
-				Summarized: func(ok bool) {
-					outcome := "ok"
-					if !ok {
-						outcome = "failed"
-					}
-					g.cfg.Metrics.LLMSummaries.WithLabelValues(outcome).Inc()
-				}}
-			err = sum.Run(ctx)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound) && !warned:
-			log.Warn("sessions are not summarized: the bus was set up by an earlier Hermes; run hermes provision")
-			warned = true
-		case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
-			log.Error("the summarizer stopped; starting it again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(clientsLookAgain):
-		}
-	}
-}
-
 // warmVectors asks the embedding model for each new tool set's vectors ahead of the messages
 // that rank it, until ctx ends.
-func (s *chatServer) warmVectors(ctx context.Context) {
+func (s *Server) warmVectors(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -776,40 +782,21 @@ func (s *chatServer) warmVectors(ctx context.Context) {
 		case ix := <-s.warm:
 			wctx, cancel := context.WithTimeout(ctx, time.Minute)
 			if err := s.semantic.Warm(wctx, ix); err != nil && ctx.Err() == nil && !errors.Is(err, prefilter.ErrPaused) {
-				s.g.log.Warn("the tools' vectors could not be asked for ahead; the next message asks again", "tools", ix.Len(), "err", err)
+				s.log.Warn("the tools' vectors could not be asked for ahead; the next message asks again", "tools", ix.Len(), "err", err)
 			}
 			cancel()
 		}
 	}
 }
 
-// contracts are the registered tools' contracts: followed, or read from the bucket.
-func (s *chatServer) contracts(ctx context.Context) ([]*contract.Compiled, error) {
-	if s.live != nil {
-		if all, err := s.live.All(); err == nil {
-			return all, nil
-		}
-	}
-	g := s.g
-	if g.tools == nil {
-		return nil, nil
-	}
-	entries, _, err := g.tools.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*contract.Compiled
-	for _, e := range entries {
-		if k := g.compiled(e.Contract, e.Revision); k != nil {
-			out = append(out, k)
-		}
-	}
-	return out, nil
+// contracts are the registered tools' contracts.
+func (s *Server) contracts(ctx context.Context) ([]*contract.Compiled, error) {
+	return s.env.Contracts.Tools(ctx)
 }
 
 // schema is k's input schema as the model is offered it; nil when its arguments are not an
 // object (OpenAI's tools take objects only). The map is shared: nothing writes to it.
-func (s *chatServer) schema(k *contract.Compiled) map[string]any {
+func (s *Server) schema(k *contract.Compiled) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.schemas[k]; ok {
@@ -830,41 +817,35 @@ func (s *chatServer) schema(k *contract.Compiled) map[string]any {
 // a run cancelled (the client gone, the deadline passed) cancels the request, so its running
 // calls stop.
 func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, calls []protocol.ToolCall) ([]protocol.ToolResult, error) {
-	g := c.s.g
+	s := c.s
 	if err := ctx.Err(); err != nil {
 		return nil, err // the client went away (or the deadline passed) while the turn was decided
 	}
 	// Not Serial: the loop waits for each turn's response before the next turn, so a run's
 	// requests go one at a time already, in the session's order.
 	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls}
-	if err := req.Validate(g.cfg.Limits); err != nil {
+	if err := req.Validate(s.env.Limits); err != nil {
 		return nil, err
 	}
 	size := len(intent)
 	for _, call := range calls {
 		size += len(call.Arguments)
 	}
-	wait := g.cfg.MaxWait
+	wait := s.env.MaxWait
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
-	sub := submit.Submission{Request: req, Trace: c.trace, Wait: max(wait, time.Millisecond), Size: size}
-	if c.a.caller != nil {
-		sub.Caller, sub.Owner = c.a.record(), c.a.owner()
-		// Each turn's request is one of the caller's: a POST that runs many turns runs them
-		// at the caller's rate.
-		if err := g.limits.wait(ctx, c.a.caller); err != nil {
-			return nil, err
-		}
+	// Each turn's request is one of the caller's: a POST that runs many turns runs them at the
+	// caller's rate.
+	t, err := s.env.Admit.Admit(ctx, admission.Ask{Actor: c.a, Need: auth.PermSubmit, Session: session, WaitRate: true, Size: size})
+	if err != nil {
+		return nil, err
 	}
-	adm, why := g.store.admit(size)
-	defer adm.close()
-	if why != nil {
-		return nil, fmt.Errorf("%w: %s", errStoreFull, *why)
-	}
+	defer t.Close()
+	sub := submit.Submission{Request: req, Trace: c.trace, Wait: max(wait, time.Millisecond), Size: size, Caller: t.Caller, Owner: t.Owner}
 	c.dispatched.Store(true)
-	out, err := g.submit.Submit(ctx, sub)
-	adm.settle(out, err)
+	out, err := s.env.Submit.Submit(ctx, sub)
+	t.Accepted(err == nil && !out.Replayed)
 	switch {
 	case ctx.Err() != nil || (err == nil && out.Pending):
 		by := "chat run " + c.run
@@ -876,8 +857,8 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, _, cerr := g.submit.Cancel(cctx, requestID, submit.Cancellation{By: by, Reason: reason}); cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
-			g.log.Warn("cancel a chat run's request", "request_id", requestID, "err", cerr)
+		if _, _, cerr := s.env.Submit.Cancel(cctx, requestID, submit.Cancellation{By: by, Reason: reason}); cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
+			s.log.Warn("cancel a chat run's request", "request_id", requestID, "err", cerr)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -931,22 +912,24 @@ func (r *chatRecorder) Decided(ctx context.Context, session, requestID string, d
 		return err
 	}
 	m.MsgID, m.RequestID, m.SessionID, m.Trace = protocol.MsgIDLLMDecision(d.Run, d.Turn), requestID, session, c.trace
-	if c.a.caller != nil {
-		m.Caller = c.a.record()
-	}
+	m.Caller = c.a.Record()
 	// A decision is written to the record like a request: refused when the record is near its
 	// limit, so that what was accepted can finish.
 	// Once a turn has dispatched, the run is one the record accepted: it finishes, counted.
-	adm, why := c.s.g.store.admit(len(m.Payload) / 4) // admit counts a request's footprint, four times its size
-	if why != nil && !c.dispatched.Load() {
-		adm.close()
-		return fmt.Errorf("%w: %s", errStoreFull, *why)
+	store := admission.StoreCount
+	if c.dispatched.Load() {
+		store = admission.StoreAccepted
 	}
-	adm.kept = true
-	defer adm.close()
+	// Admission counts a request's footprint, four times its size.
+	t, err := c.s.env.Admit.Admit(ctx, admission.Ask{Mode: admission.NoSession, Store: store, Size: len(m.Payload) / 4})
+	if err != nil {
+		return err
+	}
+	t.Accepted(true)
+	defer t.Close()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := c.s.pub.Publish(pctx, protocol.SubjectEvent(protocol.EventLLM, session), m); err != nil {
+	if _, err := c.s.env.Publisher.Publish(pctx, protocol.SubjectEvent(protocol.EventLLM, session), m); err != nil {
 		return err
 	}
 	if c.progress != nil {
@@ -1008,19 +991,19 @@ func (c *chatRun) keepPending(ctx context.Context, added []openai.ChatCompletion
 	}
 	data, err := json.Marshal(p)
 	if err != nil || len(data) > maxPendingBytes {
-		c.s.g.log.Info("a chat turn waiting for the client's results is too large to keep; it goes on without Hermes' results", "session_id", c.session, "bytes", len(data))
+		c.s.log.Info("a chat turn waiting for the client's results is too large to keep; it goes on without Hermes' results", "session_id", c.session, "bytes", len(data))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := c.s.g.cfg.Bus.Sessions.Put(ctx, pendingKey(c.session, answer), data); err != nil {
-		c.s.g.log.Warn("keep a chat turn waiting for the client's results", "session_id", c.session, "err", err)
+	if _, err := c.s.env.Sessions.Put(ctx, pendingKey(c.session, answer), data); err != nil {
+		c.s.log.Warn("keep a chat turn waiting for the client's results", "session_id", c.session, "err", err)
 	}
 }
 
 func (c *chatRun) loadState(ctx context.Context) (chatState, uint64, error) {
 	var st chatState
-	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, chatKey(c.session))
+	e, err := c.s.env.Sessions.Get(ctx, chatKey(c.session))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return st, 0, nil
@@ -1048,14 +1031,14 @@ func (c *chatRun) saveState(ctx context.Context, next chatState, rev uint64) boo
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	kv := c.s.g.cfg.Bus.Sessions
+	kv := c.s.env.Sessions
 	if rev == 0 {
 		_, err = kv.Create(ctx, chatKey(c.session), data)
 	} else {
 		_, err = kv.Update(ctx, chatKey(c.session), data, rev)
 	}
 	if err != nil {
-		c.s.g.log.Info("a chat session's state was not saved (another run saved first, or the bus is away)", "session_id", c.session, "err", err)
+		c.s.log.Info("a chat session's state was not saved (another run saved first, or the bus is away)", "session_id", c.session, "err", err)
 		return false
 	}
 	return true
@@ -1119,7 +1102,7 @@ func (c *chatRun) continued(ctx context.Context, st chatState, msgs []chatMessag
 	if m.Role != "assistant" || len(m.ToolCalls) == 0 {
 		return nil, nil
 	}
-	e, err := c.s.g.cfg.Bus.Sessions.Get(ctx, pendingKey(c.session, m))
+	e, err := c.s.env.Sessions.Get(ctx, pendingKey(c.session, m))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, nil
@@ -1160,7 +1143,7 @@ func chatRunKey(run string) string { return "chatrun." + run }
 // key's next attempt, under a run id of its own (<run>a<attempt>), so that nothing the first
 // recorded is taken for its.
 func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequest) (done, ok bool) {
-	kv := c.s.g.cfg.Bus.Sessions
+	kv := c.s.env.Sessions
 	ctx := r.Context()
 	key := chatRunKey(c.key)
 	running := func(attempt int) []byte {
@@ -1228,7 +1211,7 @@ func (c *chatRun) claimRun(w http.ResponseWriter, r *http.Request, req *chatRequ
 func (c *chatRun) finishRun(status int, body map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv := c.s.g.cfg.Bus.Sessions
+	kv := c.s.env.Sessions
 	attempt := max(c.attempt, 1)
 	st := chatRunState{State: "done", Body: c.body, Status: status, Attempt: attempt}
 	if status != http.StatusOK && !c.dispatched.Load() {
@@ -1242,6 +1225,6 @@ func (c *chatRun) finishRun(status int, body map[string]any) {
 	}
 	data, _ := json.Marshal(st)
 	if _, err := kv.Put(ctx, chatRunKey(c.key), data); err != nil {
-		c.s.g.log.Warn("keep a chat run's answer for its retries", "run", c.run, "err", err)
+		c.s.log.Warn("keep a chat run's answer for its retries", "run", c.run, "err", err)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
@@ -78,28 +77,25 @@ func (s *storeGauge) never(size int) bool {
 	return limit > 0 && float64(footprint(size)) > bus.IntakeStopsAt*float64(limit)
 }
 
-// admission is one request counted by the gauge: its caller settles it with what Submit said
+// counted is one request counted by the gauge: its caller settles it with what Submit said
 // and closes it; a request that wrote nothing new (refused further on, a replay of one
 // accepted before) stops counting then.
-type admission struct {
+type counted struct {
 	forget func()
 	kept   bool
 }
 
-// settle notes whether the submission accepted something new.
-func (a *admission) settle(out *submit.Outcome, err error) { a.kept = err == nil && !out.Replayed }
-
 // close stops counting the request unless it was settled as accepted.
-func (a *admission) close() {
+func (a *counted) close() {
 	if !a.kept {
 		a.forget()
 	}
 }
 
-// admit says why a request of size bytes cannot be accepted now, or nil, counting it until its
-// admission is closed unsettled.
-func (s *storeGauge) admit(size int) (*admission, *string) {
-	adm := &admission{forget: func() {}}
+// admit says why a request of size bytes cannot be accepted now, or nil, counting it until it
+// is closed unsettled.
+func (s *storeGauge) admit(size int) (*counted, *string) {
+	adm := &counted{forget: func() {}}
 	if why := s.full.Load(); why != nil {
 		return adm, why
 	}
@@ -136,16 +132,16 @@ func (s *storeGauge) forget(p *pendingWrite) {
 }
 
 // watchStore checks the store every interval until ctx is done (and a check under way ends).
-func (g *Gateway) watchStore(ctx context.Context, every time.Duration) {
-	defer bus.Every(every, func() { g.checkStore(ctx) })()
+func (a *Admitter) watchStore(ctx context.Context, every time.Duration) {
+	defer bus.Every(every, func() { a.checkStore(ctx) })()
 	<-ctx.Done()
 }
 
 // checkStore reads how full the record and the plans' bucket are. At bus.IntakeStopsAt of a
 // byte limit, requests are refused until there is room again (messages age out): what is left
 // lets the requests already accepted finish. A store that cannot be read changes nothing.
-func (g *Gateway) checkStore(ctx context.Context) {
-	if g.cfg.Bus == nil {
+func (a *Admitter) checkStore(ctx context.Context) {
+	if a.bus == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeCheckEvery)
@@ -157,8 +153,8 @@ func (g *Gateway) checkStore(ctx context.Context) {
 		}
 		max, used := info.Config.MaxBytes, info.State.Bytes
 		if record {
-			g.store.limit.Store(max)
-			g.store.seen(int64(used))
+			a.store.limit.Store(max)
+			a.store.seen(int64(used))
 		}
 		if maxMsgs := info.Config.MaxMsgs; maxMsgs > 0 && float64(info.State.Msgs) >= bus.IntakeStopsAt*float64(maxMsgs) {
 			return fmt.Sprintf("%s holds %d of its %d messages (--record-max-msgs); new requests are refused until older messages age out, so that accepted ones can finish",
@@ -170,10 +166,10 @@ func (g *Gateway) checkStore(ctx context.Context) {
 		return fmt.Sprintf("%s holds %s of its %s limit (%s); new requests are refused until older messages age out, so that accepted ones can finish",
 			what, bytesText(int64(used)), bytesText(max), flag), true
 	}
-	why, ok := check(g.cfg.Bus.Stream, "the record", "--record-max-bytes", true)
+	why, ok := check(a.bus.Stream, "the record", "--record-max-bytes", true)
 	if ok && why == "" {
 		// The plans unreadable for a moment: the record's answer stands.
-		if plans, err := g.cfg.Bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {
+		if plans, err := a.bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {
 			if w, pok := check(plans, "the plans' bucket "+bus.BucketCalls, "--state-max-bytes", false); pok {
 				why = w
 			}
@@ -183,13 +179,13 @@ func (g *Gateway) checkStore(ctx context.Context) {
 		return
 	}
 	if why == "" {
-		if g.store.full.Swap(nil) != nil {
-			g.log.Info("the store has room again; accepting requests")
+		if a.store.full.Swap(nil) != nil {
+			a.log.Info("the store has room again; accepting requests")
 		}
 		return
 	}
-	if g.store.full.Swap(&why) == nil {
-		g.log.Warn("the store is nearly full; refusing new requests", "why", why)
+	if a.store.full.Swap(&why) == nil {
+		a.log.Warn("the store is nearly full; refusing new requests", "why", why)
 	}
 }
 

@@ -1,4 +1,8 @@
-package gateway
+// Package ingress is the bus's front door for external NATS clients: the requests they publish
+// (protocol.SubjectClientRequest), which wait in a stream of their own shared by every gateway
+// through one consumer, are admitted (package admission) as the NATS user the subject names
+// and submitted like any other.
+package ingress
 
 import (
 	"context"
@@ -6,30 +10,39 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
+	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/httpapi"
+	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
-// callerOfClient is the caller an external NATS client's requests are recorded under: its NATS
-// user, named by the subject it published on (which its permissions allow it alone).
-func callerOfClient(user string) *protocol.Caller {
-	return &protocol.Caller{ID: clientCallerPrefix + user, Name: user, Role: clientRole}
+// Submitter submits a request (submit.Submitter).
+type Submitter interface {
+	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
 }
 
-const (
-	clientCallerPrefix = "nats:"
-	clientRole         = "nats-client"
-	// clientRetry is how long a client's request waits before it is tried again when the
-	// store is near full.
-	clientRetry = 30 * time.Second
-)
+// Admitter admits a request (admission.Admitter).
+type Admitter interface {
+	Admit(ctx context.Context, ask admission.Ask) (*admission.Ticket, error)
+}
 
-// takeClientRequests submits the requests external NATS clients publish
+// Ingress takes external NATS clients' requests.
+type Ingress struct {
+	Bus    *bus.Bus
+	Submit Submitter
+	Admit  Admitter
+	// Limits bound each request; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	Logger *slog.Logger
+}
+
+// Run submits the requests external NATS clients publish
 // (protocol.SubjectClientRequest), which wait in a stream of their own, shared with every other
 // gateway through their consumer, one at a time, until ctx is done. Each is submitted as the
 // NATS user the subject names — whatever caller the message itself claims — into a session
@@ -38,38 +51,19 @@ const (
 // session not the subject's, one owned by another caller, a request_id used for another
 // request) is dropped and logged: nothing of it reaches the record. While the store is near
 // full, requests wait. If the consumer cannot be read, it is looked for again.
-func (g *Gateway) takeClientRequests(ctx context.Context) error {
-	h := bus.Messages(bus.HandlerFunc(g.takeClientRequest), g.log, "client request")
-	warned := false
-	for ctx.Err() == nil {
-		c, err := g.cfg.Bus.ClientConsumer(ctx)
-		if err == nil {
-			warned = false
-			err = (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 1, Logger: g.log}).Run(ctx)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound) && !warned:
-			g.log.Warn("requests of external NATS clients are not taken: the bus was set up by an earlier Hermes; run hermes provision")
-			warned = true
-		case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
-			g.log.Error("external NATS clients' requests cannot be read; trying again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(clientsLookAgain):
-		}
+func (g *Ingress) Run(ctx context.Context) error {
+	if g.Logger == nil {
+		g.Logger = slog.New(slog.DiscardHandler)
 	}
+	h := bus.Messages(bus.HandlerFunc(g.take), g.Logger, "client request")
+	service.Consume(ctx, g.Logger, "requests of external NATS clients", g.Bus.ClientConsumer, func(ctx context.Context, c jetstream.Consumer) error {
+		return (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 1, Logger: g.Logger}).Run(ctx)
+	})
 	return nil
 }
 
-// clientsLookAgain is how soon a gateway looks again for the consumer of clients' requests.
-var clientsLookAgain = 5 * time.Second
-
-// takeClientRequest submits one client's request; its error decides the message's fate.
-func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error {
+// take submits one client's request; its error decides the message's fate.
+func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 	user, session, ok := protocol.ClientOfSubject(d.Subject)
 	if !ok || protocol.CheckID("NATS user", user) != nil || protocol.CheckID("session_id", session) != nil {
 		return bus.Permanent(fmt.Errorf("not a client's request subject: %q", d.Subject))
@@ -78,7 +72,7 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if m.Type != protocol.TypeRequest {
 		return bus.Permanent(fmt.Errorf("client %s published a %s, not a request", user, m.Type))
 	}
-	req, err := m.DecodeRequest(g.cfg.Limits)
+	req, err := m.DecodeRequest(g.Limits)
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
 	}
@@ -89,27 +83,24 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
 	}
-	adm, why := g.store.admit(len(d.Data))
-	defer adm.close()
-	if why != nil {
-		if g.store.never(len(d.Data)) {
-			// Waiting would hold every client's requests behind it for nothing.
-			return bus.Permanent(fmt.Errorf("client %s: %s", user, *why))
-		}
-		return bus.RetryAfter(errors.New(*why), clientRetry)
-	}
-	caller := callerOfClient(user)
-	sub := submit.Submission{Request: req, Trace: clientTrace(m.Trace), Size: len(d.Data), Caller: caller, NoWait: true}
-	owner, err := g.clientOwners.claim(ctx, session, caller.ID, func(ctx context.Context) (bool, error) { return g.recorded(ctx, session) })
-	if err != nil {
-		return fmt.Errorf("claim session %s: %w", session, err)
-	}
-	if owner != caller.ID {
+	t, err := g.Admit.Admit(ctx, admission.Ask{Actor: admission.ClientActor(user), Session: session, Size: len(d.Data)})
+	refused := admission.AsRefusal(err)
+	switch {
+	case err == nil:
+	case refused == nil || refused.Code == protocol.CodeBusUnavailable:
+		return fmt.Errorf("client %s: admit: %w", user, err) // the bus not answering: tried again
+	case refused.Code == protocol.CodeStoreFull && !refused.Never:
+		return bus.RetryAfter(refused, refused.RetryAfter)
+	case refused.Code == protocol.CodeNotFound:
 		return bus.Permanent(fmt.Errorf("client %s published into session %s, which is not its own", user, session))
+	default:
+		// Waiting would hold every client's requests behind it for nothing.
+		return bus.Permanent(fmt.Errorf("client %s: %w", user, refused))
 	}
-	sub.Owner = owner
-	out, err := g.submit.Submit(ctx, sub)
-	adm.settle(out, err)
+	defer t.Close()
+	sub := submit.Submission{Request: req, Trace: clientTrace(m.Trace), Size: len(d.Data), Caller: t.Caller, Owner: t.Owner, NoWait: true}
+	out, err := g.Submit.Submit(ctx, sub)
+	t.Accepted(err == nil && !out.Replayed)
 	switch {
 	case err == nil:
 		d.Log.Info("external client's request accepted", "client", user, "trace_id", out.TraceID)
@@ -127,17 +118,17 @@ func (g *Gateway) takeClientRequest(ctx context.Context, d *bus.Delivery) error 
 }
 
 // clientTrace keeps of a client's trace context what a gateway takes from HTTP callers
-// (traceOf); a trace id it would refuse is replaced with a new one.
+// (httpapi.TraceOf); a trace id it would refuse is replaced with a new one.
 func clientTrace(t protocol.TraceContext) protocol.TraceContext {
 	out := protocol.TraceContext{TraceID: t.TraceID}
-	if !printableASCII(out.TraceID, 128) {
+	if !httpapi.PrintableASCII(out.TraceID, 128) {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		out.TraceID = hex.EncodeToString(b[:])
 	}
-	if printableASCII(t.Traceparent, 128) {
+	if httpapi.PrintableASCII(t.Traceparent, 128) {
 		out.Traceparent = t.Traceparent
-		if printableASCIIOrSpace(t.Tracestate, 512) {
+		if httpapi.PrintableASCIIOrSpace(t.Tracestate, 512) {
 			out.Tracestate = t.Tracestate
 		}
 	}

@@ -1,4 +1,4 @@
-package gateway
+package chat
 
 import (
 	"bytes"
@@ -7,13 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared/constant"
 
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -80,9 +84,46 @@ type chatError struct {
 	Code    string
 	Param   string
 	Message string
+	// RetryAfter, when positive, is sent as Retry-After.
+	RetryAfter time.Duration
 }
 
 func (e *chatError) Error() string { return e.Message }
+
+// refusalError is an admission's refusal as the chat dialects answer it: its status and
+// Hermes' code, the OpenAI error type its status makes, and param the field at fault when the
+// refusal names none (the session's, for a session not the caller's). A nil refusal is the bus
+// failing.
+func refusalError(r *admission.Refusal, param string) *chatError {
+	if r == nil {
+		return &chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
+			Message: "the bus is not reachable; retry", RetryAfter: time.Second}
+	}
+	e := &chatError{Status: r.Status, Code: r.Code, Param: r.Field, Message: r.Message, RetryAfter: r.RetryAfter}
+	switch {
+	case r.Status == http.StatusTooManyRequests:
+		e.Type = "rate_limit_error"
+	case r.Status == http.StatusUnauthorized:
+		e.Type = "authentication_error"
+	case r.Status == http.StatusForbidden:
+		e.Type = "permission_error"
+	case r.Status >= 500:
+		e.Type = "server_error"
+	default:
+		e.Type = "invalid_request_error"
+	}
+	if e.Param == "" && r.Status == http.StatusNotFound {
+		e.Param = param
+	}
+	return e
+}
+
+// writeRetryAfter sets Retry-After for an error that says when to retry.
+func writeRetryAfter(w http.ResponseWriter, e *chatError) {
+	if e.RetryAfter > 0 {
+		httpapi.SetRetryAfter(w, e.RetryAfter)
+	}
+}
 
 func badParam(param, format string, args ...any) *chatError {
 	msg := fmt.Sprintf(format, args...)

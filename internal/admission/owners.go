@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -32,15 +31,6 @@ const (
 	unownedHistory = "(requests without an owner)"
 )
 
-// ownerOf names who a session opened by caller c for end user user belongs to: the caller's
-// id, and "#" and the user when there is one.
-func ownerOf(c *auth.Caller, user string) string {
-	if user == "" {
-		return c.ID
-	}
-	return c.ID + "#" + user
-}
-
 // ownerRecord is what the owners bucket keeps per session.
 type ownerRecord struct {
 	Owner string    `json:"owner"`
@@ -50,14 +40,14 @@ type ownerRecord struct {
 // decodeOwner reads an owner record, refusing what is not one.
 func decodeOwner(data []byte) (*ownerRecord, error) {
 	if len(data) > maxOwnerRecord {
-		return nil, fmt.Errorf("gateway: owner record of %d bytes (at most %d)", len(data), maxOwnerRecord)
+		return nil, fmt.Errorf("admission: owner record of %d bytes (at most %d)", len(data), maxOwnerRecord)
 	}
 	var rec ownerRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("gateway: owner record: %w", err)
+		return nil, fmt.Errorf("admission: owner record: %w", err)
 	}
 	if rec.Owner == "" || len(rec.Owner) > protocol.MaxCallerIDLen+1+protocol.MaxUserLen {
-		return nil, errors.New("gateway: owner record without a valid owner")
+		return nil, errors.New("admission: owner record without a valid owner")
 	}
 	return &rec, nil
 }
@@ -122,7 +112,7 @@ func (o *owners) claim(ctx context.Context, session, owner string, history func(
 		if history != nil {
 			had, err := history(ctx)
 			if err != nil {
-				return "", fmt.Errorf("gateway: claim session %s: %w", session, err)
+				return "", fmt.Errorf("admission: claim session %s: %w", session, err)
 			}
 			if had {
 				s, found, err := o.read(ctx, session)
@@ -144,7 +134,7 @@ func (o *owners) claim(ctx context.Context, session, owner string, history func(
 			return owner, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return "", fmt.Errorf("gateway: claim session %s: %w", session, err)
+			return "", fmt.Errorf("admission: claim session %s: %w", session, err)
 		}
 		s, found, err := o.read(ctx, session)
 		switch {
@@ -158,7 +148,7 @@ func (o *owners) claim(ctx context.Context, session, owner string, history func(
 		}
 		// Deleted (expired) between the create and the read: claim again.
 	}
-	return "", fmt.Errorf("gateway: claim session %s: its owner record keeps changing", session)
+	return "", fmt.Errorf("admission: claim session %s: its owner record keeps changing", session)
 }
 
 // of returns who owns session; "" when nobody does (no request of it came through a gateway,
@@ -177,7 +167,7 @@ func (o *owners) read(ctx context.Context, session string) (ownerSeen, bool, err
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return ownerSeen{}, false, nil
 	case err != nil:
-		return ownerSeen{}, false, fmt.Errorf("gateway: read the owner of session %s: %w", session, err)
+		return ownerSeen{}, false, fmt.Errorf("admission: read the owner of session %s: %w", session, err)
 	}
 	rec, err := decodeOwner(e.Value())
 	if err != nil {

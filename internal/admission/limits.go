@@ -1,12 +1,9 @@
-package gateway
+package admission
 
 import (
 	"context"
 	"fmt"
-	"math"
-	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -37,7 +34,8 @@ type CallerLimits struct {
 // DefaultCallerLimits are the limits where none are configured.
 var DefaultCallerLimits = CallerLimits{RequestsPerSecond: 200, Burst: 400, Waiting: 256, Streams: 16, Budget: submit.DefaultBudget}
 
-func (l CallerLimits) orDefault() CallerLimits {
+// OrDefault is l with DefaultCallerLimits for its zero fields.
+func (l CallerLimits) OrDefault() CallerLimits {
 	d := DefaultCallerLimits
 	if l.RequestsPerSecond == 0 {
 		l.RequestsPerSecond = d.RequestsPerSecond
@@ -60,8 +58,8 @@ func (l CallerLimits) orDefault() CallerLimits {
 	return l
 }
 
-// budget is the submit.Budget of l (defaults applied): none when its Bytes are negative.
-func (l CallerLimits) budget() submit.Budget {
+// SubmitBudget is the submit.Budget of l (defaults applied): none when its Bytes are negative.
+func (l CallerLimits) SubmitBudget() submit.Budget {
 	if l.Budget.Bytes < 0 {
 		return submit.Budget{}
 	}
@@ -71,9 +69,9 @@ func (l CallerLimits) budget() submit.Budget {
 const (
 	// maxTracked bounds the callers and the client addresses the limits keep state for.
 	maxTracked = 100_000
-	// failureBurst failed credentials from one address are answered as usual; after that one
+	// FailureBurst failed credentials from one address are answered as usual; after that one
 	// more attempt is taken every failureEvery, others get 429 without being checked.
-	failureBurst = 10
+	FailureBurst = 10
 	failureEvery = 6 * time.Second
 	// signinBurst sign-ins of one caller are made at once, then one every signinEvery: what a
 	// caller can keep of the sign-ins bucket stays small (12 h / 2 min = 360 at most).
@@ -81,9 +79,9 @@ const (
 	signinEvery = 2 * time.Minute
 )
 
-// limits keeps the per-caller counts, and the failed credentials per client address that slow
+// Limits keeps the per-caller counts, and the failed credentials per client address that slow
 // guessing. It is safe for concurrent use.
-type limits struct {
+type Limits struct {
 	cfg CallerLimits
 
 	mu       sync.Mutex
@@ -100,12 +98,13 @@ type callerUse struct {
 	seen     time.Time
 }
 
-func newLimits(cfg CallerLimits) *limits {
-	return &limits{cfg: cfg.orDefault(), callers: map[string]*callerUse{}, failures: map[string]*rate.Limiter{}}
+// NewLimits returns the counts for cfg (defaults applied).
+func NewLimits(cfg CallerLimits) *Limits {
+	return &Limits{cfg: cfg.OrDefault(), callers: map[string]*callerUse{}, failures: map[string]*rate.Limiter{}}
 }
 
 // use returns c's counts, made when first seen. Call with l.mu held.
-func (l *limits) use(c *auth.Caller, now time.Time) *callerUse {
+func (l *Limits) use(c *auth.Caller, now time.Time) *callerUse {
 	u, ok := l.callers[c.ID]
 	if !ok {
 		if len(l.callers) >= maxTracked {
@@ -123,7 +122,7 @@ func (l *limits) use(c *auth.Caller, now time.Time) *callerUse {
 
 // forgetIdle drops the callers holding nothing whose rate allowance is full again (forgetting
 // them changes nothing); if none is idle, the oldest half.
-func (l *limits) forgetIdle(now time.Time) {
+func (l *Limits) forgetIdle(now time.Time) {
 	for id, u := range l.callers {
 		if u.waiting == 0 && u.streams == 0 && u.listings == 0 && (u.rate == nil || u.rate.TokensAt(now) >= float64(u.rate.Burst())) &&
 			u.signins.TokensAt(now) >= signinBurst {
@@ -141,17 +140,17 @@ func (l *limits) forgetIdle(now time.Time) {
 	}
 }
 
-// allow takes one request of c's rate, or answers 429 with Retry-After.
-func (l *limits) allow(w http.ResponseWriter, c *auth.Caller) bool {
+// TakeRate takes one request of c's rate: nil, or a refusal (429) saying how long until one
+// is there.
+func (l *Limits) TakeRate(c *auth.Caller) *Refusal {
 	if wait := l.takeRate(c); wait > 0 {
-		tooMany(w, wait, fmt.Sprintf("this caller is over its rate of %g requests a second", l.cfg.RequestsPerSecond))
-		return false
+		return tooMany(wait, fmt.Sprintf("this caller is over its rate of %g requests a second", l.cfg.RequestsPerSecond))
 	}
-	return true
+	return nil
 }
 
 // takeRate takes one request of c's rate, or says how long until one is there.
-func (l *limits) takeRate(c *auth.Caller) time.Duration {
+func (l *Limits) takeRate(c *auth.Caller) time.Duration {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -165,7 +164,7 @@ func (l *limits) takeRate(c *auth.Caller) time.Duration {
 
 // wait takes one request of c's rate, waiting for it when c is over its rate (until ctx ends):
 // for the requests a caller's one request makes (each turn of a chat run).
-func (l *limits) wait(ctx context.Context, c *auth.Caller) error {
+func (l *Limits) Wait(ctx context.Context, c *auth.Caller) error {
 	for {
 		wait := l.takeRate(c)
 		if wait <= 0 {
@@ -179,48 +178,50 @@ func (l *limits) wait(ctx context.Context, c *auth.Caller) error {
 	}
 }
 
-// allowSignin takes one of c's sign-ins, or answers 429.
-func (l *limits) allowSignin(w http.ResponseWriter, c *auth.Caller) bool {
+// TakeSignin takes one of c's sign-ins, or refuses (429).
+func (l *Limits) TakeSignin(c *auth.Caller) *Refusal {
 	now := time.Now()
 	l.mu.Lock()
 	_, wait := take(l.use(c, now).signins, now)
 	l.mu.Unlock()
 	if wait > 0 {
-		tooMany(w, wait, "this caller signed in too often lately; wait")
-		return false
+		return tooMany(wait, "this caller signed in too often lately; wait")
 	}
-	return true
+	return nil
 }
 
-// holdKind is what a hold takes.
-type holdKind int
+// Hold is what a request holds of its caller's allowance while it is served.
+type Hold int
 
 const (
-	holdWaiting holdKind = iota // a POST /v1/route waiting for its response
-	holdStream                  // an open event stream
-	holdListing                 // a session listing running (one per caller: they scan the record)
+	HoldNone    Hold = iota // nothing: a request answered at once
+	HoldWaiting             // a request waiting for its response (a route, a chat run, an MCP call)
+	HoldStream              // an open event stream
+	HoldListing             // a session listing running (one per caller: they scan the record)
 )
 
-// hold takes one of c's k for the handler's time, or answers 429. Call the returned release
+// hold takes one of c's k for the request's time, or refuses (429). Call the returned release
 // when done.
-func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, k holdKind) (release func(), ok bool) {
+func (l *Limits) hold(c *auth.Caller, k Hold) (release func(), refused *Refusal) {
 	l.mu.Lock()
 	u := l.use(c, time.Now())
 	var n *int
 	var limit int
 	var what string
 	switch k {
-	case holdWaiting:
+	case HoldNone:
+		l.mu.Unlock()
+		return func() {}, nil
+	case HoldWaiting:
 		n, limit, what = &u.waiting, l.cfg.Waiting, "requests waiting for their response"
-	case holdStream:
+	case HoldStream:
 		n, limit, what = &u.streams, l.cfg.Streams, "event streams open"
 	default:
 		n, limit, what = &u.listings, 1, "session listings running"
 	}
 	if limit > 0 && *n >= limit {
 		l.mu.Unlock()
-		tooMany(w, time.Second, fmt.Sprintf("this caller has %d %s, its limit", limit, what))
-		return nil, false
+		return nil, tooMany(time.Second, fmt.Sprintf("this caller has %d %s, its limit", limit, what))
 	}
 	*n++
 	l.mu.Unlock()
@@ -228,44 +229,42 @@ func (l *limits) hold(w http.ResponseWriter, c *auth.Caller, k holdKind) (releas
 		l.mu.Lock()
 		*n--
 		l.mu.Unlock()
-	}, true
+	}, nil
 }
 
-// attempt takes one of the unknown credentials r's address may have checked, or answers 429
-// when it has failed too many lately: guessing is slowed to one attempt per failureEvery,
-// however many are sent at once. Call succeeded when the credential named a caller, to give
-// the attempt back.
-func (l *limits) attempt(w http.ResponseWriter, r *http.Request) (succeeded func(), ok bool) {
+// Attempt takes one of the unknown credentials addr (a client's address) may have checked, or
+// refuses (429) when it has failed too many lately: guessing is slowed to one attempt per
+// failureEvery, however many are sent at once. Call succeeded when the credential named a
+// caller, to give the attempt back.
+func (l *Limits) Attempt(addr string) (succeeded func(), refused *Refusal) {
 	now := time.Now()
-	addr := clientAddr(r)
 	l.mu.Lock()
 	lim, ok := l.failures[addr]
 	if !ok {
 		if len(l.failures) >= maxTracked {
 			l.forgetFailures(now)
 		}
-		lim = rate.NewLimiter(rate.Every(failureEvery), failureBurst)
+		lim = rate.NewLimiter(rate.Every(failureEvery), FailureBurst)
 		l.failures[addr] = lim
 	}
 	res, wait := take(lim, now)
 	l.mu.Unlock()
 	if wait > 0 {
-		tooMany(w, wait, "too many failed credentials from this address; wait")
-		return nil, false
+		return nil, tooMany(wait, "too many failed credentials from this address; wait")
 	}
 	return func() {
 		l.mu.Lock()
 		res.CancelAt(now) // as of when it was taken, so that it is given back whole
 		l.mu.Unlock()
-	}, true
+	}, nil
 }
 
 // forgetFailures drops the addresses whose allowance is full again (forgetting them changes
 // nothing), then, while more than 80 % of the bound are left, any: memory stays bounded, at the
 // price of a guesser forgotten early. Call with l.mu held.
-func (l *limits) forgetFailures(now time.Time) {
+func (l *Limits) forgetFailures(now time.Time) {
 	for a, f := range l.failures {
-		if f.TokensAt(now) >= failureBurst {
+		if f.TokensAt(now) >= FailureBurst {
 			delete(l.failures, a)
 		}
 	}
@@ -288,20 +287,7 @@ func take(lim *rate.Limiter, now time.Time) (*rate.Reservation, time.Duration) {
 	return res, wait
 }
 
-// clientAddr is the address r came from, without its port; IPv6 addresses by their /64, which
-// one client holds whole.
-func clientAddr(r *http.Request) string {
-	h, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		h = r.RemoteAddr
-	}
-	if ip := net.ParseIP(h); ip != nil && ip.To4() == nil {
-		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
-	}
-	return h
-}
-
-func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(wait, time.Second).Seconds()))))
-	writeError(w, http.StatusTooManyRequests, protocol.CodeRateLimited, msg, nil)
+// tooMany is the refusal of a caller over one of its limits, until wait has passed.
+func tooMany(wait time.Duration, msg string) *Refusal {
+	return &Refusal{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited, Message: msg, RetryAfter: max(wait, time.Second)}
 }

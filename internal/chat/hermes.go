@@ -1,4 +1,4 @@
-package gateway
+package chat
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/hermesbus/hermes/internal/agent"
+	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -73,9 +74,10 @@ func (hermesWire) writeError(w http.ResponseWriter, e *chatError) {
 			code = protocol.CodeInternal
 		}
 	}
-	var body apiError
+	var body httpapi.Error
 	body.Error.Code, body.Error.Message, body.Error.Field = code, e.Message, e.Param
-	writeJSON(w, e.Status, &body)
+	writeRetryAfter(w, e)
+	httpapi.WriteJSON(w, e.Status, &body)
 }
 
 func (hermesWire) unknownModel(string, string) *chatError { return nil } // no model is asked for
@@ -112,7 +114,7 @@ func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any)
 	if summary == nil {
 		summary = []map[string]any{}
 	}
-	writeJSON(w, status, map[string]any{
+	httpapi.WriteJSON(w, status, map[string]any{
 		"session_id": h["session_id"], "run_id": h["run_id"], "text": text, "tool_calls": summary,
 		"pending": []any{}, "intent": map[string]any{"domain": nil, "ttl_seconds": nil},
 		"turns": h["turns"], "usage": body["usage"],
@@ -126,7 +128,7 @@ func (hermesWire) stream(w http.ResponseWriter, run, model string) answerStream 
 // last message in it on), then every message since — the messages each decision of the model
 // added, and its answers, each run's together.
 func (c *chatRun) recordedConversation(ctx context.Context) ([]openai.ChatCompletionMessageParamUnion, error) {
-	js := c.s.g.cfg.Bus.JS
+	js := c.s.env.Record
 	latest, _, err := summarize.Latest(ctx, js, c.session)
 	if err != nil {
 		return nil, err

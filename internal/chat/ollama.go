@@ -1,4 +1,4 @@
-package gateway
+package chat
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
+
+	"github.com/hermesbus/hermes/internal/httpapi"
 )
 
 // Ollama's chat API as a second front door: POST /api/chat runs the same loop for Ollama's
@@ -22,7 +24,8 @@ import (
 type ollamaWire struct{}
 
 func (ollamaWire) writeError(w http.ResponseWriter, e *chatError) {
-	writeJSON(w, e.Status, map[string]any{"error": e.Message})
+	writeRetryAfter(w, e)
+	httpapi.WriteJSON(w, e.Status, map[string]any{"error": e.Message})
 }
 
 func (ollamaWire) unknownModel(model, served string) *chatError {
@@ -220,11 +223,11 @@ func ollamaFailure(body map[string]any) map[string]any {
 
 func (ollamaWire) answer(w http.ResponseWriter, status int, body map[string]any) {
 	if status != http.StatusOK {
-		writeJSON(w, status, ollamaFailure(body))
+		httpapi.WriteJSON(w, status, ollamaFailure(body))
 		return
 	}
 	model, _ := body["model"].(string)
-	writeJSON(w, status, ollamaAnswer(body, model))
+	httpapi.WriteJSON(w, status, ollamaAnswer(body, model))
 }
 
 func (ollamaWire) stream(w http.ResponseWriter, run, model string) answerStream {

@@ -1,31 +1,4 @@
-package gateway
-
-import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/hermesbus/hermes/internal/auth"
-	"github.com/hermesbus/hermes/internal/submit"
-	"github.com/hermesbus/hermes/pkg/contract"
-	"github.com/hermesbus/hermes/pkg/protocol"
-)
-
-// Hermes as an MCP server: POST /mcp speaks the Model Context Protocol's Streamable HTTP
+// Package mcpserver is Hermes as an MCP server: POST /mcp speaks the Model Context Protocol's Streamable HTTP
 // transport (the official Go SDK, run stateless), for any MCP client — Claude Code, Cursor, an
 // agent framework. tools/list lists the registered tools' contracts with their input schemas;
 // tools/call is a HermesRequest like any other, answered once its response is recorded.
@@ -38,6 +11,38 @@ import (
 // retrieves its result. Calls outside a session (a client that skipped initialize) are not
 // deduplicated. Server-to-client requests (elicitation, sampling) are not offered: a stateless
 // server has no stream to send them on.
+//
+// Each call is admitted like every request (package admission): the caller, the end user it
+// names, its limits, the session, the record's room.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/httpapi"
+	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
 
 // Headers of the MCP transport, and the gateway's own between its handler and the SDK's.
 const (
@@ -49,7 +54,7 @@ const (
 
 // mcpCall is what the gateway knows of one MCP request when the SDK hands it over.
 type mcpCall struct {
-	actor   actor
+	actor   admission.Actor
 	session string // the MCP session ("" for none)
 	rpcID   string // the JSON-RPC id, as JSON
 	trace   protocol.TraceContext
@@ -64,18 +69,67 @@ type mcpSession struct {
 // mcpKey is where an MCP session is kept in hermes-sessions.
 func mcpKey(id string) string { return "mcp." + id }
 
-// mcpServer is the gateway's MCP endpoint.
-type mcpServer struct {
-	g       *Gateway
+// Submitter submits a call's request (submit.Submitter).
+type Submitter interface {
+	Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error)
+}
+
+// Admitter admits a request (admission.Admitter).
+type Admitter interface {
+	Admit(ctx context.Context, ask admission.Ask) (*admission.Ticket, error)
+}
+
+// Contracts are the registered tools' contracts as they are now (registry.Live).
+type Contracts interface {
+	Tools(ctx context.Context) ([]*contract.Compiled, error)
+}
+
+// KV is where MCP sessions are kept (hermes-sessions; jetstream.KeyValue).
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+}
+
+// Env is what the server works with.
+type Env struct {
+	Submit    Submitter
+	Admit     Admitter
+	Contracts Contracts
+	Sessions  KV
+	// Limits bound each call; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	// MaxBodyBytes bounds an MCP message (default 1 MiB); MaxWait a call's wait for its result
+	// (default 5 min).
+	MaxBodyBytes int64
+	MaxWait      time.Duration
+	Logger       *slog.Logger
+}
+
+// Server is Hermes' MCP endpoint.
+type Server struct {
+	env     Env
+	log     *slog.Logger
 	handler http.Handler
 	calls   sync.Map // token → *mcpCall, while its HTTP request is served
 }
 
-func (g *Gateway) registerMCP() {
-	if g.cfg.Bus == nil || g.cfg.Bus.Contracts == nil || g.cfg.Bus.Sessions == nil {
-		return
+// New returns the MCP endpoint working with env (Submit, Admit, Contracts and Sessions
+// required).
+func New(env Env) (*Server, error) {
+	if env.Submit == nil || env.Admit == nil || env.Contracts == nil || env.Sessions == nil {
+		return nil, errors.New("mcpserver: Env.Submit, Admit, Contracts and Sessions are required")
 	}
-	m := &mcpServer{g: g}
+	if env.MaxBodyBytes <= 0 {
+		env.MaxBodyBytes = 1 << 20
+	}
+	if env.MaxWait <= 0 {
+		env.MaxWait = 5 * time.Minute
+	}
+	if env.Logger == nil {
+		env.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Server{env: env, log: env.Logger}
 	server := mcp.NewServer(&mcp.Implementation{Name: "hermes", Title: "Hermes", Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Hermes runs each tool call on a durable bus: retried by policy, recorded, and answered once. " +
@@ -83,25 +137,38 @@ func (g *Gateway) registerMCP() {
 	})
 	server.AddReceivingMiddleware(m.middleware)
 	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: g.cfg.MaxBodyBytes})
-	g.mux.HandleFunc("POST /mcp", g.require(auth.PermSubmit, m.serve))
-	g.mux.HandleFunc("GET /mcp", g.require(auth.PermSubmit, m.handler.ServeHTTP))
-	g.mux.HandleFunc("DELETE /mcp", g.require(auth.PermSubmit, m.serve))
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: env.MaxBodyBytes})
+	return m, nil
+}
+
+// Routes are /mcp's methods, each needing auth.PermSubmit.
+func (m *Server) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Pattern: "POST /mcp", Need: auth.PermSubmit, Handler: m.serve},
+		{Pattern: "GET /mcp", Need: auth.PermSubmit, Handler: m.handler.ServeHTTP},
+		{Pattern: "DELETE /mcp", Need: auth.PermSubmit, Handler: m.serve},
+	}
+}
+
+// Run does nothing until ctx ends: the server keeps nothing of its own to run.
+func (m *Server) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 // serve checks the session, notes who calls, and hands the request to the SDK.
-func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
+func (m *Server) serve(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(mcpCallHeader)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.g.cfg.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.env.MaxBodyBytes))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, fmt.Sprintf("an MCP message is at most %d bytes", m.g.cfg.MaxBodyBytes), nil)
+		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, fmt.Sprintf("an MCP message is at most %d bytes", m.env.MaxBodyBytes), nil)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
 		// A batch: each of its calls would need an id of its own to be deduplicated, and MCP
 		// has had no batches since 2025-06-18.
-		writeJSON(w, http.StatusBadRequest, map[string]any{"jsonrpc": "2.0", "id": nil,
+		httpapi.WriteJSON(w, http.StatusBadRequest, map[string]any{"jsonrpc": "2.0", "id": nil,
 			"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "JSON-RPC batches are not taken: send one message per request"}})
 		return
 	}
@@ -114,13 +181,21 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(fields["method"], &head.Method)
 	head.ID = fields["id"]
-	a := actor{caller: CallerOf(r.Context())}
-	if head.Method == "tools/call" && a.caller != nil {
-		release, ok := m.g.limits.hold(w, a.caller, holdWaiting)
-		if !ok {
+	a, refused := admission.ActorOf(r, "")
+	if refused != nil {
+		httpapi.WriteRefusal(w, refused)
+		return
+	}
+	if head.Method == "tools/call" {
+		// The call waits for its result: it holds one of the caller's waiting requests. Its
+		// session and the record's room are admitted with the call (call).
+		t, err := m.env.Admit.Admit(r.Context(), admission.Ask{Actor: a, Need: auth.PermSubmit, Mode: admission.NoSession,
+			Hold: admission.HoldWaiting, Store: admission.StoreNone})
+		if err != nil {
+			httpapi.WriteRefusal(w, refusalOf(err))
 			return
 		}
-		defer release()
+		defer t.Close()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
@@ -138,8 +213,8 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 	case head.Method == "initialize":
 		id, err := m.begin(ctx, a)
 		if err != nil {
-			m.g.log.Warn("keep an MCP session", "err", err)
-			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the session could not be kept; retry", nil)
+			m.log.Warn("keep an MCP session", "err", err)
+			httpapi.WriteError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the session could not be kept; retry", nil)
 			return
 		}
 		w.Header().Set(mcpSessionHeader, id)
@@ -150,7 +225,7 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	trace, _ := traceOf(r)
+	trace, _ := httpapi.TraceOf(r)
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -163,32 +238,32 @@ func (m *mcpServer) serve(w http.ResponseWriter, r *http.Request) {
 // errNoSession: the session is not known (ended, expired, never made, or someone else's).
 var errNoSession = errors.New("no such MCP session")
 
-func (m *mcpServer) unknown(w http.ResponseWriter, err error) {
+func (m *Server) unknown(w http.ResponseWriter, err error) {
 	if errors.Is(err, errNoSession) {
 		// The transport's answer to an unknown session: the client starts a new one.
-		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no such MCP session: initialize a new one", nil)
+		httpapi.WriteError(w, http.StatusNotFound, protocol.CodeNotFound, "no such MCP session: initialize a new one", nil)
 		return
 	}
-	m.g.log.Warn("read an MCP session", "err", err)
-	writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the session could not be read; retry", nil)
+	m.log.Warn("read an MCP session", "err", err)
+	httpapi.WriteError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the session could not be read; retry", nil)
 }
 
 // begin makes a session for a, kept on the bus so that every replica knows it.
-func (m *mcpServer) begin(ctx context.Context, a actor) (string, error) {
+func (m *Server) begin(ctx context.Context, a admission.Actor) (string, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	data, _ := json.Marshal(mcpSession{Owner: a.owner(), Created: time.Now().UTC()})
-	_, err := m.g.cfg.Bus.Sessions.Create(ctx, mcpKey(id), data)
+	data, _ := json.Marshal(mcpSession{Owner: a.Owner(), Created: time.Now().UTC()})
+	_, err := m.env.Sessions.Create(ctx, mcpKey(id), data)
 	return id, err
 }
 
 // check says whether session is one a made.
-func (m *mcpServer) check(ctx context.Context, session string, a actor) error {
+func (m *Server) check(ctx context.Context, session string, a admission.Actor) error {
 	if !protocol.ValidToken(session, 64) {
 		return errNoSession
 	}
-	e, err := m.g.cfg.Bus.Sessions.Get(ctx, mcpKey(session))
+	e, err := m.env.Sessions.Get(ctx, mcpKey(session))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return errNoSession
@@ -196,23 +271,23 @@ func (m *mcpServer) check(ctx context.Context, session string, a actor) error {
 		return err
 	}
 	var s mcpSession
-	if json.Unmarshal(e.Value(), &s) != nil || s.Owner != a.owner() {
+	if json.Unmarshal(e.Value(), &s) != nil || s.Owner != a.Owner() {
 		return errNoSession
 	}
 	return nil
 }
 
 // end forgets a session of a's.
-func (m *mcpServer) end(ctx context.Context, session string, a actor) error {
+func (m *Server) end(ctx context.Context, session string, a admission.Actor) error {
 	if err := m.check(ctx, session, a); err != nil {
 		return err
 	}
-	return m.g.cfg.Bus.Sessions.Delete(ctx, mcpKey(session))
+	return m.env.Sessions.Delete(ctx, mcpKey(session))
 }
 
 // middleware answers tools/list and tools/call from Hermes; the SDK answers the rest
 // (initialize, ping, …).
-func (m *mcpServer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+func (m *Server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
@@ -235,14 +310,14 @@ func (m *mcpServer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // list is tools/list: every registered tool, with its input schema.
-func (m *mcpServer) list(ctx context.Context) (mcp.Result, error) {
-	entries, _, err := m.g.tools.List(ctx)
+func (m *Server) list(ctx context.Context) (mcp.Result, error) {
+	tools, err := m.env.Contracts.Tools(ctx)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the tools could not be read; retry"}
 	}
 	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
-	for _, e := range entries {
-		schema := m.schema(e.Contract, e.Revision)
+	for _, k := range tools {
+		schema := k.InputJSONSchema()
 		if schema == nil {
 			continue
 		}
@@ -254,8 +329,8 @@ func (m *mcpServer) list(ctx context.Context) (mcp.Result, error) {
 			// whole list otherwise): a contract saying otherwise is not listed here.
 			continue
 		}
-		t := &mcp.Tool{Name: e.Contract.Name, Description: e.Contract.Description, InputSchema: schema}
-		switch e.Contract.EffectsOrDefault() {
+		t := &mcp.Tool{Name: k.Name, Description: k.Description, InputSchema: schema}
+		switch k.EffectsOrDefault() {
 		case contract.EffectsNone:
 			t.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
 		case contract.EffectsIdempotent:
@@ -267,18 +342,8 @@ func (m *mcpServer) list(ctx context.Context) (mcp.Result, error) {
 	return out, nil
 }
 
-// schema is a contract's input schema as JSON Schema.
-func (m *mcpServer) schema(c contract.Contract, revision uint64) json.RawMessage {
-	k := m.g.compiled(c, revision)
-	if k == nil {
-		return nil
-	}
-	return k.InputJSONSchema()
-}
-
 // call is tools/call: one HermesRequest of one call, answered when its response is recorded.
-func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
-	g := m.g
+func (m *Server) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
 	if err := protocol.CheckToolName("name", p.Name); err != nil {
 		return mcpError("UNKNOWN_TOOL", "no tool "+protocol.Shorten(p.Name, 64)+": "+err.Error(), "call one of the tools tools/list names"), nil
 	}
@@ -290,7 +355,7 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 	if c.session != "" {
 		// The session's call with this JSON-RPC id, whoever sends it again and wherever.
 		session = "mcp-" + c.session
-		sum := sha256.Sum256([]byte(c.actor.owner() + "\x00" + c.session + "\x00" + c.rpcID))
+		sum := sha256.Sum256([]byte(c.actor.Owner() + "\x00" + c.session + "\x00" + c.rpcID))
 		requestID = "mcp-" + hex.EncodeToString(sum[:20])
 	} else {
 		var b [16]byte
@@ -300,26 +365,23 @@ func (m *mcpServer) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsR
 	}
 	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: "mcp tools/call " + p.Name,
 		ToolCalls: []protocol.ToolCall{{ToolCallID: "call", Name: p.Name, Arguments: args}}}
-	if err := req.Validate(g.cfg.Limits); err != nil {
+	if err := req.Validate(m.env.Limits); err != nil {
 		return mcpError(protocol.CodeBadArguments, err.Error(), "send the arguments as one JSON object, within the bound the message names"), nil
 	}
-	sub := submit.Submission{Request: req, Trace: c.trace, Wait: g.cfg.MaxWait, Size: len(args)}
-	if c.actor.caller != nil {
-		owner, err := g.owners.claim(ctx, session, c.actor.owner(), nil)
-		if err != nil || owner != c.actor.owner() {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the session could not be claimed; retry"}
+	t, err := m.env.Admit.Admit(ctx, admission.Ask{Actor: c.actor, Need: auth.PermSubmit, Session: session, Size: len(args)})
+	if err != nil {
+		r := refusalOf(err)
+		if r.Status == http.StatusTooManyRequests {
+			return mcpError(r.Code, r.Message, "call again later"), nil
 		}
-		sub.Caller, sub.Owner = c.actor.record(), owner
+		return nil, rpcError(r)
 	}
-	adm, why := g.store.admit(len(args))
-	defer adm.close()
-	if why != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: *why}
-	}
+	defer t.Close()
+	sub := submit.Submission{Request: req, Trace: c.trace, Wait: m.env.MaxWait, Size: len(args), Caller: t.Caller, Owner: t.Owner}
 	// Accepted, the call runs to its end whether or not the client stays (Submit finishes
 	// accepting and publishing on its own; ctx bounds only the wait).
-	out, err := g.submit.Submit(ctx, sub)
-	adm.settle(out, err)
+	out, err := m.env.Submit.Submit(ctx, sub)
+	t.Accepted(err == nil && !out.Replayed)
 	switch {
 	case errors.Is(err, submit.ErrConflict):
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "this JSON-RPC id was used in this session for another call"}
@@ -384,4 +446,20 @@ func mcpError(code, what, hint string) *mcp.CallToolResult {
 	}
 	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: strings.TrimSpace(text)}}}
 	return res
+}
+
+// refusalOf is err as a refusal: an admission's, or the bus failing.
+func refusalOf(err error) *admission.Refusal {
+	if r := admission.AsRefusal(err); r != nil {
+		return r
+	}
+	return &admission.Refusal{Status: http.StatusServiceUnavailable, Code: protocol.CodeBusUnavailable, Message: "the bus is not reachable; retry",
+		RetryAfter: time.Second}
+}
+
+// rpcError is a refusal of a call as a JSON-RPC error: its message, and its status and Hermes'
+// code as the error's data.
+func rpcError(r *admission.Refusal) *jsonrpc.Error {
+	data, _ := json.Marshal(map[string]any{"status": r.Status, "code": r.Code})
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message, Data: data}
 }

@@ -1,0 +1,75 @@
+package app
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/internal/chat"
+	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/ingress"
+	"github.com/hermesbus/hermes/internal/mcpserver"
+	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/summarize"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// ChatConfig configures the agent loop's front doors (package chat) and the summarizer beside
+// them.
+type ChatConfig struct {
+	chat.Config
+	// SummarizeEvery, when positive, runs the summarizer (package summarize) in the gateway's
+	// process: every so many messages of a session, the model compresses its conversation.
+	// Whether or not it runs there, /v1/chat reads a session's latest summary and the
+	// messages since.
+	SummarizeEvery int
+}
+
+// NewGateway builds a gateway on nc and b with what it serves and runs: the bus ingress for
+// external NATS clients, and, with the contracts' and sessions' buckets, the contracts
+// followed (one registry.Live, the only cache of them in the process) and the MCP server; with
+// chat (and its model), the chat doors and, when it asks for one, the summarizer.
+func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConfig) (*gateway.Gateway, error) {
+	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
+	log := cfg.Logger
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.Mount(&ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
+	if b.Contracts == nil || b.Sessions == nil {
+		return g, nil
+	}
+	live := registry.NewLive(b.Contracts, log.With("part", "contracts"))
+	g.Mount(live)
+	m, err := mcpserver.New(mcpserver.Env{Submit: g.Submitter(), Admit: g.Admitter(), Contracts: live, Sessions: b.Sessions,
+		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Logger: log.With("part", "mcp")})
+	if err != nil {
+		return nil, err
+	}
+	g.Mount(m)
+	if chatCfg == nil || chatCfg.LLM == nil {
+		return g, nil
+	}
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
+	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
+		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Logger: log.With("part", "chat")})
+	if err != nil {
+		return nil, err
+	}
+	g.Mount(c)
+	if chatCfg.SummarizeEvery > 0 {
+		s := &summarize.Service{Bus: b, Publisher: pub, LLM: chatCfg.LLM, Every: chatCfg.SummarizeEvery, RunTimeout: chatCfg.RunTimeout,
+			Logger: log.With("part", "summarizer")}
+		if m := cfg.Metrics; m != nil {
+			s.Summarized = func(ok bool) {
+				outcome := "ok"
+				if !ok {
+					outcome = "failed"
+				}
+				m.LLMSummaries.WithLabelValues(outcome).Inc()
+			}
+		}
+		g.Mount(s)
+	}
+	return g, nil
+}

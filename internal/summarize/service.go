@@ -1,0 +1,39 @@
+package summarize
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/service"
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// Service runs the summarizer of a process: a Summarizer on the bus's summarizer consumer
+// (bus.Bus.SummarizerConsumer), found again when it is missing or fails, until ctx ends.
+type Service struct {
+	Bus       *bus.Bus
+	Publisher *bus.Publisher // records the summaries
+	LLM       Completer
+	// Every, RunTimeout and Summarized are the Summarizer's.
+	Every      int
+	RunTimeout time.Duration
+	Summarized func(ok bool)
+	Logger     *slog.Logger
+}
+
+// Run summarizes until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	service.Consume(ctx, log, "sessions' decisions (for their summaries)", s.Bus.SummarizerConsumer, func(ctx context.Context, c jetstream.Consumer) error {
+		sum := &Summarizer{JS: s.Bus.JS, Consumer: c, Publisher: s.Publisher, LLM: s.LLM, Every: s.Every, Logger: log,
+			RunTimeout: s.RunTimeout, Summarized: s.Summarized}
+		return sum.Run(ctx)
+	})
+	return nil
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
@@ -55,6 +56,10 @@ type options struct {
 	resultKeys protocol.ResultKeys
 	// users are more NATS users of the test's server (worker users of some tools only)
 	users []bus.User
+	// chat, when set, serves the chat doors on every gateway (with the model it names)
+	chat *app.ChatConfig
+	// callerLimits bound each caller at every gateway (with callers)
+	callerLimits admission.CallerLimits
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -156,7 +161,8 @@ func (s *system) startGateway(instance string) {
 func (s *system) newGateway(instance string) (base string, stop func()) {
 	s.t.Helper()
 	nc, gb := s.connectAs(bus.RoleGateway)
-	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger, StoreCheckEvery: 50 * time.Millisecond}
+	gc := gateway.Config{Instance: instance, MaxBodyBytes: 64 << 10, Metrics: s.opts.metrics, Logger: s.opts.logger, StoreCheckEvery: 50 * time.Millisecond,
+		CallerLimits: s.opts.callerLimits}
 	if s.opts.callers {
 		callers, err := app.CallerVerifier(gb, s.opts.oidc)
 		if err != nil {
@@ -164,7 +170,7 @@ func (s *system) newGateway(instance string) (base string, stop func()) {
 		}
 		gc.Callers, gc.Signins = callers, app.NewSignins(gb)
 	}
-	g, err := app.NewGateway(nc, gb, gc, nil)
+	g, err := app.NewGateway(nc, gb, gc, s.opts.chat)
 	if err != nil {
 		s.t.Fatal(err)
 	}

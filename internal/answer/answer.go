@@ -6,8 +6,7 @@
 // Guarantees: a request has at most one recorded response (the first recorded wins, whoever
 // records it; the others publish that one again); a response too large for one bus message has
 // its largest contents replaced by RESULT_TOO_LARGE errors until it fits; once a serial
-// request's response is recorded, the session's next serial request is woken (including one
-// parked by Hermes before the parking lot existed).
+// request's response is recorded, the session's next serial request is woken.
 package answer
 
 import (
@@ -16,9 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/park"
@@ -148,12 +144,10 @@ type Record struct {
 	// AtLeast is the sequence of a recorded result the caller holds (0: none): only a read
 	// that includes it is taken (bus.Bus.Results).
 	AtLeast uint64
-	// Held, when set, is the result of call HeldCall that the caller holds: as recorded on
-	// its call's subject (with AtLeast its sequence), or, with HeldOnly, published by Hermes
-	// before on the session's subject only, used if the record has none on the call's subject.
+	// Held, when set, is the result of call HeldCall that the caller holds, as recorded on
+	// its call's subject (AtLeast is its sequence).
 	Held     *bus.Recorded
 	HeldCall string
-	HeldOnly bool
 	// Cause, Trace and Serial are as in Response.
 	Cause  string
 	Trace  protocol.TraceContext
@@ -167,7 +161,7 @@ type Record struct {
 // is a Permanent error.
 func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
 	var recorded map[string]*bus.Recorded
-	if r.Held != nil && len(r.CallIDs) == 1 && r.CallIDs[0] == r.HeldCall && (r.AtLeast != 0 || r.HeldOnly) {
+	if r.Held != nil && len(r.CallIDs) == 1 && r.CallIDs[0] == r.HeldCall && r.AtLeast != 0 {
 		// The request's one result is in hand, as recorded: nothing to read.
 		recorded = map[string]*bus.Recorded{r.HeldCall: r.Held}
 	} else {
@@ -175,9 +169,6 @@ func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
 		if recorded, err = a.bus.Results(ctx, r.RequestID, r.SessionID, r.CallIDs, r.Names, r.AtLeast); err != nil {
 			return false, err
 		}
-	}
-	if r.HeldOnly && recorded[r.HeldCall] == nil {
-		recorded[r.HeldCall] = r.Held
 	}
 	results := make([]protocol.ToolResult, len(r.CallIDs))
 	cancelled := ""
@@ -203,37 +194,8 @@ func (a *Responder) FromRecord(ctx context.Context, r *Record) (bool, error) {
 // WakeNext lets go whatever waits for requestID's response (the session's next serial
 // request). Call it once the response is recorded; calling it again is harmless.
 func (a *Responder) WakeNext(ctx context.Context, requestID string) error {
-	if _, err := a.lot.Wake(ctx, protocol.WakeOnResponse(requestID)); err != nil {
-		return err
-	}
-	return a.wakeLegacy(ctx, requestID)
-}
-
-// wakeLegacy publishes again a serial request that Hermes before the parking lot left waiting
-// for requestID in hermes-sessions, and removes it.
-func (a *Responder) wakeLegacy(ctx context.Context, requestID string) error {
-	key := protocol.LegacyKeySerialWait(requestID)
-	e, err := a.bus.Sessions.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("answer: find the request waiting for %s: %w", requestID, err)
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		a.log.Error("the request waiting for this one is undecodable; it cannot be woken", "after", requestID, "err", err)
-		_ = a.bus.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-		return nil
-	}
-	hdr := nats.Header{}
-	hdr.Set(bus.HeaderWoken, protocol.WakeOnResponse(requestID))
-	if _, err := a.pub.PublishAs(ctx, protocol.SubjectRequest(m.SessionID), m, e.Value(), protocol.MsgIDWoken(m.MsgID, e.Revision()), hdr); err != nil {
-		return fmt.Errorf("answer: wake serial request %s: %w", m.RequestID, err)
-	}
-	a.log.Info("serial request woken by its predecessor's response", "request_id", m.RequestID, "session_id", m.SessionID, "after", requestID)
-	_ = a.bus.Sessions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	return nil
+	_, err := a.lot.Wake(ctx, protocol.WakeOnResponse(requestID))
+	return err
 }
 
 // shrinkLargest replaces the largest ok content with a RESULT_TOO_LARGE error; it reports

@@ -40,11 +40,8 @@ func request(t *testing.T, id string) []byte {
 func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	a, b, lot, m := newResponder(t)
 	ctx := t.Context()
-	// A serial request waits for r1's response, in the lot and in the earlier version's place.
+	// A serial request waits for r1's response.
 	if _, err := lot.Park(ctx, park.Wait{Key: protocol.WakeOnResponse("r1")}, "r2", protocol.SubjectRequest("s"), request(t, "r2")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Sessions.Put(ctx, protocol.LegacyKeySerialWait("r1"), request(t, "r_old")); err != nil {
 		t.Fatal(err)
 	}
 	r := &Response{RequestID: "r1", SessionID: "s", Results: []protocol.ToolResult{ok("a", `{}`), protocol.ErrorResult(protocol.CodeNoRoute, protocol.OriginHermes, "h", "x").For(&protocol.ToolCall{ToolCallID: "b", Name: "fax"}, "")},
@@ -64,12 +61,9 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	if n, _ := lot.Parked(ctx, protocol.WakeOnResponse("r1")); n != 0 {
 		t.Error("the next serial request was not woken")
 	}
-	if _, err := b.Sessions.Get(ctx, protocol.LegacyKeySerialWait("r1")); err == nil {
-		t.Error("the request the earlier version parked was not woken")
-	}
 	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.StoredSubjectRequest("s")))
-	if err != nil || info.State.Subjects[protocol.StoredSubjectRequest("s")] != 2 {
-		t.Fatalf("woken requests published: %+v %v; want r2 and r_old", info.State.Subjects, err)
+	if err != nil || info.State.Subjects[protocol.StoredSubjectRequest("s")] != 1 {
+		t.Fatalf("woken requests published: %+v %v; want r2", info.State.Subjects, err)
 	}
 	// A second answer (another router, the dead-letter processor) changes nothing.
 	other := *r

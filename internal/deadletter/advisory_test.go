@@ -6,7 +6,7 @@ import (
 )
 
 func TestDecodeAdvisory(t *testing.T) {
-	good := `{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"HERMES","consumer":"tool-echo","stream_seq":42,"deliveries":3}`
+	good := `{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"HERMES","consumer":"tool_http-echo","stream_seq":42,"deliveries":3}`
 	a, err := decodeAdvisory([]byte(good))
 	if err != nil || a.StreamSeq != 42 || a.reason() != "gave up after 3 deliveries" {
 		t.Fatalf("%+v %v", a, err)
@@ -33,7 +33,7 @@ func TestDecodeAdvisory(t *testing.T) {
 // FuzzDecodeAdvisory: advisories are read from a stream anyone with publish rights on
 // $JS.EVENT.> could write to; no bytes may panic the processor or name a bad consumer.
 func FuzzDecodeAdvisory(f *testing.F) {
-	f.Add([]byte(`{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"HERMES","consumer":"tool-echo","stream_seq":42,"deliveries":3}`))
+	f.Add([]byte(`{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"HERMES","consumer":"tool_http-echo","stream_seq":42,"deliveries":3}`))
 	f.Add([]byte(`{"type":"io.nats.jetstream.advisory.v1.terminated","stream":"HERMES","consumer":">","stream_seq":1}`))
 	f.Add([]byte(`{"stream_seq":18446744073709551615}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

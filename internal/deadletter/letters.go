@@ -135,7 +135,7 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 	case protocol.TypeRequest:
 		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
 	case protocol.TypeToolResult:
-		subject = protocol.LegacySubjectResult(m.SessionID) // its call's subject keeps one result
+		subject = protocol.SubjectRedrivenResult(m.SessionID) // its call's subject keeps one result
 	}
 	msg := &nats.Msg{Subject: subject, Data: raw.Data, Header: nats.Header{}}
 	redrive := protocol.RedriveID(seq, time.Now().UnixNano())

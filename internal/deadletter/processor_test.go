@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -260,49 +259,6 @@ func TestProcessorAggregatesGivenUpResults(t *testing.T) {
 	}
 	if _, again, err := f.b.Response(ctx, "agg_1", "s_agg"); err != nil || again.Status != resp.Status {
 		t.Fatalf("response %+v %v", again, err)
-	}
-}
-
-// Results that cannot be read (here one an earlier version recorded in its bucket, garbled)
-// are the one thing aggregation cannot get past: the request is answered failed rather than
-// left waiting.
-func TestProcessorAnswersARequestWhoseResultsCannotBeRead(t *testing.T) {
-	srv := bustest.NewServer(t)
-	nc := srv.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketResponses}); err != nil {
-		t.Fatal(err)
-	}
-	b := srv.Provision(t, bus.Config{})
-	p, err := New(Config{Bus: b, Instance: "dlq-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{b: b, p: p, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "r"})}
-	if _, _, err := b.CreatePlan(ctx, "unread_1", &bus.Plan{SessionID: "s_u", CallIDs: []string{"a", "b"}, Names: []string{"echo", "echo"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Calls.Create(ctx, protocol.KeyResult("unread_1", "a"), []byte("garbled")); err != nil {
-		t.Fatal(err)
-	}
-	res := protocol.ToolResult{ToolCallID: "b", Name: "echo", Status: protocol.ResultOK, Content: json.RawMessage(`{}`)}
-	m, _ := protocol.NewMessage(protocol.TypeToolResult, &res)
-	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult("unread_1", "b"), "unread_1", "s_u"
-	rec, _, err := b.RecordResult(ctx, f.pub, m, &res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.advise(t, "max_deliveries", bus.ConsumerRouterResults, rec.Seq, 20); err != nil {
-		t.Fatal(err)
-	}
-	_, resp, err := b.Response(ctx, "unread_1", "s_u")
-	if err != nil || resp.Status != protocol.StatusFailed || resp.Error == nil || resp.Error.Code != protocol.CodeDeadLettered ||
-		len(resp.Results) != 2 || resp.Results[0].ErrorCode != protocol.CodeDeadLettered || resp.Results[0].Name != "echo" {
-		t.Fatalf("response %+v %v", resp, err)
 	}
 }
 

@@ -111,7 +111,7 @@ func TestReadEndsWithWhatWasThere(t *testing.T) {
 func TestReadKeepsGoingPastUnreadableMessages(t *testing.T) {
 	js, pub := newRecord(t)
 	publishStarted(t, pub, "s1", "r1", 1)
-	if _, err := js.Publish(context.Background(), protocol.LegacySubjectResult("s1"), []byte("garbage")); err != nil {
+	if _, err := js.Publish(context.Background(), protocol.SubjectRedrivenResult("s1"), []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
 	publishStarted(t, pub, "s1", "r1", 2)

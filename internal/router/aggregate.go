@@ -74,14 +74,10 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 		Held: &bus.Recorded{Msg: m, Data: d.Data, Seq: d.StreamSeq}, HeldCall: res.ToolCallID,
 		Cause: cause, Trace: trace, Serial: serial}
 	switch {
-	case protocol.IsLegacyResultSubject(d.Subject):
+	case protocol.IsRedrivenResultSubject(d.Subject):
 		// A copy on the session's subject (a re-drive): the results are read from the stream
-		// leader, the call's own among them. While Hermes before that recorded results on
-		// their call's subject still runs, one published there only is its call's result.
+		// leader, the call's own among them.
 		rec.AtLeast, rec.Held = 0, nil
-		if a.bus.Legacy() {
-			rec.Held, rec.HeldOnly = &bus.Recorded{Msg: m, Data: d.Data}, true
-		}
 	case d.Subject != protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
 		// Not on its own call's subject (no Hermes service puts it there): it is not what
 		// was recorded for its call; the record says what was.

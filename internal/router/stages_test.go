@@ -158,6 +158,9 @@ func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
 	mustGo("w")
 }
 
+// resultKey names call's result of request id among the results plans holds.
+func resultKey(id, call string) string { return id + "." + call }
+
 // plans is a planStore in memory.
 type plans struct {
 	plans       map[string]*bus.Plan
@@ -185,7 +188,7 @@ func (p *plans) CreatePlan(_ context.Context, id string, plan *bus.Plan) (bool, 
 func (p *plans) HaveResults(_ context.Context, id, _ string, calls []string) (map[string]bool, error) {
 	have := map[string]bool{}
 	for _, call := range calls {
-		if p.results[protocol.KeyResult(id, call)] {
+		if p.results[resultKey(id, call)] {
 			have[call] = true
 		}
 	}
@@ -219,7 +222,7 @@ func TestPlanStage(t *testing.T) {
 		{name: "redelivered, one call has its result",
 			before: func(p *plans, j *Job) {
 				p.plans["r1"] = bus.PlanOf(j.Msg, j.Req, now)
-				p.results[protocol.KeyResult("r1", "a")] = true
+				p.results[resultKey("r1", "a")] = true
 			},
 			kind: goOn, done: []bool{true, false}, cancelled: []bool{false, false}},
 		{name: "answered already: the response again, nothing else",
@@ -238,14 +241,14 @@ func TestPlanStage(t *testing.T) {
 		{name: "every call has its result but no response: one result again, for aggregation",
 			before: func(p *plans, j *Job) {
 				p.plans["r1"] = bus.PlanOf(j.Msg, j.Req, now)
-				p.results[protocol.KeyResult("r1", "a")] = true
-				p.results[protocol.KeyResult("r1", "b")] = true
+				p.results[resultKey("r1", "a")] = true
+				p.results[resultKey("r1", "b")] = true
 			},
 			kind: stopIt, done: []bool{true, true}, republished: true},
 		{name: "planned by a cancellation that stopped half-way",
 			before: func(p *plans, j *Job) {
 				p.plans["r1"] = &bus.Plan{SessionID: "s", CallIDs: []string{"a", "b"}, Cancelled: true}
-				p.results[protocol.KeyResult("r1", "a")] = true
+				p.results[resultKey("r1", "a")] = true
 			},
 			kind: goOn, done: []bool{true, false}, cancelled: []bool{false, true}},
 	} {
@@ -297,7 +300,7 @@ func TestPlanStage(t *testing.T) {
 	jf := job(t, "r5", "s", true, "echo", "a")
 	sp.plans["r5"] = bus.PlanOf(jf.Msg, jf.Req, now)
 	sp.plans["r5"].AtIntake = true
-	sp.results[protocol.KeyResult("r5", "a")] = true // would mark the call done if looked up
+	sp.results[resultKey("r5", "a")] = true // would mark the call done if looked up
 	jf.FirstPass = true
 	if v, err := (&PlanStage{Plans: sp}).Process(ctx, jf); err != nil || v.kind != goOn || jf.Calls[0].Done || len(sp.republished) != 0 {
 		t.Fatalf("first pass: %+v %v, done %v, announced %v", v, err, jf.Calls[0].Done, sp.republished)
@@ -307,7 +310,7 @@ func TestPlanStage(t *testing.T) {
 	jt := job(t, "r7", "s", true, "echo", "a")
 	sp.plans["r7"] = bus.PlanOf(jt.Msg, jt.Req, now.Add(-13*time.Hour))
 	sp.plans["r7"].AtIntake = true
-	sp.results[protocol.KeyResult("r7", "a")] = true
+	sp.results[resultKey("r7", "a")] = true
 	jt.FirstPass = true
 	if v, err := (&PlanStage{Plans: sp, StateTTL: 24 * time.Hour, Now: func() time.Time { return now }}).Process(ctx, jt); err != nil || v.kind != stopIt {
 		t.Fatalf("first pass of a request older than half the state TTL: %+v %v (its one call has a result: answered from it)", v, err)
@@ -316,7 +319,7 @@ func TestPlanStage(t *testing.T) {
 	// went, and its results are looked up.
 	jo := job(t, "r6", "s", true, "echo", "a")
 	sp.plans["r6"] = bus.PlanOf(jo.Msg, jo.Req, now)
-	sp.results[protocol.KeyResult("r6", "a")] = true
+	sp.results[resultKey("r6", "a")] = true
 	jo.FirstPass = true
 	if v, err := (&PlanStage{Plans: sp}).Process(ctx, jo); err != nil || v.kind != stopIt {
 		t.Fatalf("first pass of a request a router planned: %+v %v (its one call has a result: answered from it)", v, err)

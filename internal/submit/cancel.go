@@ -140,37 +140,16 @@ func (s *Submitter) Cancel(ctx context.Context, requestID string, c Cancellation
 	return resp, false, nil
 }
 
-// planForCancel returns requestID's plan; a request accepted by Hermes before plans were
-// recorded at intake, and not planned yet, gets one written from its intake record, marked
-// Cancelled, so that a router taking it later runs none of its calls.
+// planForCancel returns requestID's plan, recorded as the request was accepted.
 func (s *Submitter) planForCancel(ctx context.Context, requestID string) (*bus.Plan, error) {
 	p, err := s.cfg.Bus.Plan(ctx, requestID)
-	if err == nil {
+	switch {
+	case err == nil:
 		return p, nil
+	case errors.Is(err, bus.ErrNotFound):
+		return nil, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
 	}
-	if !errors.Is(err, bus.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	// Plans are recorded as requests are accepted; one accepted by Hermes before that, and not
-	// planned yet, is known by its intake record.
-	rec, err := s.legacyIntake(ctx, requestID)
-	if err != nil {
-		if errors.Is(err, bus.ErrNotFound) {
-			return nil, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
-		}
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	if len(rec.CallIDs) == 0 {
-		// Accepted by a Hermes that did not record the calls at intake, and not planned yet.
-		return nil, fmt.Errorf("%w: request %s is not planned yet; try again in a moment", ErrUnavailable, requestID)
-	}
-	_, p, err = s.cfg.Bus.CreatePlan(ctx, requestID, &bus.Plan{SessionID: rec.SessionID, CallIDs: rec.CallIDs, Names: rec.Names,
-		Trace: protocol.TraceContext{TraceID: rec.TraceID}, RequestMsg: protocol.MsgIDRequest(requestID), AcceptedAt: rec.AcceptedAt,
-		Serial: rec.Serial, Cancelled: true})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	return p, nil
+	return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // cancelledResponse reports whether r answers a cancelled request: it says so, or (recorded by

@@ -18,7 +18,6 @@ package submit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -121,48 +119,23 @@ func (s *Submitter) Run(ctx context.Context) error {
 	return stop()
 }
 
-// Listen starts receiving responses, as Run does, and returns once the subscriptions are in
-// place; stop ends them. Responses are those the record stream announces as it stores them;
-// while Hermes before that still runs (its buckets exist), also those its routers publish.
+// Listen starts receiving responses, as Run does, and returns once the subscription is in
+// place; stop ends it. Responses are those the record stream announces as it stores them.
 func (s *Submitter) Listen() (stop func() error, err error) {
 	handle := func(msg *nats.Msg) {
 		// An announcement only wakes those waiting for its request, who then read the
 		// response their request has on the record, in their own session: never the
 		// announcement's bytes, which anyone able to publish on its subject could forge.
-		requestID, ok := protocol.LiveResponseRequest(msg.Subject)
-		if !ok { // a response of Hermes before responses were announced: its bytes name it
-			m, err := protocol.Unmarshal(msg.Data)
-			if err != nil {
-				s.log.Warn("undecodable response on the bus", "subject", msg.Subject, "err", err)
-				return
-			}
-			requestID = m.RequestID
+		if requestID, ok := protocol.LiveResponseRequest(msg.Subject); ok {
+			s.waiting.wake(requestID)
 		}
-		s.waiting.wake(requestID)
 	}
-	filters := []string{protocol.FilterLiveResponses}
-	if s.cfg.Bus.Legacy() {
-		filters = append(filters, protocol.LegacyFilterResponses)
+	sub, err := s.cfg.Conn.Subscribe(protocol.FilterLiveResponses, handle)
+	if err != nil {
+		return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
 	}
-	var subs []*nats.Subscription
-	stop = func() error {
-		var first error
-		for _, sub := range subs {
-			if err := sub.Unsubscribe(); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	for _, f := range filters {
-		sub, err := s.cfg.Conn.Subscribe(f, handle)
-		if err != nil {
-			_ = stop()
-			return nil, fmt.Errorf("submit: subscribe to responses: %w", err)
-		}
-		_ = sub.SetPendingLimits(1<<20, 1<<30)
-		subs = append(subs, sub)
-	}
+	_ = sub.SetPendingLimits(1<<20, 1<<30)
+	stop = sub.Unsubscribe
 	// In place once the server has them: a response announced after Listen returns is seen.
 	if err := s.cfg.Conn.Flush(); err != nil {
 		_ = stop()
@@ -207,17 +180,6 @@ type Outcome struct {
 	// TraceID is the correlation id the request runs under: the submission's, or the first
 	// submission's when this one joined a request accepted before and still running.
 	TraceID string
-}
-
-// legacyIntake is what Hermes before plans were recorded at intake kept in hermes-intake for
-// each accepted request_id.
-type legacyIntake struct {
-	SessionID  string    `json:"session_id"`
-	TraceID    string    `json:"trace_id"`
-	AcceptedAt time.Time `json:"accepted_at"`
-	CallIDs    []string  `json:"call_ids,omitempty"`
-	Names      []string  `json:"names,omitempty"`
-	Serial     bool      `json:"serial,omitempty"`
 }
 
 // Submit accepts sub's request (once per request_id), publishes it and waits for its response
@@ -390,26 +352,6 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 }
 
-// legacyIntake reads what Hermes before plans were recorded at intake kept for requestID, or
-// returns an error wrapping bus.ErrNotFound.
-func (s *Submitter) legacyIntake(ctx context.Context, requestID string) (*legacyIntake, error) {
-	if s.cfg.Bus.Intake == nil {
-		return nil, fmt.Errorf("%w: intake", bus.ErrNotFound)
-	}
-	e, err := s.cfg.Bus.Intake.Get(ctx, requestID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: intake", bus.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var rec legacyIntake
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, fmt.Errorf("submit: decode intake of %s: %w", requestID, err)
-	}
-	return &rec, nil
-}
-
 // recorded returns the response recorded for requestID (of session, when known), if any.
 func (s *Submitter) recorded(ctx context.Context, requestID, session string) (*protocol.Response, bool) {
 	_, resp, err := s.cfg.Bus.Response(ctx, requestID, session)
@@ -442,16 +384,6 @@ func (s *Submitter) Status(ctx context.Context, requestID string) (resp *protoco
 	}
 	if !errors.Is(perr, bus.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, perr)
-	}
-	if in, ierr := s.legacyIntake(ctx, requestID); ierr == nil {
-		// Accepted by an earlier version, whose responses bucket may have let its response
-		// go: the record holds it under its session.
-		if resp, err := s.cfg.Bus.LegacyRecordedResponse(ctx, requestID, in.SessionID); err == nil {
-			return resp, false, nil
-		}
-		return nil, true, nil
-	} else if !errors.Is(ierr, bus.ErrNotFound) {
-		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, ierr)
 	}
 	return nil, false, fmt.Errorf("%w: no request %s is known (or it is older than the record)", ErrNotFound, requestID)
 }

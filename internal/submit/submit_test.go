@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -270,40 +269,5 @@ func (f *fixture) submitPlanned(t *testing.T, id string, calls ...string) {
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult(id, calls[0]), id, id
 	if _, _, err := f.b.RecordResult(ctx, pub, m, &res); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A request accepted by Hermes before plans were recorded at intake, and not planned yet, is
-// known by its intake record while that bucket exists: Status says it runs, Cancel answers it.
-func TestRequestAcceptedBeforePlansAtIntake(t *testing.T) {
-	f := newFixture(t)
-	f.hold.Store(true)
-	ctx := t.Context()
-	js, err := jetstream.New(f.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketIntake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := `{"fingerprint":"x","session_id":"old_s","trace_id":"t-old","accepted_at":"2026-12-01T00:00:00Z","call_ids":["a"],"names":["echo"]}`
-	if _, err := old.Create(ctx, "old_q", []byte(rec)); err != nil {
-		t.Fatal(err)
-	}
-	b := f.srv.Provision(t, bus.Config{})
-	s, err := New(Config{Conn: f.nc, Bus: b, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: "new"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, pending, err := s.Status(ctx, "old_q"); err != nil || !pending {
-		t.Fatalf("status: %v %v", pending, err)
-	}
-	resp, _, err := s.Cancel(ctx, "old_q", Cancellation{By: "test"})
-	if err != nil || resp.Error == nil || resp.Error.Code != protocol.CodeCancelled || resp.SessionID != "old_s" {
-		t.Fatalf("cancel: %+v %v", resp, err)
-	}
-	if p, err := b.Plan(ctx, "old_q"); err != nil || !p.Cancelled || p.Trace.TraceID != "t-old" {
-		t.Fatalf("plan %+v %v", p, err)
 	}
 }

@@ -157,16 +157,16 @@ func writes(buckets ...string) []string {
 var (
 	subjRequests  = "hermes.request.*"
 	subjResults   = protocol.FilterResults
-	subjResponses = "hermes.response.>"
+	subjResponses = "hermes.response.*.*"
 	subjLive      = "hermes.live.>"
 	subjTimers    = "hermes.timer.at.>"
 	subjDLQ       = protocol.FilterDeadLetters
 )
 
 func subjToolCalls() []string {
-	out := []string{"hermes.tool.*.*"}
+	var out []string
 	for _, k := range protocol.Kinds {
-		out = append(out, "hermes.tool_"+k+".*.*")
+		out = append(out, protocol.FilterToolCalls(k, "*"))
 	}
 	return out
 }
@@ -238,7 +238,7 @@ func AccessOf(role Role, user string) (Access, error) {
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
-		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.LegacyFilterResponses)
+		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)
 		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
@@ -283,8 +283,7 @@ func AccessOf(role Role, user string) (Access, error) {
 // WorkerAccessFor returns the permissions of a tool worker user named user that serves tools
 // only: a tool worker's (AccessOf(RoleWorker, …)) with its rights over every tool narrowed to
 // tools. It may create only those tools' consumers (of every action kind, each under its own
-// name and filter: ToolConsumer, protocol.FilterToolCalls), take from and ack only them and the
-// consumers in which Hermes before action kinds queued their calls (LegacyToolConsumer), and
+// name and filter: ToolConsumer, protocol.FilterToolCalls), take from and ack only them, and
 // write in the tools' bucket only their keys (protocol.KeyTool) and the MCP servers' states
 // (protocol.KeyMCPState, which name no tool); everything else is a tool worker's. Its inbox is
 // its own, InboxOf(user). user must be an id and no role's name; tools must be tool names
@@ -316,8 +315,6 @@ func WorkerAccessFor(user string, tools []string) (Access, error) {
 			create = append(create, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+c+"."+protocol.FilterToolCalls(k, t))
 			keys = append(keys, KVSubject(BucketTools, protocol.KeyTool(k, t)))
 		}
-		next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+LegacyToolConsumer(t))
-		ack = append(ack, jsAck+protocol.StreamName+"."+LegacyToolConsumer(t)+".>")
 	}
 	keys = append(keys, KVSubject(BucketTools, protocol.MCPStatePrefix+">"))
 	a, err := AccessOf(RoleWorker, user)

@@ -36,7 +36,6 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 	s.Provision(t, bus.Config{})
 	forged := []attempt{
 		pub("dispatch a tool call", protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1")),
-		pub("dispatch a call the old way", protocol.LegacySubjectToolCall("echo", "s1")),
 		pub("record a response", protocol.SubjectResponse("r1", "s1")),
 		pub("announce a response", protocol.SubjectLiveResponse("r1", "s1")),
 		pub("write a dead letter", protocol.SubjectDeadLetter("x")),
@@ -86,7 +85,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read a router's replies", bus.RoleInbox(bus.RoleRouter)+".>"),
 			sub("read a worker's replies", bus.RoleInbox(bus.RoleWorker)+".>"),
 			sub("read a client's replies", bus.ClientInbox("client")+".>"),
-		}, forged[:2]...), admin...),
+		}, forged[:1]...), admin...),
 		bus.RoleRouter: append([]attempt{
 			pub("own a session", "$KV."+bus.BucketOwners+".s1"),
 			pub("sign a browser in", "$KV."+bus.BucketSignins+".x"),

@@ -26,7 +26,7 @@ func publishResult(t *testing.T, p *bus.Publisher, req, call string) *jetstream.
 		t.Fatal(err)
 	}
 	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolResult(req, call), req, "s1"
-	ack, err := p.Publish(context.Background(), protocol.LegacySubjectResult("s1"), m)
+	ack, err := p.Publish(context.Background(), protocol.SubjectRedrivenResult("s1"), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestPublishBatch(t *testing.T) {
 	for i := range 5 {
 		m, _ := protocol.NewMessage(protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Status: protocol.ResultOK})
 		m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("batch-%d", i), "r", "s1"
-		batch = append(batch, bus.Outgoing{Subject: protocol.LegacySubjectResult("s1"), Msg: m})
+		batch = append(batch, bus.Outgoing{Subject: protocol.SubjectRedrivenResult("s1"), Msg: m})
 	}
 	ctx := context.Background()
 	for range 2 { // the second time, every message is a duplicate
@@ -340,7 +340,7 @@ func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				id := fmt.Sprintf("r%d-%d", c, i)
-				msg := &nats.Msg{Subject: protocol.LegacySubjectResult(id), Data: make([]byte, 200), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+				msg := &nats.Msg{Subject: protocol.SubjectRedrivenResult(id), Data: make([]byte, 200), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
 				if _, err := b.JS.PublishMsg(context.Background(), msg); err != nil {
 					t.Error(err)
 					return

@@ -33,22 +33,11 @@ const (
 
 // KV buckets.
 const (
-	// LegacyBucketIntake held one key per request_id accepted at the edge, in Hermes before
-	// the plan was recorded at intake. Hermes no longer creates it; while it exists, requests
-	// accepted there and not planned yet can be found and cancelled.
-	LegacyBucketIntake = "hermes-intake"
 	// BucketCalls holds each request's plan (key <request_id>), written with Create when the
 	// request is accepted (or by the first router to take a request published without one).
 	// Plans live as long as the record keeps a request's results and response, so a reused
-	// request_id is recognised for as long as its first run can be read back. (Hermes before
-	// results were recorded on the stream alone kept them here too, under
-	// <request_id>.<tool_call_id>.)
+	// request_id is recognised for as long as its first run can be read back.
 	BucketCalls = "hermes-calls"
-	// LegacyBucketResponses held the one response of each request (key <request_id>) in Hermes
-	// before responses were recorded on the stream alone. Hermes no longer creates it; while
-	// it exists, responses not found on the stream are looked up there (and results in
-	// BucketCalls), so requests that were running across an upgrade are answered and found.
-	LegacyBucketResponses = "hermes-responses"
 	// BucketTools lists the tools that have a consumer (key protocol.KeyTool: <kind>.<tool>).
 	BucketTools = "hermes-tools"
 	// BucketClaims is the call ledger: which worker runs each call (key
@@ -93,10 +82,6 @@ func RequestConsumer(p int) string { return "router-requests-" + strconv.Itoa(p)
 // ToolConsumer names the durable consumer shared by every worker running tool's calls of
 // kind: tool_<kind>-<tool> (no kind holds '-').
 func ToolConsumer(kind, tool string) string { return "tool_" + kind + "-" + tool }
-
-// LegacyToolConsumer names the consumer in which Hermes before action kinds queued every call
-// of tool (protocol.LegacySubjectToolCall).
-func LegacyToolConsumer(tool string) string { return "tool-" + tool }
 
 // Config sizes the stream, the KV buckets and the consumers. The zero value is usable: see
 // the defaults on each field.
@@ -246,11 +231,9 @@ func (c Config) withDefaults() Config {
 // Bus is a provisioned connection to Hermes' stream, consumers and buckets. It is safe for
 // concurrent use.
 type Bus struct {
-	JS     jetstream.JetStream
-	Stream jetstream.Stream
-	DLQ    jetstream.Stream
-	// Intake is LegacyBucketIntake when it exists, else nil.
-	Intake   jetstream.KeyValue
+	JS       jetstream.JetStream
+	Stream   jetstream.Stream
+	DLQ      jetstream.Stream
 	Calls    jetstream.KeyValue
 	Tools    jetstream.KeyValue
 	Claims   jetstream.KeyValue
@@ -276,16 +259,18 @@ type Bus struct {
 	// kept as they are, and the process should say so.
 	Drift []string
 	cfg   Config
-	// legacyResponses is LegacyBucketResponses when it exists; legacyResults is true then
-	// too: results and responses of requests from before the upgrade are looked up there.
-	legacyResponses jetstream.KeyValue
-	legacyResults   bool
 	// auth seals the results this bus records and checks those it reads.
 	auth resultAuth
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
 // consumers if they do not exist. It is idempotent and safe to run from every process at start.
+//
+// What Hermes versions that kept state elsewhere left on the bus — the hermes-intake and
+// hermes-responses buckets, a consumer per tool named tool-<tool>, requests waiting in
+// hermes-sessions — is neither read nor changed here: this version does not finish the work
+// held there. Such a bus should be migrated (hermes migrate), which reports that work and
+// removes what it is held in once it is done.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
 	// What provisioning creates, it creates only without OpenOnly and NoProvision; what the
@@ -393,18 +378,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	}
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
-	}
-	switch kv, err := js.KeyValue(ctx, LegacyBucketIntake); {
-	case err == nil:
-		b.Intake = kv
-	case !errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, fmt.Errorf("bus: look up bucket %s: %w", LegacyBucketIntake, err)
-	}
-	switch kv, err := js.KeyValue(ctx, LegacyBucketResponses); {
-	case err == nil:
-		b.legacyResponses, b.legacyResults = kv, true
-	case !errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, fmt.Errorf("bus: look up bucket %s: %w", LegacyBucketResponses, err)
 	}
 	if _, err := b.ensureConsumerFilter(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
 		return nil, err
@@ -635,19 +608,6 @@ func (b *Bus) SetToolInFlight(ctx context.Context, kind, tool string, n int) err
 
 // metaInFlight marks a tool consumer whose MaxAckPending a contract's max_in_flight set.
 const metaInFlight = "hermes.max_in_flight"
-
-// LegacyToolConsumer returns the consumer in which Hermes before action kinds queued tool's
-// calls, or nil when there is none.
-func (b *Bus) LegacyToolConsumer(ctx context.Context, tool string) (jetstream.Consumer, error) {
-	c, err := b.Stream.Consumer(ctx, LegacyToolConsumer(tool))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("bus: look up consumer %s: %w", LegacyToolConsumer(tool), err)
-	}
-	return c, nil
-}
 
 // consumer is the configuration of Hermes' durable consumers: deliver-new, explicit acks, the
 // fixed ack deadline, never expiring; filters name what it reads.

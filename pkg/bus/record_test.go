@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -226,9 +227,8 @@ func TestRespondRecordsAndAnnouncesTheFirstResponse(t *testing.T) {
 	}
 }
 
-// Responses and results recorded in buckets by Hermes before they were kept on the stream
-// alone are found while the old response bucket exists; a record made before gets direct reads
-// and the announcement of stored responses.
+// A record made before results and responses were kept on the stream alone gets direct reads
+// and the announcement of stored responses, and the subjects it lacks.
 func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
 	srv := bustest.NewServer(t)
 	nc := srv.Connect(t)
@@ -240,32 +240,26 @@ func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.StreamName, Subjects: []string{"hermes.request.*", "hermes.result.*", "hermes.response.*"}}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.LegacyBucketResponses})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, _ := protocol.Marshal(responseMsg(t, "old1", "s1", protocol.StatusSuccess))
-	if _, err := old.Create(ctx, protocol.KeyResponse("old1"), data); err != nil {
-		t.Fatal(err)
-	}
 	b := srv.Provision(t, bus.Config{})
-	m, res := resultMsg(t, "old1", "a", "s1", `"old"`, "")
-	data, _ = protocol.Marshal(m)
-	if _, err := b.Calls.Create(ctx, protocol.KeyResult("old1", "a"), data); err != nil {
-		t.Fatal(err)
-	}
-	if _, resp, err := b.Response(ctx, "old1", ""); err != nil || resp.Status != protocol.StatusSuccess {
-		t.Fatalf("old response: %v %v", resp, err)
-	}
-	if _, got, err := b.Result(ctx, "old1", "a", "s1", ""); err != nil || string(got.Content) != string(res.Content) {
-		t.Fatalf("old result: %v %v", got, err)
-	}
-	if got, err := b.Results(ctx, "old1", "s1", []string{"a", "b"}, nil, 0); err != nil || len(got) != 1 {
-		t.Fatalf("old results: %v %v", got, err)
-	}
 	cfg := b.Stream.CachedInfo().Config
 	if !cfg.AllowDirect || cfg.RePublish == nil || len(b.Drift) == 0 {
 		t.Fatalf("the old stream was not updated: direct %v, republish %+v, drift %v", cfg.AllowDirect, cfg.RePublish, b.Drift)
+	}
+	for _, s := range protocol.StreamSubjects() {
+		if !slices.Contains(cfg.Subjects, s) {
+			t.Errorf("the old stream does not capture %s", s)
+		}
+	}
+	// What the stream captured before stays captured: nothing it holds is left unreachable.
+	if !slices.Contains(cfg.Subjects, "hermes.response.*") {
+		t.Errorf("subjects of the old stream were removed: %v", cfg.Subjects)
+	}
+	m, res := resultMsg(t, "new1", "a", "s1", `"new"`, "")
+	if _, _, err := b.RecordResult(ctx, bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"}), m, res); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := b.Result(ctx, "new1", "a", "s1", ""); err != nil || string(got.Content) != string(res.Content) {
+		t.Fatalf("result recorded on the old stream: %v %v", got, err)
 	}
 }
 

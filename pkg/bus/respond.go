@@ -42,8 +42,7 @@ type Recorded struct {
 	Msg *protocol.Message
 	// Data is the message's exact bytes.
 	Data []byte
-	// Seq is its sequence in the record stream; 0 when it was read from a bucket of Hermes
-	// before results and responses were recorded on the stream alone.
+	// Seq is its sequence in the record stream.
 	Seq uint64
 }
 
@@ -324,10 +323,6 @@ func (b *Bus) firstRecorded(ctx context.Context, subject string, valid counts) (
 	return b.scanRecorded(ctx, subject, valid, maxSkipped+1)
 }
 
-// legacyScan bounds how many of a session's responses an earlier version recorded are read to
-// find one request's.
-const legacyScan = 1024
-
 // scanRecorded reads the messages on subject in order, up to limit of them, for the first that
 // counts, or returns an error wrapping ErrNotFound.
 func (b *Bus) scanRecorded(ctx context.Context, subject string, valid counts, limit int) (*Recorded, error) {
@@ -453,9 +448,8 @@ var leaderRetry = retry.Policy{Initial: 20 * time.Millisecond, Factor: 2, Max: 5
 // taken only if it includes that result: a replica that has stored it has stored every result
 // before it, and a batch cut short before it is read again. (One cut short after it misses
 // only results recorded later, whose own aggregation sees this one.) Without atLeast, each call's
-// result is read from the stream leader. Results recorded by Hermes before they were kept on the
-// stream alone are looked up in their bucket while it exists. A message on a call's subject
-// that is not a result of that call is as good as none.
+// result is read from the stream leader. A message on a call's subject that is not a result of
+// that call is as good as none.
 func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, names []string, atLeast uint64) (map[string]*Recorded, error) {
 	out := map[string]*Recorded{}
 	tools := b.namesOf(requestID, callIDs, names)
@@ -519,18 +513,6 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, n
 	if err != nil {
 		return nil, fmt.Errorf("bus: read the results of %s: %w", requestID, err)
 	}
-	if b.legacyResults {
-		for _, id := range callIDs {
-			if out[id] != nil {
-				continue
-			}
-			if r, err := b.legacyResult(ctx, requestID, id); err == nil {
-				out[id] = r
-			} else if !errors.Is(err, ErrNotFound) {
-				return nil, err
-			}
-		}
-	}
 	return out, nil
 }
 
@@ -560,9 +542,6 @@ func (b *Bus) result(ctx context.Context, requestID, callID, session string, too
 		// The last on the subject does not count (put there after the call's own result):
 		// the call's own, if any, is before it.
 		r, err = b.trustedResult(ctx, requestID, callID, session, tools)
-	}
-	if errors.Is(err, ErrNotFound) && b.legacyResults {
-		r, err = b.legacyResult(ctx, requestID, callID)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -619,9 +598,6 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 	// The first response on the subject is the one: it is recorded first, once; what may
 	// follow it there is not a response of this request.
 	r, err := b.firstRecorded(ctx, subject, responseOf(requestID))
-	if errors.Is(err, ErrNotFound) && b.legacyResponses != nil {
-		r, err = b.legacyResponse(ctx, requestID)
-	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -630,19 +606,6 @@ func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorde
 		return nil, nil, Permanent(fmt.Errorf("bus: recorded response of %s: %w", requestID, err))
 	}
 	return r, resp, nil
-}
-
-// LegacyRecordedResponse reads the response an earlier version recorded for requestID of
-// session on the session's response subject (hermes.response.<session>), reading at most
-// legacyScan of the session's responses: for a request that version accepted, once its
-// responses bucket has let the response go. It returns an error wrapping ErrNotFound when
-// there is none.
-func (b *Bus) LegacyRecordedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
-	r, err := b.scanRecorded(ctx, protocol.LegacySubjectResponse(session), responseOf(requestID), legacyScan)
-	if err != nil {
-		return nil, err
-	}
-	return r.Msg.DecodeResponse()
 }
 
 // directGetTimeout bounds the direct get of an announced response, leaving the rest of the
@@ -680,32 +643,4 @@ func (b *Bus) Answered(ctx context.Context, requestID, session string) (bool, er
 	default:
 		return false, fmt.Errorf("bus: read the response of %s: %w", requestID, err)
 	}
-}
-
-// Legacy reports whether buckets of Hermes before results and responses were recorded on the
-// stream alone are still looked up.
-func (b *Bus) Legacy() bool { return b.legacyResults }
-
-// legacyResult reads a result recorded in hermes-calls by Hermes before results were kept on
-// the stream alone.
-func (b *Bus) legacyResult(ctx context.Context, requestID, callID string) (*Recorded, error) {
-	return legacyGet(ctx, b.Calls, protocol.KeyResult(requestID, callID), "result")
-}
-
-// legacyResponse reads a response recorded in hermes-responses by Hermes before responses
-// were kept on the stream alone.
-func (b *Bus) legacyResponse(ctx context.Context, requestID string) (*Recorded, error) {
-	return legacyGet(ctx, b.legacyResponses, protocol.KeyResponse(requestID), "response")
-}
-
-func legacyGet(ctx context.Context, kv jetstream.KeyValue, key, what string) (*Recorded, error) {
-	e, err := kv.Get(ctx, key)
-	if err != nil {
-		return nil, notFound(what, err)
-	}
-	m, err := protocol.Unmarshal(e.Value())
-	if err != nil {
-		return nil, Permanent(fmt.Errorf("bus: recorded %s %s: %w", what, key, err))
-	}
-	return &Recorded{Msg: m, Data: e.Value()}, nil
 }

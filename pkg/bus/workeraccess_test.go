@@ -51,7 +51,6 @@ func TestWorkerAccessForChecksItsNames(t *testing.T) {
 			want = append(want, "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c, "$JS.ACK."+protocol.StreamName+"."+c+".>",
 				"$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+c+"."+protocol.FilterToolCalls(k, tool), "$KV."+bus.BucketTools+"."+k+"."+tool)
 		}
-		want = append(want, "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+".tool-"+tool, "$JS.ACK."+protocol.StreamName+".tool-"+tool+".>")
 	}
 	want = append(want, "$KV."+bus.BucketTools+".mcpstate.>")
 	tooled := func(s string) bool {
@@ -150,7 +149,6 @@ func TestAWorkerOfSomeToolsIsRefusedTheOthers(t *testing.T) {
 	refusedOf := []attempt{
 		pub("take B's calls", api+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ToolConsumer(protocol.ActionHTTP, b)),
 		pub("take B's gRPC calls", api+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ToolConsumer(protocol.ActionGRPC, b)),
-		pub("take B's calls queued before action kinds", api+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.LegacyToolConsumer(b)),
 		pub("ack B's call", ack+bus.ToolConsumer(protocol.ActionHTTP, b)+".1.1.1.1.1"),
 		pub("create B's consumer", api+"CONSUMER.CREATE."+protocol.StreamName+"."+bus.ToolConsumer(protocol.ActionHTTP, b)+"."+protocol.FilterToolCalls(protocol.ActionHTTP, b)),
 		pub("create B's MCP consumer", api+"CONSUMER.CREATE."+protocol.StreamName+"."+bus.ToolConsumer(protocol.ActionMCP, b)+"."+protocol.FilterToolCalls(protocol.ActionMCP, b)),

@@ -9,12 +9,6 @@ import "strings"
 // KeyPlan is the hermes-calls key of a request's plan.
 func KeyPlan(requestID string) string { return requestID }
 
-// KeyResult is the hermes-calls key of one call's result.
-func KeyResult(requestID, callID string) string { return requestID + "." + callID }
-
-// KeyResponse is the hermes-responses key of a request's one response.
-func KeyResponse(requestID string) string { return requestID }
-
 // KeyClaim is the hermes-claims key of one call: which worker runs it, its tries, its last
 // failure, whether it was cancelled.
 func KeyClaim(requestID, callID string) string { return requestID + "." + callID }
@@ -22,15 +16,15 @@ func KeyClaim(requestID, callID string) string { return requestID + "." + callID
 // KeyTool is the hermes-tools key listing tool as served by actions of kind.
 func KeyTool(kind, tool string) string { return kind + "." + tool }
 
-// ParseKeyTool reads a hermes-tools key. A key without a kind was written by Hermes before
-// action kinds: its tool is an http tool whose calls wait under LegacySubjectToolCall; legacy
-// says so.
-func ParseKeyTool(key string) (kind, tool string, legacy, ok bool) {
+// ParseKeyTool reads a hermes-tools key (KeyTool). Any other key — a key without a kind, which
+// Hermes before action kinds wrote and hermes migrate removes, or an MCP server's state — is
+// not ok.
+func ParseKeyTool(key string) (kind, tool string, ok bool) {
 	kind, tool, found := strings.Cut(key, ".")
 	if !found {
-		return ActionHTTP, key, true, ValidToken(key, MaxToolNameLen)
+		return "", "", false
 	}
-	return kind, tool, false, KnownKind(kind) && ValidToken(tool, MaxToolNameLen)
+	return kind, tool, KnownKind(kind) && ValidToken(tool, MaxToolNameLen)
 }
 
 // KeyMCPState is where, in hermes-tools, a tool worker keeps the state of the MCP servers it
@@ -52,10 +46,6 @@ func KeySerialPrev(requestID string) string { return "prev." + requestID }
 // KeySerialWent marks that serial request requestID passed the serial stage: once answered,
 // it lets its successors go.
 func KeySerialWent(requestID string) string { return "went." + requestID }
-
-// LegacyKeySerialWait is where Hermes before the parking lot kept the serial request waiting
-// for requestID's response.
-func LegacyKeySerialWait(requestID string) string { return "wait." + requestID }
 
 // Wake keys name what a parked message waits for (package park). They are dot-separated
 // tokens, usable in KV keys and subjects.

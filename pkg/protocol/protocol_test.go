@@ -178,8 +178,8 @@ func TestResponseStatus(t *testing.T) {
 }
 
 func TestSubjectsHaveSessionLast(t *testing.T) {
-	subjects := []string{SubjectRequest("s1"), LegacySubjectToolCall("echo", "s1"), LegacySubjectResult("s1"),
-		SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1"), LegacySubjectResponse("s1"),
+	subjects := []string{SubjectRequest("s1"), SubjectRedrivenResult("s1"),
+		SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1"),
 		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), StoredSubjectRequest("s1")}
 	for _, k := range Kinds {
 		subjects = append(subjects, SubjectToolCall(k, "echo", "s1"))
@@ -208,17 +208,13 @@ func TestResultAndResponseSubjects(t *testing.T) {
 		return false
 	}
 	res, resp := SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1")
-	for _, s := range []string{res, resp, LegacySubjectResult("s1"), LegacySubjectResponse("s1")} {
+	for _, s := range []string{res, resp, SubjectRedrivenResult("s1")} {
 		if !in(StreamSubjects(), s) {
 			t.Errorf("the stream does not capture %s", s)
 		}
 	}
-	if !subjectMatches(FilterResults, res) || !subjectMatches(FilterResults, LegacySubjectResult("s1")) || subjectMatches(FilterResults, resp) {
+	if !subjectMatches(FilterResults, res) || !subjectMatches(FilterResults, SubjectRedrivenResult("s1")) || subjectMatches(FilterResults, resp) {
 		t.Errorf("FilterResults %v", FilterResults)
-	}
-	if !in(StreamSubjects(), LegacySubjectResponse("s1")) || !subjectMatches(LegacyFilterResponses, LegacySubjectResponse("s1")) ||
-		subjectMatches(LegacyFilterResponses, resp) {
-		t.Errorf("LegacyFilterResponses %v", LegacyFilterResponses)
 	}
 	if !subjectMatches(FilterResponseOf("r1"), resp) || subjectMatches(FilterResponseOf("r2"), resp) {
 		t.Errorf("FilterResponseOf")
@@ -226,8 +222,8 @@ func TestResultAndResponseSubjects(t *testing.T) {
 	if SubjectResult("r1", "c1", "s1") == SubjectResult("r1c", "1", "s1") || SubjectResult("r", "1_c", "s") == SubjectResult("r_1", "c", "s") {
 		t.Error("two calls share a result subject")
 	}
-	if !IsLegacyResultSubject(LegacySubjectResult("s1")) || IsLegacyResultSubject(res) {
-		t.Error("IsLegacyResultSubject")
+	if !IsRedrivenResultSubject(SubjectRedrivenResult("s1")) || IsRedrivenResultSubject(res) {
+		t.Error("IsRedrivenResultSubject")
 	}
 	live := SubjectLiveResponse("r1", "s1")
 	if in(StreamSubjects(), live) || !subjectMatches(FilterLiveResponses, live) {
@@ -262,8 +258,8 @@ func TestStreamCapturesEveryToolCallSubject(t *testing.T) {
 			t.Errorf("filter %s matches nothing the stream captures", f)
 		}
 	}
-	if !captured(LegacySubjectToolCall("echo", "s1")) || !captured(SubjectEvent(EventCancel, "s1")) {
-		t.Error("the stream does not capture legacy tool calls or cancel events")
+	if !captured(SubjectEvent(EventCancel, "s1")) {
+		t.Error("the stream does not capture cancel events")
 	}
 }
 
@@ -282,24 +278,25 @@ func subjectMatches(pattern, subject string) bool {
 }
 
 func TestKeysAndWakeKeys(t *testing.T) {
-	if KeyResult("r", "c") != "r.c" || KeyClaim("r", "c") != "r.c" || KeyPlan("r") != "r" {
-		t.Error("call keys changed: records of earlier versions would not be found")
+	if KeyClaim("r", "c") != "r.c" || KeyPlan("r") != "r" {
+		t.Error("call keys changed: what running requests keep would not be found")
 	}
 	for _, c := range []struct {
 		key        string
 		kind, tool string
-		legacy, ok bool
+		ok         bool
 	}{
-		{"http.echo", ActionHTTP, "echo", false, true},
-		{"go.weather", ActionGo, "weather", false, true},
-		{"echo", ActionHTTP, "echo", true, true},
-		{"smtp.echo", "smtp", "echo", false, false},
-		{"http.*", ActionHTTP, "*", false, false},
-		{"a.b.c", "a", "b.c", false, false},
+		{"http.echo", ActionHTTP, "echo", true},
+		{"go.weather", ActionGo, "weather", true},
+		{"echo", "", "", false},
+		{"smtp.echo", "smtp", "echo", false},
+		{"http.*", ActionHTTP, "*", false},
+		{"a.b.c", "a", "b.c", false},
+		{KeyMCPState("w1"), "mcpstate", "w1", false},
 	} {
-		kind, tool, legacy, ok := ParseKeyTool(c.key)
-		if kind != c.kind || tool != c.tool || legacy != c.legacy || ok != c.ok {
-			t.Errorf("ParseKeyTool(%q) = %q %q %v %v", c.key, kind, tool, legacy, ok)
+		kind, tool, ok := ParseKeyTool(c.key)
+		if (ok && (kind != c.kind || tool != c.tool)) || ok != c.ok {
+			t.Errorf("ParseKeyTool(%q) = %q %q %v", c.key, kind, tool, ok)
 		}
 	}
 	for key, want := range map[string]bool{WakeOnResponse("r1"): true, WakeAt("r1.c1"): true, "": false, "a..b": false,

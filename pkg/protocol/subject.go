@@ -22,10 +22,8 @@ const (
 func StreamSubjects() []string {
 	s := []string{
 		subjectRoot + ".request.*",
-		subjectRoot + ".tool.*.*",
 		subjectRoot + ".result.*",
 		subjectRoot + ".result.*.*",
-		subjectRoot + ".response.*",
 		subjectRoot + ".response.*.*",
 		subjectRoot + ".event.*.*",
 	}
@@ -109,13 +107,6 @@ func SubjectToolCall(kind, tool, session string) string {
 	return subjectRoot + ".tool_" + kind + "." + tool + "." + session
 }
 
-// LegacySubjectToolCall is where Hermes before action kinds dispatched every call (all of them
-// http): hermes.tool.<tool>.<session>. The stream still records it, and workers drain what
-// such versions left there.
-func LegacySubjectToolCall(tool, session string) string {
-	return subjectRoot + ".tool." + tool + "." + session
-}
-
 // SubjectResult is where the one result of call callID of requestID (of session) is recorded:
 // hermes.result.<request_id>:<tool_call_id>.<session> — one token for the call, as ids hold no
 // ':', so that the session stays the fourth and last token. The record holds at most one message
@@ -124,14 +115,14 @@ func SubjectResult(requestID, callID, session string) string {
 	return prefixResult + requestID + ":" + callID + "." + session
 }
 
-// LegacySubjectResult is where Hermes before results were recorded on the stream alone
-// published every result of session (hermes.result.<session>). Old records hold them, and a
-// result given another round of aggregation (a re-drive) is published there again, so that
-// its call's subject keeps one message.
-func LegacySubjectResult(session string) string { return subjectRoot + ".result." + session }
+// SubjectRedrivenResult is where a result given another round of aggregation (a re-drive of a
+// dead letter) is published again: hermes.result.<session>, so that its call's subject
+// (SubjectResult) keeps the one result recorded for the call. What is published there is never
+// taken for its call's result: it only makes the routers aggregate the request again.
+func SubjectRedrivenResult(session string) string { return prefixResult + session }
 
-// IsLegacyResultSubject reports whether subject is a LegacySubjectResult (three tokens).
-func IsLegacyResultSubject(subject string) bool {
+// IsRedrivenResultSubject reports whether subject is a SubjectRedrivenResult (three tokens).
+func IsRedrivenResultSubject(subject string) bool {
 	rest, ok := strings.CutPrefix(subject, prefixResult)
 	return ok && !strings.Contains(rest, ".")
 }
@@ -145,13 +136,6 @@ func SubjectResponse(requestID, session string) string {
 
 // FilterResponseOf matches the response of requestID, whatever its session.
 func FilterResponseOf(requestID string) string { return prefixResponse + requestID + ".*" }
-
-// LegacySubjectResponse is where Hermes before responses were recorded on the stream alone
-// published the responses of session (hermes.response.<session>); old records hold them.
-func LegacySubjectResponse(session string) string { return subjectRoot + ".response." + session }
-
-// LegacyFilterResponses matches every LegacySubjectResponse.
-const LegacyFilterResponses = prefixResponse + "*"
 
 // Live responses: the record stream republishes every response it stores to
 // hermes.live.response.<request_id>.<session>, outside the stream, for callers awaiting one. A
@@ -213,8 +197,8 @@ const (
 )
 
 // FilterResults matches every recorded result (hermes.result.<request_id>:<tool_call_id>.<session>),
-// and every result published on the session's subject (hermes.result.<session>, by Hermes
-// before, or re-driven): one filter, which the server matches faster than two.
+// and every re-driven result (SubjectRedrivenResult): one filter, which the server matches
+// faster than two.
 const FilterResults = prefixResult + ">"
 
 // FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool
@@ -223,13 +207,9 @@ func FilterToolCalls(kind, tool string) string {
 	return subjectRoot + ".tool_" + kind + "." + tool + ".*"
 }
 
-// LegacyFilterToolCalls matches the calls of tool dispatched by Hermes before action kinds.
-func LegacyFilterToolCalls(tool string) string { return subjectRoot + ".tool." + tool + ".*" }
-
-// FiltersAllToolCalls match every tool call of every kind, including those dispatched by
-// Hermes before action kinds.
+// FiltersAllToolCalls match every tool call of every kind.
 func FiltersAllToolCalls() []string {
-	out := []string{LegacyFilterToolCalls("*")}
+	var out []string
 	for _, k := range Kinds {
 		out = append(out, FilterToolCalls(k, "*"))
 	}

@@ -128,8 +128,8 @@ func Failed(code, origin, hint string, content any, retryable bool) Outcome {
 // ErrCancelled is the cause of a try's context when its request was cancelled.
 var ErrCancelled = errors.New("worker: the request was cancelled")
 
-// unsupported answers calls of an action kind this worker cannot run: calls queued by Hermes
-// before action kinds, whose one consumer per tool held every kind.
+// unsupported answers calls of an action kind this worker cannot run, or that came through
+// another kind's consumer.
 type unsupported struct{ kind string }
 
 func (u unsupported) Kind() string { return u.kind }

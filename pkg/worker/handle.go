@@ -226,8 +226,8 @@ func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp
 	}
 	exec := w.execs[disp.Action.Kind]
 	if exec == nil || disp.Action.Kind != kind {
-		// Only calls queued by Hermes before action kinds can hold another kind than their
-		// consumer's.
+		// No router dispatches a call of one kind on another kind's subject; one published
+		// there otherwise is answered, not run.
 		exec = Chain(unsupported{kind: disp.Action.Kind}, Standard()...)
 	}
 	return exec.Execute(ctx, &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace,

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -218,8 +217,7 @@ func (w *Worker) Kinds() []string {
 
 // Run serves calls until ctx is done and returns once in-flight calls are settled. Executors
 // that name their tools serve those; the others serve Config.Tools, or, when it is empty,
-// follow the hermes-tools bucket and start serving each tool of their kind as it appears. The
-// http executor also drains what Hermes before action kinds queued for its tools.
+// follow the hermes-tools bucket and start serving each tool of their kind as it appears.
 func (w *Worker) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -239,27 +237,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := run(ctx)
-			if errors.Is(err, errNotThere) {
-				// A consumer of the earlier version not there (yet): serving it is tried
-				// again when the tool is listed again, or at the next look.
-				w.mu.Lock()
-				delete(w.serving, name)
-				w.mu.Unlock()
-				return
-			}
-			if err != nil {
+			if err := run(ctx); err != nil {
 				cancel(err)
 			}
 		}()
 	}
-	var served sync.Map // http tool → struct{}: tools whose earlier-version consumer is looked for
 	serve := func(kind, tool string) {
-		start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, false) })
-		if kind == protocol.ActionHTTP {
-			served.Store(tool, struct{}{})
-			start(bus.LegacyToolConsumer(tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool, true) })
-		}
+		start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool) })
 	}
 	// Executors whose tools change (ToolSet) serve, of their kind's tools, those they have:
 	// the others wait here until they change.
@@ -322,17 +306,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			follow = true
 		}
 	}
-	if w.execs[protocol.ActionHTTP] != nil {
-		// A router of the earlier version may make a tool's consumer of its own later (a
-		// rolling upgrade): look for it again now and then.
-		stopLooking := bus.Every(legacyLook, func() {
-			served.Range(func(tool, _ any) bool {
-				serve(protocol.ActionHTTP, tool.(string))
-				return true
-			})
-		})
-		defer stopLooking()
-	}
 	if follow {
 		watcher, err := w.cfg.Bus.Tools.WatchAll(ctx)
 		if err != nil {
@@ -354,7 +327,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					if e == nil || e.Operation() != jetstream.KeyValuePut {
 						continue
 					}
-					kind, tool, _, ok := protocol.ParseKeyTool(e.Key())
+					kind, tool, ok := protocol.ParseKeyTool(e.Key())
 					if ok && w.execs[kind] != nil && w.fixed[kind] == nil {
 						offer(kind, tool)
 					}
@@ -374,29 +347,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// legacyLook is how often a worker looks for consumers of the earlier version that appeared.
-var legacyLook = 30 * time.Second
-
-// errNotThere says a consumer of the earlier version is not there (or not any more).
-var errNotThere = errors.New("worker: no such consumer")
-
-// serve runs the calls of tool of kind from their consumer until ctx is done. legacy serves
-// instead the consumer Hermes before action kinds queued the tool's calls in, while there is
-// one (errNotThere when there is none, or once it is deleted: it was drained).
-func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) error {
-	var cons jetstream.Consumer
-	var err error
-	if legacy {
-		if cons, err = w.cfg.Bus.LegacyToolConsumer(ctx, tool); err != nil {
-			// The bus not answering now (a leader election, a reconnect) is no reason to
-			// stop: the next look tries again.
-			w.log.Warn("could not look for the earlier version's consumer; looking again later", "tool", tool, "err", err)
-			return errNotThere
-		}
-		if cons == nil {
-			return errNotThere
-		}
-	} else if cons, err = w.cfg.Bus.EnsureToolConsumer(ctx, kind, tool); err != nil {
+// serve runs the calls of tool of kind from their consumer until ctx is done.
+func (w *Worker) serve(ctx context.Context, kind, tool string) error {
+	cons, err := w.cfg.Bus.EnsureToolConsumer(ctx, kind, tool)
+	if err != nil {
 		return err
 	}
 	// The lease and progress signals follow the consumer's own ack deadline (set when it was
@@ -409,11 +363,6 @@ func (w *Worker) serve(ctx context.Context, kind, tool string, legacy bool) erro
 	name := cons.CachedInfo().Name
 	log := w.log.With("tool", tool, "consumer", name)
 	log.Info("serving tool", "kind", kind)
-	err = (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
+	return (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
 		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Pool: func() *bus.Pool { return w.Pool(tool) }, Logger: log}).Run(ctx)
-	if legacy && (errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound)) {
-		log.Info("the earlier version's consumer is gone; stopped serving it")
-		return errNotThere
-	}
-	return err
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/ledger"
@@ -221,54 +219,6 @@ func TestWorkerHonoursCancellation(t *testing.T) {
 	}
 }
 
-func TestWorkerDrainsTheLegacyConsumer(t *testing.T) {
-	var ran atomic.Int64
-	exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
-		ran.Add(1)
-		return worker.OK(json.RawMessage(`{"legacy":true}`), 0), nil
-	})
-	b := bustest.NewServer(t).Provision(t, bus.Config{})
-	// What Hermes before action kinds left: a consumer per tool on hermes.tool.<tool>.*,
-	// holding an http call and a grpc call.
-	if _, err := b.Stream.CreateConsumer(t.Context(), jsConsumer(bus.LegacyToolConsumer("t"), protocol.LegacyFilterToolCalls("t"))); err != nil {
-		t.Fatal(err)
-	}
-	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "old"})
-	for i, kind := range []string{protocol.ActionHTTP, protocol.ActionGRPC} {
-		d := &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"}, Route: "rule",
-			Action: protocol.Action{Kind: kind, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1},
-				HTTP: &protocol.HTTPAction{URL: "http://x/", Method: "POST"}, GRPC: &protocol.GRPCAction{Service: "s", Method: "m"}}}
-		if kind == protocol.ActionHTTP {
-			d.Action.GRPC = nil
-		} else {
-			d.Action.HTTP = nil
-		}
-		m, _ := protocol.NewMessage(protocol.TypeToolCall, d)
-		rid := []string{"old_http", "old_grpc"}[i]
-		m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall(rid, "c"), rid, "s"
-		if _, err := pub.Publish(t.Context(), protocol.LegacySubjectToolCall("t", "s"), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w, err := worker.New(worker.Config{Bus: b, Instance: "new", Executors: []worker.Executor{exec}, Tools: []string{"t"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = w.Run(ctx) }()
-	r := &rig{t: t, b: b}
-	if _, res := r.result("old_http"); res.Status != protocol.ResultOK {
-		t.Errorf("legacy http call: %+v", res)
-	}
-	if _, res := r.result("old_grpc"); res.ErrorCode != protocol.CodeActionUnsupported {
-		t.Errorf("legacy grpc call: %+v", res)
-	}
-	if ran.Load() != 1 {
-		t.Errorf("executor ran %d times", ran.Load())
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	b := &bus.Bus{}
 	http := worker.ExecutorFunc(protocol.ActionHTTP, nil)
@@ -287,81 +237,6 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
 		}
-	}
-}
-
-// jsConsumer is a durable consumer as Hermes makes them.
-func jsConsumer(name, filter string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: 20}
-}
-
-// legacyCall publishes a call of tool t as Hermes before action kinds did.
-func legacyCall(t *testing.T, b *bus.Bus, rid string) {
-	t.Helper()
-	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "old"})
-	d := &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "c", Name: "t"}, Route: "rule",
-		Action: protocol.Action{Kind: protocol.ActionHTTP, TimeoutMS: 100, Retry: protocol.RetryPolicy{MaxAttempts: 1, BackoffFactor: 1, InitialIntervalMS: 1, MaxIntervalMS: 1},
-			HTTP: &protocol.HTTPAction{URL: "http://x/", Method: "POST"}}}
-	m, _ := protocol.NewMessage(protocol.TypeToolCall, d)
-	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDToolCall(rid, "c"), rid, "s"
-	if _, err := pub.Publish(t.Context(), protocol.LegacySubjectToolCall("t", "s"), m); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// During a rolling upgrade an old router makes a tool's consumer of its own after a new worker
-// serves the tool: the worker finds and drains it. Deleting it once drained (as the upgrade
-// notes say) stops nothing.
-func TestWorkerFindsAndOutlivesTheEarlierVersionsConsumer(t *testing.T) {
-	defer worker.SetLegacyLook(worker.SetLegacyLook(100 * time.Millisecond))
-	for _, follow := range []bool{false, true} {
-		t.Run(map[bool]string{false: "listed tools", true: "following the bucket"}[follow], func(t *testing.T) {
-			b := bustest.NewServer(t).Provision(t, bus.Config{})
-			exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
-				return worker.OK(json.RawMessage(`{}`), 0), nil
-			})
-			cfg := worker.Config{Bus: b, Instance: "new", Executors: []worker.Executor{exec}}
-			if follow {
-				if _, err := b.EnsureToolConsumer(t.Context(), protocol.ActionHTTP, "t"); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				cfg.Tools = []string{"t"}
-			}
-			w, err := worker.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- w.Run(ctx) }()
-			time.Sleep(300 * time.Millisecond) // serving tool_http-t; no tool-t yet
-			if _, err := b.Stream.CreateConsumer(t.Context(), jsConsumer(bus.LegacyToolConsumer("t"), protocol.LegacyFilterToolCalls("t"))); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.Tools.Create(t.Context(), "t", []byte(bus.LegacyToolConsumer("t"))); err != nil {
-				t.Fatal(err)
-			}
-			legacyCall(t, b, "late_legacy")
-			r := &rig{t: t, b: b}
-			if _, res := r.result("late_legacy"); res.Status != protocol.ResultOK {
-				t.Fatalf("legacy call: %+v", res)
-			}
-			if err := b.Stream.DeleteConsumer(t.Context(), bus.LegacyToolConsumer("t")); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second) // the worker notices
-			select {
-			case err := <-done:
-				t.Fatalf("the worker stopped when the drained consumer was deleted: %v", err)
-			default:
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-		})
 	}
 }
 
@@ -407,52 +282,46 @@ func TestAGoToolIgnoringItsContextIsTimedOut(t *testing.T) {
 }
 
 // A brief JetStream outage — a cluster electing a leader, a server restarting — does not stop
-// a worker, whether or not it looks for the earlier version's consumers meanwhile; it serves
-// calls again once JetStream is back.
+// a worker; it serves calls again once JetStream is back.
 func TestAWorkerOutlivesABriefJetStreamOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a JetStream outage")
 	}
-	for _, look := range []time.Duration{time.Hour, 50 * time.Millisecond} {
-		t.Run("looking every "+look.String(), func(t *testing.T) {
-			defer worker.SetLegacyLook(worker.SetLegacyLook(look))
-			srv := bustest.NewServer(t)
-			b := srv.Provision(t, bus.Config{})
-			exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
-				return worker.OK(json.RawMessage(`{}`), 0), nil
-			})
-			w, err := worker.New(worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{exec}, Tools: []string{"t"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- w.Run(ctx) }()
-			time.Sleep(300 * time.Millisecond)
-			jsCfg := srv.JetStreamConfig()
-			jsCfg.StoreDir = filepath.Dir(jsCfg.StoreDir) // enabling adds the "jetstream" it ends in
-			if err := srv.DisableJetStream(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(6 * time.Second)
-			if err := srv.EnableJetStream(jsCfg); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("the worker stopped during the outage: %v", err)
-			case <-time.After(time.Second):
-			}
-			r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})}
-			r.dispatch(protocol.ActionHTTP, "after_outage", `{}`, protocol.RetryPolicy{})
-			if _, res := r.result("after_outage"); res.Status != protocol.ResultOK {
-				t.Fatalf("a call after the outage: %+v", res)
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-		})
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	exec := worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
+		return worker.OK(json.RawMessage(`{}`), 0), nil
+	})
+	w, err := worker.New(worker.Config{Bus: b, Instance: "w", Executors: []worker.Executor{exec}, Tools: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	jsCfg := srv.JetStreamConfig()
+	jsCfg.StoreDir = filepath.Dir(jsCfg.StoreDir) // enabling adds the "jetstream" it ends in
+	if err := srv.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	if err := srv.EnableJetStream(jsCfg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the worker stopped during the outage: %v", err)
+	case <-time.After(time.Second):
+	}
+	r := &rig{t: t, b: b, pub: bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})}
+	r.dispatch(protocol.ActionHTTP, "after_outage", `{}`, protocol.RetryPolicy{})
+	if _, res := r.result("after_outage"); res.Status != protocol.ResultOK {
+		t.Fatalf("a call after the outage: %+v", res)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

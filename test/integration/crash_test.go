@@ -247,7 +247,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 		Status: protocol.ResultOK, Content: []byte(`{"v":"late"}`), Attempts: 1})
 	late.Follow(callMsg, "late-result-from-a-dead-worker")
 	ctx := context.Background()
-	if _, err := pub.Publish(ctx, protocol.LegacySubjectResult(callMsg.SessionID), late); err != nil {
+	if _, err := pub.Publish(ctx, protocol.SubjectRedrivenResult(callMsg.SessionID), late); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []*protocol.Message{callMsg, reqMsg} {

@@ -173,7 +173,7 @@ func (n *nemesis) inject() {
 			n.counts[f]--
 		}
 	case "poison":
-		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.LegacySubjectResult("nem_poison")}
+		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.SubjectRedrivenResult("nem_poison")}
 		garbage := [][]byte{[]byte("not msgpack"), {0xdd, 0xff, 0xff, 0xff, 0xff}, {}, {0x91, 0x91, 0x91}}
 		msg := &nats.Msg{Subject: subjects[n.rng.IntN(len(subjects))], Data: garbage[n.rng.IntN(len(garbage))]}
 		if _, err := n.s.js.PublishMsg(n.s.ctx, msg); err != nil {
@@ -236,7 +236,7 @@ func (n *nemesis) duplicate() {
 	}
 	if m.Type == protocol.TypeToolResult {
 		// A result's own subject is written once; a copy goes where a re-drive puts one.
-		subject = protocol.LegacySubjectResult(m.SessionID)
+		subject = protocol.SubjectRedrivenResult(m.SessionID)
 	}
 	m.MsgID += fmt.Sprintf(":nemesis-%d", n.counts["duplicate"])
 	pub := bus.NewPublisher(n.s.js, m.Sender)

@@ -25,6 +25,7 @@ var Commands = map[string]Command{
 	"dlq":          RunDLQ,
 	"keys":         RunKeys,
 	"provision":    RunProvision,
+	"migrate":      RunMigrate,
 	"nats-auth":    RunNATSAuth,
 	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
@@ -61,6 +62,8 @@ Commands:
               and TLS certificates: an auth.conf to include
   provision   set Hermes up on a NATS server (streams, buckets, consumers) and exit; services
               then run with --no-provision, without the right to manage streams
+  migrate     remove what earlier Hermes versions left on the bus once no work is pending
+              there (run it before rolling this version out; see README "Upgrading")
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take
               --dead-letters to run it beside them; the router does by default)
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C

@@ -11,8 +11,9 @@ import (
 // RunProvision sets Hermes up on a NATS server and exits: hermes provision. It creates the
 // record and dead-letter streams, the timers stream, every bucket and the fixed consumers, with
 // the settings its flags give (as a service starting without --no-provision would), and reports
-// where what exists differs from them. Run it once per deployment with a user that may manage
-// streams; the services can then run with --no-provision and without that right.
+// where what exists differs from them, and what earlier versions left that hermes migrate
+// removes. Run it once per deployment with a user that may manage streams; the services can
+// then run with --no-provision and without that right.
 func RunProvision(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("provision", "hermes provision [flags]", env.Stderr)
 	var c common
@@ -41,6 +42,11 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		bus.BucketTools, bus.BucketKeys, bus.BucketOwners, bus.BucketSignins, bus.BucketContracts}, ", "))
 	for _, d := range b.Drift {
 		fmt.Fprintf(&out, "  differs: %s\n", d)
+	}
+	if left, err := earlierLayouts(ctx, b); err != nil {
+		return err
+	} else if len(left) > 0 {
+		fmt.Fprintf(&out, "  earlier      %s: left by earlier versions and not used by this one: run hermes migrate\n", strings.Join(left, ", "))
 	}
 	fmt.Fprintf(&out, "Services may now run with --no-provision.\n")
 	fmt.Fprint(env.Stdout, out.String())

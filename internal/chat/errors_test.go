@@ -260,3 +260,37 @@ func TestTurnWaitsAtMostMaxWait(t *testing.T) {
 		t.Errorf("a turn whose wait ran out: %d %s; cancelled %+v", r.code, r.body, cs)
 	}
 }
+
+// A session that is not the caller's is refused naming the field the client named it in: the
+// header, metadata.hermes_session_id, or /v1/chat's session_id.
+func TestSessionRefusalNamesTheFieldSent(t *testing.T) {
+	h := newHarness(t, echoThenAnswer(), nil)
+	h.adm.refuse = func(ask admission.Ask) error { return admission.NoSuchSession(ask.Session) }
+	for _, tc := range []struct {
+		path, body, header, field string
+	}{
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"x"}]}`, "theirs", headerSession},
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"x"}],"metadata":{"hermes_session_id":"theirs"}}`, "", "metadata.hermes_session_id"},
+		{"/v1/chat", `{"session_id":"theirs","message":"x"}`, "", "session_id"},
+	} {
+		var headers []string
+		if tc.header != "" {
+			headers = []string{headerSession, tc.header}
+		}
+		r := h.post(tc.path, tc.body, headers...)
+		e, _ := r.json(t)["error"].(map[string]any)
+		field := e["param"]
+		if tc.path == "/v1/chat" {
+			field = e["field"]
+		}
+		if r.code != http.StatusNotFound || field != tc.field {
+			t.Errorf("%s %s: %d %s, want the field %s", tc.path, tc.body, r.code, r.body, tc.field)
+		}
+	}
+}
+
+func TestNewRequiresWhatTheDoorsWorkWith(t *testing.T) {
+	if _, err := New(Config{}, Env{}); err == nil {
+		t.Error("made without a model or an Env")
+	}
+}

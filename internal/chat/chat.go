@@ -390,7 +390,7 @@ func (s *Server) serveWire(w http.ResponseWriter, r *http.Request, wf wire) {
 		Store: admission.StoreCheck})
 	if err != nil {
 		if r.Context().Err() == nil {
-			writeChatError(w, refusalError(admission.AsRefusal(err), headerSession))
+			writeChatError(w, refusalError(admission.AsRefusal(err), sessionField))
 		}
 		return
 	}
@@ -548,6 +548,7 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 	var (
 		le *llm.Error
 		me *agent.ModelError
+		tt *turnTimeout
 	)
 	switch {
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -556,6 +557,9 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 	case ctx.Err() != nil:
 		return &chatError{Status: 499, Type: "server_error", Code: protocol.CodeCancelled,
 			Message: "the client went away; the run's calls were cancelled, and the conversation so far is on the record of session " + c.session}
+	case errors.As(err, &tt):
+		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
+			Message: tt.Error() + "; they were cancelled, and the conversation so far is on the record of session " + c.session}
 	case errors.As(err, &me):
 		return &chatError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "llm_answer_refused",
 			Message: me.Msg + "; the conversation so far is on the record of session " + c.session}
@@ -831,9 +835,10 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	for _, call := range calls {
 		size += len(call.Arguments)
 	}
+	// A turn waits for its results at most MaxWait, and never past the run's deadline.
 	wait := s.env.MaxWait
 	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d)
+		wait = min(wait, time.Until(d))
 	}
 	// Each turn's request is one of the caller's: a POST that runs many turns runs them at the
 	// caller's rate.
@@ -849,11 +854,13 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	switch {
 	case ctx.Err() != nil || (err == nil && out.Pending):
 		by := "chat run " + c.run
-		// Pending with ctx not done yet: the wait, which ends at the run's deadline, ran out
-		// first.
+		// Pending with ctx not done yet: the turn's wait (MaxWait) ran out first.
 		reason := "the run's deadline passed"
-		if errors.Is(ctx.Err(), context.Canceled) {
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
 			reason = "the client went away"
+		case ctx.Err() == nil:
+			reason = fmt.Sprintf("the turn's calls did not finish within %s", wait)
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -863,7 +870,7 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, context.DeadlineExceeded
+		return nil, &turnTimeout{wait: wait}
 	case err != nil:
 		return nil, err
 	}
@@ -883,6 +890,13 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		c.progress(map[string]any{"event": "results", "request_id": requestID, "results": done})
 	}
 	return out.Response.Results, nil
+}
+
+// turnTimeout: a turn's calls did not finish within the turn's wait (Env.MaxWait).
+type turnTimeout struct{ wait time.Duration }
+
+func (e *turnTimeout) Error() string {
+	return fmt.Sprintf("a turn's calls did not finish within %s", e.wait.Round(time.Millisecond))
 }
 
 // chatRecorder records each turn's decision (agent.Recorder).

@@ -256,7 +256,7 @@ func TestTurnWaitsAtMostMaxWait(t *testing.T) {
 	if subs := sub.submitted(); len(subs) != 1 || subs[0].Wait > time.Second {
 		t.Errorf("the turn's wait is %v, past Env.MaxWait (1s)", subs[0].Wait)
 	}
-	if cs := sub.cancelled(); len(cs) != 1 || r.code == http.StatusOK {
+	if cs := sub.cancelled(); len(cs) != 1 || r.code != http.StatusGatewayTimeout || !strings.Contains(string(r.body), protocol.CodeTimeout) {
 		t.Errorf("a turn whose wait ran out: %d %s; cancelled %+v", r.code, r.body, cs)
 	}
 }

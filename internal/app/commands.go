@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/hermes"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -62,14 +62,14 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	if isFile {
 		path = *routesPath
 	}
-	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (*service.List, []any, error) {
 		obs.watchBacklog(b, log)
 		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: c.sealKey,
 			Limits: c.limits, Metrics: obs.metrics, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}
-		return r.Run, []any{"routes", desc, "rules", len(table.Rules), "pipeline", r.Stages()}, nil
+		return one(service.Func("router", r.Run)), []any{"routes", desc, "rules", len(table.Rules), "pipeline", r.Stages()}, nil
 	})
 }
 
@@ -143,7 +143,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	return c.runService(ctx, "hermes-toolworker", "tool worker running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+	return c.runService(ctx, "hermes-toolworker", "tool worker running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (*service.List, []any, error) {
 		wc, err := wf.config(c.instance)
 		if err != nil {
 			return nil, nil, err
@@ -162,7 +162,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		return w.Run, []any{"kinds", w.Kinds(), "tools", wf.tools.String(), "allow_env", wf.allowEnv.String()}, nil
+		return one(service.Func("tool worker", w.Run)), []any{"kinds", w.Kinds(), "tools", wf.tools.String(), "allow_env", wf.allowEnv.String()}, nil
 	})
 }
 
@@ -229,7 +229,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer ln.Close()
-	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (func(context.Context) error, []any, error) {
+	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (*service.List, []any, error) {
 		gc := gf.config(c.instance, c.limits)
 		gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
 		callers, verr := CallerVerifier(b, gf.oidc)
@@ -250,7 +250,9 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 		if chat != nil {
 			attrs = append(attrs, "llm", chatDesc)
 		}
-		return func(ctx context.Context) error { defer stopLLM(); return g.Run(ctx, ln) }, attrs, nil
+		services := g.Services(ln)
+		services.Add(service.Back, service.Func("model", func(ctx context.Context) error { <-ctx.Done(); stopLLM(); return nil }))
+		return services, attrs, nil
 	})
 }
 
@@ -265,8 +267,8 @@ func RunDeadLetters(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	c.deadLetters = true // the service itself, and nothing else
-	return c.runService(ctx, "hermes-dead-letters", "dead-letter processor running", log, func(*nats.Conn, *bus.Bus, *observer) (func(context.Context) error, []any, error) {
-		return func(ctx context.Context) error { <-ctx.Done(); return nil }, nil, nil
+	return c.runService(ctx, "hermes-dead-letters", "dead-letter processor running", log, func(*nats.Conn, *bus.Bus, *observer) (*service.List, []any, error) {
+		return &service.List{}, nil, nil
 	})
 }
 
@@ -370,63 +372,32 @@ func RunDemoTools(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	// The HTTP tools and, beside them, the gRPC service.
-	tools := []func(context.Context) error{func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) }}
+	var tools service.List
+	tools.Add(service.Back, service.Func("demo tools", func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) }))
 	if *grpcAddr != "" {
 		gln, err := listen(*grpcAddr, "demo gRPC service")
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		tools = append(tools, func(ctx context.Context) error {
+		tools.Add(service.Back, service.Func("demo gRPC service", func(ctx context.Context) error {
 			return demotools.ServeProfiles(ctx, gln, log.With("service", "demo-grpc"))
-		})
+		}))
 		fmt.Fprintf(env.Stdout, "Demo gRPC service %s listening on %s (server reflection on).\n", demotools.ProfileService, gln.Addr())
 	}
 	fmt.Fprintf(env.Stdout, "Demo tools listening on http://%s. Ctrl-C stops.\n", ln.Addr())
 	if mc == nil {
-		return runLayers(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }, tools...)
+		return tools.Run(ctx)
 	}
 	fmt.Fprintf(env.Stdout, "Go meeting tools served on %s.\n", bus.Redact(*natsURL))
 	// The Go tools failing (their contracts refused, the bus out of reach) leaves the HTTP ones
 	// serving, as hermes up does.
-	meetings := func(ctx context.Context) error {
+	tools.Add(service.Front, service.Func("meeting tools", func(ctx context.Context) error {
 		if err := demotools.ServeMeetings(ctx, *mc); err != nil && ctx.Err() == nil {
 			log.Error("the Go meeting tools stopped; the HTTP demo tools serve on", "err", err)
 			<-ctx.Done()
 		}
 		return nil
-	}
-	return runLayers(ctx, meetings, tools...)
-}
-
-// runLayers runs the front (the part that takes new work) and the back (what finishes it) in
-// two shutdown phases: when ctx is done the front stops taking work and drains first, while the
-// back keeps running to finish what the front accepted; then the back stops. If any part fails,
-// everything stops. It returns the first error.
-func runLayers(ctx context.Context, front func(context.Context) error, back ...func(context.Context) error) error {
-	frontCtx, stopFront := context.WithCancelCause(ctx)
-	defer stopFront(nil)
-	backCtx, stopBack := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBack()
-	var g errgroup.Group
-	for _, fn := range back {
-		g.Go(func() error {
-			err := fn(backCtx)
-			if err != nil {
-				stopFront(err)
-			}
-			return err
-		})
-	}
-	err := front(frontCtx)
-	stopBack()
-	if berr := g.Wait(); err == nil {
-		err = berr
-	}
-	if err == nil {
-		if cause := context.Cause(frontCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			err = cause
-		}
-	}
-	return err
+	}))
+	return tools.Run(ctx)
 }

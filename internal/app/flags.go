@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,9 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/router"
+	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -261,12 +264,11 @@ func (c *common) registerDeadLetters(fs *flag.FlagSet, def bool) {
 }
 
 // runService runs one Hermes service until ctx is done: it sets up metrics and trace export
-// under name, connects and provisions the bus, builds the service with build (which returns
-// how to run it and what to say about it), runs the dead-letter processor beside it when
-// --dead-letters asks for it, logs running (the line that says it is up), and serves /metrics
-// on --metrics.
+// (named name), connects to NATS (provisioning unless told not to), builds the service's list
+// with build, adds the dead-letter processor (--dead-letters) and the metrics listener
+// (--metrics-addr) to it, logs running with build's attributes, and runs the list.
 func (c *common) runService(ctx context.Context, name, running string, log *slog.Logger,
-	build func(nc *nats.Conn, b *bus.Bus, obs *observer) (run func(context.Context) error, attrs []any, err error)) error {
+	build func(nc *nats.Conn, b *bus.Bus, obs *observer) (services *service.List, attrs []any, err error)) error {
 	obs, err := observe(ctx, name)
 	if err != nil {
 		return err
@@ -287,33 +289,41 @@ func (c *common) runService(ctx context.Context, name, running string, log *slog
 		}
 		c.sealKey, c.trust = k, t
 	}
-	run, attrs, err := build(nc, b, obs)
+	services, attrs, err := build(nc, b, obs)
 	if err != nil {
 		return err
 	}
-	if run, err = c.withDeadLetters(b, obs, log, run); err != nil {
-		return err
+	if c.deadLetters {
+		d, err := NewDeadLetters(b, c.instance, c.limits, obs.metrics, log)
+		if err != nil {
+			return err
+		}
+		services.Add(service.Back, service.Func("dead-letter processor", d.Run))
 	}
-	log.Info(running, append(attrs, "instance", c.instance, "dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted())...)
-	return obs.serve(ctx, c.metricsAddr, log, run)
+	if c.metricsAddr != "" {
+		// Bound before anything runs, so a taken port fails at once.
+		ln, err := listen(c.metricsAddr, "metrics")
+		if err != nil {
+			return err
+		}
+		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+		services.Add(service.Back, service.Func("metrics", func(ctx context.Context) error {
+			if err := metrics.Serve(ctx, ln, obs.reg); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		}))
+	}
+	log.Info(running, append(attrs, "instance", c.instance, "dead_letters", c.deadLetters, "nats", nc.ConnectedUrlRedacted(),
+		"services", services.Names())...)
+	return services.Run(ctx)
 }
 
-// withDeadLetters runs run, and beside it the dead-letter processor on b when --dead-letters
-// asks for it.
-func (c *common) withDeadLetters(b *bus.Bus, obs *observer, log *slog.Logger, run func(context.Context) error) (func(context.Context) error, error) {
-	if !c.deadLetters {
-		return run, nil
-	}
-	d, err := NewDeadLetters(b, c.instance, c.limits, obs.metrics, log)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return d.Run(ctx) })
-		g.Go(func() error { return run(ctx) })
-		return g.Wait()
-	}, nil
+// one is a list of one service, in the back phase.
+func one(s service.Service) *service.List {
+	var l service.List
+	l.Add(service.Back, s)
+	return &l
 }
 
 // envInt is the integer in environment variable name, or def when it is unset; a value that

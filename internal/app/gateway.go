@@ -1,6 +1,9 @@
 package app
 
 import (
+	"context"
+	"net"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/chat"
@@ -8,6 +11,7 @@ import (
 	"github.com/hermesbus/hermes/internal/ingress"
 	"github.com/hermesbus/hermes/internal/mcpserver"
 	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/internal/summarize"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -24,23 +28,49 @@ type ChatConfig struct {
 	SummarizeEvery int
 }
 
-// NewGateway builds a gateway on nc and b with what it serves and runs: the bus ingress for
-// external NATS clients, and, with the contracts' and sessions' buckets, the contracts
+// GatewayService is a gateway and the services of its process beside it: the bus ingress for
+// external NATS clients, the contracts followed, the chat doors' vectors asked for ahead, the
+// summarizer.
+type GatewayService struct {
+	*gateway.Gateway
+	// Beside are the services beside the gateway: the ingress in the front phase (it takes
+	// new work), the rest in the back.
+	Beside service.List
+}
+
+// Services are the gateway serving HTTP on ln, in the front phase, and the services beside it.
+func (g *GatewayService) Services(ln net.Listener) *service.List {
+	var l service.List
+	l.Add(service.Front, service.Func("gateway", func(ctx context.Context) error { return g.Gateway.Run(ctx, ln) }))
+	l.Append(&g.Beside)
+	return &l
+}
+
+// Run serves HTTP on ln and runs the services beside the gateway until ctx ends: the gateway
+// and the ingress stop taking requests first and let those in flight finish, then the rest
+// stop.
+func (g *GatewayService) Run(ctx context.Context, ln net.Listener) error {
+	return g.Services(ln).Run(ctx)
+}
+
+// NewGateway builds a gateway on nc and b with its doors and the services beside it: the bus
+// ingress for external NATS clients; with the contracts' and sessions' buckets, the contracts
 // followed (one registry.Live, the only cache of them in the process) and the MCP server; with
 // chat (and its model), the chat doors and, when it asks for one, the summarizer.
-func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConfig) (*gateway.Gateway, error) {
+func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConfig) (*GatewayService, error) {
 	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
 	log := cfg.Logger
 	g, err := gateway.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	g.Mount(&ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
+	gs := &GatewayService{Gateway: g}
+	gs.Beside.Add(service.Front, &ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
 	if b.Contracts == nil || b.Sessions == nil {
-		return g, nil
+		return gs, nil
 	}
 	live := registry.NewLive(b.Contracts, log.With("part", "contracts"))
-	g.Mount(live)
+	gs.Beside.Add(service.Back, service.Func("contracts followed", live.Run))
 	m, err := mcpserver.New(mcpserver.Env{Submit: g.Submitter(), Admit: g.Admitter(), Contracts: live, Sessions: b.Sessions,
 		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Logger: log.With("part", "mcp")})
 	if err != nil {
@@ -48,7 +78,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	}
 	g.Mount(m)
 	if chatCfg == nil || chatCfg.LLM == nil {
-		return g, nil
+		return gs, nil
 	}
 	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
 	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
@@ -57,6 +87,9 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 		return nil, err
 	}
 	g.Mount(c)
+	if chatCfg.Prefilter.Embedder != nil {
+		gs.Beside.Add(service.Back, service.Func("the tools' vectors, asked for ahead", c.Run))
+	}
 	if chatCfg.SummarizeEvery > 0 {
 		s := &summarize.Service{Bus: b, Publisher: pub, LLM: chatCfg.LLM, Every: chatCfg.SummarizeEvery, RunTimeout: chatCfg.RunTimeout,
 			Logger: log.With("part", "summarizer")}
@@ -69,7 +102,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 				m.LLMSummaries.WithLabelValues(outcome).Inc()
 			}
 		}
-		g.Mount(s)
+		gs.Beside.Add(service.Back, s)
 	}
-	return g, nil
+	return gs, nil
 }

@@ -2,9 +2,7 @@ package app
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,27 +40,4 @@ func (o *observer) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = o.stop(ctx)
-}
-
-// serve runs run, serving /metrics on addr alongside it while it runs (addr empty: run alone).
-// The address is bound before run starts, so a taken port fails at once.
-func (o *observer) serve(ctx context.Context, addr string, log *slog.Logger, run func(context.Context) error) error {
-	if addr == "" {
-		return run(ctx)
-	}
-	ln, err := listen(addr, "metrics")
-	if err != nil {
-		return err
-	}
-	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- metrics.Serve(ctx, ln, o.reg) }()
-	err = run(ctx)
-	cancel()
-	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = serr
-	}
-	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/hermes"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -97,13 +98,13 @@ type System struct {
 	// (DATA/nats/<role>.nk); empty with an external server.
 	Seeds map[bus.Role]string
 
-	front   func(context.Context) error
-	back    []func(context.Context) error
-	cleanup []func()
+	// services are every service of the system (StartSystem), run by Run.
+	services service.List
+	cleanup  []func()
 }
 
-// StartSystem starts NATS (or connects), provisions the bus and builds every service; nothing
-// handles messages until Run.
+// StartSystem starts NATS (or connects), provisions the bus and builds every service of the
+// system into one list (System.Run runs it); nothing handles messages until Run.
 func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	sys := &System{Bus: bus.WithDefaults(cfg.Bus)}
 	defer func() {
@@ -120,108 +121,166 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		return nil, err
 	}
 	sys.cleanup = append(sys.cleanup, obs.close)
-	// Each service connects as the user of its role, with its role's inbox (roleOpts); the
-	// embedded server lets in no one else, and each user only what its role needs
-	// (bus.AccessOf).
-	var connOpts []nats.Option
-	roleOpts := map[bus.Role][]nats.Option{}
-	if cfg.NATSURL == "" {
-		users, seeds, err := upUsers(cfg.DataDir)
-		if err != nil {
+	u := &upper{sys: sys, cfg: cfg, ctx: ctx, log: log, obs: obs, roleOpts: map[bus.Role][]nats.Option{}}
+	for _, step := range []func() error{u.nats, u.demoTools, u.provision, u.sealKeys, u.router, u.deadLetters, u.workers, u.gateway, u.meetingTools} {
+		if err := step(); err != nil {
 			return nil, err
 		}
-		sys.Seeds = seeds
-		s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways,
-			MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30), Users: users})
-		if err != nil {
-			return nil, err
-		}
-		sys.cleanup = append(sys.cleanup, s.Close)
-		connOpts = append(connOpts, s.ConnectOption())
-		for role, path := range seeds {
-			o, err := roleOptions(role, path)
-			if err != nil {
-				return nil, err
-			}
-			roleOpts[role] = o
-		}
-		abs, _ := filepath.Abs(cfg.DataDir)
-		sync := "interval"
-		if cfg.SyncAlways {
-			sync = "always"
-		}
-		sys.NATSDescription = fmt.Sprintf("embedded, JetStream store in %s (sync %s)", abs, sync)
-		if cfg.NATSListen != "" {
-			sys.ClientURL = s.ClientURL()
-			sys.NATSDescription += ", clients at " + sys.ClientURL
-		}
-	} else {
+	}
+	return sys, nil
+}
+
+// upper builds a System, one service at a time (StartSystem).
+type upper struct {
+	sys *System
+	cfg SystemConfig
+	ctx context.Context
+	log *slog.Logger
+	obs *observer
+	// connOpts connect every service; roleOpts connect each role's as its own user (the
+	// embedded server's).
+	connOpts []nats.Option
+	roleOpts map[bus.Role][]nats.Option
+	admin    *bus.Bus
+	// seal seals the calls the router sends and the results the services record.
+	seal      *router.SealKey
+	mcpWorker *WorkerService // the tool worker holding the MCP servers, if any
+}
+
+// nats starts the embedded server, each service with its own user and only its role's
+// permissions (bus.AccessOf), or takes the external server's credentials.
+func (u *upper) nats() error {
+	cfg, sys := u.cfg, u.sys
+	if cfg.NATSURL != "" {
 		sys.ClientURL, sys.NATSDescription = cfg.NATSURL, bus.Redact(cfg.NATSURL)
-		if connOpts, err = cfg.NATSAuth.Options(); err != nil {
-			return nil, err
-		}
+		var err error
+		u.connOpts, err = cfg.NATSAuth.Options()
+		return err
 	}
-	if cfg.DemoAddr != "" {
-		ln, err := listen(cfg.DemoAddr, "demo tools")
-		if err != nil {
-			return nil, err
-		}
-		sys.cleanup = append(sys.cleanup, func() { ln.Close() })
-		sys.back = append(sys.back, func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) })
-		if got := ln.Addr().String(); got != demoToolsAddr {
-			// Routes name 127.0.0.1:8081: dial where the demo tools really are.
-			cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoToolsAddr, got)
-		}
-		sys.DemoURL = "http://" + ln.Addr().String()
-		if cfg.DemoGRPCAddr != "" {
-			gln, err := listen(cfg.DemoGRPCAddr, "demo gRPC service")
-			if err != nil {
-				return nil, err
-			}
-			sys.cleanup = append(sys.cleanup, func() { gln.Close() })
-			sys.back = append(sys.back, func(ctx context.Context) error {
-				return demotools.ServeProfiles(ctx, gln, log.With("service", "demo-grpc"))
-			})
-			if got := gln.Addr().String(); got != demoGRPCAddr {
-				// Routes name 127.0.0.1:8090: dial where the service really is.
-				cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoGRPCAddr, got)
-			}
-			sys.DemoGRPC = gln.Addr().String()
-		}
-	}
-	// One connection per service, as separate processes would have. The admin's provisions
-	// the bus; the services only use it, as they would with --no-provision.
-	conn := func(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
-		bc := cfg.Bus
-		bc.NoProvision = cfg.Bus.NoProvision || role != bus.RoleAdmin
-		nc, b, err := Connect(ctx, cfg.NATSURL, cfg.Instance+"-"+name, bc, log, append(slices.Clone(connOpts), roleOpts[role]...)...)
-		if err == nil {
-			sys.cleanup = append(sys.cleanup, nc.Close)
-		}
-		return nc, b, err
-	}
-	_, ab, err := conn("provision", bus.RoleAdmin)
+	users, seeds, err := upUsers(cfg.DataDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if cfg.Contracts != "" {
-		desc, registered, left, err := registerContracts(ctx, registry.NewStore(ab.Contracts), cfg.Contracts)
+	sys.Seeds = seeds
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways,
+		MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30), Users: users})
+	if err != nil {
+		return err
+	}
+	sys.cleanup = append(sys.cleanup, s.Close)
+	u.connOpts = append(u.connOpts, s.ConnectOption())
+	for role, path := range seeds {
+		o, err := roleOptions(role, path)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sys.Contracts = fmt.Sprintf("%d tools from %s", len(registered), desc)
-		if len(left) > 0 {
-			sys.Contracts += fmt.Sprintf("; %d registered by others kept (%s)", len(left), strings.Join(left, ", "))
-		}
+		u.roleOpts[role] = o
 	}
-	// Every call the router sends is sealed (the key pair lives in the data dir). On its own
-	// server, the workers here run only sealed calls: a call published on the bus by anyone
-	// else is dropped. On a server shared with other routers, they trust only what
-	// --trusted-seals names, if anything: calls of routers they do not know must not be
-	// taken from the shared consumers and dropped.
+	abs, _ := filepath.Abs(cfg.DataDir)
+	sync := "interval"
+	if cfg.SyncAlways {
+		sync = "always"
+	}
+	sys.NATSDescription = fmt.Sprintf("embedded, JetStream store in %s (sync %s)", abs, sync)
+	if cfg.NATSListen != "" {
+		sys.ClientURL = s.ClientURL()
+		sys.NATSDescription += ", clients at " + sys.ClientURL
+	}
+	return nil
+}
+
+// demoTools serves the demo tools (HTTP, and gRPC when asked), the routes dialing them where
+// they really listen.
+func (u *upper) demoTools() error {
+	cfg, sys, log := &u.cfg, u.sys, u.log
+	if cfg.DemoAddr == "" {
+		return nil
+	}
+	ln, err := listen(cfg.DemoAddr, "demo tools")
+	if err != nil {
+		return err
+	}
+	sys.cleanup = append(sys.cleanup, func() { ln.Close() })
+	sys.services.Add(service.Back, service.Func("demo tools", func(ctx context.Context) error { return demotools.Serve(ctx, ln, log.With("service", "demo-tools")) }))
+	if got := ln.Addr().String(); got != demoToolsAddr {
+		// Routes name 127.0.0.1:8081: dial where the demo tools really are.
+		cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoToolsAddr, got)
+	}
+	sys.DemoURL = "http://" + ln.Addr().String()
+	if cfg.DemoGRPCAddr == "" {
+		return nil
+	}
+	gln, err := listen(cfg.DemoGRPCAddr, "demo gRPC service")
+	if err != nil {
+		return err
+	}
+	sys.cleanup = append(sys.cleanup, func() { gln.Close() })
+	sys.services.Add(service.Back, service.Func("demo gRPC service", func(ctx context.Context) error {
+		return demotools.ServeProfiles(ctx, gln, log.With("service", "demo-grpc"))
+	}))
+	if got := gln.Addr().String(); got != demoGRPCAddr {
+		// Routes name 127.0.0.1:8090: dial where the service really is.
+		cfg.Worker.Resolve = withResolve(cfg.Worker.Resolve, demoGRPCAddr, got)
+	}
+	sys.DemoGRPC = gln.Addr().String()
+	return nil
+}
+
+// conn opens one connection for a service, as a separate process would have, as the user of
+// its role. The admin's provisions the bus; the services only use it, as they would with
+// --no-provision. Once the seal keys are known (sealKeys), each bus seals the results it
+// records with the system's key and trusts the system's result keys.
+func (u *upper) conn(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
+	bc := u.cfg.Bus
+	bc.NoProvision = u.cfg.Bus.NoProvision || role != bus.RoleAdmin
+	nc, b, err := Connect(u.ctx, u.cfg.NATSURL, u.cfg.Instance+"-"+name, bc, u.log, append(slices.Clone(u.connOpts), u.roleOpts[role]...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.sys.cleanup = append(u.sys.cleanup, nc.Close)
+	if u.seal != nil {
+		b.SealResults(u.seal.ID, u.seal.Key)
+		b.TrustResults(u.sys.results)
+	}
+	return nc, b, nil
+}
+
+// provision provisions the bus as the admin, and registers the contracts asked for.
+func (u *upper) provision() error {
+	_, ab, err := u.conn("provision", bus.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	u.admin = ab
+	if u.cfg.Contracts == "" {
+		return nil
+	}
+	desc, registered, left, err := registerContracts(u.ctx, registry.NewStore(ab.Contracts), u.cfg.Contracts)
+	if err != nil {
+		return err
+	}
+	u.sys.Contracts = fmt.Sprintf("%d tools from %s", len(registered), desc)
+	if len(left) > 0 {
+		u.sys.Contracts += fmt.Sprintf("; %d registered by others kept (%s)", len(left), strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// sealKeys loads (or makes) the keys calls and results are sealed with. Every call the
+// router sends is sealed (the key pair lives in the data dir). On its own server, the
+// workers here run only sealed calls: a call published on the bus by anyone else is dropped.
+// On a server shared with other routers, they trust only what --trusted-seals names, if
+// anything: calls of routers they do not know must not be taken from the shared consumers and
+// dropped. Every result is sealed too, by the service that records it, and counts only when
+// a key trusted for its call's tool sealed it: the services here seal with the system's key
+// (trusted with any tool), the Go meeting tools with a key of their own trusted with their
+// tools only (as a tool program beside Hermes would be), and --trusted-seals adds other
+// routers' and workers' keys.
+func (u *upper) sealKeys() error {
+	cfg := &u.cfg
 	seal, trusted, err := upSealKeys(cfg.DataDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.NATSURL == "" || len(cfg.Trust.calls) > 0 {
 		for id, k := range cfg.Trust.calls {
@@ -232,94 +291,102 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 		}
 		cfg.Worker.TrustedSeals = trusted
 	}
-	// Every result is sealed too, by the service that records it, and counts only when a key
-	// trusted for its call's tool sealed it: the services here seal with the system's key
-	// (trusted with any tool), the Go meeting tools with a key of their own trusted with
-	// their tools only (as a tool program beside Hermes would be), and --trusted-seals adds
-	// other routers' and workers' keys.
 	results, meetingKey, err := upResultKeys(seal, cfg.Trust)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sys.results, sys.meetingKey = results, meetingKey
-	baseConn := conn
-	conn = func(name string, role bus.Role) (*nats.Conn, *bus.Bus, error) {
-		nc, b, err := baseConn(name, role)
-		if err == nil {
-			b.SealResults(seal.ID, seal.Key)
-			b.TrustResults(results)
-		}
-		return nc, b, err
-	}
-	_, rb, err := conn("router", bus.RoleRouter)
+	u.sys.results, u.sys.meetingKey, u.seal = results, meetingKey, seal
+	return nil
+}
+
+// router builds the router.
+func (u *upper) router() error {
+	_, rb, err := u.conn("router", bus.RoleRouter)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	obs.watchBacklog(rb, log)
-	r, err := NewRouter(rb, RouterConfig{Instance: cfg.Instance + "-router", Routes: cfg.Routes, Path: routesPath(cfg),
-		Reload: 2 * time.Second, Concurrency: 64, Limits: cfg.Limits, Metrics: obs.metrics, Seal: seal, Logger: log})
+	u.obs.watchBacklog(rb, u.log)
+	r, err := NewRouter(rb, RouterConfig{Instance: u.cfg.Instance + "-router", Routes: u.cfg.Routes, Path: routesPath(u.cfg),
+		Reload: 2 * time.Second, Concurrency: 64, Limits: u.cfg.Limits, Metrics: u.obs.metrics, Seal: u.seal, Logger: u.log})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sys.back = append(sys.back, r.Run)
-	sys.Services = append(sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
-	{
-		_, db, err := conn("dead-letters", bus.RoleRouter)
-		if err != nil {
-			return nil, err
-		}
-		d, err := NewDeadLetters(db, cfg.Instance+"-dead-letters", cfg.Limits, obs.metrics, log)
-		if err != nil {
-			return nil, err
-		}
-		sys.back = append(sys.back, d.Run)
-		sys.Services = append(sys.Services, "dead-letter processor (hermes dlq ls)")
+	u.sys.services.Add(service.Back, service.Func("router", r.Run))
+	u.sys.Services = append(u.sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
+	return nil
+}
+
+// deadLetters builds the dead-letter processor.
+func (u *upper) deadLetters() error {
+	_, db, err := u.conn("dead-letters", bus.RoleRouter)
+	if err != nil {
+		return err
 	}
-	var mcpWorker *WorkerService
+	d, err := NewDeadLetters(db, u.cfg.Instance+"-dead-letters", u.cfg.Limits, u.obs.metrics, u.log)
+	if err != nil {
+		return err
+	}
+	u.sys.services.Add(service.Back, service.Func("dead-letter processor", d.Run))
+	u.sys.Services = append(u.sys.Services, "dead-letter processor (hermes dlq ls)")
+	return nil
+}
+
+// workers builds the tool workers; the first holds the MCP servers (one program each).
+func (u *upper) workers() error {
+	cfg := u.cfg
 	for i := range cfg.ToolWorkers {
 		name := "toolworker"
 		if i > 0 {
 			name = fmt.Sprintf("toolworker-%d", i+1)
 		}
-		_, wb, err := conn(name, bus.RoleWorker)
+		_, wb, err := u.conn(name, bus.RoleWorker)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		wc := cfg.Worker
-		wc.Instance, wc.Metrics, wc.Logger = cfg.Instance+"-"+name, obs.metrics, log
+		wc.Instance, wc.Metrics, wc.Logger = cfg.Instance+"-"+name, u.obs.metrics, u.log
 		if i > 0 {
-			wc.MCP = nil // the first worker holds the MCP servers: one program each
+			wc.MCP = nil
 		}
 		w, err := NewWorker(wb, wc)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sys.back = append(sys.back, w.Run)
-		if i == 0 {
-			sys.Services = append(sys.Services, fmt.Sprintf("tool worker × %d (kinds %s)", cfg.ToolWorkers, strings.Join(w.Kinds(), ", ")))
-			if wc.MCP != nil {
-				mcpWorker = w
-				var names []string
-				for _, srv := range wc.MCP.Servers {
-					names = append(names, srv.Name)
-				}
-				sys.Services = append(sys.Services, "MCP servers held by the tool worker: "+strings.Join(names, ", ")+" (hermes mcp ls)")
+		u.sys.services.Add(service.Back, service.Func(name, w.Run))
+		if i > 0 {
+			continue
+		}
+		u.sys.Services = append(u.sys.Services, fmt.Sprintf("tool worker × %d (kinds %s)", cfg.ToolWorkers, strings.Join(w.Kinds(), ", ")))
+		if wc.MCP != nil {
+			u.mcpWorker = w
+			var names []string
+			for _, srv := range wc.MCP.Servers {
+				names = append(names, srv.Name)
 			}
+			u.sys.Services = append(u.sys.Services, "MCP servers held by the tool worker: "+strings.Join(names, ", ")+" (hermes mcp ls)")
 		}
 	}
-	gnc, gb, err := conn("gateway", bus.RoleGateway)
+	return nil
+}
+
+// gateway builds the gateway, with its doors and the services beside it, on its port, and
+// the admin key it takes (made once the gateway has its port, so that a key made is a key
+// shown).
+func (u *upper) gateway() error {
+	cfg, sys := u.cfg, u.sys
+	gnc, gb, err := u.conn("gateway", bus.RoleGateway)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gc := cfg.Gateway
-	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, obs.metrics, obs.reg, log
+	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, u.obs.metrics, u.obs.reg, u.log
 	if gc.Callers, err = CallerVerifier(gb, cfg.OIDC); err != nil {
-		return nil, err
+		return err
 	}
 	gc.Signins = NewSignins(gb)
-	chat, chatDesc, stopLLM, err := cfg.LLM.chat(ctx, obs.metrics, log)
+	chat, chatDesc, stopLLM, err := cfg.LLM.chat(u.ctx, u.obs.metrics, u.log)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sys.cleanup = append(sys.cleanup, stopLLM)
 	if cfg.Chat != nil {
@@ -330,28 +397,33 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	}
 	g, err := NewGateway(gnc, gb, gc, chat)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gln, err := listen(cfg.HTTPAddr, "gateway")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sys.cleanup = append(sys.cleanup, func() { gln.Close() })
-	// Made once the gateway has its port, so that a key made is a key shown.
-	if sys.Key, err = ensureAdminKey(ctx, auth.NewKeys(ab.Keys), cfg.KeyFile); err != nil {
-		return nil, err
+	if sys.Key, err = ensureAdminKey(u.ctx, auth.NewKeys(u.admin.Keys), cfg.KeyFile); err != nil {
+		return err
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()
 	sys.Services = append(sys.Services, "gateway")
-	if mcpWorker != nil && sys.Key.Key != "" {
-		mcpWorker.RegisterThrough(sys.GatewayURL, sys.Key.Key)
+	sys.services.Append(g.Services(gln))
+	if u.mcpWorker != nil && sys.Key.Key != "" {
+		u.mcpWorker.RegisterThrough(sys.GatewayURL, sys.Key.Key)
 	}
-	if cfg.DemoAddr != "" {
-		sys.back = append(sys.back, sys.meetingTools(cfg, append(slices.Clone(connOpts), roleOpts[bus.RoleWorker]...), log))
-		sys.Services = append(sys.Services, "meeting tools in Go, on the SDK ("+strings.Join(demotools.MeetingToolNames, ", ")+")")
+	return nil
+}
+
+// meetingTools serves the demo's Go meeting tools beside the HTTP demo tools.
+func (u *upper) meetingTools() error {
+	if u.cfg.DemoAddr == "" {
+		return nil
 	}
-	sys.front = func(ctx context.Context) error { return g.Run(ctx, gln) }
-	return sys, nil
+	u.sys.services.Add(service.Back, service.Func("meeting tools", u.sys.meetingTools(u.cfg, append(slices.Clone(u.connOpts), u.roleOpts[bus.RoleWorker]...), u.log)))
+	u.sys.Services = append(u.sys.Services, "meeting tools in Go, on the SDK ("+strings.Join(demotools.MeetingToolNames, ", ")+")")
+	return nil
 }
 
 // meetingTools serves the demo's Go tools with the SDK as a tool worker's user, registering
@@ -438,10 +510,10 @@ func routesPath(cfg SystemConfig) string {
 // stop; then the connections close and the embedded server shuts down.
 func (s *System) Run(ctx context.Context) error {
 	defer s.close()
-	if s.front == nil {
+	if s.GatewayURL == "" {
 		return errors.New("app: system not started")
 	}
-	return runLayers(ctx, s.front, s.back...)
+	return s.services.Run(ctx)
 }
 
 func (s *System) close() {

@@ -100,9 +100,6 @@ type Gateway struct {
 	tools   *registry.Store
 	sandbox *sandbox.Sandbox
 	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
-
-	// parts are what was mounted on the gateway (Mount), run by Listen.
-	parts []Part
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -172,22 +169,14 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen receives responses, watches the store, and runs what was mounted, until ctx is done;
-// it returns once those have returned (a request a door is taking is finished or handed back
-// first). Run calls it; use it directly when serving Handler from another server.
+// Listen receives responses and watches how full the store is, until ctx is done. Run calls
+// it; use it directly when serving Handler from another server.
 func (g *Gateway) Listen(ctx context.Context) error {
 	// One look before anything is taken: the limits are known to the first request.
 	g.admit.Look(ctx)
-	var parts sync.WaitGroup
-	defer parts.Wait()
-	parts.Go(func() { _ = g.admit.Run(ctx) })
-	for _, p := range g.parts {
-		parts.Go(func() {
-			if err := p.Run(ctx); err != nil && ctx.Err() == nil {
-				g.log.Error("a part of the gateway stopped", "part", fmt.Sprintf("%T", p), "err", err)
-			}
-		})
-	}
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	watch.Go(func() { _ = g.admit.Run(ctx) })
 	return g.submit.Run(ctx)
 }
 

@@ -42,6 +42,17 @@ type Ingress struct {
 	Logger *slog.Logger
 }
 
+// Name names the service.
+func (g *Ingress) Name() string { return "bus ingress (external NATS clients' requests)" }
+
+// Validate says what the ingress lacks to run.
+func (g *Ingress) Validate() error {
+	if g.Bus == nil || g.Submit == nil || g.Admit == nil {
+		return errors.New("ingress: Bus, Submit and Admit are required")
+	}
+	return nil
+}
+
 // Run submits the requests external NATS clients publish
 // (protocol.SubjectClientRequest), which wait in a stream of their own, shared with every other
 // gateway through their consumer, one at a time, until ctx is done. Each is submitted as the

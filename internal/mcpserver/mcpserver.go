@@ -150,12 +150,6 @@ func (m *Server) Routes() []httpapi.Route {
 	}
 }
 
-// Run does nothing until ctx ends: the server keeps nothing of its own to run.
-func (m *Server) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
-}
-
 // serve checks the session, notes who calls, and hands the request to the SDK.
 func (m *Server) serve(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(mcpCallHeader)

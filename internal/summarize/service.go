@@ -2,6 +2,8 @@ package summarize
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -22,6 +24,20 @@ type Service struct {
 	RunTimeout time.Duration
 	Summarized func(ok bool)
 	Logger     *slog.Logger
+}
+
+// Name names the service.
+func (s *Service) Name() string { return "summarizer" }
+
+// Validate says what the summarizer lacks to run.
+func (s *Service) Validate() error {
+	switch {
+	case s.Bus == nil || s.Publisher == nil || s.LLM == nil:
+		return errors.New("summarize: Bus, Publisher and LLM are required")
+	case s.Every < 0:
+		return fmt.Errorf("summarize: Every %d: give 0 (the default, %d) or more messages", s.Every, DefaultEvery)
+	}
+	return nil
 }
 
 // Run summarizes until ctx ends.

@@ -120,6 +120,7 @@ func (l *List) Run(ctx context.Context) error {
 		})
 	}
 	err := front.Wait()
+	<-frontCtx.Done() // the front phase ends with ctx (or a failure), whether or not any service is in it
 	stopBack()
 	if berr := back.Wait(); err == nil {
 		err = berr

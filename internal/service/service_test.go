@@ -72,6 +72,29 @@ func TestTheFrontStopsFirst(t *testing.T) {
 	}
 }
 
+// A process of back services alone (a router, a tool worker) runs until ctx ends; a front
+// service that returns early stops nothing.
+func TestBackServicesRunUntilTheEnd(t *testing.T) {
+	var r record
+	var l List
+	l.Add(Front, Func("done at once", func(context.Context) error { return nil }))
+	l.Add(Back, waits(&r, "router", 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	for r.index("router started") < 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if r.index("router stopped") >= 0 {
+		t.Fatal("the back stopped before ctx ended")
+	}
+	cancel()
+	if err := <-done; err != nil || r.index("router stopped") < 0 {
+		t.Fatalf("err %v, events %v", err, r.events)
+	}
+}
+
 // A service that fails stops every other, the front first, and its failure is returned named.
 func TestAFailureStopsEverything(t *testing.T) {
 	var r record

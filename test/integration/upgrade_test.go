@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minio/highwayhash"
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -97,6 +101,7 @@ func TestRecordOfTheEarlierVersionStillServes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	untar(t, "testdata/record-v1/hermes-data.tar.gz", dir)
+	keepForever(t, filepath.Join(dir, "hermes-data"))
 	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: filepath.Join(dir, "hermes-data"), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +187,49 @@ func TestRecordOfTheEarlierVersionStillServes(t *testing.T) {
 		}
 		if r := decodeResponse(t, got); r.RequestID != id {
 			t.Errorf("GET %s: %+v", id, r)
+		}
+	}
+}
+
+// keepForever makes every stream of the JetStream store in dir keep its messages whatever their
+// age (max_age 0), before a server opens it: the fixture was written on one day, and its
+// streams' own limits (the record's 7 days, the buckets' 24 hours) would otherwise empty them
+// as the days pass. What the test reads is the earlier version's layout, not its retention.
+// The stream's metadata is checksummed as the server checks it (HighwayHash-64, keyed by the
+// SHA-256 of the stream's name).
+func keepForever(t *testing.T, dir string) {
+	t.Helper()
+	streams, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "*"))
+	if err != nil || len(streams) == 0 {
+		t.Fatalf("no streams in %s: %v", dir, err)
+	}
+	for _, sd := range streams {
+		meta := filepath.Join(sd, "meta.inf")
+		data, err := os.ReadFile(meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var cfg map[string]any
+		if err := dec.Decode(&cfg); err != nil {
+			t.Fatalf("%s: %v", meta, err)
+		}
+		cfg["max_age"] = 0
+		if data, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		key := sha256.Sum256([]byte(filepath.Base(sd)))
+		hh, err := highwayhash.New64(key[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		hh.Write(data)
+		if err := os.WriteFile(meta, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sd, "meta.sum"), []byte(hex.EncodeToString(hh.Sum(nil))), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -59,18 +59,7 @@ func (ollamaWire) decode(body []byte) (*chatRequest, error) {
 		return nil, badParam("format", "structured output is not taken by Hermes' loop")
 	}
 	req := &chatRequest{Model: *raw.Model, Stream: raw.Stream == nil || *raw.Stream} // Ollama streams unless told not to
-	for i, m := range raw.Messages {
-		msg, err := decodeOllamaMessage(fmt.Sprintf("messages[%d]", i), i, m, req.Messages)
-		if err != nil {
-			return nil, err
-		}
-		req.Messages = append(req.Messages, msg)
-	}
-	if err := checkToolReplies(req.Messages); err != nil {
-		return nil, err
-	}
-	var err error
-	if req.Tools, err = decodeClientTools(raw.Tools); err != nil {
+	if err := req.decodeConversation(raw.Messages, raw.Tools, decodeOllamaMessage); err != nil {
 		return nil, err
 	}
 	if o := raw.Options; o != nil {

@@ -180,18 +180,9 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 		req.MaxTurns = *raw.MaxTurns
 	}
 	req.Session = raw.Metadata["hermes_session_id"]
-	for i, m := range raw.Messages {
-		msg, err := decodeChatMessage(fmt.Sprintf("messages[%d]", i), m)
-		if err != nil {
-			return nil, err
-		}
-		req.Messages = append(req.Messages, msg)
-	}
-	if err := checkToolReplies(req.Messages); err != nil {
-		return nil, err
-	}
-	var err error
-	if req.Tools, err = decodeClientTools(raw.Tools); err != nil {
+	if err := req.decodeConversation(raw.Messages, raw.Tools, func(at string, _ int, m json.RawMessage, _ []chatMessage) (chatMessage, error) {
+		return decodeChatMessage(at, m)
+	}); err != nil {
 		return nil, err
 	}
 	if len(raw.ToolChoice) > 0 && string(raw.ToolChoice) != "null" {
@@ -242,6 +233,26 @@ func decodeChatRequest(body []byte) (*chatRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// decodeConversation reads a dialect's messages, each with decode (given where it is, its
+// index and the messages before it), checks that every tool reply answers a call, and reads
+// the client's tools: the loop every dialect shares.
+func (req *chatRequest) decodeConversation(messages, tools []json.RawMessage,
+	decode func(at string, i int, m json.RawMessage, before []chatMessage) (chatMessage, error)) error {
+	for i, m := range messages {
+		msg, err := decode(fmt.Sprintf("messages[%d]", i), i, m, req.Messages)
+		if err != nil {
+			return err
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	if err := checkToolReplies(req.Messages); err != nil {
+		return err
+	}
+	var err error
+	req.Tools, err = decodeClientTools(tools)
+	return err
 }
 
 // decodeBody reads body, one JSON object, into v; what is wrong is a *chatError naming the

@@ -10,7 +10,7 @@
 // against the store); a ticket holds what it took until it is closed. A session belongs to the
 // first actor that sends into it, for as long as the record holds its requests; one whose
 // requests are on the record without an owner is nobody's to claim. Checks run in one order —
-// permission, end user, limits, session, store — so that a request wrong in several ways gets
+// permission, end user, limits, store, session — so that a request wrong in several ways gets
 // the same answer at every door.
 package admission
 
@@ -225,7 +225,26 @@ func (a *Admitter) Admit(ctx context.Context, ask Ask) (_ *Ticket, err error) {
 		}
 		t.release = release
 	}
+	switch ask.Store {
+	case StoreCount, StoreAccepted:
+		count, why := a.store.admit(ask.Size)
+		if why != nil && ask.Store == StoreCount {
+			count.close()
+			return nil, a.storeFull(*why, ask.Size)
+		}
+		if ask.Store == StoreAccepted {
+			count.kept = true
+		}
+		t.count = count
+	case StoreCheck:
+		if why := a.store.full.Load(); why != nil {
+			return nil, a.storeFull(*why, 0)
+		}
+	}
 	if act.identified() && ask.Session != "" {
+		if err := protocol.CheckID("session_id", ask.Session); err != nil {
+			return nil, invalid(err)
+		}
 		switch ask.Mode {
 		case Send:
 			owner, err := a.claim(ctx, act, ask.Session)
@@ -249,22 +268,6 @@ func (a *Admitter) Admit(ctx context.Context, ask Ask) (_ *Ticket, err error) {
 		}
 	}
 	t.Caller = act.Record()
-	switch ask.Store {
-	case StoreCount, StoreAccepted:
-		count, why := a.store.admit(ask.Size)
-		if why != nil && ask.Store == StoreCount {
-			count.close()
-			return nil, a.storeFull(*why, ask.Size)
-		}
-		if ask.Store == StoreAccepted {
-			count.kept = true
-		}
-		t.count = count
-	case StoreCheck:
-		if why := a.store.full.Load(); why != nil {
-			return nil, a.storeFull(*why, 0)
-		}
-	}
 	return t, nil
 }
 

@@ -156,7 +156,7 @@ func TestAFullRecordRefusesNewWrites(t *testing.T) {
 	if _, err := a.Admit(ctx, Ask{Size: 1 << 20}); !refused(t, err).Never {
 		t.Fatal("a request four times the record's limit could wait")
 	}
-	if _, err := a.Admit(ctx, Ask{Actor: Actor{Caller: alice}, Session: "s", Mode: Follow, Store: StoreNone}); err != nil {
+	if _, err := a.Admit(ctx, Ask{Actor: Actor{Caller: alice}, Mode: NoSession, Hold: HoldListing, Store: StoreNone}); err != nil {
 		t.Fatalf("a read: %v", err)
 	}
 	if _, err := a.Admit(ctx, Ask{Mode: NoSession, Store: StoreAccepted, Size: 100}); err != nil {
@@ -181,6 +181,10 @@ func TestAFullRecordRefusesNewWrites(t *testing.T) {
 	tk.Close()
 	if a.store.pending.Load() != footprint(100) {
 		t.Fatalf("a replay kept counting: %d", a.store.pending.Load())
+	}
+	// alice's refused writes claimed nothing: the session is still anyone's.
+	if _, err := a.Admit(ctx, Ask{Actor: Actor{Caller: bob}, Session: "s"}); err != nil {
+		t.Fatalf("a session a refused request named was claimed: %v", err)
 	}
 }
 

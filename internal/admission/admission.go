@@ -66,6 +66,9 @@ const (
 	Follow
 	// NoSession: the request names none (yet).
 	NoSession
+	// Claimed: the request is part of one admitted with Send into the same session (a chat
+	// run's turns): the session is the actor's, and is not claimed again.
+	Claimed
 )
 
 // Store says how a request counts against the record's room.
@@ -256,6 +259,8 @@ func (a *Admitter) Admit(ctx context.Context, ask Ask) (_ *Ticket, err error) {
 				return nil, NoSuchSession(ask.Session)
 			}
 			t.Owner = owner
+		case Claimed:
+			t.Owner = act.Owner()
 		case Follow:
 			known, err := a.known(ctx, act, ask.Session)
 			switch {

@@ -264,3 +264,17 @@ func TestOnABus(t *testing.T) {
 		t.Fatalf("a request into a record at 90 %% of its messages: %v (full: %q)", err, a.Full())
 	}
 }
+
+// A request of a run admitted into its session (a chat run's turn) claims nothing again: it
+// takes the run's owner, and no owner is written for it.
+func TestATurnOfAnAdmittedRunClaimsNothing(t *testing.T) {
+	a := New(Config{})
+	ctx := context.Background()
+	tk, err := a.Admit(ctx, Ask{Actor: Actor{Caller: alice}, Session: "run", Mode: Claimed, WaitRate: true})
+	if err != nil || tk.Owner != "key:alice" {
+		t.Fatalf("%v %+v", err, tk)
+	}
+	if owner, _ := a.owners.of(ctx, "run"); owner != "" {
+		t.Fatalf("a turn claimed its session for %s", owner)
+	}
+}

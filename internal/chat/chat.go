@@ -841,8 +841,9 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		wait = min(wait, time.Until(d))
 	}
 	// Each turn's request is one of the caller's: a POST that runs many turns runs them at the
-	// caller's rate.
-	t, err := s.env.Admit.Admit(ctx, admission.Ask{Actor: c.a, Need: auth.PermSubmit, Session: session, WaitRate: true, Size: size})
+	// caller's rate. The session was claimed when the run was admitted: a turn does not claim
+	// it again.
+	t, err := s.env.Admit.Admit(ctx, admission.Ask{Actor: c.a, Need: auth.PermSubmit, Session: session, Mode: admission.Claimed, WaitRate: true, Size: size})
 	if err != nil {
 		return nil, err
 	}

@@ -49,3 +49,26 @@ func TestUnsupportedExecutor(t *testing.T) {
 		t.Errorf("content = %s, want a JSON string naming the kind", r.Content)
 	}
 }
+
+// A call's arguments get the route's captures under the names they do not use: an argument of
+// the same name wins over a capture.
+func TestCallArgumentsTakeTheRoutesCaptures(t *testing.T) {
+	c := &Call{Dispatch: &protocol.Dispatch{Call: protocol.ToolCall{Arguments: json.RawMessage(`{"name":"赵六","n":1}`)},
+		Params: map[string]string{"name": "李四", "match_1": "保单"}}}
+	args, err := c.Arguments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(args)
+	if string(got) != `{"match_1":"保单","n":1,"name":"赵六"}` {
+		t.Errorf("arguments %s", got)
+	}
+	c.Dispatch.Call.Arguments = nil
+	if args, err := c.Arguments(); err != nil || string(args["name"]) != `"李四"` {
+		t.Errorf("without arguments: %s %v", args, err)
+	}
+	c.Dispatch.Call.Arguments = json.RawMessage(`[1]`)
+	if _, err := c.Arguments(); err == nil {
+		t.Error("arguments that are no JSON object were taken")
+	}
+}

@@ -15,6 +15,7 @@ import (
 // own wakes its successor too (whoever answered it may have stopped there) and says it had
 // finished.
 func TestCancellingAnAnsweredRequestWakesItsSuccessor(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	f.hold.Store(true) // nothing is answered but by the test

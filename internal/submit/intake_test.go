@@ -16,6 +16,7 @@ import (
 // submission's trace, and once it is answered gives its response, replayed — the request
 // published once.
 func TestAnotherSubmitterJoinsWhatTheFirstAccepted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	f.hold.Store(true) // nothing is answered but by the test

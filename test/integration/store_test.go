@@ -16,7 +16,7 @@ import (
 // 503 STORE_FULL naming the limit, and every request it accepted still gets its response
 // (nothing accepted is dropped to make room).
 func TestAFullRecordRefusesNewRequestsAndFinishesAccepted(t *testing.T) {
-	variant(t, "TestLargeRequestsBackToBackNeverOverfillTheRecord (accepted requests answered, then STORE_FULL) and the gateway's TestTheStoreGaugeCountsWhatIsWritten")
+	variant(t, "TestLargeRequestsBackToBackNeverOverfillTheRecord (accepted requests answered, then STORE_FULL) and internal/admission's TestTheStoreGaugeCountsWhatIsWritten")
 	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 128 << 10}})
 	pad := strings.Repeat("x", 200)
 	var accepted []string

@@ -38,6 +38,7 @@ func request(t *testing.T, id string) []byte {
 }
 
 func TestRespondOnceAndWakeTheNext(t *testing.T) {
+	t.Parallel()
 	a, b, lot, m := newResponder(t)
 	ctx := t.Context()
 	// A serial request waits for r1's response.
@@ -80,6 +81,7 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 }
 
 func TestRespondRefusesWhatNoReaderCouldDecode(t *testing.T) {
+	t.Parallel()
 	a, b, _, _ := newResponder(t)
 	_, err := a.Respond(t.Context(), &Response{RequestID: "bad", SessionID: "s", Results: []protocol.ToolResult{{Status: protocol.ResultOK}}})
 	if !bus.IsPermanent(err) || !strings.Contains(err.Error(), "tool_call_id") {
@@ -92,6 +94,7 @@ func TestRespondRefusesWhatNoReaderCouldDecode(t *testing.T) {
 
 // Results that fit one by one but not together: the largest contents give way.
 func TestRespondShrinksToFit(t *testing.T) {
+	t.Parallel()
 	a, b, _, _ := newResponder(t)
 	limit := b.MaxMessageBytes()
 	big := `"` + strings.Repeat("x", limit/2) + `"`
@@ -120,6 +123,7 @@ func TestRespondShrinksToFit(t *testing.T) {
 // Answered from results a cancellation recorded by someone other than the canceller, the
 // response still says the request was cancelled; an error given stands.
 func TestRespondFromCancelledResultsSaysCancelled(t *testing.T) {
+	t.Parallel()
 	a, b, _, _ := newResponder(t)
 	ctx := t.Context()
 	cancelled := protocol.CancelledResult(&protocol.ToolCall{ToolCallID: "b", Name: "echo"}, "", 1, "http 127.0.0.1:1")

@@ -6,6 +6,7 @@ import (
 )
 
 func TestDecodeAdvisory(t *testing.T) {
+	t.Parallel()
 	good := `{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"HERMES","consumer":"tool_http-echo","stream_seq":42,"deliveries":3}`
 	a, err := decodeAdvisory([]byte(good))
 	if err != nil || a.StreamSeq != 42 || a.reason() != "gave up after 3 deliveries" {

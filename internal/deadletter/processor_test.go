@@ -99,6 +99,7 @@ func requestMsg(t *testing.T, rid string, serial bool) *protocol.Message {
 }
 
 func TestProcessorAnswersWhatWaits(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	toolConsumer := bus.ToolConsumer(protocol.ActionHTTP, "echo")
@@ -148,6 +149,7 @@ func TestProcessorAnswersWhatWaits(t *testing.T) {
 }
 
 func TestProcessorFailsADeadRequestAndWakesTheNextSerialOne(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	// A serial request waits, parked, for the dead one's response.
@@ -188,6 +190,7 @@ func TestProcessorFailsADeadRequestAndWakesTheNextSerialOne(t *testing.T) {
 }
 
 func TestProcessorKeepsWhatItCannotRead(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	hdr := nats.Header{}
@@ -224,6 +227,7 @@ func TestProcessorKeepsWhatItCannotRead(t *testing.T) {
 // answered once every call has a result, however many of them were given up — never left
 // without a response.
 func TestProcessorAggregatesGivenUpResults(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	corr := &protocol.Correlation{CallIDs: []string{"a", "b"}}
@@ -265,6 +269,7 @@ func TestProcessorAggregatesGivenUpResults(t *testing.T) {
 // A call given up on whose last try ended with a tool's own code CANCELLED is answered
 // DEAD_LETTERED: a Hermes CANCELLED result would say the request was cancelled.
 func TestProcessorDoesNotPassAGivenUpCallOffAsCancelled(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	rid := "r_tool_cancelled"

@@ -134,3 +134,49 @@ func TestServeReportsListenerErrors(t *testing.T) {
 		t.Fatalf("Serve on a closed listener = %v, want the listener's error", err)
 	}
 }
+
+// TestServeClosesConnectionsThatSentNothing checks that a connection a client opened and never
+// used is closed as shutdown begins, as an idle one is, while a request in flight still runs:
+// it does not hold the shutdown until net/http would count it idle.
+func TestServeClosesConnectionsThatSentNothing(t *testing.T) {
+	ln := listen(t)
+	s := newTestServer()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := startServe(t, ctx, ln, s, time.Minute)
+
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := post("http://"+ln.Addr().String()+"/v1/echo", `{"barrier":{"id":"inflight","count":2,"timeout_ms":1000}}`)
+		answered <- err
+	}()
+	waitFor(t, "the request at the barrier", func() bool { return s.barriers.waiting("inflight") == 1 })
+	unused, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unused.Close()
+	// A request on a connection dialled after it is answered: the server accepted it before.
+	if status, _, err := post("http://"+ln.Addr().String()+"/v1/echo", `{}`); err != nil || status != http.StatusOK {
+		t.Fatalf("a request after the unused connection: %d %v", status, err)
+	}
+	cancel()
+	closed := make(chan error, 1)
+	go func() {
+		_, err := unused.Read(make([]byte, 1))
+		closed <- err
+	}()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("the unused connection: %v, want it closed by the server", err)
+		}
+	case err := <-answered:
+		t.Fatalf("the request in flight was answered (%v) while the unused connection stayed open", err)
+	}
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+}

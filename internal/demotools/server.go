@@ -196,9 +196,43 @@ func (w *timedWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *timedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// freshConns are the connections of a server that have sent no request yet. Shutdown closes
+// idle connections at once but waits for a new one until it is 5 s old (net/http's rule), so a
+// connection a client dialled and never used would hold every shutdown that long; nothing is
+// in flight on it, so close closes it as an idle one. It is safe for concurrent use.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is the server's ConnState hook.
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st != http.StateNew {
+		delete(f.conns, c)
+		return
+	}
+	if f.conns == nil {
+		f.conns = map[net.Conn]struct{}{}
+	}
+	f.conns[c] = struct{}{}
+}
+
+// close closes every connection that has sent no request yet; Shutdown calls it once it has
+// stopped accepting.
+func (f *freshConns) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		_ = c.Close()
+	}
+}
+
 // Serve serves Handler on ln until ctx is done, then shuts down gracefully (in-flight requests
-// get up to 5 s, after which their connections are closed and their contexts cancelled) and
-// returns nil once every handler has returned. It returns other errors from http.Server.
+// get up to 5 s, after which their connections are closed and their contexts cancelled; idle
+// connections, and those that have sent no request, are closed at once) and returns nil once
+// every handler has returned. It returns other errors from http.Server.
 // Serve closes ln.
 func Serve(ctx context.Context, ln net.Listener, logger *slog.Logger) error {
 	if logger == nil {
@@ -210,6 +244,7 @@ func Serve(ctx context.Context, ln net.Listener, logger *slog.Logger) error {
 // serve is Serve with the handler and grace period given.
 func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger, grace time.Duration) error {
 	var inflight sync.WaitGroup
+	var fresh freshConns
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
@@ -219,7 +254,9 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ConnState:         fresh.track,
 	}
+	srv.RegisterOnShutdown(fresh.close)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("demo tools listening", "addr", ln.Addr().String())

@@ -42,7 +42,9 @@ func TestCompletions(t *testing.T) {
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
 		{Name: "hello", Match: "hello", Turns: []scriptedllm.Turn{{Content: "hi"}}},
 		{Name: "flaky", Match: "flaky", Turns: []scriptedllm.Turn{{Status: 503, Times: 1}, {Step: new(int), Content: "recovered"}}},
-		{Name: "down", Match: "down", Turns: []scriptedllm.Turn{{Status: 500, Message: "boom"}}},
+		// It says when to try again (Retry-After-Ms, as OpenAI's API does): its six tries
+		// follow one another without the client's backoff.
+		{Name: "down", Match: "down", Turns: []scriptedllm.Turn{{Status: 500, Message: "boom", RetryAfterMS: 10}}},
 	}}
 	_, base := scripted(t, script)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")

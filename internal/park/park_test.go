@@ -61,6 +61,7 @@ func (f *fixture) published(t *testing.T, session string) []*jetstream.RawStream
 }
 
 func TestParkAndWakeByKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("prev")
@@ -114,6 +115,7 @@ func TestParkAndWakeByKey(t *testing.T) {
 // A message parked, woken, parked again and woken again is delivered twice: each wake-up has a
 // message id of its own, so the stream's duplicate window does not swallow the second.
 func TestParkedTwiceIsWokenTwice(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	raw := request(t, "r_twice", "s2")
@@ -131,6 +133,7 @@ func TestParkedTwiceIsWokenTwice(t *testing.T) {
 }
 
 func TestTimerWakesAtItsTime(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -164,6 +167,7 @@ func TestTimerWakesAtItsTime(t *testing.T) {
 
 // A key woken before its time has its timer removed: timers never outnumber what is parked.
 func TestWakeBeforeTheTimeRemovesTheTimer(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("approval_1")
@@ -183,6 +187,7 @@ func TestWakeBeforeTheTimeRemovesTheTimer(t *testing.T) {
 }
 
 func TestParkRefusesBadKeysAndTheBucketHasNoTTL(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	raw := request(t, "r_x", "s5")
@@ -205,6 +210,7 @@ func TestParkRefusesBadKeysAndTheBucketHasNoTTL(t *testing.T) {
 
 // A parked entry that is not a Hermes message is removed on its wake-up, never published.
 func TestWakeDropsUnreadableEntries(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("junk")
@@ -221,6 +227,7 @@ func TestWakeDropsUnreadableEntries(t *testing.T) {
 
 // Woken messages leave nothing behind: the bucket has no TTL to reclaim delete markers.
 func TestWokenLeaveNothingBehind(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	for i := range 50 {
@@ -245,6 +252,7 @@ func TestWokenLeaveNothingBehind(t *testing.T) {
 // A delete marker left in the lot by an earlier version (which deleted what it woke) is
 // listed under its key; a wake-up of the key removes it, and keeps what is parked beside it.
 func TestWakeRemovesMarkersOfEarlierVersions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("old")
@@ -273,6 +281,7 @@ func TestWakeRemovesMarkersOfEarlierVersions(t *testing.T) {
 
 // Unpark takes out what Park put, but not what was parked at the same place since.
 func TestUnpark(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeOnResponse("prev")
@@ -301,6 +310,7 @@ func TestUnpark(t *testing.T) {
 
 // A key waited for by two messages goes off at the earlier of their times.
 func TestTimerGoesOffAtTheEarliest(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -327,6 +337,7 @@ func TestTimerGoesOffAtTheEarliest(t *testing.T) {
 
 // The sweep wakes keys whose wait is over though nothing woke them.
 func TestSweepWakesWhatWasMissed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	for _, id := range []string{"answered", "open"} {
@@ -349,6 +360,7 @@ func TestSweepWakesWhatWasMissed(t *testing.T) {
 // key's timer being set early enough already; the wake-up removes that timer, and sets it
 // again for the message it left parked.
 func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeAt("during")
@@ -381,6 +393,7 @@ func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
 // Wake-ups of the same key at once — a response's responder, a cancellation, the sweep —
 // each finish promptly, whichever removes a parked message first; and each message is woken.
 func TestConcurrentWakeUpsOfOneKeyFinish(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	for round := range 30 {
 		key := protocol.WakeOnResponse(fmt.Sprintf("cw_%d", round))

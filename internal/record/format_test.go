@@ -11,6 +11,7 @@ import (
 )
 
 func TestFormatFlow(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC}
 	noRoute, _ := json.Marshal(`no route matches tool "fax_send" with this intent`)
 	cases := []struct {
@@ -72,6 +73,7 @@ func TestFormatFlow(t *testing.T) {
 }
 
 func TestFormatUnreadable(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC}
 	got := f.Format(Decode(42, "hermes.request.s1", t0, []byte("not msgpack")))
 	if !strings.HasPrefix(got, "12:00:01.123 [?]        seq 42 hermes.request.s1: protocol: malformed message") {
@@ -88,6 +90,7 @@ func TestFormatUnreadable(t *testing.T) {
 }
 
 func TestFormatKeepsOneLineAndCutsLongValues(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC}
 	req := sampleRequest()
 	req.Intent = "line one\nline two \x1b[31mred\x1b[0m \u202eevil" + strings.Repeat("长", 500)
@@ -110,6 +113,7 @@ func TestFormatKeepsOneLineAndCutsLongValues(t *testing.T) {
 }
 
 func TestFormatOptions(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC, Date: true, Color: true}
 	got := f.Format(entry(t, 1, 0, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "c", Name: "echo",
 		Status: protocol.ResultError, ErrorCode: protocol.CodeToolHTTP5xx, ErrorOrigin: protocol.OriginTool, Attempts: 1}, "w"))
@@ -120,6 +124,7 @@ func TestFormatOptions(t *testing.T) {
 }
 
 func TestFormatForgetsRequestsBeyondItsBound(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC}
 	for i := range maxStarted + 10 {
 		r := sampleRequest()
@@ -132,6 +137,7 @@ func TestFormatForgetsRequestsBeyondItsBound(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
+	t.Parallel()
 	e := entry(t, 7, 2, protocol.TypeToolCall, sampleDispatch(), "router-1")
 	line, err := JSON(e)
 	if err != nil {
@@ -197,6 +203,7 @@ func TestJSON(t *testing.T) {
 }
 
 func TestParseSince(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 16, 12, 0, 0, 0, time.UTC)
 	for in, want := range map[string]time.Time{
 		"90m":                       now.Add(-90 * time.Minute),
@@ -218,6 +225,7 @@ func TestParseSince(t *testing.T) {
 
 // A model's decision reads as seed 001 §5.2's decision log: the input, the choice, each warning.
 func TestFormatDecisionInTheSeedsShape(t *testing.T) {
+	t.Parallel()
 	f := &Formatter{Location: time.UTC}
 	d := &protocol.LLMDecision{Run: "chat-1", Turn: 1, Backend: "local", Model: "qwen2.5-14b", Tries: 1, LatencyMS: 412,
 		Input:    "帮我定明天下午的会议室",

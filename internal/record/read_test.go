@@ -54,6 +54,7 @@ func collect(t *testing.T, js jetstream.JetStream, session string, from Start) [
 }
 
 func TestReadSession(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	var seqs []uint64
 	for i := 1; i <= 3; i++ {
@@ -88,6 +89,7 @@ func TestReadSession(t *testing.T) {
 }
 
 func TestReadEndsWithWhatWasThere(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	publishStarted(t, pub, "s1", "r1", 1)
 	last := publishStarted(t, pub, "s1", "r1", 2)
@@ -109,6 +111,7 @@ func TestReadEndsWithWhatWasThere(t *testing.T) {
 }
 
 func TestReadKeepsGoingPastUnreadableMessages(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	publishStarted(t, pub, "s1", "r1", 1)
 	if _, err := js.Publish(context.Background(), protocol.SubjectRedrivenResult("s1"), []byte("garbage")); err != nil {
@@ -122,6 +125,7 @@ func TestReadKeepsGoingPastUnreadableMessages(t *testing.T) {
 }
 
 func TestReadErrors(t *testing.T) {
+	t.Parallel()
 	js, _ := newRecord(t)
 	ctx := context.Background()
 	noop := func(*Entry) error { return nil }
@@ -148,6 +152,7 @@ func TestReadErrors(t *testing.T) {
 }
 
 func TestFollow(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	publishStarted(t, pub, "s1", "old", 1) // before following: not delivered
 	ctx, cancel := context.WithCancel(context.Background())

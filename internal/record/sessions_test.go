@@ -41,6 +41,7 @@ func recent(t testing.TB, js jetstream.JetStream, limit int) []Session {
 }
 
 func TestRecentSessions(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	if got := recent(t, js, 10); len(got) != 0 {
 		t.Fatalf("empty record: %+v", got)

@@ -60,6 +60,7 @@ func nextEntry(t *testing.T, got <-chan *Entry) *Entry {
 }
 
 func TestStreamHistoryThenLive(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	old1 := publishStarted(t, pub, "s1", "r1", 1)
 	publishStarted(t, pub, "s2", "r2", 1)
@@ -84,6 +85,7 @@ func TestStreamHistoryThenLive(t *testing.T) {
 }
 
 func TestStreamFromSequence(t *testing.T) {
+	t.Parallel()
 	js, pub := newRecord(t)
 	var seqs []uint64
 	for i := 1; i <= 3; i++ {
@@ -105,6 +107,7 @@ func TestStreamFromSequence(t *testing.T) {
 }
 
 func TestStreamErrors(t *testing.T) {
+	t.Parallel()
 	js, _ := newRecord(t)
 	noop := func(*Entry) error { return nil }
 	if err := Stream(context.Background(), js, nil, Start{Seq: 1, Time: time.Now()}, nil, noop); err != ErrStart {

@@ -32,6 +32,7 @@ func seed(t testing.TB) *contract.Compiled {
 // The seed's contract (seed 003 §3.2, ../shared/seed-examples) loads as written: short-form
 // input, success and failure schemas, its execution policy.
 func TestTheSeedContractLoadsUnchanged(t *testing.T) {
+	t.Parallel()
 	k := seed(t)
 	if k.Name != "order_query" || !strings.HasPrefix(k.Description, "查询订单详情") || !k.Shaped() {
 		t.Fatalf("%+v", k.Contract)
@@ -54,6 +55,7 @@ func TestTheSeedContractLoadsUnchanged(t *testing.T) {
 }
 
 func TestArgumentsAreChecked(t *testing.T) {
+	t.Parallel()
 	k := seed(t)
 	for _, tc := range []struct{ args, want string }{
 		{`{"order_id":"ORD202603160042"}`, ""},
@@ -89,6 +91,7 @@ func TestArgumentsAreChecked(t *testing.T) {
 }
 
 func TestShortAndFullSchemas(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, doc  string
 		good, bad  string
@@ -147,6 +150,7 @@ input_schema:
 // Answers are the seed's shape, checked exactly: the seed's refused tool answered
 // "ORDER_NOT_FOUND " with a trailing space.
 func TestAnswersAreCheckedExactly(t *testing.T) {
+	t.Parallel()
 	k := seed(t)
 	for _, tc := range []struct {
 		answer      string
@@ -190,6 +194,7 @@ func TestAnswersAreCheckedExactly(t *testing.T) {
 }
 
 func TestPlainOutputSchemas(t *testing.T) {
+	t.Parallel()
 	c, err := registry.Parse([]byte("name: t\noutput_schema:\n  type: object\n  required: [temp]\n  properties:\n    temp: {type: number}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +216,7 @@ func TestPlainOutputSchemas(t *testing.T) {
 }
 
 func TestExecutionPolicyTheStricterWins(t *testing.T) {
+	t.Parallel()
 	k := seed(t) // timeout_ms 800, max_retries 1
 	route := protocol.Action{TimeoutMS: 5000, Retry: protocol.RetryPolicy{MaxAttempts: 4}}
 	if a := k.Apply(route); a.TimeoutMS != 800 || a.Retry.MaxAttempts != 2 {
@@ -223,6 +229,7 @@ func TestExecutionPolicyTheStricterWins(t *testing.T) {
 }
 
 func TestAContractMayNameItsReach(t *testing.T) {
+	t.Parallel()
 	c, err := registry.Parse([]byte(`
 name: weather
 reach:
@@ -243,6 +250,7 @@ reach:
 // A contract that does not parse or compile is refused with the line and the field; nothing of
 // it is kept.
 func TestBadContractsNameLineAndField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ doc, want string }{
 		{"name: t\ndescripton: x\n", "line 2: descripton: unknown field"},
 		{"name: t\ninput_schema:\n  id: {type: string, pattern: \"([a-z\"}\n", "line 3: input_schema.id.pattern: not valid JSON Schema: '([a-z' is not valid regex"},
@@ -273,6 +281,7 @@ func TestBadContractsNameLineAndField(t *testing.T) {
 }
 
 func TestNoDocumentGrowsPastItsBounds(t *testing.T) {
+	t.Parallel()
 	// An alias bomb: each level doubles what the aliases stand for.
 	var b strings.Builder
 	b.WriteString("name: t\ninput_schema:\n  type: object\n  x0: &a0 [1, 2]\n")
@@ -297,6 +306,7 @@ func TestNoDocumentGrowsPastItsBounds(t *testing.T) {
 }
 
 func TestManyContractsInOneFile(t *testing.T) {
+	t.Parallel()
 	all, err := registry.ParseAll([]byte("name: a\n---\nname: b\neffects: none\n---\n"))
 	if err != nil || len(all) != 2 || all[1].Effects != contract.EffectsNone {
 		t.Fatalf("%v %+v", err, all)

@@ -32,6 +32,7 @@ const v2 = "name: order_query\ninput_schema:\n  order_id: {type: string, require
 // readable by its revision, a removal is a version of its own, and a follower sees each change
 // without being restarted.
 func TestVersionsHistoryAndFollowers(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	b := s.Provision(t, bus.Config{})
 	t.Cleanup(func() {
@@ -109,6 +110,7 @@ func TestVersionsHistoryAndFollowers(t *testing.T) {
 // unchecked: the version in use stays in use, a tool without one is refused, and registering
 // repairs the key, its versions going on.
 func TestDamageIsNeverUnchecked(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewServer(t)
 	b := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

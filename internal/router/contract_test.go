@@ -14,6 +14,7 @@ import (
 // answered CONTRACT_UNAVAILABLE, never dispatched; while it is kept, the calls skip the input
 // check (some cases are invalid on purpose).
 func TestASandboxRequestRunsOnlyWhileItsCandidateIsKept(t *testing.T) {
+	t.Parallel()
 	var c contract.Contract
 	if err := json.Unmarshal([]byte(`{"name":"pay","input_schema":{"amount":{"type":"integer","required":true,"minimum":1}}}`), &c); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ func newRouter(t *testing.T) (*Router, *bus.Bus) {
 // correlation, and parks the request for each held call; aggregation then answers from the
 // recorded results alone.
 func TestOutletAndAggregation(t *testing.T) {
+	t.Parallel()
 	r, b := newRouter(t)
 	ctx := t.Context()
 	j := job(t, "r1", "s1", true, "fax", "a", "echo", "b", "echo", "c")
@@ -128,6 +129,7 @@ func delivery(t *testing.T, b *bus.Bus, rid, call string) *bus.Delivery {
 }
 
 func TestTrustedCorrelation(t *testing.T) {
+	t.Parallel()
 	a := &aggregator{maxCall: 3}
 	res := &protocol.ToolResult{ToolCallID: "b"}
 	for _, c := range []struct {
@@ -149,6 +151,7 @@ func TestTrustedCorrelation(t *testing.T) {
 }
 
 func TestRouterStages(t *testing.T) {
+	t.Parallel()
 	r, _ := newRouter(t)
 	if got := strings.Join(r.Stages(), ","); got != "serial,plan,route" {
 		t.Errorf("stages %s", got)
@@ -159,6 +162,7 @@ func TestRouterStages(t *testing.T) {
 // stopped before aggregating it) is answered from the recorded results, once, and adds no copy
 // of a result to the record.
 func TestARequestWithEveryResultIsAnsweredFromThem(t *testing.T) {
+	t.Parallel()
 	r, b := newRouter(t)
 	ctx := t.Context()
 	j := job(t, "again", "s_again", false, "fax", "a")

@@ -39,6 +39,7 @@ type answeredSet map[string]bool
 func (a answeredSet) answered(_ context.Context, id, _ string) (bool, error) { return a[id], nil }
 
 func TestSerialStage(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	kv := bustest.NewMemKV()
 	answered := answeredSet{}
@@ -132,6 +133,7 @@ func (p planSet) plan(_ context.Context, id string) (*bus.Plan, error) {
 // lets its successor go on every delivery; predecessors answered without running (cancelled
 // or dead-lettered while they waited) are stepped over to the one they waited for.
 func TestSerialStageRedeliveriesAndPredecessorsThatNeverRan(t *testing.T) {
+	t.Parallel()
 	r := newSerialRig(t)
 	answered, plans, process, mustGo, mustWait := r.answered, r.plans, r.process, r.mustGo, r.mustWait
 	mustGo("p")
@@ -208,6 +210,7 @@ func (p *plans) Announce(_ context.Context, id, _ string) (bool, error) {
 }
 
 func TestPlanStage(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
@@ -333,6 +336,7 @@ func TestPlanStage(t *testing.T) {
 }
 
 func TestRouteStage(t *testing.T) {
+	t.Parallel()
 	table, err := routes.Parse("routes.yaml", []byte(`version: 1.0
 rules:
   - name: policy_by_name
@@ -420,6 +424,7 @@ func (s stageFunc) Process(_ context.Context, j *Job) (Verdict, error) {
 }
 
 func TestPipeline(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	var ran []string
 	step := func(name string, v Verdict, err error) Stage {
@@ -470,6 +475,7 @@ func TestPipeline(t *testing.T) {
 // A coming stage — an approval, a rate limit — holds one call while the others go: the calls
 // it does not hold reach the outlet to be dispatched, the held one parks the request.
 func TestAStageHoldsOneCall(t *testing.T) {
+	t.Parallel()
 	hold := park.Wait{Key: protocol.WakeAt("r1.b"), At: time.Now().Add(time.Hour)}
 	approval := stageFunc{"approval", func(j *Job) (Verdict, error) {
 		for _, c := range j.Calls {
@@ -510,6 +516,7 @@ func (o *parkHookOutlet) Park(ctx context.Context, j *Job, w park.Wait) (func(co
 // y parks to wait for x, and x is cancelled in between (answered, never run): the recheck
 // does not let y go — p still runs — but wakes y's parked copy at once, to wait for p.
 func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
+	t.Parallel()
 	r := newSerialRig(t)
 	run := func(id string, out Outlet) {
 		t.Helper()
@@ -538,6 +545,7 @@ func TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile(t *testing.T) {
 // was answered without running lets its successors go, though the one before it is long gone;
 // an unanswered one is waited for, whatever expired of its order.
 func TestSerialOrderPastTheStateTTL(t *testing.T) {
+	t.Parallel()
 	expire := func(r *serialRig, ids ...string) {
 		t.Helper()
 		for _, id := range ids {
@@ -694,6 +702,7 @@ func (r *serialRig) expireAll(ids ...string) {
 // where it stopped, is woken at once, and steps on — it never goes while p runs, and goes
 // once p is answered.
 func TestSerialStageStepsOverMoreThanOneDeliveryFollows(t *testing.T) {
+	t.Parallel()
 	r := newSerialRig(t)
 	r.mustGo("p")
 	prev := "p"
@@ -759,6 +768,7 @@ func (r *serialRig) mustWait(id, prev string) {
 // (the earlier version marked nothing else): one recorded at intake, or by a cancellation,
 // shows nothing.
 func TestSerialWentIgnoresPlansRecordedAtIntake(t *testing.T) {
+	t.Parallel()
 	plans := map[string]*bus.Plan{"intake": {AtIntake: true}, "router": {}, "cancelled": {Cancelled: true}}
 	s := &SerialStage{Sessions: bustest.NewMemKV(), Plan: func(_ context.Context, id string) (*bus.Plan, error) {
 		if p, ok := plans[id]; ok {

@@ -77,6 +77,9 @@ type Turn struct {
 	Status  int    `yaml:"status" json:"status,omitempty"`
 	Message string `yaml:"message" json:"message,omitempty"`
 	Times   int    `yaml:"times" json:"times,omitempty"`
+	// RetryAfterMS, with Status, says when to try again in a Retry-After-Ms header (as
+	// OpenAI's API does); 0 sends none, and a client waits out its own backoff.
+	RetryAfterMS int `yaml:"retry_after_ms" json:"retry_after_ms,omitempty"`
 	// DelayMS stalls this long before answering (between a stream's chunks too, spread).
 	DelayMS int `yaml:"delay_ms" json:"delay_ms,omitempty"`
 	// Raw is sent as the whole body instead (broken JSON, say), with status 200.
@@ -173,6 +176,9 @@ func (s *Script) Check() error {
 		}
 		if t.Status != 0 && (t.Status < 400 || t.Status > 599) {
 			return fmt.Errorf("%s: status %d is not an error status (400 to 599)", where, t.Status)
+		}
+		if t.RetryAfterMS < 0 || t.RetryAfterMS > 0 && t.Status == 0 {
+			return fmt.Errorf("%s: retry_after_ms %d: a wait of 0 or more, with a status only", where, t.RetryAfterMS)
 		}
 		for i, c := range t.ToolCalls {
 			if c.Name == "" {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -252,6 +253,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			typ := "server_error"
 			if t.Status == http.StatusTooManyRequests {
 				typ = "rate_limit_exceeded"
+			}
+			if t.RetryAfterMS > 0 {
+				w.Header().Set("Retry-After-Ms", strconv.Itoa(t.RetryAfterMS))
 			}
 			apiError(w, t.Status, typ, typ, "", msg)
 			return

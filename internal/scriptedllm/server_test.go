@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +141,7 @@ func TestFaults(t *testing.T) {
 	step1 := 1
 	script := &scriptedllm.Script{Models: []string{"scripted"}, Conversations: []scriptedllm.Conversation{
 		{Name: "flaky", Match: "flaky", Turns: []scriptedllm.Turn{{Status: 503, Times: 1}, {Step: new(int), Content: "fine now"}}},
+		{Name: "busy", Match: "busy", Turns: []scriptedllm.Turn{{Status: 429, Times: 1, RetryAfterMS: 1500}, {Step: new(int), Content: "later"}}},
 		{Name: "slow", Match: "slow", Turns: []scriptedllm.Turn{{DelayMS: 2000, Content: "late"}}},
 		{Name: "broken", Match: "broken", Turns: []scriptedllm.Turn{{Raw: `{"choices":[{"message":`}}},
 		{Name: "not json", Match: "args", Turns: []scriptedllm.Turn{{ToolCalls: []scriptedllm.ToolCall{{Name: "meeting_book", ArgumentsRaw: "{title: 周会"}}}}},
@@ -155,6 +157,11 @@ func TestFaults(t *testing.T) {
 	}
 	if resp, err := client.Chat.Completions.New(t.Context(), user("flaky")); err != nil || resp.Choices[0].Message.Content != "fine now" {
 		t.Fatalf("flaky, again: %v", err)
+	}
+	var busy *http.Response
+	if _, err := client.Chat.Completions.New(t.Context(), user("busy"), option.WithResponseInto(&busy)); !errors.As(err, &apiErr) ||
+		apiErr.StatusCode != 429 || busy.Header.Get("Retry-After-Ms") != "1500" {
+		t.Fatalf("busy: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
@@ -189,6 +196,8 @@ func TestBadScripts(t *testing.T) {
 	for _, text := range []string{
 		"conversations: [{name: a, turns: [{}]}]",
 		"conversations: [{name: a, turns: [{status: 200}]}]",
+		"conversations: [{name: a, turns: [{content: hi, retry_after_ms: 10}]}]",
+		"conversations: [{name: a, turns: [{status: 503, retry_after_ms: -1}]}]",
 		"conversations: [{name: a, turns: [{tool_calls: [{arguments: {}}]}]}]",
 		"conversations: [{name: a}]",
 		"colour: red",

@@ -25,6 +25,7 @@ func testBudgets(bytes int64, window time.Duration) (*budgets, *clock) {
 }
 
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	b, clk := testBudgets(60_000, time.Minute) // drains 1,000 bytes a second
 	if _, err := b.take("a", 50_000); err != nil {
 		t.Fatal(err)
@@ -87,6 +88,7 @@ func TestBudget(t *testing.T) {
 }
 
 func TestBudgetForgetsTheOldestAtItsBound(t *testing.T) {
+	t.Parallel()
 	b, clk := testBudgets(1000, time.Hour)
 	if b.maxCallers != maxBudgetCallers {
 		t.Fatalf("bound %d", b.maxCallers)
@@ -114,6 +116,7 @@ func TestBudgetForgetsTheOldestAtItsBound(t *testing.T) {
 }
 
 func TestRequestCost(t *testing.T) {
+	t.Parallel()
 	r := req("r1", "a", "b") // two calls of {}
 	small := requestCost(Submission{Request: r})
 	if want := int64(costFactor*(len("r1")+len("test")+2*(1+len("echo")+len("{}"))) + 2*costPerCall); small != want {
@@ -127,6 +130,7 @@ func TestRequestCost(t *testing.T) {
 // Through Submit: a caller over its budget is refused before anything is accepted, others go
 // on, and what stored nothing (a replay) costs nothing.
 func TestSubmitCountsTheCallersBudget(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	cost := requestCost(Submission{Request: req("r1", "a")})

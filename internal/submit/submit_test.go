@@ -97,6 +97,7 @@ func req(id string, calls ...string) *protocol.Request {
 }
 
 func TestSubmit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	trace := protocol.TraceContext{TraceID: "trace-1"}
@@ -160,6 +161,7 @@ func TestSubmit(t *testing.T) {
 }
 
 func TestSubmitWhileDisconnected(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.nc.Close()
 	if _, err := f.s.Submit(t.Context(), Submission{Request: req("r1", "a"), Wait: time.Second}); !errors.Is(err, ErrNotConnected) {
@@ -174,6 +176,7 @@ func TestSubmitWhileDisconnected(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	f.hold.Store(true) // nothing is answered but by the cancellation

@@ -32,6 +32,7 @@ func sub(what, subject string) attempt { return attempt{what: what, subject: sub
 // each role must be able to do is what the integration tests run: every service there is its
 // own user, and a refusal fails the test.)
 func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	s.Provision(t, bus.Config{})
 	forged := []attempt{
@@ -172,6 +173,7 @@ func refused(s *bustest.Server, before int, subject string) bool {
 // TestAClientPublishesRequestsOnly: the client user's one right works — a request published
 // through JetStream under its own name is stored and acked on the client's own inbox.
 func TestAClientPublishesRequestsOnly(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	s.Provision(t, bus.Config{})
 	nc := s.ConnectAs(t, bus.RoleClient)
@@ -201,6 +203,7 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 // are in an account of their own, whose requests reach Hermes' through a service import, which
 // answers the client itself whatever reply subject it named.
 func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	admin := s.Provision(t, bus.Config{})
 	nc := s.ConnectAs(t, bus.RoleClient)
@@ -237,6 +240,7 @@ func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
 // A roll-up (Nats-Rollup: all) on any key would empty a bucket, and a service may write keys of
 // several: no bucket a service writes takes one, but the sign-ins' (whose keys are purged).
 func TestNoServiceRollsUpABucket(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	admin := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -269,6 +273,7 @@ func TestNoServiceRollsUpABucket(t *testing.T) {
 // publishes. A response is read as the first that counts on its subject, so what follows it
 // there never hides it from its caller.
 func TestNothingAfterAResponseHidesIt(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	admin := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -45,6 +45,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestPublishDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -57,6 +58,7 @@ func TestPublishDeduplicatesByMsgID(t *testing.T) {
 }
 
 func TestSubscriberSettlesByHandlerResult(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -110,6 +112,7 @@ func TestSubscriberSettlesByHandlerResult(t *testing.T) {
 }
 
 func TestSubscriberBoundsConcurrency(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -150,6 +153,7 @@ func TestSubscriberBoundsConcurrency(t *testing.T) {
 }
 
 func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -199,6 +203,7 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 // TestSubscriberShutdownIsBounded: once ctx is done no new handler starts, and handlers still
 // running after Grace are cancelled, so Run returns within about Grace + PullWait.
 func TestSubscriberShutdownIsBounded(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -236,6 +241,7 @@ func TestSubscriberShutdownIsBounded(t *testing.T) {
 // TestSubscriberReportsDeletedConsumer: a consumer deleted under a running subscriber ends
 // Run with an error instead of a silent retry loop.
 func TestSubscriberReportsDeletedConsumer(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	cons, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "doomed")
@@ -261,6 +267,7 @@ func TestSubscriberReportsDeletedConsumer(t *testing.T) {
 }
 
 func TestEveryRunsUntilStopped(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int32
 	stop := bus.Every(5*time.Millisecond, func() { n.Add(1) })
 	waitFor(t, "three runs", func() bool { return n.Load() >= 3 })
@@ -274,6 +281,7 @@ func TestEveryRunsUntilStopped(t *testing.T) {
 }
 
 func TestPublishBatch(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	p := bus.NewPublisher(b.JS, protocol.Sender{Role: "test", Instance: "t1"})
@@ -365,6 +373,7 @@ func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 // partition protocol.RequestPartition computes (the server's function), so tools that name
 // stored subjects agree with the server.
 func TestRequestsArePartitionedBySession(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	seen := map[int]bool{}
@@ -390,6 +399,7 @@ func TestRequestsArePartitionedBySession(t *testing.T) {
 }
 
 func TestRedactHidesEveryServersCredentials(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"nats://u:secret@a:4222":                        "nats://***@a:4222",
 		"nats://u:secret@a:4222,nats://u:secret@b:4222": "nats://***@a:4222,nats://***@b:4222",
@@ -405,6 +415,7 @@ func TestRedactHidesEveryServersCredentials(t *testing.T) {
 // TestProvisionRefusesAnUnorderedPartitionConsumer: a request partition consumer that allows
 // more than one message in flight would lose each session's order; provisioning says so.
 func TestProvisionRefusesAnUnorderedPartitionConsumer(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	ctx := context.Background()
@@ -424,6 +435,7 @@ func TestProvisionRefusesAnUnorderedPartitionConsumer(t *testing.T) {
 
 // TestProvisionOpenOnly: a client that opens the bus creates nothing, and says what is missing.
 func TestProvisionOpenOnly(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	nc := srv.Connect(t)
 	js, _ := jetstream.New(nc)
@@ -444,6 +456,7 @@ func TestProvisionOpenOnly(t *testing.T) {
 // Subscribers sharing a pool run at most its size of handlers between them, each within its
 // own bound too; one in another pool is not held back by them (a bulkhead).
 func TestSubscribersShareAPool(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 // TestStartServerClusterConfig: a cluster node is refused, before anything starts, without
 // what a JetStream cluster needs.
 func TestStartServerClusterConfig(t *testing.T) {
+	t.Parallel()
 	ok := bus.ClusterConfig{Name: "c", Listen: "127.0.0.1:0", Routes: []string{"nats-route://127.0.0.1:6222"}}
 	for name, tc := range map[string]struct {
 		node    string
@@ -47,6 +48,7 @@ func TestStartServerClusterConfig(t *testing.T) {
 // A server whose file store cannot hold Hermes' byte limits refuses to provision, and the error
 // says what to raise or lower.
 func TestProvisionExplainsAStoreTooSmall(t *testing.T) {
+	t.Parallel()
 	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), MaxFileStore: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +77,7 @@ func TestProvisionExplainsAStoreTooSmall(t *testing.T) {
 // back when the embedded server starts with users (the services in Hermes' account): nothing
 // provisioned before is lost from sight, nothing is provisioned anew beside it.
 func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	open, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
@@ -126,6 +129,7 @@ func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
 // while) hands their subjects to the clients' stream; and a gateway that started before that
 // stream existed finds its consumer once it does.
 func TestTheClientsStreamComesLater(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewServer(t)
 	b := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

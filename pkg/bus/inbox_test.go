@@ -17,6 +17,7 @@ import (
 // JetStream calls are answered; connected with the shared _INBOX or another role's, Connect
 // refuses at once, saying why, instead of every call timing out.
 func TestEachServiceReceivesRepliesUnderItsOwnInbox(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	s.Provision(t, bus.Config{})
 	services := []bus.Role{bus.RoleGateway, bus.RoleRouter, bus.RoleWorker}
@@ -67,6 +68,7 @@ func TestEachServiceReceivesRepliesUnderItsOwnInbox(t *testing.T) {
 
 // An unlocked server lets any inbox in, and admin (allowed everything) keeps _INBOX.
 func TestAnyInboxOnAnOpenServer(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

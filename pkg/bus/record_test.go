@@ -42,6 +42,7 @@ func responseMsg(t *testing.T, rid, session, status string) *protocol.Message {
 // A call's first result is its result: another, recorded later by anyone, is not stored, and
 // the one recorded is returned; the same message recorded again is still this one's.
 func TestRecordResultFirstWins(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	ctx := t.Context()
 	w1 := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w1"})
@@ -84,6 +85,7 @@ func TestRecordResultFirstWins(t *testing.T) {
 // A re-driven call's result supersedes the answer the dead-letter processor gave it, not the
 // tool's own result.
 func TestRecordRedrivenResultSupersedesOnlyADeadAnswer(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	ctx := t.Context()
 	dl := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleDeadLetter, Instance: "d"})
@@ -121,6 +123,7 @@ func mustResult(t *testing.T, r *bus.Recorded) *protocol.ToolResult {
 // A request's results are read in one batch; a batch that cannot include the result the
 // caller holds is not taken.
 func TestResultsReadsABatch(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	ctx := t.Context()
 	w := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
@@ -154,6 +157,7 @@ func TestResultsReadsABatch(t *testing.T) {
 // The first response is the only one recorded, and the only one announced to callers awaiting
 // it; Announce sends it again.
 func TestRespondRecordsAndAnnouncesTheFirstResponse(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{})
 	ctx := t.Context()
@@ -230,6 +234,7 @@ func TestRespondRecordsAndAnnouncesTheFirstResponse(t *testing.T) {
 // A record made before results and responses were kept on the stream alone gets direct reads
 // and the announcement of stored responses, and the subjects it lacks.
 func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	nc := srv.Connect(t)
 	js, err := jetstream.New(nc)
@@ -267,6 +272,7 @@ func TestRecordFromBeforeTheStreamAlone(t *testing.T) {
 // request: bytes no reader decodes, or a message of another call, is as good as nothing, and
 // the first real one recorded supersedes it.
 func TestRecordSupersedesWhatDoesNotCount(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	ctx := t.Context()
 	w := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: "w"})
@@ -357,6 +363,7 @@ func TestRespondRacesOnACluster(t *testing.T) {
 // The record can be bounded in messages; by default it is bounded by age alone (it is also
 // the work queue: a message limit drops work not yet done).
 func TestRecordMessageLimit(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{MaxMsgs: 10})
 	if got := b.Stream.CachedInfo().Config.MaxMsgs; got != 10 {
 		t.Fatalf("record limit %d", got)
@@ -369,6 +376,7 @@ func TestRecordMessageLimit(t *testing.T) {
 // Provisioning again with the same settings reports no drift: a stream whose limits this
 // process leaves unset is not said to differ.
 func TestProvisionAgainReportsNoDrift(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	srv.Provision(t, bus.Config{})
 	if again := srv.Provision(t, bus.Config{}); len(again.Drift) != 0 {

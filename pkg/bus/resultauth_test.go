@@ -51,6 +51,7 @@ func forgedResult(t *testing.T, ctx context.Context, js jetstream.JetStream, nam
 // read as the call's result: the genuine worker records its result after it, and readers take
 // the genuine one. Without trusted keys (before results were sealed), the forgery won.
 func TestAForgedResultIsNeverTheCallsResult(t *testing.T) {
+	t.Parallel()
 	routerPub, routerKey, _ := ed25519.GenerateKey(rand.Reader)
 	echoPub, echoKey, _ := ed25519.GenerateKey(rand.Reader)
 	crmPub, crmKey, _ := ed25519.GenerateKey(rand.Reader)
@@ -69,6 +70,7 @@ func TestAForgedResultIsNeverTheCallsResult(t *testing.T) {
 		{"sealed by another tool's worker, naming its own tool", crmKey, "crm-worker", "crm_lookup"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s, _, ctx, attacker := planned(t)
 			forgedResult(t, ctx, attacker, c.claim, c.key, c.id, true)
 
@@ -91,6 +93,7 @@ func TestAForgedResultIsNeverTheCallsResult(t *testing.T) {
 		})
 	}
 	t.Run("without trusted keys, the first result stands, forged or not", func(t *testing.T) {
+		t.Parallel()
 		_, admin, ctx, attacker := planned(t)
 		forgedResult(t, ctx, attacker, "echo", nil, "", true)
 		_, res, err := admin.Result(ctx, "r1", "c1", "s1", "")
@@ -149,6 +152,7 @@ func workerBus(t *testing.T, s *bustest.Server, keys protocol.ResultKeys, id str
 // later writer (a cancellation, say) finds the genuine result before them rather than
 // recording a second one.
 func TestWhatFollowsAResultHidesNothing(t *testing.T) {
+	t.Parallel()
 	routerPub, routerKey, _ := ed25519.GenerateKey(rand.Reader)
 	keys := protocol.ResultKeys{"router": {Key: routerPub}}
 	s, _, ctx, attacker := planned(t)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestWorkerAccessForChecksItsNames(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		user  string
 		tools []string
@@ -82,6 +83,7 @@ func TestWorkerAccessForChecksItsNames(t *testing.T) {
 // B's (echo): not take from or ack B's consumers, create them, nor list B, nor read any
 // service's replies. The plain toolworker user still serves every tool.
 func TestAWorkerOfSomeToolsIsRefusedTheOthers(t *testing.T) {
+	t.Parallel()
 	const user, a, b = "crm-worker", "crm_lookup", "echo"
 	s := bustest.NewLockedServer(t, bus.User{Name: user, Role: bus.RoleWorker, Tools: []string{a}})
 	admin := s.Provision(t, bus.Config{})
@@ -182,12 +184,15 @@ func TestAWorkerOfSomeToolsIsRefusedTheOthers(t *testing.T) {
 			t.Errorf("the worker of %s may %s (%s): the server let it", a, at.what, at.subject)
 		}
 	}
-	// Through the bus: B's consumer cannot be read, nor made, nor B listed.
-	short, cancel2 := context.WithTimeout(ctx, 2*time.Second)
+	// Through the bus: B's consumer cannot be read, nor made, nor B listed. Refused, a request
+	// gets no answer: each waits out a deadline of its own.
+	short, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()
 	if _, err := wb.EnsureToolConsumer(short, protocol.ActionGRPC, b); err == nil {
 		t.Error("the worker of A made a consumer of B's calls")
 	}
+	short, cancel3 := context.WithTimeout(ctx, time.Second)
+	defer cancel3()
 	if _, err := wb.Tools.Put(short, protocol.KeyTool(protocol.ActionHTTP, b), []byte("x")); err == nil {
 		t.Error("the worker of A listed B")
 	}

@@ -13,6 +13,7 @@ import (
 // A worker whose clock runs an hour ahead (or behind) judges leases as the server does: a live
 // claim is not taken over, a lapsed one is.
 func TestLeasesFollowTheServersClock(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	ctx := context.Background()
 	live := New(b.Claims, "live", time.Hour)

@@ -17,6 +17,7 @@ func claims(t *testing.T) *bus.Bus {
 }
 
 func TestAcquireReleaseTakeOver(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	a := ledger.New(b.Claims, "worker-a", time.Hour)
@@ -50,6 +51,7 @@ func TestAcquireReleaseTakeOver(t *testing.T) {
 }
 
 func TestLapsedClaimIsTakenOverOnce(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	dead := ledger.New(b.Claims, "dead", 50*time.Millisecond)
@@ -84,6 +86,7 @@ func TestLapsedClaimIsTakenOverOnce(t *testing.T) {
 }
 
 func TestRenewDetectsTakeover(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	slow := ledger.New(b.Claims, "slow", 30*time.Millisecond)
@@ -110,6 +113,7 @@ func TestRenewDetectsTakeover(t *testing.T) {
 // A finished call is never acquired again — not by another worker, not after a cancellation,
 // not by the holder that lost it — and finishing keeps its tries.
 func TestAFinishedCallIsNotAcquiredAgain(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	a := ledger.New(b.Claims, "a", time.Hour)
@@ -163,6 +167,7 @@ func TestAFinishedCallIsNotAcquiredAgain(t *testing.T) {
 // does not take the mark over; the first holder, taken over, leaves what is there standing too;
 // a cancelled or finished call is settled for everyone.
 func TestARecordingBegunByAnotherHolderIsSettled(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	first := ledger.New(b.Claims, "first", 30*time.Millisecond)
@@ -204,6 +209,7 @@ func TestARecordingBegunByAnotherHolderIsSettled(t *testing.T) {
 // A claim written by a Hermes that marked neither finished calls nor recordings, taken over,
 // is settled for the new holder: a result its old holder may have recorded stands.
 func TestAClaimOfAnEarlierVersionIsSettledWhenTakenOver(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	if _, err := b.Claims.Create(ctx, "r.c", []byte(`{"holder":"old/1","attempt":1}`)); err != nil {
@@ -221,6 +227,7 @@ func TestAClaimOfAnEarlierVersionIsSettledWhenTakenOver(t *testing.T) {
 // A cancellation that lands while a holder marks its recording is not undone by the holder's
 // next renewal: the renewal sees it.
 func TestACancellationDuringTheRecordingMarkStands(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	l := ledger.New(b.Claims, "w", time.Hour)
@@ -245,6 +252,7 @@ func TestACancellationDuringTheRecordingMarkStands(t *testing.T) {
 // A holder presumed dead that marks its recording on a claim another holder now has does not
 // make that holder lose it: its renewals go on, keeping the mark.
 func TestAMarkByAHolderPresumedDeadKeepsTheLiveHolder(t *testing.T) {
+	t.Parallel()
 	b := claims(t)
 	ctx := context.Background()
 	slow := ledger.New(b.Claims, "slow", 30*time.Millisecond)

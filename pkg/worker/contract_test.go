@@ -42,6 +42,7 @@ func orderQuery(t *testing.T, version int, rev uint64, statuses string) *contrac
 
 // Answers are judged under the version the call was routed under, whatever came since.
 func TestAnswersAreJudgedByTheirCallsContractVersion(t *testing.T) {
+	t.Parallel()
 	src := versions{5: orderQuery(t, 1, 5, `"paid"`), 8: orderQuery(t, 2, 8, `"paid","lost"`)}
 	var answer worker.Outcome
 	called := 0
@@ -96,6 +97,7 @@ func TestAnswersAreJudgedByTheirCallsContractVersion(t *testing.T) {
 }
 
 func TestAWorkerWithoutContractsRunsNoContractCall(t *testing.T) {
+	t.Parallel()
 	exec := worker.Chain(worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
 		return worker.Outcome{}, errors.New("must not be called")
 	}), worker.CheckContracts(nil))
@@ -108,6 +110,7 @@ func TestAWorkerWithoutContractsRunsNoContractCall(t *testing.T) {
 // Whatever the executor says of its outcome, a success is judged, and an error status's body
 // that is not the contract's shape is withheld with any code the contract does not declare.
 func TestEveryAnswerIsJudged(t *testing.T) {
+	t.Parallel()
 	k := orderQuery(t, 1, 5, `"paid"`)
 	var answer worker.Outcome
 	exec := worker.Chain(worker.ExecutorFunc(protocol.ActionHTTP, func(context.Context, *worker.Call) (worker.Outcome, error) {
@@ -156,6 +159,7 @@ func TestEveryAnswerIsJudged(t *testing.T) {
 // A tool's calls take slots of its resource level's pool; a tool without a level is M; with
 // Shared, every level is one pool.
 func TestToolsTakeTheirLevelsPool(t *testing.T) {
+	t.Parallel()
 	levels := map[string]string{"report": "H", "lookup": "L", "odd": "X"}
 	w, err := worker.New(worker.Config{Bus: &bus.Bus{}, Instance: "w", Executors: []worker.Executor{worker.ExecutorFunc(protocol.ActionHTTP, nil)},
 		Pools: worker.Pools{L: 5, M: 3, H: 1}, Level: func(tool string) string { return levels[tool] }})

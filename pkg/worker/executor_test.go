@@ -11,6 +11,7 @@ import (
 var _ Executor = unsupported{}
 
 func TestCallIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	c := &Call{RequestID: "req-7", Attempt: 1, Dispatch: &protocol.Dispatch{Call: protocol.ToolCall{ToolCallID: "call_3"}}}
 	first := c.IdempotencyKey()
 	if first != "req-7/call_3" {
@@ -23,6 +24,7 @@ func TestCallIdempotencyKey(t *testing.T) {
 }
 
 func TestUnsupportedExecutor(t *testing.T) {
+	t.Parallel()
 	c := &Call{RequestID: "req-1", Attempt: 1, Dispatch: &protocol.Dispatch{
 		Call:   protocol.ToolCall{ToolCallID: "call_1", Name: "lookup", Arguments: json.RawMessage(`{}`)},
 		Route:  "grpc-lookup",
@@ -47,5 +49,29 @@ func TestUnsupportedExecutor(t *testing.T) {
 	var content string
 	if err := json.Unmarshal(r.Content, &content); err != nil || !strings.Contains(content, "grpc") {
 		t.Errorf("content = %s, want a JSON string naming the kind", r.Content)
+	}
+}
+
+// A call's arguments get the route's captures under the names they do not use: an argument of
+// the same name wins over a capture.
+func TestCallArgumentsTakeTheRoutesCaptures(t *testing.T) {
+	t.Parallel()
+	c := &Call{Dispatch: &protocol.Dispatch{Call: protocol.ToolCall{Arguments: json.RawMessage(`{"name":"赵六","n":1}`)},
+		Params: map[string]string{"name": "李四", "match_1": "保单"}}}
+	args, err := c.Arguments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(args)
+	if string(got) != `{"match_1":"保单","n":1,"name":"赵六"}` {
+		t.Errorf("arguments %s", got)
+	}
+	c.Dispatch.Call.Arguments = nil
+	if args, err := c.Arguments(); err != nil || string(args["name"]) != `"李四"` {
+		t.Errorf("without arguments: %s %v", args, err)
+	}
+	c.Dispatch.Call.Arguments = json.RawMessage(`[1]`)
+	if _, err := c.Arguments(); err == nil {
+		t.Error("arguments that are no JSON object were taken")
 	}
 }

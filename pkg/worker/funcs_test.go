@@ -15,6 +15,7 @@ import (
 )
 
 func TestFuncsConformance(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	aborted := map[string]bool{}
 	funcs, err := worker.NewFuncs(map[string]worker.Func{
@@ -72,6 +73,7 @@ func TestFuncsConformance(t *testing.T) {
 }
 
 func TestNewFuncsRefusesBadTools(t *testing.T) {
+	t.Parallel()
 	if _, err := worker.NewFuncs(map[string]worker.Func{"a.b": func(context.Context, json.RawMessage) (any, error) { return nil, nil }}); err == nil {
 		t.Error("a tool name that is not a subject token was accepted")
 	}
@@ -83,6 +85,7 @@ func TestNewFuncsRefusesBadTools(t *testing.T) {
 // A Go tool's own code is its own (tool_error_code), never Hermes' verdict: error_code is
 // TOOL_FAILED, and a code that is one of Hermes', or not a code, is dropped.
 func TestFuncCodesAreTheTools(t *testing.T) {
+	t.Parallel()
 	funcs, err := worker.NewFuncs(map[string]worker.Func{
 		"fail": func(_ context.Context, args json.RawMessage) (any, error) {
 			var in struct{ Code string }

@@ -27,6 +27,7 @@ import (
 // says is settled (a cancellation's) standing, records its result after bytes that are no result, and a re-driven call's result
 // after the answer it supersedes; the server refuses it nothing all along.
 func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
+	t.Parallel()
 	s := bustest.NewLockedServer(t)
 	admin := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -8,6 +8,7 @@ import (
 )
 
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	const ms = time.Millisecond
 	tests := []struct {
 		name    string
@@ -42,6 +43,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 func TestRetryDelayJitter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		policy  protocol.RetryPolicy
@@ -72,6 +74,7 @@ func TestRetryDelayJitter(t *testing.T) {
 }
 
 func TestRetryDelayNegativeJitterIgnored(t *testing.T) {
+	t.Parallel()
 	p := protocol.RetryPolicy{InitialIntervalMS: 100, BackoffFactor: 2, MaxIntervalMS: 10_000, JitterMS: -5}
 	if got := RetryDelay(p, 2); got != 200*time.Millisecond {
 		t.Errorf("RetryDelay with jitter_ms=-5 = %v, want 200ms", got)

@@ -111,6 +111,7 @@ func goFunc(f worker.Func) *worker.Funcs {
 }
 
 func TestWorkerRunsRetriesAndRecords(t *testing.T) {
+	t.Parallel()
 	var tries atomic.Int64
 	r := newRig(t, bus.Config{}, goFunc(func(_ context.Context, args json.RawMessage) (any, error) {
 		if tries.Add(1) == 1 {
@@ -144,6 +145,7 @@ func TestWorkerRunsRetriesAndRecords(t *testing.T) {
 }
 
 func TestWorkerFinalFailuresAndDeadlines(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, bus.Config{}, goFunc(func(ctx context.Context, args json.RawMessage) (any, error) {
 		if strings.Contains(string(args), "big") {
 			return strings.Repeat("x", 2<<20), nil // over the default result limit
@@ -173,6 +175,7 @@ func TestWorkerFinalFailuresAndDeadlines(t *testing.T) {
 // A cancelled call is not started; a running one is stopped when its request is cancelled and
 // answered CANCELLED naming who cancelled.
 func TestWorkerHonoursCancellation(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{}, 4)
 	var ran atomic.Int64
 	r := newRig(t, bus.Config{}, goFunc(func(ctx context.Context, _ json.RawMessage) (any, error) {
@@ -220,6 +223,7 @@ func TestWorkerHonoursCancellation(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	b := &bus.Bus{}
 	http := worker.ExecutorFunc(protocol.ActionHTTP, nil)
 	for _, c := range []struct {
@@ -252,6 +256,7 @@ func (e toolsExec) Execute(context.Context, *worker.Call) (worker.Outcome, error
 
 // An executor that names no tools serves none — not every tool of its kind.
 func TestAnExecutorNamingNoToolsServesNone(t *testing.T) {
+	t.Parallel()
 	var ran atomic.Int64
 	r := newRig(t, bus.Config{}, toolsExec{&ran})
 	r.dispatch(protocol.ActionMCP, "r_other", `{}`, protocol.RetryPolicy{})
@@ -263,6 +268,7 @@ func TestAnExecutorNamingNoToolsServesNone(t *testing.T) {
 
 // A Go tool that ignores its context is timed out all the same.
 func TestAGoToolIgnoringItsContextIsTimedOut(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, bus.Config{}, goFunc(func(context.Context, json.RawMessage) (any, error) {
 		time.Sleep(3 * time.Second)
 		return "late", nil
@@ -329,6 +335,7 @@ func TestAWorkerOutlivesABriefJetStreamOutage(t *testing.T) {
 // taken over in the same delivery: the wait does not spend one of the call's deliveries
 // (with MaxDeliver 2 and a crash on the first, the second is its last).
 func TestAClaimAboutToLapseIsWaitedForInPlace(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, bus.Config{AckWait: time.Second}, goFunc(func(_ context.Context, args json.RawMessage) (any, error) {
 		return json.RawMessage(args), nil
 	}))
@@ -384,6 +391,7 @@ func (c *changingSet) add(tool string) {
 // A tool whose consumer appears before its executor has it is served once the executor says it
 // has it: not before (another worker may hold it), and not never.
 func TestAToolSetsToolIsServedOnceItHasIt(t *testing.T) {
+	t.Parallel()
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	set := &changingSet{has: map[string]bool{}, changed: make(chan struct{})}
 	w, err := worker.New(worker.Config{Bus: b, Instance: "w-set", Executors: []worker.Executor{set}})

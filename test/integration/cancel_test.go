@@ -95,9 +95,9 @@ func TestCancelRequest(t *testing.T) {
 		t.Errorf("the waiting POST got HTTP %d: %s", a.status, a.body)
 	}
 	// The running call's tool saw its request aborted; the queued one never started, also
-	// once the worker's slot is free and well past the ack deadline.
+	// once the worker's slot was free and it settled the queued call's message for good.
 	waitFor(t, "the running call's HTTP request to be aborted", func() bool { return s.recorder.abortedTries("cx_1/"+running) == 1 })
-	time.Sleep(3 * time.Second)
+	s.waitToolSettled(protocol.ActionHTTP, "record")
 	if n := len(s.recorder.tries("cx_1/" + queued)); n != 0 {
 		t.Errorf("the queued call started %d times after the cancellation", n)
 	}
@@ -154,6 +154,7 @@ func TestCancelRequest(t *testing.T) {
 // router comes, none of its calls runs: the router reads nothing on a request's first delivery
 // and dispatches them, and workers find them cancelled in the call ledger.
 func TestCancelBeforeAnyRouter(t *testing.T) {
+	variant(t, "internal/submit's TestCancel (a request no router took: its calls marked cancelled in the ledger, answered) and pkg/worker's TestWorkerHonoursCancellation (a cancelled call is not started); TestCancelRequest end to end")
 	t.Parallel()
 	s := start(t, options{routers: -1, workers: 1})
 	queued := request("cq_1", "", call("a", "record", map[string]any{}))
@@ -175,14 +176,7 @@ func TestCancelBeforeAnyRouter(t *testing.T) {
 	after["session_id"] = "cq_sess"
 	s.route(after)
 	waitFor(t, "the cancelled call dispatched", func() bool { return s.countRecorded("cq_1", protocol.TypeToolCall) == 1 })
-	waitFor(t, "a worker to have settled the call", func() bool {
-		cons, err := s.js.Consumer(s.ctx, protocol.StreamName, bus.ToolConsumer(protocol.ActionHTTP, "record"))
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(s.ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	s.waitToolSettled(protocol.ActionHTTP, "record")
 	if n := s.countRecorded("cq_1", protocol.TypeToolStarted); n != 0 {
 		t.Errorf("%d tries of a cancelled request's call started", n)
 	}
@@ -201,6 +195,7 @@ func TestCancelBeforeAnyRouter(t *testing.T) {
 // go; a parked serial request cancelled while it waits never runs, and the one after it is not
 // held up by it.
 func TestCancelASerialRequest(t *testing.T) {
+	variant(t, "internal/router's TestSerialStageRedeliveriesAndPredecessorsThatNeverRan (a predecessor answered without running is stepped over) and internal/answer's TestRespondOnceAndWakeTheNext; TestCancelRequest and TestSerialRequestsRunOneAtATime end to end")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	serial := serialRecord("cs_sess")
@@ -287,6 +282,7 @@ func indent(b []byte) string {
 // running, two waiting — the middle one is cancelled. The third waits for the first, not for
 // the cancelled one: the session's serial requests still never run at the same time.
 func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
+	variant(t, "internal/router's TestSerialStageRedeliveriesAndPredecessorsThatNeverRan and TestSerialRecheckStepsOverAPredecessorCancelledMeanwhile (the successor of a cancelled one waits for the one still running); TestCancelRequest and TestSerialRequestsRunOneAtATime end to end")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	serial := serialRecord("mid_sess")
@@ -336,6 +332,7 @@ func TestCancellingTheMiddleSerialRequestKeepsOneAtATime(t *testing.T) {
 // the third, by the time it was cancelled, waited for the first (its own predecessor answered
 // without running), and a request answered without running is stepped over, not counted.
 func TestCancellingTwoWaitingSerialRequests(t *testing.T) {
+	variant(t, "internal/router's TestSerialStageRedeliveriesAndPredecessorsThatNeverRan and TestSerialStageStepsOverMoreThanOneDeliveryFollows (predecessors answered without running are stepped over, however many); TestCancelRequest and TestSerialRequestsRunOneAtATime end to end")
 	t.Parallel()
 	s := start(t, options{workers: 2})
 	serial := serialRecord("two_sess")
@@ -378,6 +375,7 @@ func TestCancellingTwoWaitingSerialRequests(t *testing.T) {
 // after recording its CANCELLED results and before the response (a crash); a router answers
 // it from them. (Before: every call Done, nothing to aggregate, no answer.)
 func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
+	variant(t, "internal/router's TestARequestWithEveryResultIsAnsweredFromThem (a request whose every result is recorded is answered from them)")
 	t.Parallel()
 	s := start(t, options{routers: -1, workers: 1})
 	queued := request("half_1", "", call("a", "record", map[string]any{}))
@@ -412,6 +410,7 @@ func TestACancellationThatStoppedHalfWayIsFinished(t *testing.T) {
 // stops after recording the response and before waking the session's next serial request;
 // the client retries the cancellation, as told, and the next one runs.
 func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
+	variant(t, "internal/submit's TestCancellingAnAnsweredRequestWakesItsSuccessor (cancelling again wakes the next serial request)")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	serial := serialRecord("wake_sess")
@@ -452,6 +451,20 @@ func TestACancellationThatStoppedBeforeWakingIsFinished(t *testing.T) {
 	if a := <-third; a.status != http.StatusOK {
 		t.Fatalf("wake_3 never ran: HTTP %d %s", a.status, a.body)
 	}
+}
+
+// waitToolSettled waits until workers have settled every call of tool's consumer (of kind):
+// none waits to be delivered, none awaits its acknowledgement, so none is delivered again.
+func (s *system) waitToolSettled(kind, tool string) {
+	s.t.Helper()
+	waitFor(s.t, "the workers to have settled every call of "+tool, func() bool {
+		cons, err := s.js.Consumer(s.ctx, protocol.StreamName, bus.ToolConsumer(kind, tool))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(s.ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }
 
 // serialRecord returns a builder of serial requests of session, each one call "c" of the

@@ -41,6 +41,7 @@ func (s *system) registerContract(key, doc string) (int, gateway.ToolView, strin
 // a good call, a bad argument stopped before dispatch, a contract-breaking answer stopped
 // before anyone sees it; versions, history, removal, and who may change tools.
 func TestTheSeedContractThroughTheAPI(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
 	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
@@ -140,6 +141,7 @@ func TestTheSeedContractThroughTheAPI(t *testing.T) {
 // A contract that does not parse or compile is refused with its line and field, and nothing
 // of it is registered; only YAML and JSON are taken.
 func TestBadContractsAreRefusedWithTheirLine(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	for _, tc := range []struct {
@@ -174,6 +176,8 @@ func TestBadContractsAreRefusedWithTheirLine(t *testing.T) {
 // A call in flight when its contract changes finishes under the version it started with; the
 // next one runs under the new version.
 func TestACallFinishesUnderItsContractVersion(t *testing.T) {
+	variant(t, "pkg/worker's TestAnswersAreJudgedByTheirCallsContractVersion (an answer is judged under the version its call was routed under); TestTheSeedContractThroughTheAPI end to end")
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	v1 := "name: echo\noutput_schema:\n  type: object\n  required: [n]\n"
@@ -219,6 +223,7 @@ func TestACallFinishesUnderItsContractVersion(t *testing.T) {
 // A contract that names its reach is routed there, whatever the routes file says (it has no
 // rule for this tool); its execution policy, the stricter, bounds the call.
 func TestAContractNamesItsReach(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	doc := `name: reached_echo
@@ -329,6 +334,7 @@ func TestApplyDiffsDryRunsAndPrunes(t *testing.T) {
 // A gateway that asks no caller for a key lets nobody change tools: a contract may say where
 // workers call.
 func TestAGatewayWithoutKeysChangesNoTool(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	doc := "name: evil\nreach: {http: {url: \"http://127.0.0.1:9/x\"}}\n"
 	if code, body := s.call("POST", "/api/v1/tools", "", doc, "Content-Type", "application/yaml"); code != http.StatusForbidden || !strings.Contains(body, "tools:admin") {

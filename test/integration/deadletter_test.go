@@ -167,6 +167,8 @@ func TestCallFailingOnEveryDeliveryIsDeadLettered(t *testing.T) {
 // answers the request itself. (Before, it re-drove a result once and, given up again, left the
 // request without a response.)
 func TestResultsGivenUpTwiceAreStillAnswered(t *testing.T) {
+	variant(t, "internal/deadletter's TestProcessorAggregatesGivenUpResults (the processor answers a request however many of its results were given up); TestCallFailingOnEveryDeliveryIsDeadLettered end to end")
+	t.Parallel()
 	s := start(t, options{routers: -1, workers: 0})
 	router := s.spawn("router", "short-lived-router", "--routes", "testdata/routes.yaml", "--dead-letters=false")
 	waitFor(t, "the router to start", func() bool { return strings.Contains(router.out.String(), "running") })

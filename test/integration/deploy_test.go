@@ -29,6 +29,7 @@ import (
 // allowed its role's subjects only, hermes provision sets the bus up as admin, and services
 // connect with the flags the compose files give them.
 func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
+	t.Parallel()
 	dir := madeAuth(t)
 	auth := filepath.Join(dir, "auth")
 	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",

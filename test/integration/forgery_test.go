@@ -23,6 +23,7 @@ import (
 // by it under its own tool's name, the forged result is refused by the router (a dead letter
 // says why) and never aggregated: the caller gets the tool's own answer, recorded after it.
 func TestForgedResultsAreRefused(t *testing.T) {
+	t.Parallel()
 	_, routerKey, _ := ed25519.GenerateKey(nil)
 	crmPub, crmKey, _ := ed25519.GenerateKey(nil)
 	s := start(t, options{workers: 1, seal: &router.SealKey{ID: "r1", Key: routerKey},
@@ -41,6 +42,10 @@ func TestForgedResultsAreRefused(t *testing.T) {
 		{"sealed by another tool's worker, naming its tool", func(m *protocol.Message) { m.SealResult(crmKey, "crm-worker") }, "crm_lookup"},
 	} {
 		t.Run(forge.name, func(t *testing.T) {
+			if forge.seal != nil {
+				variant(t, "pkg/bus's TestAForgedResultIsNeverTheCallsResult (a result sealed by another tool's worker never counts) and the unsealed case here")
+			}
+			t.Parallel()
 			id := fmt.Sprintf("forge_%d", i)
 			done := make(chan *protocol.Response, 1)
 			go func() {

@@ -167,6 +167,7 @@ func TestGRPCToolsThroughHermes(t *testing.T) {
 // A gRPC server killed while it runs a call: the try fails as unreachable, the worker tries
 // again, and the server, back on its address, answers.
 func TestAGRPCServerKilledMidCall(t *testing.T) {
+	variant(t, "pkg/worker/grpcexec's TestServerKilledMidCall (the try fails as unreachable, the next one reaches the server back); TestGRPCToolsThroughHermes end to end")
 	t.Parallel()
 	var calls atomic.Int32
 	started := make(chan struct{})
@@ -209,6 +210,7 @@ func TestAGRPCServerKilledMidCall(t *testing.T) {
 // hermes up serves the seed's gRPC tool: its contract, registered through the gateway, is tried
 // by the sandbox over gRPC and passes; the example request reaches it by the seed's rule.
 func TestUpServesTheSeedGRPCTool(t *testing.T) {
+	variant(t, "TestGRPCToolsThroughHermes (the seed's gRPC tool through the whole system) and TestUpServesTheGoMeetingTools (hermes up registering contracts through its gateway, each tried by the sandbox)")
 	sys, _ := startUp(t, "grpc-up-it")
 	if sys.DemoGRPC == "" {
 		t.Fatal("no demo gRPC service")

@@ -16,6 +16,7 @@ import (
 // request's very body gets 404, never its response; reading or cancelling it is 404 as for an
 // unknown id; an operator reads it under the id its owner gave it.
 func TestAnotherCallersRequestIDGivesNothingAway(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "ops": auth.RoleOperator})
 	req := func(id, session string) string {

@@ -13,6 +13,7 @@ import (
 // some across a gateway restart; each request runs once and every client gets the first
 // response.
 func TestIntakeSurvivesGatewayRestart(t *testing.T) {
+	variant(t, "internal/submit's TestSubmit (a request_id submitted again joins the first run, or answers from it) and TestAnotherSubmitterJoinsWhatTheFirstAccepted (so does another gateway's); TestDuplicateRequestIDRunsOnce end to end")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	const n = 20

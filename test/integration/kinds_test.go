@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,10 +94,10 @@ func TestWorkersPullOnlyTheirKinds(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	if info, _ := cons.Info(ctx); info.NumPending != 0 || info.NumAckPending != 0 {
-		t.Errorf("backlog left: %+v", info)
-	}
+	waitFor(t, "the Go call's backlog to be gone", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }
 
 // gatherText is what c exports, in the Prometheus text format.

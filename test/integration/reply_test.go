@@ -21,6 +21,7 @@ import (
 // conflict, no tool called. (The same user can do no more than that: what the server writes there is
 // always {"stream":…,"seq":…}.)
 func TestAcknowledgementsAServiceHasWrittenGrantNothing(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "carol": auth.RoleUser})
 	ctx := context.Background()

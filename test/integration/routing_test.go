@@ -67,6 +67,7 @@ func TestSeedInsuranceRoutes(t *testing.T) {
 }
 
 func TestNamedCaptureReachesTool(t *testing.T) {
+	variant(t, "internal/router's TestRouteStage (a rule's captures become the dispatch's params) and pkg/worker's TestCallArgumentsTakeTheRoutesCaptures (an argument of the same name wins); TestSeedInsuranceRoutes end to end")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(request("capture_1", "查看李四的保单", call("c", "get_policy_status", map[string]any{})))
@@ -104,6 +105,7 @@ func TestParallelCallsMatchedByID(t *testing.T) {
 }
 
 func TestUnknownToolIsPartialSuccess(t *testing.T) {
+	variant(t, "internal/router's TestRouteStage and TestOutletAndAggregation (NO_ROUTE, never tried, the response partial_success); TestUpServesMetricsOnItsHTTPPort end to end")
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	resp := s.route(request("unknown_1", "", call("a", "echo", map[string]any{"x": 1}), call("b", "no_such_tool", map[string]any{})))

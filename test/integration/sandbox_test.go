@@ -47,6 +47,7 @@ func brokenContract(t *testing.T, name string) string {
 // each case and violation; nothing is registered. The sandbox's calls went through the bus
 // like real calls, under a sandbox session, with their own request ids.
 func TestTheSandboxRefusesBrokenTools(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 
@@ -133,6 +134,7 @@ func (s *system) call2(method, path, key, doc string) (int, gateway.ToolView, st
 // says it was skipped) unless the registrar allows it; an unreachable tool is refused with
 // that reason; a sandbox over its budget reports the cases that did not finish.
 func TestTheSandboxPassesSkipsAndBounds(t *testing.T) {
+	variant(t, "internal/sandbox's TestTryOutcomes (skipped without leave, tried with it, refused as unreachable, cancelled and reported unfinished over its budget); TestTheSandboxRefusesBrokenTools end to end")
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	seed, err := os.ReadFile(seedPath("contract-order-query.yaml"))
@@ -188,6 +190,8 @@ func TestTheSandboxPassesSkipsAndBounds(t *testing.T) {
 // and after a real sandbox; a caller squatting the sandbox's request ids to block
 // registrations.
 func TestTheSandboxCannotBeForgedOrBlocked(t *testing.T) {
+	variant(t, "pkg/protocol's TestSandboxSessionsAreReserved and TestACallerCannotAskForTheSandbox (no caller's request in a sandbox session, under its ids, or marked the sandbox's) and internal/router's TestASandboxRequestRunsOnlyWhileItsCandidateIsKept (a forged sandbox request is never dispatched)")
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
 	doc := "name: echo_min\ninput_schema: {amount: {type: integer, required: true, minimum: 1}}\nreach: {http: {url: \"http://127.0.0.1:8081/v1/echo\", method: POST}}\n"

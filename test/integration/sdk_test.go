@@ -30,6 +30,7 @@ type stockOut struct {
 // A Go function served with the SDK, as a tool worker's NATS user: its contract registered at
 // start through the gateway, its arguments and answers checked, its failures the tool's own.
 func TestAGoFunctionBecomesATool(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	stock := sdk.Tool("stock_count", "库存数量", func(_ context.Context, in stockIn) (stockOut, error) {
@@ -71,6 +72,8 @@ func TestAGoFunctionBecomesATool(t *testing.T) {
 
 // The SDK's example program, built and run as a user would, serves its tool.
 func TestTheSDKExampleRuns(t *testing.T) {
+	variant(t, "TestAGoFunctionBecomesATool (a Go function served with the SDK, end to end); go vet ./... builds the example")
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	bin := filepath.Join(t.TempDir(), "sdk-weather")
@@ -108,6 +111,8 @@ func TestTheSDKExampleRuns(t *testing.T) {
 // An SDK tool is sandboxed at start like any other: one whose answers break its own contract
 // is refused, and Serve returns the refusal naming the case, serving nothing.
 func TestTheSandboxRefusesABrokenGoTool(t *testing.T) {
+	variant(t, "pkg/hermes's TestServeEndsWithTheGatewaysRefusal (Serve ends with the gateway's refusal, naming the case) and TestTheSandboxRefusesBrokenTools (the sandbox refuses a tool that breaks its contract)")
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin})
 	broken := sdk.Tool("stock_count_broken", "库存数量（坏的）", func(_ context.Context, in stockIn) (stockOut, error) {

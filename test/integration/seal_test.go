@@ -21,6 +21,7 @@ import (
 // one), counted. A copy of a genuine call with its action changed is dropped too. Genuine calls
 // run as before.
 func TestForgedToolCallsAreDropped(t *testing.T) {
+	t.Parallel()
 	_, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ func TestForgedToolCallsAreDropped(t *testing.T) {
 // never handed to the caller waiting on POST /v1/route: the gateway hands out the record's
 // response only. A client user of the bus cannot publish a response at all.
 func TestForgedResponsesNeverReachTheCaller(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	type answer struct {
 		status int

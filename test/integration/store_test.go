@@ -16,6 +16,7 @@ import (
 // 503 STORE_FULL naming the limit, and every request it accepted still gets its response
 // (nothing accepted is dropped to make room).
 func TestAFullRecordRefusesNewRequestsAndFinishesAccepted(t *testing.T) {
+	variant(t, "TestLargeRequestsBackToBackNeverOverfillTheRecord (accepted requests answered, then STORE_FULL) and internal/admission's TestTheStoreGaugeCountsWhatIsWritten")
 	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 128 << 10}})
 	pad := strings.Repeat("x", 200)
 	var accepted []string
@@ -59,6 +60,7 @@ func TestAFullRecordRefusesNewRequestsAndFinishesAccepted(t *testing.T) {
 // or refused with STORE_FULL, none accepted and then left without room to finish — the gateway
 // counts what each request it accepts will write, not only what the record held at its last look.
 func TestLargeRequestsBackToBackNeverOverfillTheRecord(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 512 << 10}})
 	blob := strings.Repeat("y", 12<<10) // 48 KiB a request: it writes about 4 times that
 	var calls []map[string]any

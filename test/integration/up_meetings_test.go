@@ -17,6 +17,7 @@ import (
 // the sandbox first; notify_send, with side effects, is not tried). The examples' requests
 // reach them.
 func TestUpServesTheGoMeetingTools(t *testing.T) {
+	t.Parallel()
 	sys, _ := startUp(t, "meetings-it")
 	call := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, sys.GatewayURL+path, strings.NewReader(body))

@@ -19,6 +19,7 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // a server that compresses its answers
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -86,6 +87,7 @@ func TestReflectionRefusalsAreRedacted(t *testing.T) {
 // A server that accepts connections and never speaks: the call ends at its deadline, and a
 // cancelled request at its cancellation — not when the method's lookup gives up.
 func TestAWedgedServerEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +121,7 @@ func TestAWedgedServerEndsAtTheDeadline(t *testing.T) {
 
 // Many first calls at once share one lookup (run with -race).
 func TestConcurrentFirstCalls(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	for range 3 {
 		e := newExecutor(t, grpcexec.Config{})
@@ -138,6 +141,7 @@ func TestConcurrentFirstCalls(t *testing.T) {
 // A route's capture beside an argument that sets its field under the JSON name: the
 // argument wins, as it does over any capture.
 func TestACaptureDoesNotCollideWithAnArgument(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	c := grpcCall(srv.addr, "Numbers", `{"orderNote":"from the caller"}`, nil)
@@ -152,6 +156,7 @@ func TestACaptureDoesNotCollideWithAnArgument(t *testing.T) {
 // A request larger than the server takes is the server's refusal, not retried — not an
 // answer too large for Hermes.
 func TestARequestTooLargeForTheServer(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.MaxRecvMsgSize(1024)}})
 	e := newExecutor(t, grpcexec.Config{})
 	out := execute(t, e, grpcCall(srv.addr, "Numbers", `{"order_note":"`+strings.Repeat("x", 4096)+`"}`, nil))
@@ -181,6 +186,7 @@ func TestAHeaderValueMetadataCannotCarry(t *testing.T) {
 
 // A status with a huge message: cut in the result, the status's retry kept.
 func TestAHugeStatusMessageIsCut(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	out := execute(t, e, grpcCall(srv.addr, "Run", `{"id":"s","status":"UNAVAILABLE","message":"`+strings.Repeat("m", 600_000)+`"}`, nil))
@@ -325,10 +331,7 @@ func TestAmplifyingAnswersAreRefusedUnwritten(t *testing.T) {
 		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Svc"), Method: []*descriptorpb.MethodDescriptorProto{
 			{Name: proto.String("Get"), InputType: proto.String(".google.protobuf.Any"), OutputType: proto.String(".google.protobuf.Any")}}}},
 	}
-	var nested proto.Message = &anypb.Any{} // made once: each level marshals the ones inside
-	for range 8000 {
-		nested, _ = anypb.New(nested)
-	}
+	nested := nestedAny(8000)
 	for _, c := range []struct {
 		service string
 		fdp     *descriptorpb.FileDescriptorProto
@@ -357,9 +360,46 @@ func TestAmplifyingAnswersAreRefusedUnwritten(t *testing.T) {
 	}
 }
 
+// nestedAny is an Any holding an Any, depth levels deep around an empty one: what anypb.New
+// makes wrapping each level around the last, its bytes written once, outermost first (wrapping
+// marshals every level inside again, which takes seconds at 8000).
+func nestedAny(depth int) *anypb.Any {
+	const url = "type.googleapis.com/google.protobuf.Any"
+	size := make([]int, depth) // size[i]: the encoded size of the Any i levels inside the one returned
+	for i := 1; i < depth; i++ {
+		size[i] = protowire.SizeTag(1) + protowire.SizeBytes(len(url))
+		if size[i-1] > 0 {
+			size[i] += protowire.SizeTag(2) + protowire.SizeBytes(size[i-1])
+		}
+	}
+	b := make([]byte, 0, size[depth-1])
+	for i := depth - 1; i > 0; i-- {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, url)
+		if size[i-1] > 0 {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(size[i-1]))
+		}
+	}
+	return &anypb.Any{TypeUrl: url, Value: b}
+}
+
+// nestedAny makes what wrapping with anypb.New makes.
+func TestNestedAnyIsAnyWithinAny(t *testing.T) {
+	t.Parallel()
+	var want proto.Message = &anypb.Any{}
+	for depth := 1; depth <= 40; depth++ {
+		want, _ = anypb.New(want)
+		if got := nestedAny(depth); !proto.Equal(got, want) {
+			t.Fatalf("depth %d: %v, want %v", depth, got, want)
+		}
+	}
+}
+
 // What the mapping writes compactly is not taken for large: a google.protobuf.Value of 120 000
 // empty strings (~360 KB of JSON, under the 1 MiB limit) is answered.
 func TestACompactWellKnownAnswerFits(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	answer := "[" + strings.TrimSuffix(strings.Repeat(`"",`, 120_000), ",") + "]"
 	wantOK(t, execute(t, newExecutor(t, grpcexec.Config{}), grpcCall(srv.addr, "Run", `{"id":"v","answer":`+answer+`}`, nil)))
@@ -368,6 +408,7 @@ func TestACompactWellKnownAnswerFits(t *testing.T) {
 // A compressed answer past the limit is the client's refusal, RESULT_TOO_LARGE, not a server
 // rate limiting.
 func TestACompressedAnswerPastTheLimit(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true, extra: []grpc.ServerOption{grpc.ChainUnaryInterceptor(
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			grpc.SetSendCompressor(ctx, "gzip")
@@ -434,6 +475,7 @@ func TestRoutesWithOtherCredentialsDoNotShareALookup(t *testing.T) {
 
 // A status whose metadata passes the worker's bound is the server's fault, not retried.
 func TestAStatusPastTheMetadataBound(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	out := execute(t, newExecutor(t, grpcexec.Config{}), grpcCall(srv.addr, "Run",
 		`{"id":"s","status":"NOT_FOUND","message":"`+strings.Repeat("m", 1_500_000)+`"}`, nil))

@@ -18,6 +18,7 @@ import (
 
 // A route's captures fill wrapper fields and enums (by name or number) too.
 func TestCapturesFillWrappersAndEnums(t *testing.T) {
+	t.Parallel()
 	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
 	fdp := &descriptorpb.FileDescriptorProto{
 		Name: proto.String("w.proto"), Package: proto.String("w"), Syntax: proto.String("proto3"),

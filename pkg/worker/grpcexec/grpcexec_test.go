@@ -81,6 +81,7 @@ func wantFailure(t *testing.T, out worker.Outcome, code string, retryable bool, 
 // Every executor's conformance: answers matched to calls, the deadline, cancellation reaching
 // the server, retryable against permanent failures, oversized answers, a crashing tool.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	workertest.Run(t, workertest.Harness{
 		Executor: newExecutor(t, grpcexec.Config{}),
@@ -105,6 +106,7 @@ func TestConformance(t *testing.T) {
 // The method is found by reflection, or in the route's descriptor set when the server has
 // none; without either the error says what to do.
 func TestFindingTheMethod(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeDescriptorSet(t, dir, "behave.pb")
 	e := newExecutor(t, grpcexec.Config{Descriptors: dir})
@@ -159,6 +161,7 @@ func TestFindingTheMethod(t *testing.T) {
 // Each status a server answers: its code in tool_error_code, its message in the result, and
 // retried only when the status says another try may succeed.
 func TestStatuses(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	for _, c := range []struct {
@@ -198,6 +201,7 @@ func TestStatuses(t *testing.T) {
 // 64-bit integers travel exactly both ways; arguments follow the JSON mapping, an unknown
 // field named.
 func TestExactIntegers(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	for _, args := range []string{
@@ -229,6 +233,7 @@ func TestExactIntegers(t *testing.T) {
 
 // timeout_ms is the call's deadline, and the server sees it.
 func TestDeadline(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	c := grpcCall(srv.addr, "Run", `{"id":"slow","delay_ms":5000,"answer":{}}`, nil)
@@ -247,6 +252,7 @@ func TestDeadline(t *testing.T) {
 // A server killed mid-call: the try fails as unreachable (retried), and once the server is
 // back the next try succeeds.
 func TestServerKilledMidCall(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{})
 	wantOK(t, execute(t, e, grpcCall(srv.addr, "Run", `{"id":"warm","answer":1}`, nil)))
@@ -274,12 +280,14 @@ func TestServerKilledMidCall(t *testing.T) {
 
 // A route without a target loads (the seed's does), and its calls say what is missing.
 func TestNoTarget(t *testing.T) {
+	t.Parallel()
 	e := newExecutor(t, grpcexec.Config{})
 	wantFailure(t, execute(t, e, grpcCall("", "Run", `{}`, nil)), protocol.CodeRouteIncomplete, false, "action.grpc.target")
 }
 
 // Where a worker dials: --resolve, the destination rules, an unreachable server.
 func TestDestinations(t *testing.T) {
+	t.Parallel()
 	srv := serveBehave(t, serverOptions{reflection: true})
 	e := newExecutor(t, grpcexec.Config{Resolve: map[string]string{"profile-service:50051": srv.addr}})
 	wantOK(t, execute(t, e, grpcCall("profile-service:50051", "Run", `{"id":"r","answer":1}`, nil)))
@@ -332,6 +340,7 @@ func TestMetadataAndEnv(t *testing.T) {
 
 // TLS: the server's certificate is verified against the name the route gives.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	cert, pool := selfSigned(t, "profile.internal")
 	srv := serveBehave(t, serverOptions{reflection: true, tls: credentials.NewServerTLSFromCert(&cert)})
 	e := newExecutor(t, grpcexec.Config{RootCAs: pool})

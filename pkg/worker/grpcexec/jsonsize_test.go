@@ -186,6 +186,7 @@ func anyOf(m proto.Message) *dynamicpb.Message {
 // the answers that once got past the count (an Any whose message lacks a required field, or
 // carries an extension).
 func TestJSONSizeFollowsProtojson(t *testing.T) {
+	t.Parallel()
 	_, types := sizeTypes(t)
 	b := builder{t, types}
 	v := protoreflect.ValueOf

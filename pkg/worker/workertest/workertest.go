@@ -240,7 +240,7 @@ func (s *suite) parallel(t *testing.T) {
 }
 
 func (s *suite) timeout(t *testing.T) {
-	const delay = 2 * time.Second
+	const delay = time.Second // five times the try's timeout (a stubborn tool's server, closing, waits it out)
 	c := s.call(t, "slow_1", Behavior{Answer: json.RawMessage(`{}`), Delay: delay, Stubborn: true})
 	c.Timeout = 200 * time.Millisecond
 	out, took, err := s.run(t, t.Context(), c)

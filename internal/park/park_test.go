@@ -360,7 +360,6 @@ func TestSweepWakesWhatWasMissed(t *testing.T) {
 // key's timer being set early enough already; the wake-up removes that timer, and sets it
 // again for the message it left parked.
 func TestWhatIsParkedDuringAWakeUpKeepsATimer(t *testing.T) {
-	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
 	key := protocol.WakeAt("during")

@@ -240,32 +240,6 @@ func TestSubscriberShutdownIsBounded(t *testing.T) {
 
 // TestSubscriberReportsDeletedConsumer: a consumer deleted under a running subscriber ends
 // Run with an error instead of a silent retry loop.
-func TestSubscriberReportsDeletedConsumer(t *testing.T) {
-	t.Parallel()
-	srv := bustest.NewServer(t)
-	b := srv.Provision(t, bus.Config{})
-	cons, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "doomed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- (&bus.Subscriber{Consumer: cons, Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }),
-			PullWait: 100 * time.Millisecond}).Run(context.Background())
-	}()
-	if err := b.Stream.DeleteConsumer(context.Background(), bus.ToolConsumer(protocol.ActionHTTP, "doomed")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("Run returned nil for a deleted consumer")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run kept going after its consumer was deleted")
-	}
-}
-
 func TestEveryRunsUntilStopped(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int32

@@ -2,27 +2,22 @@ package integration
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
 )
 
 // The test binary doubles as the hermes binary: with HERMES_IT_CHILD set it runs that command
 // (args in HERMES_IT_ARGS, separated by \x1f) instead of the tests. Crash tests kill such
 // children with SIGKILL: a real crash, nothing flushed, no deferred cleanup.
-//
-// Under -short (the daily loop) the tests that call t.Parallel run four at once per CPU unless
-// -parallel says otherwise: each mostly waits — on the bus, the tools, its services' shutdown —
-// rather than computes, and one per CPU leaves the CPUs idle most of the time.
+// Under -short the parallel tests run four at once per CPU (bustest.Main).
 func TestMain(m *testing.M) {
 	if cmd := os.Getenv("HERMES_IT_CHILD"); cmd != "" {
 		args := []string{cmd}
@@ -31,15 +26,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(app.Main(args))
 	}
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if testing.Short() && !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(4*runtime.GOMAXPROCS(0))); err != nil {
-			panic(err)
-		}
-	}
-	os.Exit(m.Run())
+	os.Exit(bustest.Main(m))
 }
 
 // child is a Hermes process started by a test.

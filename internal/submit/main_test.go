@@ -1,0 +1,10 @@
+package submit
+
+import (
+	"os"
+	"testing"
+
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+)
+
+func TestMain(m *testing.M) { os.Exit(bustest.Main(m)) }

@@ -201,6 +201,7 @@ func mcpSession(t *testing.T, s *system, key string) string {
 // dialect, and is refused at the bus ingress for external NATS clients too: one admission
 // path decides for all of them (package admission).
 func TestEveryDoorAdmitsAlike(t *testing.T) {
+	t.Parallel()
 	s, keys := startDoors(t, options{callerLimits: admission.CallerLimits{RequestsPerSecond: 0.001, Burst: 60}})
 	aliceMCP, bobMCP := mcpSession(t, s, keys["alice"]), mcpSession(t, s, keys["bob"])
 	sessionOf := func(d door, owner string) string {
@@ -288,6 +289,7 @@ func TestEveryDoorAdmitsAlike(t *testing.T) {
 // with Retry-After (an MCP call: JSON-RPC's error, the status and code in its data); an
 // external NATS client's request waits.
 func TestEveryDoorRefusesWhenTheRecordIsFull(t *testing.T) {
+	t.Parallel()
 	s, keys := startDoors(t, options{bus: bus.Config{MaxMsgs: 240}})
 	aliceMCP := mcpSession(t, s, keys["alice"])
 	for i := 0; ; i++ {

@@ -66,6 +66,7 @@ func (s *system) call(method, target, key, body string, header ...string) (int, 
 // not held open, the record names the caller, and a revoked key stops working within the
 // verifier's cache.
 func TestCallersOwnTheirSessions(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "ops": auth.RoleOperator, "app-shop": auth.RoleUser})
 	req := func(id, session, extra string) string {
@@ -224,6 +225,7 @@ func contains(list []string, s string) bool {
 // role comes from the configured claim, a token without one may do nothing (403), an expired
 // or foreign one is 401, and a browser can sign in with one.
 func TestOIDCCallers(t *testing.T) {
+	t.Parallel()
 	iss := authtest.NewIssuer(t)
 	s := start(t, options{workers: 1, callers: true, oidc: auth.OIDCConfig{Issuer: iss.URL, Audience: authtest.Audience, RoleClaim: "hermes_role"}})
 	keys := callerKeys(t, s, map[string]auth.Role{"ops": auth.RoleOperator})

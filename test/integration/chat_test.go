@@ -93,6 +93,28 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// The gateway's view of the contracts is not the router's: until the router's follows the
+	// registration (milliseconds, longer on a loaded machine) it routes the tools unchecked. A
+	// probe whose arguments break each tool's types shows when it knows them all (BAD_ARGUMENTS
+	// from Hermes); before that, each tool refuses the probe itself, and nothing happens.
+	probe := 0
+	waitFor(t, "the router following the meeting tools' contracts", func() bool {
+		probe++
+		code, out := cs.postJSON(t, "/v1/route", fmt.Sprintf(`{"request_id":"contracts_probe_%d","session_id":"contracts_probe","tool_calls":[`+
+			`{"tool_call_id":"c1","name":"calendar_free_slots","arguments":{"user_id":5}},`+
+			`{"tool_call_id":"c2","name":"meeting_book","arguments":{"attendees":5}},`+
+			`{"tool_call_id":"c3","name":"notify_send","arguments":{"user_ids":5}}]}`, probe))
+		results, _ := out["results"].([]any)
+		if code != http.StatusOK || len(results) != 3 {
+			return false
+		}
+		for _, r := range results {
+			if m, _ := r.(map[string]any); m["error_code"] != "BAD_ARGUMENTS" {
+				return false
+			}
+		}
+		return true
+	})
 	return cs
 }
 
@@ -141,6 +163,7 @@ const meetingAsk = "请帮我安排一个项目讨论会，时间定在明天上
 // request on the bus, run by the demo tools, and each decision is on the record in the seed's
 // shape.
 func TestChatTheMeetingAssistant(t *testing.T) {
+	t.Parallel()
 	cs := startChat(t, "chat-meeting", scriptedllm.Meeting(), nil)
 	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(meetingAsk)}},
@@ -207,6 +230,7 @@ func TestChatTheMeetingAssistant(t *testing.T) {
 // argument missing: checked against the contract before dispatch) and a tool fails
 // (UNKNOWN_USER), and the model recovers.
 func TestChatStreamsAndTheModelRecovers(t *testing.T) {
+	t.Parallel()
 	cs := startChat(t, "chat-recover", scriptedllm.Meeting(), nil)
 	stream := cs.client.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
 		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我订一个明天上午的周会")},
@@ -265,6 +289,7 @@ func TestChatStreamsAndTheModelRecovers(t *testing.T) {
 // record keeps each message once; a retried POST with the same Idempotency-Key runs nothing
 // twice and gets the first answer.
 func TestChatHistoryAndIdempotency(t *testing.T) {
+	t.Parallel()
 	// The model counts its turns by the assistant messages it reads: the client's history
 	// holds its answers, not the tool calls before them.
 	one, two := 1, 2
@@ -331,6 +356,7 @@ func TestChatHistoryAndIdempotency(t *testing.T) {
 // as an ordinary tool call, never running it; the run goes on when the client sends its result,
 // the model then reading both results.
 func TestChatClientToolsGoBackToTheClient(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_first", Name: "echo", Arguments: map[string]any{"text": "from the first turn"}}}},
 		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_h", Name: "echo", Arguments: map[string]any{"text": "hermes runs me"}},
@@ -388,6 +414,7 @@ func TestChatClientToolsGoBackToTheClient(t *testing.T) {
 // Bad input gets OpenAI-style errors naming the field; an unknown model 404; a backend that
 // is down, or answers what is not JSON, 502 — its error recorded, the conversation kept.
 func TestChatBadInput(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Models: []string{"scripted"}, Conversations: []scriptedllm.Conversation{
 		{Name: "down", Match: "down", Turns: []scriptedllm.Turn{{Status: 503, Message: "overloaded"}}},
 		{Name: "broken", Match: "broken", Turns: []scriptedllm.Turn{{Raw: `{"choices":[{"message":`}}},
@@ -440,6 +467,7 @@ func TestChatBadInput(t *testing.T) {
 // A client that goes away cancels its run: the request's cancel reaches the call running on the
 // bus, which the record shows cancelled.
 func TestChatCancellationReachesRunningCalls(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "slow", "delay_ms": 20000}}}},
 		{Content: "never"},
@@ -515,6 +543,7 @@ func TestBrowserShowsTheModelsDecisions(t *testing.T) {
 // not kept as the key's answer: the retry, what the key is for, runs. The same key with another
 // body is refused.
 func TestChatIdempotencyAfterADisconnect(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
 		{Content: "done", DelayMS: 1500}}}}}
 	cs := startChat(t, "chat-idem-drop", script, nil)
@@ -546,6 +575,7 @@ func TestChatIdempotencyAfterADisconnect(t *testing.T) {
 // are named by Hermes, each run once, and the record says so; a session Hermes made for one
 // POST keeps no state.
 func TestChatNamesTheModelsCalls(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "dup", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{ID: "0", Name: "echo", Arguments: map[string]any{"text": "a"}}, {ID: "0", Name: "echo", Arguments: map[string]any{"text": "b"}},
 			{ID: "a.b", Name: "echo", Arguments: map[string]any{"text": "c"}}, {NoID: true, Name: "echo", Arguments: map[string]any{"text": "d"}}}},
@@ -595,6 +625,7 @@ func TestChatNamesTheModelsCalls(t *testing.T) {
 // The whole run has a deadline: a turn still running when it passes is cancelled on the bus,
 // and the client is told (504), the conversation so far on the record.
 func TestChatRunDeadline(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "slow", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "slow", "delay_ms": 20000}}}},
 		{Content: "never"},
@@ -621,6 +652,7 @@ func TestChatRunDeadline(t *testing.T) {
 // A keyed run that ran nothing is retried as the key's next attempt, under a run id of its own:
 // the record keeps both attempts' decisions, and the retry's calls are explained by its own.
 func TestChatRetryOfARunThatRanNothing(t *testing.T) {
+	t.Parallel()
 	zero := 0
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "refused once", Turns: []scriptedllm.Turn{
 		{Status: 400, Message: "not now", Times: 1},
@@ -663,6 +695,7 @@ func TestChatRetryOfARunThatRanNothing(t *testing.T) {
 // A continuation is matched to the turn that returned exactly the calls the client sends back:
 // another run of the session that returned a call of the same id is not taken for it.
 func TestChatContinuesOnlyItsOwnTurn(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", 300<<10)
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
 		{Name: "A", Match: "first", Turns: []scriptedllm.Turn{
@@ -704,6 +737,7 @@ func TestChatContinuesOnlyItsOwnTurn(t *testing.T) {
 // message is about, and the decision records them with their scores; when none is, the model
 // is told so and offered none of Hermes' tools (never all of them).
 func TestChatPrefiltersTheTools(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "weather", Match: "天气", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},
 		{Content: "上海明天晴"},
@@ -762,6 +796,7 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 // and the message's vectors kept. An embedding model that is down leaves the lexical ranking,
 // and the decision says so; it is not asked again for every message meanwhile.
 func TestChatPrefiltersByMeaning(t *testing.T) {
+	t.Parallel()
 	weather := []scriptedllm.Turn{{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}}, {Content: "上海明天晴"}}
 	script := func(status int) *scriptedllm.Script {
 		return &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "words", Match: "天气", Turns: weather}, {Name: "meaning", Match: "下雨", Turns: weather}},
@@ -869,6 +904,7 @@ func (cs *chatSystem) ollamaPost(t *testing.T, body string, headers ...string) (
 // Ollama's /api/chat runs the same loop: the meeting assistant whole, the recovery variant
 // streamed (a JSON object a line, Ollama's default), bad input in Ollama's error shape.
 func TestOllamaFrontDoor(t *testing.T) {
+	t.Parallel()
 	cs := startChat(t, "chat-ollama", scriptedllm.Meeting(), nil)
 	code, out := cs.ollamaPost(t, `{"model":"hermes","stream":false,"messages":[{"role":"user","content":"`+meetingAsk+`"}]}`, "X-Hermes-Session-ID", "sess_ollama_meeting")
 	if code != http.StatusOK || len(out) != 1 || out[0]["done"] != true || out[0]["done_reason"] != "stop" {
@@ -925,6 +961,7 @@ func TestOllamaFrontDoor(t *testing.T) {
 // An Ollama client's own tools: its calls come back as Ollama tool calls; a tool message
 // without an id answers the call of its tool_name, and the run goes on.
 func TestOllamaClientTools(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "echo", Arguments: map[string]any{"text": "hermes runs me"}},
 			{Name: "open_editor", Arguments: map[string]any{"path": "notes.md"}}}},
@@ -964,6 +1001,7 @@ func TestOllamaClientTools(t *testing.T) {
 // Hermes' own form, POST /v1/chat: only the new message goes in, the conversation before it is
 // the session's record; the answer is seed 003 §2.1's package.
 func TestHermesChat(t *testing.T) {
+	t.Parallel()
 	one, two := 1, 2
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "weather twice", Turns: []scriptedllm.Turn{
 		{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},

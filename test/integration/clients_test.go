@@ -18,6 +18,7 @@ import (
 // record says made them, whatever caller the message claims; it owns the sessions it opens, may
 // not publish into another caller's, and may publish nothing but requests.
 func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "ops": auth.RoleOperator})
 	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"alice_1","session_id":"alices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
@@ -101,6 +102,7 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 // A client's request that could never fit the record's margin is refused at once rather than
 // wait, one at a time, in front of every other client's; the next is taken right after.
 func TestAClientRequestTooLargeForTheRecordDoesNotHoldTheOthers(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, bus: bus.Config{MaxBytes: 512 << 10}})
 	js := clientJS(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

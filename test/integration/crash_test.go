@@ -49,6 +49,7 @@ func (s *system) countRecorded(requestID string, typ protocol.Type) int {
 // redelivered to another worker with the same Idempotency-Key and the request completes with
 // exactly one result and one response.
 func TestWorkerKilledMidCall(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{bus: bus.Config{AckWait: 2 * time.Second}})
 	victim := s.spawn("toolworker", "victim-worker", append(s.workerArgs(), "--tools", "record")...)
 	got := s.postAsync(request("crash_w1", "", call("c", "record", map[string]any{"first_delay_ms": 60000})), "")
@@ -84,6 +85,7 @@ func TestWorkerKilledMidCall(t *testing.T) {
 // TestSlowToolRunsOnce: a tool that takes 3× the ack deadline is not run twice, even with two
 // workers ready to take a redelivery.
 func TestSlowToolRunsOnce(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 2, bus: bus.Config{AckWait: time.Second}})
 	resp := s.route(request("slow_1", "", call("c", "record", map[string]any{"delay_ms": 3000})))
 	if r := result(t, resp, "c"); r.Status != protocol.ResultOK || r.Attempts != 1 {
@@ -100,6 +102,7 @@ func TestSlowToolRunsOnce(t *testing.T) {
 // TestWorkerDiesOnLastDelivery: both deliveries allowed die with their worker; the call is
 // dead-lettered and the request still gets its response.
 func TestWorkerDiesOnLastDelivery(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{bus: bus.Config{AckWait: time.Second, MaxDeliver: 2}})
 	got := s.postAsync(request("crash_last", "", call("c", "record", map[string]any{"delay_ms": 60000, "slow_tries": 2})), "")
 	for i, name := range []string{"victim-1", "victim-2"} {
@@ -231,6 +234,7 @@ func (s *system) splitRequests() int {
 // new message ids so the stream cannot drop them) change nothing: the call does not run again
 // and the request keeps its one response.
 func TestLateAndDuplicateDeliveries(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1})
 	first := s.route(request("late_dup", "", call("c", "record", map[string]any{"v": "real"})))
 	var callMsg, reqMsg *protocol.Message

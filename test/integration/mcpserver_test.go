@@ -85,6 +85,7 @@ func seedAndTwoGateways(t *testing.T) (s *system, keys map[string]string, second
 // result the model can correct; one MCP session alternated between two gateways; a call sent
 // again with the same id runs nothing twice; no key, no MCP.
 func TestHermesIsAnMCPServer(t *testing.T) {
+	t.Parallel()
 	s, keys, second, stop := seedAndTwoGateways(t)
 	defer stop()
 	rt := &keyed{key: keys["alice"], bases: []string{s.base, second}}
@@ -226,6 +227,7 @@ func TestHermesIsAnMCPServer(t *testing.T) {
 // A call during which the tool worker is SIGKILLed: one result, through the MCP session; the
 // tool saw the call twice, under one idempotency key.
 func TestAnMCPCallOutlivesItsWorker(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{callers: true, bus: bus.Config{AckWait: 2 * time.Second}})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
 	victim := s.spawn("toolworker", "victim-worker", append(s.workerArgs(), "--tools", "record")...)
@@ -312,6 +314,7 @@ func TestAnNPMClientUsesHermes(t *testing.T) {
 // A call whose client goes away keeps running; sending it again (same session, same id)
 // retrieves its result, and the tool ran once.
 func TestAnMCPCallOutlivesItsClient(t *testing.T) {
+	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
 	post := func(session, body string, timeout time.Duration) (*http.Response, string, error) {

@@ -228,6 +228,7 @@ func startUp(t *testing.T, instance string) (sys *app.System, keyFile string) {
 // TestUpServesMetricsOnItsHTTPPort runs Hermes as hermes up does and scrapes /metrics after a
 // request with a retried call and one that is not routed.
 func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
+	t.Parallel()
 	sys, keyFile := startUp(t, "metrics-it")
 	// The system made an admin key and kept it, for its owner only; without it nothing but the
 	// probes answers.

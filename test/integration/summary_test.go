@@ -17,6 +17,7 @@ import (
 // tried again later; the conversation never waits for it. The original messages stay in the
 // record.
 func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
+	t.Parallel()
 	script := scriptedllm.Meeting()
 	// The summarizer's conversation comes first: it fails (the client's three tries), then
 	// condenses.
@@ -149,6 +150,7 @@ func TestTheSummarizerKeepsLongSessionsShort(t *testing.T) {
 // one whose calls were refused shows the refusal; a message whose first turn failed — the
 // person got an error, and sends it again — is not told twice.
 func TestHermesChatHistoryIsWhatHappened(t *testing.T) {
+	t.Parallel()
 	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{
 		{Name: "weather", Match: "天气", Turns: []scriptedllm.Turn{
 			{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}},

@@ -173,8 +173,12 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 		return errors.Join(err, rerr)
 	case err := <-registered:
 		if err != nil {
+			stopped := ctx.Err() != nil // ctx ended while registering: a stop, not a failure
 			cancel(err)
 			<-done
+			if stopped {
+				return nil
+			}
 			return err
 		}
 	}

@@ -58,3 +58,37 @@ func TestServeEndsWithTheGatewaysRefusal(t *testing.T) {
 		t.Errorf("the contract posted: %v", doc)
 	}
 }
+
+// Stopped while the gateway still weighs a contract (its sandbox takes its time), Serve ends
+// without an error: the registration cut short is the stop, not a failure.
+func TestServeStoppedWhileRegistering(t *testing.T) {
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.Config{})
+	posted := make(chan struct{}, 1)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read through: the server then sees the client go
+		posted <- struct{}{}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(gw.Close)
+	tool := hermes.Tool("stock_count_slow", "库存数量", func(_ context.Context, in stockIn) (stockOut, error) {
+		return stockOut{Count: 1}, nil
+	})
+	for range 5 { // Serve's stop races the registration's end: each way round, a few times
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() {
+			served <- hermes.Serve(ctx, hermes.Config{NATS: srv.URL, Gateway: gw.URL, APIKey: "hk_test", Instance: "sdk-slow"}, tool)
+		}()
+		<-posted
+		cancel()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Fatalf("Serve stopped while registering: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not stop")
+		}
+	}
+}

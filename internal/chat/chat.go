@@ -551,7 +551,7 @@ func (c *chatRun) failure(ctx context.Context, err error) *chatError {
 		tt *turnTimeout
 	)
 	switch {
-	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(err, errRunDeadline) || (ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)):
 		return &chatError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: protocol.CodeTimeout,
 			Message: fmt.Sprintf("the run did not end within %s; its calls were cancelled", c.s.cfg.RunTimeout)}
 	case ctx.Err() != nil:
@@ -836,9 +836,9 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		size += len(call.Arguments)
 	}
 	// A turn waits for its results at most MaxWait, and never past the run's deadline.
-	wait := s.env.MaxWait
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d))
+	wait, byDeadline := s.env.MaxWait, false
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+		wait, byDeadline = time.Until(d), true
 	}
 	// Each turn's request is one of the caller's: a POST that runs many turns runs them at the
 	// caller's rate. The session was claimed when the run was admitted: a turn does not claim
@@ -860,7 +860,7 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
 			reason = "the client went away"
-		case ctx.Err() == nil:
+		case ctx.Err() == nil && !byDeadline:
 			reason = fmt.Sprintf("the turn's calls did not finish within %s", wait)
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -868,8 +868,11 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 		if _, _, cerr := s.env.Submit.Cancel(cctx, requestID, submit.Cancellation{By: by, Reason: reason}); cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
 			s.log.Warn("cancel a chat run's request", "request_id", requestID, "err", cerr)
 		}
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case byDeadline: // the wait, cut to the run's deadline, ran out a moment before it
+			return nil, errRunDeadline
 		}
 		return nil, &turnTimeout{wait: wait}
 	case err != nil:
@@ -892,6 +895,9 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	}
 	return out.Response.Results, nil
 }
+
+// errRunDeadline: a turn's wait, cut to the run's deadline, ran out.
+var errRunDeadline = errors.New("the run's deadline passed")
 
 // turnTimeout: a turn's calls did not finish within the turn's wait (Env.MaxWait).
 type turnTimeout struct{ wait time.Duration }

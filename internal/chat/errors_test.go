@@ -261,6 +261,23 @@ func TestTurnWaitsAtMostMaxWait(t *testing.T) {
 	}
 }
 
+// A turn whose wait, cut to the run's deadline, runs out a moment before the deadline itself
+// (the submitter's timer and the run's context are two clocks) ended the run by its deadline:
+// the client is told so, and so is the record, not that the turn's own wait ran out.
+func TestTurnWaitCutToTheDeadline(t *testing.T) {
+	sub := &fakeSubmitter{answer: func(context.Context, submit.Submission) (*submit.Outcome, error) {
+		return &submit.Outcome{Pending: true}, nil
+	}}
+	h := newHarness(t, echoThenAnswer(), func(c *Config, e *Env) { c.RunTimeout = 2 * time.Second; e.MaxWait = time.Hour; e.Submit = sub })
+	r := h.post("/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"x"}]}`, headerSession, "sess_cut")
+	if e := r.openAIError(t); r.code != http.StatusGatewayTimeout || !strings.Contains(e["message"].(string), "within 2s") {
+		t.Errorf("%d %s", r.code, r.body)
+	}
+	if cs := sub.cancelled(); len(cs) != 1 || cs[0].c.Reason != "the run's deadline passed" {
+		t.Errorf("cancelled %+v", cs)
+	}
+}
+
 // A session that is not the caller's is refused naming the field the client named it in: the
 // header, metadata.hermes_session_id, or /v1/chat's session_id.
 func TestSessionRefusalNamesTheFieldSent(t *testing.T) {

@@ -140,8 +140,8 @@ func (t *Ticket) Close() {
 
 // Config configures an Admitter.
 type Config struct {
-	// Bus is where sessions' owners (bus.BucketOwners) and the record are; nil keeps owners
-	// in memory and never finds the store full (tests).
+	// Bus is where sessions' owners (its bucket OwnersBucket, provisioned as Bucket says) and
+	// the record are; nil keeps owners in memory and never finds the store full (tests).
 	Bus *bus.Bus
 	// Limits bound each caller; zero fields take DefaultCallerLimits.
 	Limits CallerLimits
@@ -171,7 +171,7 @@ func New(cfg Config) *Admitter {
 	}
 	var kv jetstream.KeyValue
 	if cfg.Bus != nil {
-		kv = cfg.Bus.Owners
+		kv = cfg.Bus.Bucket(OwnersBucket)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	a.owners = newOwners(ctx, kv)

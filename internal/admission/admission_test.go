@@ -231,7 +231,7 @@ func TestOnABus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bus.Provision(t.Context(), js, bus.Config{MaxMsgs: 10})
+	b, err := bus.Provision(t.Context(), js, bus.Config{MaxMsgs: 10, Buckets: []bus.Bucket{Bucket(bus.Config{})}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,7 +247,7 @@ func benchKey(ctx context.Context, sys *System, role string) error {
 		return err
 	}
 	defer nc.Close()
-	key, _, err := auth.NewKeys(b.Keys).Create(ctx, auth.NewKey{Name: "bench-" + role, Role: r, CreatedBy: "hermes bench"})
+	key, _, err := apiKeys(b).Create(ctx, auth.NewKey{Name: "bench-" + role, Role: r, CreatedBy: "hermes bench"})
 	if err == nil {
 		sys.Key = SystemKey{Key: key}
 	}

@@ -54,7 +54,7 @@ func RunKeys(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	keys := auth.NewKeys(b.Keys)
+	keys := apiKeys(b)
 	switch sub {
 	case "create":
 		key, k, err := keys.Create(ctx, auth.NewKey{Name: *name, Role: r, ActForUsers: *actFor, CreatedBy: "hermes keys"})

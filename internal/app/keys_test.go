@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -19,7 +20,7 @@ import (
 // its hash, revoke by name ends it; bad input is refused before anything is kept.
 func TestKeysCommand(t *testing.T) {
 	srv := bustest.NewServer(t)
-	b := srv.Provision(t, bus.Config{})
+	b := srv.Provision(t, withBuckets(bus.Config{}))
 	run := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
 		args = append([]string{args[0], "--nats", srv.URL}, args[1:]...)
@@ -34,7 +35,7 @@ func TestKeysCommand(t *testing.T) {
 	if !strings.HasPrefix(key, auth.KeyPrefix) || !strings.Contains(msg, "shown this once") {
 		t.Fatalf("create printed %q, %q", out, msg)
 	}
-	keys := auth.NewKeys(b.Keys)
+	keys := auth.NewKeys(b.Bucket(auth.KeysBucket))
 	if c, err := keys.Verify(t.Context(), key); err != nil || c.Role != auth.RoleOperator || c.Name != "ci-bot" {
 		t.Fatalf("the key printed: %+v %v", c, err)
 	}
@@ -71,7 +72,7 @@ func TestKeysCommand(t *testing.T) {
 // reported — not replaced — once revoked; and found by the CLI, HERMES_API_KEY first.
 func TestAdminKeyFile(t *testing.T) {
 	srv := bustest.NewServer(t)
-	keys := auth.NewKeys(srv.Provision(t, bus.Config{}).Keys)
+	keys := apiKeys(srv.Provision(t, withBuckets(bus.Config{})))
 	path := filepath.Join(t.TempDir(), "data", adminKeyFile)
 	first, err := ensureAdminKey(t.Context(), keys, path)
 	if err != nil || !first.Made || first.Path != path || first.Problem != "" {
@@ -150,7 +151,7 @@ func TestProvisionThenServicesWithoutIt(t *testing.T) {
 	if err := RunProvision(ctx, []string{"--nats", srv.URL}, Env{Stdout: &out, Stderr: &errOut}); err != nil {
 		t.Fatal(err, errOut.String())
 	}
-	if !strings.Contains(out.String(), "Hermes is set up") || !strings.Contains(out.String(), bus.BucketOwners) {
+	if !strings.Contains(out.String(), "Hermes is set up") || !strings.Contains(out.String(), admission.OwnersBucket) {
 		t.Fatalf("provision printed %q", out.String())
 	}
 	nc, b, err := Connect(ctx, srv.URL, "no-provision", bus.Config{NoProvision: true}, nil)

@@ -47,7 +47,7 @@ func newEarlierBus(t *testing.T) *earlierBus {
 		Subjects: []string{"hermes.request.*", "hermes.tool.*.*", "hermes.result.*", "hermes.response.*"}}); err != nil {
 		t.Fatal(err)
 	}
-	b := srv.Provision(t, bus.Config{})
+	b := srv.Provision(t, withBuckets(bus.Config{}))
 	e := &earlierBus{srv: srv, b: b}
 	pub := bus.NewPublisher(js, protocol.Sender{Role: protocol.RoleRouter, Instance: "earlier"})
 	encode := func(m *protocol.Message) []byte {
@@ -303,7 +303,7 @@ func TestMigrateDiscardsPendingWorkWhenTold(t *testing.T) {
 // changes nothing.
 func TestMigrateOnABusWithoutEarlierLayouts(t *testing.T) {
 	srv := bustest.NewServer(t)
-	srv.Provision(t, bus.Config{})
+	srv.Provision(t, withBuckets(bus.Config{}))
 	var out, errOut bytes.Buffer
 	if code := Exec(RunMigrate, []string{"--nats", srv.URL}, Env{Stdout: &out, Stderr: &errOut}); code != 0 ||
 		!strings.Contains(out.String(), "Nothing of an earlier Hermes is left") {

@@ -137,7 +137,7 @@ func RunNATSAuth(_ context.Context, args []string, env Env) error {
 			}
 		}
 	}
-	conf, err := bus.AuthConf(users)
+	conf, err := bus.AuthConf(users, Buckets(bus.Config{}))
 	if err != nil {
 		return err
 	}

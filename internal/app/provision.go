@@ -38,8 +38,11 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	fmt.Fprintf(&out, "Hermes is set up on %s.\n", nc.ConnectedUrlRedacted())
 	fmt.Fprintf(&out, "  record       stream %s, %d replica(s), kept %s, %s\n", si.Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
 	fmt.Fprintf(&out, "  dead letters stream %s\n", b.DLQ.CachedInfo().Config.Name)
-	fmt.Fprintf(&out, "  buckets      %s\n", strings.Join([]string{bus.BucketCalls, bus.BucketClaims, bus.BucketSessions, bus.BucketParked,
-		bus.BucketTools, bus.BucketKeys, bus.BucketOwners, bus.BucketSignins, bus.BucketContracts}, ", "))
+	buckets := []string{bus.BucketCalls, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, bus.BucketTools, bus.BucketContracts}
+	for _, a := range Buckets(cfg) {
+		buckets = append(buckets, a.Name)
+	}
+	fmt.Fprintf(&out, "  buckets      %s\n", strings.Join(buckets, ", "))
 	for _, d := range b.Drift {
 		fmt.Fprintf(&out, "  differs: %s\n", d)
 	}

@@ -47,6 +47,7 @@ func Connect(ctx context.Context, url, name string, cfg bus.Config, log *slog.Lo
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
+	cfg = withBuckets(cfg)
 	var b *bus.Bus
 	err = retry.Do(cctx, bus.ConnectRetry, time.Time{}, func() (err error) {
 		b, err = bus.Provision(cctx, js, cfg)
@@ -282,7 +283,7 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 // issuer's tokens; each answer is remembered for a few seconds (a revoked key stops working
 // within auth.Cached's TTL, an expired token at its expiry).
 func CallerVerifier(b *bus.Bus, o auth.OIDCConfig) (auth.Verifier, error) {
-	chain := auth.Chain{Keys: auth.NewKeys(b.Keys)}
+	chain := auth.Chain{Keys: apiKeys(b)}
 	if o.Issuer != "" || o.Audience != "" {
 		v, err := auth.NewOIDC(o)
 		if err != nil {
@@ -294,7 +295,9 @@ func CallerVerifier(b *bus.Bus, o auth.OIDCConfig) (auth.Verifier, error) {
 }
 
 // NewSignins keeps browsers' sign-ins on b; those made with an API key end when it is revoked.
-func NewSignins(b *bus.Bus) *auth.Signins { return auth.NewSignins(b.Signins, auth.NewKeys(b.Keys)) }
+func NewSignins(b *bus.Bus) *auth.Signins {
+	return auth.NewSignins(b.Bucket(auth.SigninsBucket), apiKeys(b))
+}
 
 // NewDeadLetters builds the dead-letter processor on b.
 func NewDeadLetters(b *bus.Bus, instance string, limits protocol.Limits, m *metrics.Metrics, log *slog.Logger) (*deadletter.Processor, error) {

@@ -163,7 +163,7 @@ func (u *upper) nats() error {
 	}
 	sys.Seeds = seeds
 	s, err := bus.StartServer(bus.ServerConfig{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways,
-		MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(cfg.Bus)+1<<30), Users: users})
+		MaxFileStore: max(bus.DefaultMaxFileStore, bus.StoreBytes(withBuckets(cfg.Bus))+1<<30), Users: users, Buckets: Buckets(cfg.Bus)})
 	if err != nil {
 		return err
 	}
@@ -404,7 +404,7 @@ func (u *upper) gateway() error {
 		return err
 	}
 	sys.cleanup = append(sys.cleanup, func() { gln.Close() })
-	if sys.Key, err = ensureAdminKey(u.ctx, auth.NewKeys(u.admin.Keys), cfg.KeyFile); err != nil {
+	if sys.Key, err = ensureAdminKey(u.ctx, apiKeys(u.admin), cfg.KeyFile); err != nil {
 		return err
 	}
 	sys.GatewayURL = "http://" + gln.Addr().String()

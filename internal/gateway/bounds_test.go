@@ -46,7 +46,7 @@ func TestRouteOverBudgetIs429(t *testing.T) {
 // it, nothing of that request is accepted, and another caller goes on.
 func TestCallerBudgetThroughTheGateway(t *testing.T) {
 	srv := bustest.NewServer(t)
-	b := srv.Provision(t, bus.Config{})
+	b := srv.Provision(t, bus.Config{Buckets: []bus.Bucket{admission.Bucket(bus.Config{})}})
 	g, err := New(Config{Conn: srv.Connect(t), Bus: b, Instance: "test", PublicHosts: testHosts, Callers: fakeVerifier{},
 		CallerLimits: admission.CallerLimits{Budget: submit.Budget{Bytes: 40 << 10, Window: time.Hour}}}) // two one-call requests
 	if err != nil {

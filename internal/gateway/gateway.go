@@ -107,6 +107,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Conn == nil || cfg.Bus == nil || cfg.Instance == "" {
 		return nil, errors.New("gateway: Config.Conn, Config.Bus and Config.Instance are required")
 	}
+	if cfg.Bus.Bucket(admission.OwnersBucket) == nil {
+		// Without it each gateway would keep its own owners, and another could give a session away.
+		return nil, fmt.Errorf("gateway: the bus has no sessions' owners bucket %s (bus.Config.Buckets: admission.Bucket)", admission.OwnersBucket)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

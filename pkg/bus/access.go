@@ -220,8 +220,9 @@ func requestConsumers() []string {
 
 // AccessOf returns the permissions of role; user names the NATS user (the client role's inbox
 // is its own). A service role's users may subscribe under their role's inbox only (RoleInbox),
-// never another role's or _INBOX.
-func AccessOf(role Role, user string) (Access, error) {
+// never another role's or _INBOX. The application's buckets add what they let role do
+// (Bucket.Watchers, Bucket.Writers).
+func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 	var a Access
 	a.Inbox = RoleInbox(role)
 	a.Subscribe = []string{a.Inbox + ".>"}
@@ -234,9 +235,9 @@ func AccessOf(role Role, user string) (Access, error) {
 		a.Publish = slices.Concat(reads(),
 			consume(protocol.ClientStreamName, ConsumerClients),
 			consume(protocol.StreamName, ConsumerSummarizer),
-			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketKeys), KVStream(BucketOwners), KVStream(BucketSignins), KVStream(BucketCalls), KVStream(BucketContracts)),
+			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), subjResults, subjResponses, subjLive, subjTimers},
-			writes(BucketCalls, BucketOwners, BucketSignins, BucketSessions, BucketParked, BucketClaims, BucketContracts),
+			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)
 		a.DenyPublish = fixedConsumers()
@@ -277,6 +278,7 @@ func AccessOf(role Role, user string) (Access, error) {
 	default:
 		return Access{}, fmt.Errorf("no NATS role %q (roles: %s)", role, joinRoles())
 	}
+	grant(&a, role, buckets)
 	return a, nil
 }
 
@@ -288,7 +290,7 @@ func AccessOf(role Role, user string) (Access, error) {
 // (protocol.KeyMCPState, which name no tool); everything else is a tool worker's. Its inbox is
 // its own, InboxOf(user). user must be an id and no role's name; tools must be tool names
 // (subject tokens: protocol.CheckToolName), at least one.
-func WorkerAccessFor(user string, tools []string) (Access, error) {
+func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, error) {
 	if err := protocol.CheckID("NATS user", user); err != nil {
 		return Access{}, err
 	}
@@ -317,7 +319,7 @@ func WorkerAccessFor(user string, tools []string) (Access, error) {
 		}
 	}
 	keys = append(keys, KVSubject(BucketTools, protocol.MCPStatePrefix+">"))
-	a, err := AccessOf(RoleWorker, user)
+	a, err := AccessOf(RoleWorker, user, buckets...)
 	if err != nil {
 		return Access{}, err
 	}

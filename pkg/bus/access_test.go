@@ -33,7 +33,7 @@ func sub(what, subject string) attempt { return attempt{what: what, subject: sub
 // own user, and a refusal fails the test.)
 func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 	t.Parallel()
-	s := bustest.NewLockedServer(t)
+	s := lockedWithApp(t)
 	s.Provision(t, bus.Config{})
 	forged := []attempt{
 		pub("dispatch a tool call", protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1")),
@@ -48,8 +48,8 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 		pub("purge the record", "$JS.API.STREAM.PURGE."+protocol.StreamName),
 		pub("delete a recorded message", "$JS.API.STREAM.MSG.DELETE."+protocol.StreamName),
 		pub("delete a router's consumer", "$JS.API.CONSUMER.DELETE."+protocol.StreamName+"."+bus.RequestConsumer(0)),
-		pub("make an API key", "$KV."+bus.BucketKeys+".k1"),
-		pub("delete the keys' bucket", "$JS.API.STREAM.DELETE."+bus.KVStream(bus.BucketKeys)),
+		pub("make an API key", "$KV."+appKeys+".k1"),
+		pub("delete the keys' bucket", "$JS.API.STREAM.DELETE."+bus.KVStream(appKeys)),
 		pub("purge the contracts", "$JS.API.STREAM.PURGE."+bus.KVStream(bus.BucketContracts)),
 	}
 	// Only gateways (tools:admin callers through /api/v1/tools) and admin register contracts.
@@ -62,10 +62,10 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
 			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
-			pub("own a session", "$KV."+bus.BucketOwners+".s1"),
+			pub("own a session", "$KV."+appOwners+".s1"),
 			pub("read the record", "$JS.API.DIRECT.GET."+protocol.StreamName),
 			pub("read the record's info", "$JS.API.STREAM.INFO."+protocol.StreamName),
-			pub("read a bucket", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketKeys)),
+			pub("read a bucket", "$JS.API.DIRECT.GET."+bus.KVStream(appKeys)),
 			pub("read the record through a consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName),
 			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
 			sub("receive responses", protocol.FilterLiveResponses),
@@ -88,8 +88,8 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read a client's replies", bus.ClientInbox("client")+".>"),
 		}, forged[:1]...), admin...),
 		bus.RoleRouter: append([]attempt{
-			pub("own a session", "$KV."+bus.BucketOwners+".s1"),
-			pub("sign a browser in", "$KV."+bus.BucketSignins+".x"),
+			pub("own a session", "$KV."+appOwners+".s1"),
+			pub("sign a browser in", "$KV."+appSignins+".x"),
 			pub("cancel as a caller", protocol.SubjectEvent(protocol.EventCancel, "s1")),
 			pub("record a summary", protocol.SubjectEvent(protocol.EventSummary, "s1")),
 			pub("make a consumer that reads requests", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.FilterRequests),
@@ -114,13 +114,13 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("receive responses", protocol.FilterLiveResponses),
 			pub("read the record by direct gets", "$JS.API.DIRECT.GET."+protocol.StreamName),
 			pub("read a session's last message by a direct get", "$JS.API.DIRECT.GET."+protocol.StreamName+".hermes.request.s1"),
-			pub("read the API keys", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketKeys)),
-			pub("read the API keys from the leader", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketKeys)),
-			pub("read a sign-in", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketSignins)+".$KV."+bus.BucketSignins+".x"),
+			pub("read the API keys", "$JS.API.DIRECT.GET."+bus.KVStream(appKeys)),
+			pub("read the API keys from the leader", "$JS.API.STREAM.MSG.GET."+bus.KVStream(appKeys)),
+			pub("read a sign-in", "$JS.API.DIRECT.GET."+bus.KVStream(appSignins)+".$KV."+appSignins+".x"),
 			pub("read the sessions' state", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketSessions)),
-			pub("read the owners", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketOwners)),
+			pub("read the owners", "$JS.API.STREAM.MSG.GET."+bus.KVStream(appOwners)),
 			pub("watch the plans", "$JS.API.CONSUMER.CREATE."+bus.KVStream(bus.BucketCalls)),
-			pub("watch the API keys", "$JS.API.CONSUMER.CREATE."+bus.KVStream(bus.BucketKeys)),
+			pub("watch the API keys", "$JS.API.CONSUMER.CREATE."+bus.KVStream(appKeys)),
 			pub("read any message of the record from the leader", "$JS.API.STREAM.MSG.GET."+protocol.StreamName),
 			pub("read the plans", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketCalls)),
 			pub("read a plan by a direct get", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketCalls)+".$KV."+bus.BucketCalls+".r1"),
@@ -174,7 +174,7 @@ func refused(s *bustest.Server, before int, subject string) bool {
 // through JetStream under its own name is stored and acked on the client's own inbox.
 func TestAClientPublishesRequestsOnly(t *testing.T) {
 	t.Parallel()
-	s := bustest.NewLockedServer(t)
+	s := lockedWithApp(t)
 	s.Provision(t, bus.Config{})
 	nc := s.ConnectAs(t, bus.RoleClient)
 	js, err := jetstream.New(nc)
@@ -204,10 +204,10 @@ func TestAClientPublishesRequestsOnly(t *testing.T) {
 // answers the client itself whatever reply subject it named.
 func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
 	t.Parallel()
-	s := bustest.NewLockedServer(t)
+	s := lockedWithApp(t)
 	admin := s.Provision(t, bus.Config{})
 	nc := s.ConnectAs(t, bus.RoleClient)
-	targets := map[string]jetstream.KeyValue{bus.BucketOwners: admin.Owners, bus.BucketCalls: admin.Calls, bus.BucketKeys: admin.Keys}
+	targets := map[string]jetstream.KeyValue{appOwners: admin.Bucket(appOwners), bus.BucketCalls: admin.Calls, appKeys: admin.Bucket(appKeys)}
 	for bucket := range targets {
 		if err := nc.PublishRequest(protocol.SubjectClientRequest("client", "s1"), bus.KVSubject(bucket, "victim"), []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -241,7 +241,7 @@ func TestAClientCannotWriteThroughItsReplySubject(t *testing.T) {
 // several: no bucket a service writes takes one, but the sign-ins' (whose keys are purged).
 func TestNoServiceRollsUpABucket(t *testing.T) {
 	t.Parallel()
-	s := bustest.NewLockedServer(t)
+	s := lockedWithApp(t)
 	admin := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -257,7 +257,7 @@ func TestNoServiceRollsUpABucket(t *testing.T) {
 	if _, err := admin.Claims.Get(ctx, "r1.c1"); err != nil {
 		t.Fatalf("the claims' bucket lost its keys: %v", err)
 	}
-	for _, b := range []string{bus.BucketCalls, bus.BucketTools, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, bus.BucketKeys, bus.BucketOwners} {
+	for _, b := range []string{bus.BucketCalls, bus.BucketTools, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, appKeys, appOwners} {
 		st, err := admin.JS.Stream(ctx, bus.KVStream(b))
 		if err != nil {
 			t.Fatal(err)
@@ -274,7 +274,7 @@ func TestNoServiceRollsUpABucket(t *testing.T) {
 // there never hides it from its caller.
 func TestNothingAfterAResponseHidesIt(t *testing.T) {
 	t.Parallel()
-	s := bustest.NewLockedServer(t)
+	s := lockedWithApp(t)
 	admin := s.Provision(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

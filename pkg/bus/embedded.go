@@ -37,6 +37,9 @@ type ServerConfig struct {
 	// Passwords are users who authenticate with a password (in the URL: nats://name:pw@host),
 	// each with its role's permissions.
 	Passwords []PasswordUser
+	// Buckets are the application's buckets, whose rights the users' permissions include
+	// (Bucket.Watchers, Bucket.Writers).
+	Buckets []Bucket
 	// Logger receives the server's notices and errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -96,7 +99,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			}
 		}
 		// The same configuration hermes nats-auth writes for a deployment.
-		conf, err := AuthConf(cfg.Users, cfg.Passwords...)
+		conf, err := AuthConf(cfg.Users, cfg.Buckets, cfg.Passwords...)
 		if err != nil {
 			return nil, err
 		}

@@ -90,11 +90,11 @@ func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := bus.Provision(ctx, js, bus.Config{})
+	b, err := bus.Provision(ctx, js, bus.Config{Buckets: appBuckets})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Keys.Put(ctx, "k1", []byte("an API key record")); err != nil {
+	if _, err := b.Bucket(appKeys).Put(ctx, "k1", []byte("an API key record")); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
@@ -116,11 +116,11 @@ func TestAStoreFromBeforeUsersIsKept(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ = jetstream.New(nc)
-	b, err = bus.Provision(ctx, js, bus.Config{OpenOnly: true})
+	b, err = bus.Provision(ctx, js, bus.Config{OpenOnly: true, Buckets: appBuckets})
 	if err != nil {
 		t.Fatalf("the bus provisioned before users is not there: %v", err)
 	}
-	if e, err := b.Keys.Get(ctx, "k1"); err != nil || string(e.Value()) != "an API key record" {
+	if e, err := b.Bucket(appKeys).Get(ctx, "k1"); err != nil || string(e.Value()) != "an API key record" {
 		t.Fatalf("the key made before users: %v", err)
 	}
 }

@@ -49,19 +49,6 @@ const (
 	// BucketParked holds the messages parked until something wakes them (package park), under
 	// protocol.KeyParked. It has no TTL: a parked message leaves only when it is woken.
 	BucketParked = "hermes-parked"
-	// BucketKeys holds the callers' API keys (key: the key's id), each as a hash of its
-	// secret, never the key (package auth). No TTL: a key lives until it is revoked, and a
-	// revoked one stays listed.
-	BucketKeys = "hermes-keys"
-	// BucketOwners says who each session belongs to (key: the session id): written once,
-	// when the session's first request is accepted through a gateway; kept as long as plans
-	// (so as long as the record holds any of the session's messages), and renewed by the
-	// gateway while the session is used.
-	BucketOwners = "hermes-owners"
-	// BucketSignins holds browsers' sign-ins (package auth): the caller each stands for and a
-	// hash of its secret, never the token. A sign-in lasts 12 hours at most (the bucket's TTL);
-	// the bucket is bounded in bytes, refusing new sign-ins when full.
-	BucketSignins = "hermes-signins"
 	// BucketContracts holds tools' contracts (package registry), one key per tool, each
 	// registration a revision: the last ContractHistory versions stay readable.
 	BucketContracts = "hermes-contracts"
@@ -98,8 +85,8 @@ type Config struct {
 	// DeadLetterMaxBytes bounds the dead-letter stream (oldest dropped beyond it). Default
 	// 1 GiB.
 	DeadLetterMaxBytes int64
-	// StateMaxBytes bounds each state bucket (plans, claims, serial order, owners); full, it
-	// refuses new entries. Default 512 MiB.
+	// StateMaxBytes bounds each state bucket (plans, claims, serial order); full, it refuses
+	// new entries. Default 512 MiB.
 	StateMaxBytes int64
 	// MaxMsgs of the record; oldest messages are discarded beyond it. The server keeps every
 	// subject of a stream in memory (about 190 bytes each), and each request adds subjects of
@@ -136,6 +123,8 @@ type Config struct {
 	// right to create or change them — while the bus still creates each tool's consumer as
 	// routes name new tools (EnsureToolConsumer).
 	NoProvision bool
+	// Buckets are the application's own buckets, provisioned with Hermes' (Bucket).
+	Buckets []Bucket
 }
 
 // DefaultRecordMaxBytes is the record's byte limit where none is configured.
@@ -152,7 +141,6 @@ const ContractHistory = 64
 // same.
 const (
 	smallBucketMaxBytes = 16 << 20
-	signinsMaxBytes     = 64 << 20
 	contractsMaxBytes   = 256 << 20
 	timersMaxBytes      = 256 << 20
 )
@@ -162,7 +150,10 @@ const (
 // least.
 func StoreBytes(cfg Config) int64 {
 	cfg = cfg.withDefaults()
-	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 4*cfg.StateMaxBytes + 2*smallBucketMaxBytes + signinsMaxBytes + contractsMaxBytes + clientsMaxBytes
+	total := int64(timersMaxBytes) + cfg.ParkedMaxBytes + 3*cfg.StateMaxBytes + smallBucketMaxBytes + contractsMaxBytes + clientsMaxBytes
+	for _, b := range cfg.Buckets {
+		total += b.MaxBytes
+	}
 	for _, n := range []int64{cfg.MaxBytes, cfg.DeadLetterMaxBytes} {
 		if n > 0 {
 			total += n
@@ -239,12 +230,6 @@ type Bus struct {
 	Claims   jetstream.KeyValue
 	Sessions jetstream.KeyValue
 	Parked   jetstream.KeyValue
-	// Keys is the API keys bucket (BucketKeys).
-	Keys jetstream.KeyValue
-	// Owners is the session owners bucket (BucketOwners).
-	Owners jetstream.KeyValue
-	// Signins is the sign-ins bucket (BucketSignins).
-	Signins jetstream.KeyValue
 	// Contracts is the tools' contracts bucket (BucketContracts).
 	Contracts jetstream.KeyValue
 	// ParkedStream is the stream under Parked: removing an entry by its revision there
@@ -259,6 +244,8 @@ type Bus struct {
 	// kept as they are, and the process should say so.
 	Drift []string
 	cfg   Config
+	// buckets are the application's buckets (Config.Buckets), by name.
+	buckets map[string]jetstream.KeyValue
 	// auth seals the results this bus records and checks those it reads.
 	auth resultAuth
 }
@@ -273,6 +260,9 @@ type Bus struct {
 // removes what it is held in once it is done.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
+	if err := checkBuckets(cfg.Buckets); err != nil {
+		return nil, err
+	}
 	// What provisioning creates, it creates only without OpenOnly and NoProvision; what the
 	// bus creates later (tool consumers), only without OpenOnly.
 	runCfg := cfg
@@ -355,12 +345,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		// No TTL: a parked message must never be dropped while it waits (an approval may
 		// take days); bounded in bytes instead, refusing new ones when full.
 		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true, 1},
-		// A revocation must be seen by the next read, from whichever gateway.
-		{BucketKeys, 0, smallBucketMaxBytes, &b.Keys, true, 1},
-		// An owner, once written, must be what every gateway reads.
-		{BucketOwners, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Owners, true, 1},
-		// Signing out must end a sign-in for every gateway at once.
-		{BucketSignins, 12 * time.Hour, signinsMaxBytes, &b.Signins, true, 1},
 		// A contract's versions are its revisions: a call routed under one finishes under it.
 		{BucketContracts, 0, contractsMaxBytes, &b.Contracts, true, ContractHistory},
 	} {
@@ -371,10 +355,29 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			MaxBytes: kv.maxBytes,
 			Storage:  jetstream.FileStorage,
 			Replicas: cfg.Replicas,
-		}, kv.consistent, kv.name == BucketSignins, !cfg.OpenOnly)
+		}, kv.consistent, false, !cfg.OpenOnly)
 		if err != nil {
 			return nil, err
 		}
+	}
+	b.buckets = map[string]jetstream.KeyValue{}
+	for _, a := range cfg.Buckets {
+		ttl := a.TTL
+		if a.AsLongAsPlans {
+			ttl = planTTL(cfg, stream)
+		}
+		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
+			Bucket:   a.Name,
+			History:  1,
+			TTL:      ttl,
+			MaxBytes: a.MaxBytes,
+			Storage:  jetstream.FileStorage,
+			Replicas: cfg.Replicas,
+		}, a.Strict, a.Rollup, !cfg.OpenOnly)
+		if err != nil {
+			return nil, err
+		}
+		b.buckets[a.Name] = kv
 	}
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)

@@ -27,15 +27,16 @@ type User struct {
 }
 
 // Access returns the user's permissions: its role's (AccessOf), or, for a tool worker's user
-// with Tools, those of a worker of these tools only (WorkerAccessFor).
-func (u User) Access() (Access, error) {
+// with Tools, those of a worker of these tools only (WorkerAccessFor); with what the
+// application's buckets let its role do.
+func (u User) Access(buckets ...Bucket) (Access, error) {
 	if len(u.Tools) == 0 {
-		return AccessOf(u.Role, u.Name)
+		return AccessOf(u.Role, u.Name, buckets...)
 	}
 	if u.Role != RoleWorker {
 		return Access{}, fmt.Errorf("NATS user %s: only a %s user serves some tools only, not a %s", u.Name, RoleWorker, u.Role)
 	}
-	return WorkerAccessFor(u.Name, u.Tools)
+	return WorkerAccessFor(u.Name, u.Tools, buckets...)
 }
 
 // PasswordUser is a NATS user who authenticates with a password.
@@ -125,8 +126,12 @@ const (
 
 // AuthConf renders users and passwords as the accounts block of a nats-server configuration
 // file: Hermes' account with JetStream and the services' users, the clients' account with
-// theirs, each user with its permissions (User.Access: its role's, or a worker's of some tools).
-func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
+// theirs, each user with its permissions (User.Access: its role's, or a worker's of some tools,
+// with what the application's buckets let it do).
+func AuthConf(users []User, buckets []Bucket, passwords ...PasswordUser) (string, error) {
+	if err := checkBuckets(buckets); err != nil {
+		return "", err
+	}
 	var services, clients strings.Builder
 	seen := map[string]string{}
 	for _, u := range users {
@@ -140,7 +145,7 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 		if !strings.HasPrefix(u.NKey, "U") || len(u.NKey) != 56 {
 			return "", fmt.Errorf("bus: NATS user %s: %q is no user nkey", u.Name, u.NKey)
 		}
-		a, err := u.Access()
+		a, err := u.Access(buckets...)
 		if err != nil {
 			return "", fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
 		}
@@ -163,7 +168,7 @@ func AuthConf(users []User, passwords ...PasswordUser) (string, error) {
 		if u.Role == RoleClient || !plainPassword(u.Password) {
 			return "", fmt.Errorf("bus: NATS user %s: a password user must be of a service role, with a password of plain characters", u.Name)
 		}
-		a, err := AccessOf(u.Role, u.Name)
+		a, err := AccessOf(u.Role, u.Name, buckets...)
 		if err != nil {
 			return "", fmt.Errorf("bus: NATS user %s: %w", u.Name, err)
 		}

@@ -162,7 +162,7 @@ func TestAWorkerOfSomeToolsIsRefusedTheOthers(t *testing.T) {
 		pub("take a router's requests", api+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
 		pub("dispatch a call of A", protocol.SubjectToolCall(protocol.ActionHTTP, a, "s1")),
 		pub("publish a request", protocol.SubjectRequest("s1")),
-		pub("read the API keys", api+"DIRECT.GET."+bus.KVStream(bus.BucketKeys)),
+		pub("read the API keys", api+"DIRECT.GET."+bus.KVStream(appKeys)),
 		sub("read replies under the shared inbox", "_INBOX.>"),
 		sub("read the toolworker's replies", bus.RoleInbox(bus.RoleWorker)+".>"),
 		sub("read a router's replies", bus.RoleInbox(bus.RoleRouter)+".>"),

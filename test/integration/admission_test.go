@@ -170,7 +170,7 @@ func startDoors(t *testing.T, opts options) (*system, map[string]string) {
 	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "appkey": auth.RoleUser,
 		"flood": auth.RoleUser, "revoked": auth.RoleUser})
 	_, b := s.connect()
-	if _, err := auth.NewKeys(b.Keys).Revoke(t.Context(), "revoked"); err != nil {
+	if _, err := auth.NewKeys(b.Bucket(auth.KeysBucket)).Revoke(t.Context(), "revoked"); err != nil {
 		t.Fatal(err)
 	}
 	return s, keys

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/auth/authtest"
@@ -24,7 +25,7 @@ import (
 func callerKeys(t *testing.T, s *system, roles map[string]auth.Role) map[string]string {
 	t.Helper()
 	_, b := s.connect()
-	keys := auth.NewKeys(b.Keys)
+	keys := auth.NewKeys(b.Bucket(auth.KeysBucket))
 	out := map[string]string{}
 	for name, role := range roles {
 		key, _, err := keys.Create(context.Background(), auth.NewKey{Name: name, Role: role, ActForUsers: strings.HasPrefix(name, "app")})
@@ -148,11 +149,11 @@ func TestCallersOwnTheirSessions(t *testing.T) {
 	// Someone whose owner record is gone (expired) keeps the session: the record still holds
 	// its requests, so nobody else can claim it. Nor a session submitted on the bus directly.
 	_, ob := s.connect()
-	owners, err := ob.JS.Stream(context.Background(), bus.KVStream(bus.BucketOwners))
+	owners, err := ob.JS.Stream(context.Background(), bus.KVStream(admission.OwnersBucket))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := owners.Purge(context.Background(), jetstream.WithPurgeSubject(bus.KVSubject(bus.BucketOwners, "own_alice"))); err != nil {
+	if err := owners.Purge(context.Background(), jetstream.WithPurgeSubject(bus.KVSubject(admission.OwnersBucket, "own_alice"))); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := s.call("POST", "/v1/route", keys["bob"], req("own_b2", "own_alice", "")); code != http.StatusNotFound {
@@ -196,7 +197,7 @@ func TestCallersOwnTheirSessions(t *testing.T) {
 		ended <- time.Now()
 	}()
 	_, b := s.connect()
-	if _, err := auth.NewKeys(b.Keys).Revoke(context.Background(), "bob"); err != nil {
+	if _, err := auth.NewKeys(b.Bucket(auth.KeysBucket)).Revoke(context.Background(), "bob"); err != nil {
 		t.Fatal(err)
 	}
 	revoked := time.Now()

@@ -101,7 +101,7 @@ func start(t *testing.T, opts options) *system {
 	} else {
 		// Every service runs as its own NATS user, with only its role's permissions, as in
 		// hermes up and deploy/: a permission the table lacks fails the test that needed it.
-		s.srv = bustest.NewLockedServer(t, opts.users...)
+		s.srv = bustest.NewLocked(t, bustest.Locked{Users: opts.users, Buckets: app.Buckets(opts.bus)})
 		t.Cleanup(func() {
 			if v := s.srv.Violations(); len(v) > 0 && !s.violating {
 				t.Errorf("the NATS server refused what a service did (the permission table lacks it):\n%s", strings.Join(v, "\n"))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -36,12 +37,12 @@ func TestAcknowledgementsAServiceHasWrittenGrantNothing(t *testing.T) {
 	s.poisoned = "ack_s9"
 	nc := s.srv.ConnectAs(t, bus.RoleWorker)
 	damaged := map[string]func() ([]byte, error){
-		"$KV." + bus.BucketKeys + "." + carol: func() ([]byte, error) {
-			e, err := b.Keys.Get(ctx, carol)
+		"$KV." + auth.KeysBucket + "." + carol: func() ([]byte, error) {
+			e, err := b.Bucket(auth.KeysBucket).Get(ctx, carol)
 			return value(e, err)
 		},
-		"$KV." + bus.BucketOwners + ".ack_alice": func() ([]byte, error) {
-			e, err := b.Owners.Get(ctx, "ack_alice")
+		"$KV." + admission.OwnersBucket + ".ack_alice": func() ([]byte, error) {
+			e, err := b.Bucket(admission.OwnersBucket).Get(ctx, "ack_alice")
 			return value(e, err)
 		},
 		"$KV." + bus.BucketCalls + "." + protocol.KeyPlan("ack_bob_2"): func() ([]byte, error) {

@@ -30,8 +30,9 @@ type Server struct {
 	// Plain is the URL without credentials.
 	Plain string
 	// users of a locked server, by name, with their seeds.
-	users map[string]lockedUser
-	log   *violations
+	users   map[string]lockedUser
+	log     *violations
+	buckets []bus.Bucket
 }
 
 // lockedUser is a user of a locked server and its nkey seed.
@@ -58,7 +59,24 @@ func NewServer(t testing.TB) *Server {
 // connects as admin; As(role) and AsUser(name) name the user to connect as.
 func NewLockedServer(t testing.TB, extra ...bus.User) *Server {
 	t.Helper()
-	s := &Server{users: map[string]lockedUser{}, log: &violations{}}
+	return NewLocked(t, Locked{Users: extra})
+}
+
+// Locked says what NewLocked lets in.
+type Locked struct {
+	// Users are let in beside one per role (NewLockedServer's extra).
+	Users []bus.User
+	// Buckets are the application's buckets, whose rights the users' permissions include
+	// (bus.ServerConfig.Buckets); Provision provisions them.
+	Buckets []bus.Bucket
+}
+
+// NewLocked starts a locked server for t, as NewLockedServer does, with l's users and the
+// rights l's buckets give.
+func NewLocked(t testing.TB, l Locked) *Server {
+	t.Helper()
+	extra := l.Users
+	s := &Server{users: map[string]lockedUser{}, log: &violations{}, buckets: l.Buckets}
 	var users, wanted []bus.User
 	for _, r := range bus.Roles {
 		if r != bus.RoleAdmin { // admin has a password, in URL
@@ -78,7 +96,7 @@ func NewLockedServer(t testing.TB, extra ...bus.User) *Server {
 	}
 	pw := rand.Text()
 	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Users: users,
-		Passwords: []bus.PasswordUser{{Name: "admin", Password: pw, Role: bus.RoleAdmin}}, Logger: slog.New(s.log)})
+		Passwords: []bus.PasswordUser{{Name: "admin", Password: pw, Role: bus.RoleAdmin}}, Buckets: l.Buckets, Logger: slog.New(s.log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +126,7 @@ func (s *Server) AsUser(t testing.TB, name string) []nats.Option {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := u.Access()
+	a, err := u.Access(s.buckets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +196,13 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 	return nc
 }
 
-// Provision connects and provisions the Hermes bus with cfg.
+// Provision connects and provisions the Hermes bus with cfg (with the buckets the server was
+// started with when cfg names none).
 func (s *Server) Provision(t testing.TB, cfg bus.Config) *bus.Bus {
 	t.Helper()
+	if cfg.Buckets == nil {
+		cfg.Buckets = s.buckets
+	}
 	return provision(t, s.Connect(t), cfg)
 }
 

@@ -1,0 +1,22 @@
+package app
+
+import (
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/pkg/bus"
+)
+
+// Buckets are the buckets Hermes' own services keep their state in beside the bus's, for a bus
+// configured with cfg: callers' credentials (auth.Buckets) and sessions' owners
+// (admission.Bucket). Every process provisions and opens them (Connect), and every NATS user's
+// permissions say who may touch them.
+func Buckets(cfg bus.Config) []bus.Bucket { return append(auth.Buckets(), admission.Bucket(cfg)) }
+
+// withBuckets is cfg with Buckets(cfg).
+func withBuckets(cfg bus.Config) bus.Config {
+	cfg.Buckets = Buckets(cfg)
+	return cfg
+}
+
+// apiKeys are the API keys kept on b.
+func apiKeys(b *bus.Bus) *auth.Keys { return auth.NewKeys(b.Bucket(auth.KeysBucket)) }

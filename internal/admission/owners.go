@@ -52,7 +52,7 @@ func decodeOwner(data []byte) (*ownerRecord, error) {
 	return &rec, nil
 }
 
-// owners says who each session belongs to, from the owners bucket (bus.BucketOwners). The
+// owners says who each session belongs to, from the owners bucket (OwnersBucket). The
 // first claim of a session wins (a create, so two gateways cannot both win); later claims learn
 // the owner. It is safe for concurrent use.
 type owners struct {

@@ -306,6 +306,7 @@ func (c *common) runService(ctx context.Context, name, running string, log *slog
 		if err != nil {
 			return err
 		}
+		defer ln.Close() // should the services never start (one fails its validation)
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 		services.Add(service.Back, service.Func("metrics", func(ctx context.Context) error {
 			if err := metrics.Serve(ctx, ln, obs.reg); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -7,9 +7,9 @@
 // plan; a request seen before goes on only with the calls that have no result yet), the stages
 // a deployment adds (the contract check, ContractStage; policies, approvals and state
 // coordination plug in the same way), and route (match each call against the routes table and
-// resolve its action, or answer NO_ROUTE / ACTION_UNSUPPORTED). A stage may settle calls, hold one (the
-// request parks until the hold wakes it, while the other calls go), park the whole request, or
-// stop it; at the end the outlet records the decided results, publishes the dispatches as one
+// resolve its action, or answer NO_ROUTE / ACTION_UNSUPPORTED). A stage may settle calls, hold
+// one (the request parks until the hold wakes it, while the other calls go), park the whole
+// request, or stop it; at the end the outlet records the decided results, publishes the dispatches as one
 // batch and parks for held calls. Stages decide again from what is recorded on every delivery,
 // so a redelivery, a repeated request or a wake-up changes nothing already done.
 //

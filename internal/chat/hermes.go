@@ -237,22 +237,12 @@ func wellFormed(msgs []protocol.LLMMessage) []protocol.LLMMessage {
 
 // replayMessage is a recorded message as the model reads it again.
 func replayMessage(m protocol.LLMMessage) openai.ChatCompletionMessageParamUnion {
-	switch m.Role {
-	case "system":
-		return openai.SystemMessage(m.Content)
-	case "developer":
-		return openai.DeveloperMessage(m.Content)
-	case "tool":
-		return openai.ToolMessage(m.Content, m.ToolCallID)
-	case "assistant":
-		calls := make([]protocol.LLMCall, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			if !json.Valid([]byte(tc.Arguments)) {
-				tc.Arguments = "{}" // cut by the record: not to be sent as arguments again
-			}
-			calls[i] = tc
+	calls := make([]protocol.LLMCall, len(m.ToolCalls))
+	for i, tc := range m.ToolCalls {
+		if !json.Valid([]byte(tc.Arguments)) {
+			tc.Arguments = "{}" // cut by the record: not to be sent as arguments again
 		}
-		return assistantParam(m.Content, calls)
+		calls[i] = tc
 	}
-	return openai.UserMessage(m.Content)
+	return messageParam(m.Role, m.Content, m.ToolCallID, calls)
 }

@@ -481,21 +481,27 @@ func checkShape(model *string, messages, tools int, models string) error {
 
 // param is the message as the model reads it.
 func (m chatMessage) param() openai.ChatCompletionMessageParamUnion {
-	switch m.Role {
-	case "system":
-		return openai.SystemMessage(m.Content)
-	case "developer":
-		return openai.DeveloperMessage(m.Content)
-	case "user":
-		return openai.UserMessage(m.Content)
-	case "tool":
-		return openai.ToolMessage(m.Content, m.ToolCallID)
-	}
 	calls := make([]protocol.LLMCall, len(m.ToolCalls))
 	for i, c := range m.ToolCalls {
 		calls[i] = protocol.LLMCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments}
 	}
-	return assistantParam(m.Content, calls)
+	return messageParam(m.Role, m.Content, m.ToolCallID, calls)
+}
+
+// messageParam is a message of role as the model reads it: its text, the call it answers (a
+// tool's), the calls it makes (an assistant's). An unknown role reads as the user's.
+func messageParam(role, content, toolCallID string, calls []protocol.LLMCall) openai.ChatCompletionMessageParamUnion {
+	switch role {
+	case "system":
+		return openai.SystemMessage(content)
+	case "developer":
+		return openai.DeveloperMessage(content)
+	case "tool":
+		return openai.ToolMessage(content, toolCallID)
+	case "assistant":
+		return assistantParam(content, calls)
+	}
+	return openai.UserMessage(content)
 }
 
 // assistantParam is an assistant message with text and calls, as the model reads it.

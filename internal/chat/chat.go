@@ -855,7 +855,8 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	switch {
 	case ctx.Err() != nil || (err == nil && out.Pending):
 		by := "chat run " + c.run
-		// Pending with ctx not done yet: the turn's wait (MaxWait) ran out first.
+		// Pending with ctx not done yet: the turn's wait ran out first (MaxWait, or the run's
+		// deadline when that comes sooner: byDeadline).
 		reason := "the run's deadline passed"
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):

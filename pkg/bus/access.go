@@ -223,6 +223,9 @@ func requestConsumers() []string {
 // never another role's or _INBOX. The application's buckets add what they let role do
 // (Bucket.Watchers, Bucket.Writers).
 func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
+	if err := checkBuckets(buckets); err != nil {
+		return Access{}, err
+	}
 	var a Access
 	a.Inbox = RoleInbox(role)
 	a.Subscribe = []string{a.Inbox + ".>"}

@@ -101,6 +101,8 @@ func TestApplicationBuckets(t *testing.T) {
 		want    string
 	}{
 		{[]bus.Bucket{{Name: "a.b", MaxBytes: 1}}, "bucket name"},
+		{[]bus.Bucket{{Name: "*", MaxBytes: 1, Writers: []bus.Role{bus.RoleGateway}}}, "bucket name"},
+		{[]bus.Bucket{{Name: "hermes-intake", MaxBytes: 1}}, "one of Hermes' own"},
 		{[]bus.Bucket{{Name: bus.BucketCalls, MaxBytes: 1}}, "one of Hermes' own"},
 		{[]bus.Bucket{{Name: "a"}}, "MaxBytes"},
 		{[]bus.Bucket{{Name: "a", MaxBytes: 1}, {Name: "a", MaxBytes: 1}}, "twice"},
@@ -111,6 +113,9 @@ func TestApplicationBuckets(t *testing.T) {
 		}
 		if _, err := bus.AuthConf(nil, tc.buckets); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("AuthConf %+v: %v, want an error naming %q", tc.buckets, err, tc.want)
+		}
+		if _, err := bus.AccessOf(bus.RoleGateway, "gateway", tc.buckets...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("AccessOf %+v: %v, want an error naming %q", tc.buckets, err, tc.want)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func (b Bucket) check() error {
 	if err := protocol.CheckID("bucket name", b.Name); err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
-	if slices.Contains(hermesBuckets, b.Name) {
+	if slices.Contains(hermesBuckets, b.Name) || slices.Contains(earlierBuckets, b.Name) {
 		return fmt.Errorf("bus: bucket %s is one of Hermes' own", b.Name)
 	}
 	if b.MaxBytes <= 0 {
@@ -73,8 +73,12 @@ func checkBuckets(buckets []Bucket) error {
 	return nil
 }
 
-// hermesBuckets are Hermes' own buckets.
-var hermesBuckets = []string{BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked, BucketContracts}
+// hermesBuckets are Hermes' own buckets; earlierBuckets those earlier versions kept state in,
+// which hermes migrate removes once drained (Provision).
+var (
+	hermesBuckets  = []string{BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked, BucketContracts}
+	earlierBuckets = []string{"hermes-intake", "hermes-responses"}
+)
 
 // Bucket returns the application's bucket named name as Provision opened it (Config.Buckets);
 // nil when the configuration named none so.
@@ -96,4 +100,10 @@ func grant(a *Access, role Role, buckets []Bucket) {
 			a.Publish = append(a.Publish, writes(b.Name)...)
 		}
 	}
+	seen := map[string]bool{}
+	a.Publish = slices.DeleteFunc(a.Publish, func(s string) bool {
+		dup := seen[s]
+		seen[s] = true
+		return dup
+	})
 }

@@ -238,8 +238,6 @@ func TestSubscriberShutdownIsBounded(t *testing.T) {
 	}
 }
 
-// TestSubscriberReportsDeletedConsumer: a consumer deleted under a running subscriber ends
-// Run with an error instead of a silent retry loop.
 func TestEveryRunsUntilStopped(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int32

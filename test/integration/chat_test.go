@@ -109,7 +109,7 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 			return false
 		}
 		for _, r := range results {
-			if m, _ := r.(map[string]any); m["error_code"] != "BAD_ARGUMENTS" {
+			if m, _ := r.(map[string]any); m["error_code"] != "BAD_ARGUMENTS" || m["error_origin"] != "hermes" {
 				return false
 			}
 		}

@@ -365,14 +365,14 @@ func (m *migration) writeFound(out io.Writer) {
 // only counts them.
 func (m *migration) carry(ctx context.Context) error {
 	for _, key := range m.responseKeys {
-		e, err := m.responses.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // gone since it was listed (the bucket's TTL)
-		}
+		v, ok, err := stillKept(ctx, m.responses, earlierResponses, key)
 		if err != nil {
-			return fmt.Errorf("read %s %s: %w", earlierResponses, key, err)
+			return err
 		}
-		if err := m.carryOne(ctx, e.Value()); err != nil {
+		if !ok {
+			continue
+		}
+		if err := m.carryOne(ctx, v); err != nil {
 			return err
 		}
 	}
@@ -523,15 +523,15 @@ func (m *migration) findPending(ctx context.Context) error {
 		}
 	}
 	for _, rid := range m.intakeKeys {
-		e, err := m.intake.Get(ctx, rid)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // gone since it was listed (the bucket's TTL)
-		}
+		v, ok, err := stillKept(ctx, m.intake, earlierIntake, rid)
 		if err != nil {
-			return fmt.Errorf("read %s %s: %w", earlierIntake, rid, err)
+			return err
+		}
+		if !ok {
+			continue
 		}
 		var in earlierIntakeEntry
-		_ = json.Unmarshal(e.Value(), &in) // an entry that does not decode names no session
+		_ = json.Unmarshal(v, &in) // an entry that does not decode names no session
 		done, err := m.isAnswered(ctx, rid, in.SessionID)
 		if err != nil {
 			return err
@@ -607,4 +607,17 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// stillKept reads key of bucket, listed earlier: its value, or ok false when it is gone since
+// (the bucket's TTL).
+func stillKept(ctx context.Context, kv jetstream.KeyValue, bucket, key string) (v []byte, ok bool, err error) {
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read %s %s: %w", bucket, key, err)
+	}
+	return e.Value(), true, nil
 }

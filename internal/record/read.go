@@ -121,20 +121,14 @@ func Read(ctx context.Context, js jetstream.JetStream, filters []string, from St
 	defer it.Stop()
 	n := 0
 	for {
-		wait, cancel := context.WithTimeout(ctx, idleCheck)
-		msg, err := it.Next(jetstream.NextContext(wait))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return n, ctx.Err()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
-					return n, nil // what was left expired or was deleted meanwhile
-				}
-				continue
-			}
+		msg, done, err := nextMsg(ctx, it, cons)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return n, ctx.Err()
+		case err != nil:
 			return n, fmt.Errorf("record: read: %w", err)
+		case done:
+			return n, nil // what was left expired or was deleted meanwhile
 		}
 		md, err := msg.Metadata()
 		if err != nil {
@@ -235,4 +229,26 @@ func deleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = js.DeleteConsumer(ctx, protocol.StreamName, ci.Name)
+}
+
+// nextMsg is it's next message from cons; done when none is left to read: while it waited,
+// what was pending expired or was deleted (looked at each idleCheck).
+func nextMsg(ctx context.Context, it jetstream.MessagesContext, cons jetstream.Consumer) (msg jetstream.Msg, done bool, err error) {
+	for {
+		wait, cancel := context.WithTimeout(ctx, idleCheck)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
+		switch {
+		case err == nil:
+			return msg, false, nil
+		case ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
+				return nil, true, nil
+			}
+		default:
+			return nil, false, err
+		}
+	}
 }

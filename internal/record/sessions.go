@@ -69,20 +69,12 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owne
 		defer it.Stop()
 		var consSeq uint64
 		for {
-			wait, cancel := context.WithTimeout(ctx, idleCheck)
-			msg, err := it.Next(jetstream.NextContext(wait))
-			cancel()
+			msg, done, err := nextMsg(ctx, it, cons)
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("record: sessions: %w", ctx.Err())
-				}
-				if errors.Is(err, context.DeadlineExceeded) {
-					if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
-						break // what was left expired meanwhile
-					}
-					continue
-				}
 				return nil, fmt.Errorf("record: sessions: %w", err)
+			}
+			if done {
+				break // what was left expired meanwhile
 			}
 			md, err := msg.Metadata()
 			if err != nil {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,24 +67,9 @@ func TestHermesOwnBuckets(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = nc.Flush()
-			if !refusedAfter(s, before, subject) {
+			if !s.RefusedSince(before, subject) {
 				t.Errorf("%s may publish on %s: the server let it", role, subject)
 			}
 		}
 	}
-}
-
-// refusedAfter waits a moment for the server to report refusing subject after the first
-// before violations.
-func refusedAfter(s *bustest.Server, before int, subject string) bool {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, v := range s.Violations()[before:] {
-			if strings.Contains(v, `"`+subject+`"`) {
-				return true
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
 }

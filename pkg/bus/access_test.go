@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
-	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -147,27 +145,12 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 					t.Fatal(err)
 				}
 				_ = nc.Flush()
-				if !refused(s, before, a.subject) {
+				if !s.RefusedSince(before, a.subject) {
 					t.Errorf("%s may %s (%s): the server let it", role, a.what, a.subject)
 				}
 			}
 		})
 	}
-}
-
-// refused waits a moment for the server to report refusing subject after the first before
-// violations.
-func refused(s *bustest.Server, before int, subject string) bool {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, v := range s.Violations()[before:] {
-			if strings.Contains(v, `"`+subject+`"`) {
-				return true
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
 }
 
 // TestAClientPublishesRequestsOnly: the client user's one right works — a request published

@@ -180,7 +180,7 @@ func TestAWorkerOfSomeToolsIsRefusedTheOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = conn.Flush()
-		if !refused(s, before, at.subject) {
+		if !s.RefusedSince(before, at.subject) {
 			t.Errorf("the worker of %s may %s (%s): the server let it", a, at.what, at.subject)
 		}
 	}

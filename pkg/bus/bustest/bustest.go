@@ -161,6 +161,21 @@ func (s *Server) Violations() []string {
 	return s.log.list()
 }
 
+// RefusedSince waits a moment (2 s at most) for the server to report refusing subject among the
+// violations after the first before (len(Violations()) taken before trying it).
+func (s *Server) RefusedSince(before int, subject string) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, v := range s.Violations()[before:] {
+			if strings.Contains(v, `"`+subject+`"`) {
+				return true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
 // violations is a log handler keeping the server's permission violations.
 type violations struct {
 	mu  sync.Mutex

@@ -14,11 +14,12 @@ import (
 
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/policy"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // fields are the keys a contract document may have.
-var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach", "sandbox"}
+var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach", "sandbox", "recipients", "policy"}
 
 // Kind is what a document's optional kind field says of a contract (hermes apply reads files
 // of several kinds).
@@ -124,7 +125,7 @@ func ParseDocument(d Document) (*contract.Contract, error) { return decode(d.Nod
 // decode reads one document's contract and compiles it, reporting errors with their lines.
 func decode(doc *yaml.Node) (*contract.Contract, error) {
 	if doc.Kind != yaml.MappingNode {
-		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects, reach and sandbox"}
+		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects, reach, sandbox, recipients and policy"}
 	}
 	lines := map[string]int{}
 	c := &contract.Contract{}
@@ -190,6 +191,28 @@ func decode(doc *yaml.Node) (*contract.Contract, error) {
 		if c.ExecutionPolicy, err = decodePolicy(n, lines); err != nil {
 			return nil, err
 		}
+	}
+	if n, ok := byKey["recipients"]; ok && n.Tag != "!!null" {
+		if n.Kind != yaml.SequenceNode {
+			return nil, &contract.Error{Line: n.Line, Field: "recipients", Reason: "must be a list of the arguments that name recipients, such as [user_ids]"}
+		}
+		for _, e := range n.Content {
+			if e.Kind != yaml.ScalarNode || e.Tag != "!!str" {
+				return nil, &contract.Error{Line: e.Line, Field: "recipients", Reason: "must be a list of argument names"}
+			}
+			c.Recipients = append(c.Recipients, e.Value)
+		}
+	}
+	if n, ok := byKey["policy"]; ok && n.Tag != "!!null" {
+		p, err := policy.FromNode(n, "policy")
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			return nil, &contract.Error{Line: pe.Line, Field: pe.Field, Reason: pe.Reason}
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.Policy = p
 	}
 	if n, ok := byKey["reach"]; ok && n.Tag != "!!null" {
 		a, err := routes.ParseAction("", keys["reach"], n, "reach")

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hermesbus/hermes/pkg/policy"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -77,7 +78,16 @@ type Contract struct {
 	// double or a staging copy. Only against it (or with the registrar's leave) is a tool with
 	// side effects tried.
 	Sandbox *protocol.Action `json:"sandbox,omitempty"`
+	// Recipients names the arguments that name a call's recipients (user_ids, attendees): a
+	// policy's max_recipients counts them (an array counts its elements, any other value one).
+	Recipients []string `json:"recipients,omitempty"`
+	// Policy is the tool's policy (package policy) unless one applied through the policies'
+	// API stands for it.
+	Policy *policy.Policy `json:"policy,omitempty"`
 }
+
+// MaxRecipientArgs bounds the arguments a contract names as recipients.
+const MaxRecipientArgs = 16
 
 // Policy is a contract's execution_policy. Zero fields are not set.
 type Policy struct {
@@ -148,6 +158,9 @@ func (c *Contract) check() error {
 	if c.Effects != "" && !slices.Contains(AllEffects, c.Effects) {
 		return &Error{Field: "effects", Reason: fmt.Sprintf("must be one of none, idempotent, side_effects; got %q", protocol.Shorten(string(c.Effects), 32))}
 	}
+	if err := c.checkPolicy(); err != nil {
+		return err
+	}
 	if p := c.ExecutionPolicy; p != nil {
 		switch {
 		case p.TimeoutMS < 0 || p.TimeoutMS > protocol.MaxTimeoutMS:
@@ -159,6 +172,36 @@ func (c *Contract) check() error {
 		case p.ResourceLevel != "" && !slices.Contains(ResourceLevels, p.ResourceLevel):
 			return &Error{Field: "execution_policy.resource_level", Reason: fmt.Sprintf("must be one of L, M, H; got %q", protocol.Shorten(p.ResourceLevel, 16))}
 		}
+	}
+	return nil
+}
+
+// checkPolicy checks the contract's recipients and policy block.
+func (c *Contract) checkPolicy() error {
+	if len(c.Recipients) > MaxRecipientArgs {
+		return &Error{Field: "recipients", Reason: fmt.Sprintf("names %d arguments; at most %d", len(c.Recipients), MaxRecipientArgs)}
+	}
+	for i, r := range c.Recipients {
+		if r == "" || len(r) > 128 || !protocol.Printable(r) {
+			return &Error{Field: fmt.Sprintf("recipients[%d]", i), Reason: "an argument's name is 1 to 128 printable characters"}
+		}
+		if slices.Index(c.Recipients, r) < i {
+			return &Error{Field: fmt.Sprintf("recipients[%d]", i), Reason: fmt.Sprintf("%q is named twice", r)}
+		}
+	}
+	p := c.Policy
+	if p == nil {
+		return nil
+	}
+	if err := p.Check("policy"); err != nil {
+		var e *policy.Error
+		if errors.As(err, &e) {
+			return &Error{Line: e.Line, Field: e.Field, Reason: e.Reason}
+		}
+		return err
+	}
+	if p.MaxRecipients > 0 && len(c.Recipients) == 0 {
+		return &Error{Field: "policy.max_recipients", Reason: "counts the arguments the contract names in recipients, and it names none; add recipients: [the arguments that name them]"}
 	}
 	return nil
 }

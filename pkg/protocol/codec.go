@@ -94,6 +94,11 @@ func (m *Message) DecodeDispatch() (*Dispatch, error) {
 			return nil, fieldErr("contract", "resource_level or effects too long")
 		}
 	}
+	if d.Policy != nil {
+		if err := d.Policy.Check(); err != nil {
+			return nil, err
+		}
+	}
 	return &d, nil
 }
 
@@ -119,6 +124,40 @@ func (m *Message) DecodeCancel() (*Cancel, error) {
 		return nil, fieldErr("cancel", fmt.Sprintf("by and reason may hold at most %d bytes each", MaxCancelTextBytes))
 	}
 	return &c, nil
+}
+
+// MaxPolicyTextBytes bounds the words of a PolicyDecision (its reason, who decided).
+const MaxPolicyTextBytes = 1024
+
+// Check refuses a decision whose words are over their bounds or not printable.
+func (d *PolicyDecision) Check() error {
+	for _, f := range []struct{ name, v string }{{"decision", d.Decision}, {"rule", d.Rule}, {"source", d.Source}, {"reason", d.Reason}, {"approval_id", d.ApprovalID}, {"by", d.By}} {
+		if len(f.v) > MaxPolicyTextBytes || !Printable(f.v) {
+			return fieldErr("policy."+f.name, fmt.Sprintf("must be at most %d printable bytes", MaxPolicyTextBytes))
+		}
+	}
+	if d.Version < 0 {
+		return fieldErr("policy.version", "must not be negative")
+	}
+	return nil
+}
+
+// DecodePolicyEvent reads the policy_decision payload of m.
+func (m *Message) DecodePolicyEvent() (*PolicyEvent, error) {
+	var e PolicyEvent
+	if err := m.decodePayload(TypePolicy, &e); err != nil {
+		return nil, err
+	}
+	if err := CheckID("tool_call_id", e.ToolCallID); err != nil {
+		return nil, err
+	}
+	if err := CheckToolName("tool", e.Tool); err != nil {
+		return nil, err
+	}
+	if err := e.Decision.Check(); err != nil {
+		return nil, err
+	}
+	return &e, nil
 }
 
 // MaxCancelTextBytes bounds Cancel.By and Cancel.Reason.
@@ -158,6 +197,11 @@ func (r *ToolResult) Validate(field string) error {
 	}
 	if r.Content != nil && !json.Valid(r.Content) {
 		return fieldErr(joinField(field, "content"), "is not valid JSON")
+	}
+	if r.Policy != nil {
+		if err := r.Policy.Check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

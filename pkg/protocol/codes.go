@@ -41,6 +41,21 @@ const (
 	// CodeContractUnavailable: the contract version the call was routed under could not be
 	// read, so the call was not made (its answer could not have been checked).
 	CodeContractUnavailable = "CONTRACT_UNAVAILABLE"
+	// CodePolicyDenied: the tool's policy does not let this call run (the caller's role, too
+	// many recipients); the result names the rule and the policy's version (ToolResult.Policy).
+	CodePolicyDenied = "POLICY_DENIED"
+	// CodePolicyUnavailable: the tool's policy could not be decided (its rate window could not
+	// be read), and the tool may change something, so the call was not made.
+	CodePolicyUnavailable = "POLICY_UNAVAILABLE"
+	// CodeApprovalRequired: the tool's policy asks a person to confirm the call first; it
+	// waits as an approval (ToolResult.Policy.ApprovalID) and runs once approved.
+	CodeApprovalRequired = "APPROVAL_REQUIRED"
+	// CodeApprovalExpired: nobody decided the call's approval in time.
+	CodeApprovalExpired = "APPROVAL_EXPIRED"
+	// CodeApprovalDenied: a person denied the call's approval.
+	CodeApprovalDenied = "APPROVAL_DENIED"
+	// A call over its tool's rate limit is CodeRateLimited (origin hermes), with the time it may
+	// be tried again (ToolResult.Policy.RetryAt).
 )
 
 // Error codes of the HTTP API's JSON errors ({"error": {"code", "message", "field"}}).

@@ -32,12 +32,16 @@ const (
 	// TypeLLMSummary records a summary of a session's conversation, which stands for the
 	// messages it covers in the prompts after it (payload LLMSummary).
 	TypeLLMSummary Type = "llm_summary.v1"
+	// TypePolicy records what a tool's policy decided about a call between its request and
+	// its result: a wait for the rate window, an approval asked for and decided (payload
+	// PolicyEvent).
+	TypePolicy Type = "policy_decision.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy:
 		return true
 	}
 	return false

@@ -183,6 +183,9 @@ const (
 	// EventSummary is the event kind of llm_summary messages: a session's conversation,
 	// summarized.
 	EventSummary = "summary"
+	// EventPolicy is the event kind of policy_decision messages: what a tool's policy decided
+	// about a call between its request and its result.
+	EventPolicy = "policy"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
@@ -247,6 +250,12 @@ func MsgIDToolResult(requestID, callID string) string {
 // (redrive is the re-drive's id): the id of the first answer is spent in the duplicate window.
 func MsgIDRedrivenResult(requestID, callID, redrive string) string {
 	return MsgIDToolResult(requestID, callID) + ":redrive:" + redrive
+}
+
+// MsgIDPolicy is the message id of a policy event: decision about requestID's call callID,
+// the n-th of its kind (a call may wait for its rate window more than once).
+func MsgIDPolicy(requestID, callID, decision string, n int64) string {
+	return "policy:" + requestID + ":" + callID + ":" + decision + ":" + strconv.FormatInt(n, 10)
 }
 
 // MsgIDResponse identifies the response to requestID.

@@ -134,7 +134,56 @@ type ToolResult struct {
 	// Rejected is an answer the tool gave that broke its contract (CONTRACT_VIOLATION): kept in
 	// the record's result for whoever debugs the tool, never in a response.
 	Rejected json.RawMessage `json:"rejected_content,omitempty" msgpack:"rejected_content,omitempty"`
+	// Policy is what the tool's policy decided when it kept the call from running (denied,
+	// limited, waiting for approval): the rule and the policy's version.
+	Policy *PolicyDecision `json:"policy,omitempty" msgpack:"policy,omitempty"`
 }
+
+// PolicyDecision is what a tool's policy decided about one call (package policy), as the
+// record keeps it: on the dispatch of a call it let run, on the result of one it kept from
+// running, and in a policy event for what happened in between (a wait, an approval).
+type PolicyDecision struct {
+	// Decision is one of the Policy* decisions.
+	Decision string `msgpack:"decision" json:"decision"`
+	// Rule names the rule that decided (allowed_roles, rate_limit, max_recipients,
+	// confirm_required); "" when the call was allowed by every rule.
+	Rule string `msgpack:"rule,omitempty" json:"rule,omitempty"`
+	// Source says where the policy is written: "policy" (applied through the policies' API)
+	// or "contract" (the tool contract's policy block); Version is its version there.
+	Source  string `msgpack:"source" json:"source"`
+	Version int    `msgpack:"version" json:"version"`
+	// Reason says why, in words.
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// RetryAt is when a call over its rate limit may be tried again.
+	RetryAt time.Time `msgpack:"retry_at,omitempty" json:"retry_at,omitempty"`
+	// ApprovalID names the call's approval (confirm_required).
+	ApprovalID string `msgpack:"approval_id,omitempty" json:"approval_id,omitempty"`
+	// By names who decided an approval.
+	By string `msgpack:"by,omitempty" json:"by,omitempty"`
+}
+
+// PolicyEvent is the payload of a policy_decision message: what a tool's policy decided about
+// one call of the request the envelope names.
+type PolicyEvent struct {
+	ToolCallID string         `msgpack:"tool_call_id" json:"tool_call_id"`
+	Tool       string         `msgpack:"tool" json:"tool"`
+	Decision   PolicyDecision `msgpack:"decision" json:"decision"`
+	// At is when it was decided.
+	At time.Time `msgpack:"at" json:"at"`
+}
+
+// Policy decisions.
+const (
+	PolicyAllowed     = "allowed"     // every rule let the call run
+	PolicyDenied      = "denied"      // a rule kept it from running (POLICY_DENIED)
+	PolicyLimited     = "limited"     // over its rate limit, refused (RATE_LIMITED)
+	PolicyWaited      = "waited"      // over its rate limit, parked until the window allows it
+	PolicyUnavailable = "unavailable" // the policy could not be decided (POLICY_UNAVAILABLE)
+	PolicyParked      = "parked"      // waits as an approval (APPROVAL_REQUIRED)
+	PolicyApproved    = "approved"    // a person approved it
+	PolicyRejected    = "rejected"    // a person denied it
+	PolicyExpired     = "expired"     // nobody decided it in time
+)
 
 // ResponseStatus derives a response status from its results.
 func ResponseStatus(results []ToolResult) string {
@@ -166,6 +215,8 @@ type Dispatch struct {
 	// Contract names the contract version the call runs under, when its tool has one: the
 	// worker checks the tool's answer against that version, whatever is registered since.
 	Contract *ContractRef `msgpack:"contract,omitempty" json:"contract,omitempty"`
+	// Policy is what the tool's policy decided, when it has one.
+	Policy *PolicyDecision `msgpack:"policy,omitempty" json:"policy,omitempty"`
 }
 
 // ContractRef names one version of a tool's contract.

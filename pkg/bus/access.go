@@ -239,7 +239,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.ClientStreamName, ConsumerClients),
 			consume(protocol.StreamName, ConsumerSummarizer),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), subjResults, subjResponses, subjLive, subjTimers},
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)
@@ -252,7 +252,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.TimerStreamName, ConsumerTimers),
 			toolConsumers(),
 			subjToolCalls(),
-			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ},
+			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy)},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 	case RoleWorker:

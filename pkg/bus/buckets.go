@@ -23,6 +23,9 @@ type Bucket struct {
 	MaxBytes int64
 	// TTL of its keys; 0: they never expire.
 	TTL time.Duration
+	// History is how many values of each key the bucket keeps (1 to 64; 0 is 1): more than one
+	// keeps earlier versions readable by revision.
+	History uint8
 	// AsLongAsPlans keeps its keys as long as plans are kept (Config.StateTTL or the record's
 	// MaxAge, whichever is longer, and an hour more), whatever TTL says: what names a
 	// request or a session is remembered as long as the record may hold them.
@@ -46,6 +49,9 @@ func (b Bucket) check() error {
 	}
 	if slices.Contains(hermesBuckets, b.Name) || slices.Contains(earlierBuckets, b.Name) {
 		return fmt.Errorf("bus: bucket %s is one of Hermes' own", b.Name)
+	}
+	if b.History > ContractHistory {
+		return fmt.Errorf("bus: bucket %s: History must be at most %d", b.Name, ContractHistory)
 	}
 	if b.MaxBytes <= 0 {
 		return fmt.Errorf("bus: bucket %s: MaxBytes must be positive", b.Name)

@@ -368,7 +368,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		}
 		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:   a.Name,
-			History:  1,
+			History:  max(1, a.History),
 			TTL:      ttl,
 			MaxBytes: a.MaxBytes,
 			Storage:  jetstream.FileStorage,

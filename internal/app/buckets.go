@@ -1,16 +1,21 @@
 package app
 
 import (
+	"slices"
+
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
 
 // Buckets are the buckets Hermes' own services keep their state in beside the bus's, for a bus
 // configured with cfg: callers' credentials (auth.Buckets) and sessions' owners
-// (admission.Bucket). Every process provisions and opens them (Connect), and every NATS user's
+// (admission.Bucket), policies and their rate windows (policies.Buckets). Every process provisions and opens them (Connect), and every NATS user's
 // permissions say who may touch them.
-func Buckets(cfg bus.Config) []bus.Bucket { return append(auth.Buckets(), admission.Bucket(cfg)) }
+func Buckets(cfg bus.Config) []bus.Bucket {
+	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets())
+}
 
 // withBuckets is cfg with Buckets(cfg).
 func withBuckets(cfg bus.Config) bus.Config {

@@ -20,6 +20,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
@@ -113,6 +114,7 @@ type RouterService struct {
 	path      string
 	reload    time.Duration
 	contracts *registry.Live
+	policies  *policies.Book
 	log       *slog.Logger
 }
 
@@ -120,12 +122,16 @@ type RouterService struct {
 func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	log := orDiscard(cfg.Logger).With("service", "router")
 	live := registry.NewLive(b.Contracts, log)
-	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
-		Limits: cfg.Limits, Contracts: live.Current, Stages: cfg.Stages, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+	book, stage, err := policyStage(b, cfg.Instance, log)
 	if err != nil {
 		return nil, err
 	}
-	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, log: log}, nil
+	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
+		Limits: cfg.Limits, Contracts: live.Current, Stages: append([]router.Stage{stage}, cfg.Stages...), Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, log: log}, nil
 }
 
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping
@@ -133,6 +139,9 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 // registered.
 func (s *RouterService) Run(ctx context.Context) error {
 	if err := s.contracts.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.policies.Start(ctx); err != nil {
 		return err
 	}
 	if s.path != "" && s.reload > 0 {

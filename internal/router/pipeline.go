@@ -56,6 +56,9 @@ type Call struct {
 	// Contract is the tool's contract the call goes under, set by the contract stage (nil:
 	// the tool has none).
 	Contract *contract.Compiled
+	// Policy is what the tool's policy decided for a call it let run, set by the policy
+	// stage; the route stage carries it in the dispatch, so the record keeps it.
+	Policy *protocol.PolicyDecision
 }
 
 // Pending reports whether no stage has settled c yet.

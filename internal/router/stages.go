@@ -461,7 +461,7 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		if err := s.Ensure(ctx, kind, call.Name, inFlight); err != nil {
 			return Continue(), err
 		}
-		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action}
+		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action, Policy: c.Policy}
 		switch {
 		case probe:
 			c.Dispatch.Action = health

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -11,10 +12,11 @@ import (
 
 // Buckets are the buckets Hermes' own services keep their state in beside the bus's, for a bus
 // configured with cfg: callers' credentials (auth.Buckets) and sessions' owners
-// (admission.Bucket), policies and their rate windows (policies.Buckets). Every process provisions and opens them (Connect), and every NATS user's
-// permissions say who may touch them.
+// (admission.Bucket), policies and their rate windows (policies.Buckets), and approvals
+// (approvals.Buckets). Every process provisions and opens them (Connect), and every NATS
+// user's permissions say who may touch them.
 func Buckets(cfg bus.Config) []bus.Bucket {
-	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets())
+	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets(), approvals.Buckets())
 }
 
 // withBuckets is cfg with Buckets(cfg).

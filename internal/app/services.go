@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -115,6 +116,7 @@ type RouterService struct {
 	reload    time.Duration
 	contracts *registry.Live
 	policies  *policies.Book
+	expirer   *approvals.Expirer
 	log       *slog.Logger
 }
 
@@ -122,7 +124,7 @@ type RouterService struct {
 func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	log := orDiscard(cfg.Logger).With("service", "router")
 	live := registry.NewLive(b.Contracts, log)
-	book, stage, err := policyStage(b, cfg.Instance, log)
+	book, stage, expirer, err := policyStage(b, cfg.Instance, log)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +133,7 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, log: log}, nil
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, log: log}, nil
 }
 
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping
@@ -144,6 +146,7 @@ func (s *RouterService) Run(ctx context.Context) error {
 	if err := s.policies.Start(ctx); err != nil {
 		return err
 	}
+	go func() { _ = s.expirer.Run(ctx) }()
 	if s.path != "" && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {

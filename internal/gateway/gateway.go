@@ -99,7 +99,9 @@ type Gateway struct {
 	// tools is the tool registry (/api/v1/tools); nil without a contracts bucket.
 	tools   *registry.Store
 	sandbox *sandbox.Sandbox
-	signins auth.Verifier // cfg.Signins, its answers remembered; nil without
+	// approvals serve /v1/approvals; empty without the approvals' bucket.
+	approvals approvalsAPI
+	signins   auth.Verifier // cfg.Signins, its answers remembered; nil without
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -158,6 +160,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 	g.registerSessions()
 	g.registerBrowser()
 	g.registerTools()
+	g.registerApprovals()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))

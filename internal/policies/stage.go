@@ -46,11 +46,12 @@ type Stage struct {
 	Now func() time.Time
 }
 
-// Gate decides a call whose policy asks for confirmation: it returns nil when the call has
-// an approval it may run under now (used up by this call), or the result to answer it with
-// (APPROVAL_REQUIRED with the approval's id, or why it cannot be approved).
+// Gate decides a call whose policy asks for confirmation: it returns the decision the call
+// runs under when it has an approval it may run under now (used up by this call), or the
+// result to answer it with (APPROVAL_REQUIRED with the approval's id, or why it cannot run).
+// An error says nothing was decided (the delivery is tried again).
 type Gate interface {
-	Gate(ctx context.Context, job *router.Job, c *router.Call, r *Rule) (*protocol.ToolResult, error)
+	Gate(ctx context.Context, job *router.Job, c *router.Call, r *Rule) (*protocol.ToolResult, *protocol.PolicyDecision, error)
 }
 
 var _ router.Stage = (*Stage)(nil)
@@ -143,30 +144,33 @@ func (s *Stage) decide(ctx context.Context, job *router.Job, c *router.Call, r *
 			return nil
 		}
 	}
+	allowed := r.decision(protocol.PolicyAllowed, "", "")
 	if p.ConfirmRequired {
 		if s.Approvals == nil {
 			refuse(protocol.CodePolicyUnavailable, protocol.PolicyUnavailable, policy.RuleConfirmRequired,
 				"the call must be confirmed, and this router keeps no approvals", "run the router with the approvals' bucket")
 			return nil
 		}
-		res, err := s.Approvals.Gate(ctx, job, c, r)
+		res, d, err := s.Approvals.Gate(ctx, job, c, r)
 		if err != nil {
 			return fmt.Errorf("policy stage: approval of %s: %w", call.ToolCallID, err)
 		}
 		if res != nil {
+			log.Info("call waits for its approval, or may not run under it", "code", res.ErrorCode, "approval_id", res.Policy.ApprovalID)
 			c.Decide(*res, "")
 			return nil
 		}
+		allowed = d
 	}
 	if p.RateLimit != nil {
-		return s.limit(ctx, job, c, r, refuse)
+		return s.limit(ctx, job, c, r, allowed, refuse)
 	}
-	c.Policy = r.decision(protocol.PolicyAllowed, "", "")
+	c.Policy = allowed
 	return nil
 }
 
 // limit counts the call in its rate window, or refuses or holds it.
-func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *Rule, refuse func(code, d, rule, reason, hint string)) error {
+func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *Rule, allowed *protocol.PolicyDecision, refuse func(code, d, rule, reason, hint string)) error {
 	p, call, m := r.Policy, c.Call, job.Msg
 	caller := ""
 	if m.Caller != nil {
@@ -190,7 +194,7 @@ func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *R
 		return nil
 	}
 	if ok {
-		c.Policy = r.decision(protocol.PolicyAllowed, "", "")
+		c.Policy = allowed
 		return nil
 	}
 	scope := "each caller"

@@ -71,6 +71,8 @@ const (
 	CodeUnavailable = "UNAVAILABLE"
 	// CodeAlreadyFinished: the request has its response; it can no longer be cancelled.
 	CodeAlreadyFinished = "ALREADY_FINISHED"
+	// CodeAlreadyDecided: the approval was approved, denied or used before (409).
+	CodeAlreadyDecided = "ALREADY_DECIDED"
 	// CodeInternal: Hermes failed in a way that is its own bug; the message says where.
 	CodeInternal = "INTERNAL"
 	// CodeUnauthenticated: no valid credentials (401, with WWW-Authenticate).

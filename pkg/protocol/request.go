@@ -101,6 +101,14 @@ func (r *Request) Validate(lim Limits) error {
 		}
 		return fieldErr(field, fmt.Sprintf("may not start with %q: such ids are the contract sandbox's", SandboxSessionPrefix))
 	}
+	if r.Approval != "" {
+		if err := CheckID("approval", r.Approval); err != nil {
+			return err
+		}
+		if len(r.ToolCalls) != 1 || r.Sandbox != nil || r.RequestID != r.Approval {
+			return fieldErr("approval", "a request run under an approval is the approval's own: request_id is its id, and it makes its one call")
+		}
+	}
 	if sb := r.Sandbox; sb != nil {
 		if err := CheckToolName("sandbox.tool", sb.Tool); err != nil {
 			return err

@@ -25,6 +25,17 @@ type Request struct {
 	// Sandbox, when set, marks a request of the contract sandbox: its calls try one tool under
 	// a candidate contract. Only Hermes makes such requests (no edge decodes the field).
 	Sandbox *Sandbox `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	// Approval, when set, names the approval its one call runs under: the request Hermes
+	// makes when a person approves a call a policy parked (request_id is the approval's id).
+	// Only Hermes makes such requests (no edge decodes the field); the router checks the
+	// approval again (approved, unused, the same tool, arguments and caller) before the call
+	// runs.
+	Approval string `json:"approval,omitempty" msgpack:"approval,omitempty"`
+	// Recall, when set, marks a request of a door whose caller calls again once a parked
+	// call is approved (MCP, the chat loop): an approval its calls open runs the identical
+	// call made next, instead of a request Hermes makes on approval. Set by Hermes' doors
+	// only.
+	Recall bool `json:"recall,omitempty" msgpack:"recall,omitempty"`
 }
 
 // Sandbox says what a sandbox request tries: every call calls Tool under the candidate

@@ -17,12 +17,15 @@ import (
 
 const replayUsage = `hermes replay --session S [--since D | --from-seq N] [--json] [--nats URL]
        hermes replay --routes FILE [--session S] [--since D | --from-seq N] [--json] [--nats URL]
+       hermes replay --policies FILE [--session S] [--since D | --from-seq N] [--json] [--nats URL]
 
 With --session: print the session's recorded history in stream order, then exit 0.
 With --routes: match every recorded call again against FILE, as the router would, without
-running or publishing anything, and print the calls that would be routed differently. Exit
-status: 0 nothing would change, 1 something would, 2 trouble (bad flags, a bad routes file,
-NATS unreachable)`
+running or publishing anything, and print the calls that would be routed differently.
+With --policies: decide every recorded call again under the policy file FILE, as the router's
+policy stage would (rate windows counted over the recorded times), and print the calls that
+would be decided differently. Exit status of both: 0 nothing would change, 1 something would,
+2 trouble (bad flags, a bad file, NATS unreachable)`
 
 // RunReplay reads the record back: a session's history, or what a new routes file would route
 // differently (a what-if that runs nothing): hermes replay.
@@ -31,6 +34,7 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 	natsURL := natsFlag(fs)
 	session := fs.String("session", "", "the session to replay (with --routes: compare only its requests)")
 	routesFile := fs.String("routes", "", "what-if: compare each recorded call's route with this routes file's")
+	policiesFile := fs.String("policies", "", "what-if: compare what each recorded call's tool policy decided with this policy file's decision")
 	since := fs.String("since", "", "start at messages stored this long ago (90s, 15m, 2h) or since an RFC 3339 time")
 	fromSeq := fs.Uint64("from-seq", 0, "start at this stream sequence")
 	asJSON := fs.Bool("json", false, "print JSON lines")
@@ -40,8 +44,11 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 	usage := func(format string, a ...any) error {
 		return &ExitError{Code: 2, Err: fmt.Errorf("replay: "+format, a...)}
 	}
-	if *session == "" && *routesFile == "" {
-		return usage("give --session S (a session's history) or --routes FILE (what a routes file would change); see -h")
+	if *session == "" && *routesFile == "" && *policiesFile == "" {
+		return usage("give --session S (a session's history), --routes FILE (what a routes file would change) or --policies FILE (what a policy file would change); see -h")
+	}
+	if *routesFile != "" && *policiesFile != "" {
+		return usage("give --routes or --policies, not both")
 	}
 	var from record.Start
 	if *since != "" {
@@ -64,6 +71,9 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 	}
 	if *routesFile != "" {
 		return whatIf(ctx, env, natsURL, *routesFile, filters, from, *asJSON)
+	}
+	if *policiesFile != "" {
+		return whatIfPolicies(ctx, env, natsURL, *policiesFile, filters, from, *asJSON)
 	}
 
 	nc, js, err := dialRecord(ctx, natsURL, "replay")

@@ -26,7 +26,7 @@ func newBus(t *testing.T) (*bustest.Server, *bus.Bus) {
 	return s, s.Provision(t, bus.Config{Buckets: Buckets()})
 }
 
-func mustPolicy(t *testing.T, js string) *policy.Policy {
+func mustPolicy(t testing.TB, js string) *policy.Policy {
 	t.Helper()
 	var p policy.Policy
 	if err := json.Unmarshal([]byte(js), &p); err != nil {
@@ -251,7 +251,7 @@ func TestWindowKeysAreSubjectTokens(t *testing.T) {
 }
 
 // stageJob is a job of one call of tool with args, made by a caller of role.
-func stageJob(t *testing.T, id, role, tool, args string) *router.Job {
+func stageJob(t testing.TB, id, role, tool, args string) *router.Job {
 	t.Helper()
 	req := &protocol.Request{RequestID: id, SessionID: "s1", ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: tool, Arguments: json.RawMessage(args)}}}
 	m, err := protocol.NewMessage(protocol.TypeRequest, req)

@@ -42,8 +42,6 @@ type Stage struct {
 	Approvals Gate
 	// Events records the policy events of waits; nil records none.
 	Events *Events
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
 }
 
 // Gate decides a call whose policy asks for confirmation: it returns the decision the call
@@ -58,13 +56,6 @@ var _ router.Stage = (*Stage)(nil)
 
 // Name is "policy".
 func (s *Stage) Name() string { return "policy" }
-
-func (s *Stage) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
 
 // Process decides job's pending calls.
 func (s *Stage) Process(ctx context.Context, job *router.Job) (router.Verdict, error) {
@@ -100,55 +91,24 @@ func (s *Stage) Process(ctx context.Context, job *router.Job) (router.Verdict, e
 
 // decide decides one call under rule r.
 func (s *Stage) decide(ctx context.Context, job *router.Job, c *router.Call, r *Rule) error {
-	p, call := r.Policy, c.Call
-	log := job.Log.With("tool", call.Name, "tool_call_id", call.ToolCallID, "policy", r.String())
-	refuse := func(code, d, rule, reason, hint string) {
-		log.Info("call refused by its tool's policy", "rule", rule, "reason", reason)
-		res := protocol.ErrorResult(code, protocol.OriginHermes, hint, fmt.Sprintf("%s: %s (%s)", rule, reason, r))
-		res.Policy = r.decision(d, rule, reason)
+	call := c.Call
+	refuse := func(f *refusal) {
+		job.Log.Info("call refused by its tool's policy", "tool", call.Name, "tool_call_id", call.ToolCallID, "policy", r.String(), "rule", f.rule, "reason", f.reason)
+		res := protocol.ErrorResult(f.code, protocol.OriginHermes, f.hint, fmt.Sprintf("%s: %s (%s)", f.rule, f.reason, r))
+		res.Policy = r.decision(f.decision, f.rule, f.reason)
+		res.Policy.RetryAt = f.retryAt
 		c.Decide(res, "")
 	}
-	role := ""
-	if job.Msg.Caller != nil {
-		role = job.Msg.Caller.Role
-	}
-	if !p.Allows(role) {
-		who := fmt.Sprintf("role %q", role)
-		if role == "" {
-			who = "no role (the request names no caller)"
-		}
-		refuse(protocol.CodePolicyDenied, protocol.PolicyDenied, policy.RuleAllowedRoles,
-			fmt.Sprintf("%s may be called by %v only; the caller has %s", call.Name, p.AllowedRoles, who),
-			"this tool is not for the caller's role; do not call it again, and tell the user it needs one of "+fmt.Sprint(p.AllowedRoles))
+	j := r.judge(callerRole(job.Msg), c.Contract, call)
+	if j.refusal != nil {
+		refuse(j.refusal)
 		return nil
 	}
-	if p.MaxRecipients > 0 {
-		var names []string
-		if c.Contract != nil {
-			names = c.Contract.Recipients
-		}
-		if len(names) == 0 {
-			refuse(protocol.CodePolicyDenied, protocol.PolicyDenied, policy.RuleMaxRecipients,
-				"the policy bounds the recipients, and the tool's contract names no argument that holds them", "an operator must add recipients to the tool's contract")
-			return nil
-		}
-		n, err := policy.CountRecipients(call.Arguments, names)
-		if err != nil {
-			refuse(protocol.CodePolicyDenied, protocol.PolicyDenied, policy.RuleMaxRecipients, err.Error(), "call "+call.Name+" with arguments that are a JSON object")
-			return nil
-		}
-		if n > p.MaxRecipients {
-			refuse(protocol.CodePolicyDenied, protocol.PolicyDenied, policy.RuleMaxRecipients,
-				fmt.Sprintf("the call names %d recipients; at most %d", n, p.MaxRecipients),
-				fmt.Sprintf("split the call into calls of at most %d recipients each, or ask the user whom to leave out", p.MaxRecipients))
-			return nil
-		}
-	}
 	allowed := r.decision(protocol.PolicyAllowed, "", "")
-	if p.ConfirmRequired {
+	if j.confirm {
 		if s.Approvals == nil {
-			refuse(protocol.CodePolicyUnavailable, protocol.PolicyUnavailable, policy.RuleConfirmRequired,
-				"the call must be confirmed, and this router keeps no approvals", "run the router with the approvals' bucket")
+			refuse(&refusal{code: protocol.CodePolicyUnavailable, decision: protocol.PolicyUnavailable, rule: policy.RuleConfirmRequired,
+				reason: "the call must be confirmed, and this router keeps no approvals", hint: "run the router with the approvals' bucket"})
 			return nil
 		}
 		res, d, err := s.Approvals.Gate(ctx, job, c, r)
@@ -156,27 +116,122 @@ func (s *Stage) decide(ctx context.Context, job *router.Job, c *router.Call, r *
 			return fmt.Errorf("policy stage: approval of %s: %w", call.ToolCallID, err)
 		}
 		if res != nil {
-			log.Info("call waits for its approval, or may not run under it", "code", res.ErrorCode, "approval_id", res.Policy.ApprovalID)
+			job.Log.Info("call waits for its approval, or may not run under it", "tool", call.Name, "tool_call_id", call.ToolCallID,
+				"code", res.ErrorCode, "approval_id", res.Policy.ApprovalID)
 			c.Decide(*res, "")
 			return nil
 		}
 		allowed = d
 	}
-	if p.RateLimit != nil {
+	if j.limit {
 		return s.limit(ctx, job, c, r, allowed, refuse)
 	}
 	c.Policy = allowed
 	return nil
 }
 
-// limit counts the call in its rate window, or refuses or holds it.
-func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *Rule, allowed *protocol.PolicyDecision, refuse func(code, d, rule, reason, hint string)) error {
-	p, call, m := r.Policy, c.Call, job.Msg
-	caller := ""
-	if m.Caller != nil {
-		caller = m.Caller.ID + "#" + m.Caller.User
+// callerRole is the role of the caller of request m, as the gateway authenticated it ("" for
+// none).
+func callerRole(m *protocol.Message) string {
+	if m.Caller == nil {
+		return ""
 	}
-	key := WindowKey(call.Name, p.ScopeOrDefault(), caller)
+	return m.Caller.Role
+}
+
+// callerKey names the caller of request m in its rate windows (scope caller).
+func callerKey(m *protocol.Message) string {
+	if m.Caller == nil {
+		return ""
+	}
+	return m.Caller.ID + "#" + m.Caller.User
+}
+
+// refusal is why a rule keeps a call from running: the result's code, the decision, the rule,
+// why, and what the caller can do.
+type refusal struct {
+	code, decision, rule, reason, hint string
+	retryAt                            time.Time
+}
+
+// judgement is what r's rules that read no state decide about one call.
+type judgement struct {
+	// refusal, when set, keeps the call from running (allowed_roles, max_recipients).
+	refusal *refusal
+	// confirm: the call waits as an approval (confirm_required).
+	confirm bool
+	// limit: the call is counted in its rate window (rate_limit).
+	limit bool
+}
+
+// judge decides r's rules that read no state about call, made by a caller of role (k: the
+// tool's contract, nil for none), in the stage's order: allowed_roles, max_recipients, then
+// whether the call must be confirmed and counted. The stage and Replay decide alike by it.
+func (r *Rule) judge(role string, k *contract.Compiled, call *protocol.ToolCall) judgement {
+	p := r.Policy
+	denied := func(rule, reason, hint string) judgement {
+		return judgement{refusal: &refusal{code: protocol.CodePolicyDenied, decision: protocol.PolicyDenied, rule: rule, reason: reason, hint: hint}}
+	}
+	if !p.Allows(role) {
+		who := fmt.Sprintf("role %q", role)
+		if role == "" {
+			who = "no role (the request names no caller)"
+		}
+		return denied(policy.RuleAllowedRoles, fmt.Sprintf("%s may be called by %v only; the caller has %s", call.Name, p.AllowedRoles, who),
+			"this tool is not for the caller's role; do not call it again, and tell the user it needs one of "+fmt.Sprint(p.AllowedRoles))
+	}
+	if p.MaxRecipients > 0 {
+		var names []string
+		if k != nil {
+			names = k.Recipients
+		}
+		if len(names) == 0 {
+			return denied(policy.RuleMaxRecipients, "the policy bounds the recipients, and the tool's contract names no argument that holds them",
+				"an operator must add recipients to the tool's contract")
+		}
+		n, err := policy.CountRecipients(call.Arguments, names)
+		if err != nil {
+			return denied(policy.RuleMaxRecipients, err.Error(), "call "+call.Name+" with arguments that are a JSON object")
+		}
+		if n > p.MaxRecipients {
+			return denied(policy.RuleMaxRecipients, fmt.Sprintf("the call names %d recipients; at most %d", n, p.MaxRecipients),
+				fmt.Sprintf("split the call into calls of at most %d recipients each, or ask the user whom to leave out", p.MaxRecipients))
+		}
+	}
+	return judgement{confirm: p.ConfirmRequired, limit: p.RateLimit != nil}
+}
+
+// overLimit decides a call of request m that r's rate window has no room for until at: it
+// waits (on_limit: wait, when the window has room before max_wait and the request's deadline
+// end) with the reason, or is refused RATE_LIMITED.
+func (r *Rule) overLimit(m *protocol.Message, at time.Time) (wait bool, reason string, limited *refusal) {
+	p := r.Policy
+	scope := "each caller"
+	if p.ScopeOrDefault() == policy.ScopeTool {
+		scope = "all callers together"
+	}
+	over := fmt.Sprintf("over %s for %s; the window has room at %s", p.RateLimit, scope, at.UTC().Format(time.RFC3339Nano))
+	refuse := func(reason string) *refusal {
+		return &refusal{code: protocol.CodeRateLimited, decision: protocol.PolicyLimited, rule: policy.RuleRateLimit, reason: reason,
+			hint: "try again after " + at.UTC().Format(time.RFC3339), retryAt: at}
+	}
+	if p.OnLimitOrDefault() != policy.OnLimitWait {
+		return false, "", refuse(over)
+	}
+	until := m.CreatedAt.Add(p.MaxWaitOrDefault())
+	if !m.Deadline.IsZero() && m.Deadline.Before(until) {
+		until = m.Deadline
+	}
+	if at.After(until) {
+		return false, "", refuse(over + fmt.Sprintf("; it would wait longer than max_wait %s", p.MaxWaitOrDefault()))
+	}
+	return true, over, nil
+}
+
+// limit counts the call in its rate window, or refuses or holds it.
+func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *Rule, allowed *protocol.PolicyDecision, refuse func(*refusal)) error {
+	p, call, m := r.Policy, c.Call, job.Msg
+	key := WindowKey(call.Name, p.ScopeOrDefault(), callerKey(m))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	ok, at, err := s.Windows.Take(wctx, key, *p.RateLimit, CallID(m.RequestID, call.ToolCallID))
 	cancel()
@@ -189,34 +244,17 @@ func (s *Stage) limit(ctx context.Context, job *router.Job, c *router.Call, r *R
 			c.Policy = r.decision(protocol.PolicyAllowed, policy.RuleRateLimit, "the rate window could not be read; the tool changes nothing, so the call was let through")
 			return nil
 		}
-		refuse(protocol.CodePolicyUnavailable, protocol.PolicyUnavailable, policy.RuleRateLimit,
-			"the rate window could not be read, and the tool may change something, so the call was not made", "try again shortly")
+		refuse(&refusal{code: protocol.CodePolicyUnavailable, decision: protocol.PolicyUnavailable, rule: policy.RuleRateLimit,
+			reason: "the rate window could not be read, and the tool may change something, so the call was not made", hint: "try again shortly"})
 		return nil
 	}
 	if ok {
 		c.Policy = allowed
 		return nil
 	}
-	scope := "each caller"
-	if p.ScopeOrDefault() == policy.ScopeTool {
-		scope = "all callers together"
-	}
-	over := fmt.Sprintf("over %s for %s; the window has room at %s", p.RateLimit, scope, at.UTC().Format(time.RFC3339Nano))
-	limited := func(reason string) {
-		refuse(protocol.CodeRateLimited, protocol.PolicyLimited, policy.RuleRateLimit, reason,
-			"try again after "+at.UTC().Format(time.RFC3339))
-		c.Result.Policy.RetryAt = at
-	}
-	if p.OnLimitOrDefault() != policy.OnLimitWait {
-		limited(over)
-		return nil
-	}
-	until := m.CreatedAt.Add(p.MaxWaitOrDefault())
-	if !m.Deadline.IsZero() && m.Deadline.Before(until) {
-		until = m.Deadline
-	}
-	if at.After(until) {
-		limited(over + fmt.Sprintf("; it would wait longer than max_wait %s", p.MaxWaitOrDefault()))
+	wait, over, limited := r.overLimit(m, at)
+	if !wait {
+		refuse(limited)
 		return nil
 	}
 	d := r.decision(protocol.PolicyWaited, policy.RuleRateLimit, over)

@@ -19,8 +19,9 @@ type Entry struct {
 	// Msg is the decoded envelope; nil when the envelope itself could not be decoded.
 	Msg *protocol.Message
 	// Payload is the decoded payload, as Msg.Type says: *protocol.Request, *protocol.Dispatch,
-	// *protocol.ToolStarted, *protocol.ToolResult, *protocol.Response or *protocol.Cancel. It is nil when Err is
-	// set.
+	// *protocol.ToolStarted, *protocol.ToolResult, *protocol.Response, *protocol.Cancel,
+	// *protocol.LLMDecision, *protocol.LLMSummary or *protocol.PolicyEvent. It is nil when Err
+	// is set.
 	Payload any
 	// Err says why the message could not be read. Msg may still be set when only its payload
 	// was unreadable.

@@ -36,6 +36,13 @@ const maxStarted = 10_000
 //	12:00:01.139 [done]     req_abc weather_search call_2 error TOOL_TIMEOUT (hermes) after 3 tries: "no answer within 4000 ms"
 //	12:00:01.140 [response] req_abc partial_success (2 results, 1 ok) 17 ms
 //
+// What a tool's policy decided shows on the call's route line ("policy: allowed (policy v2)"),
+// on the result of a call it kept from running ("policy: denied: allowed_roles (policy v2)"),
+// and as a line of its own for what happened in between (a wait, an approval):
+//
+//	12:00:01.127 [policy]   req_abc meeting_book call_3 waited: rate_limit (policy v2) "over 10/min for each caller" retry at 12:01:00.123
+//	12:00:09.500 [policy]   req_abc meeting_book call_1 approved: confirm_required (policy v2) approval=appr_1 by key:admin
+//
 // A message it cannot read becomes one "[?]" line naming its sequence and subject. Values that
 // come from outside (intents, arguments, contents, names) are cut to a readable width and have
 // control characters escaped, so a line is always one line. The zero Formatter is ready to use.
@@ -56,15 +63,7 @@ type Formatter struct {
 // newlines, each starting with the time.
 func (f *Formatter) Format(e *Entry) string {
 	var b strings.Builder
-	loc := f.Location
-	if loc == nil {
-		loc = time.Local
-	}
-	layout := "15:04:05.000"
-	if f.Date {
-		layout = "2006-01-02 15:04:05.000"
-	}
-	b.WriteString(e.Time.In(loc).Format(layout))
+	b.WriteString(f.time(e.Time))
 	b.WriteByte(' ')
 	if e.Err != nil || e.Msg == nil {
 		f.unreadable(&b, e)
@@ -106,6 +105,18 @@ func (f *Formatter) Format(e *Entry) string {
 			b.WriteString(" params=")
 			b.WriteString(jsonValue(params, argsWidth))
 		}
+		if p.Policy != nil {
+			b.WriteString(" policy: ")
+			b.WriteString(f.policy(p.Policy, true))
+		}
+	case *protocol.PolicyEvent:
+		tag(&b, "policy")
+		fmt.Fprintf(&b, "%s %s %s ", m.RequestID, clean(truncate(p.Tool, 64)), clean(truncate(p.ToolCallID, 64)))
+		s := f.policy(&p.Decision, true)
+		if p.Decision.Decision != protocol.PolicyAllowed && p.Decision.Decision != protocol.PolicyApproved {
+			s = f.paint(yellow, s)
+		}
+		b.WriteString(s)
 	case *protocol.ToolStarted:
 		tag(&b, "start")
 		fmt.Fprintf(&b, "%s %s %s on %s (try %d)", m.RequestID, p.Name, p.ToolCallID, senderName(m.Sender), p.Attempt)
@@ -197,6 +208,56 @@ func (f *Formatter) result(b *strings.Builder, m *protocol.Message, r *protocol.
 		b.WriteString(" rejected=")
 		b.WriteString(jsonValue(r.Rejected, contentWidth))
 	}
+	if r.Policy != nil {
+		// The content says why already.
+		b.WriteString(" policy: ")
+		b.WriteString(f.policy(r.Policy, false))
+	}
+}
+
+// policy renders what a tool's policy decided: the decision, the rule that decided, and
+// where the policy is written ("denied: allowed_roles (policy v2)"), then — when set — the
+// reason (with reason), the time to try again, the approval's id and who decided.
+func (f *Formatter) policy(d *protocol.PolicyDecision, reason bool) string {
+	var b strings.Builder
+	b.WriteString(clean(truncate(d.Decision, 32)))
+	if d.Rule != "" {
+		b.WriteString(": ")
+		b.WriteString(clean(truncate(d.Rule, 32)))
+	}
+	if d.Source != "" {
+		fmt.Fprintf(&b, " (%s v%d)", clean(truncate(d.Source, 32)), d.Version)
+	}
+	if reason && d.Reason != "" {
+		b.WriteString(" ")
+		b.WriteString(strconv.Quote(truncate(d.Reason, errorWidth)))
+	}
+	if !d.RetryAt.IsZero() {
+		b.WriteString(" retry at ")
+		b.WriteString(f.time(d.RetryAt))
+	}
+	if d.ApprovalID != "" {
+		b.WriteString(" approval=")
+		b.WriteString(clean(truncate(d.ApprovalID, 64)))
+	}
+	if d.By != "" {
+		b.WriteString(" by ")
+		b.WriteString(clean(truncate(d.By, 80)))
+	}
+	return b.String()
+}
+
+// time renders t as the lines' times are.
+func (f *Formatter) time(t time.Time) string {
+	loc := f.Location
+	if loc == nil {
+		loc = time.Local
+	}
+	layout := "15:04:05.000"
+	if f.Date {
+		layout = "2006-01-02 15:04:05.000"
+	}
+	return t.In(loc).Format(layout)
 }
 
 func (f *Formatter) response(b *strings.Builder, e *Entry, r *protocol.Response) {

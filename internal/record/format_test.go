@@ -250,3 +250,51 @@ func TestFormatDecisionInTheSeedsShape(t *testing.T) {
 		t.Errorf("error: %s", got)
 	}
 }
+
+// What a tool's policy decided shows on the route line of a call it let run, on the result
+// of one it kept from running, and as a line of its own for a wait or an approval: the
+// decision, the rule, the policy's source and version, why, when to try again, the approval.
+func TestFormatPolicyDecisions(t *testing.T) {
+	t.Parallel()
+	f := &Formatter{Location: time.UTC}
+	d := sampleDispatch()
+	d.Params = nil
+	d.Policy = &protocol.PolicyDecision{Decision: protocol.PolicyAllowed, Source: "policy", Version: 2}
+	retry := t0.Add(59 * time.Second)
+	cases := []struct {
+		name string
+		e    *Entry
+		want string
+	}{
+		{"allowed on the route", entry(t, 1, 2, protocol.TypeToolCall, d, "router-1"),
+			`12:00:01.125 [route]    req_abc router-1 -> get_policy_status call_1 rule=policy_status args={"policy_id":"P1"} policy: allowed (policy v2)`},
+		{"denied on the result", entry(t, 2, 1, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_1", Name: "meeting_book",
+			Status: protocol.ResultError, Content: json.RawMessage(`"allowed_roles: meeting_book may be called by [admin] only (policy v2 of meeting_book)"`),
+			ErrorCode: protocol.CodePolicyDenied, ErrorOrigin: protocol.OriginHermes,
+			Policy: &protocol.PolicyDecision{Decision: protocol.PolicyDenied, Rule: "allowed_roles", Source: "policy", Version: 2, Reason: "not shown twice"}}, "router-1"),
+			`12:00:01.124 [done]     req_abc meeting_book call_1 error POLICY_DENIED (hermes): "allowed_roles: meeting_book may be called by [admin] only (policy v2 of meeting_book)" policy: denied: allowed_roles (policy v2)`},
+		{"limited with its retry time", entry(t, 3, 1, protocol.TypeToolResult, &protocol.ToolResult{ToolCallID: "call_2", Name: "meeting_book",
+			Status: protocol.ResultError, ErrorCode: protocol.CodeRateLimited, ErrorOrigin: protocol.OriginHermes,
+			Policy: &protocol.PolicyDecision{Decision: protocol.PolicyLimited, Rule: "rate_limit", Source: "contract", Version: 3, RetryAt: retry}}, "router-1"),
+			`12:00:01.124 [done]     req_abc meeting_book call_2 error RATE_LIMITED (hermes) policy: limited: rate_limit (contract v3) retry at 12:01:00.123`},
+		{"a wait", entry(t, 4, 4, protocol.TypePolicy, &protocol.PolicyEvent{ToolCallID: "call_3", Tool: "meeting_book", At: t0,
+			Decision: protocol.PolicyDecision{Decision: protocol.PolicyWaited, Rule: "rate_limit", Source: "policy", Version: 2, Reason: "over 10/min for each caller", RetryAt: retry}}, "router-1"),
+			`12:00:01.127 [policy]   req_abc meeting_book call_3 waited: rate_limit (policy v2) "over 10/min for each caller" retry at 12:01:00.123`},
+		{"an approval", entry(t, 5, 5, protocol.TypePolicy, &protocol.PolicyEvent{ToolCallID: "call_1", Tool: "meeting_book", At: t0,
+			Decision: protocol.PolicyDecision{Decision: protocol.PolicyApproved, Rule: "confirm_required", Source: "policy", Version: 2, ApprovalID: "appr_1", By: "key:admin"}}, "gateway-1"),
+			`12:00:01.128 [policy]   req_abc meeting_book call_1 approved: confirm_required (policy v2) approval=appr_1 by key:admin`},
+	}
+	for _, c := range cases {
+		if got := f.Format(c.e); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+	// A refusal stands out in colour; an approval does not.
+	f.Color = true
+	if got := f.Format(cases[3].e); !strings.Contains(got, yellow+"waited: rate_limit") {
+		t.Errorf("a wait in colour: %q", got)
+	}
+	if got := f.Format(cases[4].e); strings.Contains(got, yellow) {
+		t.Errorf("an approval in colour: %q", got)
+	}
+}

@@ -15,6 +15,12 @@
 // window) counts once: the first record of a request_id is the request, as it is for the router,
 // which ignores a request_id reused for other content.
 //
+// [Policies] answers the same question of a policy file: it collects the recorded requests and
+// the first decision each call's tool policy made (on its dispatch, its refused result, or a
+// policy event), and [Policies.Compare] decides every call again under the file's policies
+// with the router's own decision logic (package policies: its Replay keeps rate windows in
+// memory, on the record's clock), reporting the calls decided differently.
+//
 // Nothing here reads NATS or publishes anything; a Record is fed from a reading of the record
 // (package record) and is not safe for concurrent use.
 package whatif

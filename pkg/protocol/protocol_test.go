@@ -180,7 +180,7 @@ func TestResponseStatus(t *testing.T) {
 func TestSubjectsHaveSessionLast(t *testing.T) {
 	subjects := []string{SubjectRequest("s1"), SubjectRedrivenResult("s1"),
 		SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1"),
-		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), StoredSubjectRequest("s1")}
+		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), SubjectEvent(EventPolicy, "s1"), StoredSubjectRequest("s1")}
 	for _, k := range Kinds {
 		subjects = append(subjects, SubjectToolCall(k, "echo", "s1"))
 	}

@@ -390,7 +390,7 @@
   function callOf(r, id, name) {
     let c = r.calls.get(id);
     if (!c) {
-      c = { id, name: name || '', dispatches: [], starts: [], results: [] };
+      c = { id, name: name || '', dispatches: [], starts: [], results: [], policies: [] };
       r.calls.set(id, c);
     }
     if (!c.name && name) c.name = name;
@@ -425,6 +425,9 @@
         break;
       case 'tool_result.v1':
         callOf(r, String(p.tool_call_id ?? ''), p.name).results.push(m);
+        break;
+      case 'policy_decision.v1':
+        callOf(r, String(p.tool_call_id ?? ''), p.tool).policies.push(m);
         break;
       case 'response.v1':
         r.responses.push(m);
@@ -516,7 +519,34 @@
     }
     if (!Number.isFinite(end)) end = start;
     const attempts = result ? Number(result.attempts) || 0 : ticks.reduce((a, tk) => Math.max(a, tk.attempt), 0);
-    return { status, start, end, ticks, result, attempts, pending: !result && !resp };
+    // What the tool's policy decided last: a refusal on the result, an event (a wait, an
+    // approval), or the decision the call was dispatched under.
+    let policy = result && result.policy ? result.policy : null;
+    if (!policy && c.policies.length) policy = lastOf(c.policies).payload.decision || null;
+    if (!policy && c.dispatches.length) policy = lastOf(c.dispatches).payload.policy || null;
+    return { status, start, end, ticks, result, attempts, pending: !result && !resp, policy };
+  }
+
+  // policyWords is what a tool's policy decided, as the record's Formatter writes it:
+  // "denied: allowed_roles (policy v2)".
+  function policyWords(d) {
+    if (!d) return '';
+    let s = String(d.decision || '?');
+    if (d.rule) s += ': ' + d.rule;
+    if (d.source) s += ' (' + d.source + ' v' + (d.version ?? '?') + ')';
+    return s;
+  }
+
+  // policyLine is a policy event in words: the decision, why, when to try again, the approval.
+  function policyLine(p) {
+    const d = p.decision || {};
+    let s = (p.tool || '') + ' ' + (p.tool_call_id || '') + ' ' + policyWords(d);
+    if (d.reason) s += ' — ' + d.reason;
+    const retry = parseTime(d.retry_at);
+    if (d.retry_at && Number.isFinite(retry)) s += ' · retry at ' + clock(retry);
+    if (d.approval_id) s += ' · approval ' + d.approval_id;
+    if (d.by) s += ' · by ' + d.by;
+    return s;
   }
 
   const statusWords = {
@@ -643,6 +673,10 @@
       wf.append(axisRow(span, grid));
       for (const { c, v } of calls) {
         wf.append(callRow(r, c, v, x, grid.map((t) => (t / span) * 100)));
+        for (const m of c.policies) {
+          wf.append(el('div', { class: 'wf-policy mono', data: { call: c.id, decision: String((m.payload.decision || {}).decision || '') } },
+            '[policy] ', clock(msgTime(m)), ' ', policyLine(m.payload)));
+        }
         if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
         else if (v.status === 'error') {
           wf.append(el('div', { class: 'wf-err' }, el('span', { class: 'err-code' }, 'NO RESULT'),
@@ -714,11 +748,14 @@
       el('span', { class: 'line' },
         el('span', { class: 'st st-' + v.status }, statusWords[v.status]),
         el('span', { class: 'tool-name' }, c.name || '?'),
-        res && res.contract_version ? el('span', { class: 'contract', title: 'checked against version ' + res.contract_version + ' of the tool\'s contract' }, 'contract v' + res.contract_version) : null),
+        res && res.contract_version ? el('span', { class: 'contract', title: 'checked against version ' + res.contract_version + ' of the tool\'s contract' }, 'contract v' + res.contract_version) : null,
+        v.policy ? el('span', { class: 'policy pol-' + String(v.policy.decision || ''), data: { decision: String(v.policy.decision || '') },
+          title: 'what the tool\'s policy decided' + (v.policy.reason ? ': ' + v.policy.reason : '') }, 'policy: ' + policyWords(v.policy)) : null),
       el('span', { class: 'call-id mono' }, c.id));
     const tipParts = [c.name + ' ' + c.id, statusWords[v.status]];
     if (res && res.route) tipParts.push('route ' + res.route);
     if (res && res.contract_version) tipParts.push('contract v' + res.contract_version);
+    if (v.policy) tipParts.push('policy: ' + policyWords(v.policy));
     if (res && Number.isFinite(Number(res.execution_time_ms))) tipParts.push('tool time ' + res.execution_time_ms + ' ms');
     return el('div', {
       class: 'wf-row call st-' + v.status, role: 'listitem', tabindex: '0',
@@ -751,9 +788,10 @@
     const p = m.payload || {};
     switch (m.type) {
       case 'request.v1': return (Array.isArray(p.tool_calls) ? plural(p.tool_calls.length, 'call', 'calls') : '') + (p.intent ? ' — ' + p.intent : '');
-      case 'tool_call.v1': return ((p.call && p.call.name) || '') + ' ' + ((p.call && p.call.tool_call_id) || '') + (p.route ? ' → ' + p.route : '') + (p.contract ? ' · contract v' + p.contract.version : '');
+      case 'tool_call.v1': return ((p.call && p.call.name) || '') + ' ' + ((p.call && p.call.tool_call_id) || '') + (p.route ? ' → ' + p.route : '') + (p.contract ? ' · contract v' + p.contract.version : '') + (p.policy ? ' · policy: ' + policyWords(p.policy) : '');
       case 'tool_started.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' try ' + (p.attempt ?? '');
-      case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '');
+      case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '') + (p.policy ? ' · policy: ' + policyWords(p.policy) : '');
+      case 'policy_decision.v1': return '[policy] ' + policyLine(p);
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       case 'llm_decision.v1': return decisionLines(p).map((l) => '[' + l[0] + '] ' + l[1]).join(' · ');
@@ -808,7 +846,7 @@
       const c = r.calls.get(sel.call);
       if (!c) return;
       title = 'Call ' + c.id + (c.name ? ' (' + c.name + ')' : '');
-      msgs = [...c.dispatches, ...c.starts, ...c.results];
+      msgs = [...c.policies, ...c.dispatches, ...c.starts, ...c.results].sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
       const resp = lastOf(r.responses);
       if (!c.results.length && resp) msgs.push(resp);
     }

@@ -196,3 +196,37 @@ func Decided(a *Approval) protocol.PolicyDecision {
 	}
 	return d
 }
+
+// Decisions decides approvals for people (the gateway's API, the chat doors' confirmation
+// round) and records each decision on the record.
+type Decisions struct {
+	Store  *Store
+	Events *Events
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Decide decides approval id as Store.Decide does, recording the decision — or the expiry
+// it found — on the record. A decision that stands in the bucket but could not be recorded
+// is returned with the recording's error wrapped in ErrUnrecorded.
+func (d *Decisions) Decide(ctx context.Context, id string, who Decider, approve bool, reason string) (*Approval, error) {
+	now := time.Now
+	if d.Now != nil {
+		now = d.Now
+	}
+	a, err := d.Store.Decide(ctx, id, who, approve, reason, now())
+	if a == nil || !(err == nil || errors.Is(err, ErrExpired) && a.State == Expired) {
+		return a, err
+	}
+	at := a.DecidedAt
+	if a.State == Expired {
+		at = a.ExpiresAt
+	}
+	if rerr := d.Events.Record(context.WithoutCancel(ctx), a, Decided(a), at); rerr != nil && err == nil {
+		return a, fmt.Errorf("%w: %w", ErrUnrecorded, rerr)
+	}
+	return a, err
+}
+
+// ErrUnrecorded: the decision stands, and the record does not show it yet.
+var ErrUnrecorded = errors.New("approvals: decided, and not recorded")

@@ -28,8 +28,8 @@ import (
 
 // approvalsAPI is what the gateway keeps for the approvals' endpoints.
 type approvalsAPI struct {
-	store  *approvals.Store
-	events *approvals.Events
+	store     *approvals.Store
+	decisions *approvals.Decisions
 }
 
 func (g *Gateway) registerApprovals() {
@@ -37,8 +37,9 @@ func (g *Gateway) registerApprovals() {
 		return
 	}
 	kv := g.cfg.Bus.Bucket(approvals.Bucket)
-	g.approvals = approvalsAPI{store: &approvals.Store{KV: kv},
-		events: &approvals.Events{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}
+	store := &approvals.Store{KV: kv}
+	g.approvals = approvalsAPI{store: store, decisions: &approvals.Decisions{Store: store,
+		Events: &approvals.Events{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}}
 	g.mux.HandleFunc("GET /v1/approvals", g.require(auth.PermSubmit, g.handleListApprovals))
 	g.mux.HandleFunc("GET /v1/approvals/{id}", g.require(auth.PermSubmit, g.handleGetApproval))
 	g.mux.HandleFunc("POST /v1/approvals/{id}/approve", g.require(auth.PermSubmit, g.handleDecide(true)))
@@ -191,15 +192,16 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			return
 		}
 		ctx := r.Context()
-		got, err := g.approvals.store.Decide(ctx, ap.ID, g.decider(a), approve, body.Reason, time.Now())
+		got, err := g.approvals.decisions.Decide(ctx, ap.ID, g.decider(a), approve, body.Reason)
+		if errors.Is(err, approvals.ErrUnrecorded) {
+			g.log.Error("an approval's decision stands and is not on the record", "approval_id", ap.ID, "err", err)
+			err = nil
+		}
 		switch {
 		case errors.Is(err, approvals.ErrForbidden):
 			writeError(w, http.StatusForbidden, protocol.CodeForbidden, err.Error(), nil)
 			return
 		case errors.Is(err, approvals.ErrExpired):
-			if got != nil && got.State == approvals.Expired {
-				g.recordDecision(ctx, got)
-			}
 			writeError(w, http.StatusConflict, protocol.CodeApprovalExpired, err.Error(), nil)
 			return
 		case errors.Is(err, approvals.ErrDecided):
@@ -220,7 +222,6 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			return
 		}
 		g.log.Info("approval decided", "approval_id", got.ID, "state", got.State, "by", got.DecidedBy, "tool", got.Tool)
-		g.recordDecision(ctx, got)
 		if got.State == approvals.Approved && !got.Recall {
 			if err := g.run(ctx, got); err != nil {
 				w.Header().Set("Retry-After", "1")
@@ -230,18 +231,6 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			}
 		}
 		writeJSON(w, http.StatusOK, g.viewOf(a, got))
-	}
-}
-
-// recordDecision records ap's decision on the record; a failure is logged (the decision
-// stands in the approvals' bucket).
-func (g *Gateway) recordDecision(ctx context.Context, ap *approvals.Approval) {
-	at := ap.DecidedAt
-	if ap.State == approvals.Expired {
-		at = ap.ExpiresAt
-	}
-	if err := g.approvals.events.Record(context.WithoutCancel(ctx), ap, approvals.Decided(ap), at); err != nil {
-		g.log.Error("record an approval's decision", "approval_id", ap.ID, "err", err)
 	}
 }
 

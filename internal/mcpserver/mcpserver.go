@@ -358,7 +358,9 @@ func (m *Server) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsRaw)
 		session = requestID
 	}
 	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: "mcp tools/call " + p.Name,
-		ToolCalls: []protocol.ToolCall{{ToolCallID: "call", Name: p.Name, Arguments: args}}}
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "call", Name: p.Name, Arguments: args}},
+		// A call its policy parks runs when the client calls it again once it is approved.
+		Recall: true}
 	if err := req.Validate(m.env.Limits); err != nil {
 		return mcpError(protocol.CodeBadArguments, err.Error(), "send the arguments as one JSON object, within the bound the message names"), nil
 	}

@@ -284,10 +284,11 @@ func (g *Gateway) handleApplyPolicies(w http.ResponseWriter, r *http.Request) {
 // served (the tools' bucket), a role no caller can have, or max_recipients for a tool whose
 // contract names no recipients: a *policy.Error naming the field. Other errors are the bus's.
 func (g *Gateway) checkPolicies(ctx context.Context, f *policy.File) error {
-	known := []string{admission.ClientRole}
+	var known []string
 	for _, role := range auth.Roles() {
 		known = append(known, string(role))
 	}
+	known = append(known, admission.ClientRole)
 	var served map[string]bool // read once, when a tool has no contract
 	for _, tool := range f.Tools {
 		p, field := f.Policies[tool], "policies."+tool

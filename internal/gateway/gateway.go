@@ -474,6 +474,11 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "stream not reachable"})
 		return
 	}
+	if g.book != nil && !g.book.Following() {
+		// Until then the listings offer nobody a tool.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "the tools' policies are not followed yet"})
+		return
+	}
 	out := map[string]any{"status": "ready"}
 	if mcp := g.mcpStates(ctx); len(mcp) > 0 {
 		// Counts only: this answers everyone; hermes mcp ls (the bus's admin) shows which

@@ -197,6 +197,10 @@ func TestPoliciesNeedAKeyToChange(t *testing.T) {
 func TestToolsListedByPolicy(t *testing.T) {
 	t.Parallel()
 	g, _ := policyGateway(t, adminVerifier{})
+	// Not ready until the policies are followed: till then the listings offer nobody a tool.
+	if rec := call(g, http.MethodGet, "/readyz", "", "", ""); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "policies") {
+		t.Errorf("readyz before Listen: HTTP %d %s", rec.Code, rec.Body)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = g.Listen(ctx) }()
@@ -229,6 +233,9 @@ func TestToolsListedByPolicy(t *testing.T) {
 	}
 	// wire_money's contract allows operators only.
 	waitFor("user-key", "[meeting_book notify_send]")
+	if rec := call(g, http.MethodGet, "/readyz", "", "", ""); rec.Code != http.StatusOK {
+		t.Errorf("readyz: HTTP %d %s", rec.Code, rec.Body)
+	}
 	waitFor("operator-key", "[meeting_book notify_send wire_money]")
 	if rec := call(g, http.MethodPost, "/api/v1/policies", "admin-key", "application/yaml",
 		"policies:\n  meeting_book: {allowed_roles: [admin], confirm_required: true}\n  wire_money: {allowed_roles: [user]}\n"); rec.Code != http.StatusCreated {

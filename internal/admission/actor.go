@@ -55,6 +55,15 @@ func (a Actor) ReadsAll() bool {
 	return a.Caller == nil || a.Caller.Can(auth.PermReadAll)
 }
 
+// Role is the actor's role as tools' policies name it: the caller's, ClientRole for a NATS
+// client, "" at a door that asks nobody who they are.
+func (a Actor) Role() string {
+	if c := a.Record(); c != nil {
+		return c.Role
+	}
+	return ""
+}
+
 // Record is the actor as the record keeps it (nil without a caller).
 func (a Actor) Record() *protocol.Caller {
 	switch {

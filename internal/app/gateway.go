@@ -72,7 +72,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	live := registry.NewLive(b.Contracts, log.With("part", "contracts"))
 	gs.Beside.Add(service.Back, service.Func("contracts followed", live.Run))
 	m, err := mcpserver.New(mcpserver.Env{Submit: g.Submitter(), Admit: g.Admitter(), Contracts: live, Sessions: b.Sessions,
-		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Logger: log.With("part", "mcp")})
+		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Logger: log.With("part", "mcp")})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	}
 	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
 	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
-		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Logger: log.With("part", "chat")})
+		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Logger: log.With("part", "chat")})
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,7 @@ var Commands = map[string]Command{
 	"tail":         RunTail,
 	"replay":       RunReplay,
 	"tools":        RunTools,
+	"policies":     RunPolicies,
 	"apply":        RunApply,
 	"mcp":          RunMCP,
 	"scripted-llm": RunScriptedLLM,
@@ -72,6 +73,8 @@ Commands:
   tools       tools' contracts through a gateway: tools ls, tools get NAME, tools register -f
               FILE, tools check NAME, tools rm NAME (changing them needs the tools:admin
               permission)
+  policies    tools' policies through a gateway: policies ls, policies get TOOL, policies
+              apply -f FILE, policies rm TOOL (changing them needs the tools:admin permission)
   mcp         the MCP servers tool workers hold (--mcp FILE) and their states: mcp ls
   apply       make the registered contracts what files say (-f DIR_OR_FILE): prints the diff;
               --dry-run changes nothing, --prune removes what the files no longer name

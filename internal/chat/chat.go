@@ -132,7 +132,11 @@ type Env struct {
 	// results (default 5 min, and never past the run's deadline).
 	MaxBodyBytes int64
 	MaxWait      time.Duration
-	Logger       *slog.Logger
+	// Offers, when set, says whether a caller of role is offered tool (its contract k): the
+	// model is offered only the registered tools it allows the run's caller (the gateway's,
+	// by the tool's policy). Nil offers every tool.
+	Offers func(tool string, k *contract.Compiled, role string) bool
+	Logger *slog.Logger
 }
 
 // Server serves the chat doors.
@@ -604,8 +608,9 @@ func lastUserText(msgs []chatMessage, limits protocol.Limits) string {
 	return ""
 }
 
-// tools are what the model may call: the registered tools whose arguments are an object (their
-// contract's input schema, checked before dispatch), and the client's own. A client's tool
+// tools are what the model may call: the registered tools offered to the run's caller
+// (Env.Offers) whose arguments are an object (their contract's input schema, checked before
+// dispatch), and the client's own. A client's tool
 // named as a registered one is the client's: it declared it.
 func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (tools []agent.Tool, pf *prefiltered, err error) {
 	if req.NoTools {
@@ -616,7 +621,7 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 		mine[t.Name] = true
 		tools = append(tools, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
 	}
-	contracts, err := c.s.contracts(ctx)
+	contracts, err := c.s.contracts(ctx, c.a.Role())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -793,9 +798,19 @@ func (s *Server) warmVectors(ctx context.Context) {
 	}
 }
 
-// contracts are the registered tools' contracts.
-func (s *Server) contracts(ctx context.Context) ([]*contract.Compiled, error) {
-	return s.env.Contracts.Tools(ctx)
+// contracts are the registered tools' contracts offered to a caller of role (Env.Offers).
+func (s *Server) contracts(ctx context.Context, role string) ([]*contract.Compiled, error) {
+	all, err := s.env.Contracts.Tools(ctx)
+	if err != nil || s.env.Offers == nil {
+		return all, err
+	}
+	out := make([]*contract.Compiled, 0, len(all))
+	for _, k := range all {
+		if s.env.Offers(k.Name, k, role) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // schema is k's input schema as the model is offered it; nil when its arguments are not an

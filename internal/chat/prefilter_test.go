@@ -2,12 +2,15 @@ package chat
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hermesbus/hermes/internal/scriptedllm"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -98,5 +101,30 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("waited in vain for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The model is offered only the registered tools Env.Offers lets the run's caller's role see
+// (a door asking nobody who they are: no role).
+func TestToolsOfferedByRole(t *testing.T) {
+	var mu sync.Mutex
+	var roles []string
+	h := newHarness(t, answers(), func(_ *Config, env *Env) {
+		env.Offers = func(tool string, _ *contract.Compiled, role string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			roles = append(roles, role)
+			return tool != "weather_search"
+		}
+	})
+	h.ask("sess_o1", "what is the weather forecast for my city")
+	var offered []string
+	for _, tl := range h.model.Requests()[0].Tools {
+		offered = append(offered, tl.Function.Name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(offered) != "[echo]" || len(roles) == 0 || roles[0] != "" {
+		t.Errorf("offered %v, roles asked %q", offered, roles)
 	}
 }

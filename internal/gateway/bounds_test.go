@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
@@ -46,7 +47,7 @@ func TestRouteOverBudgetIs429(t *testing.T) {
 // it, nothing of that request is accepted, and another caller goes on.
 func TestCallerBudgetThroughTheGateway(t *testing.T) {
 	srv := bustest.NewServer(t)
-	b := srv.Provision(t, bus.Config{Buckets: []bus.Bucket{admission.Bucket(bus.Config{})}})
+	b := srv.Provision(t, bus.Config{Buckets: append([]bus.Bucket{admission.Bucket(bus.Config{})}, policies.Buckets()...)})
 	g, err := New(Config{Conn: srv.Connect(t), Bus: b, Instance: "test", PublicHosts: testHosts, Callers: fakeVerifier{},
 		CallerLimits: admission.CallerLimits{Budget: submit.Budget{Bytes: 40 << 10, Window: time.Hour}}}) // two one-call requests
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/sandbox"
 	"github.com/hermesbus/hermes/internal/submit"
@@ -101,7 +102,12 @@ type Gateway struct {
 	sandbox *sandbox.Sandbox
 	// approvals serve /v1/approvals; empty without the approvals' bucket.
 	approvals approvalsAPI
-	signins   auth.Verifier // cfg.Signins, its answers remembered; nil without
+	// policies are the tools' applied policies (/api/v1/policies), and book the same
+	// followed live, which decides what listings offer each caller; nil without the
+	// policies' bucket.
+	policies *policies.Store
+	book     *policies.Book
+	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -112,6 +118,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Bus.Bucket(admission.OwnersBucket) == nil {
 		// Without it each gateway would keep its own owners, and another could give a session away.
 		return nil, fmt.Errorf("gateway: the bus has no sessions' owners bucket %s (bus.Config.Buckets: admission.Bucket)", admission.OwnersBucket)
+	}
+	if cfg.Bus.Bucket(policies.PoliciesBucket) == nil {
+		// Without it the tools' policies could be neither changed nor followed here.
+		return nil, fmt.Errorf("gateway: the bus has no policies' bucket %s (bus.Config.Buckets: policies.Buckets)", policies.PoliciesBucket)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -161,6 +171,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 	g.registerBrowser()
 	g.registerTools()
 	g.registerApprovals()
+	g.registerPolicies()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
@@ -176,14 +187,18 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen receives responses and watches how full the store is, until ctx is done. Run calls
-// it; use it directly when serving Handler from another server.
+// Listen receives responses, watches how full the store is and follows the tools' applied
+// policies, until ctx is done. Run calls it; use it directly when serving Handler from another
+// server.
 func (g *Gateway) Listen(ctx context.Context) error {
 	// One look before anything is taken: the limits are known to the first request.
 	g.admit.Look(ctx)
 	var watch sync.WaitGroup
 	defer watch.Wait()
 	watch.Go(func() { _ = g.admit.Run(ctx) })
+	if g.book != nil {
+		watch.Go(func() { _ = g.book.Run(ctx) })
+	}
 	return g.submit.Run(ctx)
 }
 
@@ -460,6 +475,11 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := g.cfg.Bus.Stream.Info(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "stream not reachable"})
+		return
+	}
+	if g.book != nil && !g.book.Following() {
+		// Until then the listings offer nobody a tool.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "the tools' policies are not followed yet"})
 		return
 	}
 	out := map[string]any{"status": "ready"}

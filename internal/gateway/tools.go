@@ -327,6 +327,8 @@ func toolName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
+// handleListTools is GET /api/v1/tools: every registered tool, less those whose policy does
+// not allow the caller's role (a caller who may change tools sees them all).
 func (g *Gateway) handleListTools(w http.ResponseWriter, r *http.Request) {
 	entries, damaged, err := g.tools.List(r.Context())
 	if err != nil {
@@ -339,6 +341,16 @@ func (g *Gateway) handleListTools(w http.ResponseWriter, r *http.Request) {
 		Damaged []string   `json:"damaged,omitempty"`
 	}{Tools: []ToolView{}, Damaged: damaged}
 	for _, e := range entries {
+		// A tool whose policy does not allow the caller's role is not offered to it.
+		ok, err := g.offered(r, e)
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the tools' policies are not known yet; retry", nil)
+			return
+		}
+		if !ok {
+			continue
+		}
 		v := viewOf(e, true)
 		v.Source = ""
 		hideReach(r, &v)

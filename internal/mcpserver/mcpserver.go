@@ -103,7 +103,10 @@ type Env struct {
 	// (default 5 min).
 	MaxBodyBytes int64
 	MaxWait      time.Duration
-	Logger       *slog.Logger
+	// Offers, when set, says whether a caller of role is offered tool (its contract k) in
+	// tools/list (the gateway's, by the tool's policy); nil offers every tool.
+	Offers func(tool string, k *contract.Compiled, role string) bool
+	Logger *slog.Logger
 }
 
 // Server is Hermes' MCP endpoint.
@@ -285,14 +288,9 @@ func (m *Server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
-			return m.list(ctx)
+			return m.list(ctx, m.callOf(req))
 		case "tools/call":
-			var call *mcpCall
-			if extra := req.GetExtra(); extra != nil && extra.Header != nil {
-				if v, ok := m.calls.Load(extra.Header.Get(mcpCallHeader)); ok {
-					call = v.(*mcpCall)
-				}
-			}
+			call := m.callOf(req)
 			p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
 			if call == nil || !ok {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call could not be placed"}
@@ -303,14 +301,32 @@ func (m *Server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// list is tools/list: every registered tool, with its input schema.
-func (m *Server) list(ctx context.Context) (mcp.Result, error) {
+// callOf is what the gateway's handler knew of req's HTTP request; nil when nothing.
+func (m *Server) callOf(req mcp.Request) *mcpCall {
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		if v, ok := m.calls.Load(extra.Header.Get(mcpCallHeader)); ok {
+			return v.(*mcpCall)
+		}
+	}
+	return nil
+}
+
+// list is tools/list: every registered tool offered to c's caller (Env.Offers), with its
+// input schema.
+func (m *Server) list(ctx context.Context, c *mcpCall) (mcp.Result, error) {
 	tools, err := m.env.Contracts.Tools(ctx)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the tools could not be read; retry"}
 	}
+	role := ""
+	if c != nil {
+		role = c.actor.Role()
+	}
 	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
 	for _, k := range tools {
+		if m.env.Offers != nil && !m.env.Offers(k.Name, k, role) {
+			continue
+		}
 		schema := k.InputJSONSchema()
 		if schema == nil {
 			continue

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -129,6 +132,33 @@ func TestToolsList(t *testing.T) {
 	h.contracts.err = errors.New("the registry is away")
 	if _, err := cs.ListTools(t.Context(), nil); err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Errorf("contracts unreadable: %v", err)
+	}
+}
+
+// tools/list offers a caller only the tools Env.Offers lets its role see.
+func TestToolsListOffersByRole(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	h := newHarness(t, func(env *Env) {
+		env.Offers = func(tool string, _ *contract.Compiled, role string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, tool+":"+role)
+			return tool != "book" || role == "admin"
+		}
+	})
+	list, err := h.client("alice").ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range list.Tools {
+		names = append(names, tl.Name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(names) != "[lookup pay]" || !slices.Contains(asked, "book:user") {
+		t.Errorf("listed %v, asked %v", names, asked)
 	}
 }
 

@@ -89,6 +89,13 @@ func (b *Book) Rule(tool string, k *contract.Compiled) (*Rule, error) {
 	return nil, nil
 }
 
+// Following reports whether the book follows the bucket now (Rule decides).
+func (b *Book) Following() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.following
+}
+
 // Offers reports whether a caller of role is offered tool (its contract k; nil for none) in
 // listings: the tool's rule allows role. A tool whose rule cannot be known is offered to
 // nobody.

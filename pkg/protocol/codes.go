@@ -96,6 +96,9 @@ const (
 	// CodeInvalidContract: a tool contract that does not parse or compile (with its line and
 	// field).
 	CodeInvalidContract = "INVALID_CONTRACT"
+	// CodeInvalidPolicy: a tool policy (or policy file) that does not parse, or names an
+	// unknown tool or role (with its field and, where known, its line).
+	CodeInvalidPolicy = "INVALID_POLICY"
 	// CodeSandboxRefused: the sandbox tried a tool and it broke its contract, or could not be
 	// reached; nothing was registered (422, with the sandbox's report).
 	CodeSandboxRefused = "SANDBOX_REFUSED"

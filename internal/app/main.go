@@ -30,6 +30,7 @@ var Commands = map[string]Command{
 	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
+	"approvals":    RunApprovals,
 	"bench":        RunBench,
 	"tail":         RunTail,
 	"replay":       RunReplay,
@@ -53,6 +54,8 @@ Commands:
   demo-tools  run the demo tool service alone
   route       post a request file to a gateway and print the response
   cancel      cancel a request: its calls not started never start, running ones are stopped
+  approvals   calls a tool's policy parked for confirmation: approvals ls, get ID, approve ID,
+              deny ID --reason R
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
   seal-key    make a key for sealing: a router's or gateway's (calls and results; workers

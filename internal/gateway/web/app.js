@@ -1,6 +1,6 @@
 // Hermes web UI: recent sessions, a session's requests as tool-call waterfalls updated live
-// from the gateway's server-sent events, the recorded messages as JSON, and a form for
-// POST /v1/route.
+// from the gateway's server-sent events, the recorded messages as JSON, the session's approvals
+// (Approve / Deny for the caller who may decide them), and a form for POST /v1/route.
 //
 // Everything that comes from the bus or the API is put on the page as text (text nodes,
 // textContent, dataset, title): never as HTML.
@@ -230,6 +230,7 @@
       if (current.es) current.es.close();
       clearTimeout(current.retryTimer);
       clearTimeout(current.flushTimer);
+      clearTimeout(current.approvalsTimer);
     }
     current = null;
     $('session').hidden = true;
@@ -258,6 +259,10 @@
       retryTimer: null,
       retryDelay: 1000,
       unreadable: 0,
+      approvals: new Map(), // approval id → the API's view of it, as last read
+      approvalNotes: new Map(), // approval id → what the last decision made here answered
+      reasons: new Map(), // approval id → the reason typed to deny it, kept across redraws
+      approvalsTimer: null,
     };
     $('empty').hidden = true;
     $('session').hidden = false;
@@ -265,10 +270,13 @@
     $('session-error').hidden = true;
     clear($('requests'));
     clear($('log-list'));
+    clear($('approvals-list'));
+    $('approvals').hidden = true;
     $('log-count').textContent = '0';
     hideDetail();
     updateSummary();
     connect(current);
+    loadApprovals(current);
   }
 
   function eventsURL(s) {
@@ -425,9 +433,11 @@
         break;
       case 'tool_result.v1':
         callOf(r, String(p.tool_call_id ?? ''), p.name).results.push(m);
+        if (approvalOf(p)) scheduleApprovals(s);
         break;
       case 'policy_decision.v1':
         callOf(r, String(p.tool_call_id ?? ''), p.tool).policies.push(m);
+        scheduleApprovals(s); // parked, approved, denied or expired: read where it stands
         break;
       case 'response.v1':
         r.responses.push(m);
@@ -458,7 +468,8 @@
       if (old) {
         const hadFocus = old.contains(focused);
         old.replaceWith(block);
-        if (hadFocus && focusCall !== undefined) {
+        if (hadFocus && focused.classList.contains('apr-reason')) refocusReason(block, focused);
+        else if (hadFocus && focusCall !== undefined) {
           const row = [...block.querySelectorAll('.wf-row.call')].find((e) => e.dataset.call === focusCall);
           if (row) row.focus();
         }
@@ -678,6 +689,8 @@
             '[policy] ', clock(msgTime(m)), ' ', policyLine(m.payload)));
         }
         if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
+        const apr = approvalOf(v.result);
+        if (apr) wf.append(approvalBox(current, apr, el('span', { class: 'apr-what' }, 'This call waits for a person\'s approval:')));
         else if (v.status === 'error') {
           wf.append(el('div', { class: 'wf-err' }, el('span', { class: 'err-code' }, 'NO RESULT'),
             ' the response came without a result for this call'));
@@ -780,6 +793,180 @@
       res.error_origin ? el('span', { class: 'err-origin' }, '(' + res.error_origin + (res.tool_error_code ? ': ' + res.tool_error_code : '') + ')') : null,
       content ? el('span', { class: 'err-content mono' }, content) : null,
       res.recovery_hint ? el('span', { class: 'hint' }, el('b', null, 'Hint: '), String(res.recovery_hint)) : null);
+  }
+
+  // ---- approvals ------------------------------------------------------------------------
+
+  // approvalOf is the approval id a call's result waits for: set when its tool's policy parked
+  // it (APPROVAL_REQUIRED), else ''.
+  function approvalOf(res) {
+    if (!res || res.error_code !== 'APPROVAL_REQUIRED' || !res.policy) return '';
+    return String(res.policy.approval_id || '');
+  }
+
+  // scheduleApprovals reads the session's approvals again shortly (events come in bursts).
+  function scheduleApprovals(s) {
+    if (s.closed || s.approvalsTimer) return;
+    s.approvalsTimer = setTimeout(() => {
+      s.approvalsTimer = null;
+      loadApprovals(s);
+    }, 200);
+  }
+
+  // loadApprovals reads the approvals of s the page's caller may see, and redraws them.
+  async function loadApprovals(s) {
+    let why = '';
+    try {
+      const resp = await fetch('/v1/approvals?limit=100&session_id=' + encodeURIComponent(s.id), { headers: { Accept: 'application/json' }, cache: 'no-store' });
+      if (resp.status === 401) {
+        showSignin('Your sign-in has ended; sign in again.');
+        return;
+      }
+      if (resp.ok) {
+        const body = await resp.json();
+        s.approvals = new Map((Array.isArray(body.approvals) ? body.approvals : []).map((a) => [String(a.id), a]));
+      } else {
+        const e = await errorText(resp);
+        why = 'HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : '');
+      }
+    } catch (err) {
+      why = 'the gateway is not reachable (' + err.message + ')';
+    }
+    if (s.closed) return;
+    const box = $('approvals-error');
+    box.hidden = !why;
+    box.textContent = why ? '✗ Could not read the approvals: ' + why : '';
+    redrawApprovals(s);
+  }
+
+  // redrawApprovals draws the approvals list and the requests whose calls wait for one.
+  function redrawApprovals(s) {
+    renderApprovals(s);
+    for (const [id, r] of s.requests) if (waitsForApproval(r)) s.dirty.add(id);
+    if (s.dirty.size) schedule(s);
+  }
+
+  // waitsForApproval reports whether a call of r was parked for an approval.
+  function waitsForApproval(r) {
+    for (const c of r.calls.values()) if (c.results.some((m) => approvalOf(m.payload))) return true;
+    const resp = lastOf(r.responses);
+    return !!(resp && Array.isArray(resp.payload.results) && resp.payload.results.some(approvalOf));
+  }
+
+  function renderApprovals(s) {
+    const list = $('approvals-list');
+    const focused = document.activeElement;
+    const hadFocus = list.contains(focused) && focused.classList.contains('apr-reason');
+    clear(list);
+    const all = [...s.approvals.values()];
+    for (const a of all) {
+      const args = typeof a.arguments === 'string' ? a.arguments : JSON.stringify(a.arguments ?? {});
+      list.append(el('li', { data: { approval: String(a.id) } },
+        el('div', { class: 'apr-call' },
+          el('span', { class: 'tool-name' }, String(a.tool || '?')),
+          el('span', { class: 'mono apr-args', title: args }, args.length > 200 ? args.slice(0, 199) + '…' : args),
+          el('span', { class: 'muted small' }, 'call ', String(a.tool_call_id || ''), ' of ', String(a.request_id || ''),
+            a.requester ? ' · by ' + callerName(a.requester) : '',
+            Array.isArray(a.approvers) && a.approvers.length ? ' · approvers: ' + a.approvers.join(', ') : '')),
+        approvalBox(s, String(a.id))));
+    }
+    if (hadFocus) refocusReason(list, focused);
+    const pending = all.filter((a) => a.state === 'pending').length;
+    $('approvals-count').textContent = all.length ? '(' + plural(all.length, 'approval', 'approvals') + ', ' + pending + ' pending)' : '';
+    $('approvals').hidden = !all.length && $('approvals-error').hidden;
+  }
+
+  // refocusReason puts the focus back in root's reason input of the approval old was for.
+  function refocusReason(root, old) {
+    const input = [...root.querySelectorAll('.apr-reason')].find((e) => e.dataset.approval === old.dataset.approval);
+    if (input) {
+      input.focus();
+      input.setSelectionRange(input.value.length, input.value.length);
+    }
+  }
+
+  const approvalWords = {
+    pending: '… waiting for approval', approved: '✓ approved', used: '✓ approved and run', denied: '✗ denied', expired: '✗ expired',
+  };
+
+  // approvalBox is where approval id stands, with Approve and Deny (and a reason to deny) when
+  // the caller may decide it.
+  function approvalBox(s, id, ...lead) {
+    const a = s.approvals.get(id);
+    const state = a ? String(a.state || '') : '';
+    const box = el('div', { class: 'approval', data: { approval: id, state: state || 'unknown', canDecide: String(!!(a && a.can_decide)) } }, lead);
+    box.append(el('span', { class: 'apr-state apr-' + (state || 'unknown') }, a ? approvalWords[state] || state : 'approval'),
+      el('span', { class: 'mono apr-id' }, id));
+    if (a) {
+      const parts = [];
+      if (state === 'pending') {
+        const exp = parseTime(a.expires_at);
+        if (Number.isFinite(exp)) parts.push('expires at ' + clock(exp).slice(0, 8));
+        if (!a.can_decide) parts.push(Array.isArray(a.approvers) && a.approvers.length ? 'for ' + a.approvers.join(' or ') + ' to decide' : 'for its requester to confirm');
+      }
+      if (a.decided_by) parts.push('by ' + a.decided_by);
+      if (a.reason) parts.push('“' + a.reason + '”');
+      if (a.run_request_id) parts.push('runs as request ' + a.run_request_id);
+      if (parts.length) box.append(el('span', { class: 'apr-meta' }, parts.join(' · ')));
+    } else {
+      box.append(el('span', { class: 'apr-meta muted' }, 'not readable by this caller (or not loaded yet)'));
+    }
+    if (a && a.can_decide) {
+      const reason = el('input', {
+        class: 'apr-reason', type: 'text', maxlength: '1000', autocomplete: 'off', placeholder: 'reason (to deny)',
+        'aria-label': 'reason for denying ' + id, data: { approval: id },
+        on: { input: (e) => { s.reasons.set(id, e.target.value); markInvalid(e.target, false); } },
+      });
+      reason.value = s.reasons.get(id) || '';
+      box.append(
+        el('button', { type: 'button', class: 'primary apr-approve', data: { approval: id }, on: { click: () => decide(s, id, true, box) } }, 'Approve'),
+        reason,
+        el('button', { type: 'button', class: 'apr-deny', data: { approval: id }, on: { click: () => decide(s, id, false, box) } }, 'Deny'));
+    }
+    const note = s.approvalNotes.get(id);
+    if (note) box.append(el('span', { class: 'apr-note ' + note.kind, role: 'status' }, note.text));
+    return box;
+  }
+
+  // decide approves or denies approval id (a denial with the reason typed in box), then reads
+  // where it stands.
+  async function decide(s, id, approve, box) {
+    const input = box.querySelector('.apr-reason');
+    const reason = (input ? input.value : s.reasons.get(id) || '').trim();
+    if (!approve && !reason) {
+      markInvalid(input, true);
+      if (input) input.focus();
+      s.approvalNotes.set(id, { kind: 'bad', text: 'Say why you deny it.' });
+      box.querySelector('.apr-note')?.remove();
+      box.append(el('span', { class: 'apr-note bad', role: 'status' }, 'Say why you deny it.'));
+      return;
+    }
+    for (const b of box.querySelectorAll('button')) b.disabled = true;
+    let note;
+    try {
+      const resp = await fetch('/v1/approvals/' + encodeURIComponent(id) + '/' + (approve ? 'approve' : 'deny'), {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(reason ? { reason } : {}),
+      });
+      if (resp.status === 401) {
+        showSignin('Your sign-in has ended; sign in again (nothing was decided).');
+        return;
+      }
+      if (resp.ok) {
+        const v = await resp.json();
+        s.approvals.set(id, v);
+        s.reasons.delete(id);
+        note = { kind: 'good', text: approve ? 'Approved.' : 'Denied.' };
+      } else {
+        const e = await errorText(resp);
+        note = { kind: 'bad', text: 'Not ' + (approve ? 'approved' : 'denied') + ': HTTP ' + resp.status + (e.code ? ' ' + e.code : '') + (e.message ? ' — ' + e.message : '') };
+      }
+    } catch (err) {
+      note = { kind: 'bad', text: 'Not decided: the gateway is not reachable (' + err.message + ').' };
+    }
+    if (s.closed) return;
+    s.approvalNotes.set(id, note);
+    redrawApprovals(s);
+    loadApprovals(s);
   }
 
   // ---- the message log -----------------------------------------------------------------

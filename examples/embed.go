@@ -4,7 +4,8 @@ package examples
 
 import "embed"
 
-// Files holds routes.yaml, every request*.json and the demo tools' contracts (contracts/).
+// Files holds routes.yaml, every request*.json, the demo tools' contracts (contracts/) and
+// the seed's tool policies (tool-policies.yaml), which hermes up applies.
 //
-//go:embed routes.yaml request*.json contracts/*.yaml
+//go:embed routes.yaml request*.json contracts/*.yaml tool-policies.yaml
 var Files embed.FS

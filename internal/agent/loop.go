@@ -93,6 +93,18 @@ type Outcome struct {
 	ClientCalls []openai.ChatCompletionMessageToolCallUnion
 	Usage       openai.CompletionUsage
 	Turns       int
+	// Parked are the calls of the last turn their tools' policies parked for a person's
+	// confirmation (APPROVAL_REQUIRED): the run ends there, and the door asks for it. Their
+	// results (the approvals' ids) end Messages, as the model would read them.
+	Parked []Parked
+}
+
+// Parked is a call a policy parked for confirmation: its approval, and exactly what would run.
+type Parked struct {
+	ApprovalID string
+	CallID     string
+	Tool       string
+	Arguments  json.RawMessage
 }
 
 // ErrTooManyTurns ends a run whose model kept calling tools past MaxTurns.
@@ -302,6 +314,18 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			params.Messages = append(params.Messages, openai.ToolMessage(content, c.ID))
 		}
 		out.Messages = params.Messages
+		for _, c := range run {
+			if res, ok := results[c.ToolCallID]; ok && res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" {
+				out.Parked = append(out.Parked, Parked{ApprovalID: res.Policy.ApprovalID, CallID: c.ToolCallID, Tool: c.Name, Arguments: c.Arguments})
+			}
+		}
+		if len(out.Parked) > 0 && len(out.ClientCalls) == 0 {
+			// One more round with the person (seed 001 §5.3): the run ends, and the door asks
+			// them to confirm exactly these calls; the model goes on once they answered.
+			out.Answer = msg
+			return out, nil
+		}
+		out.Parked = nil
 		if len(out.ClientCalls) > 0 {
 			// The client runs its own and sends their results; the loop continues then.
 			out.Answer = msg

@@ -81,8 +81,12 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 		return gs, nil
 	}
 	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
+	var confirm chat.Approvals
+	if d := g.Decisions(); d != nil {
+		confirm = d
+	}
 	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
-		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Logger: log.With("part", "chat")})
+		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Approvals: confirm, Logger: log.With("part", "chat")})
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.fallbackKeyEnv, "llm-fallback-api-key-env", os.Getenv("HERMES_LLM_FALLBACK_API_KEY_ENV"), "environment variable holding the fallback's key (env HERMES_LLM_FALLBACK_API_KEY_ENV)")
 	fs.DurationVar(&l.timeout, "llm-timeout", 0, "bound on each try of a completion (default 60s; retried with backoff on 429 and 5xx)")
 	fs.DurationVar(&l.runTimeout, "llm-run-timeout", 5*time.Minute, "bound on a whole chat run: the model's turns and the tools'")
-	fs.IntVar(&l.prefilterTopK, "llm-prefilter-top-k", envInt("HERMES_LLM_PREFILTER_TOP_K", 0), "offer the model only the registered tools the message is about: the k best by the lexical prefilter (0: every tool) (env HERMES_LLM_PREFILTER_TOP_K)")
+	fs.IntVar(&l.prefilterTopK, "llm-prefilter-top-k", envInt("HERMES_LLM_PREFILTER_TOP_K", 5), "offer the model only the registered tools the message is about: the k best by the lexical prefilter, every tool while there are no more than k (0: every tool, always) (env HERMES_LLM_PREFILTER_TOP_K)")
 	fs.Float64Var(&l.prefilterThreshold, "llm-prefilter-threshold", 0, "the prefilter's least score (BM25) for a tool to be offered")
 	fs.StringVar(&l.embeddingsModel, "llm-embeddings-model", os.Getenv("HERMES_LLM_EMBEDDINGS_MODEL"), "an embedding model at the backend's API (/v1/embeddings): the prefilter ranks by meaning too (the built-in scripted model serves \"scripted-embed\") (env HERMES_LLM_EMBEDDINGS_MODEL)")
 	fs.Float64Var(&l.minSimilarity, "llm-prefilter-min-similarity", 0.5, "the semantic prefilter's least cosine similarity for a tool to be offered")

@@ -1,12 +1,17 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/policy"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -24,4 +29,36 @@ func policyStage(b *bus.Bus, instance string, log *slog.Logger) (*policies.Book,
 	stage := &policies.Stage{Rules: book, Windows: &policies.Windows{KV: windows}, Events: &policies.Events{Pub: pub},
 		Approvals: &approvals.Gate{Store: store, Events: events}}
 	return book, stage, &approvals.Expirer{Store: store, KV: apr, Events: events, Log: log.With("part", "approvals")}, nil
+}
+
+// applyStartPolicies applies the policy file data at start to each tool it names that never
+// had a policy applied: a policy changed through the API since (or removed) stays as it is
+// across restarts. It says what it applied, for people.
+func applyStartPolicies(ctx context.Context, store *policies.Store, data []byte) (string, error) {
+	f, err := policy.ParseFile(data)
+	if err != nil {
+		return "", fmt.Errorf("the start's policies: %w", err)
+	}
+	var applied, kept []string
+	for _, tool := range f.Tools {
+		if _, err := store.History(ctx, tool); err == nil {
+			kept = append(kept, tool)
+			continue
+		} else if !errors.Is(err, policies.ErrNotFound) {
+			return "", err
+		}
+		if _, _, err := store.Apply(ctx, tool, f.Policies[tool], "hermes up"); err != nil {
+			return "", fmt.Errorf("apply the policy of %s: %w", tool, err)
+		}
+		applied = append(applied, tool)
+	}
+	slices.Sort(applied)
+	desc := "applied to " + strings.Join(applied, ", ")
+	if len(applied) == 0 {
+		desc = "none applied"
+	}
+	if len(kept) > 0 {
+		desc += "; kept as changed since: " + strings.Join(kept, ", ")
+	}
+	return desc, nil
 }

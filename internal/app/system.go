@@ -15,6 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
+	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
@@ -64,6 +65,9 @@ type SystemConfig struct {
 	// Contracts is a directory of tools' contracts registered at start (registerContracts);
 	// empty registers none.
 	Contracts string
+	// Policies is a policy file (pkg/policy) applied at start to each tool it names that never
+	// had a policy applied (applyStartPolicies); nil applies none.
+	Policies []byte
 	// LLM configures the agent loop behind POST /v1/chat/completions; none when it asks for
 	// no model. Chat, when set, is used instead (a model configured by the caller).
 	LLM  llmFlags
@@ -90,8 +94,10 @@ type System struct {
 	Services []string
 	// Key is the admin API key the gateway takes (see SystemConfig.KeyFile).
 	Key SystemKey
-	// Contracts says what contracts the start registered, for people ("" for none).
+	// Contracts says what contracts the start registered, for people ("" for none); Policies
+	// the same of policies.
 	Contracts string
+	Policies  string
 	// Bus is the bus configuration the system provisions with, defaults applied.
 	Bus bus.Config
 	// Seeds are the files holding the nkey seeds of the embedded server's users, by role
@@ -252,6 +258,13 @@ func (u *upper) provision() error {
 		return err
 	}
 	u.admin = ab
+	if len(u.cfg.Policies) > 0 {
+		desc, err := applyStartPolicies(u.ctx, policies.NewStore(ab.Bucket(policies.PoliciesBucket)), u.cfg.Policies)
+		if err != nil {
+			return err
+		}
+		u.sys.Policies = desc
+	}
 	if u.cfg.Contracts == "" {
 		return nil
 	}

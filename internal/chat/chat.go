@@ -124,7 +124,10 @@ type Env struct {
 	Admit     Admitter
 	Publisher Publisher // the decisions' (as the gateway records)
 	Contracts Contracts
-	Sessions  KV                  // hermes-sessions
+	Sessions  KV // hermes-sessions
+	// Approvals decide the confirmation round's approvals; nil: a call a policy parks ends
+	// the turn with its approval's id, to be approved through /v1/approvals.
+	Approvals Approvals
 	Record    jetstream.JetStream // where /v1/chat reads a session's record
 	// Limits bound each request; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
@@ -463,8 +466,15 @@ func (c *chatRun) complete(ctx context.Context, req *chatRequest) (int, map[stri
 func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.ChatCompletionMessageParamUnion, recorded int,
 	warning *protocol.LLMWarning, state *chatState, rev uint64) (int, map[string]any) {
 	s := c.s
-	intent := lastUserText(req.Messages, s.env.Limits)
-	tools, pf, err := c.tools(ctx, req, intent)
+	intent, offerFor := lastUserText(req.Messages, s.env.Limits), ""
+	if len(req.Messages) > 0 {
+		var err error
+		msgs, recorded, offerFor, err = c.confirmation(ctx, intent, req.Messages[len(req.Messages)-1].param(), msgs, recorded)
+		if err != nil {
+			return chatFailure(c.failure(ctx, err))
+		}
+	}
+	tools, pf, err := c.tools(ctx, req, offerFor)
 	if err != nil {
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 			Message: "the tools could not be read; retry"})
@@ -494,6 +504,14 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	}
 	// What the client now has seen: what it sent, and the answer.
 	answer := chatMessage{Role: "assistant", Content: out.Answer.Content}
+	pending := []map[string]any{}
+	if len(out.Parked) > 0 {
+		answer.Content = confirmText(out.Parked)
+		c.keepConfirm(ctx, offerFor, out)
+		for _, p := range out.Parked {
+			pending = append(pending, map[string]any{"approval_id": p.ApprovalID, "tool": p.Tool, "arguments": p.Arguments, "tool_call_id": p.CallID})
+		}
+	}
 	for _, call := range out.ClientCalls {
 		tc := chatToolCall{ID: call.ID, Type: "function"}
 		tc.Function.Name, tc.Function.Arguments = call.Function.Name, call.Function.Arguments
@@ -524,7 +542,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 		"id": c.run, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
 		"usage":   map[string]any{"prompt_tokens": out.Usage.PromptTokens, "completion_tokens": out.Usage.CompletionTokens, "total_tokens": out.Usage.TotalTokens},
-		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns, "calls": c.callSummary()},
+		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns, "calls": c.callSummary(), "pending": pending},
 	}
 }
 
@@ -631,9 +649,10 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 			theirs = append(theirs, k)
 		}
 	}
-	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > 0 {
+	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > p.TopK {
 		// Coarse, then fine: only the registered tools the message is about are offered (the
 		// client's, which it declared, always are; a registered tool it shadows is not).
+		// While there are no more than TopK, every one is.
 		ix := c.s.index(theirs)
 		cands := ix.Rank(intent, p.TopK+len(mine), p.Threshold)
 		pf = &prefiltered{}
@@ -842,7 +861,8 @@ func (c *chatRun) Run(ctx context.Context, session, requestID, intent string, ca
 	}
 	// Not Serial: the loop waits for each turn's response before the next turn, so a run's
 	// requests go one at a time already, in the session's order.
-	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls}
+	// Recall: a call a policy parks runs when the person confirms it and the loop calls it again.
+	req := &protocol.Request{RequestID: requestID, SessionID: session, Intent: intent, ToolCalls: calls, Recall: true}
 	if err := req.Validate(s.env.Limits); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 // only the new message, and the end user it is made for (as X-Hermes-User names one: a caller
 // that may act for its users); the conversation before it is the session's record — and the
 // seed's response package out: the main text, what the calls Hermes ran came to (name, status, duration),
-// pending items the person must confirm (each with an id; none until approvals exist), and the
+// pending items the person must confirm (each with its approval's id, the tool and its arguments), and the
 // intent's domain and how long its context stays live (empty until intent decay exists).
 
 // MaxChatMessageBytes bounds a /v1/chat message.
@@ -116,7 +116,7 @@ func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any)
 	}
 	httpapi.WriteJSON(w, status, map[string]any{
 		"session_id": h["session_id"], "run_id": h["run_id"], "text": text, "tool_calls": summary,
-		"pending": []any{}, "intent": map[string]any{"domain": nil, "ttl_seconds": nil},
+		"pending": pendingOf(h["pending"]), "intent": map[string]any{"domain": nil, "ttl_seconds": nil},
 		"turns": h["turns"], "usage": body["usage"],
 	})
 }
@@ -245,4 +245,17 @@ func replayMessage(m protocol.LLMMessage) openai.ChatCompletionMessageParamUnion
 		calls[i] = tc
 	}
 	return messageParam(m.Role, m.Content, m.ToolCallID, calls)
+}
+
+// pendingOf is the pending items of an answer's hermes part (as made, or as kept for an
+// Idempotency-Key's retries), never null.
+func pendingOf(v any) []any {
+	var out []any
+	if b, err := json.Marshal(v); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	if out == nil {
+		out = []any{}
+	}
+	return out
 }

@@ -55,7 +55,7 @@ func TestPrefilterByMeaning(t *testing.T) {
 		s.Embeddings = &scriptedllm.Embeddings{Concepts: [][]string{{"weather", "rain", "umbrella"}}, Status: status}
 		return s
 	}
-	semantic := func(c *Config, _ *Env) { c.Prefilter = PrefilterConfig{TopK: 2, Embedder: c.LLM, MinSimilarity: 0.5} }
+	semantic := func(c *Config, _ *Env) { c.Prefilter = PrefilterConfig{TopK: 1, Embedder: c.LLM, MinSimilarity: 0.5} }
 	h := newHarness(t, script(0), semantic)
 	d := h.ask("sess_m1", "will it rain, do I need an umbrella")
 	if len(d.Warnings) != 1 || d.Warnings[0].Kind != protocol.WarnEmbeddings || !strings.Contains(d.Warnings[0].Message, "still being asked for") {

@@ -92,7 +92,7 @@ func MeetingTools() []*hermes.Def {
 		hermes.Tool("meeting_book", "创建一个会议并邀请参与者，返回会议ID与入会链接", bookMeeting,
 			hermes.Errors(codeInvalidStart, codeInvalidUser), hermes.Level("M"), hermes.Timeout(5*time.Second), hermes.Retries(1), hermes.Effects("idempotent")),
 		hermes.Tool("notify_send", "向指定用户发送会议通知", sendNotice,
-			hermes.Errors(codeInvalidUser), hermes.Level("M"), hermes.Timeout(5*time.Second), hermes.Retries(0), hermes.Effects("side_effects")),
+			hermes.Errors(codeInvalidUser), hermes.Level("M"), hermes.Timeout(5*time.Second), hermes.Retries(0), hermes.Effects("side_effects"), hermes.Recipients("user_ids")),
 	}
 }
 

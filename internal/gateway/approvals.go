@@ -253,3 +253,7 @@ func (g *Gateway) run(ctx context.Context, ap *approvals.Approval) error {
 	}
 	return nil
 }
+
+// Decisions decides the gateway's approvals and records each decision (for the chat doors'
+// confirmation round); nil without the approvals' bucket.
+func (g *Gateway) Decisions() *approvals.Decisions { return g.approvals.decisions }

@@ -84,6 +84,12 @@ func Effects(e contract.Effects) Option {
 	return func(c *contract.Contract, _ *[]string) { c.Effects = e }
 }
 
+// Recipients names the arguments that hold the people a call reaches (a list of ids, or one
+// id): what a max_recipients policy counts.
+func Recipients(args ...string) Option {
+	return func(c *contract.Contract, _ *[]string) { c.Recipients = append(c.Recipients, args...) }
+}
+
 func policy(c *contract.Contract) *contract.Policy {
 	if c.ExecutionPolicy == nil {
 		c.ExecutionPolicy = &contract.Policy{}

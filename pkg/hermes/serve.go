@@ -230,6 +230,9 @@ func registerOnce(ctx context.Context, cfg Config, t *Def) (retry bool, err erro
 	if c.Effects != "" {
 		doc["effects"] = c.Effects
 	}
+	if len(c.Recipients) > 0 {
+		doc["recipients"] = c.Recipients
+	}
 	body, err := json.Marshal(doc)
 	if err != nil {
 		return false, err

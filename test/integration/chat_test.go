@@ -39,6 +39,12 @@ type chatSystem struct {
 
 func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak func(*app.ChatConfig)) *chatSystem {
 	t.Helper()
+	return startChatWith(t, instance, script, tweak, nil)
+}
+
+// startChatWith is startChat with the policy file policyFile applied at start (nil: none).
+func startChatWith(t *testing.T, instance string, script *scriptedllm.Script, tweak func(*app.ChatConfig), policyFile []byte) *chatSystem {
+	t.Helper()
 	srv, base := scriptedllmtest.Start(t, script, "")
 	cfg := llm.Config{Backend: llm.Backend{Name: "scripted", BaseURL: base, Model: "scripted"}}
 	if script.Embeddings != nil {
@@ -57,7 +63,7 @@ func startChat(t *testing.T, instance string, script *scriptedllm.Script, tweak 
 	dir := t.TempDir()
 	sys, err := app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",
 		NATSListen: "127.0.0.1:0", Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance,
-		KeyFile: filepath.Join(dir, "admin.key"), Contracts: "../../examples/contracts", Chat: cc})
+		KeyFile: filepath.Join(dir, "admin.key"), Contracts: "../../examples/contracts", Chat: cc, Policies: policyFile})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

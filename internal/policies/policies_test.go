@@ -427,3 +427,18 @@ func TestStageFailsClosed(t *testing.T) {
 		t.Fatalf("not following: %v", err)
 	}
 }
+
+// What a window or a policy record holds is read only when it is one.
+func FuzzDecodeWindowAndRecord(f *testing.F) {
+	f.Add(encodeWindow([]call{{at: 1, id: 2}}))
+	f.Add([]byte(`{"tool":"t","version":1,"policy":{"rate_limit":"10/min"}}`))
+	f.Add([]byte(`{"tool":"t","version":1,"removed":true}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if calls, err := decodeWindow(data); err == nil && len(calls)*entryBytes != len(data) {
+			t.Fatalf("%d calls from %d bytes", len(calls), len(data))
+		}
+		if r, err := decodeRecord("t", data); err == nil && (r.Tool != "t" || r.Version < 1 || !r.Removed && r.Policy == nil) {
+			t.Fatalf("decoded %+v", r)
+		}
+	})
+}

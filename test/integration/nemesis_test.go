@@ -80,6 +80,8 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 
 	const sessions = 6
 	stop := make(chan struct{})
+	pl := &policyLoad{s: s}
+	policyDone := pl.start(stop)
 	results := make([][]clientRun, sessions)
 	var wg sync.WaitGroup
 	for i := range sessions {
@@ -94,6 +96,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	close(stop)
 	stopped := time.Now()
 	wg.Wait()
+	<-policyDone
 	t.Logf("the clients collected their answers %v after the load stopped", time.Since(stopped).Round(time.Second))
 
 	var runs []clientRun
@@ -110,6 +113,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	for i := range sessions {
 		checkSessionOrder(t, fmt.Sprintf("nem_s%d", i), tls)
 	}
+	pl.check()
 	if got := len(s.deadLetters()); got < n.counts["poison"] {
 		t.Errorf("%d poisoned messages but %d dead letters", n.counts["poison"], got)
 	}

@@ -315,7 +315,9 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		}
 		out.Messages = params.Messages
 		for _, c := range run {
-			if res, ok := results[c.ToolCallID]; ok && res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" {
+			// Hermes' own answer only: what a tool says is data, never an approval to ask for.
+			if res, ok := results[c.ToolCallID]; ok && res.ErrorCode == protocol.CodeApprovalRequired && res.ErrorOrigin == protocol.OriginHermes &&
+				res.Policy != nil && res.Policy.ApprovalID != "" {
 				out.Parked = append(out.Parked, Parked{ApprovalID: res.Policy.ApprovalID, CallID: c.ToolCallID, Tool: c.Name, Arguments: c.Arguments})
 			}
 		}

@@ -117,12 +117,12 @@ func Hash(tool string, args json.RawMessage, caller *protocol.Caller) string {
 // the request, so a redelivered call finds its approval instead of opening another.
 func ID(requestID, callID string) string {
 	sum := sha256.Sum256([]byte(requestID + "\x00" + callID))
-	return "apr-" + hex.EncodeToString(sum[:12])
+	return protocol.ApprovalRequestPrefix + hex.EncodeToString(sum[:12])
 }
 
 // IsID reports whether s has the form of an approval id.
 func IsID(s string) bool {
-	h, ok := strings.CutPrefix(s, "apr-")
+	h, ok := strings.CutPrefix(s, protocol.ApprovalRequestPrefix)
 	if !ok || len(h) != 24 {
 		return false
 	}
@@ -332,7 +332,9 @@ func MayDecide(a *Approval, d Decider) error {
 		}
 		return nil
 	}
-	if Identity(a.Requester) == Identity(d.Caller) {
+	// Four eyes are two callers: the same key or token acting for another user is the
+	// requester still.
+	if a.Requester == nil || d.Caller == nil || a.Requester.ID == d.Caller.ID {
 		return fmt.Errorf("%w: %s's policy asks someone other than the requester to approve (approvers: %v)", ErrForbidden, a.Tool, a.Approvers)
 	}
 	if d.Caller == nil || !slices.Contains(a.Approvers, d.Caller.Role) {
@@ -438,3 +440,32 @@ func (s *Store) Use(ctx context.Context, id, hash, call string, now time.Time) (
 
 // errAgain: the call used the approval before; it runs again without writing.
 var errAgain = errors.New("used by this call before")
+
+// Release gives approval id back to its approval after the call that used it (UsedBy) was
+// kept from running after all (its rate window was full): approved and unused again, for the
+// call's next try.
+func (s *Store) Release(ctx context.Context, id, call string) error {
+	_, err := s.Change(ctx, id, func(a *Approval) error {
+		if a.State != Used || a.UsedBy != call {
+			return errAgain
+		}
+		a.State, a.UsedBy, a.UsedAt = Approved, "", time.Time{}
+		return nil
+	})
+	if errors.Is(err, errAgain) {
+		return nil
+	}
+	return err
+}
+
+// Index points the recalling door's next identical call at a (h.<hash>), again: an approval
+// kept before its index was written (a delivery cut off between the two) is found all the same.
+func (s *Store) Index(ctx context.Context, a *Approval) error {
+	if !a.Recall {
+		return nil
+	}
+	if _, err := s.KV.Put(ctx, hashKey(a.Hash), []byte(a.ID)); err != nil {
+		return fmt.Errorf("approvals: index %s: %w", a.ID, err)
+	}
+	return nil
+}

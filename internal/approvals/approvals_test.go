@@ -3,10 +3,15 @@ package approvals
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/policies"
+	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/policy"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -100,3 +105,56 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// Four eyes are two callers: the requester acting for another user is still the requester.
+func TestFourEyesAreTwoCallers(t *testing.T) {
+	t.Parallel()
+	a := &Approval{Tool: "pay", Requester: &protocol.Caller{ID: "key:k", Role: "admin"}, Approvers: []string{"admin"}}
+	if err := MayDecide(a, Decider{Caller: &protocol.Caller{ID: "key:k", Role: "admin", User: "someone"}}); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("the requester, naming a user, approved its own call: %v", err)
+	}
+}
+
+// A call approved and then kept from running by a later rule (its rate window full) leaves its
+// approval approved, for the call's next try — not used up.
+func TestAFullWindowDoesNotUseTheApproval(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := &Store{KV: bustest.NewMemKV()}
+	var p policy.Policy
+	if err := json.Unmarshal([]byte(`{"confirm_required":true,"rate_limit":"1/h","scope":"tool"}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	windows := &policies.Windows{KV: bustest.NewMemKV()}
+	if ok, _, err := windows.Take(ctx, policies.WindowKey("pay", policy.ScopeTool, ""), *p.RateLimit, 1); !ok || err != nil {
+		t.Fatal(ok, err) // the window is full
+	}
+	st := &policies.Stage{Rules: fixedRule{&policies.Rule{Tool: "pay", Policy: &p, Source: policies.SourcePolicy, Version: 1}},
+		Windows: windows, Approvals: &Gate{Store: store}}
+	caller := &protocol.Caller{ID: "key:ann", Role: "user"}
+	job := func(id, approval string) *router.Job {
+		req := &protocol.Request{RequestID: id, SessionID: "s", ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "pay", Arguments: json.RawMessage(`{}`)}}, Approval: approval}
+		m, _ := protocol.NewMessage(protocol.TypeRequest, req)
+		m.RequestID, m.SessionID, m.Caller = id, "s", caller
+		return router.NewJob(m, req, nil, "", slog.New(slog.DiscardHandler))
+	}
+	j := job("r1", "")
+	if _, err := st.Process(ctx, j); err != nil || j.Calls[0].Result.ErrorCode != protocol.CodeApprovalRequired {
+		t.Fatalf("parked: %+v %v", j.Calls[0].Result, err)
+	}
+	id := j.Calls[0].Result.Policy.ApprovalID
+	if _, err := store.Decide(ctx, id, Decider{Caller: caller}, true, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	j = job(id, id)
+	if _, err := st.Process(ctx, j); err != nil || j.Calls[0].Result == nil || j.Calls[0].Result.ErrorCode != protocol.CodeRateLimited {
+		t.Fatalf("the full window: %+v %v", j.Calls[0].Result, err)
+	}
+	if a, _, _ := store.Get(ctx, id); a.State != Approved || a.UsedBy != "" {
+		t.Fatalf("the approval after the refusal: %+v", a)
+	}
+}
+
+type fixedRule struct{ r *policies.Rule }
+
+func (f fixedRule) Rule(string, *contract.Compiled) (*policies.Rule, error) { return f.r, nil }

@@ -28,6 +28,11 @@ type Gate struct {
 
 var _ policies.Gate = (*Gate)(nil)
 
+// Release implements policies.Gate: the approval d names is unused again by the call.
+func (g *Gate) Release(ctx context.Context, job *router.Job, c *router.Call, d *protocol.PolicyDecision) error {
+	return g.Store.Release(ctx, d.ApprovalID, job.Msg.RequestID+"/"+c.Call.ToolCallID)
+}
+
 func (g *Gate) now() time.Time {
 	if g.Now != nil {
 		return g.Now()
@@ -53,6 +58,11 @@ func (g *Gate) Gate(ctx context.Context, job *router.Job, c *router.Call, r *pol
 		// against since.
 		if a.State == Denied || a.State == Expired {
 			return refusal(decidable(a, now), a.ID, r)
+		}
+		if a.State == Pending {
+			if err := g.Store.Index(ctx, a); err != nil {
+				return nil, nil, err
+			}
 		}
 		return g.parked(ctx, a, r)
 	} else if !errors.Is(err, ErrNotFound) {
@@ -204,6 +214,12 @@ type Decisions struct {
 	Events *Events
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+}
+
+// Get returns approval id (Store.Get).
+func (d *Decisions) Get(ctx context.Context, id string) (*Approval, error) {
+	a, _, err := d.Store.Get(ctx, id)
+	return a, err
 }
 
 // Decide decides approval id as Store.Decide does, recording the decision — or the expiry

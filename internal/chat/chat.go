@@ -469,7 +469,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	intent, offerFor := lastUserText(req.Messages, s.env.Limits), ""
 	if len(req.Messages) > 0 {
 		var err error
-		msgs, recorded, offerFor, err = c.confirmation(ctx, intent, req.Messages[len(req.Messages)-1].param(), msgs, recorded)
+		msgs, recorded, offerFor, err = c.confirmation(ctx, intent, req.Messages[len(req.Messages)-1], msgs, recorded)
 		if err != nil {
 			return chatFailure(c.failure(ctx, err))
 		}
@@ -506,7 +506,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 	answer := chatMessage{Role: "assistant", Content: out.Answer.Content}
 	pending := []map[string]any{}
 	if len(out.Parked) > 0 {
-		answer.Content = confirmText(out.Parked)
+		answer.Content = confirmText(out.Parked, c.named && s.env.Approvals != nil)
 		c.keepConfirm(ctx, offerFor, out)
 		for _, p := range out.Parked {
 			pending = append(pending, map[string]any{"approval_id": p.ApprovalID, "tool": p.Tool, "arguments": p.Arguments, "tool_call_id": p.CallID})

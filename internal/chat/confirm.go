@@ -28,6 +28,7 @@ import (
 
 // Approvals decide the approvals of the confirmation round (approvals.Decisions).
 type Approvals interface {
+	Get(ctx context.Context, id string) (*approvals.Approval, error)
 	Decide(ctx context.Context, id string, who approvals.Decider, approve bool, reason string) (*approvals.Approval, error)
 }
 
@@ -64,12 +65,17 @@ func confirms(text string) bool {
 	return confirmWords[t]
 }
 
-// confirmText is Hermes' message asking to confirm parked.
-func confirmText(parked []agent.Parked) string {
+// confirmText is Hermes' message asking to confirm parked; in a session that keeps no turn
+// (named false), it points at the approvals' API instead.
+func confirmText(parked []agent.Parked, named bool) string {
 	var b strings.Builder
 	b.WriteString("以下操作需要您确认后才会执行 (these calls run only once you confirm them):\n")
 	for _, p := range parked {
 		fmt.Fprintf(&b, "- %s %s (approval %s)\n", p.Tool, protocol.Shorten(string(p.Arguments), 2000), p.ApprovalID)
+	}
+	if !named {
+		b.WriteString("请通过 POST /v1/approvals/{id}/approve 批准后再次调用。(Approve them through POST /v1/approvals/{id}/approve, then make the same calls again.)")
+		return b.String()
 	}
 	b.WriteString("回复“确认”执行；回复其他内容则取消。(Reply \"confirm\" to run them; anything else cancels them.)")
 	return b.String()
@@ -107,19 +113,19 @@ func (c *chatRun) keepConfirm(ctx context.Context, intent string, out agent.Outc
 }
 
 // confirmation decides the turn the session's last run left waiting, with the person's
-// message intent: it returns the conversation to go on with (msgs when there was none, or
+// message intent (a confirmation only when last, the message just received, is theirs): it returns the conversation to go on with (msgs when there was none, or
 // the person did not confirm), how many of its messages the record holds, and what the tools
 // to offer are chosen for (the waiting turn's intent when it goes on).
-func (c *chatRun) confirmation(ctx context.Context, intent string, last openai.ChatCompletionMessageParamUnion,
+func (c *chatRun) confirmation(ctx context.Context, intent string, last chatMessage,
 	msgs []openai.ChatCompletionMessageParamUnion, recorded int) ([]openai.ChatCompletionMessageParamUnion, int, string, error) {
-	out, rec, goOn, err := c.confirm(ctx, intent, last, msgs, recorded)
+	out, rec, goOn, err := c.confirm(ctx, intent, last.Role == "user", last.param(), msgs, recorded)
 	if goOn != "" {
 		return out, rec, goOn, err
 	}
 	return out, rec, intent, err
 }
 
-func (c *chatRun) confirm(ctx context.Context, intent string, last openai.ChatCompletionMessageParamUnion,
+func (c *chatRun) confirm(ctx context.Context, intent string, userSaid bool, last openai.ChatCompletionMessageParamUnion,
 	msgs []openai.ChatCompletionMessageParamUnion, recorded int) ([]openai.ChatCompletionMessageParamUnion, int, string, error) {
 	if !c.named || c.s.env.Approvals == nil {
 		return msgs, recorded, "", nil
@@ -137,11 +143,34 @@ func (c *chatRun) confirm(ctx context.Context, intent string, last openai.ChatCo
 		return msgs, recorded, "", nil
 	}
 	// Taken by this run only: another run of the session that took it first decides it.
-	if _, err := kv.Update(ctx, confirmKey(c.session), []byte("{}"), e.Revision()); err != nil {
+	rev, err := kv.Update(ctx, confirmKey(c.session), []byte("{}"), e.Revision())
+	if err != nil {
 		return msgs, recorded, "", nil
 	}
 	who := approvals.Decider{Caller: c.a.Record()}
-	if !confirms(intent) {
+	// Only the approvals this turn opened for exactly these calls, by this caller, are
+	// decided here: an id is never taken on trust.
+	kept := t.Parked[:0]
+	for _, p := range t.Parked {
+		a, err := c.s.env.Approvals.Get(ctx, p.ApprovalID)
+		if err != nil {
+			if !errors.Is(err, approvals.ErrNotFound) {
+				_, _ = kv.Update(ctx, confirmKey(c.session), e.Value(), rev) // decided next time
+				return nil, 0, "", err
+			}
+			continue
+		}
+		if a.SessionID == c.session && a.Tool == p.Tool && a.Recall && a.Hash == approvals.Hash(p.Tool, p.Arguments, who.Caller) {
+			kept = append(kept, p)
+		} else {
+			c.s.log.Warn("a waiting chat turn names an approval not of its calls; left undecided", "approval_id", p.ApprovalID, "session_id", c.session)
+		}
+	}
+	t.Parked = kept
+	if len(t.Parked) == 0 {
+		return msgs, recorded, "", nil
+	}
+	if !userSaid || !confirms(intent) {
 		for _, p := range t.Parked {
 			_, err := c.s.env.Approvals.Decide(ctx, p.ApprovalID, who, false, "the person answered something else: "+protocol.Shorten(intent, 200))
 			if err != nil && !errors.Is(err, approvals.ErrDecided) && !errors.Is(err, approvals.ErrExpired) && !errors.Is(err, approvals.ErrForbidden) {
@@ -162,6 +191,8 @@ func (c *chatRun) confirm(ctx context.Context, intent string, last openai.ChatCo
 	}
 	results, err := c.Run(ctx, c.session, c.run+"-confirmed", intent, run)
 	if err != nil {
+		// The turn waits again: confirming once more runs the calls (their approvals stand).
+		_, _ = kv.Update(context.WithoutCancel(ctx), confirmKey(c.session), e.Value(), rev)
 		return nil, 0, "", err
 	}
 	byID := map[string]protocol.ToolResult{}

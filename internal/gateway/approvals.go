@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hermesbus/hermes/internal/admission"
@@ -183,6 +184,10 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 				return
 			}
 		}
+		if !approve && strings.TrimSpace(body.Reason) == "" {
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "reason: a denial says why ({\"reason\": \"…\"})", nil)
+			return
+		}
 		if len(body.Reason) > maxReasonBytes {
 			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, fmt.Sprintf("reason: is %d bytes long; at most %d", len(body.Reason), maxReasonBytes), nil)
 			return
@@ -247,7 +252,7 @@ func (g *Gateway) run(ctx context.Context, ap *approvals.Approval) error {
 		}
 	}
 	_, err := g.submit.Submit(context.WithoutCancel(ctx), submit.Submission{Request: req, Trace: ap.Trace, Caller: ap.Requester, Owner: owner, NoWait: true})
-	if err != nil && !errors.Is(err, submit.ErrConflict) {
+	if err != nil {
 		g.log.Error("run an approved call", "approval_id", ap.ID, "err", err)
 		return err
 	}

@@ -91,6 +91,10 @@ func stageDecision(c *router.Call) string {
 // parkAll parks every call to confirm, as approvals not yet decided do.
 type parkAll struct{}
 
+func (parkAll) Release(context.Context, *router.Job, *router.Call, *protocol.PolicyDecision) error {
+	return nil
+}
+
 func (parkAll) Gate(_ context.Context, _ *router.Job, _ *router.Call, r *Rule) (*protocol.ToolResult, *protocol.PolicyDecision, error) {
 	res := protocol.ErrorResult(protocol.CodeApprovalRequired, protocol.OriginHermes, "ask", "approval required")
 	res.Policy = r.decision(protocol.PolicyParked, "confirm_required", "")

@@ -50,6 +50,9 @@ type Stage struct {
 // An error says nothing was decided (the delivery is tried again).
 type Gate interface {
 	Gate(ctx context.Context, job *router.Job, c *router.Call, r *Rule) (*protocol.ToolResult, *protocol.PolicyDecision, error)
+	// Release gives back the approval decision d names, used by c, when a later rule keeps
+	// c from running after all.
+	Release(ctx context.Context, job *router.Job, c *router.Call, d *protocol.PolicyDecision) error
 }
 
 var _ router.Stage = (*Stage)(nil)
@@ -124,7 +127,16 @@ func (s *Stage) decide(ctx context.Context, job *router.Job, c *router.Call, r *
 		allowed = d
 	}
 	if j.limit {
-		return s.limit(ctx, job, c, r, allowed, refuse)
+		if err := s.limit(ctx, job, c, r, allowed, refuse); err != nil {
+			return err
+		}
+		if c.Result != nil && allowed.ApprovalID != "" {
+			// Its approval stays for the call's next try: a full window is no person's "no".
+			if err := s.Approvals.Release(ctx, job, c, allowed); err != nil {
+				return fmt.Errorf("policy stage: release the approval of %s: %w", call.ToolCallID, err)
+			}
+		}
+		return nil
 	}
 	c.Policy = allowed
 	return nil

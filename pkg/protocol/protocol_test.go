@@ -331,3 +331,15 @@ func TestErrorResult(t *testing.T) {
 		t.Errorf("For: %+v", f)
 	}
 }
+
+// Request ids of the approvals' runs are Hermes' own: a client cannot take one first.
+func TestApprovalRequestIDsAreReserved(t *testing.T) {
+	r := &Request{RequestID: ApprovalRequestPrefix + "0123456789abcdef01234567", ToolCalls: []ToolCall{{ToolCallID: "c", Name: "t", Arguments: []byte(`{}`)}}}
+	if err := r.Validate(Limits{}); err == nil {
+		t.Fatal("a client's request took an approval's request id")
+	}
+	r.Approval = r.RequestID
+	if err := r.Validate(Limits{}); err != nil {
+		t.Fatal(err)
+	}
+}

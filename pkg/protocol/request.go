@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -100,6 +101,9 @@ func (r *Request) Validate(lim Limits) error {
 			field = "request_id"
 		}
 		return fieldErr(field, fmt.Sprintf("may not start with %q: such ids are the contract sandbox's", SandboxSessionPrefix))
+	}
+	if r.Approval == "" && strings.HasPrefix(r.RequestID, ApprovalRequestPrefix) {
+		return fieldErr("request_id", fmt.Sprintf("may not start with %q: such ids are the requests Hermes runs approved calls in", ApprovalRequestPrefix))
 	}
 	if r.Approval != "" {
 		if err := CheckID("approval", r.Approval); err != nil {

@@ -38,6 +38,10 @@ type Request struct {
 	Recall bool `json:"recall,omitempty" msgpack:"recall,omitempty"`
 }
 
+// ApprovalRequestPrefix starts the ids of approvals, and of the requests Hermes runs approved
+// calls in (their request_id is the approval's id); no other request may use one.
+const ApprovalRequestPrefix = "apr-"
+
 // Sandbox says what a sandbox request tries: every call calls Tool under the candidate
 // contract kept in the contracts' bucket at SandboxKey(Tool), at Revision. The router skips
 // the input check (some cases are invalid on purpose) and sends the calls where the

@@ -89,7 +89,7 @@ func TestApprovalRunsTheParkedCallOnce(t *testing.T) {
 	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "bob": auth.RoleUser})
 	s.applyPolicy("record", `{"confirm_required":true,"expires_in":"5m"}`)
 
-	res := s.routeOne(keys["ann"], "apr-r1", "apr-s1", "record", `{"n":1}`)
+	res := s.routeOne(keys["ann"], "par-r1", "par-s1", "record", `{"n":1}`)
 	if res.ErrorCode != protocol.CodeApprovalRequired || res.ErrorOrigin != protocol.OriginHermes || res.Policy == nil ||
 		res.Policy.Decision != protocol.PolicyParked || res.Policy.ApprovalID == "" || res.Policy.Version != 1 {
 		t.Fatalf("parked: %+v %s", res, res.Content)
@@ -138,7 +138,7 @@ func TestApprovalRunsTheParkedCallOnce(t *testing.T) {
 	if n := len(s.recorder.idempotencyKeys()); n != 1 {
 		t.Fatalf("the tool ran %d times; once", n)
 	}
-	ev := s.policyEvents("apr-s1")
+	ev := s.policyEvents("par-s1")
 	if len(ev[protocol.PolicyParked]) != 1 || len(ev[protocol.PolicyApproved]) != 1 || ev[protocol.PolicyApproved][0].Decision.By == "" {
 		t.Fatalf("events: %+v", ev)
 	}

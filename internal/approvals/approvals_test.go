@@ -126,7 +126,7 @@ func TestAFullWindowDoesNotUseTheApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	windows := &policies.Windows{KV: bustest.NewMemKV()}
-	if ok, _, err := windows.Take(ctx, policies.WindowKey("pay", policy.ScopeTool, ""), *p.RateLimit, 1); !ok || err != nil {
+	if ok, _, err := windows.Take(ctx, policies.WindowKey("pay", policy.ScopeTool, ""), *p.RateLimit, policies.CallID("other", "c1")); !ok || err != nil {
 		t.Fatal(ok, err) // the window is full
 	}
 	st := &policies.Stage{Rules: fixedRule{&policies.Rule{Tool: "pay", Policy: &p, Source: policies.SourcePolicy, Version: 1}},

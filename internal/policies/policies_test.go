@@ -211,8 +211,8 @@ func TestWindowSlides(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	w := &Windows{KV: bustest.NewMemKV(), Now: func() time.Time { return now }}
 	rate := policy.Rate{Count: 2, Per: time.Minute}
-	take := func(id uint64) (bool, time.Time) {
-		ok, at, err := w.Take(t.Context(), "k", rate, id)
+	take := func(n int) (bool, time.Time) {
+		ok, at, err := w.Take(t.Context(), "k", rate, CallID("r", fmt.Sprint(n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +430,7 @@ func TestStageFailsClosed(t *testing.T) {
 
 // What a window or a policy record holds is read only when it is one.
 func FuzzDecodeWindowAndRecord(f *testing.F) {
-	f.Add(encodeWindow([]call{{at: 1, id: 2}}))
+	f.Add(encodeWindow([]call{{at: 1, id: CallID("r", "c")}}))
 	f.Add([]byte(`{"tool":"t","version":1,"policy":{"rate_limit":"10/min"}}`))
 	f.Add([]byte(`{"tool":"t","version":1,"removed":true}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
@@ -38,8 +37,8 @@ type Windows struct {
 var ErrContended = errors.New("policy: the rate window is changed by others too often; tried again later")
 
 // entryBytes is what a window keeps per call: when it was let through (Unix nanoseconds) and
-// a hash of the call's ids.
-const entryBytes = 16
+// a 128-bit hash of the call's ids (no two calls share one that anyone could find).
+const entryBytes = 24
 
 // maxTries bounds compare-and-set rounds of one Take.
 const maxTries = 32
@@ -48,7 +47,7 @@ const maxTries = 32
 // room, counting it; a call counted before (a redelivery) is let through again without
 // counting twice. Otherwise it returns false and when the window has room next. An error says
 // the window could not be read or written.
-func (w *Windows) Take(ctx context.Context, key string, r policy.Rate, id uint64) (ok bool, retryAt time.Time, err error) {
+func (w *Windows) Take(ctx context.Context, key string, r policy.Rate, id ID) (ok bool, retryAt time.Time, err error) {
 	for range maxTries {
 		now := time.Now()
 		if w.Now != nil {
@@ -106,14 +105,14 @@ func (w *Windows) Take(ctx context.Context, key string, r policy.Rate, id uint64
 // call is one call a window let through.
 type call struct {
 	at int64
-	id uint64
+	id ID
 }
 
 func encodeWindow(calls []call) []byte {
 	b := make([]byte, 0, len(calls)*entryBytes)
 	for _, c := range calls {
 		b = binary.BigEndian.AppendUint64(b, uint64(c.at))
-		b = binary.BigEndian.AppendUint64(b, c.id)
+		b = append(b, c.id[:]...)
 	}
 	return b
 }
@@ -126,18 +125,19 @@ func decodeWindow(b []byte) ([]call, error) {
 	}
 	out := make([]call, len(b)/entryBytes)
 	for i := range out {
-		out[i] = call{at: int64(binary.BigEndian.Uint64(b[i*entryBytes:])), id: binary.BigEndian.Uint64(b[i*entryBytes+8:])}
+		out[i] = call{at: int64(binary.BigEndian.Uint64(b[i*entryBytes:]))}
+		copy(out[i].id[:], b[i*entryBytes+8:(i+1)*entryBytes])
 	}
 	return out, nil
 }
 
+// ID is what a window counts a call under (CallID).
+type ID [16]byte
+
 // CallID is the id a window counts a call under: a hash of its request's and its own id.
-func CallID(requestID, callID string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(requestID))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(callID))
-	return h.Sum64()
+func CallID(requestID, callID string) ID {
+	sum := sha256.Sum256([]byte(requestID + "\x00" + callID))
+	return ID(sum[:16])
 }
 
 // WindowKey is the key of tool's window under scope: the tool's (scope tool) or the caller's

@@ -918,6 +918,9 @@
         on: { input: (e) => { s.reasons.set(id, e.target.value); markInvalid(e.target, false); } },
       });
       reason.value = s.reasons.get(id) || '';
+      // A redraw keeps the reason marked as missing while the note asks for one.
+      const asked = s.approvalNotes.get(id);
+      if (asked && asked.kind === 'bad' && !reason.value) markInvalid(reason, true);
       box.append(
         el('button', { type: 'button', class: 'primary apr-approve', data: { approval: id }, on: { click: () => decide(s, id, true, box) } }, 'Approve'),
         reason,

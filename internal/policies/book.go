@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/kvwatch"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/policy"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -107,18 +108,17 @@ func (b *Book) Offers(tool string, k *contract.Compiled, role string) bool {
 // Start follows the bucket until ctx ends, returning once every policy it holds is known.
 // Should the watch end before ctx, Rule says ErrNotFollowing until it is watched again.
 func (b *Book) Start(ctx context.Context) error {
-	w, err := b.kv.WatchAll(ctx)
-	if err != nil {
+	f := &kvwatch.Follower{What: "the applied policies", Log: b.log, Apply: b.apply,
+		Watch: func(ctx context.Context) (jetstream.KeyWatcher, error) { return b.kv.WatchAll(ctx) },
+		Following: func(on bool) {
+			b.mu.Lock()
+			b.following = on
+			b.mu.Unlock()
+		}}
+	if err := f.Start(ctx); err != nil {
 		return fmt.Errorf("policy: follow the policies: %w", err)
 	}
-	ready := make(chan struct{})
-	go b.follow(ctx, w, ready)
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // Run follows the bucket until ctx ends: Start, tried again every few seconds while it fails.
@@ -137,55 +137,6 @@ func (b *Book) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
-}
-
-// follow takes the watch's changes, and watches again should it end before ctx.
-func (b *Book) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		if w != nil && b.run(ctx, w, ready) {
-			ready, delay = nil, 100*time.Millisecond
-		}
-		b.mu.Lock()
-		b.following = false
-		b.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		b.log.Warn("the watch of the applied policies ended; watching again")
-		var err error
-		if w, err = b.kv.WatchAll(ctx); err != nil {
-			b.log.Error("watch the applied policies", "err", err)
-			w = nil
-		}
-	}
-}
-
-// run takes one watch's changes until it ends, reporting whether it served.
-func (b *Book) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) (served bool) {
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return served
-		case e, ok := <-w.Updates():
-			if !ok {
-				return served
-			}
-			if e != nil {
-				b.apply(e)
-				continue
-			}
-			b.mu.Lock()
-			b.following = true
-			b.mu.Unlock()
-			if ready != nil && !served {
-				close(ready)
-			}
-			served = true
-		}
-	}
 }
 
 // apply takes one change of the bucket. A change that is no record Hermes wrote (one that

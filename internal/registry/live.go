@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/kvwatch"
 	"github.com/hermesbus/hermes/pkg/contract"
 )
 
@@ -60,68 +61,17 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*Live
 // Should the watch end before ctx, what is current is not known until it is watched again
 // (Current says ErrNotFollowing meanwhile: calls are refused, never run unchecked).
 func (l *Live) Start(ctx context.Context) error {
-	w, err := l.kv.Watch(ctx, toolKeys)
-	if err != nil {
+	f := &kvwatch.Follower{What: "the contracts", Log: l.log, Apply: l.apply,
+		Watch: func(ctx context.Context) (jetstream.KeyWatcher, error) { return l.kv.Watch(ctx, toolKeys) },
+		Following: func(on bool) {
+			l.mu.Lock()
+			l.following = on
+			l.mu.Unlock()
+		}}
+	if err := f.Start(ctx); err != nil {
 		return fmt.Errorf("registry: follow the contracts: %w", err)
 	}
-	ready := make(chan struct{})
-	go l.follow(ctx, w, ready)
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// follow takes the watch's changes, and watches again should it end before ctx.
-func (l *Live) follow(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) {
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		if w != nil && l.run(ctx, w, ready) {
-			ready, delay = nil, 100*time.Millisecond // a watch that served: the next gap is short
-		}
-		l.mu.Lock()
-		l.following = false
-		l.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		l.log.Warn("the watch of the contracts ended; watching again")
-		var err error
-		if w, err = l.kv.Watch(ctx, toolKeys); err != nil {
-			l.log.Error("watch the contracts", "err", err)
-			w = nil
-		}
-	}
-}
-
-// run takes one watch's changes until it ends; once it has given every contract the bucket
-// held, the registry is followed, ready closed (when not nil), and run reports it served.
-func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, ready chan struct{}) (served bool) {
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return served
-		case e, ok := <-w.Updates():
-			if !ok {
-				return served
-			}
-			if e != nil {
-				l.apply(e)
-				continue
-			}
-			l.mu.Lock()
-			l.following = true
-			l.mu.Unlock()
-			if ready != nil && !served {
-				close(ready)
-			}
-			served = true
-		}
-	}
+	return nil
 }
 
 // apply takes one change of the bucket. A change that is no contract record Hermes wrote — a

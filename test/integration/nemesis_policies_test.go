@@ -22,12 +22,16 @@ type policyLoad struct {
 // rateCount is slow_echo's limit in the nemesis: fewer than the calls made.
 const rateCount = 8
 
-// start applies the policies and sends the load until stop closes; done is closed after.
+// apply applies the load's policies; before the routers start, so that each takes its first
+// request knowing them (a router follows the policies before it takes any).
+func (p *policyLoad) apply() {
+	p.s.applyPolicy("order_query", `{"confirm_required":true,"expires_in":"10m"}`)
+	p.s.applyPolicy("slow_echo", fmt.Sprintf(`{"rate_limit":"%d/h","scope":"tool"}`, rateCount))
+}
+
+// start sends the load until stop closes; done is closed after.
 func (p *policyLoad) start(stop <-chan struct{}) (done chan struct{}) {
 	s := p.s
-	s.applyPolicy("order_query", `{"confirm_required":true,"expires_in":"10m"}`)
-	s.applyPolicy("slow_echo", fmt.Sprintf(`{"rate_limit":"%d/h","scope":"tool"}`, rateCount))
-	time.Sleep(500 * time.Millisecond) // the routers follow the policies
 	done = make(chan struct{})
 	go func() {
 		defer close(done)

@@ -67,6 +67,8 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 
 	s.poisoned = "nem_poison"
 	n.t, n.s, n.rng, n.counts = t, s, rng, map[string]int{}
+	pl := &policyLoad{s: s}
+	pl.apply()
 	n.routers = []*child{n.spawnRouter(), n.spawnRouter()}
 	n.workers = []*child{n.spawnWorker(), n.spawnWorker()}
 	waitFor(t, "the routers and workers to start", func() bool {
@@ -80,7 +82,6 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 
 	const sessions = 6
 	stop := make(chan struct{})
-	pl := &policyLoad{s: s}
 	policyDone := pl.start(stop)
 	results := make([][]clientRun, sessions)
 	var wg sync.WaitGroup

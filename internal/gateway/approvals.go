@@ -24,13 +24,16 @@ import (
 // decide it, or may read its session; anyone else is answered as for an unknown one (404).
 // Approving a call Hermes runs itself (one that came through /v1/route or the bus) makes the
 // request that runs it, request_id the approval's id, whose result goes to the session as a
-// late result does; approving one of a recalling door (MCP, the chat loop) lets the
+// late result does, and every gateway starts the runs its decider did not (approvals.Starter);
+// approving one of a recalling door (MCP, the chat loop) lets the
 // requester's next identical call run.
 
 // approvalsAPI is what the gateway keeps for the approvals' endpoints.
 type approvalsAPI struct {
 	store     *approvals.Store
 	decisions *approvals.Decisions
+	// starter starts the runs of approved calls whose decider stopped before starting them.
+	starter *approvals.Starter
 }
 
 func (g *Gateway) registerApprovals() {
@@ -41,6 +44,7 @@ func (g *Gateway) registerApprovals() {
 	store := &approvals.Store{KV: kv}
 	g.approvals = approvalsAPI{store: store, decisions: &approvals.Decisions{Store: store,
 		Events: &approvals.Events{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}}
+	g.approvals.starter = &approvals.Starter{KV: kv, Start: g.run, Log: g.log.With("part", "approvals")}
 	g.mux.HandleFunc("GET /v1/approvals", g.require(auth.PermSubmit, g.handleListApprovals))
 	g.mux.HandleFunc("GET /v1/approvals/{id}", g.require(auth.PermSubmit, g.handleGetApproval))
 	g.mux.HandleFunc("POST /v1/approvals/{id}/approve", g.require(auth.PermSubmit, g.handleDecide(true)))

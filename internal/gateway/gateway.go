@@ -199,6 +199,9 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	if g.book != nil {
 		watch.Go(func() { _ = g.book.Run(ctx) })
 	}
+	if s := g.approvals.starter; s != nil {
+		watch.Go(func() { _ = s.Run(ctx) })
+	}
 	return g.submit.Run(ctx)
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/policy"
@@ -198,5 +199,45 @@ func TestApprovalsFourEyesDenialAndExpiry(t *testing.T) {
 	})
 	if n := len(s.recorder.idempotencyKeys()); n != 0 {
 		t.Fatalf("the tool ran %d times", n)
+	}
+}
+
+// A gateway that stops between recording an approval and starting its run leaves an approved
+// call no one has started: every gateway's starter starts it once its decider's grace has
+// passed, and it runs once. The decision is written straight to the bucket here, as the
+// stopped gateway's Decide did, with no run after it.
+func TestApprovedCallRunsWhenItsDeciderStoppedBeforeRunningIt(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser})
+	s.applyPolicy("record", `{"confirm_required":true,"expires_in":"5m"}`)
+	res := s.routeOne(keys["ann"], "unstarted-r1", "unstarted-s1", "record", `{"n":1}`)
+	if res.ErrorCode != protocol.CodeApprovalRequired || res.Policy == nil || res.Policy.ApprovalID == "" {
+		t.Fatalf("not parked: %+v %s", res, res.Content)
+	}
+	id := res.Policy.ApprovalID
+	kv, err := s.js.KeyValue(s.ctx, approvals.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &approvals.Store{KV: kv}
+	a, _, err := store.Get(s.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Decide(s.ctx, id, approvals.Decider{Caller: a.Requester}, true, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitForWithin(t, "the approved call ran", 20*time.Second, func() bool {
+		code, body := s.call(http.MethodGet, "/v1/requests/"+id, keys["ann"], "")
+		return code == http.StatusOK && strings.Contains(body, `"status":"success"`)
+	})
+	waitFor(t, "the approval used", func() bool {
+		_, v := s.approval(keys["ann"], id)
+		return v.State == "used" && v.UsedBy == id+"/c1"
+	})
+	time.Sleep(2 * time.Second) // a second start, had there been one, would have run by now
+	if n := len(s.recorder.tries(id + "/c1")); n != 1 {
+		t.Errorf("the approved call ran %d times; once", n)
 	}
 }

@@ -15,6 +15,7 @@
 //	get_policy_number    GET  /v1/policy/number        name | customer_name | match_1 (default: the demo customer 张三)
 //	get_policy_status    GET  /v1/policy/status        name* | customer_name | match_1
 //	weather_search       GET  /v1/weather              city*, date (YYYY-MM-DD, default today)
+//	calendar_query       GET  /v1/calendar/activities  type* (indoor_activities|outdoor_activities), city (default 北京), date (default today)
 //	order_query          GET  /v1/orders/{order_id}    order_id* (path; /v1/orders?order_id=… also works)
 //	logistics_urge       POST /v1/logistics/urge       order_id* or tracking_number*, note
 //	echo                 POST /v1/echo (or GET)        anything; see below

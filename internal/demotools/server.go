@@ -67,6 +67,7 @@ func newServer(logger *slog.Logger, now func() time.Time) *server {
 		{"get_policy_number", http.MethodGet, "/v1/policy/number", s.tool(s.policyNumber)},
 		{"get_policy_status", http.MethodGet, "/v1/policy/status", s.tool(s.policyStatus)},
 		{"weather_search", http.MethodGet, "/v1/weather", s.tool(s.weatherSearch)},
+		{"calendar_query", http.MethodGet, "/v1/calendar/activities", s.tool(s.calendarQuery)},
 		{"order_query", http.MethodGet, "/v1/orders/{order_id}", s.contracted(s.orderQuery)},
 		{"order_query", http.MethodGet, "/v1/orders/{$}", s.contracted(s.orderQuery)},
 		{"order_query", http.MethodGet, "/v1/orders", s.contracted(s.orderQuery)},

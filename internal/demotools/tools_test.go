@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,6 +48,20 @@ func TestToolsAnswer(t *testing.T) {
 		{"weather today", "GET", "/v1/weather?city=Berlin", "", func(t *testing.T, m map[string]any) {
 			wantEq(t, m, "date", "2026-03-16")
 		}},
+		{"calendar indoor", "GET", "/v1/calendar/activities?type=indoor_activities&city=" + url.QueryEscape("上海") + "&date=2026-07-01", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "city", "上海")
+			wantEq(t, m, "date", "2026-07-01")
+			wantEq(t, m, "type", "indoor_activities")
+			wantEq(t, m, "source", "hermes demo calendar")
+			wantSet(t, m, "summary")
+			wantActivities(t, m, activityTypes["indoor_activities"].Kinds)
+		}},
+		{"calendar defaults", "GET", "/v1/calendar/activities?type=outdoor_activities", "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "city", "北京")
+			wantEq(t, m, "date", "2026-03-16")
+			wantEq(t, m, "type", "outdoor_activities")
+			wantActivities(t, m, activityTypes["outdoor_activities"].Kinds)
+		}},
 		{"order query path", "GET", "/v1/orders/ORD202603120042", "", func(t *testing.T, m map[string]any) {
 			m = success(t, m)
 			wantEq(t, m, "order_id", "ORD202603120042")
@@ -73,8 +88,8 @@ func TestToolsAnswer(t *testing.T) {
 			wantEq(t, m, "carrier", "SF Express")
 		}},
 		{"index", "GET", "/", "", func(t *testing.T, m map[string]any) {
-			if tools := m["tools"].([]any); len(tools) != 8 {
-				t.Errorf("index lists %d tools, want 8", len(tools))
+			if tools := m["tools"].([]any); len(tools) != 9 {
+				t.Errorf("index lists %d tools, want 9", len(tools))
 			}
 		}},
 		{"healthz", "GET", "/healthz", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
@@ -124,6 +139,9 @@ func TestToolsRejectBadInput(t *testing.T) {
 		{"weather without city", "GET", "/v1/weather", "", "city"},
 		{"weather blank city", "GET", "/v1/weather?city=+", "", "city"},
 		{"weather bad date", "GET", "/v1/weather?city=Paris&date=tomorrow", "", "date"},
+		{"calendar without type", "GET", "/v1/calendar/activities?city=" + url.QueryEscape("上海"), "", "type"},
+		{"calendar unknown type", "GET", "/v1/calendar/activities?type=shopping", "", "type"},
+		{"calendar bad date", "GET", "/v1/calendar/activities?type=indoor_activities&date=2026-3-1", "", "date"},
 		{"body not an object", "POST", "/v1/echo", `["order_id"]`, "body"},
 		{"body not JSON", "POST", "/v1/echo", `order_id=1`, "body"},
 	}
@@ -137,6 +155,56 @@ func TestToolsRejectBadInput(t *testing.T) {
 			}
 			wantArgError(t, r, tc.field)
 		})
+	}
+}
+
+// A type calendar_query does not know is refused with the types it knows.
+func TestCalendarNamesItsTypes(t *testing.T) {
+	r := do(t, newTestServer(), "GET", "/v1/calendar/activities?type=indoor", "")
+	wantArgError(t, r, "type")
+	hint, _ := r.obj(t)["recovery_hint"].(string)
+	for _, typ := range []string{"indoor_activities", "outdoor_activities"} {
+		if !strings.Contains(hint, typ) {
+			t.Errorf("recovery_hint %q does not name %s", hint, typ)
+		}
+	}
+}
+
+// wantActivities checks calendar_query's activities: three to five of the type's kinds, none
+// twice, earliest first, each with a believable time, length and price.
+func wantActivities(t *testing.T, m map[string]any, kinds []activityKind) {
+	t.Helper()
+	list, _ := m["activities"].([]any)
+	if len(list) < 3 || len(list) > 5 {
+		t.Fatalf("%d activities, want 3 to 5: %v", len(list), m["activities"])
+	}
+	seen := map[string]bool{}
+	last := ""
+	for _, v := range list {
+		act := v.(map[string]any)
+		name, _ := act["name"].(string)
+		i := slices.IndexFunc(kinds, func(k activityKind) bool { return k.Name == name })
+		if i < 0 || seen[name] {
+			t.Errorf("activity %q is not one of the type's or comes twice", name)
+			continue
+		}
+		seen[name] = true
+		k := kinds[i]
+		wantSet(t, act, "place")
+		start, _ := act["start_time"].(string)
+		var hh, mm int
+		if _, err := fmt.Sscanf(start, "%02d:%02d", &hh, &mm); err != nil || len(start) != 5 || hh < k.Start[0] || hh > k.Start[1] || (mm != 0 && mm != 30) {
+			t.Errorf("%s starts at %q", name, start)
+		}
+		if start < last {
+			t.Errorf("%s at %s comes after %s", name, start, last)
+		}
+		last = start
+		minutes, _ := act["duration_minutes"].(json.Number).Int64()
+		price, _ := act["price_cny"].(json.Number).Int64()
+		if minutes < int64(k.Duration[0]) || minutes > int64(k.Duration[1]) || price < int64(k.Price[0]) || price > int64(k.Price[1]) {
+			t.Errorf("%s: %d minutes for %d CNY", name, minutes, price)
+		}
 	}
 }
 

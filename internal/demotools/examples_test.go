@@ -451,3 +451,155 @@ func TestEveryDemoToolHasAContract(t *testing.T) {
 		t.Error("examples/contracts/order_query.yaml is not the seed's contract as written")
 	}
 }
+
+// exampleBlueprint is a blueprint as examples/blueprints holds it (seed 003 §3.3).
+type exampleBlueprint struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Steps       []struct {
+		Tool         string            `json:"tool"`
+		InputMapping map[string]string `json:"input_mapping"`
+		Condition    string            `json:"condition,omitempty"`
+		OutputKey    string            `json:"output_key"`
+		DefaultValue json.RawMessage   `json:"default_value,omitempty"`
+	} `json:"steps"`
+	Fallback struct {
+		Message    string `json:"message"`
+		TransferTo string `json:"transfer_to,omitempty"`
+	} `json:"fallback"`
+}
+
+func readBlueprint(t *testing.T, name string) exampleBlueprint {
+	t.Helper()
+	var bp exampleBlueprint
+	dec := json.NewDecoder(strings.NewReader(readFile(t, filepath.Join(examplesDir, "blueprints", name+".json"))))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&bp); err != nil {
+		t.Fatalf("blueprints/%s.json: %v", name, err)
+	}
+	if bp.Name != name || bp.Description == "" || len(bp.Steps) == 0 || bp.Fallback.Message == "" {
+		t.Errorf("blueprints/%s.json: %+v", name, bp)
+	}
+	return bp
+}
+
+// Every example blueprint calls only routed tools that have a contract, and check_and_urge is
+// the seed's file as written.
+func TestExampleBlueprintsCallRoutedTools(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir, "blueprints", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples/blueprints/*.json: %v", err)
+	}
+	routes := readFile(t, filepath.Join(examplesDir, "routes.yaml"))
+	for _, f := range files {
+		bp := readBlueprint(t, strings.TrimSuffix(filepath.Base(f), ".json"))
+		for i, st := range bp.Steps {
+			if !strings.Contains(routes, "tool_name: "+st.Tool+"\n") {
+				t.Errorf("%s step %d calls %s, which examples/routes.yaml does not route", bp.Name, i, st.Tool)
+			}
+			demoContract(t, st.Tool)
+			if st.OutputKey == "" {
+				t.Errorf("%s step %d has no output_key", bp.Name, i)
+			}
+		}
+	}
+	seed, err := os.ReadFile("../../../shared/seed-examples/blueprint-check-and-urge.json")
+	if err != nil {
+		t.Logf("the seed examples are not beside this checkout: %v", err)
+		return
+	}
+	if string(seed) != readFile(t, filepath.Join(examplesDir, "blueprints", "check_and_urge.json")) {
+		t.Error("examples/blueprints/check_and_urge.json is not the seed's blueprint as written")
+	}
+}
+
+// The two inputs examples/blueprints/README.md gives for travel_advice take one branch each, as
+// the blueprint's steps go against the demo tools: the weather, then the calendar_query whose
+// condition holds, called with its mapped arguments and answering within its contract.
+func TestTravelAdviceTakesTheREADMEsBranches(t *testing.T) {
+	bp := readBlueprint(t, "travel_advice")
+	readme := readFile(t, filepath.Join(examplesDir, "blueprints", "README.md"))
+	rows := regexp.MustCompile("(?m)^\\| `(\\{\"city\".*?\\})` .*`(indoor|outdoor)` activities").FindAllStringSubmatch(readme, -1)
+	if len(rows) != 2 || rows[0][2] == rows[1][2] {
+		t.Fatalf("the README gives %d inputs, want one for each branch: %v", len(rows), rows)
+	}
+	s := newTestServer()
+	rules := readRules(t, readFile(t, filepath.Join(examplesDir, "routes.yaml")))
+	call := func(tool string, arguments map[string]any) map[string]any {
+		t.Helper()
+		b, _ := json.Marshal(arguments)
+		rule, _, ok := pickRule(rules, tool, "")
+		if !ok {
+			t.Fatalf("no rule routes %s", tool)
+		}
+		r := doRequest(t, s, workerRequest(t, rule, b, nil, "req_bp", "call_"+tool))
+		if r.status != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", tool, b, r.status, r.body)
+		}
+		if v := demoContract(t, tool).CheckOutput(r.body, false); v.Violation != "" {
+			t.Errorf("the answer breaks the contract of %s: %+v", tool, v)
+		}
+		return r.obj(t)
+	}
+	for _, row := range rows {
+		var input map[string]any
+		if err := json.Unmarshal([]byte(row[1]), &input); err != nil {
+			t.Fatalf("README input %s: %v", row[1], err)
+		}
+		run := map[string]map[string]any{"user_input": input}
+		var ran []string
+		for _, st := range bp.Steps {
+			if st.Condition != "" && !holds(t, st.Condition, run) {
+				continue
+			}
+			arguments := map[string]any{}
+			for k, v := range st.InputMapping {
+				arguments[k] = v
+				if strings.HasPrefix(v, "$.") {
+					arguments[k] = lookupPath(t, v, run)
+				}
+			}
+			run[st.OutputKey] = call(st.Tool, arguments)
+			ran = append(ran, st.OutputKey)
+			if run[st.OutputKey]["date"] != input["date"] {
+				t.Errorf("%s: %s is for %v", row[1], st.OutputKey, run[st.OutputKey]["date"])
+			}
+		}
+		if want := []string{"weather", row[2]}; !slices.Equal(ran, want) {
+			t.Errorf("%s ran %v, want %v (precipitation %v %%)", row[1], ran, want, run["weather"]["precipitation_chance_pct"])
+		}
+	}
+}
+
+// lookupPath resolves a path $.key.field of a blueprint run.
+func lookupPath(t *testing.T, path string, run map[string]map[string]any) any {
+	t.Helper()
+	key, field, ok := strings.Cut(strings.TrimPrefix(path, "$."), ".")
+	v, found := run[key][field]
+	if !ok || !found {
+		t.Fatalf("%s finds nothing in %v", path, run)
+	}
+	return v
+}
+
+// holds evaluates a condition of the form "$.key.field OP number".
+func holds(t *testing.T, cond string, run map[string]map[string]any) bool {
+	t.Helper()
+	parts := strings.Fields(cond)
+	if len(parts) != 3 {
+		t.Fatalf("condition %q is not \"$.path OP number\"", cond)
+	}
+	x, err1 := lookupPath(t, parts[0], run).(json.Number).Float64()
+	y, err2 := strconv.ParseFloat(parts[2], 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("condition %q: %v %v", cond, err1, err2)
+	}
+	switch parts[1] {
+	case ">=":
+		return x >= y
+	case "<":
+		return x < y
+	}
+	t.Fatalf("condition %q: operator %s", cond, parts[1])
+	return false
+}

@@ -4,8 +4,9 @@ package examples
 
 import "embed"
 
-// Files holds routes.yaml, every request*.json, the demo tools' contracts (contracts/) and
-// the seed's tool policies (tool-policies.yaml), which hermes up applies.
+// Files holds routes.yaml, every request*.json, the demo tools' contracts (contracts/), the
+// seed's tool policies (tool-policies.yaml), which hermes up applies, and the example
+// blueprints (blueprints/*.json).
 //
-//go:embed routes.yaml request*.json contracts/*.yaml tool-policies.yaml
+//go:embed routes.yaml request*.json contracts/*.yaml tool-policies.yaml blueprints/*.json
 var Files embed.FS

@@ -225,6 +225,7 @@ func TestRefusalsNameTheStepTheFieldAndTheReason(t *testing.T) {
 		head + "fallback: {step: {tool: b, input_mapping: {v: $.nope}}}\n":              `line 5: fallback.step.input_mapping.v: $.nope reads nope`,
 		head + "fallback: {message: 7}\n":                                               `line 5: fallback.message: must be a string`,
 		head + "  - tool: b\n    input_mapping: {v: !!binary aGk=}\n":                   `steps[1].input_mapping.v: a value tagged !!binary is not JSON`,
+		head + "  - tool: b\n    input_mapping: {v: 1e400}\n":                           `steps[1].input_mapping.v: 1e400 is beyond the numbers JSON readers hold`,
 		"name: 'a b'\nsteps: [{tool: a}]\n":                                             `line 1: name: must hold only letters`,
 		"name: bp\nsteps: []\n":                                                         `line 2: steps: has no step`,
 		"name: bp\nsteps: [{tool: a}]\nextra: 1\n":                                      `line 3: extra: unknown field; a blueprint has name, description, steps, fallback`,

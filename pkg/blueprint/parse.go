@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -263,7 +264,12 @@ func value(v *yaml.Node, place, field string) (any, error) {
 		}
 		return list, nil
 	case yaml.ScalarNode:
-		switch v.Tag {
+		tag := v.Tag
+		if tag == "!!str" && v.Style == 0 && jsonNumber.MatchString(v.Value) {
+			// A JSON number out of float64's range, which YAML reads as a string.
+			tag = "!!float"
+		}
+		switch tag {
 		case "!!str", "!!timestamp":
 			return v.Value, nil
 		case "!!null":
@@ -276,6 +282,9 @@ func value(v *yaml.Node, place, field string) (any, error) {
 			return b, nil
 		case "!!int", "!!float":
 			if jsonNumber.MatchString(v.Value) {
+				if _, err := strconv.ParseFloat(v.Value, 64); err != nil {
+					return nil, bad(fmt.Sprintf("%s is beyond the numbers JSON readers hold (float64)", protocol.Shorten(v.Value, 32)))
+				}
 				return json.Number(v.Value), nil
 			}
 			var f float64

@@ -104,9 +104,8 @@ func (c *compiler) compile() error {
 
 // step checks and compiles s, a step of kind at place, which may read the keys in avail.
 func (c *compiler) step(s *Step, place, id string, kind stepKind, avail map[string]bool) error {
-	*s = Step{Tool: s.Tool, InputMapping: s.InputMapping, Condition: s.Condition, OutputKey: s.OutputKey,
-		DefaultValue: s.DefaultValue, Timeout: s.Timeout, Retry: s.Retry, Parallel: s.Parallel, Fallback: s.Fallback,
-		line: s.line, lines: s.lines, id: id, place: place}
+	s.compiled, s.id, s.place = false, id, place
+	s.mapping, s.reads, s.cond, s.def, s.timeout = nil, nil, nil, nil, 0
 	bad := func(field, reason string) error { return s.err(field, reason) }
 	group := len(s.Parallel) > 0
 	switch {

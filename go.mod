@@ -6,6 +6,7 @@ require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/expr-lang/expr v1.17.8
 	github.com/invopop/jsonschema v0.14.0
 	github.com/minio/highwayhash v1.0.4
 	github.com/modelcontextprotocol/go-sdk v1.8.0
@@ -18,6 +19,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
+	github.com/theory/jsonpath v0.12.3
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0

@@ -6,6 +6,7 @@ import (
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
@@ -16,7 +17,7 @@ import (
 // (approvals.Buckets). Every process provisions and opens them (Connect), and every NATS
 // user's permissions say who may touch them.
 func Buckets(cfg bus.Config) []bus.Bucket {
-	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets(), approvals.Buckets())
+	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets(), approvals.Buckets(), blueprints.Buckets())
 }
 
 // withBuckets is cfg with Buckets(cfg).

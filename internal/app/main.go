@@ -36,6 +36,7 @@ var Commands = map[string]Command{
 	"replay":       RunReplay,
 	"tools":        RunTools,
 	"policies":     RunPolicies,
+	"blueprints":   RunBlueprints,
 	"apply":        RunApply,
 	"mcp":          RunMCP,
 	"scripted-llm": RunScriptedLLM,
@@ -78,6 +79,8 @@ Commands:
               permission)
   policies    tools' policies through a gateway: policies ls, policies get TOOL, policies
               apply -f FILE, policies rm TOOL (changing them needs the tools:admin permission)
+  blueprints  composed tools through a gateway: blueprints ls, get NAME, apply -f FILE, rm NAME
+              (changing them needs tools:admin); run NAME --input JSON, run-get RUN_ID
   mcp         the MCP servers tool workers hold (--mcp FILE) and their states: mcp ls
   apply       make the registered contracts what files say (-f DIR_OR_FILE): prints the diff;
               --dry-run changes nothing, --prune removes what the files no longer name

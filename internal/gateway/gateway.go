@@ -108,6 +108,11 @@ type Gateway struct {
 	policies *policies.Store
 	book     *policies.Book
 	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
+	// blueprints serve /api/v1/blueprints and the runs; empty without their buckets.
+	blueprints blueprintsAPI
+	// runCtx is the context of the runs this gateway drives: ended when Listen returns.
+	runCtx   context.Context
+	stopRuns context.CancelFunc
 }
 
 // New returns a Gateway for cfg. Nothing runs until Run.
@@ -150,6 +155,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 		cfg.Metrics = metrics.New(nil)
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, submit: s}
+	g.runCtx, g.stopRuns = context.WithCancel(context.Background())
 	if cfg.Signins != nil {
 		g.signins = &auth.Cached{Next: cfg.Signins}
 	}
@@ -172,6 +178,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 	g.registerTools()
 	g.registerApprovals()
 	g.registerPolicies()
+	g.registerBlueprints()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))
@@ -195,12 +202,16 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	g.admit.Look(ctx)
 	var watch sync.WaitGroup
 	defer watch.Wait()
+	defer g.stopRuns() // before watch.Wait: the runs' resumer waits for them
 	watch.Go(func() { _ = g.admit.Run(ctx) })
 	if g.book != nil {
 		watch.Go(func() { _ = g.book.Run(ctx) })
 	}
 	if s := g.approvals.starter; s != nil {
 		watch.Go(func() { _ = s.Run(ctx) })
+	}
+	if rs := g.blueprints.resumer; rs != nil {
+		watch.Go(func() { _ = rs.Run(ctx) })
 	}
 	return g.submit.Run(ctx)
 }

@@ -91,6 +91,10 @@ func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 		// Only the gateway's own sandbox makes sandbox requests (their calls skip the input check).
 		return bus.Permanent(fmt.Errorf("client %s published a sandbox request; only Hermes makes those", user))
 	}
+	if req.Run != "" {
+		// A blueprint's step runs in the request its run makes.
+		return bus.Permanent(fmt.Errorf("client %s published a request naming a blueprint run; only Hermes makes those", user))
+	}
 	if req.Approval != "" || req.Recall {
 		// An approved call runs in the request Hermes makes when it is approved.
 		return bus.Permanent(fmt.Errorf("client %s published a request naming an approval; only Hermes makes those", user))

@@ -102,4 +102,11 @@ const (
 	// CodeSandboxRefused: the sandbox tried a tool and it broke its contract, or could not be
 	// reached; nothing was registered (422, with the sandbox's report).
 	CodeSandboxRefused = "SANDBOX_REFUSED"
+	// CodeInvalidBlueprint: a blueprint that does not parse or compile, or names an unknown
+	// tool (with the step, its field and, where known, its line).
+	CodeInvalidBlueprint = "INVALID_BLUEPRINT"
+	// CodeRunIDConflict: a run_id already names another run.
+	CodeRunIDConflict = "RUN_ID_CONFLICT"
+	// CodeTooManyRuns: the caller has as many blueprint runs going as it may (429).
+	CodeTooManyRuns = "TOO_MANY_RUNS"
 )

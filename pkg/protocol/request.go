@@ -105,6 +105,21 @@ func (r *Request) Validate(lim Limits) error {
 	if r.Approval == "" && strings.HasPrefix(r.RequestID, ApprovalRequestPrefix) {
 		return fieldErr("request_id", fmt.Sprintf("may not start with %q: such ids are the requests Hermes runs approved calls in", ApprovalRequestPrefix))
 	}
+	if r.Run == "" && r.Approval == "" && (strings.HasPrefix(r.RequestID, RunPrefix) || strings.HasPrefix(r.SessionID, RunPrefix)) {
+		field := "request_id"
+		if !strings.HasPrefix(r.RequestID, RunPrefix) {
+			field = "session_id"
+		}
+		return fieldErr(field, fmt.Sprintf("may not start with %q: such ids are blueprint runs'", RunPrefix))
+	}
+	if r.Run != "" {
+		if err := checkToken("run", r.Run, MaxRunIDLen); err != nil {
+			return err
+		}
+		if r.SessionID != RunSession(r.Run) || !strings.HasPrefix(r.RequestID, RunSession(r.Run)+"-") || r.Sandbox != nil || r.Approval != "" {
+			return fieldErr("run", "a step's request is its run's own: session "+RunSession(r.Run)+", request_id "+RunRequestID(r.Run, "<step>"))
+		}
+	}
 	if r.Approval != "" {
 		if err := CheckID("approval", r.Approval); err != nil {
 			return err

@@ -36,11 +36,30 @@ type Request struct {
 	// call made next, instead of a request Hermes makes on approval. Set by Hermes' doors
 	// only.
 	Recall bool `json:"recall,omitempty" msgpack:"recall,omitempty"`
+	// Run, when set, names the blueprint run this request is a step of: its request_id is
+	// RunRequestID(Run, step) and its session RunSession(Run). Only Hermes makes such
+	// requests (no edge decodes the field).
+	Run string `json:"run,omitempty" msgpack:"run,omitempty"`
 }
 
 // ApprovalRequestPrefix starts the ids of approvals, and of the requests Hermes runs approved
 // calls in (their request_id is the approval's id); no other request may use one.
 const ApprovalRequestPrefix = "apr-"
+
+// RunPrefix starts the sessions of blueprint runs and the ids of their steps' requests; no
+// other request may use one (a request run under an approval a step opened keeps the run's
+// session).
+const RunPrefix = "bpr-"
+
+// MaxRunIDLen bounds a blueprint run's id, so that its session and step ids stay tokens.
+const MaxRunIDLen = 96
+
+// RunSession is the session of blueprint run runID.
+func RunSession(runID string) string { return RunPrefix + runID }
+
+// RunRequestID is the id of the request that runs step (a token: "1", "2-0", "fallback") of
+// blueprint run runID, the same however often the run resumes.
+func RunRequestID(runID, step string) string { return RunPrefix + runID + "-" + step }
 
 // Sandbox says what a sandbox request tries: every call calls Tool under the candidate
 // contract kept in the contracts' bucket at SandboxKey(Tool), at Revision. The router skips

@@ -1,0 +1,445 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/approvals"
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
+	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/pkg/blueprint"
+	"github.com/hermesbus/hermes/pkg/contract"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Blueprints over HTTP: registered at /api/v1/blueprints (reading needs a caller who may
+// submit, changing tools:admin), run at POST /v1/blueprints/{name}/runs and followed at
+// GET /v1/runs/{run_id}. Every gateway drives the runs it begins, and takes over those whose
+// gateway stopped (package blueprints).
+
+// blueprintsAPI is what the gateway keeps for blueprints; nil fields without the buckets.
+type blueprintsAPI struct {
+	lib     *blueprints.Library
+	runs    *blueprints.Runs
+	engine  *blueprints.Engine
+	resumer *blueprints.Resumer
+}
+
+// MaxRunsPerCaller bounds the blueprint runs one caller has going at once.
+const MaxRunsPerCaller = 32
+
+func (g *Gateway) registerBlueprints() {
+	if g.cfg.Bus == nil || g.cfg.Bus.Bucket(blueprints.BlueprintsBucket) == nil || g.cfg.Bus.Bucket(blueprints.RunsBucket) == nil {
+		return
+	}
+	runsKV := g.cfg.Bus.Bucket(blueprints.RunsBucket)
+	lib := blueprints.NewLibrary(g.cfg.Bus.Bucket(blueprints.BlueprintsBucket))
+	runs := &blueprints.Runs{KV: runsKV, MaxBytes: min(blueprints.MaxRunBytes, g.cfg.Bus.MaxMessageBytes()-64<<10)}
+	eng := &blueprints.Engine{Runs: runs, Source: lib, Submit: g.submit, Instance: g.cfg.Instance, Log: g.log.With("part", "blueprints")}
+	if g.approvals.decisions != nil {
+		eng.Approvals = g.approvals.decisions
+	}
+	g.blueprints = blueprintsAPI{lib: lib, runs: runs, engine: eng,
+		resumer: &blueprints.Resumer{KV: runsKV, Engine: eng, Log: g.log.With("part", "blueprints")}}
+	g.mux.HandleFunc("GET /api/v1/blueprints", g.require(auth.PermSubmit, g.handleListBlueprints))
+	g.mux.HandleFunc("GET /api/v1/blueprints/{name}", g.require(auth.PermSubmit, g.handleGetBlueprint))
+	g.mux.HandleFunc("GET /api/v1/blueprints/{name}/versions", g.require(auth.PermSubmit, g.handleBlueprintVersions))
+	g.mux.HandleFunc("POST /api/v1/blueprints", g.require(auth.PermToolsAdmin, g.handleApplyBlueprint))
+	g.mux.HandleFunc("DELETE /api/v1/blueprints/{name}", g.require(auth.PermToolsAdmin, g.handleRemoveBlueprint))
+	g.mux.HandleFunc("POST /v1/blueprints/{name}/runs", g.require(auth.PermSubmit, g.handleStartRun))
+	g.mux.HandleFunc("GET /v1/runs/{run_id}", g.require(auth.PermSubmit, g.handleGetRun))
+}
+
+// BlueprintView is a blueprint's version as the API shows it.
+type BlueprintView struct {
+	Name      string               `json:"name"`
+	Version   int                  `json:"version"`
+	Revision  uint64               `json:"revision"`
+	AppliedAt time.Time            `json:"applied_at"`
+	By        string               `json:"by,omitempty"`
+	Removed   bool                 `json:"removed,omitempty"`
+	Blueprint *blueprint.Blueprint `json:"blueprint,omitempty"`
+	// Changed (apply only): false when the blueprint was applied already as it is.
+	Changed *bool `json:"changed,omitempty"`
+}
+
+func blueprintView(e *blueprints.Entry) BlueprintView {
+	v := BlueprintView{Name: e.Name, Version: e.Version, Revision: e.Revision, AppliedAt: e.AppliedAt, By: e.By, Removed: e.Removed}
+	if !e.Removed {
+		if b, err := blueprint.Parse(e.Doc); err == nil {
+			v.Blueprint = b
+		}
+	}
+	return v
+}
+
+func (g *Gateway) handleApplyBlueprint(w http.ResponseWriter, r *http.Request) {
+	if !g.toolsAdmin(w) {
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if !contractTypes[mt] {
+		writeError(w, http.StatusUnsupportedMediaType, protocol.CodeUnsupportedMediaType,
+			"a blueprint is sent as JSON (Content-Type: application/json) or YAML (application/yaml)", nil)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, blueprint.MaxBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, fmt.Sprintf("a blueprint is at most %d bytes", blueprint.MaxBytes), nil)
+			return
+		}
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the request body: "+err.Error(), nil)
+		return
+	}
+	b, err := blueprint.Parse(body)
+	if err == nil {
+		var known func(string) bool
+		if known, err = g.knownTools(r.Context()); err != nil {
+			g.log.Error("read the tools to check a blueprint", "err", err)
+			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the tools could not be read to check the blueprint; nothing was applied; retry", nil)
+			return
+		}
+		err = b.Compile(known)
+	}
+	if err != nil {
+		writeBlueprintError(w, err)
+		return
+	}
+	e, changed, err := g.blueprints.lib.Apply(r.Context(), b, byOf(r))
+	if err != nil {
+		g.log.Error("apply a blueprint", "blueprint", b.Name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the blueprint could not be applied; retry (applying it again is safe)", nil)
+		return
+	}
+	v := blueprintView(e)
+	v.Changed = &changed
+	status := http.StatusOK
+	if changed {
+		status = http.StatusCreated
+		g.log.Info("blueprint applied", "blueprint", e.Name, "version", e.Version, "by", e.By)
+	}
+	writeJSON(w, status, v)
+}
+
+// writeBlueprintError answers 400 INVALID_BLUEPRINT naming the step, field and line of err.
+func writeBlueprintError(w http.ResponseWriter, err error) {
+	var body apiError
+	body.Error.Code, body.Error.Message = protocol.CodeInvalidBlueprint, err.Error()
+	var be *blueprint.Error
+	if errors.As(err, &be) {
+		body.Error.Field, body.Error.Line = be.Step, be.Line
+		if be.Field != "" {
+			body.Error.Field = be.Step + "." + be.Field
+			if be.Step == "" {
+				body.Error.Field = be.Field
+			}
+		}
+	}
+	writeJSON(w, http.StatusBadRequest, body)
+}
+
+// knownTools says which tools are known here: registered (a contract) or served (the tools'
+// bucket), read once.
+func (g *Gateway) knownTools(ctx context.Context) (func(string) bool, error) {
+	known, err := g.servedTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if g.tools != nil {
+		entries, damaged, err := g.tools.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if !e.Removed {
+				known[e.Contract.Name] = true
+			}
+		}
+		for _, n := range damaged {
+			known[n] = true
+		}
+	}
+	return func(name string) bool { return known[name] }, nil
+}
+
+// BlueprintList is GET /api/v1/blueprints.
+type BlueprintList struct {
+	Blueprints []BlueprintView `json:"blueprints"`
+}
+
+func (g *Gateway) handleListBlueprints(w http.ResponseWriter, r *http.Request) {
+	all, err := g.blueprints.lib.List(r.Context())
+	if err != nil {
+		g.log.Warn("list blueprints", "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the blueprints cannot be read now; retry", nil)
+		return
+	}
+	out := BlueprintList{Blueprints: []BlueprintView{}}
+	for _, e := range all {
+		out.Blueprints = append(out.Blueprints, blueprintView(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// blueprintEntry answers a blueprint store error; false when it did.
+func (g *Gateway) blueprintErr(w http.ResponseWriter, name string, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, blueprints.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no blueprint %s is registered", name), nil)
+	default:
+		g.log.Warn("read a blueprint", "blueprint", name, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the blueprints cannot be read now; retry", nil)
+	}
+	return false
+}
+
+func (g *Gateway) handleGetBlueprint(w http.ResponseWriter, r *http.Request) {
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	e, err := g.blueprints.lib.Get(r.Context(), name)
+	if g.blueprintErr(w, name, err) {
+		writeJSON(w, http.StatusOK, blueprintView(e))
+	}
+}
+
+func (g *Gateway) handleBlueprintVersions(w http.ResponseWriter, r *http.Request) {
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	all, err := g.blueprints.lib.History(r.Context(), name)
+	if !g.blueprintErr(w, name, err) {
+		return
+	}
+	out := BlueprintList{Blueprints: []BlueprintView{}}
+	for _, e := range all {
+		out.Blueprints = append(out.Blueprints, blueprintView(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (g *Gateway) handleRemoveBlueprint(w http.ResponseWriter, r *http.Request) {
+	if !g.toolsAdmin(w) {
+		return
+	}
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	e, err := g.blueprints.lib.Remove(r.Context(), name, byOf(r))
+	if g.blueprintErr(w, name, err) {
+		g.log.Info("blueprint removed", "blueprint", name, "version", e.Version, "by", e.By)
+		writeJSON(w, http.StatusOK, blueprintView(e))
+	}
+}
+
+// runBody is POST /v1/blueprints/{name}/runs.
+type runBody struct {
+	// RunID makes the run idempotent: the same run asked again under it is the first one.
+	RunID     string          `json:"run_id,omitempty"`
+	UserInput json.RawMessage `json:"user_input"`
+}
+
+// handleStartRun begins a run of a blueprint (or finds the one begun under its run_id) and
+// drives it; ?wait=DURATION waits for it to end (at most the gateway's longest wait).
+func (g *Gateway) handleStartRun(w http.ResponseWriter, r *http.Request) {
+	name, ok := toolName(w, r)
+	if !ok {
+		return
+	}
+	wait, err := g.runWait(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+		return
+	}
+	var body runBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "the body is a JSON object {\"run_id\": …, \"user_input\": {…}}: "+err.Error(), nil)
+		return
+	}
+	if len(body.UserInput) == 0 {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "user_input: is required (a JSON object)", nil)
+		return
+	}
+	if body.RunID == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		body.RunID = "run-" + hex.EncodeToString(b[:])
+	}
+	if !protocol.ValidToken(body.RunID, protocol.MaxRunIDLen) {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest,
+			fmt.Sprintf("run_id: at most %d letters, digits, '-' and '_'", protocol.MaxRunIDLen), nil)
+		return
+	}
+	a, ok := actorOf(w, r, "")
+	if !ok {
+		return
+	}
+	if !g.Offers(name, nil, a.Role()) {
+		writeError(w, http.StatusForbidden, protocol.CodePolicyDenied, fmt.Sprintf("the policy of %s does not let role %q run it", name, a.Role()), nil)
+		return
+	}
+	trace, err := traceOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+		return
+	}
+	if trace.TraceID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		trace.TraceID = hex.EncodeToString(b[:])
+	}
+	ctx := r.Context()
+	t, ok := g.admitted(ctx, w, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: protocol.RunSession(body.RunID), Size: len(body.UserInput)})
+	if !ok {
+		return
+	}
+	defer t.Close()
+	if n := g.blueprints.resumer.Going(t.Owner); n >= MaxRunsPerCaller {
+		if run, _, err := g.blueprints.runs.Get(ctx, body.RunID); err != nil || run.Owner != t.Owner {
+			w.Header().Set("Retry-After", "5")
+			writeError(w, http.StatusTooManyRequests, protocol.CodeTooManyRuns,
+				fmt.Sprintf("you have %d blueprint runs going; at most %d at once: wait for one to end", n, MaxRunsPerCaller), nil)
+			return
+		}
+	}
+	run, created, err := blueprints.Begin(ctx, g.blueprints.lib, g.blueprints.runs, blueprints.NewRun{RunID: body.RunID, Blueprint: name,
+		UserInput: body.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace}, g.checkInput, time.Now())
+	t.Accepted(err == nil && created)
+	switch {
+	case errors.Is(err, blueprints.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no blueprint %s is registered", name), nil)
+		return
+	case errors.Is(err, blueprints.ErrBadInput):
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), nil)
+		return
+	case errors.Is(err, blueprints.ErrRunConflict):
+		writeError(w, http.StatusConflict, protocol.CodeRunIDConflict, err.Error(), nil)
+		return
+	case err != nil:
+		var fe *protocol.FieldError
+		if errors.As(err, &fe) {
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+			return
+		}
+		g.log.Error("begin a blueprint run", "blueprint", name, "run_id", body.RunID, "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the run could not be begun; retry with the same run_id", nil)
+		return
+	}
+	if created {
+		g.log.Info("blueprint run begun", "blueprint", name, "version", run.Version, "run_id", run.RunID, "session_id", run.SessionID)
+	}
+	if !run.Status.Final() {
+		g.blueprints.engine.Start(g.runCtx, run.RunID)
+	}
+	if wait > 0 && !run.Status.Final() {
+		run = g.awaitRun(ctx, run, wait)
+	}
+	w.Header().Set("Location", "/v1/runs/"+run.RunID)
+	status := http.StatusAccepted
+	switch {
+	case run.Status.Final():
+		status = http.StatusOK
+	case created:
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, run)
+}
+
+// runWait reads ?wait= (0 when absent).
+func (g *Gateway) runWait(r *http.Request) (time.Duration, error) {
+	s := r.URL.Query().Get("wait")
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("wait: a duration such as 30s (got %q)", protocol.Shorten(s, 40))
+	}
+	return min(d, g.cfg.MaxWait), nil
+}
+
+// awaitRun waits until run ends, wait passes or ctx ends, and returns it as last read.
+func (g *Gateway) awaitRun(ctx context.Context, run *blueprints.Run, wait time.Duration) *blueprints.Run {
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) && !run.Status.Final() {
+		select {
+		case <-ctx.Done():
+			return run
+		case <-time.After(100 * time.Millisecond):
+		}
+		if got, _, err := g.blueprints.runs.Get(ctx, run.RunID); err == nil {
+			run = got
+		}
+	}
+	return run
+}
+
+// checkInput checks a first step's arguments against its tool's contract, if it has one.
+func (g *Gateway) checkInput(ctx context.Context, tool string, args json.RawMessage) error {
+	if g.tools == nil {
+		return nil
+	}
+	e, err := g.tools.Get(ctx, tool)
+	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrDamaged) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	k, err := contract.Compile(&e.Contract, e.Version, e.Revision)
+	if err != nil {
+		return nil
+	}
+	return k.CheckInput(args)
+}
+
+// handleGetRun is GET /v1/runs/{run_id}: the run, to whoever may read its session.
+func (g *Gateway) handleGetRun(w http.ResponseWriter, r *http.Request) {
+	a, ok := actorOf(w, r, "")
+	if !ok {
+		return
+	}
+	id := r.PathValue("run_id")
+	run, _, err := g.blueprints.runs.Get(r.Context(), id)
+	if err == nil {
+		see := a.ReadsAll() || approvals.Identity(a.Record()) == approvals.Identity(run.Caller)
+		if !see {
+			see, err = g.admit.MayRead(r.Context(), a, run.SessionID)
+		}
+		if err == nil && !see {
+			err = blueprints.ErrRunNotFound
+		}
+	}
+	switch {
+	case errors.Is(err, blueprints.ErrRunNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no run %s is known (or it is older than runs are kept)", protocol.Shorten(id, 100)), nil)
+	case err != nil:
+		g.log.Warn("read a run", "run_id", id, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the runs cannot be read now", nil)
+	default:
+		if wait, werr := g.runWait(r); werr == nil && wait > 0 {
+			run = g.awaitRun(r.Context(), run, wait)
+		}
+		writeJSON(w, http.StatusOK, run)
+	}
+}

@@ -1,0 +1,174 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// seedBlueprint is the seed's blueprint file, as shipped.
+func seedBlueprint(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/blueprints/check_and_urge.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// demoOrder finds a demo order placed daysAgo whose status is one of want.
+func (s *system) demoOrder(daysAgo int, want ...string) string {
+	s.t.Helper()
+	day := time.Now().In(time.FixedZone("CST", 8*3600)).AddDate(0, 0, -daysAgo).Format("20060102")
+	for n := 1; n < 200; n++ {
+		id := fmt.Sprintf("ORD%s%04d", day, n)
+		resp, err := http.Get("http://" + s.demoAddr + "/v1/orders/" + id)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var o struct {
+			Success struct {
+				Status string `json:"status"`
+			} `json:"success"`
+		}
+		_ = json.Unmarshal(body, &o)
+		for _, w := range want {
+			if o.Success.Status == w {
+				return id
+			}
+		}
+	}
+	s.t.Fatalf("no demo order placed %d days ago is %v", daysAgo, want)
+	return ""
+}
+
+// startRun posts a run and waits for it to end.
+func (s *system) startRun(key, blueprint, runID, input string) (int, *blueprints.Run, string) {
+	s.t.Helper()
+	code, body := s.call(http.MethodPost, "/v1/blueprints/"+blueprint+"/runs?wait=30s", key, fmt.Sprintf(`{"run_id":%q,"user_input":%s}`, runID, input))
+	var run blueprints.Run
+	if code < 300 {
+		if err := json.Unmarshal([]byte(body), &run); err != nil {
+			s.t.Fatalf("%d %s", code, body)
+		}
+	}
+	return code, &run, body
+}
+
+// The seed's blueprint loads unchanged and runs: an order not yet shipped is urged (its
+// condition true), one already shipped is not (the step skipped, the condition's value
+// shown, urge_result null), an unknown order takes the fallback (transferred to
+// human_agent); asking for a run again under its run_id is the same run, steps not run again.
+func TestSeedBlueprintRunsBothBranches(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "root": auth.RoleAdmin, "bob": auth.RoleUser})
+	code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], seedBlueprint(t), "Content-Type", "application/json")
+	if code != http.StatusCreated || !strings.Contains(body, `"version":1`) {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["ann"], seedBlueprint(t), "Content-Type", "application/json"); code != http.StatusForbidden {
+		t.Fatalf("a user registered a blueprint: %d %s", code, body)
+	}
+
+	paid := s.demoOrder(0, "paid", "created")
+	code, run, body := s.startRun(keys["ann"], "check_and_urge", "cu-paid", fmt.Sprintf(`{"order_id":%q}`, paid))
+	if code != http.StatusOK || run.Status != blueprints.Succeeded || len(run.Steps) != 2 {
+		t.Fatalf("paid: %d %s", code, body)
+	}
+	urge := run.Steps[1]
+	if urge.Status != blueprints.StepSucceeded || urge.Condition == nil || !urge.Condition.Result ||
+		!strings.Contains(string(urge.Input), paid) || !strings.Contains(string(urge.Input), "用户咨询发货进度") ||
+		!strings.Contains(string(urge.Output), "URG-") {
+		t.Fatalf("paid: the urge step: %+v", urge)
+	}
+	if urge.RequestID != protocol.RunRequestID("cu-paid", "s1") {
+		t.Fatalf("the urge step's request: %s", urge.RequestID)
+	}
+
+	shipped := s.demoOrder(2, "shipped")
+	code, run, body = s.startRun(keys["ann"], "check_and_urge", "cu-shipped", fmt.Sprintf(`{"order_id":%q}`, shipped))
+	if code != http.StatusOK || run.Status != blueprints.Succeeded {
+		t.Fatalf("shipped: %d %s", code, body)
+	}
+	urge = run.Steps[1]
+	if urge.Status != blueprints.StepSkipped || urge.Condition == nil || urge.Condition.Result ||
+		urge.Condition.Values["$.order_data.success.status"] != "shipped" || string(urge.Output) != "null" {
+		t.Fatalf("shipped: the urge step: %+v", urge)
+	}
+
+	code, run, body = s.startRun(keys["ann"], "check_and_urge", "cu-unknown", `{"order_id":"ORD209901010001"}`)
+	if code != http.StatusOK || run.Status != blueprints.Transferred || run.Fallback == nil || run.Fallback.TransferTo != "human_agent" ||
+		run.Fallback.Message != "订单状态异常，已转人工客服" || run.Steps[1].Status != blueprints.StepNotRun {
+		t.Fatalf("unknown order: %d %s", code, body)
+	}
+
+	// The same run again is the same run: nothing runs twice.
+	before := len(s.record())
+	code, again, body := s.startRun(keys["ann"], "check_and_urge", "cu-paid", fmt.Sprintf(`{"order_id":%q}`, paid))
+	if code != http.StatusOK || again.Status != blueprints.Succeeded || string(again.Steps[1].Output) != string(s.runOf(keys["ann"], "cu-paid").Steps[1].Output) {
+		t.Fatalf("again: %d %s", code, body)
+	}
+	if after := len(s.record()); after != before {
+		t.Fatalf("asking again recorded %d messages", after-before)
+	}
+	// Another run under a used id is refused; another caller does not see the run.
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], `{"run_id":"cu-paid","user_input":{"order_id":"ORD209901010002"}}`); code != http.StatusConflict || !strings.Contains(body, protocol.CodeRunIDConflict) {
+		t.Fatalf("another run under a used id: %d %s", code, body)
+	}
+	if code, _ := s.call(http.MethodGet, "/v1/runs/cu-paid", keys["bob"], ""); code != http.StatusNotFound {
+		t.Fatalf("another user reads the run: %d", code)
+	}
+	// A user_input the first step's mapping cannot use is refused before anything runs.
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], `{"run_id":"cu-bad","user_input":{"order":"x"}}`); code != http.StatusBadRequest || !strings.Contains(body, "$.user_input.order_id") {
+		t.Fatalf("a user_input without order_id: %d %s", code, body)
+	}
+	if code, _ := s.call(http.MethodGet, "/v1/runs/cu-bad", keys["ann"], ""); code != http.StatusNotFound {
+		t.Fatalf("a refused run was kept: %d", code)
+	}
+}
+
+// runOf reads a run.
+func (s *system) runOf(key, id string) *blueprints.Run {
+	s.t.Helper()
+	code, body := s.call(http.MethodGet, "/v1/runs/"+id, key, "")
+	var run blueprints.Run
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &run) != nil {
+		s.t.Fatalf("run %s: %d %s", id, code, body)
+	}
+	return &run
+}
+
+// A blueprint naming an unknown tool, a mapping path nothing provides, an output_key used
+// twice or a condition that does not compile is refused at registration, naming the step,
+// the field and the reason.
+func TestBadBlueprintsAreRefusedAtRegistration(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"root": auth.RoleAdmin})
+	for _, c := range []struct{ doc, want string }{
+		{`{"name":"b","steps":[{"tool":"no_such_tool","output_key":"x"}]}`, "steps[0]"},
+		{`{"name":"b","steps":[{"tool":"order_query","input_mapping":{"order_id":"$.later.id"},"output_key":"x"}]}`, "$.later"},
+		{`{"name":"b","steps":[{"tool":"order_query","output_key":"x"},{"tool":"order_query","output_key":"x"}]}`, "output_key"},
+		{`{"name":"b","steps":[{"tool":"order_query","output_key":"x","condition":"$.user_input.a =="}]}`, "condition"},
+	} {
+		code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], c.doc, "Content-Type", "application/json")
+		if code != http.StatusBadRequest || !strings.Contains(body, protocol.CodeInvalidBlueprint) || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s", c.doc, code, body)
+		}
+	}
+	if code, body := s.call(http.MethodGet, "/api/v1/blueprints", keys["root"], ""); code != http.StatusOK || strings.Contains(body, `"name":"b"`) {
+		t.Fatalf("a refused blueprint was kept: %d %s", code, body)
+	}
+}

@@ -66,6 +66,9 @@ type Engine struct {
 	// again (default 20 s); Poll how often an approval is looked at (default 1 s).
 	StepWait time.Duration
 	Poll     time.Duration
+	// Events, when set, records each step's change and each run's end on the record
+	// (protocol.TypeBlueprintStep).
+	Events Publisher
 	// Observe, when set, is told each change of a run as it is kept.
 	Observe func(r *Run)
 	Log     *slog.Logger
@@ -184,7 +187,9 @@ func (h *held) change(ctx context.Context, f func(r *Run)) error {
 		if err != nil {
 			return err
 		}
+		was := h.run
 		h.run, h.rev = &next, rev
+		h.e.publish(ctx, was, &next)
 		if h.e.Observe != nil {
 			h.e.Observe(&next)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/pkg/blueprint"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -49,6 +50,7 @@ func (g *Gateway) registerBlueprints() {
 	if g.approvals.decisions != nil {
 		eng.Approvals = g.approvals.decisions
 	}
+	eng.Events = eventPublisher{bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
 	g.blueprints = blueprintsAPI{lib: lib, runs: runs, engine: eng,
 		resumer: &blueprints.Resumer{KV: runsKV, Engine: eng, Log: g.log.With("part", "blueprints")}}
 	g.mux.HandleFunc("GET /api/v1/blueprints", g.require(auth.PermSubmit, g.handleListBlueprints))
@@ -58,6 +60,14 @@ func (g *Gateway) registerBlueprints() {
 	g.mux.HandleFunc("DELETE /api/v1/blueprints/{name}", g.require(auth.PermToolsAdmin, g.handleRemoveBlueprint))
 	g.mux.HandleFunc("POST /v1/blueprints/{name}/runs", g.require(auth.PermSubmit, g.handleStartRun))
 	g.mux.HandleFunc("GET /v1/runs/{run_id}", g.require(auth.PermSubmit, g.handleGetRun))
+}
+
+// eventPublisher publishes a run's events.
+type eventPublisher struct{ p *bus.Publisher }
+
+func (e eventPublisher) Publish(ctx context.Context, subject string, m *protocol.Message) error {
+	_, err := e.p.Publish(ctx, subject, m)
+	return err
 }
 
 // BlueprintView is a blueprint's version as the API shows it.

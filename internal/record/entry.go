@@ -62,6 +62,8 @@ func Decode(seq uint64, subject string, stored time.Time, data []byte) *Entry {
 		e.Payload, e.Err = nonNil(m.DecodeLLMSummary())
 	case protocol.TypePolicy:
 		e.Payload, e.Err = nonNil(m.DecodePolicyEvent())
+	case protocol.TypeBlueprintStep:
+		e.Payload, e.Err = nonNil(m.DecodeBlueprintStep())
 	default: // Unmarshal accepts only known types; this is a reader older than its writer.
 		e.Err = fmt.Errorf("record: message type %s is not known to this reader", m.Type)
 	}

@@ -117,6 +117,8 @@ func (f *Formatter) Format(e *Entry) string {
 			s = f.paint(yellow, s)
 		}
 		b.WriteString(s)
+	case *protocol.BlueprintStep:
+		f.blueprintStep(&b, p)
 	case *protocol.ToolStarted:
 		tag(&b, "start")
 		fmt.Fprintf(&b, "%s %s %s on %s (try %d)", m.RequestID, p.Name, p.ToolCallID, senderName(m.Sender), p.Attempt)
@@ -482,6 +484,7 @@ func clean(s string) string {
 
 const (
 	red    = "\x1b[31m"
+	green  = "\x1b[32m"
 	yellow = "\x1b[33m"
 	reset  = "\x1b[0m"
 )
@@ -491,4 +494,58 @@ func (f *Formatter) paint(color, s string) string {
 		return s
 	}
 	return color + s + reset
+}
+
+// blueprintStep writes a blueprint run's step (or the run's end): the seed's 蓝图 line.
+func (f *Formatter) blueprintStep(b *strings.Builder, p *protocol.BlueprintStep) {
+	b.WriteString(wideTag("蓝图"))
+	if p.Step == "" {
+		fmt.Fprintf(b, "%s run %s %s", clean(p.Blueprint), clean(truncate(p.RunID, 100)), f.runStatus(p.Status))
+		if p.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(strconv.Quote(truncate(p.Message, intentWidth)))
+		}
+		if p.TransferTo != "" {
+			b.WriteString(" -> ")
+			b.WriteString(clean(truncate(p.TransferTo, 64)))
+		}
+		if p.Error != "" {
+			fmt.Fprintf(b, " (%s: %s)", clean(truncate(p.ErrorCode, 64)), clean(truncate(p.Error, intentWidth)))
+		}
+		return
+	}
+	fmt.Fprintf(b, "%s run %s step %s %s %s", clean(p.Blueprint), clean(truncate(p.RunID, 100)), clean(truncate(p.Step, 32)), clean(truncate(p.Tool, 64)), f.runStatus(p.Status))
+	if c := p.Condition; c != nil {
+		fmt.Fprintf(b, " when %s = %t", clean(truncate(c.Expr, intentWidth)), c.Result)
+		if len(c.Values) > 0 && !c.Result {
+			b.WriteString(" ")
+			b.WriteString(jsonValue(c.Values, argsWidth))
+		}
+	}
+	if p.RequestID != "" && p.Status == "running" {
+		fmt.Fprintf(b, " request %s", clean(truncate(p.RequestID, 200)))
+	}
+	if p.ApprovalID != "" {
+		fmt.Fprintf(b, " approval %s", clean(truncate(p.ApprovalID, 200)))
+	}
+	if p.DurationMS > 0 {
+		fmt.Fprintf(b, " (%d ms)", p.DurationMS)
+	}
+	if p.Error != "" {
+		fmt.Fprintf(b, " %s: %s", clean(truncate(p.ErrorCode, 64)), clean(truncate(p.Error, intentWidth)))
+	}
+}
+
+// runStatus is a run's or a step's status, painted by how it went.
+func (f *Formatter) runStatus(s string) string {
+	s = clean(truncate(s, 32))
+	switch s {
+	case "succeeded":
+		return f.paint(green, s)
+	case "failed":
+		return f.paint(red, s)
+	case "skipped", "waiting_approval", "transferred", "not_run":
+		return f.paint(yellow, s)
+	}
+	return s
 }

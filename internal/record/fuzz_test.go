@@ -20,6 +20,8 @@ func FuzzDecodeFormat(f *testing.F) {
 		Error: &protocol.ResponseError{Code: "X\n", Message: "\u202e"}}, "r"))
 	f.Add(encode(f, protocol.TypeLLMDecision, &protocol.LLMDecision{Run: "chat-1", Turn: 1, Input: "帮我\n定", Chosen: []protocol.LLMCall{{ID: "c\x1b", Name: "x", Arguments: "{"}},
 		Warnings: []protocol.LLMWarning{{Kind: protocol.WarnMissingArgument, Field: "room\nid"}}}, "gw"))
+	f.Add(encode(f, protocol.TypeBlueprintStep, &protocol.BlueprintStep{RunID: "r1", Blueprint: "b", Version: 1, Step: "1", Tool: "t", Status: "skipped",
+		Condition: &protocol.StepCondition{Expr: "$.a.b == 'x\n'", Values: json.RawMessage(`{"$.a.b":"\u001b[31m"}`)}, Error: "e\u202e"}, "gw"))
 	f.Add([]byte{})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0x01})
 	fm := &Formatter{Location: time.UTC}

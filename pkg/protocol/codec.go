@@ -142,6 +142,43 @@ func (d *PolicyDecision) Check() error {
 	return nil
 }
 
+// DecodeBlueprintStep reads the blueprint_step payload of m.
+func (m *Message) DecodeBlueprintStep() (*BlueprintStep, error) {
+	var e BlueprintStep
+	if err := m.decodePayload(TypeBlueprintStep, &e); err != nil {
+		return nil, err
+	}
+	if err := checkToken("run_id", e.RunID, MaxRunIDLen); err != nil {
+		return nil, err
+	}
+	if err := CheckToolName("blueprint", e.Blueprint); err != nil {
+		return nil, err
+	}
+	if e.Tool != "" {
+		if err := CheckToolName("tool", e.Tool); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"step", e.Step}, {"status", e.Status}, {"request_id", e.RequestID}, {"tool_call_id", e.ToolCallID},
+		{"approval_id", e.ApprovalID}, {"error_code", e.ErrorCode}, {"error", e.Error}, {"message", e.Message}, {"transfer_to", e.TransferTo}} {
+		if len(f.v) > MaxBlueprintTextBytes || !Printable(f.v) {
+			return nil, fieldErr(f.name, fmt.Sprintf("must be at most %d printable bytes", MaxBlueprintTextBytes))
+		}
+	}
+	if e.Status == "" || e.Version < 1 || e.DurationMS < 0 {
+		return nil, fieldErr("status", "a blueprint step's event names its status, and the blueprint's version")
+	}
+	if c := e.Condition; c != nil {
+		if len(c.Expr) > MaxBlueprintTextBytes || !Printable(c.Expr) {
+			return nil, fieldErr("condition.expr", fmt.Sprintf("must be at most %d printable bytes", MaxBlueprintTextBytes))
+		}
+		if len(c.Values) > MaxConditionValuesBytes || len(c.Values) > 0 && !json.Valid(c.Values) {
+			return nil, fieldErr("condition.values", fmt.Sprintf("must be JSON of at most %d bytes", MaxConditionValuesBytes))
+		}
+	}
+	return &e, nil
+}
+
 // DecodePolicyEvent reads the policy_decision payload of m.
 func (m *Message) DecodePolicyEvent() (*PolicyEvent, error) {
 	var e PolicyEvent

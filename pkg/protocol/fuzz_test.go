@@ -22,6 +22,11 @@ func FuzzUnmarshal(f *testing.F) {
 	sm.MsgID, sm.RequestID, sm.SessionID = "summary:s:9", "chat-1-1", "s"
 	summary, _ := Marshal(sm)
 	f.Add(summary)
+	bs, _ := NewMessage(TypeBlueprintStep, &BlueprintStep{RunID: "r1", Blueprint: "check_and_urge", Version: 1, Step: "1", Tool: "logistics_urge", Status: "skipped",
+		Condition: &StepCondition{Expr: "$.a == 'paid'", Values: json.RawMessage(`{"$.a":"shipped"}`)}})
+	bs.MsgID, bs.RequestID, bs.SessionID = "blueprint:r1:1:skipped", "bpr-r1-s1", "bpr-r1"
+	step, _ := Marshal(bs)
+	f.Add(step)
 	f.Add([]byte{0xc6, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdf, 0x7f, 0xff, 0xff, 0xff, 0xa1, 'a'})
@@ -42,6 +47,9 @@ func FuzzUnmarshal(f *testing.F) {
 		_, _ = msg.DecodeResponse()
 		_, _ = msg.DecodeCancel()
 		_, _ = msg.DecodeLLMDecision()
+		if e, err := msg.DecodeBlueprintStep(); err == nil && (len(e.Error) > MaxBlueprintTextBytes || e.Condition != nil && len(e.Condition.Values) > 0 && !json.Valid(e.Condition.Values)) {
+			t.Errorf("accepted %+v", e)
+		}
 		if s, err := msg.DecodeLLMSummary(); err == nil && (s.Since >= s.Through || s.Tail > s.Through || s.New > s.Messages || len(s.Text) > MaxSummaryBytes) {
 			t.Errorf("accepted %+v", s)
 		}

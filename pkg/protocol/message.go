@@ -36,12 +36,15 @@ const (
 	// its result: a wait for the rate window, an approval asked for and decided (payload
 	// PolicyEvent).
 	TypePolicy Type = "policy_decision.v1"
+	// TypeBlueprintStep records a step of a blueprint run as it starts, ends or is skipped,
+	// and the run as it ends (payload BlueprintStep).
+	TypeBlueprintStep Type = "blueprint_step.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy, TypeBlueprintStep:
 		return true
 	}
 	return false

@@ -186,6 +186,8 @@ const (
 	// EventPolicy is the event kind of policy_decision messages: what a tool's policy decided
 	// about a call between its request and its result.
 	EventPolicy = "policy"
+	// EventBlueprint is the event kind of blueprint_step messages: a blueprint run's steps.
+	EventBlueprint = "blueprint"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
@@ -256,6 +258,12 @@ func MsgIDRedrivenResult(requestID, callID, redrive string) string {
 // the n-th of its kind (a call may wait for its rate window more than once).
 func MsgIDPolicy(requestID, callID, decision string, n int64) string {
 	return "policy:" + requestID + ":" + callID + ":" + decision + ":" + strconv.FormatInt(n, 10)
+}
+
+// MsgIDBlueprintStep is the message id of a blueprint run's event: step (empty for the run
+// itself) reaching status.
+func MsgIDBlueprintStep(runID, step, status string) string {
+	return "blueprint:" + runID + ":" + step + ":" + status
 }
 
 // MsgIDResponse identifies the response to requestID.

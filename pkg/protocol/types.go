@@ -206,6 +206,46 @@ type PolicyEvent struct {
 	At time.Time `msgpack:"at" json:"at"`
 }
 
+// BlueprintStep is the payload of a blueprint_step message: a step of a blueprint run that
+// started, ended or was skipped, or (Step empty) the run as it ended.
+type BlueprintStep struct {
+	RunID     string `msgpack:"run_id" json:"run_id"`
+	Blueprint string `msgpack:"blueprint" json:"blueprint"`
+	Version   int    `msgpack:"version" json:"version"`
+	// Step is the step's place ("1", "2.0", "1.fallback"); empty for the run.
+	Step string `msgpack:"step,omitempty" json:"step,omitempty"`
+	Tool string `msgpack:"tool,omitempty" json:"tool,omitempty"`
+	// Status is the step's (running, succeeded, failed, skipped, waiting_approval) or, for the
+	// run, the run's (succeeded, failed, transferred).
+	Status string `msgpack:"status" json:"status"`
+	// Condition is the step's condition as evaluated, with the values its paths found (JSON).
+	Condition  *StepCondition `msgpack:"condition,omitempty" json:"condition,omitempty"`
+	RequestID  string         `msgpack:"request_id,omitempty" json:"request_id,omitempty"`
+	ToolCallID string         `msgpack:"tool_call_id,omitempty" json:"tool_call_id,omitempty"`
+	ApprovalID string         `msgpack:"approval_id,omitempty" json:"approval_id,omitempty"`
+	ErrorCode  string         `msgpack:"error_code,omitempty" json:"error_code,omitempty"`
+	Error      string         `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Message and TransferTo are the fallback the run took (the run's event).
+	Message    string    `msgpack:"message,omitempty" json:"message,omitempty"`
+	TransferTo string    `msgpack:"transfer_to,omitempty" json:"transfer_to,omitempty"`
+	DurationMS int64     `msgpack:"duration_ms,omitempty" json:"duration_ms,omitempty"`
+	At         time.Time `msgpack:"at" json:"at"`
+}
+
+// StepCondition is a step's condition as evaluated.
+type StepCondition struct {
+	Expr   string          `msgpack:"expr" json:"expr"`
+	Result bool            `msgpack:"result" json:"result"`
+	Values json.RawMessage `msgpack:"values,omitempty" json:"values,omitempty"`
+}
+
+// MaxBlueprintTextBytes bounds each text of a blueprint step's event; MaxConditionValuesBytes
+// the values its condition read.
+const (
+	MaxBlueprintTextBytes   = 4096
+	MaxConditionValuesBytes = 16 << 10
+)
+
 // Policy decisions.
 const (
 	PolicyAllowed     = "allowed"     // every rule let the call run

@@ -114,6 +114,29 @@ func TestSeedBlueprintRunsBothBranches(t *testing.T) {
 		t.Fatalf("unknown order: %d %s", code, body)
 	}
 
+	// Each step, and each run's end, is on the record: the skipped step with the value its
+	// condition read, the transfer with its target.
+	var skipped, transferred bool
+	for _, m := range s.record() {
+		if m.Type != protocol.TypeBlueprintStep {
+			continue
+		}
+		ev, err := m.DecodeBlueprintStep()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.RunID == "cu-shipped" && ev.Step == "1":
+			skipped = ev.Status == "skipped" && ev.Condition != nil && strings.Contains(string(ev.Condition.Values), `"shipped"`) &&
+				m.SessionID == protocol.RunSession("cu-shipped")
+		case ev.RunID == "cu-unknown" && ev.Step == "":
+			transferred = ev.Status == "transferred" && ev.TransferTo == "human_agent"
+		}
+	}
+	if !skipped || !transferred {
+		t.Fatalf("the record: skipped step %t, transferred run %t", skipped, transferred)
+	}
+
 	// The same run again is the same run: nothing runs twice.
 	before := len(s.record())
 	code, again, body := s.startRun(keys["ann"], "check_and_urge", "cu-paid", fmt.Sprintf(`{"order_id":%q}`, paid))

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hermesbus/hermes/internal/admission"
@@ -285,26 +286,8 @@ func (g *Gateway) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "the body is a JSON object {\"run_id\": …, \"user_input\": {…}}: "+err.Error(), nil)
 		return
 	}
-	if len(body.UserInput) == 0 {
-		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "user_input: is required (a JSON object)", nil)
-		return
-	}
-	if body.RunID == "" {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		body.RunID = "run-" + hex.EncodeToString(b[:])
-	}
-	if !protocol.ValidToken(body.RunID, protocol.MaxRunIDLen) {
-		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest,
-			fmt.Sprintf("run_id: at most %d letters, digits, '-' and '_'", protocol.MaxRunIDLen), nil)
-		return
-	}
 	a, ok := actorOf(w, r, "")
 	if !ok {
-		return
-	}
-	if !g.Offers(name, nil, a.Role()) {
-		writeError(w, http.StatusForbidden, protocol.CodePolicyDenied, fmt.Sprintf("the policy of %s does not let role %q run it", name, a.Role()), nil)
 		return
 	}
 	trace, err := traceOf(r)
@@ -312,56 +295,24 @@ func (g *Gateway) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
 		return
 	}
-	if trace.TraceID == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		trace.TraceID = hex.EncodeToString(b[:])
-	}
-	ctx := r.Context()
-	t, ok := g.admitted(ctx, w, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: protocol.RunSession(body.RunID), Size: len(body.UserInput)})
-	if !ok {
-		return
-	}
-	defer t.Close()
-	if n := g.blueprints.resumer.Going(t.Owner); n >= MaxRunsPerCaller {
-		if run, _, err := g.blueprints.runs.Get(ctx, body.RunID); err != nil || run.Owner != t.Owner {
-			w.Header().Set("Retry-After", "5")
-			writeError(w, http.StatusTooManyRequests, protocol.CodeTooManyRuns,
-				fmt.Sprintf("you have %d blueprint runs going; at most %d at once: wait for one to end", n, MaxRunsPerCaller), nil)
-			return
-		}
-	}
-	run, created, err := blueprints.Begin(ctx, g.blueprints.lib, g.blueprints.runs, blueprints.NewRun{RunID: body.RunID, Blueprint: name,
-		UserInput: body.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace}, g.checkInput, time.Now())
-	t.Accepted(err == nil && created)
+	run, created, err := g.RunBlueprint(r.Context(), a, BlueprintRun{Name: name, RunID: body.RunID, UserInput: body.UserInput, Trace: trace, Wait: wait})
+	var refused *RunRefusal
 	switch {
-	case errors.Is(err, blueprints.ErrNotFound):
-		writeError(w, http.StatusNotFound, protocol.CodeNotFound, fmt.Sprintf("no blueprint %s is registered", name), nil)
-		return
-	case errors.Is(err, blueprints.ErrBadInput):
-		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), nil)
-		return
-	case errors.Is(err, blueprints.ErrRunConflict):
-		writeError(w, http.StatusConflict, protocol.CodeRunIDConflict, err.Error(), nil)
+	case errors.As(err, &refused):
+		if refused.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(refused.RetryAfter.Seconds())))
+		}
+		writeError(w, refused.Status, refused.Code, refused.Message, nil)
 		return
 	case err != nil:
-		var fe *protocol.FieldError
-		if errors.As(err, &fe) {
-			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+		if ar := admission.AsRefusal(err); ar != nil {
+			writeRefusal(w, ar)
 			return
 		}
-		g.log.Error("begin a blueprint run", "blueprint", name, "run_id", body.RunID, "err", err)
-		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the run could not be begun; retry with the same run_id", nil)
+		if r.Context().Err() == nil {
+			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the bus is not reachable; retry with the same run_id", nil)
+		}
 		return
-	}
-	if created {
-		g.log.Info("blueprint run begun", "blueprint", name, "version", run.Version, "run_id", run.RunID, "session_id", run.SessionID)
-	}
-	if !run.Status.Final() {
-		g.blueprints.engine.Start(g.runCtx, run.RunID)
-	}
-	if wait > 0 && !run.Status.Final() {
-		run = g.awaitRun(ctx, run, wait)
 	}
 	w.Header().Set("Location", "/v1/runs/"+run.RunID)
 	status := http.StatusAccepted
@@ -372,6 +323,118 @@ func (g *Gateway) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, run)
+}
+
+// BlueprintRun is a run a door asks for.
+type BlueprintRun struct {
+	Name string
+	// RunID makes it idempotent ("": a new run).
+	RunID     string
+	UserInput json.RawMessage
+	Trace     protocol.TraceContext
+	// Wait is how long to wait for the run to end (0: not at all).
+	Wait time.Duration
+}
+
+// RunRefusal is why a run was not begun, as a door answers it.
+type RunRefusal struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *RunRefusal) Error() string { return e.Message }
+
+// RunBlueprint begins a run of a blueprint for actor a (or finds the one begun under its
+// run_id: created false), drives it, and waits for it up to br.Wait. A run refused is a
+// *RunRefusal (or an *admission.Refusal); other errors are the bus's. Every door runs
+// blueprints through it: the same permissions, policy and bounds apply to each.
+func (g *Gateway) RunBlueprint(ctx context.Context, a admission.Actor, br BlueprintRun) (*blueprints.Run, bool, error) {
+	if g.blueprints.lib == nil {
+		return nil, false, &RunRefusal{Status: http.StatusNotFound, Code: protocol.CodeNotFound, Message: "this gateway runs no blueprints (the bus has no blueprints' buckets)"}
+	}
+	if len(br.UserInput) == 0 {
+		return nil, false, &RunRefusal{Status: http.StatusBadRequest, Code: protocol.CodeInvalidRequest, Message: "user_input: is required (a JSON object)"}
+	}
+	if br.RunID == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		br.RunID = "run-" + hex.EncodeToString(b[:])
+	}
+	if !protocol.ValidToken(br.RunID, protocol.MaxRunIDLen) {
+		return nil, false, &RunRefusal{Status: http.StatusBadRequest, Code: protocol.CodeInvalidRequest,
+			Message: fmt.Sprintf("run_id: at most %d letters, digits, '-' and '_'", protocol.MaxRunIDLen)}
+	}
+	if !g.Offers(br.Name, nil, a.Role()) {
+		return nil, false, &RunRefusal{Status: http.StatusForbidden, Code: protocol.CodePolicyDenied,
+			Message: fmt.Sprintf("the policy of %s does not let role %q run it", br.Name, a.Role())}
+	}
+	trace := br.Trace
+	if trace.TraceID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		trace.TraceID = hex.EncodeToString(b[:])
+	}
+	t, err := g.admit.Admit(ctx, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: protocol.RunSession(br.RunID), Size: len(br.UserInput)})
+	if err != nil {
+		return nil, false, err
+	}
+	defer t.Close()
+	if n := g.blueprints.resumer.Going(t.Owner); n >= MaxRunsPerCaller {
+		if run, _, err := g.blueprints.runs.Get(ctx, br.RunID); err != nil || run.Owner != t.Owner {
+			return nil, false, &RunRefusal{Status: http.StatusTooManyRequests, Code: protocol.CodeTooManyRuns, RetryAfter: 5 * time.Second,
+				Message: fmt.Sprintf("you have %d blueprint runs going; at most %d at once: wait for one to end", n, MaxRunsPerCaller)}
+		}
+	}
+	run, created, err := blueprints.Begin(ctx, g.blueprints.lib, g.blueprints.runs, blueprints.NewRun{RunID: br.RunID, Blueprint: br.Name,
+		UserInput: br.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace}, g.checkInput, time.Now())
+	t.Accepted(err == nil && created)
+	var fe *protocol.FieldError
+	switch {
+	case errors.Is(err, blueprints.ErrNotFound):
+		return nil, false, &RunRefusal{Status: http.StatusNotFound, Code: protocol.CodeNotFound, Message: fmt.Sprintf("no blueprint %s is registered", br.Name)}
+	case errors.Is(err, blueprints.ErrBadInput):
+		return nil, false, &RunRefusal{Status: http.StatusBadRequest, Code: protocol.CodeInvalidRequest, Message: err.Error()}
+	case errors.Is(err, blueprints.ErrRunConflict):
+		return nil, false, &RunRefusal{Status: http.StatusConflict, Code: protocol.CodeRunIDConflict, Message: err.Error()}
+	case errors.As(err, &fe):
+		return nil, false, &RunRefusal{Status: http.StatusBadRequest, Code: protocol.CodeInvalidRequest, Message: err.Error()}
+	case err != nil:
+		g.log.Error("begin a blueprint run", "blueprint", br.Name, "run_id", br.RunID, "err", err)
+		return nil, false, err
+	}
+	if created {
+		g.log.Info("blueprint run begun", "blueprint", br.Name, "version", run.Version, "run_id", run.RunID, "session_id", run.SessionID)
+	}
+	if !run.Status.Final() {
+		g.blueprints.engine.Start(g.runCtx, run.RunID)
+	}
+	if br.Wait > 0 && !run.Status.Final() {
+		run = g.awaitRun(ctx, run, br.Wait)
+	}
+	return run, created, nil
+}
+
+// Blueprints are the current blueprints a caller of role may run, compiled (for the doors
+// that offer them as tools: MCP tools/list, the chat loop).
+func (g *Gateway) Blueprints(ctx context.Context, role string) ([]*blueprint.Blueprint, error) {
+	if g.blueprints.lib == nil {
+		return nil, nil
+	}
+	all, err := g.blueprints.lib.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*blueprint.Blueprint
+	for _, e := range all {
+		b, err := g.blueprints.lib.Compiled(ctx, e.Name, e.Version)
+		if err != nil || !g.Offers(e.Name, nil, role) {
+			continue
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // runWait reads ?wait= (0 when absent).

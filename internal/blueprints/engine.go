@@ -415,41 +415,77 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 	if len(calls) == 0 {
 		return failed, nil
 	}
-	results, err := e.call(ctx, h, protocol.RunRequestID(r.RunID, reqStep), calls, timeoutOf(waiting))
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range waiting {
-		res, ok := results[callID(s)]
-		if !ok {
-			failed = append(failed, e.stepFailed(ctx, h, s, &StepError{Code: protocol.CodeInternal, Origin: protocol.OriginHermes, Message: "the step's request answered without its call"}, nil))
-			continue
-		}
-		if res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" {
-			res, err = e.approved(ctx, h, s, res.Policy.ApprovalID)
-			if err != nil {
+	// Each round is one request of the calls still to make: the first under the step's own
+	// id, each retry under the id and its round. A run resumed makes the same rounds again,
+	// each answered from the record as it was.
+	for round := 1; len(waiting) > 0; round++ {
+		reqID := protocol.RunRequestID(r.RunID, reqStep)
+		if round > 1 {
+			reqID = protocol.RunRequestID(r.RunID, fmt.Sprintf("%s-r%d", reqStep, round))
+			if err := h.change(ctx, func(r *Run) {
+				for _, s := range waiting {
+					st := r.Step(s.ID())
+					st.RequestID, st.Attempts = reqID, round
+				}
+			}); err != nil {
 				return nil, err
 			}
 		}
-		if res.Status != protocol.ResultOK {
-			failed = append(failed, e.stepFailed(ctx, h, s, resultError(res), nil))
-			continue
-		}
-		now := e.now().UTC()
-		if err := h.change(ctx, func(r *Run) {
-			st := r.Step(s.ID())
-			st.Status, st.Output, st.Error, st.EndedAt = StepSucceeded, res.Content, nil, &now
-			if st.StartedAt != nil {
-				st.DurationMS = now.Sub(*st.StartedAt).Milliseconds()
-			}
-			if r.Status == Waiting {
-				r.Status = Running
-			}
-		}); err != nil {
+		results, err := e.call(ctx, h, reqID, calls, timeoutOf(waiting))
+		if err != nil {
 			return nil, err
 		}
+		var again []*blueprint.Step
+		var retry []protocol.ToolCall
+		for i, s := range waiting {
+			res, ok := results[callID(s)]
+			if !ok {
+				failed = append(failed, e.stepFailed(ctx, h, s, &StepError{Code: protocol.CodeInternal, Origin: protocol.OriginHermes, Message: "the step's request answered without its call"}, nil))
+				continue
+			}
+			if res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" {
+				res, err = e.approved(ctx, h, s, res.Policy.ApprovalID)
+				if err != nil {
+					return nil, err
+				}
+			}
+			if res.Status != protocol.ResultOK {
+				if round < s.Attempts() && retryable(res) {
+					again, retry = append(again, s), append(retry, calls[i])
+					continue
+				}
+				failed = append(failed, e.stepFailed(ctx, h, s, resultError(res), nil))
+				continue
+			}
+			now := e.now().UTC()
+			if err := h.change(ctx, func(r *Run) {
+				st := r.Step(s.ID())
+				st.Status, st.Output, st.Error, st.EndedAt = StepSucceeded, res.Content, nil, &now
+				if st.StartedAt != nil {
+					st.DurationMS = now.Sub(*st.StartedAt).Milliseconds()
+				}
+				if r.Status == Waiting {
+					r.Status = Running
+				}
+			}); err != nil {
+				return nil, err
+			}
+		}
+		waiting, calls = again, retry
 	}
 	return failed, nil
+}
+
+// retryable reports whether a step's failed result is worth another attempt (its retry): the
+// tool failed, timed out or could not be reached; never a policy's, an approval's or a
+// contract's refusal, nor arguments the tool cannot take.
+func retryable(res protocol.ToolResult) bool {
+	switch res.ErrorCode {
+	case protocol.CodeToolTimeout, protocol.CodeToolUnreachable, protocol.CodeToolHTTP5xx, protocol.CodeToolRateLimited,
+		protocol.CodeToolFailed, protocol.CodeDeadLettered, CodeStepTimeout:
+		return true
+	}
+	return false
 }
 
 // callID is the tool_call_id of step s in its request.
@@ -479,19 +515,12 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 	if wait <= 0 {
 		wait = 20 * time.Second
 	}
+	// A step's timeout bounds each attempt, from when this runner asks for it.
 	var deadline time.Time
 	if timeout > 0 {
-		var start time.Time
-		for _, c := range calls {
-			if st := r.Step(stepOfCall(r, c.ToolCallID)); st != nil && st.StartedAt != nil && (start.IsZero() || st.StartedAt.Before(start)) {
-				start = *st.StartedAt
-			}
-		}
-		if start.IsZero() {
-			start = e.now()
-		}
-		deadline = start.Add(timeout)
+		deadline = e.now().Add(timeout)
 	}
+	timedOut := false
 	for delay := 200 * time.Millisecond; ; {
 		w := wait
 		if !deadline.IsZero() {
@@ -502,6 +531,9 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 		case err == nil && !out.Pending:
 			res := map[string]protocol.ToolResult{}
 			for _, x := range out.Response.Results {
+				if timedOut && x.ErrorCode == protocol.CodeCancelled {
+					x.ErrorCode, x.Content = CodeStepTimeout, jsonString(fmt.Sprintf("the step did not finish within its timeout, %s", timeout))
+				}
 				res[x.ToolCallID] = x
 			}
 			return res, nil
@@ -513,7 +545,7 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 				if cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
 					e.log().Warn("cancel a step past its timeout", "run_id", r.RunID, "request_id", reqID, "err", cerr)
 				}
-				deadline = time.Time{} // its response, cancelled calls included, comes next
+				deadline, timedOut = time.Time{}, true // its response, cancelled calls included, comes next
 			}
 			continue
 		case errors.Is(err, submit.ErrConflict) || errors.Is(err, submit.ErrTooLarge):
@@ -535,16 +567,6 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
-}
-
-// stepOfCall is the id of r's step whose call is callID.
-func stepOfCall(r *Run, callID string) string {
-	for i := range r.Steps {
-		if r.Steps[i].ToolCallID == callID {
-			return r.Steps[i].ID
-		}
-	}
-	return ""
 }
 
 // approved waits for the approval a step's call opened: the run waits (waiting_approval)

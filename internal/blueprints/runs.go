@@ -87,6 +87,8 @@ type StepRun struct {
 	RequestID  string     `json:"request_id,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	ApprovalID string     `json:"approval_id,omitempty"`
+	// Attempts counts the step's attempts past the first one's (its retry), when it had any.
+	Attempts int `json:"attempts,omitempty"`
 	// Condition is the step's condition as evaluated: its result and the values it read.
 	Condition *Condition      `json:"condition,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
@@ -181,9 +183,16 @@ var (
 	errRunChanged  = errors.New("the run changed meanwhile")
 )
 
+// KV is what the runs' store needs of its bucket.
+type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+}
+
 // Runs keeps runs in the runs' bucket, key the run id.
 type Runs struct {
-	KV jetstream.KeyValue
+	KV KV
 	// MaxBytes bounds a run as kept.
 	MaxBytes int
 }

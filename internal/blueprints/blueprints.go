@@ -160,9 +160,13 @@ var (
 	ErrBadInput = errors.New("bad user_input")
 	// ErrTooManyRuns: the caller has as many runs going as it may.
 	ErrTooManyRuns = errors.New("too many runs")
+	// ErrCheckUnavailable: the first step's contract could not be read to check the input;
+	// nothing was begun (try again).
+	ErrCheckUnavailable = errors.New("the first step's contract cannot be read now")
 )
 
-// CheckInput checks the arguments the first step would call tool with against its contract.
+// CheckInput checks the arguments the first step would call tool with against its contract:
+// an error wrapping ErrCheckUnavailable when the contract cannot be read now.
 type CheckInput func(ctx context.Context, tool string, args json.RawMessage) error
 
 // Begin keeps a new run of the blueprint's current version (or finds the same run asked
@@ -197,7 +201,9 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 			return nil, false, fmt.Errorf("%w: %v", ErrBadInput, err)
 		}
 		if check != nil {
-			if err := check(ctx, first.Step.Tool, args); err != nil {
+			if err := check(ctx, first.Step.Tool, args); errors.Is(err, ErrCheckUnavailable) {
+				return nil, false, err
+			} else if err != nil {
 				return nil, false, fmt.Errorf("%w: step %s (%s): %v", ErrBadInput, first.Step.ID(), first.Step.Tool, err)
 			}
 		}

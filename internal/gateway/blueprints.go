@@ -476,7 +476,7 @@ func (g *Gateway) checkInput(ctx context.Context, tool string, args json.RawMess
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", blueprints.ErrCheckUnavailable, err)
 	}
 	k, err := contract.Compile(&e.Contract, e.Version, e.Revision)
 	if err != nil {

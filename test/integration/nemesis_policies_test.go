@@ -36,27 +36,7 @@ func (p *policyLoad) start(stop <-chan struct{}) (done chan struct{}) {
 	go func() {
 		defer close(done)
 		client := &http.Client{Timeout: 10 * time.Second}
-		post := func(path, body string) (int, []byte) {
-			for {
-				select {
-				case <-s.ctx.Done():
-					return 0, nil
-				default:
-				}
-				resp, err := client.Post(s.base+path, "application/json", strings.NewReader(body))
-				if err != nil {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode >= 500 {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				return resp.StatusCode, b
-			}
-		}
+		post := func(path, body string) (int, []byte) { return s.postAnswered(client, path, body) }
 		for k := 0; ; k++ {
 			select {
 			case <-stop:
@@ -83,6 +63,30 @@ func (p *policyLoad) start(stop <-chan struct{}) (done chan struct{}) {
 		}
 	}()
 	return done
+}
+
+// postAnswered posts body to path until the gateway answers other than 5xx (a fault is being
+// healed) or the system stops (0).
+func (s *system) postAnswered(client *http.Client, path, body string) (int, []byte) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return 0, nil
+		default:
+		}
+		resp, err := client.Post(s.base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		return resp.StatusCode, b
+	}
 }
 
 // check fails the test unless every approved call ran exactly once (one result, recorded once,

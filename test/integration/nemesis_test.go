@@ -69,6 +69,8 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	n.t, n.s, n.rng, n.counts = t, s, rng, map[string]int{}
 	pl := &policyLoad{s: s}
 	pl.apply()
+	bl := &blueprintLoad{s: s}
+	bl.apply()
 	n.routers = []*child{n.spawnRouter(), n.spawnRouter()}
 	n.workers = []*child{n.spawnWorker(), n.spawnWorker()}
 	waitFor(t, "the routers and workers to start", func() bool {
@@ -83,6 +85,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	const sessions = 6
 	stop := make(chan struct{})
 	policyDone := pl.start(stop)
+	blueprintDone := bl.start(stop)
 	results := make([][]clientRun, sessions)
 	var wg sync.WaitGroup
 	for i := range sessions {
@@ -98,6 +101,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 	stopped := time.Now()
 	wg.Wait()
 	<-policyDone
+	<-blueprintDone
 	t.Logf("the clients collected their answers %v after the load stopped", time.Since(stopped).Round(time.Second))
 
 	var runs []clientRun
@@ -115,6 +119,7 @@ func runNemesis(t *testing.T, s *system, n *nemesis) {
 		checkSessionOrder(t, fmt.Sprintf("nem_s%d", i), tls)
 	}
 	pl.check()
+	bl.check()
 	if got := len(s.deadLetters()); got < n.counts["poison"] {
 		t.Errorf("%d poisoned messages but %d dead letters", n.counts["poison"], got)
 	}

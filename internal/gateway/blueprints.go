@@ -185,6 +185,16 @@ func (g *Gateway) knownTools(ctx context.Context) (func(string) bool, error) {
 	return func(name string) bool { return known[name] }, nil
 }
 
+// isBlueprint reports whether name is a registered blueprint (a policy may guard it as it
+// guards a tool).
+func (g *Gateway) isBlueprint(ctx context.Context, name string) bool {
+	if g.blueprints.lib == nil {
+		return false
+	}
+	_, err := g.blueprints.lib.Get(ctx, name)
+	return err == nil
+}
+
 // BlueprintList is GET /api/v1/blueprints.
 type BlueprintList struct {
 	Blueprints []BlueprintView `json:"blueprints"`

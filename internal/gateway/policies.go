@@ -314,8 +314,8 @@ func (g *Gateway) checkPolicies(ctx context.Context, f *policy.File) error {
 					return err
 				}
 			}
-			if !served[tool] {
-				return &policy.Error{Field: field, Reason: fmt.Sprintf("no tool %s is known: register its contract (hermes tools register) or serve it first", tool)}
+			if !served[tool] && !g.isBlueprint(ctx, tool) {
+				return &policy.Error{Field: field, Reason: fmt.Sprintf("no tool or blueprint %s is known: register its contract (hermes tools register), serve it, or register the blueprint first", tool)}
 			}
 		}
 		if p.MaxRecipients > 0 && (k == nil || len(k.Recipients) == 0) {

@@ -195,3 +195,115 @@ func TestBadBlueprintsAreRefusedAtRegistration(t *testing.T) {
 		t.Fatalf("a refused blueprint was kept: %d %s", code, body)
 	}
 }
+
+// Policies apply to every step: an approval parks the run (waiting_approval), and approving
+// it lets the run go on; a denied approval, or POLICY_DENIED, takes the fallback. A policy on
+// the blueprint's name decides who may run it, and its listing.
+func TestBlueprintStepsFollowPolicies(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "root": auth.RoleAdmin})
+	if code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], seedBlueprint(t), "Content-Type", "application/json"); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	s.applyPolicy("logistics_urge", `{"confirm_required":true,"expires_in":"5m"}`)
+	paid := s.demoOrder(0, "paid", "created")
+	code, body := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], fmt.Sprintf(`{"run_id":"pol-1","user_input":{"order_id":%q}}`, paid))
+	if code != http.StatusCreated {
+		t.Fatalf("begin: %d %s", code, body)
+	}
+	var parked *blueprints.Run
+	waitFor(t, "the run parked", func() bool {
+		parked = s.runOf(keys["ann"], "pol-1")
+		return parked.Status == blueprints.Waiting
+	})
+	apr := parked.Steps[1].ApprovalID
+	if parked.Steps[1].Status != blueprints.StepParked || apr == "" {
+		t.Fatalf("parked: %+v", parked.Steps[1])
+	}
+	if code, body := s.call(http.MethodPost, "/v1/approvals/"+apr+"/approve", keys["ann"], ""); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	code, body = s.call(http.MethodGet, "/v1/runs/pol-1?wait=20s", keys["ann"], "")
+	var run blueprints.Run
+	_ = json.Unmarshal([]byte(body), &run)
+	if code != http.StatusOK || run.Status != blueprints.Succeeded || !strings.Contains(string(run.Steps[1].Output), "URG-") {
+		t.Fatalf("approved: %d %s", code, body)
+	}
+
+	// Denied: the step fails APPROVAL_DENIED, and the run takes the fallback.
+	code, body = s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], fmt.Sprintf(`{"run_id":"pol-2","user_input":{"order_id":%q}}`, paid))
+	if code != http.StatusCreated {
+		t.Fatalf("begin: %d %s", code, body)
+	}
+	waitFor(t, "the second run parked", func() bool {
+		parked = s.runOf(keys["ann"], "pol-2")
+		return parked.Status == blueprints.Waiting
+	})
+	if code, body := s.call(http.MethodPost, "/v1/approvals/"+parked.Steps[1].ApprovalID+"/deny", keys["ann"], `{"reason":"not now"}`); code != http.StatusOK {
+		t.Fatalf("deny: %d %s", code, body)
+	}
+	code, body = s.call(http.MethodGet, "/v1/runs/pol-2?wait=20s", keys["ann"], "")
+	run = blueprints.Run{}
+	_ = json.Unmarshal([]byte(body), &run)
+	if run.Status != blueprints.Transferred || run.Steps[1].Error == nil || run.Steps[1].Error.Code != protocol.CodeApprovalDenied {
+		t.Fatalf("denied: %d %s", code, body)
+	}
+
+	// POLICY_DENIED takes the fallback at once.
+	s.applyPolicy("logistics_urge", `{"allowed_roles":["admin"]}`)
+	waitFor(t, "the policy followed", func() bool {
+		_, run, _ := s.startRun(keys["ann"], "check_and_urge", fmt.Sprintf("pol-3-%d", time.Now().UnixNano()), fmt.Sprintf(`{"order_id":%q}`, paid))
+		return run.Status == blueprints.Transferred && run.Steps[1].Error != nil && run.Steps[1].Error.Code == protocol.CodePolicyDenied
+	})
+
+	// A policy on the blueprint's name: only admins may run it, or see it.
+	if code, body := s.call(http.MethodPost, "/api/v1/policies", keys["root"], `{"policies":{"check_and_urge":{"allowed_roles":["admin"]}}}`); code != http.StatusCreated {
+		t.Fatalf("a policy on the blueprint: %d %s", code, body)
+	}
+	waitFor(t, "the blueprint's policy followed", func() bool {
+		code, _ := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], `{"user_input":{"order_id":"ORD209901010001"}}`)
+		return code == http.StatusForbidden
+	})
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs?wait=20s", keys["root"], `{"user_input":{"order_id":"ORD209901010001"}}`); code != http.StatusOK {
+		t.Fatalf("an admin runs it: %d %s", code, body)
+	}
+}
+
+// travel_advice takes each branch by the weather: rain (precipitation ≥ 50 %) suggests indoor
+// activities, otherwise outdoor ones; the branch not taken is skipped and holds its default.
+func TestTravelAdviceBranches(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "root": auth.RoleAdmin})
+	data, err := os.ReadFile("../../examples/blueprints/travel_advice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], string(data)); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		date, ran, skipped, kind string
+	}{
+		{"2026-04-04", "indoor", "outdoor", "indoor_activities"},
+		{"2026-04-05", "outdoor", "indoor", "outdoor_activities"},
+	} {
+		code, run, body := s.startRun(keys["ann"], "travel_advice", "ta-"+c.date, fmt.Sprintf(`{"city":"杭州","date":%q}`, c.date))
+		if code != http.StatusOK || run.Status != blueprints.Succeeded {
+			t.Fatalf("%s: %d %s", c.date, code, body)
+		}
+		for _, st := range run.Steps {
+			switch st.OutputKey {
+			case c.ran:
+				if st.Status != blueprints.StepSucceeded || !strings.Contains(string(st.Output), c.kind) || !st.Condition.Result {
+					t.Fatalf("%s: %s: %+v", c.date, c.ran, st)
+				}
+			case c.skipped:
+				if st.Status != blueprints.StepSkipped || st.Condition.Result || st.Condition.Values["$.weather.precipitation_chance_pct"] == nil {
+					t.Fatalf("%s: %s: %+v", c.date, c.skipped, st)
+				}
+			}
+		}
+	}
+}

@@ -165,8 +165,12 @@ func printRun(env Env, r *blueprints.Run, asJSON bool) error {
 	fmt.Fprintf(env.Stdout, "run %s: %s v%d, %s (session %s)\n", r.RunID, r.Blueprint, r.Version, r.Status, r.SessionID)
 	for _, s := range r.Steps {
 		line := fmt.Sprintf("  step %-6s %-18s %-16s", s.ID, s.Tool, s.Status)
-		if s.Condition != nil {
-			line += fmt.Sprintf(" when %s = %t", s.Condition.Expr, s.Condition.Result)
+		if c := s.Condition; c != nil {
+			line += fmt.Sprintf(" when %s = %t", c.Expr, c.Result)
+			if !c.Result && len(c.Values) > 0 {
+				values, _ := json.Marshal(c.Values)
+				line += " " + shortJSON(values, 200)
+			}
 		}
 		if s.DurationMS > 0 {
 			line += fmt.Sprintf(" (%d ms)", s.DurationMS)

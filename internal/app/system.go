@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/policies"
@@ -68,6 +69,9 @@ type SystemConfig struct {
 	// Policies is a policy file (pkg/policy) applied at start to each tool it names that never
 	// had a policy applied (applyStartPolicies); nil applies none.
 	Policies []byte
+	// Blueprints are blueprint documents registered at start, each whose name never had a
+	// blueprint (applyStartBlueprints); nil registers none.
+	Blueprints [][]byte
 	// LLM configures the agent loop behind POST /v1/chat/completions; none when it asks for
 	// no model. Chat, when set, is used instead (a model configured by the caller).
 	LLM  llmFlags
@@ -96,8 +100,9 @@ type System struct {
 	Key SystemKey
 	// Contracts says what contracts the start registered, for people ("" for none); Policies
 	// the same of policies.
-	Contracts string
-	Policies  string
+	Contracts  string
+	Policies   string
+	Blueprints string
 	// Bus is the bus configuration the system provisions with, defaults applied.
 	Bus bus.Config
 	// Seeds are the files holding the nkey seeds of the embedded server's users, by role
@@ -264,6 +269,13 @@ func (u *upper) provision() error {
 			return err
 		}
 		u.sys.Policies = desc
+	}
+	if len(u.cfg.Blueprints) > 0 {
+		desc, err := applyStartBlueprints(u.ctx, blueprints.NewLibrary(ab.Bucket(blueprints.BlueprintsBucket)), u.cfg.Blueprints)
+		if err != nil {
+			return err
+		}
+		u.sys.Blueprints = desc
 	}
 	if u.cfg.Contracts == "" {
 		return nil

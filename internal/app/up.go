@@ -46,6 +46,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	demoGRPC := fs.String("demo-grpc", demoGRPCAddr, "listen address of the demo tools' gRPC service (customer.ProfileService, with reflection); empty to run none")
 	contracts := fs.String("contracts", envOr("HERMES_CONTRACTS", defaultContracts), "directory of tools' contracts to register at start (default: the demo tools', when they run), unless someone else registered, changed or removed the tool's since (env HERMES_CONTRACTS; empty: none)")
 	policyFile := fs.String("policies", envOr("HERMES_POLICIES", ""), "policy file applied at start to each tool it names that never had a policy (default: the seed's, examples/tool-policies.yaml, when the demo tools run; \"none\": none) (env HERMES_POLICIES)")
+	blueprintsFrom := fs.String("blueprints", envOr("HERMES_BLUEPRINTS", ""), "blueprint file or directory of them (*.json, *.yaml) registered at start, each whose name never had a blueprint (default: examples/blueprints, when the demo tools run; \"none\": none) (env HERMES_BLUEPRINTS)")
 	trustedSeals := fs.String("trusted-seals", os.Getenv("HERMES_TRUSTED_SEALS"), "file of public seal keys trusted beside hermes up's own (hermes seal-key prints them): other routers' keys, whose calls the workers here run, and workers' keys, whose results of the tools named count (env HERMES_TRUSTED_SEALS)")
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
@@ -104,12 +105,16 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 			return err
 		}
 	}
+	startBlueprints, err := readStartBlueprints(*blueprintsFrom, *demoAddr != "")
+	if err != nil {
+		return err
+	}
 	sys, err := StartSystem(ctx, SystemConfig{
 		NATSURL: c.natsURL, NATSAuth: c.natsAuth.c, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
-		Contracts: *contracts, Policies: startPolicies, LLM: gf.llm, Trust: trusted,
+		Contracts: *contracts, Policies: startPolicies, Blueprints: startBlueprints, LLM: gf.llm, Trust: trusted,
 	})
 	if err != nil {
 		return err
@@ -172,6 +177,9 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)
 	if sys.Policies != "" {
 		fmt.Fprintf(&b, "  policies    %s (hermes policies ls; hermes approvals ls)\n", sys.Policies)
+	}
+	if sys.Blueprints != "" {
+		fmt.Fprintf(&b, "  blueprints  %s (hermes blueprints ls; hermes blueprints run NAME --input JSON)\n", sys.Blueprints)
 	}
 	if sys.Contracts != "" {
 		fmt.Fprintf(&b, "  contracts   %s: arguments and answers checked (hermes tools ls)\n", sys.Contracts)

@@ -691,7 +691,7 @@
         if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
         const apr = approvalOf(v.result);
         if (apr) wf.append(approvalBox(current, apr, el('span', { class: 'apr-what' }, 'This call waits for a person\'s approval:')));
-        else if (v.status === 'error') {
+        else if (v.status === 'error' && !v.result) {
           wf.append(el('div', { class: 'wf-err' }, el('span', { class: 'err-code' }, 'NO RESULT'),
             ' the response came without a result for this call'));
         }

@@ -307,3 +307,56 @@ func TestTravelAdviceBranches(t *testing.T) {
 		}
 	}
 }
+
+// A run's session streams its steps: GET /v1/sessions/bpr-<run_id>/events delivers, to the
+// caller who ran it, each blueprint_step of the run (the skipped step with the value its
+// condition read) and the run's end, among the requests of its steps.
+func TestBlueprintStepsReachTheSessionStream(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "root": auth.RoleAdmin})
+	if code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], seedBlueprint(t), "Content-Type", "application/json"); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	shipped := s.demoOrder(2, "shipped")
+	if code, run, body := s.startRun(keys["ann"], "check_and_urge", "sse-shipped", fmt.Sprintf(`{"order_id":%q}`, shipped)); code != http.StatusOK || run.Status != blueprints.Succeeded {
+		t.Fatalf("run: %d %s", code, body)
+	}
+
+	session := protocol.RunSession("sse-shipped")
+	ev := openEvents(t, s.base, session, "", "Authorization", "Bearer "+keys["ann"])
+	var steps []string
+	var requests int
+	for {
+		r := ev.next()
+		if r.SessionID != session || r.Error != "" {
+			t.Fatalf("event %d: %+v", r.ID, r)
+		}
+		if r.Type == protocol.TypeRequest {
+			requests++
+		}
+		if r.Type != protocol.TypeBlueprintStep {
+			continue
+		}
+		var st protocol.BlueprintStep
+		if err := json.Unmarshal(r.Payload, &st); err != nil {
+			t.Fatalf("a blueprint_step payload %s: %v", r.Payload, err)
+		}
+		line := st.Step + " " + st.Tool + " " + st.Status
+		if st.Condition != nil {
+			line += " " + string(st.Condition.Values)
+		}
+		steps = append(steps, strings.TrimSpace(line))
+		if st.Step == "" {
+			break
+		}
+	}
+	want := []string{"0 order_query running", "0 order_query succeeded",
+		`1 logistics_urge skipped {"$.order_data.success.status":"shipped"}`, "succeeded"}
+	if strings.Join(steps, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("the run's steps on its stream:\n  %s\nwant\n  %s", strings.Join(steps, "; "), strings.Join(want, "; "))
+	}
+	if requests != 1 {
+		t.Fatalf("%d requests on the run's stream; one, the first step's", requests)
+	}
+}

@@ -1,5 +1,6 @@
 // Hermes web UI: recent sessions, a session's requests as tool-call waterfalls updated live
-// from the gateway's server-sent events, the recorded messages as JSON, the session's approvals
+// from the gateway's server-sent events, a blueprint run's steps as a waterfall of their own,
+// the recorded messages as JSON, the session's approvals
 // (Approve / Deny for the caller who may decide them), and a form for POST /v1/route.
 //
 // Everything that comes from the bus or the API is put on the page as text (text nodes,
@@ -252,6 +253,9 @@
       raw: new Map(), // seq → the event's JSON text, as sent
       msgs: [],
       requests: new Map(), // request_id → state, first seen first
+      runs: new Map(), // blueprint run_id → its steps' events, first seen first
+      runBlocks: new Map(), // run_id → rendered element
+      runsDirty: false,
       blocks: new Map(), // request_id → rendered element
       dirty: new Set(),
       fresh: false,
@@ -269,6 +273,8 @@
     $('session-id').textContent = id;
     $('session-error').hidden = true;
     clear($('requests'));
+    clear($('runs-list'));
+    $('runs').hidden = true;
     clear($('log-list'));
     clear($('approvals-list'));
     $('approvals').hidden = true;
@@ -409,6 +415,10 @@
     s.msgs.push(m);
     appendLog(s, m);
     const p = m.payload && typeof m.payload === 'object' ? m.payload : null;
+    if (m.type === 'blueprint_step.v1' && p && !m.error) {
+      ingestStep(s, m);
+      return;
+    }
     const rid = String(m.request_id || (p && p.request_id) || '');
     const r = requestOf(s, rid);
     r.msgs.push(m);
@@ -448,6 +458,39 @@
     }
   }
 
+  function runOf(s, id) {
+    let run = s.runs.get(id);
+    if (!run) {
+      run = { id, blueprint: '', version: 0, steps: new Map(), end: null, msgs: [] };
+      s.runs.set(id, run);
+    }
+    return run;
+  }
+
+  // ingestStep files a blueprint_step event under its run: a step's under the step (steps in
+  // the order they first changed), the run's own (no step) as its end.
+  function ingestStep(s, m) {
+    const p = m.payload;
+    const run = runOf(s, String(p.run_id ?? ''));
+    if (!run.blueprint && p.blueprint) run.blueprint = String(p.blueprint);
+    if (!run.version && p.version) run.version = Number(p.version) || 0;
+    run.msgs.push(m);
+    if (p.step === undefined || p.step === null || p.step === '') {
+      run.end = m;
+    } else {
+      const id = String(p.step);
+      let st = run.steps.get(id);
+      if (!st) {
+        st = { id, tool: '', events: [] };
+        run.steps.set(id, st);
+      }
+      if (!st.tool && p.tool) st.tool = String(p.tool);
+      st.events.push(m);
+    }
+    s.runsDirty = true;
+    if (p.status === 'waiting_approval') scheduleApprovals(s);
+  }
+
   function schedule(s) {
     if (s.flushTimer) return;
     s.flushTimer = setTimeout(() => {
@@ -479,6 +522,7 @@
       s.blocks.set(id, block);
     }
     s.dirty.clear();
+    if (s.runsDirty) flushRuns(s, focused);
     updateSummary();
     if (s.fresh) refreshDetail(); // only for new messages, not the clock: keeps the pane's scroll
     s.fresh = false;
@@ -490,6 +534,7 @@
     const n = [...s.requests.keys()].filter((k) => k !== '').length;
     const last = s.msgs.length ? msgTime(s.msgs[s.msgs.length - 1]) : NaN;
     let text = plural(n, 'request', 'requests') + ' · ' + plural(s.msgs.length, 'message', 'messages');
+    if (s.runs.size) text = plural(s.runs.size, 'blueprint run', 'blueprint runs') + ' · ' + text;
     if (Number.isFinite(last)) text += ' · last at ' + clock(last);
     if (s.unreadable) text += ' · ' + plural(s.unreadable, 'unreadable message', 'unreadable messages');
     $('session-summary').textContent = text;
@@ -691,7 +736,7 @@
         if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
         const apr = approvalOf(v.result);
         if (apr) wf.append(approvalBox(current, apr, el('span', { class: 'apr-what' }, 'This call waits for a person\'s approval:')));
-        else if (v.status === 'error') {
+        else if (v.status === 'error' && !v.result) {
           wf.append(el('div', { class: 'wf-err' }, el('span', { class: 'err-code' }, 'NO RESULT'),
             ' the response came without a result for this call'));
         }
@@ -710,7 +755,7 @@
     return 10 * pow;
   }
 
-  function axisRow(span, grid) {
+  function axisRow(span, grid, what = 'tool call', info = 'time · tries') {
     const track = el('div', { class: 'wf-track axis', 'aria-hidden': 'true' });
     for (const [i, t] of grid.entries()) {
       const g = el('span', { class: 'grid' + (i % 2 ? ' odd' : '') }, dur(t));
@@ -719,9 +764,9 @@
       track.append(g);
     }
     return el('div', { class: 'wf-row wf-axis' },
-      el('div', { class: 'wf-label muted small' }, 'tool call'),
+      el('div', { class: 'wf-label muted small' }, what),
       track,
-      el('div', { class: 'wf-info muted small' }, 'time · tries'));
+      el('div', { class: 'wf-info muted small' }, info));
   }
 
   function callRow(r, c, v, x, gridPct) {
@@ -795,6 +840,216 @@
       res.recovery_hint ? el('span', { class: 'hint' }, el('b', null, 'Hint: '), String(res.recovery_hint)) : null);
   }
 
+  // ---- a blueprint run: its steps as a waterfall ---------------------------------------
+
+  // flushRuns redraws the session's blueprint runs, above its requests.
+  function flushRuns(s, focused) {
+    s.runsDirty = false;
+    const box = $('runs-list');
+    const now = Date.now();
+    for (const run of s.runs.values()) {
+      const block = renderRun(s, run, now);
+      const old = s.runBlocks.get(run.id);
+      if (old) {
+        const hadFocus = old.contains(focused);
+        old.replaceWith(block);
+        if (hadFocus && focused.classList.contains('apr-reason')) refocusReason(block, focused);
+        else if (hadFocus && focused.dataset && focused.dataset.step !== undefined) {
+          const row = [...block.querySelectorAll('.wf-row.bp-step')].find((e) => e.dataset.step === focused.dataset.step);
+          if (row) row.focus();
+        }
+      } else {
+        box.append(block);
+      }
+      s.runBlocks.set(run.id, block);
+    }
+    $('runs').hidden = !s.runs.size;
+  }
+
+  // stepAt is when a step's event happened: the run's time on it, else the message's.
+  function stepAt(m) {
+    const t = parseTime(m.payload.at);
+    return Number.isFinite(t) ? t : msgTime(m);
+  }
+
+  // stepView derives what to draw for one step: its status (its last event's), a bar from its
+  // first running event to its end, the condition it was decided by, the approval it waits for.
+  function stepView(st, now) {
+    const last = lastOf(st.events).payload;
+    const status = String(last.status || '?');
+    const running = st.events.find((m) => m.payload.status === 'running');
+    const ended = st.events.findLast((m) => m.payload.status === 'succeeded' || m.payload.status === 'failed');
+    let start = running ? stepAt(running) : NaN;
+    let end = ended ? stepAt(ended) : NaN;
+    const ms = ended ? Number(ended.payload.duration_ms) : NaN;
+    if (!Number.isFinite(start) && Number.isFinite(end)) start = Number.isFinite(ms) && ms > 0 ? end - ms : end;
+    const pending = !ended && (status === 'running' || status === 'waiting_approval');
+    if (pending) end = now;
+    if (!Number.isFinite(end)) end = start;
+    const withCond = st.events.findLast((m) => m.payload.condition && typeof m.payload.condition === 'object');
+    const withApproval = st.events.findLast((m) => m.payload.approval_id);
+    const failed = ended && ended.payload.status === 'failed' ? ended.payload : null;
+    return {
+      status, start, end, pending, ms: Number.isFinite(ms) && ms > 0 ? ms : end - start,
+      condition: withCond ? withCond.payload.condition : null,
+      approval: withApproval ? String(withApproval.payload.approval_id) : '',
+      requestID: String((running || lastOf(st.events)).payload.request_id || ''),
+      error: failed ? { code: String(failed.error_code || ''), message: String(failed.error || '') } : null,
+    };
+  }
+
+  const stepWords = {
+    running: '▶ running', succeeded: '✓ succeeded', failed: '✗ failed', skipped: '⤼ skipped', waiting_approval: '… waiting for approval',
+  };
+
+  const runWords = {
+    running: '… running', succeeded: '✓ succeeded', failed: '✗ failed', transferred: '↪ transferred',
+  };
+
+  // stepBar is the bar class of a step's status.
+  const stepBar = { succeeded: 'st-ok', failed: 'st-error', running: 'st-running', waiting_approval: 'st-waiting' };
+
+  function cutText(v, n) {
+    const t = String(v ?? '');
+    return t.length > n ? t.slice(0, n - 1) + '…' : t;
+  }
+
+  // conditionWords is a step's condition as evaluated, with the values its paths read:
+  // "$.order.status == 'paid' = false ($.order.status = "shipped")".
+  function conditionWords(c) {
+    let s = cutText(c.expr, 300) + ' = ' + (c.result ? 'true' : 'false');
+    const values = c.values && typeof c.values === 'object' && !Array.isArray(c.values) ? Object.entries(c.values) : [];
+    if (values.length) s += ' (' + values.map(([k, v]) => cutText(k, 120) + ' = ' + cutText(JSON.stringify(v), 120)).join(', ') + ')';
+    return s;
+  }
+
+  // blueprintLine is a blueprint_step event in words, as the record's Formatter writes it: a
+  // step's change, or the run's end with the fallback it took.
+  function blueprintLine(p) {
+    let s = cutText(p.blueprint, 64) + ' run ' + cutText(p.run_id, 100);
+    if (!p.step) {
+      s += ' ' + cutText(p.status, 32);
+      if (p.message) s += ': “' + cutText(p.message, 300) + '”';
+      if (p.transfer_to) s += ' → ' + cutText(p.transfer_to, 64);
+      if (p.error) s += ' (' + cutText(p.error_code, 64) + ': ' + cutText(p.error, 300) + ')';
+      return s;
+    }
+    s += ' step ' + cutText(p.step, 32) + ' ' + cutText(p.tool, 64) + ' ' + cutText(p.status, 32);
+    if (p.condition && typeof p.condition === 'object') s += ' when ' + conditionWords(p.condition);
+    if (p.request_id && p.status === 'running') s += ' · request ' + cutText(p.request_id, 200);
+    if (p.approval_id) s += ' · approval ' + cutText(p.approval_id, 200);
+    if (Number(p.duration_ms) > 0) s += ' (' + Number(p.duration_ms) + ' ms)';
+    if (p.error) s += ' · ' + cutText(p.error_code, 64) + ': ' + cutText(p.error, 300);
+    return s;
+  }
+
+  // runEndLine is how a run ended: its status, the fallback's message and where it sent the
+  // user, or its error.
+  function runEndLine(end) {
+    const status = String(end.status || '?');
+    const line = el('div', { class: 'bp-end st-' + status, data: { status } },
+      el('span', { class: 'st' }, 'run ' + (runWords[status] || status)));
+    if (end.message) line.append(el('span', { class: 'bp-message' }, '“' + cutText(end.message, 400) + '”'));
+    if (end.transfer_to) line.append(el('span', { class: 'bp-transfer' }, 'transferred to ', el('b', { class: 'mono' }, cutText(end.transfer_to, 64))));
+    if (end.error) line.append(el('span', { class: 'err-code mono' }, cutText(end.error_code || 'ERROR', 64)), el('span', null, cutText(end.error, 400)));
+    return line;
+  }
+
+  function renderRun(s, run, now) {
+    const end = run.end ? run.end.payload : null;
+    const status = end ? String(end.status || '?') : 'running';
+    const steps = [...run.steps.values()].map((st) => ({ st, v: stepView(st, now) }));
+    const times = run.msgs.map(stepAt).filter(Number.isFinite);
+    let t0 = times.length ? Math.min(...times) : now;
+    for (const { v } of steps) if (Number.isFinite(v.start)) t0 = Math.min(t0, v.start);
+    let t1 = end ? stepAt(run.end) : now;
+    for (const t of times) t1 = Math.max(t1, t);
+    for (const { v } of steps) if (Number.isFinite(v.end)) t1 = Math.max(t1, v.end);
+    const span = Math.max(t1 - t0, 10);
+    const x = (t) => Math.min(100, Math.max(0, ((t - t0) / span) * 100));
+
+    const block = el('article', { class: 'req bp-run', data: { run: run.id, status } });
+    block.append(el('button', {
+      type: 'button', class: 'req-head',
+      title: 'Show the run\'s blueprint_step messages',
+      on: { click: () => showDetail({ kind: 'run', run: run.id }) },
+    },
+    el('span', { class: 'badge st-' + status }, runWords[status] || status),
+    el('span', { class: 'bp-name' }, 'blueprint ', el('b', null, run.blueprint || '?'), run.version ? ' v' + run.version : ''),
+    el('span', { class: 'req-id mono' }, 'run ' + run.id),
+    el('span', { class: 'req-meta' },
+      clock(t0), ' · ', plural(steps.length, 'step', 'steps'),
+      ' · ', end ? 'ended in ' + dur(t1 - t0) : 'running for ' + dur(now - t0))));
+
+    const wf = el('div', { class: 'wf', role: 'list' });
+    const step = niceStep(span);
+    const grid = [];
+    for (let t = 0; t <= span + 1e-9; t += step) grid.push(t);
+    wf.append(axisRow(span, grid, 'step · tool', 'time'));
+    const gridPct = grid.map((t) => (t / span) * 100);
+    for (const { st, v } of steps) {
+      wf.append(stepRow(run, st, v, x, gridPct));
+      if (v.error) {
+        wf.append(el('div', { class: 'wf-err', data: { step: st.id } },
+          el('span', { class: 'err-code' }, v.error.code || 'ERROR'), v.error.message ? el('span', null, v.error.message) : null));
+      }
+      if (v.status === 'waiting_approval' && v.approval) {
+        wf.append(approvalBox(s, v.approval, el('span', { class: 'apr-what' }, 'Step ' + st.id + ' waits for a person\'s approval:')));
+      }
+    }
+    if (end) wf.append(runEndLine(end));
+    else wf.append(el('div', { class: 'bp-end muted small', data: { status: 'running' } }, 'The run has not ended yet.'));
+    block.append(wf);
+    return block;
+  }
+
+  function stepRow(run, st, v, x, gridPct) {
+    const track = el('div', { class: 'wf-track' });
+    const cond = v.condition ? conditionWords(v.condition) : '';
+    if (v.status === 'skipped') {
+      // No bar: the step did not run. In its place, why.
+      track.append(el('span', { class: 'bp-skip' }, 'skipped' + (cond ? ': ' + cond : '')));
+    } else {
+      for (const pct of gridPct) {
+        const g = el('span', { class: 'gl' });
+        g.style.left = pct + '%';
+        track.append(g);
+      }
+    }
+    if (v.status !== 'skipped' && Number.isFinite(v.start)) {
+      const bar = el('div', { class: 'bar ' + (stepBar[v.status] || 'st-queued') });
+      bar.style.left = x(v.start) + '%';
+      bar.style.width = Math.max(0, x(v.end) - x(v.start)) + '%';
+      track.append(bar);
+    }
+    // Under the step's status and tool: its place, then the approval it waits for, the
+    // condition it ran under, or the request it made.
+    let sub = null;
+    if (v.approval) sub = el('span', { class: 'bp-approval' }, 'approval ' + v.approval);
+    else if (cond && v.status !== 'skipped') sub = el('span', { class: 'bp-cond' }, 'when ' + cond);
+    else if (v.requestID) sub = el('span', null, v.requestID);
+    const label = el('div', { class: 'wf-label' },
+      el('span', { class: 'line' },
+        el('span', { class: 'st bp-st-' + v.status }, stepWords[v.status] || v.status),
+        el('span', { class: 'tool-name' }, st.tool || '?')),
+      el('span', { class: 'call-id mono' }, el('span', { class: 'step-id' }, 'step ' + st.id), sub ? ' · ' : null, sub));
+    const info = el('div', { class: 'wf-info' },
+      el('span', { class: 'dur' }, v.status === 'skipped' ? '' : v.pending ? dur(v.end - v.start) + '…' : dur(v.ms)));
+    const tip = ['step ' + st.id + ' ' + (st.tool || '?'), stepWords[v.status] || v.status];
+    if (cond) tip.push('when ' + cond);
+    if (v.requestID) tip.push('request ' + v.requestID);
+    if (v.approval) tip.push('approval ' + v.approval);
+    return el('div', {
+      class: 'wf-row bp-step st-' + v.status, role: 'listitem', tabindex: '0',
+      data: { step: st.id, tool: st.tool, status: v.status },
+      title: tip.join(' · ') + ' — click for its events',
+      on: {
+        click: () => showDetail({ kind: 'step', run: run.id, step: st.id }),
+        keydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); showDetail({ kind: 'step', run: run.id, step: st.id }); } },
+      },
+    }, label, track, info);
+  }
+
   // ---- approvals ------------------------------------------------------------------------
 
   // approvalOf is the approval id a call's result waits for: set when its tool's policy parked
@@ -843,7 +1098,8 @@
   function redrawApprovals(s) {
     renderApprovals(s);
     for (const [id, r] of s.requests) if (waitsForApproval(r)) s.dirty.add(id);
-    if (s.dirty.size) schedule(s);
+    for (const run of s.runs.values()) if (run.msgs.some((m) => m.payload.approval_id)) s.runsDirty = true;
+    if (s.dirty.size || s.runsDirty) schedule(s);
   }
 
   // waitsForApproval reports whether a call of r was parked for an approval.
@@ -982,6 +1238,7 @@
       case 'tool_started.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' try ' + (p.attempt ?? '');
       case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '') + (p.policy ? ' · policy: ' + policyWords(p.policy) : '');
       case 'policy_decision.v1': return '[policy] ' + policyLine(p);
+      case 'blueprint_step.v1': return '[blueprint] ' + blueprintLine(p);
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       case 'llm_decision.v1': return decisionLines(p).map((l) => '[' + l[0] + '] ' + l[1]).join(' · ');
@@ -1039,6 +1296,14 @@
       msgs = [...c.policies, ...c.dispatches, ...c.starts, ...c.results].sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
       const resp = lastOf(r.responses);
       if (!c.results.length && resp) msgs.push(resp);
+    } else if (sel.kind === 'run' && s.runs.has(sel.run)) {
+      const run = s.runs.get(sel.run);
+      title = 'Blueprint run ' + run.id;
+      msgs = [...run.msgs];
+    } else if (sel.kind === 'step' && s.runs.has(sel.run) && s.runs.get(sel.run).steps.has(sel.step)) {
+      const st = s.runs.get(sel.run).steps.get(sel.step);
+      title = 'Step ' + st.id + (st.tool ? ' (' + st.tool + ')' : '') + ' of run ' + sel.run;
+      msgs = [...st.events];
     }
     msgs.sort((a, b) => (Number(a.seq) || 0) - (Number(b.seq) || 0));
     $('detail-title').textContent = title;
@@ -1199,7 +1464,8 @@
     const s = current;
     if (s && !s.closed) {
       for (const [id, r] of s.requests) if (r.request && !r.responses.length) s.dirty.add(id);
-      if (s.dirty.size) schedule(s);
+      for (const run of s.runs.values()) if (!run.end) s.runsDirty = true;
+      if (s.dirty.size || s.runsDirty) schedule(s);
     }
   }
 

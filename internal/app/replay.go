@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,23 +19,30 @@ import (
 const replayUsage = `hermes replay --session S [--since D | --from-seq N] [--json] [--nats URL]
        hermes replay --routes FILE [--session S] [--since D | --from-seq N] [--json] [--nats URL]
        hermes replay --policies FILE [--session S] [--since D | --from-seq N] [--json] [--nats URL]
+       hermes replay --blueprint FILE [--since D] [--json] [--nats URL]
 
 With --session: print the session's recorded history in stream order, then exit 0.
 With --routes: match every recorded call again against FILE, as the router would, without
 running or publishing anything, and print the calls that would be routed differently.
 With --policies: decide every recorded call again under the policy file FILE, as the router's
 policy stage would (rate windows counted over the recorded times), and print the calls that
-would be decided differently. Exit status of both: 0 nothing would change, 1 something would,
-2 trouble (bad flags, a bad file, NATS unreachable)`
+would be decided differently.
+With --blueprint: walk every recorded run of the blueprint FILE names (as the runs' bucket
+keeps them; --since: those created since) again along FILE's blueprint, with the answers the
+run's own calls got, calling no tool, and print the runs that would take another path, each
+where it would part first.
+Exit status of the three: 0 nothing would change, 1 something would, 2 trouble (bad flags, a
+bad file, NATS unreachable)`
 
-// RunReplay reads the record back: a session's history, or what a new routes file would route
-// differently (a what-if that runs nothing): hermes replay.
+// RunReplay reads the record back: a session's history, or what a new routes file, policy
+// file or blueprint would change (a what-if that runs nothing): hermes replay.
 func RunReplay(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("replay", replayUsage, env.Stderr)
 	natsURL := natsFlag(fs)
 	session := fs.String("session", "", "the session to replay (with --routes: compare only its requests)")
 	routesFile := fs.String("routes", "", "what-if: compare each recorded call's route with this routes file's")
 	policiesFile := fs.String("policies", "", "what-if: compare what each recorded call's tool policy decided with this policy file's decision")
+	blueprintFile := fs.String("blueprint", "", "what-if: walk each recorded run of this blueprint's name again along it, and compare the paths")
 	since := fs.String("since", "", "start at messages stored this long ago (90s, 15m, 2h) or since an RFC 3339 time")
 	fromSeq := fs.Uint64("from-seq", 0, "start at this stream sequence")
 	asJSON := fs.Bool("json", false, "print JSON lines")
@@ -44,11 +52,14 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 	usage := func(format string, a ...any) error {
 		return &ExitError{Code: 2, Err: fmt.Errorf("replay: "+format, a...)}
 	}
-	if *session == "" && *routesFile == "" && *policiesFile == "" {
-		return usage("give --session S (a session's history), --routes FILE (what a routes file would change) or --policies FILE (what a policy file would change); see -h")
+	if *session == "" && *routesFile == "" && *policiesFile == "" && *blueprintFile == "" {
+		return usage("give --session S (a session's history), --routes FILE (what a routes file would change), --policies FILE (what a policy file would change) or --blueprint FILE (what a blueprint would change); see -h")
 	}
-	if *routesFile != "" && *policiesFile != "" {
-		return usage("give --routes or --policies, not both")
+	if n := len(slices.DeleteFunc([]string{*routesFile, *policiesFile, *blueprintFile}, func(f string) bool { return f == "" })); n > 1 {
+		return usage("give only one of --routes, --policies and --blueprint")
+	}
+	if *blueprintFile != "" && (*session != "" || *fromSeq != 0) {
+		return usage("--blueprint compares runs: give --since, not --session or --from-seq")
 	}
 	var from record.Start
 	if *since != "" {
@@ -74,6 +85,9 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 	}
 	if *policiesFile != "" {
 		return whatIfPolicies(ctx, env, natsURL, *policiesFile, filters, from, *asJSON)
+	}
+	if *blueprintFile != "" {
+		return whatIfBlueprint(ctx, env, natsURL, *blueprintFile, from, *asJSON)
 	}
 
 	nc, js, err := dialRecord(ctx, natsURL, "replay")

@@ -73,6 +73,9 @@ func TestReplayAndTailUsage(t *testing.T) {
 		{RunReplay, []string{"--session", "*"}, "--session must hold only letters"},
 		{RunReplay, []string{"--session", "s", "--since", "2h", "--from-seq", "1"}, "not both"},
 		{RunReplay, []string{"--routes", "/does/not/exist.yaml"}, "no such file"},
+		{RunReplay, []string{"--blueprint", "b.json", "--routes", "r.yaml"}, "only one of"},
+		{RunReplay, []string{"--blueprint", "b.json", "--session", "s"}, "give --since, not --session"},
+		{RunReplay, []string{"--blueprint", "/does/not/exist.json"}, "no such file"},
 		{RunTail, []string{"--session", "a.b"}, "--session must hold only letters"},
 		{RunTail, []string{"--bogus"}, "flag provided but not defined"},
 	} {

@@ -21,6 +21,13 @@
 // with the router's own decision logic (package policies: its Replay keeps rate windows in
 // memory, on the record's clock), reporting the calls decided differently.
 //
+// [CompareRuns] answers it of a blueprint: it walks each recorded run of the blueprint (as the
+// runs' bucket keeps it: its user_input and every step's input, output, status and condition)
+// again along the new blueprint, with the answers the run's own calls got, and reports the
+// runs whose path would part from the recorded one: a step run, skipped or failed otherwise,
+// a call with other arguments or to a tool the run did not call (whose answer is unknown), or
+// another end. No tool is called.
+//
 // Nothing here reads NATS or publishes anything; a Record is fed from a reading of the record
 // (package record) and is not safe for concurrent use.
 package whatif

@@ -79,7 +79,7 @@ func TestReplayPoliciesWhatIf(t *testing.T) {
 	if code, out, errOut = hermes(t, app.RunReplay, "--nats", s.srv.URL, "--policies", bad); code != 2 || out != "" || !strings.Contains(errOut, "policies.echo.rate_limit") {
 		t.Fatalf("bad file: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if code, _, errOut = hermes(t, app.RunReplay, "--nats", s.srv.URL, "--policies", same, "--routes", "testdata/routes.yaml"); code != 2 || !strings.Contains(errOut, "not both") {
+	if code, _, errOut = hermes(t, app.RunReplay, "--nats", s.srv.URL, "--policies", same, "--routes", "testdata/routes.yaml"); code != 2 || !strings.Contains(errOut, "only one of") {
 		t.Fatalf("--policies and --routes: exit %d, stderr %q", code, errOut)
 	}
 }

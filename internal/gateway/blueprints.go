@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hermesbus/hermes/internal/admission"
@@ -35,6 +36,50 @@ type blueprintsAPI struct {
 	runs    *blueprints.Runs
 	engine  *blueprints.Engine
 	resumer *blueprints.Resumer
+	ended   *endings
+}
+
+// endings wakes those waiting for a run this gateway drives when it ends.
+type endings struct {
+	mu      sync.Mutex
+	waiting map[string][]chan struct{}
+}
+
+// wait returns a channel closed when run id ends here, and a function to stop waiting.
+func (e *endings) wait(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	e.mu.Lock()
+	e.waiting[id] = append(e.waiting[id], ch)
+	e.mu.Unlock()
+	return ch, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		all := e.waiting[id]
+		for i, c := range all {
+			if c == ch {
+				all = append(all[:i], all[i+1:]...)
+				break
+			}
+		}
+		if len(all) == 0 {
+			delete(e.waiting, id)
+		} else {
+			e.waiting[id] = all
+		}
+	}
+}
+
+// observe is told each change of a run this gateway drives.
+func (e *endings) observe(r *blueprints.Run) {
+	if !r.Status.Final() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ch := range e.waiting[r.RunID] {
+		close(ch)
+	}
+	delete(e.waiting, r.RunID)
 }
 
 // MaxRunsPerCaller bounds the blueprint runs one caller has going at once.
@@ -52,7 +97,9 @@ func (g *Gateway) registerBlueprints() {
 		eng.Approvals = g.approvals.decisions
 	}
 	eng.Events = eventPublisher{bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
-	g.blueprints = blueprintsAPI{lib: lib, runs: runs, engine: eng,
+	ended := &endings{waiting: map[string][]chan struct{}{}}
+	eng.Observe = ended.observe
+	g.blueprints = blueprintsAPI{lib: lib, runs: runs, engine: eng, ended: ended,
 		resumer: &blueprints.Resumer{KV: runsKV, Engine: eng, Log: g.log.With("part", "blueprints")}}
 	g.mux.HandleFunc("GET /api/v1/blueprints", g.require(auth.PermSubmit, g.handleListBlueprints))
 	g.mux.HandleFunc("GET /api/v1/blueprints/{name}", g.require(auth.PermSubmit, g.handleGetBlueprint))
@@ -462,12 +509,26 @@ func (g *Gateway) runWait(r *http.Request) (time.Duration, error) {
 
 // awaitRun waits until run ends, wait passes or ctx ends, and returns it as last read.
 func (g *Gateway) awaitRun(ctx context.Context, run *blueprints.Run, wait time.Duration) *blueprints.Run {
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) && !run.Status.Final() {
+	// A run this gateway drives wakes the wait as it ends; one driven elsewhere is read again
+	// every quarter second.
+	ended, stop := g.blueprints.ended.wait(run.RunID)
+	defer stop()
+	if got, _, err := g.blueprints.runs.Get(ctx, run.RunID); err == nil {
+		run = got // it may have ended before the wait began
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for !run.Status.Final() {
 		select {
 		case <-ctx.Done():
 			return run
-		case <-time.After(100 * time.Millisecond):
+		case <-timer.C:
+			return run
+		case <-ended:
+			ended = nil
+		case <-tick.C:
 		}
 		if got, _, err := g.blueprints.runs.Get(ctx, run.RunID); err == nil {
 			run = got

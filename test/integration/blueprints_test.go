@@ -12,6 +12,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
+	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -359,4 +360,55 @@ func TestBlueprintStepsReachTheSessionStream(t *testing.T) {
 	if requests != 1 {
 		t.Fatalf("%d requests on the run's stream; one, the first step's", requests)
 	}
+}
+
+// Runs are bounded, each bound with a clear error: a user_input the first tool's contract
+// refuses is refused before any step runs; a caller has at most MaxRunsPerCaller runs going.
+func TestBlueprintRunBounds(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "bob": auth.RoleUser, "root": auth.RoleAdmin})
+	contract, err := os.ReadFile("../../examples/contracts/order_query.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := s.registerContract(keys["root"], string(contract)); code != http.StatusCreated {
+		t.Fatalf("register the contract: %d %s", code, body)
+	}
+	if code, body := s.call(http.MethodPost, "/api/v1/blueprints", keys["root"], seedBlueprint(t)); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	code, body := s.call(http.MethodPost, "/v1/blueprints/check_and_urge/runs", keys["ann"], `{"run_id":"bad-input","user_input":{"order_id":"12345"}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "order_query") || !strings.Contains(body, "order_id") {
+		t.Fatalf("a user_input the contract refuses: %d %s", code, body)
+	}
+	if code, _ := s.call(http.MethodGet, "/v1/runs/bad-input", keys["ann"], ""); code != http.StatusNotFound {
+		t.Fatalf("a refused run was kept: %d", code)
+	}
+
+	s.applyBlueprint(`{"name":"slow","steps":[{"tool":"echo","input_mapping":{"delay_ms":4000,"n":"$.user_input.n"},"output_key":"x"}]}`)
+	for i := range gateway.MaxRunsPerCaller {
+		if code, body := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], fmt.Sprintf(`{"run_id":"slow-%d","user_input":{"n":%d}}`, i, i)); code != http.StatusCreated {
+			t.Fatalf("run %d: %d %s", i, code, body)
+		}
+	}
+	waitFor(t, "the runs counted", func() bool {
+		code, _ := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-more","user_input":{"n":-1}}`)
+		return code == http.StatusTooManyRequests
+	})
+	code, body = s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-more","user_input":{"n":-1}}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, protocol.CodeTooManyRuns) {
+		t.Fatalf("one run too many: %d %s", code, body)
+	}
+	// Asking again for a run already going is no new run; another caller is not held back.
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-0","user_input":{"n":0}}`); code != http.StatusAccepted {
+		t.Fatalf("a run going, asked again: %d %s", code, body)
+	}
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["bob"], `{"run_id":"slow-bob","user_input":{"n":0}}`); code != http.StatusCreated {
+		t.Fatalf("another caller: %d %s", code, body)
+	}
+	waitForWithin(t, "the runs to end, and room again", 40*time.Second, func() bool {
+		code, _ := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-more","user_input":{"n":-1}}`)
+		return code == http.StatusCreated || code == http.StatusAccepted
+	})
 }

@@ -95,7 +95,7 @@ func TestPoliciesAPI(t *testing.T) {
 	g, b := policyGateway(t, adminVerifier{})
 	const yamlType = "application/yaml"
 	for _, tc := range []struct{ body, field, reason string }{
-		{"policies:\n  notify_send: {rate_limit: 10}\n  nope: {allowed_roles: [admin]}\n", "policies.nope", "no tool nope is known"},
+		{"policies:\n  notify_send: {rate_limit: 10}\n  nope: {allowed_roles: [admin]}\n", "policies.nope", "no tool or blueprint nope is known"},
 		{"policies:\n  meeting_book: {allowed_roles: [admin, boss]}\n", "policies.meeting_book.allowed_roles[1]", `"boss" is no role`},
 		{"policies:\n  meeting_book: {max_recipients: 5}\n", "policies.meeting_book.max_recipients", "names none"},
 		{"policies:\n  served_only: {max_recipients: 5}\n", "policies.served_only.max_recipients", "names none"},

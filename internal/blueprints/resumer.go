@@ -2,6 +2,7 @@ package blueprints
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
@@ -84,8 +85,14 @@ func (rs *Resumer) apply(e jetstream.KeyValueEntry) {
 		delete(rs.going, e.Key())
 		return
 	}
-	r, err := DecodeRun(e.Key(), e.Value())
-	if err != nil || r.Status.Final() {
+	// Only what the resumer needs is decoded: a run's steps and outputs stay unread.
+	var r struct {
+		RunID      string    `json:"run_id"`
+		Status     Status    `json:"status"`
+		Owner      string    `json:"owner"`
+		LeaseUntil time.Time `json:"lease_until"`
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil || r.RunID != e.Key() || r.Status == "" || r.Status.Final() {
 		delete(rs.going, e.Key())
 		return
 	}

@@ -84,6 +84,21 @@ func (c *Compiled) ArgumentSchema(name string) json.RawMessage {
 	return b
 }
 
+// ArgumentSchemas looks up the argument schemas of tools (ArgumentSchema): nil for a tool not
+// among them.
+func ArgumentSchemas(tools []*Compiled) func(tool, arg string) json.RawMessage {
+	byName := make(map[string]*Compiled, len(tools))
+	for _, k := range tools {
+		byName[k.Name] = k
+	}
+	return func(tool, arg string) json.RawMessage {
+		if k := byName[tool]; k != nil {
+			return k.ArgumentSchema(arg)
+		}
+		return nil
+	}
+}
+
 // Compile checks c and compiles its schemas, recording version and revision. Errors are *Error
 // naming the field (their line is left to Parse, which knows it).
 func Compile(c *Contract, version int, revision uint64) (*Compiled, error) {

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
+	"github.com/hermesbus/hermes/internal/scriptedllm"
 )
 
 // mcpTool finds the tool name in an MCP tools/list, nil when it is not listed.
@@ -85,4 +88,73 @@ func TestABlueprintIsAnMCPTool(t *testing.T) {
 		t.Errorf("ann calls it anyway: %v %s", err, text(res))
 	}
 	t.Logf("ann calls it anyway: %s", text(res))
+}
+
+// The seed's blueprint in the chat loop: the model is offered check_and_urge, calls it for an
+// order not yet shipped, and reads the run's outputs — the urge's ticket — as that call's tool
+// result, as the record's decision shows; the run is kept as any run is (GET /v1/runs/{id}).
+func TestTheChatLoopRunsABlueprint(t *testing.T) {
+	t.Parallel()
+	// An order placed today is created or paid (the demo orders' first day): urged.
+	order := "ORD" + time.Now().In(time.FixedZone("CST", 8*3600)).Format("20060102") + "0001"
+	script := &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "urge", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{{ID: "call_urge", Name: "check_and_urge", Arguments: map[string]any{"order_id": order}}}},
+		{Content: "已为您催促发货"},
+	}}}}
+	cs := startChat(t, "chat-blueprint", script, nil)
+	key := cs.sys.Key.Key
+	waitFor(t, "check_and_urge registered", func() bool {
+		code, _ := cs.call(t, http.MethodPost, "/api/v1/blueprints", key, seedBlueprint(t))
+		return code == http.StatusCreated || code == http.StatusOK
+	})
+	resp, err := cs.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "scripted",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("帮我催一下订单 " + order + " 的发货")}},
+		option.WithHeader("X-Hermes-Session-ID", "sess_chat_blueprint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != "已为您催促发货" {
+		t.Fatalf("%+v", resp)
+	}
+	reqs := cs.model.Requests()
+	var offered bool
+	for _, tl := range reqs[0].Tools {
+		offered = offered || tl.Function.Name == "check_and_urge" && strings.Contains(string(tl.Function.Parameters), `"required":["order_id"]`)
+	}
+	if !offered {
+		t.Errorf("check_and_urge was not offered: %+v", reqs[0].Tools)
+	}
+	var read string
+	for _, m := range reqs[1].Messages {
+		if m.Role == "tool" && m.ToolCallID == "call_urge" {
+			read = m.Text()
+		}
+	}
+	var result struct {
+		Tool    string             `json:"tool"`
+		Status  string             `json:"status"`
+		Content blueprints.Outcome `json:"content"`
+	}
+	if err := json.Unmarshal([]byte(read), &result); err != nil || result.Status != "ok" || result.Content.Status != blueprints.Succeeded ||
+		!strings.Contains(string(result.Content.Outputs["urge_result"]), "URG-") {
+		t.Fatalf("the model read %s (%v)", read, err)
+	}
+	_, entries := cs.transcript(t, "sess_chat_blueprint")
+	ds := decisionsOf(entries)
+	if len(ds) != 2 || len(ds[0].Chosen) != 1 || ds[0].Chosen[0].Name != "check_and_urge" {
+		t.Fatalf("decisions %+v", ds)
+	}
+	var recorded bool
+	for _, m := range ds[1].Messages {
+		recorded = recorded || m.Role == "tool" && m.ToolCallID == "call_urge" && strings.Contains(m.Content, "URG-")
+	}
+	if !recorded {
+		t.Errorf("the second decision does not record the urge: %+v", ds[1].Messages)
+	}
+	code, body := cs.call(t, http.MethodGet, "/v1/runs/"+result.Content.RunID, key, "")
+	var run blueprints.Run
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &run) != nil || run.Status != blueprints.Succeeded || run.Blueprint != "check_and_urge" ||
+		!strings.Contains(string(run.UserInput), order) {
+		t.Errorf("the run: %d %s", code, body)
+	}
 }

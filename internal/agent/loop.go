@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/openai/openai-go/v3"
 
@@ -32,6 +33,12 @@ type Tool struct {
 	// Check, when set, says what is wrong with arguments before they are dispatched (the
 	// contract's input check); a call it refuses goes back to the model as a tool error.
 	Check func(args json.RawMessage) error
+	// Local, when set, runs the tool's calls itself rather than in the turn's request (a
+	// blueprint, whose steps are requests of their own): each call at once, beside the turn's
+	// request, and the turn goes on once all have answered. It is given the turn's request id,
+	// which with the call's id names the call in the run (the same when the run is repeated),
+	// and returns the call's result; what went wrong is a failed result, never an error.
+	Local func(ctx context.Context, requestID string, call protocol.ToolCall) protocol.ToolResult
 }
 
 // Runner runs one turn's calls on the bus as one request of the session.
@@ -232,6 +239,7 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		}
 		var (
 			run      []protocol.ToolCall
+			local    []protocol.ToolCall   // the calls of Local tools
 			feedback = map[string]string{} // tool_call_id → what goes back to the model instead of a result
 		)
 		warn := func(w protocol.LLMWarning) {
@@ -273,7 +281,12 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 						continue
 					}
 				}
-				run = append(run, protocol.ToolCall{ToolCallID: c.ID, Name: c.Function.Name, Arguments: args})
+				call := protocol.ToolCall{ToolCallID: c.ID, Name: c.Function.Name, Arguments: args}
+				if t.Local != nil {
+					local = append(local, call)
+					continue
+				}
+				run = append(run, call)
 			}
 		}
 		if err := l.decided(ctx, r.Session, requestID, d); err != nil {
@@ -287,15 +300,9 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 				return out, fmt.Errorf("agent: the model's calls were refused %d times (the last: %s)", corrections, firstOf(feedback))
 			}
 		}
-		results := map[string]protocol.ToolResult{}
-		if len(run) > 0 {
-			rs, err := l.Runner.Run(ctx, r.Session, requestID, r.Intent, run)
-			if err != nil {
-				return out, err
-			}
-			for _, res := range rs {
-				results[res.ToolCallID] = res
-			}
+		results, err := l.runTurn(ctx, r, requestID, run, local, byName)
+		if err != nil {
+			return out, err
 		}
 		for _, c := range msg.ToolCalls {
 			if t, ok := byName[c.Function.Name]; ok && t.Client {
@@ -334,6 +341,39 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 			return out, nil
 		}
 	}
+}
+
+// runTurn runs a turn's calls: those of Local tools each at once, beside the turn's request of
+// the rest, and returns every result by tool_call_id once all have answered. It returns an
+// error only when the request could not be had at all.
+func (l *Loop) runTurn(ctx context.Context, r Run, requestID string, run, local []protocol.ToolCall, byName map[string]*Tool) (map[string]protocol.ToolResult, error) {
+	results := map[string]protocol.ToolResult{}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, c := range local {
+		wg.Go(func() {
+			res := byName[c.Name].Local(ctx, requestID, c)
+			res.ToolCallID, res.Name = c.ToolCallID, c.Name
+			mu.Lock()
+			results[c.ToolCallID] = res
+			mu.Unlock()
+		})
+	}
+	var err error
+	if len(run) > 0 {
+		var rs []protocol.ToolResult
+		if rs, err = l.Runner.Run(ctx, r.Session, requestID, r.Intent, run); err == nil {
+			mu.Lock()
+			for _, res := range rs {
+				results[res.ToolCallID] = res
+			}
+			mu.Unlock()
+		}
+	}
+	wg.Wait()
+	return results, err
 }
 
 // MaxCallsPerTurn bounds the calls one model turn may make; a turn that makes more ends the run

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 
@@ -299,5 +301,66 @@ func TestAToolFailureNamesTheToolsCode(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A Local tool's calls run beside the turn's request, never in it: a mixed turn sends the
+// others as its request and runs the local ones at once, and the model reads every result
+// under its call's id, in the order it called them. A local call is given the turn's request
+// id; its decision records it as any call.
+func TestLocalToolsRunBesideTheTurn(t *testing.T) {
+	_, c := backend(t, &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "mixed", Turns: []scriptedllm.Turn{
+		{ToolCalls: []scriptedllm.ToolCall{
+			{ID: "c1", Name: "composed", Arguments: map[string]any{"order_id": "A-1"}},
+			{ID: "c2", Name: "meeting_book", Arguments: map[string]any{}},
+			{ID: "c3", Name: "composed", Arguments: map[string]any{"order_id": "A-2"}}}},
+		{Content: "done"},
+	}}}})
+	var (
+		mu     sync.Mutex
+		locals []string
+	)
+	// Both local calls run at once: each waits until the other has begun.
+	var begun atomic.Int32
+	both := make(chan struct{})
+	composed := agent.Tool{Name: "composed", Local: func(ctx context.Context, requestID string, call protocol.ToolCall) protocol.ToolResult {
+		if begun.Add(1) == 2 {
+			close(both)
+		}
+		select {
+		case <-both:
+		case <-time.After(10 * time.Second):
+			return protocol.ToolResult{Status: protocol.ResultError, ErrorCode: protocol.CodeTimeout, RecoveryHint: "the other call never began"}
+		}
+		mu.Lock()
+		locals = append(locals, requestID+"/"+call.ToolCallID+"/"+string(call.Arguments))
+		mu.Unlock()
+		return protocol.ToolResult{Status: protocol.ResultOK, Content: json.RawMessage(`{"ran":` + string(call.Arguments) + `}`)}
+	}}
+	run, rec := &runner{}, &decisions{}
+	l := &agent.Loop{LLM: c, Runner: run, Record: rec}
+	out, err := l.Run(t.Context(), agent.Run{Session: "s", RequestID: "r", Messages: user("mixed"), Tools: []agent.Tool{composed, {Name: "meeting_book"}}})
+	if err != nil || out.Answer.Content != "done" {
+		t.Fatalf("%v %+v", err, out)
+	}
+	slices.Sort(locals)
+	if fmt.Sprint(locals) != `[r-1/c1/{"order_id":"A-1"} r-1/c3/{"order_id":"A-2"}]` {
+		t.Errorf("local calls %v", locals)
+	}
+	if fmt.Sprint(run.calls) != "[meeting_book]" || fmt.Sprint(run.requests) != "[s/r-1]" {
+		t.Errorf("the turn's request: %v %v", run.calls, run.requests)
+	}
+	var read []string
+	for _, m := range out.Messages {
+		if m.OfTool != nil {
+			read = append(read, m.OfTool.ToolCallID+"="+m.OfTool.Content.OfString.Value)
+		}
+	}
+	want := `[c1={"content":{"ran":{"order_id":"A-1"}},"status":"ok","tool":"composed"} c2={"content":{"status":"ok"},"status":"ok","tool":"meeting_book"} c3={"content":{"ran":{"order_id":"A-2"}},"status":"ok","tool":"composed"}]`
+	if fmt.Sprint(read) != want {
+		t.Errorf("the model read\n%v\nwant\n%v", read, want)
+	}
+	if d := rec.ds[0]; len(d.Chosen) != 3 || d.Chosen[0].Name != "composed" || d.Chosen[1].Name != "meeting_book" {
+		t.Errorf("the decision: %+v", d.Chosen)
 	}
 }

@@ -55,8 +55,9 @@ func (g *GatewayService) Run(ctx context.Context, ln net.Listener) error {
 
 // NewGateway builds a gateway on nc and b with its doors and the services beside it: the bus
 // ingress for external NATS clients; with the contracts' and sessions' buckets, the contracts
-// followed (one registry.Live, the only cache of them in the process) and the MCP server; with
-// chat (and its model), the chat doors and, when it asks for one, the summarizer.
+// followed (one registry.Live, the only cache of them in the process) and the MCP server (the
+// blueprints among its tools); with chat (and its model), the chat doors and, when it asks for
+// one, the summarizer.
 func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConfig) (*GatewayService, error) {
 	cfg.Conn, cfg.Bus, cfg.Logger = nc, b, orDiscard(cfg.Logger).With("service", "gateway")
 	log := cfg.Logger
@@ -72,7 +73,8 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	live := registry.NewLive(b.Contracts, log.With("part", "contracts"))
 	gs.Beside.Add(service.Back, service.Func("contracts followed", live.Run))
 	m, err := mcpserver.New(mcpserver.Env{Submit: g.Submitter(), Admit: g.Admitter(), Contracts: live, Sessions: b.Sessions,
-		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Logger: log.With("part", "mcp")})
+		Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Blueprints: g.Blueprints, RunBlueprint: g.RunBlueprint,
+		Logger: log.With("part", "mcp")})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +88,8 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 		confirm = d
 	}
 	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
-		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Approvals: confirm, Logger: log.With("part", "chat")})
+		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Approvals: confirm,
+		Blueprints: g.Blueprints, RunBlueprint: g.RunBlueprint, Logger: log.With("part", "chat")})
 	if err != nil {
 		return nil, err
 	}

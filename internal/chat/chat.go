@@ -31,10 +31,12 @@ import (
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/llm"
 	"github.com/hermesbus/hermes/internal/prefilter"
 	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/blueprint"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -139,7 +141,12 @@ type Env struct {
 	// model is offered only the registered tools it allows the run's caller (the gateway's,
 	// by the tool's policy). Nil offers every tool.
 	Offers func(tool string, k *contract.Compiled, role string) bool
-	Logger *slog.Logger
+	// Blueprints, when set, are the blueprints a caller of role may run (the gateway's
+	// Blueprints): the model is offered each as a tool, and a call of one runs it through
+	// RunBlueprint (the gateway's), then required.
+	Blueprints   func(ctx context.Context, role string) ([]*blueprint.Blueprint, error)
+	RunBlueprint func(ctx context.Context, a admission.Actor, ask blueprints.Ask) (*blueprints.Run, bool, error)
+	Logger       *slog.Logger
 }
 
 // Server serves the chat doors.
@@ -171,6 +178,9 @@ const (
 func New(cfg Config, env Env) (*Server, error) {
 	if cfg.LLM == nil || env.Submit == nil || env.Admit == nil || env.Publisher == nil || env.Contracts == nil || env.Sessions == nil || env.Record == nil {
 		return nil, errors.New("chat: Config.LLM and every Env field but Limits, MaxBodyBytes, MaxWait and Logger are required")
+	}
+	if env.Blueprints != nil && env.RunBlueprint == nil {
+		return nil, errors.New("chat: Env.Blueprints needs Env.RunBlueprint")
 	}
 	if cfg.MaxTurns <= 0 {
 		cfg.MaxTurns = 8
@@ -628,8 +638,9 @@ func lastUserText(msgs []chatMessage, limits protocol.Limits) string {
 
 // tools are what the model may call: the registered tools offered to the run's caller
 // (Env.Offers) whose arguments are an object (their contract's input schema, checked before
-// dispatch), and the client's own. A client's tool
-// named as a registered one is the client's: it declared it.
+// dispatch), the blueprints it may run (Env.Blueprints), and the client's own. A client's tool
+// named as a registered one or a blueprint is the client's: it declared it; a blueprint named
+// as a registered tool is not offered: the tool is what the name calls.
 func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (tools []agent.Tool, pf *prefiltered, err error) {
 	if req.NoTools {
 		return nil, nil, nil
@@ -639,20 +650,25 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 		mine[t.Name] = true
 		tools = append(tools, agent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Client: true})
 	}
-	contracts, err := c.s.contracts(ctx, c.a.Role())
+	contracts, all, err := c.s.contracts(ctx, c.a.Role())
 	if err != nil {
 		return nil, nil, err
 	}
-	var theirs []*contract.Compiled
+	var theirs []offer
 	for _, k := range contracts {
 		if c.s.schema(k) != nil {
-			theirs = append(theirs, k)
+			theirs = append(theirs, c.s.contractOffer(k))
 		}
 	}
+	bps, err := c.s.blueprintOffers(ctx, c.a.Role(), all)
+	if err != nil {
+		return nil, nil, err
+	}
+	theirs = append(theirs, bps...)
 	if p := c.s.cfg.Prefilter; p.TopK > 0 && len(theirs) > p.TopK {
-		// Coarse, then fine: only the registered tools the message is about are offered (the
-		// client's, which it declared, always are; a registered tool it shadows is not).
-		// While there are no more than TopK, every one is.
+		// Coarse, then fine: only the registered tools and blueprints the message is about are
+		// offered (the client's, which it declared, always are; one of Hermes' it shadows is
+		// not). While there are no more than TopK, every one is.
 		ix := c.s.index(theirs)
 		cands := ix.Rank(intent, p.TopK+len(mine), p.Threshold)
 		pf = &prefiltered{}
@@ -683,21 +699,41 @@ func (c *chatRun) tools(ctx context.Context, req *chatRequest, intent string) (t
 				pf.candidates = append(pf.candidates, protocol.LLMCandidate{Name: cand.Name, Score: cand.Score, Similarity: cand.Similarity})
 			}
 		}
-		byName := map[string]*contract.Compiled{}
-		for _, k := range theirs {
-			byName[k.Name] = k
+		byName := map[string]offer{}
+		for _, o := range theirs {
+			byName[o.name] = o
 		}
 		theirs = theirs[:0]
 		for _, cand := range pf.candidates {
 			theirs = append(theirs, byName[cand.Name])
 		}
 	}
-	for _, k := range theirs {
-		if !mine[k.Name] {
-			tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, Parameters: c.s.schema(k), Check: c.checkArguments(k)})
+	for _, o := range theirs {
+		switch {
+		case mine[o.name]:
+		case o.k != nil:
+			tools = append(tools, agent.Tool{Name: o.name, Description: o.description, Parameters: o.schema, Check: c.checkArguments(o.k)})
+		default:
+			tools = append(tools, agent.Tool{Name: o.name, Description: o.description, Parameters: o.schema, Check: c.checkBounds, Local: c.runBlueprint})
 		}
 	}
 	return tools, pf, nil
+}
+
+// offer is one of Hermes' tools the model may be offered: a registered tool (k) or a
+// blueprint (bp), with its arguments' schema as the model is offered it.
+type offer struct {
+	name, description string
+	schema            map[string]any
+	k                 *contract.Compiled
+	bp                *blueprint.Blueprint
+	// sig tells this offer from another of the same name (a new version), for the index.
+	sig string
+}
+
+// contractOffer is the registered tool k as an offer.
+func (s *Server) contractOffer(k *contract.Compiled) offer {
+	return offer{name: k.Name, description: k.Description, schema: s.schema(k), k: k, sig: fmt.Sprintf("%s\x00%d", k.Name, k.Revision)}
 }
 
 // checkArguments is what the model's calls of k are checked with before they are dispatched:
@@ -725,12 +761,13 @@ type prefiltered struct {
 // offering it none silently or all of them (what it reads, so the record keeps it).
 const noCandidates = agent.NoCandidates
 
-// index is the prefilter's index of ks (every registered tool the model could be offered),
-// built once per tool set, outside the server's lock (concurrent first builds are alike).
-func (s *Server) index(ks []*contract.Compiled) *prefilter.Index {
+// index is the prefilter's index of offers (every registered tool and blueprint the model
+// could be offered), built once per tool set, outside the server's lock (concurrent first
+// builds are alike).
+func (s *Server) index(offers []offer) *prefilter.Index {
 	h := sha256.New()
-	for _, k := range ks {
-		fmt.Fprintf(h, "%s\x00%d\x00", k.Name, k.Revision)
+	for _, o := range offers {
+		fmt.Fprintf(h, "%s\x00", o.sig)
 	}
 	sig := string(h.Sum(nil))
 	s.mu.Lock()
@@ -739,10 +776,10 @@ func (s *Server) index(ks []*contract.Compiled) *prefilter.Index {
 	if ix != nil && same {
 		return ix
 	}
-	tools := make([]prefilter.Tool, 0, len(ks))
-	for _, k := range ks {
-		t := prefilter.Tool{Name: k.Name, Description: k.Description}
-		if props, ok := s.schema(k)["properties"].(map[string]any); ok {
+	tools := make([]prefilter.Tool, 0, len(offers))
+	for _, o := range offers {
+		t := prefilter.Tool{Name: o.name, Description: o.description}
+		if props, ok := o.schema["properties"].(map[string]any); ok {
 			for name, v := range props {
 				desc, _ := v.(map[string]any)["description"].(string)
 				t.Args = append(t.Args, prefilter.Arg{Name: name, Description: desc})
@@ -817,19 +854,20 @@ func (s *Server) warmVectors(ctx context.Context) {
 	}
 }
 
-// contracts are the registered tools' contracts offered to a caller of role (Env.Offers).
-func (s *Server) contracts(ctx context.Context, role string) ([]*contract.Compiled, error) {
-	all, err := s.env.Contracts.Tools(ctx)
+// contracts are the registered tools' contracts offered to a caller of role (Env.Offers), and
+// all of them.
+func (s *Server) contracts(ctx context.Context, role string) (offered, all []*contract.Compiled, err error) {
+	all, err = s.env.Contracts.Tools(ctx)
 	if err != nil || s.env.Offers == nil {
-		return all, err
+		return all, all, err
 	}
-	out := make([]*contract.Compiled, 0, len(all))
+	offered = make([]*contract.Compiled, 0, len(all))
 	for _, k := range all {
 		if s.env.Offers(k.Name, k, role) {
-			out = append(out, k)
+			offered = append(offered, k)
 		}
 	}
-	return out, nil
+	return offered, all, nil
 }
 
 // schema is k's input schema as the model is offered it; nil when its arguments are not an

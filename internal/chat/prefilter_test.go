@@ -62,7 +62,7 @@ func TestPrefilterByMeaning(t *testing.T) {
 		t.Errorf("while the vectors come: %+v", d.Warnings)
 	}
 	run(t, h.srv)
-	ix := h.srv.index(h.contracts.tools[:2])
+	ix := h.srv.index(offersOf(h.srv, h.contracts.tools[:2]))
 	waitFor(t, "the tools' vectors", func() bool {
 		_, err := h.srv.semantic.Rank(t.Context(), ix, "rain", 1, 0)
 		return err == nil
@@ -74,7 +74,7 @@ func TestPrefilterByMeaning(t *testing.T) {
 
 	down := newHarness(t, script(503), semantic)
 	down.ask("sess_m3", "what is the weather forecast")
-	if err := down.srv.semantic.Warm(t.Context(), down.srv.index(down.contracts.tools[:2])); err == nil {
+	if err := down.srv.semantic.Warm(t.Context(), down.srv.index(offersOf(down.srv, down.contracts.tools[:2]))); err == nil {
 		t.Fatal("the embedding model answered")
 	}
 	d = down.ask("sess_m4", "what is the weather forecast")
@@ -82,6 +82,15 @@ func TestPrefilterByMeaning(t *testing.T) {
 		len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" {
 		t.Errorf("the embedding model down: %+v", d)
 	}
+}
+
+// offersOf are the registered tools ks as s offers them.
+func offersOf(s *Server, ks []*contract.Compiled) []offer {
+	var out []offer
+	for _, k := range ks {
+		out = append(out, s.contractOffer(k))
+	}
+	return out
 }
 
 // run runs s until t ends.

@@ -383,25 +383,10 @@ func (g *Gateway) handleStartRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // BlueprintRun is a run a door asks for.
-type BlueprintRun struct {
-	Name string
-	// RunID makes it idempotent ("": a new run).
-	RunID     string
-	UserInput json.RawMessage
-	Trace     protocol.TraceContext
-	// Wait is how long to wait for the run to end (0: not at all).
-	Wait time.Duration
-}
+type BlueprintRun = blueprints.Ask
 
 // RunRefusal is why a run was not begun, as a door answers it.
-type RunRefusal struct {
-	Status     int
-	Code       string
-	Message    string
-	RetryAfter time.Duration
-}
-
-func (e *RunRefusal) Error() string { return e.Message }
+type RunRefusal = blueprints.Refusal
 
 // RunBlueprint begins a run of a blueprint for actor a (or finds the one begun under its
 // run_id: created false), drives it, and waits for it up to br.Wait. A run refused is a

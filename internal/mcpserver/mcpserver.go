@@ -14,6 +14,15 @@
 //
 // Each call is admitted like every request (package admission): the caller, the end user it
 // names, its limits, the session, the record's room.
+//
+// The blueprints a caller may run (Env.Blueprints) are tools too: tools/list lists each with
+// its description and its user_input's schema (blueprint.InputSchema), and tools/call of one
+// runs it (Env.RunBlueprint, as POST /v1/blueprints/{name}/runs would) and waits for it up to
+// MaxWait: its outputs by output_key, an error result naming the fallback taken and the step
+// that failed, or, while it goes on (a step waiting on an approval), where to follow it. In a
+// session, the run's id follows from the call's, as a tool call's request id does, so a call
+// sent again is the same run. A registered tool and a blueprint of the same name: the tool is
+// listed and called, and the blueprint is not offered here.
 package mcpserver
 
 import (
@@ -38,8 +47,10 @@ import (
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/blueprint"
 	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -106,7 +117,12 @@ type Env struct {
 	// Offers, when set, says whether a caller of role is offered tool (its contract k) in
 	// tools/list (the gateway's, by the tool's policy); nil offers every tool.
 	Offers func(tool string, k *contract.Compiled, role string) bool
-	Logger *slog.Logger
+	// Blueprints, when set, are the blueprints a caller of role may run (the gateway's
+	// Blueprints): tools/list lists each as a tool, and tools/call of one runs it through
+	// RunBlueprint (the gateway's), then required.
+	Blueprints   func(ctx context.Context, role string) ([]*blueprint.Blueprint, error)
+	RunBlueprint func(ctx context.Context, a admission.Actor, ask blueprints.Ask) (*blueprints.Run, bool, error)
+	Logger       *slog.Logger
 }
 
 // Server is Hermes' MCP endpoint.
@@ -122,6 +138,9 @@ type Server struct {
 func New(env Env) (*Server, error) {
 	if env.Submit == nil || env.Admit == nil || env.Contracts == nil || env.Sessions == nil {
 		return nil, errors.New("mcpserver: Env.Submit, Admit, Contracts and Sessions are required")
+	}
+	if env.Blueprints != nil && env.RunBlueprint == nil {
+		return nil, errors.New("mcpserver: Env.Blueprints needs Env.RunBlueprint")
 	}
 	if env.MaxBodyBytes <= 0 {
 		env.MaxBodyBytes = 1 << 20
@@ -323,6 +342,10 @@ func (m *Server) list(ctx context.Context, c *mcpCall) (mcp.Result, error) {
 		role = c.actor.Role()
 	}
 	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	registered := map[string]bool{}
+	for _, k := range tools {
+		registered[k.Name] = true
+	}
 	for _, k := range tools {
 		if m.env.Offers != nil && !m.env.Offers(k.Name, k, role) {
 			continue
@@ -349,6 +372,11 @@ func (m *Server) list(ctx context.Context, c *mcpCall) (mcp.Result, error) {
 		}
 		out.Tools = append(out.Tools, t)
 	}
+	bps, err := m.blueprintTools(ctx, role, tools, registered)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the blueprints could not be read; retry"}
+	}
+	out.Tools = append(out.Tools, bps...)
 	return out, nil
 }
 
@@ -360,6 +388,12 @@ func (m *Server) call(ctx context.Context, c *mcpCall, p *mcp.CallToolParamsRaw)
 	args := p.Arguments
 	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
 		args = json.RawMessage(`{}`)
+	}
+	switch bp, err := m.isBlueprint(ctx, c, p.Name); {
+	case err != nil:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the blueprints could not be read; nothing ran: send the call again"}
+	case bp:
+		return m.runBlueprint(ctx, c, p.Name, args)
 	}
 	session, requestID := "", ""
 	if c.session != "" {

@@ -6,7 +6,8 @@
 // This package is the blueprint as written and what running it needs from the model: Parse
 // reads one (JSON, or YAML converted to the same model), Compile checks and compiles it against
 // the tool set, Nodes is the sequence to run, and a compiled Step maps its arguments (Inputs),
-// decides its condition (Allowed) and says its bounds. Running it is the runner's part.
+// decides its condition (Allowed) and says its bounds; InputSchema is its user_input as a JSON
+// Schema, for the doors that offer it as a tool. Running it is the runner's part.
 //
 // # The run context
 //

@@ -63,6 +63,42 @@ func (c *Compiled) InputJSONSchema() json.RawMessage {
 	return b
 }
 
+// ArgumentSchema is the JSON Schema of the argument name (a property of the input schema, as
+// InputJSONSchema shows it), for those who pass a value on to the tool (a blueprint offered as
+// a tool); nil when the input schema has no such property, or when the property's schema
+// refers elsewhere ($ref, $dynamicRef) and so does not stand alone.
+func (c *Compiled) ArgumentSchema(name string) json.RawMessage {
+	if c.input == nil {
+		return nil
+	}
+	doc, _ := c.input.doc.(map[string]any)
+	props, _ := doc["properties"].(map[string]any)
+	prop, ok := props[name].(map[string]any)
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(prop)
+	if err != nil || bytes.Contains(b, []byte(`"$ref"`)) || bytes.Contains(b, []byte(`"$dynamicRef"`)) {
+		return nil
+	}
+	return b
+}
+
+// ArgumentSchemas looks up the argument schemas of tools (ArgumentSchema): nil for a tool not
+// among them.
+func ArgumentSchemas(tools []*Compiled) func(tool, arg string) json.RawMessage {
+	byName := make(map[string]*Compiled, len(tools))
+	for _, k := range tools {
+		byName[k.Name] = k
+	}
+	return func(tool, arg string) json.RawMessage {
+		if k := byName[tool]; k != nil {
+			return k.ArgumentSchema(arg)
+		}
+		return nil
+	}
+}
+
 // Compile checks c and compiles its schemas, recording version and revision. Errors are *Error
 // naming the field (their line is left to Parse, which knows it).
 func Compile(c *Contract, version int, revision uint64) (*Compiled, error) {

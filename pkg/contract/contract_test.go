@@ -199,3 +199,32 @@ func TestFailureConstsAndLongNames(t *testing.T) {
 		t.Errorf("a long name shown as %q", v.Violation)
 	}
 }
+
+// An argument's schema stands alone, as InputJSONSchema shows it (the short form expanded);
+// one that refers elsewhere in the schema, or that is not there, is nil.
+func TestArgumentSchema(t *testing.T) {
+	k, err := compileJSON(t, `{"name":"t","input_schema":{"order_id":{"type":"string","pattern":"^ORD[0-9]{12}$","required":true},"n":{"type":"integer"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(k.ArgumentSchema("order_id")); got != `{"pattern":"^ORD[0-9]{12}$","type":"string"}` {
+		t.Errorf("order_id: %s", got)
+	}
+	if got := k.ArgumentSchema("missing"); got != nil {
+		t.Errorf("missing: %s", got)
+	}
+	k, err = compileJSON(t, `{"name":"t","input_schema":{"type":"object","$defs":{"id":{"type":"string"}},"properties":{"id":{"$ref":"#/$defs/id"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k.ArgumentSchema("id"); got != nil {
+		t.Errorf("a $ref: %s", got)
+	}
+	k, err = compileJSON(t, `{"name":"t"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k.ArgumentSchema("id"); got != nil {
+		t.Errorf("no input schema: %s", got)
+	}
+}

@@ -37,6 +37,26 @@ type blueprintsAPI struct {
 	engine  *blueprints.Engine
 	resumer *blueprints.Resumer
 	ended   *endings
+
+	// listed is the blueprints as last listed for the doors, at listedAt: read again once a
+	// second old, so that a chat message or an MCP listing does not read the bucket each time.
+	mu       sync.Mutex
+	listed   []*blueprints.Entry
+	listedAt time.Time
+}
+
+// current is every current blueprint, as read at most a second ago.
+func (b *blueprintsAPI) current(ctx context.Context) ([]*blueprints.Entry, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.listedAt.IsZero() || time.Since(b.listedAt) > time.Second {
+		all, err := b.lib.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b.listed, b.listedAt = all, time.Now()
+	}
+	return b.listed, nil
 }
 
 // endings wakes those waiting for a run this gateway drives when it ends.
@@ -464,7 +484,7 @@ func (g *Gateway) Blueprints(ctx context.Context, role string) ([]*blueprint.Blu
 	if g.blueprints.lib == nil {
 		return nil, nil
 	}
-	all, err := g.blueprints.lib.List(ctx)
+	all, err := g.blueprints.current(ctx)
 	if err != nil {
 		return nil, err
 	}

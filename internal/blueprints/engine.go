@@ -12,6 +12,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/internal/versioned"
 	"github.com/hermesbus/hermes/pkg/blueprint"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -149,14 +150,25 @@ type held struct {
 // errLost: the run was taken over by another engine.
 var errLost = errors.New("the run was taken over by another runner")
 
-// change applies f to the run and keeps it (with the lease renewed).
+// errEnded: the run ended while a change was being kept (it outgrew its record): nothing more
+// is done for it.
+var errEnded = errors.New("the run has ended")
+
+// change applies f to the run and keeps it (with the lease renewed). A run already ended is
+// not changed (errEnded); a change that would outgrow the run's record ends the run instead,
+// failed RUN_TOO_LARGE (errEnded). Its events are published once the change is kept, outside
+// the lock, so that a slow record never holds the lease's renewal.
 func (h *held) change(ctx context.Context, f func(r *Run)) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	select {
 	case <-h.lost:
+		h.mu.Unlock()
 		return errLost
 	default:
+	}
+	if h.run.Status.Final() {
+		h.mu.Unlock()
+		return errEnded
 	}
 	next := *h.run
 	next.Steps = append([]StepRun(nil), h.run.Steps...)
@@ -168,33 +180,62 @@ func (h *held) change(ctx context.Context, f func(r *Run)) error {
 	if next.Status.Final() {
 		next.Holder, next.LeaseUntil = "", time.Time{}
 	}
-	for {
+	var result error
+	for shrunk := 0; ; shrunk++ {
 		rev, err := h.e.Runs.Update(ctx, &next, h.rev)
 		if errors.Is(err, errRunChanged) {
 			h.lostAt.Do(func() { close(h.lost) })
+			h.mu.Unlock()
 			return errLost
 		}
 		var big *BoundError
-		if errors.As(err, &big) && !next.Status.Final() {
-			// The run outgrew its record: it fails, without what made it too large.
-			next = *h.run
-			next.Steps = append([]StepRun(nil), h.run.Steps...)
-			next.Status, next.Error = Failed, &RunError{Code: CodeRunTooLarge, Message: big.Error()}
-			t := now.UTC()
-			next.FinishedAt, next.Holder, next.LeaseUntil = &t, "", time.Time{}
+		if errors.As(err, &big) && shrunk < 2 {
+			// The run outgrew its record: it fails, without what made it too large (and, if
+			// even that does not fit, without its steps' inputs and outputs).
+			next = tooLarge(h.run, big, now, shrunk > 0)
+			result = errEnded
 			continue
 		}
 		if err != nil {
+			h.mu.Unlock()
 			return err
 		}
 		was := h.run
 		h.run, h.rev = &next, rev
+		h.mu.Unlock()
 		h.e.publish(ctx, was, &next)
 		if h.e.Observe != nil {
 			h.e.Observe(&next)
 		}
-		return nil
+		return result
 	}
+}
+
+// tooLarge is run r ended failed RUN_TOO_LARGE: its step in progress failed with it, the steps
+// it did not reach not run; bare drops every step's input and output too.
+func tooLarge(r *Run, big *BoundError, now time.Time, bare bool) Run {
+	next := *r
+	next.Steps = append([]StepRun(nil), r.Steps...)
+	t := now.UTC()
+	next.Status, next.Error = Failed, &RunError{Code: CodeRunTooLarge, Message: big.Error()}
+	next.FinishedAt, next.UpdatedAt, next.Holder, next.LeaseUntil = &t, t, "", time.Time{}
+	for i := range next.Steps {
+		st := &next.Steps[i]
+		switch st.Status {
+		case StepPending:
+			st.Status = StepNotRun
+		case StepRunning, StepParked:
+			st.Status, st.EndedAt = StepFailed, &t
+			st.Error = &StepError{Code: CodeRunTooLarge, Origin: protocol.OriginHermes, Message: big.Error()}
+		}
+		if bare {
+			st.Input, st.Output = nil, nil
+		}
+	}
+	if bare {
+		next.UserInput = json.RawMessage(`{}`)
+	}
+	return next
 }
 
 // snapshot is the run as last kept.
@@ -241,11 +282,11 @@ func (e *Engine) Drive(ctx context.Context, id string) error {
 				return
 			case <-t.C:
 				if err := h.change(ctx, nil); err != nil && ctx.Err() == nil {
-					e.log().Warn("renew a blueprint run's lease", "run_id", id, "err", err)
-					if errors.Is(err, errLost) {
+					if errors.Is(err, errLost) || errors.Is(err, errEnded) {
 						cancel()
 						return
 					}
+					e.log().Warn("renew a blueprint run's lease", "run_id", id, "err", err)
 				}
 			}
 		}
@@ -253,7 +294,7 @@ func (e *Engine) Drive(ctx context.Context, id string) error {
 	err = e.run(ctx, h)
 	cancel()
 	<-renewed
-	if errors.Is(err, errLost) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, errLost) || errors.Is(err, errEnded) || errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
@@ -264,8 +305,9 @@ func (e *Engine) run(ctx context.Context, h *held) error {
 	r := h.snapshot()
 	bp, err := e.Source.Compiled(ctx, r.Blueprint, r.Version)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if ctx.Err() != nil || !errors.Is(err, versioned.ErrNotFound) {
+			// The bus cannot tell now: the lease lapses and the run is tried again.
+			return fmt.Errorf("read blueprint %s version %d: %w", r.Blueprint, r.Version, err)
 		}
 		return e.finish(ctx, h, Failed, &RunError{Code: CodeBlueprintGone, Message: fmt.Sprintf("blueprint %s version %d: %v", r.Blueprint, r.Version, err)}, nil)
 	}
@@ -362,10 +404,17 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		}
 	}
 	r := h.snapshot()
+	if failed, done := ended(r, steps); done {
+		return failed, nil // all of them ended before: nothing to ask again
+	}
 	rctx, err := r.Context()
 	if err != nil {
 		return nil, err
 	}
+	// The first round's request holds every step that runs, finished or not: a run resumed
+	// makes the same request again (its id is taken by it), answered from the record, and
+	// only what is unfinished changes. A step's condition and arguments read only the steps
+	// before it (never a sibling), so they come out as the first time.
 	var failed []failure
 	var calls []protocol.ToolCall
 	var waiting []*blueprint.Step
@@ -373,13 +422,6 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		sr := r.Step(s.ID())
 		if sr == nil {
 			return nil, fmt.Errorf("the run has no step %s", s.ID())
-		}
-		switch sr.Status {
-		case StepSucceeded, StepSkipped:
-			continue
-		case StepFailed:
-			failed = append(failed, failure{step: s, err: sr.Error})
-			continue
 		}
 		ev, err := s.Allowed(rctx)
 		if err != nil {
@@ -400,6 +442,9 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		}
 		calls = append(calls, protocol.ToolCall{ToolCallID: callID(s), Name: s.Tool, Arguments: in})
 		waiting = append(waiting, s)
+		if sr.Status != StepPending {
+			continue
+		}
 		reqID := protocol.RunRequestID(r.RunID, reqStep)
 		now := e.now().UTC()
 		if err := h.change(ctx, func(r *Run) {
@@ -424,8 +469,9 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 			reqID = protocol.RunRequestID(r.RunID, fmt.Sprintf("%s-r%d", reqStep, round))
 			if err := h.change(ctx, func(r *Run) {
 				for _, s := range waiting {
-					st := r.Step(s.ID())
-					st.RequestID, st.Attempts = reqID, round
+					if st := r.Step(s.ID()); !st.Status.done() {
+						st.RequestID, st.Attempts = reqID, round
+					}
 				}
 			}); err != nil {
 				return nil, err
@@ -438,22 +484,32 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		var again []*blueprint.Step
 		var retry []protocol.ToolCall
 		for i, s := range waiting {
+			kept := h.snapshot().Step(s.ID())
 			res, ok := results[callID(s)]
 			if !ok {
-				failed = append(failed, e.stepFailed(ctx, h, s, &StepError{Code: protocol.CodeInternal, Origin: protocol.OriginHermes, Message: "the step's request answered without its call"}, nil))
-				continue
+				res = protocol.ToolResult{ToolCallID: callID(s), Name: s.Tool, Status: protocol.ResultError, ErrorCode: protocol.CodeInternal,
+					ErrorOrigin: protocol.OriginHermes, Content: jsonString("the step's request answered without its call")}
 			}
-			if res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" {
+			if res.ErrorCode == protocol.CodeCancelled && s.TimeoutDuration() > 0 {
+				// Hermes cancels a step's request only past its timeout.
+				res.ErrorCode, res.Content = CodeStepTimeout, jsonString(fmt.Sprintf("the step did not finish within its timeout, %s", s.TimeoutDuration()))
+			}
+			if res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" && !kept.Status.done() {
 				res, err = e.approved(ctx, h, s, res.Policy.ApprovalID)
 				if err != nil {
 					return nil, err
 				}
 			}
-			if res.Status != protocol.ResultOK {
-				if round < s.Attempts() && retryable(res) {
-					again, retry = append(again, s), append(retry, calls[i])
-					continue
-				}
+			switch {
+			case kept.Status == StepSucceeded:
+				continue // kept before: its result is the record's
+			case kept.Status == StepFailed:
+				failed = append(failed, failure{step: s, err: kept.Error})
+				continue
+			case res.Status != protocol.ResultOK && round < s.Attempts() && retryable(res):
+				again, retry = append(again, s), append(retry, calls[i])
+				continue
+			case res.Status != protocol.ResultOK:
 				failed = append(failed, e.stepFailed(ctx, h, s, resultError(res), nil))
 				continue
 			}
@@ -474,6 +530,21 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		waiting, calls = again, retry
 	}
 	return failed, nil
+}
+
+// ended reports whether every one of steps has ended in r, and which of them failed.
+func ended(r *Run, steps []*blueprint.Step) ([]failure, bool) {
+	var failed []failure
+	for _, s := range steps {
+		st := r.Step(s.ID())
+		if st == nil || !st.Status.done() {
+			return nil, false
+		}
+		if st.Status == StepFailed {
+			failed = append(failed, failure{step: s, err: st.Error})
+		}
+	}
+	return failed, true
 }
 
 // retryable reports whether a step's failed result is worth another attempt (its retry): the
@@ -520,7 +591,6 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 	if timeout > 0 {
 		deadline = e.now().Add(timeout)
 	}
-	timedOut := false
 	for delay := 200 * time.Millisecond; ; {
 		w := wait
 		if !deadline.IsZero() {
@@ -531,9 +601,6 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 		case err == nil && !out.Pending:
 			res := map[string]protocol.ToolResult{}
 			for _, x := range out.Response.Results {
-				if timedOut && x.ErrorCode == protocol.CodeCancelled {
-					x.ErrorCode, x.Content = CodeStepTimeout, jsonString(fmt.Sprintf("the step did not finish within its timeout, %s", timeout))
-				}
 				res[x.ToolCallID] = x
 			}
 			return res, nil
@@ -545,7 +612,7 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 				if cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
 					e.log().Warn("cancel a step past its timeout", "run_id", r.RunID, "request_id", reqID, "err", cerr)
 				}
-				deadline, timedOut = time.Time{}, true // its response, cancelled calls included, comes next
+				deadline = time.Time{} // its response, cancelled calls included, comes next
 			}
 			continue
 		case errors.Is(err, submit.ErrConflict) || errors.Is(err, submit.ErrTooLarge):
@@ -597,6 +664,9 @@ func (e *Engine) approved(ctx context.Context, h *held, s *blueprint.Step, id st
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return protocol.ToolResult{}, ctx.Err()
+		case errors.Is(err, approvals.ErrNotFound):
+			// Gone from the bucket (kept a week): it can no longer be decided.
+			return refused(protocol.CodeApprovalExpired, fmt.Sprintf("approval %s is no longer kept", id)), nil
 		case err != nil:
 			e.log().Warn("read a step's approval", "approval_id", id, "err", err)
 		case a.State == approvals.Denied:
@@ -617,6 +687,15 @@ func (e *Engine) approved(ctx context.Context, h *held, s *blueprint.Step, id st
 						return x, nil
 					}
 				}
+				// Answered without the call (dead-lettered, say): it will not run now.
+				msg := "the approved call's request was answered without its result"
+				if re := out.Response.Error; re != nil {
+					msg += ": " + re.Code + " " + re.Message
+				}
+				return refused(protocol.CodeInternal, msg), nil
+			}
+			if errors.Is(err, submit.ErrConflict) {
+				return refused(CodeStepConflict, err.Error()), nil
 			}
 			if err != nil && ctx.Err() == nil {
 				e.log().Warn("wait for an approved step's call", "approval_id", id, "err", err)

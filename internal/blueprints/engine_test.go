@@ -27,10 +27,12 @@ type fakeTools struct {
 	answers map[string]*protocol.Response
 	pending map[string]bool // request ids that never answer until cancelled
 	cancels []string
+	calls   map[string]string // request id → its calls, as first asked (another is a conflict)
 }
 
 func newFakeTools(answer func(call protocol.ToolCall, try int) protocol.ToolResult) *fakeTools {
-	return &fakeTools{answer: answer, asked: map[string]int{}, ran: map[string]int{}, answers: map[string]*protocol.Response{}, pending: map[string]bool{}}
+	return &fakeTools{answer: answer, asked: map[string]int{}, ran: map[string]int{}, answers: map[string]*protocol.Response{}, pending: map[string]bool{},
+		calls: map[string]string{}}
 }
 
 func (f *fakeTools) Submit(ctx context.Context, sub submit.Submission) (*submit.Outcome, error) {
@@ -41,6 +43,11 @@ func (f *fakeTools) Submit(ctx context.Context, sub submit.Submission) (*submit.
 		return nil, err
 	}
 	f.asked[req.RequestID]++
+	calls, _ := json.Marshal(req.ToolCalls)
+	if first, ok := f.calls[req.RequestID]; ok && first != string(calls) {
+		return nil, fmt.Errorf("%w: %s asked with %s, then %s", submit.ErrConflict, req.RequestID, first, calls)
+	}
+	f.calls[req.RequestID] = string(calls)
 	if resp, ok := f.answers[req.RequestID]; ok {
 		return &submit.Outcome{Response: resp, Replayed: true}, nil
 	}
@@ -392,5 +399,104 @@ func TestChangesAreEvents(t *testing.T) {
 	}
 	if ev := changes(now, now); len(ev) != 0 {
 		t.Fatalf("no change, yet %+v", ev)
+	}
+}
+
+// resume rewinds run id as if its runner died before keeping what follows step ids' ends:
+// those steps are running again, the run running, its holder gone.
+func resume(t *testing.T, runs *Runs, id string, ids ...string) {
+	t.Helper()
+	r, rev, err := runs.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range ids {
+		st := r.Step(sid)
+		st.Status, st.Output, st.Error, st.EndedAt = StepRunning, nil, nil, nil
+	}
+	r.Status, r.FinishedAt, r.Error, r.Fallback = Running, nil, nil, nil
+	r.Holder, r.LeaseUntil = "dead", time.Now().Add(-time.Second)
+	if _, err := runs.Update(t.Context(), r, rev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A parallel group resumed with one member ended and one not asks for the same request again
+// (not one of the unfinished member alone, which its id would refuse): nothing runs twice.
+func TestResumedGroupAsksTheSameRequest(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"parallel":[{"tool":"a","output_key":"a"},{"tool":"b","output_key":"b"}]}]}`)
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult { return ok(`{"v":1}`) })
+	e, runs := begin(t, b, tools, "r1", `{}`)
+	if r := drive(t, e, runs, "r1"); r.Status != Succeeded {
+		t.Fatal(r.Status)
+	}
+	resume(t, runs, "r1", "0.1")
+	r := drive(t, &Engine{Runs: runs, Source: source{b}, Submit: tools, Instance: "other", StepWait: 50 * time.Millisecond}, runs, "r1")
+	if r.Status != Succeeded || r.Step("0.1").Status != StepSucceeded {
+		t.Fatalf("resumed: %+v", r)
+	}
+	for key, n := range tools.ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", key, n)
+		}
+	}
+}
+
+// A step that timed out, and succeeded on its retry, resumed: its first attempt is read back
+// as the timeout it was, and the retry's answer is the step's.
+func TestResumedTimeoutTakesTheSameRetry(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"tool":"slow","output_key":"x","timeout":"50ms","retry":{"max_attempts":2}}]}`)
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult { return ok(`{"v":2}`) })
+	tools.pending["bpr-r1-s0"] = true
+	e, runs := begin(t, b, tools, "r1", `{}`)
+	if r := drive(t, e, runs, "r1"); r.Status != Succeeded || r.Steps[0].RequestID != "bpr-r1-s0-r2" {
+		t.Fatalf("first: %+v", r)
+	}
+	resume(t, runs, "r1", "0")
+	r := drive(t, &Engine{Runs: runs, Source: source{b}, Submit: tools, Instance: "other", StepWait: 50 * time.Millisecond}, runs, "r1")
+	if r.Status != Succeeded || string(r.Steps[0].Output) != `{"v":2}` || tools.ran["bpr-r1-s0-r2/s0"] != 1 {
+		t.Fatalf("resumed: %+v %v", r, tools.ran)
+	}
+}
+
+// A run that outgrows its record ends failed RUN_TOO_LARGE at once: no step after runs, and
+// nothing changes it after.
+func TestRunTooLargeEnds(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"tool":"big","output_key":"x"},{"tool":"next","output_key":"y"}]}`)
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult {
+		return ok(`{"pad":"` + strings.Repeat("x", 20000) + `"}`)
+	})
+	e, runs := begin(t, b, tools, "r1", `{}`)
+	runs.MaxBytes = 8000
+	r := drive(t, e, runs, "r1")
+	if r.Status != Failed || r.Error == nil || r.Error.Code != CodeRunTooLarge || r.Steps[0].Status != StepFailed || r.Steps[1].Status != StepNotRun {
+		t.Fatalf("%+v %+v", r, r.Steps)
+	}
+	if n := tools.asked["bpr-r1-s1"]; n != 0 {
+		t.Fatalf("the next step was asked for %d times", n)
+	}
+}
+
+// An approved call whose request was answered without its result (dead-lettered) fails the
+// step, instead of waiting for it forever; an approval no longer kept is expired.
+func TestApprovedCallWithoutResultFails(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"tool":"pay","output_key":"p"}]}`)
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult {
+		r := fail(protocol.CodeApprovalRequired)
+		r.Policy = &protocol.PolicyDecision{Decision: protocol.PolicyParked, ApprovalID: "apr-1"}
+		return r
+	})
+	tools.answers["apr-1"] = &protocol.Response{RequestID: "apr-1", Error: &protocol.ResponseError{Code: protocol.CodeDeadLettered, Message: "gave up"}}
+	apr := &approvalsOf{m: map[string]*approvals.Approval{"apr-1": {ID: "apr-1", SessionID: "bpr-r1", ToolCallID: "c1", Tool: "pay",
+		Arguments: json.RawMessage(`{}`), State: approvals.Approved}}}
+	e, runs := begin(t, b, tools, "r1", `{}`)
+	e.Approvals = apr
+	if r := drive(t, e, runs, "r1"); r.Status != Failed || r.Steps[0].Error.Code != protocol.CodeInternal {
+		t.Fatalf("%+v %+v", r, r.Steps[0].Error)
+	}
+	e2, runs2 := begin(t, b, newFakeTools(tools.answer), "r2", `{}`)
+	e2.Approvals = &approvalsOf{m: map[string]*approvals.Approval{}}
+	if r := drive(t, e2, runs2, "r2"); r.Status != Failed || r.Steps[0].Error.Code != protocol.CodeApprovalExpired {
+		t.Fatalf("%+v %+v", r, r.Steps[0].Error)
 	}
 }

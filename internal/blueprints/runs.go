@@ -47,6 +47,11 @@ const (
 	StepNotRun StepStatus = "not_run"
 )
 
+// done reports whether a step has ended (succeeded, failed or skipped, or not run).
+func (s StepStatus) done() bool {
+	return s == StepSucceeded || s == StepFailed || s == StepSkipped || s == StepNotRun
+}
+
 // Run is a blueprint run as the runs' bucket keeps it: what was asked, and each step's state.
 // Everything in it but the lease is also what a crash resumes from: a step that has an output
 // is never run again.

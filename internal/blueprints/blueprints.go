@@ -7,6 +7,7 @@
 package blueprints
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,9 @@ const keepRuns = 7 * 24 * time.Hour
 
 // MaxRunBytes bounds a run as kept: its input, its steps' inputs and outputs.
 const MaxRunBytes = 768 << 10
+
+// MaxUserInputBytes bounds a run's user_input (compacted).
+const MaxUserInputBytes = 64 << 10
 
 // Buckets are the blueprints' buckets, written by gateways (which register blueprints and
 // drive runs); strict, so that a run taken over is read as its last holder left it.
@@ -184,6 +188,14 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 	if err != nil {
 		return nil, false, err
 	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, nr.UserInput); err != nil {
+		return nil, false, fmt.Errorf("%w: user_input: %v", ErrBadInput, err)
+	}
+	if compact.Len() > MaxUserInputBytes {
+		return nil, false, fmt.Errorf("%w: user_input: is %d bytes; at most %d", ErrBadInput, compact.Len(), MaxUserInputBytes)
+	}
+	nr.UserInput = compact.Bytes()
 	var in any
 	if err := json.Unmarshal(nr.UserInput, &in); err != nil {
 		return nil, false, fmt.Errorf("%w: user_input: %v", ErrBadInput, err)
@@ -221,5 +233,9 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 		}
 	}
 	got, _, created, err := runs.Create(ctx, r)
+	var big *BoundError
+	if errors.As(err, &big) {
+		return nil, false, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
 	return got, created, err
 }

@@ -99,6 +99,22 @@ func (rs *Resumer) apply(e jetstream.KeyValueEntry) {
 	rs.going[e.Key()] = going{owner: r.Owner, until: r.LeaseUntil}
 }
 
+// Note counts run r as going at once, before the watch delivers it: the gateway that began it
+// counts it against its owner's bound from then on.
+func (rs *Resumer) Note(r *Run) {
+	if r.Status.Final() {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.going == nil {
+		rs.going = map[string]going{}
+	}
+	if _, seen := rs.going[r.RunID]; !seen {
+		rs.going[r.RunID] = going{owner: r.Owner, until: r.LeaseUntil}
+	}
+}
+
 // Going is how many runs of owner go on, as last seen.
 func (rs *Resumer) Going(owner string) int {
 	rs.mu.Lock()

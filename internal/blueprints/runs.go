@@ -183,6 +183,8 @@ func Fingerprint(blueprint string, userInput json.RawMessage) string {
 // Errors of the runs' store.
 var (
 	ErrRunNotFound = errors.New("no such run")
+	// ErrFull: the runs' bucket holds as much as it may; no run can begin until runs age out.
+	ErrFull = errors.New("the runs' bucket is full")
 	// ErrRunConflict: the run id names another run.
 	ErrRunConflict = errors.New("the run_id names another run")
 	errRunChanged  = errors.New("the run changed meanwhile")
@@ -205,13 +207,16 @@ type Runs struct {
 // Create keeps r unless its id is taken: then the run kept under it is returned, with
 // created false (ErrRunConflict when it is another caller's, or another run).
 func (s *Runs) Create(ctx context.Context, r *Run) (got *Run, rev uint64, created bool, err error) {
-	data, err := s.encode(r)
+	data, err := s.encodeWithin(r, createRoom)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	rev, err = s.KV.Create(ctx, r.RunID, data)
 	if err == nil {
 		return r, rev, true, nil
+	}
+	if strings.Contains(err.Error(), "maximum bytes exceeded") {
+		return nil, 0, false, fmt.Errorf("%w: keep the run: %v", ErrFull, err)
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, 0, false, fmt.Errorf("keep the run: %w", err)
@@ -262,12 +267,21 @@ func (s *Runs) Update(ctx context.Context, r *Run, rev uint64) (uint64, error) {
 }
 
 func (s *Runs) encode(r *Run) ([]byte, error) {
+	return s.encodeWithin(r, 0)
+}
+
+// createRoom is what a run's record must leave free when it is kept first: its holder, lease,
+// and the error it may end with.
+const createRoom = 8 << 10
+
+// encodeWithin encodes r, refusing it unless it leaves room bytes free under MaxBytes.
+func (s *Runs) encodeWithin(r *Run, room int) ([]byte, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	if s.MaxBytes > 0 && len(data) > s.MaxBytes {
-		return nil, &BoundError{What: "the run's record (its input, steps and outputs)", Size: len(data), Limit: s.MaxBytes}
+	if s.MaxBytes > 0 && len(data)+room > s.MaxBytes {
+		return nil, &BoundError{What: "the run's record (its input, steps and outputs)", Size: len(data) + room, Limit: s.MaxBytes}
 	}
 	return data, nil
 }

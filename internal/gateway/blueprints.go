@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"mime"
 	"net/http"
@@ -37,6 +38,8 @@ type blueprintsAPI struct {
 	engine  *blueprints.Engine
 	resumer *blueprints.Resumer
 	ended   *endings
+	// begins serializes the beginning of one owner's runs (by ownerStripe).
+	begins [64]sync.Mutex
 
 	// listed is the blueprints as last listed for the doors, at listedAt: read again once a
 	// second old, so that a chat message or an MCP listing does not read the bucket each time.
@@ -57,6 +60,13 @@ func (b *blueprintsAPI) current(ctx context.Context) ([]*blueprints.Entry, error
 		b.listed, b.listedAt = all, time.Now()
 	}
 	return b.listed, nil
+}
+
+// ownerStripe picks owner's lock among blueprintsAPI.begins.
+func ownerStripe(owner string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	return int(h.Sum32() % 64)
 }
 
 // endings wakes those waiting for a run this gateway drives when it ends.
@@ -443,6 +453,30 @@ func (g *Gateway) RunBlueprint(ctx context.Context, a admission.Actor, br Bluepr
 		return nil, false, err
 	}
 	defer t.Close()
+	run, created, err := g.beginRun(ctx, t, br, trace)
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		g.log.Info("blueprint run begun", "blueprint", br.Name, "version", run.Version, "run_id", run.RunID, "session_id", run.SessionID)
+	}
+	if !run.Status.Final() {
+		g.blueprints.engine.Start(g.runCtx, run.RunID)
+	}
+	if br.Wait > 0 && !run.Status.Final() {
+		run = g.awaitRun(ctx, run, br.Wait)
+	}
+	return run, created, nil
+}
+
+// beginRun begins br's run for the caller t admitted (or finds it), counting it against the
+// caller's bound: one begin at a time per owner here, counted before the next is checked, so
+// that concurrent POSTs of one caller cannot pass the bound together at this gateway (across
+// gateways a run counts once the others' watches deliver it).
+func (g *Gateway) beginRun(ctx context.Context, t *admission.Ticket, br BlueprintRun, trace protocol.TraceContext) (*blueprints.Run, bool, error) {
+	lock := &g.blueprints.begins[ownerStripe(t.Owner)]
+	lock.Lock()
+	defer lock.Unlock()
 	if n := g.blueprints.resumer.Going(t.Owner); n >= MaxRunsPerCaller {
 		if run, _, err := g.blueprints.runs.Get(ctx, br.RunID); err != nil || run.Owner != t.Owner {
 			return nil, false, &RunRefusal{Status: http.StatusTooManyRequests, Code: protocol.CodeTooManyRuns, RetryAfter: 5 * time.Second,
@@ -462,19 +496,15 @@ func (g *Gateway) RunBlueprint(ctx context.Context, a admission.Actor, br Bluepr
 		return nil, false, &RunRefusal{Status: http.StatusConflict, Code: protocol.CodeRunIDConflict, Message: err.Error()}
 	case errors.As(err, &fe):
 		return nil, false, &RunRefusal{Status: http.StatusBadRequest, Code: protocol.CodeInvalidRequest, Message: err.Error()}
+	case errors.Is(err, blueprints.ErrFull):
+		g.log.Error("the runs' bucket is full", "err", err)
+		return nil, false, &RunRefusal{Status: http.StatusInsufficientStorage, Code: protocol.CodeStoreFull, RetryAfter: 30 * time.Second,
+			Message: "the blueprint runs' store is full: no run can begin until runs age out (they are kept 7 days)"}
 	case err != nil:
 		g.log.Error("begin a blueprint run", "blueprint", br.Name, "run_id", br.RunID, "err", err)
 		return nil, false, err
 	}
-	if created {
-		g.log.Info("blueprint run begun", "blueprint", br.Name, "version", run.Version, "run_id", run.RunID, "session_id", run.SessionID)
-	}
-	if !run.Status.Final() {
-		g.blueprints.engine.Start(g.runCtx, run.RunID)
-	}
-	if br.Wait > 0 && !run.Status.Final() {
-		run = g.awaitRun(ctx, run, br.Wait)
-	}
+	g.blueprints.resumer.Note(run)
 	return run, created, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -367,7 +368,7 @@ func TestBlueprintStepsReachTheSessionStream(t *testing.T) {
 func TestBlueprintRunBounds(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1})
-	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "bob": auth.RoleUser, "root": auth.RoleAdmin})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser, "bob": auth.RoleUser, "cat": auth.RoleUser, "root": auth.RoleAdmin})
 	contract, err := os.ReadFile("../../examples/contracts/order_query.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -406,6 +407,22 @@ func TestBlueprintRunBounds(t *testing.T) {
 	}
 	if code, body := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["bob"], `{"run_id":"slow-bob","user_input":{"n":0}}`); code != http.StatusCreated {
 		t.Fatalf("another caller: %d %s", code, body)
+	}
+	// Concurrent POSTs of one caller do not pass the bound together.
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range gateway.MaxRunsPerCaller + 16 {
+		wg.Go(func() {
+			code, _ := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["cat"], fmt.Sprintf(`{"run_id":"cat-%d","user_input":{"n":%d}}`, i, i))
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusCreated] != gateway.MaxRunsPerCaller || codes[http.StatusTooManyRequests] != 16 {
+		t.Fatalf("%d concurrent runs asked for: %v", gateway.MaxRunsPerCaller+16, codes)
 	}
 	waitForWithin(t, "the runs to end, and room again", 40*time.Second, func() bool {
 		code, _ := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-more","user_input":{"n":-1}}`)

@@ -196,8 +196,8 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 		return nil, false, fmt.Errorf("%w: user_input: is %d bytes; at most %d", ErrBadInput, compact.Len(), MaxUserInputBytes)
 	}
 	nr.UserInput = compact.Bytes()
-	var in any
-	if err := json.Unmarshal(nr.UserInput, &in); err != nil {
+	in, err := decodeValue(nr.UserInput)
+	if err != nil {
 		return nil, false, fmt.Errorf("%w: user_input: %v", ErrBadInput, err)
 	}
 	if _, ok := in.(map[string]any); !ok {

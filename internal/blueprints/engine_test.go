@@ -500,3 +500,21 @@ func TestApprovedCallWithoutResultFails(t *testing.T) {
 		t.Fatalf("%+v %+v", r, r.Steps[0].Error)
 	}
 }
+
+// Numbers pass from step to step as written: an id of 19 digits is not rounded, and a
+// condition compares numbers from the context with literals.
+func TestNumbersPassAsWritten(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"tool":"a","input_mapping":{"id":"$.user_input.id"},"output_key":"a"},
+		{"tool":"b","input_mapping":{"id":"$.a.id","n":"$.a.n"},"condition":"$.a.n >= 50 && $.a.id != null","output_key":"b"}]}`)
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult {
+		if c.Name == "a" {
+			return ok(`{"id":1234567890123456789,"n":73}`)
+		}
+		return ok(string(c.Arguments))
+	})
+	e, runs := begin(t, b, tools, "r1", `{"id":1234567890123456789}`)
+	r := drive(t, e, runs, "r1")
+	if r.Status != Succeeded || string(r.Steps[0].Input) != `{"id":1234567890123456789}` || string(r.Steps[1].Input) != `{"id":1234567890123456789,"n":73}` {
+		t.Fatalf("%+v", r.Steps)
+	}
+}

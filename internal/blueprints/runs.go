@@ -1,6 +1,7 @@
 package blueprints
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -140,8 +141,8 @@ type FallbackTaken struct {
 // Context is the run's context as its steps read it: user_input and each output so far.
 func (r *Run) Context() (map[string]any, error) {
 	ctx := map[string]any{}
-	var in any
-	if err := json.Unmarshal(r.UserInput, &in); err != nil {
+	in, err := decodeValue(r.UserInput)
+	if err != nil {
 		return nil, fmt.Errorf("user_input: %w", err)
 	}
 	ctx["user_input"] = in
@@ -152,13 +153,26 @@ func (r *Run) Context() (map[string]any, error) {
 		}
 		var v any
 		if len(s.Output) > 0 {
-			if err := json.Unmarshal(s.Output, &v); err != nil {
+			var err error
+			if v, err = decodeValue(s.Output); err != nil {
 				return nil, fmt.Errorf("step %s: output: %w", s.ID, err)
 			}
 		}
 		ctx[s.OutputKey] = v
 	}
 	return ctx, nil
+}
+
+// decodeValue decodes a JSON value with its numbers kept as written (json.Number): an id of
+// 19 digits reaches the next step's arguments as it came, not rounded to a float64.
+func decodeValue(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // Step returns the run's step id, nil when it has none.

@@ -1,6 +1,7 @@
 package blueprint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -148,7 +149,7 @@ func (c *condition) eval(ctx map[string]any) (bool, map[string]any, error) {
 	values := make(map[string]any, len(c.paths))
 	for i, p := range c.paths {
 		v := p.value(ctx)
-		env[varName(i)] = v
+		env[varName(i)] = number(v)
 		values[p.text] = v
 	}
 	out, err := expr.Run(c.program, env)
@@ -162,6 +163,18 @@ func (c *condition) eval(ctx map[string]any) (bool, map[string]any, error) {
 	return b, values, nil
 }
 
+// number is v with a JSON number kept as written (json.Number, from a context decoded with
+// UseNumber) made a float64, as a condition compares it; anything else as it is.
+func number(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if f, err := n.Float64(); err == nil {
+			return f
+		}
+		return string(n)
+	}
+	return v
+}
+
 // rewrite replaces each path outside string literals in src with a variable __p<i>, and
 // returns the paths' texts by i. A path starts "$." and runs through names, dots, '*' and
 // bracketed selectors.
@@ -170,7 +183,7 @@ func rewrite(src string) (string, []string) {
 	var texts []string
 	for i := 0; i < len(src); {
 		switch c := src[i]; {
-		case c == '\'' || c == '"':
+		case c == '\'' || c == '"' || c == '`':
 			j := stringEnd(src, i)
 			b.WriteString(src[i:j])
 			i = j
@@ -193,7 +206,9 @@ func stringEnd(s string, i int) int {
 	for j := i + 1; j < len(s); j++ {
 		switch s[j] {
 		case '\\':
-			j++
+			if q != '`' { // a raw string has no escapes
+				j++
+			}
 		case q:
 			return j + 1
 		}
@@ -344,7 +359,7 @@ func describe(v any) string {
 		return "nothing (null)"
 	case bool:
 		return "a boolean"
-	case float64, float32, int, int64, int32, uint, uint64, uint32:
+	case float64, float32, int, int64, int32, uint, uint64, uint32, json.Number:
 		return "a number"
 	case string:
 		return "a string"

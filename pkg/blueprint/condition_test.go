@@ -127,6 +127,7 @@ func TestRewriteFindsPathsOutsideStrings(t *testing.T) {
 		`($.a==1)&&($.b.c!=2)`:                        {"$.a", "$.b.c"},
 		`$.订单.状态 == '已付'`:                             {"$.订单.状态"},
 		`'unterminated $.a`:                           nil,
+		"$.a == `$.b\\`":                              {"$.a"},
 	} {
 		_, got := rewrite(src)
 		if !reflect.DeepEqual(got, want) {

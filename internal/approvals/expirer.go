@@ -58,7 +58,8 @@ func (e *Expirer) Run(ctx context.Context) error {
 // request_id is the approval's id), so that every gateway may run a Starter and a run
 // submitted twice is made once. Each approval is started at most once per Starter unless its
 // state changes again (a run refused by a rate limit gives its approval back: started once
-// more, which the run's request id answers from the record).
+// more, which the run's request id answers from the record). An approval is started only
+// within an hour of when it could have been decided at the latest (its expiry).
 type Starter struct {
 	KV    jetstream.KeyValue // the bucket, watched
 	Start func(ctx context.Context, a *Approval) error
@@ -70,6 +71,13 @@ type Starter struct {
 	Log   *slog.Logger
 }
 
+func (s *Starter) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
 // Run starts unstarted runs until ctx ends, watching the bucket again whenever its watch ends.
 func (s *Starter) Run(ctx context.Context) error {
 	log := orDiscard(s.Log)
@@ -79,7 +87,14 @@ func (s *Starter) Run(ctx context.Context) error {
 	}
 	w := &dueWatch{kv: s.KV, now: s.Now, every: s.Every, log: log, what: "unstarted runs",
 		due: func(a *Approval) (time.Time, bool) {
-			return a.DecidedAt.Add(grace), a.State == Approved && !a.Recall && a.UsedBy == ""
+			// Not past an hour after it could have been decided at the latest: a call
+			// approved long ago does not run out of the blue (after a long outage, say).
+			late := a.ExpiresAt
+			if a.DecidedAt.After(late) {
+				late = a.DecidedAt
+			}
+			fresh := s.now().Before(late.Add(time.Hour))
+			return a.DecidedAt.Add(grace), a.State == Approved && !a.Recall && a.UsedBy == "" && fresh
 		},
 		fire: func(ctx context.Context, a *Approval, _ time.Time) bool {
 			if err := s.Start(ctx, a); err != nil {

@@ -156,6 +156,10 @@ type NewRun struct {
 	Caller    *protocol.Caller
 	Owner     string
 	Trace     protocol.TraceContext
+	// Holder, when set, holds the new run until LeaseUntil: the runner of the gateway that
+	// begins it, so that no other takes it first.
+	Holder     string
+	LeaseUntil time.Time
 }
 
 // Errors of Begin.
@@ -222,7 +226,8 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 	}
 	r := &Run{RunID: nr.RunID, Blueprint: e.Name, Version: e.Version, SessionID: protocol.RunSession(nr.RunID),
 		Caller: nr.Caller, Owner: nr.Owner, Trace: nr.Trace, UserInput: nr.UserInput,
-		Fingerprint: Fingerprint(nr.Blueprint, nr.UserInput), Status: Pending, CreatedAt: now.UTC(), UpdatedAt: now.UTC()}
+		Fingerprint: Fingerprint(nr.Blueprint, nr.UserInput), Status: Pending, CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
+		Holder: nr.Holder, LeaseUntil: nr.LeaseUntil.UTC()}
 	for _, n := range b.Nodes() {
 		steps := n.Group
 		if len(steps) == 0 {

@@ -75,9 +75,10 @@ type Engine struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 
-	mu     sync.Mutex
-	active map[string]bool // runs this engine drives now
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	active  map[string]bool // runs this engine drives now
+	stopped bool            // Wait was called: no run starts
+	wg      sync.WaitGroup
 }
 
 func (e *Engine) now() time.Time {
@@ -108,7 +109,7 @@ func (e *Engine) Start(ctx context.Context, id string) {
 	if e.active == nil {
 		e.active = map[string]bool{}
 	}
-	if e.active[id] {
+	if e.active[id] || e.stopped {
 		e.mu.Unlock()
 		return
 	}
@@ -126,8 +127,14 @@ func (e *Engine) Start(ctx context.Context, id string) {
 	})
 }
 
-// Wait waits for the runs Start began to stop (their ctx ended or they finished).
-func (e *Engine) Wait() { e.wg.Wait() }
+// Wait waits for the runs Start began to stop (their ctx ended or they finished); Start
+// begins none after it.
+func (e *Engine) Wait() {
+	e.mu.Lock()
+	e.stopped = true
+	e.mu.Unlock()
+	e.wg.Wait()
+}
 
 // Active is how many runs this engine drives now.
 func (e *Engine) Active() int {

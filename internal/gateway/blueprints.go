@@ -484,7 +484,8 @@ func (g *Gateway) beginRun(ctx context.Context, t *admission.Ticket, br Blueprin
 		}
 	}
 	run, created, err := blueprints.Begin(ctx, g.blueprints.lib, g.blueprints.runs, blueprints.NewRun{RunID: br.RunID, Blueprint: br.Name,
-		UserInput: br.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace}, g.checkInput, time.Now())
+		UserInput: br.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace,
+		Holder: g.cfg.Instance, LeaseUntil: time.Now().Add(15 * time.Second)}, g.checkInput, time.Now())
 	t.Accepted(err == nil && created)
 	var fe *protocol.FieldError
 	switch {

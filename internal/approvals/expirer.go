@@ -71,6 +71,17 @@ type Starter struct {
 	Log   *slog.Logger
 }
 
+// fresh reports whether a may still be started: not past an hour after it could have been
+// decided at the latest, so that a call approved long ago does not run out of the blue (after
+// a long outage, say).
+func (s *Starter) fresh(a *Approval) bool {
+	late := a.ExpiresAt
+	if a.DecidedAt.After(late) {
+		late = a.DecidedAt
+	}
+	return s.now().Before(late.Add(time.Hour))
+}
+
 func (s *Starter) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
@@ -87,16 +98,12 @@ func (s *Starter) Run(ctx context.Context) error {
 	}
 	w := &dueWatch{kv: s.KV, now: s.Now, every: s.Every, log: log, what: "unstarted runs",
 		due: func(a *Approval) (time.Time, bool) {
-			// Not past an hour after it could have been decided at the latest: a call
-			// approved long ago does not run out of the blue (after a long outage, say).
-			late := a.ExpiresAt
-			if a.DecidedAt.After(late) {
-				late = a.DecidedAt
-			}
-			fresh := s.now().Before(late.Add(time.Hour))
-			return a.DecidedAt.Add(grace), a.State == Approved && !a.Recall && a.UsedBy == "" && fresh
+			return a.DecidedAt.Add(grace), a.State == Approved && !a.Recall && a.UsedBy == "" && s.fresh(a)
 		},
 		fire: func(ctx context.Context, a *Approval, _ time.Time) bool {
+			if !s.fresh(a) {
+				return true // too old now: dropped
+			}
 			if err := s.Start(ctx, a); err != nil {
 				log.Warn("start an approved call's run", "approval_id", a.ID, "err", err)
 				return false

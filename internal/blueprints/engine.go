@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/internal/versioned"
@@ -88,6 +89,9 @@ func (e *Engine) now() time.Time {
 	return time.Now()
 }
 
+// LeaseFor is how long the engine holds a run without renewing it.
+func (e *Engine) LeaseFor() time.Duration { return e.lease() }
+
 func (e *Engine) lease() time.Duration {
 	if e.Lease > 0 {
 		return e.Lease
@@ -114,8 +118,10 @@ func (e *Engine) Start(ctx context.Context, id string) {
 		return
 	}
 	e.active[id] = true
+	e.wg.Add(1) // under mu: never after Wait began
 	e.mu.Unlock()
-	e.wg.Go(func() {
+	go func() {
+		defer e.wg.Done()
 		defer func() {
 			e.mu.Lock()
 			delete(e.active, id)
@@ -124,7 +130,7 @@ func (e *Engine) Start(ctx context.Context, id string) {
 		if err := e.Drive(ctx, id); err != nil && ctx.Err() == nil {
 			e.log().Warn("drive a blueprint run", "run_id", id, "err", err)
 		}
-	})
+	}()
 }
 
 // Wait waits for the runs Start began to stop (their ctx ended or they finished); Start
@@ -237,6 +243,11 @@ func tooLarge(r *Run, big *BoundError, now time.Time, bare bool) Run {
 		}
 		if bare {
 			st.Input, st.Output = nil, nil
+			if st.Condition != nil {
+				c := *st.Condition
+				c.Values = nil
+				st.Condition = &c
+			}
 		}
 	}
 	if bare {
@@ -268,8 +279,8 @@ func (e *Engine) Drive(ctx context.Context, id string) error {
 			r.Status = Running
 		}
 	}); err != nil {
-		if errors.Is(err, errLost) {
-			return nil // another engine took it first
+		if errors.Is(err, errLost) || errors.Is(err, errEnded) {
+			return nil // another engine took it first, or it ended
 		}
 		return err
 	}
@@ -387,7 +398,10 @@ func (e *Engine) skip(ctx context.Context, h *held, s *blueprint.Step, cond *Con
 	if st := h.snapshot().Step(s.ID()); st != nil && st.Status == StepSkipped {
 		return nil
 	}
-	out, _ := json.Marshal(s.Default())
+	out := json.RawMessage("null")
+	if len(s.DefaultValue) > 0 {
+		out = s.DefaultValue // as written: its numbers not rounded
+	}
 	now := e.now().UTC()
 	return h.change(ctx, func(r *Run) {
 		st := r.Step(s.ID())
@@ -432,7 +446,11 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		}
 		ev, err := s.Allowed(rctx)
 		if err != nil {
-			failed = append(failed, e.stepFailed(ctx, h, s, errorOf(err), nil))
+			f, err := e.stepFailed(ctx, h, s, errorOf(err), nil)
+			if err != nil {
+				return nil, err
+			}
+			failed = append(failed, f)
 			continue
 		}
 		cond := conditionOf(s, ev)
@@ -444,7 +462,11 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 		}
 		in, err := s.Inputs(rctx)
 		if err != nil {
-			failed = append(failed, e.stepFailed(ctx, h, s, errorOf(err), cond))
+			f, err := e.stepFailed(ctx, h, s, errorOf(err), cond)
+			if err != nil {
+				return nil, err
+			}
+			failed = append(failed, f)
 			continue
 		}
 		calls = append(calls, protocol.ToolCall{ToolCallID: callID(s), Name: s.Tool, Arguments: in})
@@ -484,7 +506,7 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 				return nil, err
 			}
 		}
-		results, err := e.call(ctx, h, reqID, calls, timeoutOf(waiting))
+		results, timedOut, err := e.call(ctx, h, reqID, calls, timeoutOf(waiting))
 		if err != nil {
 			return nil, err
 		}
@@ -497,8 +519,7 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 				res = protocol.ToolResult{ToolCallID: callID(s), Name: s.Tool, Status: protocol.ResultError, ErrorCode: protocol.CodeInternal,
 					ErrorOrigin: protocol.OriginHermes, Content: jsonString("the step's request answered without its call")}
 			}
-			if res.ErrorCode == protocol.CodeCancelled && s.TimeoutDuration() > 0 {
-				// Hermes cancels a step's request only past its timeout.
+			if res.ErrorCode == protocol.CodeCancelled && timedOut {
 				res.ErrorCode, res.Content = CodeStepTimeout, jsonString(fmt.Sprintf("the step did not finish within its timeout, %s", s.TimeoutDuration()))
 			}
 			if res.ErrorCode == protocol.CodeApprovalRequired && res.Policy != nil && res.Policy.ApprovalID != "" && !kept.Status.done() {
@@ -508,6 +529,10 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 				}
 			}
 			switch {
+			case kept.Status.done() && kept.Attempts > round:
+				// It ended in a later round, which it was part of: asked for again as it was.
+				again, retry = append(again, s), append(retry, calls[i])
+				continue
 			case kept.Status == StepSucceeded:
 				continue // kept before: its result is the record's
 			case kept.Status == StepFailed:
@@ -517,7 +542,11 @@ func (e *Engine) steps(ctx context.Context, h *held, steps []*blueprint.Step, re
 				again, retry = append(again, s), append(retry, calls[i])
 				continue
 			case res.Status != protocol.ResultOK:
-				failed = append(failed, e.stepFailed(ctx, h, s, resultError(res), nil))
+				f, err := e.stepFailed(ctx, h, s, resultError(res), nil)
+				if err != nil {
+					return nil, err
+				}
+				failed = append(failed, f)
 				continue
 			}
 			now := e.now().UTC()
@@ -566,6 +595,12 @@ func retryable(res protocol.ToolResult) bool {
 	return false
 }
 
+// timeoutReason is why the engine cancels a step's request; cancelledBy names the run that
+// does.
+const timeoutReason = "the step's timeout passed"
+
+func cancelledBy(runID string) string { return "blueprint run " + runID }
+
 // callID is the tool_call_id of step s in its request.
 func callID(s *blueprint.Step) string { return RequestStep(s.ID()) }
 
@@ -585,7 +620,7 @@ func timeoutOf(steps []*blueprint.Step) time.Duration {
 // call makes the request reqID of calls (made once, however often the run resumes) and
 // waits for its results, by tool_call_id. A timeout (when not 0) cancels the request once
 // it passed, the calls still running answered CANCELLED.
-func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protocol.ToolCall, timeout time.Duration) (map[string]protocol.ToolResult, error) {
+func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protocol.ToolCall, timeout time.Duration) (results map[string]protocol.ToolResult, timedOut bool, err error) {
 	r := h.snapshot()
 	req := &protocol.Request{RequestID: reqID, SessionID: r.SessionID, Run: r.RunID,
 		Intent: "blueprint " + r.Blueprint + " run " + r.RunID, ToolCalls: calls}
@@ -610,11 +645,15 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 			for _, x := range out.Response.Results {
 				res[x.ToolCallID] = x
 			}
-			return res, nil
+			// Cancelled by this run past the step's timeout (now, or before a resume: the
+			// response keeps who cancelled it, and why).
+			re := out.Response.Error
+			mine := re != nil && re.Code == protocol.CodeCancelled && re.Message == answer.CancelledMessage(cancelledBy(r.RunID), timeoutReason)
+			return res, mine, nil
 		case err == nil:
 			if !deadline.IsZero() && !e.now().Before(deadline) {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				_, _, cerr := e.Submit.Cancel(cctx, reqID, submit.Cancellation{By: "blueprint run " + r.RunID, Reason: "the step's timeout passed"})
+				_, _, cerr := e.Submit.Cancel(cctx, reqID, submit.Cancellation{By: cancelledBy(r.RunID), Reason: timeoutReason})
 				cancel()
 				if cerr != nil && !errors.Is(cerr, submit.ErrFinished) {
 					e.log().Warn("cancel a step past its timeout", "run_id", r.RunID, "request_id", reqID, "err", cerr)
@@ -628,15 +667,15 @@ func (e *Engine) call(ctx context.Context, h *held, reqID string, calls []protoc
 				res[c.ToolCallID] = protocol.ToolResult{ToolCallID: c.ToolCallID, Name: c.Name, Status: protocol.ResultError,
 					ErrorCode: CodeStepConflict, ErrorOrigin: protocol.OriginHermes, Content: jsonString(err.Error())}
 			}
-			return res, nil
+			return res, false, nil
 		case ctx.Err() != nil:
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		// The bus, or the caller's budget, refused for now: the run waits and asks again.
 		e.log().Warn("submit a blueprint step; trying again", "run_id", r.RunID, "request_id", reqID, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Second)
@@ -716,8 +755,9 @@ func (e *Engine) approved(ctx context.Context, h *held, s *blueprint.Step, id st
 	}
 }
 
-// stepFailed records step s failed with se (its condition, when evaluated, cond).
-func (e *Engine) stepFailed(ctx context.Context, h *held, s *blueprint.Step, se *StepError, cond *Condition) failure {
+// stepFailed records step s failed with se (its condition, when evaluated, cond); an error
+// when the run cannot go on (it ended, or another runner took it).
+func (e *Engine) stepFailed(ctx context.Context, h *held, s *blueprint.Step, se *StepError, cond *Condition) (failure, error) {
 	now := e.now().UTC()
 	if err := h.change(ctx, func(r *Run) {
 		st := r.Step(s.ID())
@@ -733,9 +773,9 @@ func (e *Engine) stepFailed(ctx context.Context, h *held, s *blueprint.Step, se 
 			r.Status = Running
 		}
 	}); err != nil {
-		e.log().Warn("keep a failed step", "step", s.ID(), "err", err)
+		return failure{}, err
 	}
-	return failure{step: s, err: se}
+	return failure{step: s, err: se}, nil
 }
 
 // fallback takes the fallback of a step that failed for good: the step's own, else the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/blueprint"
@@ -66,12 +67,13 @@ func (f *fakeTools) Submit(ctx context.Context, sub submit.Submission) (*submit.
 	return &submit.Outcome{Response: resp}, nil
 }
 
-func (f *fakeTools) Cancel(_ context.Context, id string, _ submit.Cancellation) (*protocol.Response, bool, error) {
+func (f *fakeTools) Cancel(_ context.Context, id string, c submit.Cancellation) (*protocol.Response, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cancels = append(f.cancels, id)
 	delete(f.pending, id)
-	f.answers[id] = &protocol.Response{RequestID: id, Results: []protocol.ToolResult{{ToolCallID: "s0", Status: protocol.ResultError, ErrorCode: protocol.CodeCancelled, Content: json.RawMessage(`"cancelled"`)}}}
+	f.answers[id] = &protocol.Response{RequestID: id, Results: []protocol.ToolResult{{ToolCallID: "s0", Status: protocol.ResultError, ErrorCode: protocol.CodeCancelled, Content: json.RawMessage(`"cancelled"`)}},
+		Error: &protocol.ResponseError{Code: protocol.CodeCancelled, Message: answer.CancelledMessage(c.By, c.Reason)}}
 	return f.answers[id], false, nil
 }
 
@@ -516,5 +518,34 @@ func TestNumbersPassAsWritten(t *testing.T) {
 	r := drive(t, e, runs, "r1")
 	if r.Status != Succeeded || string(r.Steps[0].Input) != `{"id":1234567890123456789}` || string(r.Steps[1].Input) != `{"id":1234567890123456789,"n":73}` {
 		t.Fatalf("%+v", r.Steps)
+	}
+}
+
+// A group resumed after a later round: a member that ended in round 2 is asked for again in
+// round 2, as it was, so the round's request is the same.
+func TestResumedGroupAsksTheSameRounds(t *testing.T) {
+	b := compile(t, `{"name":"b","steps":[{"parallel":[{"tool":"a","output_key":"a","retry":{"max_attempts":3}},{"tool":"b","output_key":"b","retry":{"max_attempts":3}}]}]}`)
+	tries := map[string]int{}
+	tools := newFakeTools(func(c protocol.ToolCall, _ int) protocol.ToolResult {
+		tries[c.Name]++
+		switch {
+		case tries[c.Name] == 1, c.Name == "b" && tries[c.Name] == 2:
+			return fail(protocol.CodeToolHTTP5xx)
+		}
+		return ok(`{"v":1}`)
+	})
+	e, runs := begin(t, b, tools, "r1", `{}`)
+	if r := drive(t, e, runs, "r1"); r.Status != Succeeded || r.Step("0.1").Attempts != 3 || r.Step("0.0").Attempts != 2 {
+		t.Fatalf("first: %+v", r.Steps)
+	}
+	resume(t, runs, "r1", "0.1")
+	r := drive(t, &Engine{Runs: runs, Source: source{b}, Submit: tools, Instance: "other", StepWait: 50 * time.Millisecond}, runs, "r1")
+	if r.Status != Succeeded || r.Step("0.1").Status != StepSucceeded {
+		t.Fatalf("resumed: %+v", r.Steps)
+	}
+	for key, n := range tools.ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", key, n)
+		}
 	}
 }

@@ -485,7 +485,7 @@ func (g *Gateway) beginRun(ctx context.Context, t *admission.Ticket, br Blueprin
 	}
 	run, created, err := blueprints.Begin(ctx, g.blueprints.lib, g.blueprints.runs, blueprints.NewRun{RunID: br.RunID, Blueprint: br.Name,
 		UserInput: br.UserInput, Caller: t.Caller, Owner: t.Owner, Trace: trace,
-		Holder: g.cfg.Instance, LeaseUntil: time.Now().Add(15 * time.Second)}, g.checkInput, time.Now())
+		Holder: g.cfg.Instance, LeaseUntil: time.Now().Add(g.blueprints.engine.LeaseFor())}, g.checkInput, time.Now())
 	t.Accepted(err == nil && created)
 	var fe *protocol.FieldError
 	switch {
@@ -505,7 +505,9 @@ func (g *Gateway) beginRun(ctx context.Context, t *admission.Ticket, br Blueprin
 		g.log.Error("begin a blueprint run", "blueprint", br.Name, "run_id", br.RunID, "err", err)
 		return nil, false, err
 	}
-	g.blueprints.resumer.Note(run)
+	if created {
+		g.blueprints.resumer.Note(run) // one asked again is counted (or not) as the watch says
+	}
 	return run, created, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -34,22 +33,11 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 	runID := fset.String("run-id", "", "run: the run's id (the same id again is the same run; default: a new one)")
 	wait := fset.Duration("wait", 60*time.Second, "run, run-get: how long to wait for the run to end (0: do not wait)")
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fset.Parse(args); err != nil {
+	name, err := parseNamed(fset, args)
+	if err != nil {
 		return err
 	}
-	if name == "" && fset.NArg() > 0 {
-		name = fset.Arg(0)
-	}
-	needName := func() error {
-		if name == "" {
-			return fmt.Errorf("blueprints %s: name it", sub)
-		}
-		return nil
-	}
+	named := func() error { return needName("blueprints "+sub, "it", name) }
 	switch sub {
 	case "ls":
 		var list gateway.BlueprintList
@@ -74,7 +62,7 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		}
 		return nil
 	case "get":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		var v gateway.BlueprintView
@@ -96,12 +84,8 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return fmt.Errorf("blueprints apply: %w", err)
 		}
-		ct := "application/yaml"
-		if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
-			ct = "application/json"
-		}
 		var v gateway.BlueprintView
-		if err := api.do(ctx, http.MethodPost, "/api/v1/blueprints", ct, data, &v); err != nil {
+		if err := api.do(ctx, http.MethodPost, "/api/v1/blueprints", documentType(data), data, &v); err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 				return fmt.Errorf("blueprints apply: %s: %s (nothing was applied)", *file, ae.Msg)
@@ -118,7 +102,7 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s: version %d applied\n", v.Name, v.Version)
 		return nil
 	case "rm":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		var v gateway.BlueprintView
@@ -128,7 +112,7 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s: removed (version %d records the removal; runs going on finish under their version)\n", name, v.Version)
 		return nil
 	case "run":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		if *input == "" {
@@ -145,7 +129,7 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		}
 		return printRun(env, &run, *asJSON)
 	case "run-get":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		var run blueprints.Run

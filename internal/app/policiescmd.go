@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,23 +28,11 @@ func RunPolicies(ctx context.Context, args []string, env Env) error {
 	api.register(fset)
 	file := fset.String("f", "", "apply: the policy file (YAML or JSON, a mapping policies: tool → policy; - reads standard input)")
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
-	// The tool may come before the flags or after them.
-	var tool string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		tool, args = args[0], args[1:]
-	}
-	if err := fset.Parse(args); err != nil {
+	tool, err := parseNamed(fset, args)
+	if err != nil {
 		return err
 	}
-	if tool == "" && fset.NArg() > 0 {
-		tool = fset.Arg(0)
-	}
-	needTool := func() error {
-		if tool == "" {
-			return fmt.Errorf("policies %s: name the tool", sub)
-		}
-		return nil
-	}
+	needTool := func() error { return needName("policies "+sub, "the tool", tool) }
 	switch sub {
 	case "ls":
 		var list gateway.PolicyList
@@ -79,12 +65,8 @@ func RunPolicies(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return fmt.Errorf("policies apply: %w", err)
 		}
-		ct := "application/yaml"
-		if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
-			ct = "application/json"
-		}
 		var list gateway.PolicyList
-		if err := api.do(ctx, http.MethodPost, "/api/v1/policies", ct, data, &list); err != nil {
+		if err := api.do(ctx, http.MethodPost, "/api/v1/policies", documentType(data), data, &list); err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 				// The file's fault: said by the field (and line), nothing applied.

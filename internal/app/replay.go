@@ -113,10 +113,9 @@ func RunReplay(ctx context.Context, args []string, env Env) error {
 // whatIf compares the recorded routing of every call (of session, when filters name one) with
 // the routes file's. It runs nothing and publishes nothing.
 func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filters []string, from record.Start, asJSON bool) error {
-	trouble := func(err error) error { return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)} }
 	table, err := routes.Load(file)
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	if filters == nil {
 		// Requests, tool calls and results of every session; "*" stands for every tool.
@@ -124,7 +123,7 @@ func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filt
 	}
 	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	defer nc.Close()
 	requestSubjects := protocol.PrefixRequests
@@ -139,22 +138,31 @@ func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filt
 		rec.Add(e.Msg, e.Payload)
 		return nil
 	}); err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	rep := rec.Compare(table)
+	return reportWhatIf(env, asJSON, len(rep.Changed),
+		func(w io.Writer) error { return writeWhatIfJSON(w, rep, table, from) },
+		func(w io.Writer) { writeWhatIf(w, rep, table, from) })
+}
+
+// reportWhatIf writes a what-if's report to standard output, as JSON or as text, and exits 1
+// when changed says anything would change (2 when the report could not be written).
+func reportWhatIf(env Env, asJSON bool, changed int, writeJSON func(io.Writer) error, writeText func(io.Writer)) error {
 	out, flush := buffered(env.Stdout)
+	var err error
 	if asJSON {
-		err = writeWhatIfJSON(out, rep, table, from)
+		err = writeJSON(out)
 	} else {
-		writeWhatIf(out, rep, table, from)
+		writeText(out)
 	}
 	if ferr := flush(); err == nil {
 		err = ferr
 	}
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
-	if len(rep.Changed) > 0 {
+	if changed > 0 {
 		return &ExitError{Code: 1}
 	}
 	return nil
@@ -248,4 +256,9 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// replayTrouble is what replay exits with when it cannot tell (2): err.
+func replayTrouble(err error) error {
+	return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)}
 }

@@ -30,10 +30,9 @@ import (
 // week after its last change) is not compared. Reading the bucket takes credentials that may
 // watch it: the admin's (the default of hermes up) or a gateway's.
 func whatIfBlueprint(ctx context.Context, env Env, natsURL *natsTarget, file string, from record.Start, asJSON bool) error {
-	trouble := func(err error) error { return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)} }
 	data, err := readBounded(file, blueprint.MaxBytes)
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	bp, err := blueprint.Parse(data)
 	if err == nil {
@@ -41,35 +40,22 @@ func whatIfBlueprint(ctx context.Context, env Env, natsURL *natsTarget, file str
 		err = bp.Compile(nil)
 	}
 	if err != nil {
-		return trouble(fmt.Errorf("%s: %w", file, err))
+		return replayTrouble(fmt.Errorf("%s: %w", file, err))
 	}
 	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	defer nc.Close()
 	runs, unreadable, err := readRuns(ctx, js, bp.Name, from.Time)
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	rep := whatif.CompareRuns(bp, runs)
 	rep.Unreadable += unreadable
-	out, flush := buffered(env.Stdout)
-	if asJSON {
-		err = writeBlueprintWhatIfJSON(out, rep, bp.Name, file, from)
-	} else {
-		writeBlueprintWhatIf(out, rep, bp.Name, file, from)
-	}
-	if ferr := flush(); err == nil {
-		err = ferr
-	}
-	if err != nil {
-		return trouble(err)
-	}
-	if len(rep.Changed) > 0 {
-		return &ExitError{Code: 1}
-	}
-	return nil
+	return reportWhatIf(env, asJSON, len(rep.Changed),
+		func(w io.Writer) error { return writeBlueprintWhatIfJSON(w, rep, bp.Name, file, from) },
+		func(w io.Writer) { writeBlueprintWhatIf(w, rep, bp.Name, file, from) })
 }
 
 // readRuns reads the runs of blueprint name created at since or later (every run, when since

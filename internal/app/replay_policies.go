@@ -25,14 +25,13 @@ import (
 // the policy file's policies and reports those decided differently. It runs nothing and
 // publishes nothing.
 func whatIfPolicies(ctx context.Context, env Env, natsURL *natsTarget, file string, filters []string, from record.Start, asJSON bool) error {
-	trouble := func(err error) error { return &ExitError{Code: 2, Err: fmt.Errorf("replay: %w", err)} }
 	data, err := readBounded(file, policy.MaxFileBytes)
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	f, err := policy.ParseFile(data)
 	if err != nil {
-		return trouble(fmt.Errorf("%s: %w", file, err))
+		return replayTrouble(fmt.Errorf("%s: %w", file, err))
 	}
 	if filters == nil {
 		// Requests, tool calls, results and policy events of every session.
@@ -40,7 +39,7 @@ func whatIfPolicies(ctx context.Context, env Env, natsURL *natsTarget, file stri
 	}
 	nc, js, err := dialRecord(ctx, natsURL, "replay")
 	if err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	defer nc.Close()
 	contracts, note := replayContracts(ctx, js)
@@ -55,25 +54,12 @@ func whatIfPolicies(ctx context.Context, env Env, natsURL *natsTarget, file stri
 		rec.Add(e.Time, e.Msg, e.Payload)
 		return nil
 	}); err != nil {
-		return trouble(err)
+		return replayTrouble(err)
 	}
 	rep := rec.Compare(f, contracts)
-	out, flush := buffered(env.Stdout)
-	if asJSON {
-		err = writePolicyWhatIfJSON(out, rep, file, from, note)
-	} else {
-		writePolicyWhatIf(out, rep, file, from, note)
-	}
-	if ferr := flush(); err == nil {
-		err = ferr
-	}
-	if err != nil {
-		return trouble(err)
-	}
-	if len(rep.Changed) > 0 {
-		return &ExitError{Code: 1}
-	}
-	return nil
+	return reportWhatIf(env, asJSON, len(rep.Changed),
+		func(w io.Writer) error { return writePolicyWhatIfJSON(w, rep, file, from, note) },
+		func(w io.Writer) { writePolicyWhatIf(w, rep, file, from, note) })
 }
 
 // readBounded reads file, refusing one larger than limit.

@@ -120,23 +120,11 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
 	var try tryFlags
 	try.register(fset)
-	// The tool's name may come before the flags or after them.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fset.Parse(args); err != nil {
+	name, err := parseNamed(fset, args)
+	if err != nil {
 		return err
 	}
-	if name == "" && fset.NArg() > 0 {
-		name = fset.Arg(0)
-	}
-	needName := func() error {
-		if name == "" {
-			return fmt.Errorf("tools %s: name the tool", sub)
-		}
-		return nil
-	}
+	named := func() error { return needName("tools "+sub, "the tool", name) }
 	switch sub {
 	case "ls":
 		var list toolList
@@ -149,7 +137,7 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 		printTools(env, list)
 		return nil
 	case "get":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		path := "/api/v1/tools/" + url.PathEscape(name)
@@ -188,7 +176,7 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 		printReport(env, v.Sandbox)
 		return nil
 	case "check":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		var rep sandbox.Report
@@ -207,7 +195,7 @@ func RunTools(ctx context.Context, args []string, env Env) error {
 		}
 		return nil
 	case "rm":
-		if err := needName(); err != nil {
+		if err := named(); err != nil {
 			return err
 		}
 		var v gateway.ToolView
@@ -272,12 +260,8 @@ func printReport(env Env, raw json.RawMessage) {
 // registerContract posts a contract as written: YAML, or JSON when it reads as JSON; query
 // (tryFlags.query) says how the sandbox may try it.
 func (a *gatewayAPI) registerContract(ctx context.Context, data []byte, name, query string) (*gateway.ToolView, error) {
-	ct := "application/yaml"
-	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
-		ct = "application/json"
-	}
 	var v gateway.ToolView
-	if err := a.do(ctx, http.MethodPost, "/api/v1/tools"+query, ct, data, &v); err != nil {
+	if err := a.do(ctx, http.MethodPost, "/api/v1/tools"+query, documentType(data), data, &v); err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Line > 0 {
 			// Said by its line, still the gateway's answer (callers tell a refusal by it).
@@ -299,6 +283,37 @@ func (e *lineError) Error() string {
 }
 
 func (e *lineError) Unwrap() error { return e.err }
+
+// documentType is the content type a document is posted as: JSON when it reads as a JSON
+// object, YAML otherwise.
+func documentType(data []byte) string {
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
+		return "application/json"
+	}
+	return "application/yaml"
+}
+
+// parseNamed parses a subcommand's flags, its one name given before them or after them.
+func parseNamed(fset *flag.FlagSet, args []string) (name string, err error) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fset.Parse(args); err != nil {
+		return "", err
+	}
+	if name == "" && fset.NArg() > 0 {
+		name = fset.Arg(0)
+	}
+	return name, nil
+}
+
+// needName says that command sub needs what named, when name is empty.
+func needName(command, what, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s: name %s", command, what)
+	}
+	return nil
+}
 
 func readFileOrStdin(path string) ([]byte, error) {
 	if path == "-" {

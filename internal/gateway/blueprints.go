@@ -448,7 +448,11 @@ func (g *Gateway) RunBlueprint(ctx context.Context, a admission.Actor, br Bluepr
 		_, _ = rand.Read(b[:])
 		trace.TraceID = hex.EncodeToString(b[:])
 	}
-	t, err := g.admit.Admit(ctx, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: protocol.RunSession(br.RunID), Size: len(br.UserInput)})
+	hold := admission.HoldNone
+	if br.Wait > 0 {
+		hold = admission.HoldWaiting // a wait for the run's end is one of the caller's waiting requests
+	}
+	t, err := g.admit.Admit(ctx, admission.Ask{Actor: a, Need: auth.PermSubmit, Session: protocol.RunSession(br.RunID), Size: len(br.UserInput), Hold: hold})
 	if err != nil {
 		return nil, false, err
 	}
@@ -600,6 +604,11 @@ func (g *Gateway) handleGetRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	wait, err := g.runWait(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, err.Error(), err)
+		return
+	}
 	id := r.PathValue("run_id")
 	run, _, err := g.blueprints.runs.Get(r.Context(), id)
 	if err == nil {
@@ -619,7 +628,14 @@ func (g *Gateway) handleGetRun(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the runs cannot be read now", nil)
 	default:
-		if wait, werr := g.runWait(r); werr == nil && wait > 0 {
+		if wait > 0 {
+			// A wait is one of the caller's waiting requests, bounded as theirs are.
+			t, ok := g.admitted(r.Context(), w, admission.Ask{Actor: a, Need: auth.PermSubmit, Mode: admission.NoSession,
+				Hold: admission.HoldWaiting, Store: admission.StoreNone})
+			if !ok {
+				return
+			}
+			defer t.Close()
 			run = g.awaitRun(r.Context(), run, wait)
 		}
 		writeJSON(w, http.StatusOK, run)

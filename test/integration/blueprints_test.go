@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/gateway"
@@ -435,4 +436,37 @@ func TestBlueprintRunBounds(t *testing.T) {
 		code, _ := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"slow-more","user_input":{"n":-1}}`)
 		return code == http.StatusCreated || code == http.StatusAccepted
 	})
+}
+
+// A wait for a run's end is one of the caller's waiting requests: over its limit, 429; a wait
+// that does not parse is 400 naming it.
+func TestRunWaitsAreBounded(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", callers: true, workers: 1,
+		callerLimits: admission.CallerLimits{Waiting: 1}})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser})
+	s.applyBlueprint(`{"name":"slow","steps":[{"tool":"echo","input_mapping":{"delay_ms":4000,"n":"$.user_input.n"},"output_key":"x"}]}`)
+	if code, body := s.call(http.MethodPost, "/v1/blueprints/slow/runs", keys["ann"], `{"run_id":"w1","user_input":{"n":1}}`); code != http.StatusCreated {
+		t.Fatalf("begin: %d %s", code, body)
+	}
+	if code, body := s.call(http.MethodGet, "/v1/runs/w1?wait=soon", keys["ann"], ""); code != http.StatusBadRequest || !strings.Contains(body, "wait") {
+		t.Fatalf("a wait that does not parse: %d %s", code, body)
+	}
+	done := make(chan int)
+	go func() {
+		for { // until it holds the caller's one waiting slot (a probe below may hold it a moment)
+			code, _ := s.call(http.MethodGet, "/v1/runs/w1?wait=20s", keys["ann"], "")
+			if code != http.StatusTooManyRequests {
+				done <- code
+				return
+			}
+		}
+	}()
+	waitFor(t, "a second wait refused", func() bool {
+		code, _ := s.call(http.MethodGet, "/v1/runs/w1?wait=1ms", keys["ann"], "")
+		return code == http.StatusTooManyRequests
+	})
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("the first wait: %d", code)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/registry"
+	"github.com/hermesbus/hermes/internal/wake"
 	"github.com/hermesbus/hermes/pkg/blueprint"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/contract"
@@ -37,7 +38,8 @@ type blueprintsAPI struct {
 	runs    *blueprints.Runs
 	engine  *blueprints.Engine
 	resumer *blueprints.Resumer
-	ended   *endings
+	// ended wakes those waiting for a run this gateway drives when it ends (by run id).
+	ended *wake.Waiters
 	// begins serializes the beginning of one owner's runs (by ownerStripe).
 	begins [64]sync.Mutex
 
@@ -69,49 +71,6 @@ func ownerStripe(owner string) int {
 	return int(h.Sum32() % 64)
 }
 
-// endings wakes those waiting for a run this gateway drives when it ends.
-type endings struct {
-	mu      sync.Mutex
-	waiting map[string][]chan struct{}
-}
-
-// wait returns a channel closed when run id ends here, and a function to stop waiting.
-func (e *endings) wait(id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	e.mu.Lock()
-	e.waiting[id] = append(e.waiting[id], ch)
-	e.mu.Unlock()
-	return ch, func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		all := e.waiting[id]
-		for i, c := range all {
-			if c == ch {
-				all = append(all[:i], all[i+1:]...)
-				break
-			}
-		}
-		if len(all) == 0 {
-			delete(e.waiting, id)
-		} else {
-			e.waiting[id] = all
-		}
-	}
-}
-
-// observe is told each change of a run this gateway drives.
-func (e *endings) observe(r *blueprints.Run) {
-	if !r.Status.Final() {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, ch := range e.waiting[r.RunID] {
-		close(ch)
-	}
-	delete(e.waiting, r.RunID)
-}
-
 // MaxRunsPerCaller bounds the blueprint runs one caller has going at once.
 const MaxRunsPerCaller = 32
 
@@ -127,8 +86,12 @@ func (g *Gateway) registerBlueprints() {
 		eng.Approvals = g.approvals.decisions
 	}
 	eng.Events = eventPublisher{bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
-	ended := &endings{waiting: map[string][]chan struct{}{}}
-	eng.Observe = ended.observe
+	ended := &wake.Waiters{}
+	eng.Observe = func(r *blueprints.Run) {
+		if r.Status.Final() {
+			ended.Wake(r.RunID)
+		}
+	}
 	g.blueprints = blueprintsAPI{lib: lib, runs: runs, engine: eng, ended: ended,
 		resumer: &blueprints.Resumer{KV: runsKV, Engine: eng, Log: g.log.With("part", "blueprints")}}
 	g.mux.HandleFunc("GET /api/v1/blueprints", g.require(auth.PermSubmit, g.handleListBlueprints))
@@ -553,7 +516,7 @@ func (g *Gateway) runWait(r *http.Request) (time.Duration, error) {
 func (g *Gateway) awaitRun(ctx context.Context, run *blueprints.Run, wait time.Duration) *blueprints.Run {
 	// A run this gateway drives wakes the wait as it ends; one driven elsewhere is read again
 	// every quarter second.
-	ended, stop := g.blueprints.ended.wait(run.RunID)
+	ended, stop := g.blueprints.ended.Add(run.RunID)
 	defer stop()
 	if got, _, err := g.blueprints.runs.Get(ctx, run.RunID); err == nil {
 		run = got // it may have ended before the wait began
@@ -569,7 +532,6 @@ func (g *Gateway) awaitRun(ctx context.Context, run *blueprints.Run, wait time.D
 		case <-timer.C:
 			return run
 		case <-ended:
-			ended = nil
 		case <-tick.C:
 		}
 		if got, _, err := g.blueprints.runs.Get(ctx, run.RunID); err == nil {

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +28,7 @@ import (
 	"github.com/hermesbus/hermes/internal/answer"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/internal/wake"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -92,7 +92,7 @@ type Submitter struct {
 	pub     *bus.Publisher
 	answer  *answer.Responder
 	log     *slog.Logger
-	waiting waiters
+	waiting wake.Waiters
 	budget  *budgets // nil: none
 }
 
@@ -127,7 +127,7 @@ func (s *Submitter) Listen() (stop func() error, err error) {
 		// response their request has on the record, in their own session: never the
 		// announcement's bytes, which anyone able to publish on its subject could forge.
 		if requestID, ok := protocol.LiveResponseRequest(msg.Subject); ok {
-			s.waiting.wake(requestID)
+			s.waiting.Wake(requestID)
 		}
 	}
 	sub, err := s.cfg.Conn.Subscribe(protocol.FilterLiveResponses, handle)
@@ -228,7 +228,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), accept)
 	defer cancel()
-	wake, done := s.waiting.add(req.RequestID)
+	wake, done := s.waiting.Add(req.RequestID)
 	defer done()
 	m, err := protocol.NewMessage(protocol.TypeRequest, req)
 	if err != nil {
@@ -399,50 +399,4 @@ func (s *Submitter) Session(ctx context.Context, requestID string) (string, erro
 		return "", fmt.Errorf("%w: no request %s is known", ErrNotFound, requestID)
 	}
 	return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
-}
-
-// waiters wakes the callers waiting for a request when its response is announced.
-type waiters struct {
-	mu sync.Mutex
-	m  map[string][]chan struct{}
-}
-
-// add registers interest in requestID; call the returned func when done waiting. The channel
-// holds one wake-up: announcements while the caller looks are coalesced.
-func (w *waiters) add(requestID string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	w.mu.Lock()
-	if w.m == nil {
-		w.m = map[string][]chan struct{}{}
-	}
-	w.m[requestID] = append(w.m[requestID], ch)
-	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		list := w.m[requestID]
-		for i, c := range list {
-			if c == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(w.m, requestID)
-		} else {
-			w.m[requestID] = list
-		}
-	}
-}
-
-// wake tells everyone waiting for requestID that its response was announced, without blocking.
-func (w *waiters) wake(requestID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, ch := range w.m[requestID] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 }

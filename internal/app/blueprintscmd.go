@@ -77,20 +77,9 @@ func RunBlueprints(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s\n", data)
 		return nil
 	case "apply":
-		if *file == "" {
-			return errors.New("blueprints apply: -f FILE is required")
-		}
-		data, err := readFileOrStdin(*file)
-		if err != nil {
-			return fmt.Errorf("blueprints apply: %w", err)
-		}
 		var v gateway.BlueprintView
-		if err := api.do(ctx, http.MethodPost, "/api/v1/blueprints", documentType(data), data, &v); err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
-				return fmt.Errorf("blueprints apply: %s: %s (nothing was applied)", *file, ae.Msg)
-			}
-			return fmt.Errorf("blueprints apply: %s: %w", *file, err)
+		if err := api.applyFile(ctx, "blueprints apply", *file, "/api/v1/blueprints", &v); err != nil {
+			return err
 		}
 		if *asJSON {
 			return printJSON(env, v)

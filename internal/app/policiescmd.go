@@ -58,21 +58,9 @@ func RunPolicies(ctx context.Context, args []string, env Env) error {
 		printPolicy(env, v)
 		return nil
 	case "apply":
-		if *file == "" {
-			return errors.New("policies apply: -f FILE is required")
-		}
-		data, err := readFileOrStdin(*file)
-		if err != nil {
-			return fmt.Errorf("policies apply: %w", err)
-		}
 		var list gateway.PolicyList
-		if err := api.do(ctx, http.MethodPost, "/api/v1/policies", documentType(data), data, &list); err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
-				// The file's fault: said by the field (and line), nothing applied.
-				return fmt.Errorf("policies apply: %s: %s (nothing was applied)", *file, ae.Msg)
-			}
-			return fmt.Errorf("policies apply: %s: %w", *file, err)
+		if err := api.applyFile(ctx, "policies apply", *file, "/api/v1/policies", &list); err != nil {
+			return err
 		}
 		if *asJSON {
 			return printJSON(env, list)

@@ -284,6 +284,27 @@ func (e *lineError) Error() string {
 
 func (e *lineError) Unwrap() error { return e.err }
 
+// applyFile posts the document in file (- reads standard input) to path as command cmd, and
+// decodes the answer into out. A 400 is the file's fault: said with its field (and line),
+// nothing applied.
+func (a *gatewayAPI) applyFile(ctx context.Context, cmd, file, path string, out any) error {
+	if file == "" {
+		return fmt.Errorf("%s: -f FILE is required", cmd)
+	}
+	data, err := readFileOrStdin(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	if err := a.do(ctx, http.MethodPost, path, documentType(data), data, out); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			return fmt.Errorf("%s: %s: %s (nothing was applied)", cmd, file, ae.Msg)
+		}
+		return fmt.Errorf("%s: %s: %w", cmd, file, err)
+	}
+	return nil
+}
+
 // documentType is the content type a document is posted as: JSON when it reads as a JSON
 // object, YAML otherwise.
 func documentType(data []byte) string {

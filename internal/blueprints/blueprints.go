@@ -228,19 +228,27 @@ func Begin(ctx context.Context, lib *Library, runs *Runs, nr NewRun, check Check
 		Caller: nr.Caller, Owner: nr.Owner, Trace: nr.Trace, UserInput: nr.UserInput,
 		Fingerprint: Fingerprint(nr.Blueprint, nr.UserInput), Status: Pending, CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
 		Holder: nr.Holder, LeaseUntil: nr.LeaseUntil.UTC()}
-	for _, n := range b.Nodes() {
-		steps := n.Group
-		if len(steps) == 0 {
-			steps = []*blueprint.Step{n.Step}
-		}
-		for _, s := range steps {
-			r.Steps = append(r.Steps, StepRun{ID: s.ID(), Tool: s.Tool, OutputKey: s.OutputKey, Status: StepPending})
-		}
-	}
+	r.Steps = stepsOf(b)
 	got, _, created, err := runs.Create(ctx, r)
 	var big *BoundError
 	if errors.As(err, &big) {
 		return nil, false, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return got, created, err
+}
+
+// stepsOf are the steps a run of b begins with, each pending: every step and group member in
+// order (fallback steps join when taken).
+func stepsOf(b *blueprint.Blueprint) []StepRun {
+	var out []StepRun
+	for _, n := range b.Nodes() {
+		steps := n.Group
+		if len(steps) == 0 {
+			steps = []*blueprint.Step{n.Step}
+		}
+		for _, s := range steps {
+			out = append(out, StepRun{ID: s.ID(), Tool: s.Tool, OutputKey: s.OutputKey, Status: StepPending})
+		}
+	}
+	return out
 }

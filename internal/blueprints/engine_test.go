@@ -107,16 +107,7 @@ func begin(t *testing.T, b *blueprint.Blueprint, tools *fakeTools, runID, input 
 	t.Helper()
 	runs := &Runs{KV: bustest.NewMemKV()}
 	r := &Run{RunID: runID, Blueprint: b.Name, Version: 1, SessionID: protocol.RunSession(runID), UserInput: json.RawMessage(input),
-		Fingerprint: Fingerprint(b.Name, json.RawMessage(input)), Status: Pending, CreatedAt: time.Now()}
-	for _, n := range b.Nodes() {
-		steps := n.Group
-		if len(steps) == 0 {
-			steps = []*blueprint.Step{n.Step}
-		}
-		for _, s := range steps {
-			r.Steps = append(r.Steps, StepRun{ID: s.ID(), Tool: s.Tool, OutputKey: s.OutputKey, Status: StepPending})
-		}
-	}
+		Fingerprint: Fingerprint(b.Name, json.RawMessage(input)), Status: Pending, CreatedAt: time.Now(), Steps: stepsOf(b)}
 	if _, _, created, err := runs.Create(context.Background(), r); err != nil || !created {
 		t.Fatal(created, err)
 	}

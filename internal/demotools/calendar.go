@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode/utf8"
 )
 
 // defaultActivityCity is the city calendar_query answers for when none is given.
@@ -77,22 +76,9 @@ func (s *server) calendarQuery(_ *http.Request, a args) (any, error) {
 	if !known {
 		return nil, badArg("type", activityTypeNames, fmt.Sprintf("%s is not one of them", quote(typ)))
 	}
-	city, ok, err := a.str("city")
+	city, day, err := s.cityAndDay(a, defaultActivityCity)
 	if err != nil {
 		return nil, err
-	}
-	if !ok {
-		city = defaultActivityCity
-	}
-	if utf8.RuneCountInString(city) > 80 {
-		return nil, badArg("city", "a city name of at most 80 characters", "too long")
-	}
-	day, ok, err := a.date("date")
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		day = s.today()
 	}
 	date := day.Format(dateLayout)
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -40,24 +41,37 @@ var (
 	windDirs    = []string{"N", "NE", "E", "SE", "S", "SW", "W", "NW"}
 )
 
-// weatherSearch is weather_search: the forecast for a city on a date (default today).
-func (s *server) weatherSearch(_ *http.Request, a args) (any, error) {
+// cityAndDay reads the arguments city (at most 80 characters; required when fallback is
+// empty, else fallback) and date (YYYY-MM-DD, default today).
+func (s *server) cityAndDay(a args, fallback string) (string, time.Time, error) {
 	city, ok, err := a.str("city")
 	if err != nil {
-		return nil, err
+		return "", time.Time{}, err
 	}
-	if !ok {
-		return nil, missingArg("city", "a city name, e.g. \"上海\" or \"Berlin\"")
+	switch {
+	case !ok && fallback == "":
+		return "", time.Time{}, missingArg("city", "a city name, e.g. \"上海\" or \"Berlin\"")
+	case !ok:
+		city = fallback
 	}
 	if utf8.RuneCountInString(city) > 80 {
-		return nil, badArg("city", "a city name of at most 80 characters", "too long")
+		return "", time.Time{}, badArg("city", "a city name of at most 80 characters", "too long")
 	}
 	day, ok, err := a.date("date")
 	if err != nil {
-		return nil, err
+		return "", time.Time{}, err
 	}
 	if !ok {
 		day = s.today()
+	}
+	return city, day, nil
+}
+
+// weatherSearch is weather_search: the forecast for a city on a date (default today).
+func (s *server) weatherSearch(_ *http.Request, a args) (any, error) {
+	city, day, err := s.cityAndDay(a, "")
+	if err != nil {
+		return nil, err
 	}
 	date := day.Format(dateLayout)
 

@@ -66,10 +66,7 @@ func readBlueprintFiles(fsys fs.FS, dir string) ([][]byte, error) {
 func applyStartBlueprints(ctx context.Context, lib *blueprints.Library, docs [][]byte) (string, error) {
 	var applied, kept []string
 	for _, doc := range docs {
-		b, err := blueprint.Parse(doc)
-		if err == nil {
-			err = b.Compile(nil)
-		}
+		b, err := blueprint.Load(doc, nil)
 		if err != nil {
 			return "", fmt.Errorf("the start's blueprints: %w", err)
 		}

@@ -34,11 +34,7 @@ func whatIfBlueprint(ctx context.Context, env Env, natsURL *natsTarget, file str
 	if err != nil {
 		return replayTrouble(err)
 	}
-	bp, err := blueprint.Parse(data)
-	if err == nil {
-		// The tools are taken as known: the walk calls none.
-		err = bp.Compile(nil)
-	}
+	bp, err := blueprint.Load(data, nil) // the tools taken as known: the walk calls none
 	if err != nil {
 		return replayTrouble(fmt.Errorf("%s: %w", file, err))
 	}

@@ -138,14 +138,7 @@ func (l *Library) Compiled(ctx context.Context, name string, version int) (*blue
 
 // Decode is the blueprint an entry keeps, compiled (its tools taken as known).
 func Decode(e *Entry) (*blueprint.Blueprint, error) {
-	b, err := blueprint.Parse(e.Doc)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.Compile(func(string) bool { return true }); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return blueprint.Load(e.Doc, nil)
 }
 
 // NewRun is a run asked for.

@@ -92,11 +92,8 @@ func (s source) Compiled(context.Context, string, int) (*blueprint.Blueprint, er
 
 func compile(t *testing.T, doc string) *blueprint.Blueprint {
 	t.Helper()
-	b, err := blueprint.Parse([]byte(doc))
+	b, err := blueprint.Load([]byte(doc), nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Compile(nil); err != nil {
 		t.Fatal(err)
 	}
 	return b

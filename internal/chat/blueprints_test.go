@@ -53,11 +53,8 @@ func (f *fakeBlueprints) asked() ([]blueprints.Ask, []string) {
 
 func chatBlueprint(t *testing.T, src string) *blueprint.Blueprint {
 	t.Helper()
-	b, err := blueprint.Parse([]byte(src))
+	b, err := blueprint.Load([]byte(src), nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Compile(nil); err != nil {
 		t.Fatal(err)
 	}
 	return b

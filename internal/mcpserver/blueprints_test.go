@@ -60,11 +60,8 @@ func (f *fakeRunner) asked() []blueprints.Ask {
 // compiledBlueprint is the blueprint src (JSON), compiled.
 func compiledBlueprint(t *testing.T, src string) *blueprint.Blueprint {
 	t.Helper()
-	b, err := blueprint.Parse([]byte(src))
+	b, err := blueprint.Load([]byte(src), nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Compile(nil); err != nil {
 		t.Fatal(err)
 	}
 	return b

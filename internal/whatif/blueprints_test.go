@@ -30,11 +30,8 @@ func compiled(t *testing.T, doc string, edits ...string) *blueprint.Blueprint {
 		}
 		doc = strings.Replace(doc, edits[i], edits[i+1], 1)
 	}
-	bp, err := blueprint.Parse([]byte(doc))
+	bp, err := blueprint.Load([]byte(doc), nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bp.Compile(nil); err != nil {
 		t.Fatal(err)
 	}
 	return bp

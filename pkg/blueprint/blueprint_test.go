@@ -319,3 +319,17 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Fatal("an unknown field was read")
 	}
 }
+
+// Load is Parse and Compile: a blueprint that parses but names an unknown tool is refused.
+func TestLoad(t *testing.T) {
+	doc := []byte(`{"name":"b","steps":[{"tool":"t","output_key":"x"}]}`)
+	if b, err := Load(doc, nil); err != nil || !b.Compiled() {
+		t.Fatalf("%v", err)
+	}
+	if _, err := Load(doc, func(string) bool { return false }); err == nil || !strings.Contains(err.Error(), "steps[0]") {
+		t.Fatalf("an unknown tool: %v", err)
+	}
+	if _, err := Load([]byte(`{"name":"b","steps":[],"nope":1}`), nil); err == nil {
+		t.Fatal("an unknown field loaded")
+	}
+}

@@ -28,6 +28,19 @@ var (
 // included.
 const maxDepth = 64
 
+// Load parses data (Parse) and compiles it (Compile) with tools: the blueprint ready to run,
+// or the first error either finds.
+func Load(data []byte, tools func(name string) bool) (*Blueprint, error) {
+	b, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Compile(tools); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // Parse reads a blueprint, JSON or YAML (one document, no anchors or aliases, no duplicate
 // keys, no unknown fields), of at most MaxBytes. It reads the shape only: what each field
 // holds and what it is written as. Compile checks the rest. Errors are *Error with the line.

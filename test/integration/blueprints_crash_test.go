@@ -17,11 +17,8 @@ import (
 // applyBlueprint registers the blueprint doc through the bus, as the blueprints' API does.
 func (s *system) applyBlueprint(doc string) {
 	s.t.Helper()
-	b, err := blueprint.Parse([]byte(doc))
+	b, err := blueprint.Load([]byte(doc), nil)
 	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := b.Compile(nil); err != nil {
 		s.t.Fatal(err)
 	}
 	_, bb := s.connect()

@@ -19,7 +19,7 @@ import (
 )
 
 // fields are the keys a contract document may have.
-var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach", "sandbox", "recipients", "policy"}
+var fields = []string{"kind", "name", "description", "input_schema", "output_schema", "execution_policy", "effects", "reach", "sandbox", "recipients", "policy", "resource_key", "changes", "precedence", "on_conflict"}
 
 // Kind is what a document's optional kind field says of a contract (hermes apply reads files
 // of several kinds).
@@ -125,7 +125,7 @@ func ParseDocument(d Document) (*contract.Contract, error) { return decode(d.Nod
 // decode reads one document's contract and compiles it, reporting errors with their lines.
 func decode(doc *yaml.Node) (*contract.Contract, error) {
 	if doc.Kind != yaml.MappingNode {
-		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects, reach, sandbox, recipients and policy"}
+		return nil, &contract.Error{Line: doc.Line, Reason: "a contract is a mapping of name, description, input_schema, output_schema, execution_policy, effects, reach, sandbox, recipients, policy, resource_key, changes, precedence and on_conflict"}
 	}
 	lines := map[string]int{}
 	c := &contract.Contract{}
@@ -193,14 +193,24 @@ func decode(doc *yaml.Node) (*contract.Contract, error) {
 		}
 	}
 	if n, ok := byKey["recipients"]; ok && n.Tag != "!!null" {
-		if n.Kind != yaml.SequenceNode {
-			return nil, &contract.Error{Line: n.Line, Field: "recipients", Reason: "must be a list of the arguments that name recipients, such as [user_ids]"}
+		if c.Recipients, err = names(n, "recipients", "must be a list of the arguments that name recipients, such as [user_ids]"); err != nil {
+			return nil, err
 		}
-		for _, e := range n.Content {
-			if e.Kind != yaml.ScalarNode || e.Tag != "!!str" {
-				return nil, &contract.Error{Line: e.Line, Field: "recipients", Reason: "must be a list of argument names"}
-			}
-			c.Recipients = append(c.Recipients, e.Value)
+	}
+	if c.ResourceKey, err = str("resource_key", false); err != nil {
+		return nil, err
+	}
+	if c.OnConflict, err = str("on_conflict", false); err != nil {
+		return nil, err
+	}
+	if n, ok := byKey["changes"]; ok && n.Tag != "!!null" {
+		if c.Changes, err = names(n, "changes", "must be a list of the fields the tool changes, such as [shipping_address]"); err != nil {
+			return nil, err
+		}
+	}
+	if n, ok := byKey["precedence"]; ok && n.Tag != "!!null" {
+		if c.Precedence, err = decodePrecedence(n); err != nil {
+			return nil, err
 		}
 	}
 	if n, ok := byKey["policy"]; ok && n.Tag != "!!null" {
@@ -236,6 +246,48 @@ func decode(doc *yaml.Node) (*contract.Contract, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// names reads a list of names at field.
+func names(n *yaml.Node, field, reason string) ([]string, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, &contract.Error{Line: n.Line, Field: field, Reason: reason}
+	}
+	out := make([]string, 0, len(n.Content))
+	for _, e := range n.Content {
+		if e.Kind != yaml.ScalarNode || e.Tag != "!!str" {
+			return nil, &contract.Error{Line: e.Line, Field: field, Reason: reason}
+		}
+		out = append(out, e.Value)
+	}
+	return out, nil
+}
+
+// decodePrecedence reads precedence: {before: [tools], after: [tools]}.
+func decodePrecedence(n *yaml.Node) (*contract.Precedence, error) {
+	const shape = "is a mapping of before and after, each a list of tools: {before: [refund_apply]}"
+	if n.Kind != yaml.MappingNode {
+		return nil, &contract.Error{Line: n.Line, Field: "precedence", Reason: shape}
+	}
+	p := &contract.Precedence{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var dst *[]string
+		switch k.Value {
+		case "before":
+			dst = &p.Before
+		case "after":
+			dst = &p.After
+		default:
+			return nil, &contract.Error{Line: k.Line, Field: "precedence." + protocol.Shorten(k.Value, 32), Reason: "unknown field; precedence " + shape}
+		}
+		list, err := names(v, "precedence."+k.Value, "must be a list of tools")
+		if err != nil {
+			return nil, err
+		}
+		*dst = append(*dst, list...)
+	}
+	return p, nil
 }
 
 // decodePolicy reads execution_policy: timeout_ms, max_retries, resource_level.

@@ -63,6 +63,9 @@ func (s *Store) RegisterTried(ctx context.Context, c *contract.Contract, source 
 	if _, err := contract.Compile(c, 0, 0); err != nil {
 		return nil, false, err
 	}
+	if err := s.checkPrecedence(ctx, c); err != nil {
+		return nil, false, err
+	}
 	for range 8 {
 		head, err := s.head(ctx, c.Name)
 		if err != nil {
@@ -83,6 +86,28 @@ func (s *Store) RegisterTried(ctx context.Context, c *contract.Contract, source 
 		return e, err == nil, err
 	}
 	return nil, false, fmt.Errorf("registry: register %s: it keeps changing; try again", c.Name)
+}
+
+// checkPrecedence refuses c when its precedence, with the other registered contracts', makes a
+// cycle (no order would satisfy them all).
+func (s *Store) checkPrecedence(ctx context.Context, c *contract.Contract) error {
+	if c.Precedence == nil {
+		return nil // no edge of its own: replacing a contract by it removes cycles, never makes one
+	}
+	entries, _, err := s.List(ctx)
+	if err != nil {
+		return err
+	}
+	all := []*contract.Contract{c}
+	for _, e := range entries {
+		if e.Contract.Name != c.Name && !e.Removed {
+			all = append(all, &e.Contract)
+		}
+	}
+	if cyc := contract.PrecedenceCycle(all); cyc != nil {
+		return &contract.Error{Field: "precedence", Reason: "makes a precedence cycle with the registered contracts: " + strings.Join(cyc, " before ")}
+	}
+	return nil
 }
 
 // Registered returns the tool's current entry when it says what c says (registering c would

@@ -18,6 +18,8 @@ type aggregator struct {
 	bus     *bus.Bus
 	answer  *answer.Responder
 	maxCall int // the most call ids a trusted correlation may hold
+	// release ends the turn a result's call ran under (Config.Release); nil: none.
+	release func(ctx context.Context, g *protocol.Grant, requestID, callID, session, status string) error
 }
 
 // handle aggregates one result delivery (the bus middleware has decoded it).
@@ -83,8 +85,24 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 		// was recorded for its call; the record says what was.
 		rec.AtLeast, rec.Held = 0, nil
 	}
+	if g := grantOf(m); g != nil && a.release != nil && (rec.Held != nil || protocol.IsRedrivenResultSubject(d.Subject)) {
+		// The call's result is on the record: its turn on the resource it changed ends, and
+		// the next call in line gets it. (A result not on its own call's subject ends none.)
+		if err := a.release(ctx, g, m.RequestID, res.ToolCallID, m.SessionID, res.Status); err != nil {
+			return fmt.Errorf("router: end the turn of %s/%s: %w", m.RequestID, res.ToolCallID, err)
+		}
+	}
 	_, err = a.answer.FromRecord(ctx, rec)
 	return err
+}
+
+// grantOf is the grant a result's call ran under, as its correlation carries it from the
+// dispatch; nil when none, or not a grant.
+func grantOf(m *protocol.Message) *protocol.Grant {
+	if m.Correlation == nil || m.Correlation.Grant == nil || m.Correlation.Grant.Check() != nil {
+		return nil
+	}
+	return m.Correlation.Grant
 }
 
 // trusted reports whether a result's correlation can stand in for the plan: a valid id list

@@ -65,6 +65,12 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 			}
 			out.Follow(m, protocol.MsgIDToolCall(m.RequestID, c.Call.ToolCallID))
 			out.Correlation = corr
+			if g := c.Dispatch.Grant; g != nil {
+				// The grant travels back with the call's result, which ends its turn.
+				withGrant := *corr
+				withGrant.Grant = g
+				out.Correlation = &withGrant
+			}
 			tracing.Inject(ctx, &out.Trace)
 			out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
 			if k := o.seal; k != nil {

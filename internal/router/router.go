@@ -43,6 +43,13 @@ type Config struct {
 	// Stages run between the contract and the route stages, in order (policies, rate
 	// limits… to come).
 	Stages []Stage
+	// Last run after the route stage, in order: they see each routed call's dispatch (state
+	// coordination, the last word before a call leaves).
+	Last []Stage
+	// Release is told of every recorded result whose call ran under a grant (a turn on a
+	// resource it changes, protocol.Grant): the turn ends. An error retries the result's
+	// delivery; nil: grants are not followed.
+	Release func(ctx context.Context, g *protocol.Grant, requestID, callID, session, status string) error
 	// Metrics counts answered requests; nil counts into unexported metrics.
 	Metrics *metrics.Metrics
 	// Seal, when set, signs every tool call this router dispatches (protocol.Seal), so that
@@ -123,7 +130,7 @@ func New(cfg Config) (*Router, error) {
 	if limit <= 0 {
 		limit = protocol.DefaultLimits.MaxToolCalls
 	}
-	r.agg = &aggregator{bus: cfg.Bus, answer: answer.New(cfg.Bus, r.pub, r.lot, cfg.Metrics, r.log), maxCall: limit}
+	r.agg = &aggregator{bus: cfg.Bus, answer: answer.New(cfg.Bus, r.pub, r.lot, cfg.Metrics, r.log), maxCall: limit, release: cfg.Release}
 	wake := r.agg.answer.WakeNext
 	stages := []Stage{
 		&SerialStage{Sessions: cfg.Bus.Sessions, Answered: cfg.Bus.Answered, Plan: cfg.Bus.Plan, WakeNext: wake},
@@ -148,6 +155,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	stages = append(stages, cfg.Stages...)
 	stages = append(stages, &RouteStage{Table: r.Routes, Kinds: cfg.Kinds, Ensure: r.ensureTool})
+	stages = append(stages, cfg.Last...)
 	r.pipeline = &Pipeline{Stages: stages, Out: &busOutlet{bus: cfg.Bus, pub: r.pub, lot: r.lot, seal: cfg.Seal}}
 	return r, nil
 }

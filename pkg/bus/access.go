@@ -252,7 +252,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.TimerStreamName, ConsumerTimers),
 			toolConsumers(),
 			subjToolCalls(),
-			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy)},
+			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination)},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 	case RoleWorker:

@@ -36,6 +36,10 @@ type Bucket struct {
 	// Rollup allows roll-ups (Nats-Rollup), which empty a whole bucket: whoever may write one
 	// key could. Leave it off unless the application purges keys.
 	Rollup bool
+	// MarkerTTL, when set, lets writers give a key a TTL of its own (a per-message TTL,
+	// Nats-TTL) and keeps the marker the server leaves when one lapses, or when a key is
+	// purged, this long: a watcher sees the lapse.
+	MarkerTTL time.Duration
 	// Watchers are the roles that may watch the bucket (ordered consumers); Writers may also
 	// write its keys. Admin may do anything; gateways and routers read every bucket by direct
 	// gets (a watcher or writer of another role is given those reads of this bucket too).

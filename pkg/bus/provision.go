@@ -367,12 +367,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			ttl = planTTL(cfg, stream)
 		}
 		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
-			Bucket:   a.Name,
-			History:  max(1, a.History),
-			TTL:      ttl,
-			MaxBytes: a.MaxBytes,
-			Storage:  jetstream.FileStorage,
-			Replicas: cfg.Replicas,
+			Bucket:         a.Name,
+			History:        max(1, a.History),
+			TTL:            ttl,
+			MaxBytes:       a.MaxBytes,
+			Storage:        jetstream.FileStorage,
+			Replicas:       cfg.Replicas,
+			LimitMarkerTTL: a.MarkerTTL,
 		}, a.Strict, a.Rollup, !cfg.OpenOnly)
 		if err != nil {
 			return nil, err

@@ -116,6 +116,14 @@ func Compile(c *Contract, version int, revision uint64) (*Compiled, error) {
 			return nil, err
 		}
 	}
+	var props map[string]any
+	if out.input != nil {
+		doc, _ := out.input.doc.(map[string]any)
+		props, _ = doc["properties"].(map[string]any)
+	}
+	if err := c.checkResource(props); err != nil {
+		return nil, err
+	}
 	if len(c.OutputSchema) == 0 {
 		return out, nil
 	}

@@ -84,6 +84,16 @@ type Contract struct {
 	// Policy is the tool's policy (package policy) unless one applied through the policies'
 	// API stands for it.
 	Policy *policy.Policy `json:"policy,omitempty"`
+	// ResourceKey names the resource a call changes: an argument's name, or a template of
+	// arguments such as "order:{order_id}" (resource.go). Calls that change the same
+	// resource run one at a time.
+	ResourceKey string `json:"resource_key,omitempty"`
+	// Changes names the resource's fields the tool changes.
+	Changes []string `json:"changes,omitempty"`
+	// Precedence orders the tool's changes of a resource against other tools' in one request.
+	Precedence *Precedence `json:"precedence,omitempty"`
+	// OnConflict is OnConflictRefuse (the default) or OnConflictOrder.
+	OnConflict string `json:"on_conflict,omitempty"`
 }
 
 // MaxRecipientArgs bounds the arguments a contract names as recipients.

@@ -84,6 +84,11 @@ func (m *Message) DecodeDispatch() (*Dispatch, error) {
 	if err := d.Action.Check(); err != nil {
 		return nil, err
 	}
+	if g := d.Grant; g != nil {
+		if err := g.Check(); err != nil {
+			return nil, err
+		}
+	}
 	if c := d.Contract; c != nil {
 		switch {
 		case c.Name != d.Call.Name:
@@ -234,6 +239,19 @@ func (r *ToolResult) Validate(field string) error {
 	}
 	if r.Content != nil && !json.Valid(r.Content) {
 		return fieldErr(joinField(field, "content"), "is not valid JSON")
+	}
+	if r.Grant != nil {
+		if err := r.Grant.Check(); err != nil {
+			return err
+		}
+	}
+	if len(r.SuggestedOrder) > MaxCoordinationTextBytes {
+		return fieldErr(joinField(field, "suggested_order"), fmt.Sprintf("at most %d tools", MaxCoordinationTextBytes))
+	}
+	for _, t := range r.SuggestedOrder {
+		if err := CheckToolName(joinField(field, "suggested_order"), t); err != nil {
+			return err
+		}
 	}
 	if r.Policy != nil {
 		if err := r.Policy.Check(); err != nil {

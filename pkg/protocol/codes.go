@@ -54,6 +54,14 @@ const (
 	CodeApprovalExpired = "APPROVAL_EXPIRED"
 	// CodeApprovalDenied: a person denied the call's approval.
 	CodeApprovalDenied = "APPROVAL_DENIED"
+	// CodeConflictResolveRequired: calls of one request change the same resource, and their
+	// tools' contracts ask the caller to order them (ToolResult.SuggestedOrder says how).
+	CodeConflictResolveRequired = "CONFLICT_RESOLVE_REQUIRED"
+	// CodeResourceKeyMissing: a call of a tool that changes a resource does not name it (the
+	// contract's resource_key argument is missing or empty): it is never run unserialized.
+	CodeResourceKeyMissing = "RESOURCE_KEY_MISSING"
+	// CodeResourceBusy: too many calls already wait for the resource the call changes.
+	CodeResourceBusy = "RESOURCE_BUSY"
 	// A call over its tool's rate limit is CodeRateLimited (origin hermes), with the time it may
 	// be tried again (ToolResult.Policy.RetryAt).
 )

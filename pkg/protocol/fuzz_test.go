@@ -27,6 +27,11 @@ func FuzzUnmarshal(f *testing.F) {
 	bs.MsgID, bs.RequestID, bs.SessionID = "blueprint:r1:1:skipped", "bpr-r1-s1", "bpr-r1"
 	step, _ := Marshal(bs)
 	f.Add(step)
+	ce, _ := NewMessage(TypeCoordination, &CoordinationEvent{Op: CoordWaiting, ToolCallID: "c", Tool: "refund_apply", Resource: "order_123",
+		Tx: TxID("r", "order_123"), HeldBy: "r0/c0", Position: 1, Changes: []string{"payment_status"}})
+	ce.MsgID, ce.RequestID, ce.SessionID = "coord:waiting:r:c:0", "r", "s"
+	coord, _ := Marshal(ce)
+	f.Add(coord)
 	f.Add([]byte{0xc6, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0xdf, 0x7f, 0xff, 0xff, 0xff, 0xa1, 'a'})
@@ -47,6 +52,9 @@ func FuzzUnmarshal(f *testing.F) {
 		_, _ = msg.DecodeResponse()
 		_, _ = msg.DecodeCancel()
 		_, _ = msg.DecodeLLMDecision()
+		if e, err := msg.DecodeCoordination(); err == nil && (!ValidTx(e.Tx) || len(e.Resource) > MaxResourceKeyLen || len(e.Changes) > MaxChanges) {
+			t.Errorf("accepted %+v", e)
+		}
 		if e, err := msg.DecodeBlueprintStep(); err == nil && (len(e.Error) > MaxBlueprintTextBytes || e.Condition != nil && len(e.Condition.Values) > 0 && !json.Valid(e.Condition.Values)) {
 			t.Errorf("accepted %+v", e)
 		}

@@ -39,12 +39,16 @@ const (
 	// TypeBlueprintStep records a step of a blueprint run as it starts, ends or is skipped,
 	// and the run as it ends (payload BlueprintStep).
 	TypeBlueprintStep Type = "blueprint_step.v1"
+	// TypeCoordination records what state coordination did about a call that changes a
+	// resource: proposed, waiting, granted, released, expired, conflict (payload
+	// CoordinationEvent).
+	TypeCoordination Type = "coordination.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy, TypeBlueprintStep:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy, TypeBlueprintStep, TypeCoordination:
 		return true
 	}
 	return false
@@ -181,6 +185,10 @@ type Correlation struct {
 	// response says as its error message (who cancelled, and why): whoever answers the request
 	// from those results says the same.
 	Cancelled string `msgpack:"cancelled,omitempty" json:"cancelled,omitempty"`
+	// Grant, on the dispatch of a call that changes a resource and on whatever follows it
+	// (its result, a dead letter's answer), is the call's turn on the resource: aggregation
+	// gives the turn back when the call's result is recorded.
+	Grant *Grant `msgpack:"grant,omitempty" json:"grant,omitempty"`
 }
 
 // NewMessage builds an envelope of type t for payload, stamped now (UTC). The caller sets the

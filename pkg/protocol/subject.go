@@ -188,6 +188,9 @@ const (
 	EventPolicy = "policy"
 	// EventBlueprint is the event kind of blueprint_step messages: a blueprint run's steps.
 	EventBlueprint = "blueprint"
+	// EventCoordination is the event kind of coordination messages: a call's proposal, wait,
+	// grant, release or conflict on the resource it changes.
+	EventCoordination = "coordination"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.

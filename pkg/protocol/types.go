@@ -171,6 +171,12 @@ type ToolResult struct {
 	// Policy is what the tool's policy decided when it kept the call from running (denied,
 	// limited, waiting for approval): the rule and the policy's version.
 	Policy *PolicyDecision `json:"policy,omitempty" msgpack:"policy,omitempty"`
+	// Grant is the turn on a resource the call ran under, when its tool changes one: the
+	// transaction id and fencing token the tool was given.
+	Grant *Grant `json:"grant,omitempty" msgpack:"grant,omitempty"`
+	// SuggestedOrder, on a CONFLICT_RESOLVE_REQUIRED result, lists the conflicting calls'
+	// tools in the order their contracts' precedence puts them.
+	SuggestedOrder []string `json:"suggested_order,omitempty" msgpack:"suggested_order,omitempty"`
 }
 
 // PolicyDecision is what a tool's policy decided about one call (package policy), as the
@@ -291,6 +297,9 @@ type Dispatch struct {
 	Contract *ContractRef `msgpack:"contract,omitempty" json:"contract,omitempty"`
 	// Policy is what the tool's policy decided, when it has one.
 	Policy *PolicyDecision `msgpack:"policy,omitempty" json:"policy,omitempty"`
+	// Grant is the call's turn on the resource it changes, when its tool changes one: the
+	// worker passes its transaction id and fencing token to the tool (HeaderTx, HeaderFence).
+	Grant *Grant `msgpack:"grant,omitempty" json:"grant,omitempty"`
 }
 
 // ContractRef names one version of a tool's contract.

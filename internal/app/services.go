@@ -19,8 +19,10 @@ import (
 	"github.com/hermesbus/hermes/examples"
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/coordination"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/router"
@@ -117,6 +119,7 @@ type RouterService struct {
 	contracts *registry.Live
 	policies  *policies.Book
 	expirer   *approvals.Expirer
+	turns     *coordination.Turns
 	log       *slog.Logger
 }
 
@@ -128,12 +131,35 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
-		Limits: cfg.Limits, Contracts: live.Current, Stages: append([]router.Stage{stage}, cfg.Stages...), Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+	coord, turns, err := coordinationStage(b, cfg.Instance, log)
 	if err != nil {
 		return nil, err
 	}
-	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, log: log}, nil
+	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
+		Limits: cfg.Limits, Contracts: live.Current, Stages: append([]router.Stage{stage}, cfg.Stages...), Last: []router.Stage{coord},
+		Release: turns.Release, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, turns: turns, log: log}, nil
+}
+
+// coordinationStage is a router's coordination stage on b, and the turns it ends and passes on
+// (every router follows the leases).
+func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordination.Stage, *coordination.Turns, error) {
+	kv := b.Bucket(coordination.Bucket)
+	if kv == nil {
+		return nil, nil, fmt.Errorf("router: the bus has no coordination bucket (%s): open it with app.Connect", coordination.Bucket)
+	}
+	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: instance})
+	lot := park.New(b, pub, log)
+	wake := func(ctx context.Context, key string) error {
+		_, err := lot.Wake(ctx, key)
+		return err
+	}
+	store, events := &coordination.Store{KV: kv, JS: b.JS}, &coordination.Events{Pub: pub, Log: log}
+	return &coordination.Stage{Store: store, Events: events, Wake: wake},
+		&coordination.Turns{Store: store, Events: events, Wake: wake, Log: log.With("part", "coordination")}, nil
 }
 
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping
@@ -147,6 +173,7 @@ func (s *RouterService) Run(ctx context.Context) error {
 		return err
 	}
 	go func() { _ = s.expirer.Run(ctx) }()
+	go func() { _ = s.turns.Run(ctx) }()
 	if s.path != "" && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {

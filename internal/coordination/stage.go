@@ -2,7 +2,6 @@ package coordination
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -265,6 +264,3 @@ func (e *Events) Ended(ctx context.Context, op, reason string, x *Ended) error {
 	}
 	return nil
 }
-
-// errNoWake: a turn passed on with nobody to wake its request.
-var errNoWake = errors.New("coordination: no wake-up")

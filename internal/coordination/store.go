@@ -128,6 +128,23 @@ type Store struct {
 	JS jetstream.JetStream
 	// Now stamps proposals and grants (time.Now when nil); it decides nothing.
 	Now func() time.Time
+	// ClaimFor is the lease of a turn passed on to a waiting call (default ClaimWindow); MinRun
+	// the shortest lease of a call's run (default 30 s). Tests shorten them.
+	ClaimFor, MinRun time.Duration
+}
+
+func (s *Store) claimWindow() time.Duration {
+	if s.ClaimFor > 0 {
+		return s.ClaimFor
+	}
+	return ClaimWindow
+}
+
+func (s *Store) minRun() time.Duration {
+	if s.MinRun > 0 {
+		return s.MinRun
+	}
+	return minLease
 }
 
 func (s *Store) now() time.Time {
@@ -286,9 +303,9 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 			// The grant is written over the entry as read: its revision is the turn's
 			// fencing token. The lease is written first, so no holder is ever without one.
 			t := &Turn{Proposal: st.Waiting[0], Fence: rev, GrantedAt: s.now()}
-			ttl := ClaimWindow
+			ttl := s.claimWindow()
 			if slices.ContainsFunc(ps, func(p Proposal) bool { return t.same(&p) }) {
-				ttl = max(run, ClaimWindow)
+				ttl = max(run, s.minRun())
 			}
 			if _, err := s.putLease(ctx, token, lease{RequestID: t.RequestID, CallID: t.CallID, Fence: t.Fence}, ttl, 0); err != nil && !errors.Is(err, errChanged) {
 				return nil, nil, err
@@ -337,7 +354,7 @@ func (s *Store) Claim(ctx context.Context, resource string, t *Turn, run time.Du
 		if err != nil || rev == 0 {
 			return false, err
 		}
-		_, err = s.putLease(ctx, token, lease{RequestID: t.RequestID, CallID: t.CallID, Fence: t.Fence}, max(run, minLease), rev)
+		_, err = s.putLease(ctx, token, lease{RequestID: t.RequestID, CallID: t.CallID, Fence: t.Fence}, max(run, s.minRun()), rev)
 		if !errors.Is(err, errChanged) {
 			return err == nil, err
 		}
@@ -397,7 +414,7 @@ func (s *Store) end(ctx context.Context, resource string, ends func(context.Cont
 		var granted *Turn
 		if len(st.Waiting) > 0 {
 			granted = &Turn{Proposal: st.Waiting[0], Fence: rev, GrantedAt: s.now()}
-			if _, err := s.putLease(ctx, token, lease{RequestID: granted.RequestID, CallID: granted.CallID, Fence: granted.Fence}, ClaimWindow, 0); err != nil && !errors.Is(err, errChanged) {
+			if _, err := s.putLease(ctx, token, lease{RequestID: granted.RequestID, CallID: granted.CallID, Fence: granted.Fence}, s.claimWindow(), 0); err != nil && !errors.Is(err, errChanged) {
 				return nil, err
 			}
 			st.Holder, st.Waiting = granted, st.Waiting[1:]

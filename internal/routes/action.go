@@ -35,6 +35,7 @@ var (
 	// reservedHeaders are set by Hermes on every call; a route may not set them.
 	reservedHeaders = []string{
 		"Idempotency-Key", "X-Request-ID", "X-Trace-ID", "Content-Type", "Content-Length", "Host", "traceparent",
+		protocol.HeaderTx, protocol.HeaderFence, protocol.HeaderResource,
 	}
 )
 

@@ -114,7 +114,7 @@ func (e *Executor) Close() error {
 }
 
 // reservedMetadata are metadata names gRPC or Hermes set; a route cannot.
-var reservedMetadata = []string{"content-type", "te", "user-agent", "idempotency-key", "x-request-id", "x-hermes-attempt", "traceparent", "tracestate"}
+var reservedMetadata = []string{"content-type", "te", "user-agent", "idempotency-key", "x-request-id", "x-hermes-attempt", "x-hermes-tx", "x-hermes-fence", "x-hermes-resource", "x-hermes-resource-bin", "traceparent", "tracestate"}
 
 // Execute runs one try of a grpc action.
 func (e *Executor) Execute(ctx context.Context, c *worker.Call) (out worker.Outcome, err error) {
@@ -334,6 +334,17 @@ func (e *Executor) metadata(ctx context.Context, c *worker.Call, a *protocol.GRP
 	md.Set("idempotency-key", c.IdempotencyKey())
 	md.Set("x-request-id", c.RequestID)
 	md.Set("x-hermes-attempt", strconv.Itoa(c.Attempt))
+	if g := c.Dispatch.Grant; g != nil {
+		// The call's turn on the resource it changes: the server refuses a fencing token
+		// lower than one it has seen for the resource.
+		md.Set("x-hermes-tx", g.Tx)
+		md.Set("x-hermes-fence", strconv.FormatUint(g.Fence, 10))
+		if strings.ContainsFunc(g.Resource, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+			md.Set("x-hermes-resource-bin", g.Resource) // not printable ASCII: sent as bytes
+		} else {
+			md.Set("x-hermes-resource", g.Resource)
+		}
+	}
 	tc := c.Trace
 	tracing.Inject(ctx, &tc)
 	if tc.Traceparent != "" {

@@ -279,6 +279,13 @@ func (h *Executor) build(ctx context.Context, c *worker.Call) (*http.Request, er
 	req.Header.Set("Idempotency-Key", c.IdempotencyKey())
 	req.Header.Set("X-Request-ID", c.RequestID)
 	req.Header.Set("X-Hermes-Attempt", strconv.Itoa(c.Attempt))
+	if g := c.Dispatch.Grant; g != nil {
+		// The call's turn on the resource it changes: the tool refuses a fencing token lower
+		// than one it has seen for the resource.
+		req.Header.Set(protocol.HeaderTx, g.Tx)
+		req.Header.Set(protocol.HeaderFence, strconv.FormatUint(g.Fence, 10))
+		req.Header.Set(protocol.HeaderResource, g.Resource)
+	}
 	tc := c.Trace // the tool's parent is this try's client span, when there is one
 	tracing.Inject(ctx, &tc)
 	if tc.TraceID != "" {

@@ -136,6 +136,15 @@ func ToolName(prefix, mcpName string) (string, bool) {
 	return name, mcpName != "" && protocol.ValidToken(name, protocol.MaxToolNameLen)
 }
 
+// The keys of a tools/call request's _meta that carry the call's turn on the resource it
+// changes (state coordination): the transaction id, the fencing token (a number) and the
+// resource.
+const (
+	MetaTx       = "hermes/tx"
+	MetaFence    = "hermes/fence"
+	MetaResource = "hermes/resource"
+)
+
 // States of a server's connection.
 const (
 	StateConnecting = "connecting"
@@ -523,7 +532,13 @@ func (e *Executor) Execute(ctx context.Context, call *worker.Call) (worker.Outco
 		return worker.Failed(protocol.CodeBadArguments, protocol.OriginHermes, "send the arguments as a JSON object", err.Error(), false), nil
 	}
 	start := time.Now()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: a.Tool, Arguments: args})
+	params := &mcp.CallToolParams{Name: a.Tool, Arguments: args}
+	if g := call.Dispatch.Grant; g != nil {
+		// The call's turn on the resource it changes, in the request's _meta: the server
+		// refuses a fencing token lower than one it has seen for the resource.
+		params.Meta = mcp.Meta{MetaTx: g.Tx, MetaFence: g.Fence, MetaResource: g.Resource}
+	}
+	res, err := cs.CallTool(ctx, params)
 	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -154,7 +154,7 @@ func (s *Store) now() time.Time {
 	return time.Now().UTC()
 }
 
-func stateKey(token string) string              { return "r." + token }
+func stateKey(token string) string               { return "r." + token }
 func leaseKey(token string, fence uint64) string { return fmt.Sprintf("l.%s.%d", token, fence) }
 
 // errChanged: the entry changed between reading and writing it.

@@ -1,0 +1,250 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// changer is a tool that changes accounts (POST /change {"key", "hold_ms"}) and keeps the
+// evidence of interleaving a careful tool would: changes of one key in flight at once, and
+// the fencing tokens it was given, in the order the changes came.
+type changer struct {
+	mu       sync.Mutex
+	inFlight map[string]int
+	overlaps int
+	fences   map[string][]uint64
+	txs      map[string]bool
+	bare     int // calls that came without a grant
+	addr     string
+}
+
+func newChanger(t *testing.T) *changer {
+	c := &changer{inFlight: map[string]int{}, fences: map[string][]uint64{}, txs: map[string]bool{}}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	c.addr = strings.TrimPrefix(srv.URL, "http://")
+	return c
+}
+
+func (c *changer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var args struct {
+		Key    string `json:"key"`
+		HoldMS int    `json:"hold_ms"`
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	_ = json.Unmarshal(body, &args)
+	fence, err := strconv.ParseUint(r.Header.Get(protocol.HeaderFence), 10, 64)
+	c.mu.Lock()
+	if err != nil || !strings.HasPrefix(r.Header.Get(protocol.HeaderTx), protocol.TxPrefix) || r.Header.Get(protocol.HeaderResource) != "acct:"+args.Key {
+		c.bare++
+	}
+	c.inFlight[args.Key]++
+	if c.inFlight[args.Key] > 1 {
+		c.overlaps++
+	}
+	c.fences[args.Key] = append(c.fences[args.Key], fence)
+	c.txs[r.Header.Get(protocol.HeaderTx)] = true
+	c.mu.Unlock()
+	time.Sleep(time.Duration(args.HoldMS) * time.Millisecond)
+	c.mu.Lock()
+	c.inFlight[args.Key]--
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(w, `{"key":%q,"fence":%d}`, args.Key, fence)
+}
+
+// changeContract makes the change tool's calls serialized per account.
+const changeContract = `name: change
+description: changes an account's balance
+effects: side_effects
+resource_key: "acct:{key}"
+changes: [balance]
+input_schema:
+  key: {type: string, required: true}
+  hold_ms: {type: integer}
+`
+
+// startWithChanger runs Hermes with the change tool routed to a changer.
+func startWithChanger(t *testing.T, routers, workers int) (*system, *changer, map[string]string) {
+	t.Helper()
+	ch := newChanger(t)
+	base, err := os.ReadFile("testdata/routes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routesFile := filepath.Join(t.TempDir(), "routes.yaml")
+	extra := fmt.Sprintf(`
+  - name: change
+    match:
+      tool_name: change
+    action:
+      http:
+        url: http://%s/change
+        method: POST
+        timeout_ms: 10000
+`, ch.addr)
+	if err := os.WriteFile(routesFile, append(base, extra...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, options{routesFile: routesFile, routers: routers, workers: workers, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+	if code, _, body := s.registerContract(keys["admin"], changeContract); code != http.StatusCreated {
+		t.Fatalf("register change: %d %s", code, body)
+	}
+	return s, ch, keys
+}
+
+// coordinationEvents reads the coordination events on the record.
+func (s *system) coordinationEvents() []*protocol.CoordinationEvent {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	c, err := s.js.OrderedConsumer(ctx, protocol.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{protocol.FilterEvents(protocol.EventCoordination)}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []*protocol.CoordinationEvent
+	for {
+		batch, err := c.FetchNoWait(256)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			msg, err := protocol.Unmarshal(m.Data())
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			e, err := msg.DecodeCoordination()
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			out = append(out, e)
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// N calls on K keys, from concurrent callers through two routers and two workers: no two
+// changes of one key ever overlap at the tool, each runs under a grant whose fencing token
+// rises with every turn of its key, and every grant and release is on the record.
+func TestChangesOfOneResourceNeverInterleave(t *testing.T) {
+	t.Parallel()
+	s, ch, keys := startWithChanger(t, 2, 2)
+	const n, k, callers = 24, 3, 8
+	var wg sync.WaitGroup
+	results := make(chan protocol.ToolResult, n)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += callers {
+				body := fmt.Sprintf(`{"session_id":"s_chg_%d","request_id":"r_chg_%d","intent":"change","tool_calls":[{"tool_call_id":"c1","name":"change","arguments":{"key":"k%d","hold_ms":20}}]}`, i, i, i%k)
+				code, out := s.call("POST", "/v1/route", keys["alice"], body)
+				if code != http.StatusOK {
+					t.Errorf("request %d: %d %s", i, code, out)
+					return
+				}
+				results <- result(t, decodeResponse(t, []byte(out)), "c1")
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	got := 0
+	for r := range results {
+		got++
+		if r.Status != protocol.ResultOK || r.Grant == nil || !protocol.ValidTx(r.Grant.Tx) || r.Grant.Fence == 0 {
+			t.Fatalf("result %+v (grant %+v)", r, r.Grant)
+		}
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if got != n || ch.overlaps != 0 || ch.bare != 0 || len(ch.txs) != n {
+		t.Fatalf("%d results; overlaps %d; calls without a grant %d; transactions %d", got, ch.overlaps, ch.bare, len(ch.txs))
+	}
+	for key, fs := range ch.fences {
+		for i := 1; i < len(fs); i++ {
+			if fs[i] <= fs[i-1] {
+				t.Fatalf("%s: fences %v do not rise", key, fs)
+			}
+		}
+	}
+	counts := map[string]int{}
+	waitFor(t, "every grant and release on the record", func() bool {
+		counts = map[string]int{}
+		for _, e := range s.coordinationEvents() {
+			counts[e.Op]++
+		}
+		return counts[protocol.CoordGranted] == n && counts[protocol.CoordReleased] == n
+	})
+	t.Logf("%d calls on %d keys through 2 routers and 2 workers: overlaps 0, fences per key %v; events %v", n, k, ch.fences, counts)
+}
+
+// A call that does not name its resource never runs; a contract whose resource_key or
+// precedence cannot hold is refused at registration, with the reason.
+func TestAChangeThatNamesNoResourceNeverRuns(t *testing.T) {
+	t.Parallel()
+	s, ch, keys := startWithChanger(t, 1, 1)
+	for i, args := range []string{`{"key":""}`, `{"key":"  "}`, `{"key":{"a":1}}`} {
+		body := fmt.Sprintf(`{"session_id":"s_nokey","request_id":"r_nokey_%d","intent":"change","tool_calls":[{"tool_call_id":"c1","name":"change","arguments":%s}]}`, i, args)
+		code, out := s.call("POST", "/v1/route", keys["alice"], body)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", args, code, out)
+		}
+		r := result(t, decodeResponse(t, []byte(out)), "c1")
+		if r.ErrorCode != protocol.CodeResourceKeyMissing && r.ErrorCode != protocol.CodeContractViolation && r.ErrorCode != protocol.CodeBadArguments {
+			t.Fatalf("%s: %+v", args, r)
+		}
+	}
+	// The schema allows an empty key; the resource still must be named.
+	body := `{"session_id":"s_nokey","request_id":"r_nokey_empty","intent":"change","tool_calls":[{"tool_call_id":"c1","name":"change","arguments":{"key":""}}]}`
+	_, out := s.call("POST", "/v1/route", keys["alice"], body)
+	if r := result(t, decodeResponse(t, []byte(out)), "c1"); r.ErrorCode != protocol.CodeResourceKeyMissing || !strings.Contains(string(r.Content), "empty") {
+		t.Fatalf("empty key: %+v %s", r, r.Content)
+	}
+	ch.mu.Lock()
+	if len(ch.fences) != 0 {
+		t.Fatalf("the tool was called: %v", ch.fences)
+	}
+	ch.mu.Unlock()
+	for _, bad := range []struct{ doc, want string }{
+		{strings.Replace(changeContract, `"acct:{key}"`, "account_id", 1), `resource_key: names the argument \"account_id\", which the input_schema does not declare`},
+		{strings.Replace(changeContract, `"acct:{key}"`, `"acct:{owner}"`, 1), `names the argument \"owner\"`},
+		{strings.Replace(changeContract, `"acct:{key}"`, `"acct:{key"`, 1), `a '{' with no '}' after it`},
+		{strings.Replace(changeContract, "effects: side_effects", "effects: none", 1), "changes nothing (effects: none)"},
+		{changeContract + "precedence: {before: [change]}\n", "names the tool itself"},
+		{changeContract + "on_conflict: merge\n", "must be refuse or order"},
+	} {
+		if code, _, body := s.registerContract(keys["admin"], bad.doc); code != http.StatusBadRequest || !strings.Contains(body, bad.want) {
+			t.Fatalf("%q: %d %s", bad.want, code, body)
+		}
+	}
+	// A cycle across contracts: change before audit_write, audit_write before change.
+	audit := strings.NewReplacer("name: change", "name: audit_write", "[balance]", "[log]").Replace(changeContract)
+	if code, _, body := s.registerContract(keys["admin"], changeContract+"precedence: {before: [audit_write]}\n"); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if code, _, body := s.registerContract(keys["admin"], audit+"precedence: {before: [change]}\n"); code != http.StatusBadRequest || !strings.Contains(body, "precedence cycle") {
+		t.Fatalf("a cycle: %d %s", code, body)
+	}
+}

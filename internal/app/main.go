@@ -31,6 +31,7 @@ var Commands = map[string]Command{
 	"dead-letters": RunDeadLetters,
 	"cancel":       RunCancel,
 	"approvals":    RunApprovals,
+	"coordination": RunCoordination,
 	"bench":        RunBench,
 	"tail":         RunTail,
 	"replay":       RunReplay,
@@ -57,6 +58,8 @@ Commands:
   cancel      cancel a request: its calls not started never start, running ones are stopped
   approvals   calls a tool's policy parked for confirmation: approvals ls, get ID, approve ID,
               deny ID --reason R
+  coordination the resources that calls change one at a time: coordination ls (who holds each,
+              who waits)
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
   seal-key    make a key for sealing: a router's or gateway's (calls and results; workers

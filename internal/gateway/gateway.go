@@ -179,6 +179,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 	g.registerApprovals()
 	g.registerPolicies()
 	g.registerBlueprints()
+	g.registerCoordination()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -246,5 +247,82 @@ func TestAChangeThatNamesNoResourceNeverRuns(t *testing.T) {
 	}
 	if code, _, body := s.registerContract(keys["admin"], audit+"precedence: {before: [change]}\n"); code != http.StatusBadRequest || !strings.Contains(body, "precedence cycle") {
 		t.Fatalf("a cycle: %d %s", code, body)
+	}
+}
+
+// While a change holds a resource, the next waits: GET /debug/coordination and hermes
+// coordination ls show who holds it and who waits, and the wait is an event on the record
+// naming the resource and the holder.
+func TestWhoHoldsAndWhoWaitsIsInspectable(t *testing.T) {
+	t.Parallel()
+	s, _, keys := startWithChanger(t, 1, 1)
+	keys2 := callerKeys(t, s, map[string]auth.Role{"ops": auth.RoleAdmin})
+	send := func(rid string, hold int) <-chan protocol.ToolResult {
+		out := make(chan protocol.ToolResult, 1)
+		go func() {
+			body := fmt.Sprintf(`{"session_id":"s_%s","request_id":"%s","intent":"change","tool_calls":[{"tool_call_id":"c1","name":"change","arguments":{"key":"shared","hold_ms":%d}}]}`, rid, rid, hold)
+			code, resp := s.call("POST", "/v1/route", keys["alice"], body)
+			if code != http.StatusOK {
+				t.Errorf("%s: %d %s", rid, code, resp)
+				close(out)
+				return
+			}
+			out <- result(t, decodeResponse(t, []byte(resp)), "c1")
+		}()
+		return out
+	}
+	first := send("r_hold", 3000)
+	waitFor(t, "the first change holds the resource", func() bool {
+		code, body := s.call("GET", "/debug/coordination", keys2["ops"], "")
+		return code == http.StatusOK && strings.Contains(body, `"request_id":"r_hold"`)
+	})
+	second := send("r_wait", 0)
+	var view struct {
+		Resources []struct {
+			Resource string `json:"resource"`
+			Holder   *struct {
+				RequestID string `json:"request_id"`
+				Tx        string `json:"tx"`
+				Fence     uint64 `json:"fence"`
+			} `json:"holder"`
+			Waiting []struct {
+				RequestID string `json:"request_id"`
+			} `json:"waiting"`
+		} `json:"resources"`
+		Held, Waiting int
+	}
+	waitFor(t, "the second change waits", func() bool {
+		_, body := s.call("GET", "/debug/coordination?resource=acct:shared", keys2["ops"], "")
+		_ = json.Unmarshal([]byte(body), &view)
+		return view.Waiting == 1
+	})
+	r := view.Resources[0]
+	if r.Resource != "acct:shared" || r.Holder == nil || r.Holder.RequestID != "r_hold" || !protocol.ValidTx(r.Holder.Tx) || r.Waiting[0].RequestID != "r_wait" {
+		t.Fatalf("view %+v", view)
+	}
+	if code, _ := s.call("GET", "/debug/coordination", keys["alice"], ""); code != http.StatusForbidden {
+		t.Fatalf("a user reads every caller's turns: %d", code)
+	}
+	keyFile := filepath.Join(t.TempDir(), "ops.key")
+	if err := os.WriteFile(keyFile, []byte(keys2["ops"]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := hermes(t, app.RunCoordination, "ls", "--url", s.base, "--key-file", keyFile)
+	if code != 0 || !strings.Contains(out, "acct:shared") || !strings.Contains(out, "holds") || !strings.Contains(out, "waits #1") || !strings.Contains(out, "r_wait/c1") {
+		t.Fatalf("hermes coordination ls: %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("hermes coordination ls:\n%s", out)
+	var waited *protocol.CoordinationEvent
+	for _, e := range s.coordinationEvents() {
+		if e.Op == protocol.CoordWaiting && e.Resource == "acct:shared" {
+			waited = e
+		}
+	}
+	if waited == nil || waited.HeldBy != "r_hold/c1" || waited.Position != 1 {
+		t.Fatalf("the wait on the record: %+v", waited)
+	}
+	a, b := <-first, <-second
+	if a.Status != protocol.ResultOK || b.Status != protocol.ResultOK || b.Grant.Fence <= a.Grant.Fence {
+		t.Fatalf("results %+v %+v", a, b)
 	}
 }

@@ -20,7 +20,8 @@ type Entry struct {
 	Msg *protocol.Message
 	// Payload is the decoded payload, as Msg.Type says: *protocol.Request, *protocol.Dispatch,
 	// *protocol.ToolStarted, *protocol.ToolResult, *protocol.Response, *protocol.Cancel,
-	// *protocol.LLMDecision, *protocol.LLMSummary or *protocol.PolicyEvent. It is nil when Err
+	// *protocol.LLMDecision, *protocol.LLMSummary, *protocol.PolicyEvent, *protocol.BlueprintStep or
+	// *protocol.CoordinationEvent. It is nil when Err
 	// is set.
 	Payload any
 	// Err says why the message could not be read. Msg may still be set when only its payload
@@ -64,6 +65,8 @@ func Decode(seq uint64, subject string, stored time.Time, data []byte) *Entry {
 		e.Payload, e.Err = nonNil(m.DecodePolicyEvent())
 	case protocol.TypeBlueprintStep:
 		e.Payload, e.Err = nonNil(m.DecodeBlueprintStep())
+	case protocol.TypeCoordination:
+		e.Payload, e.Err = nonNil(m.DecodeCoordination())
 	default: // Unmarshal accepts only known types; this is a reader older than its writer.
 		e.Err = fmt.Errorf("record: message type %s is not known to this reader", m.Type)
 	}

@@ -109,6 +109,9 @@ func (f *Formatter) Format(e *Entry) string {
 			b.WriteString(" policy: ")
 			b.WriteString(f.policy(p.Policy, true))
 		}
+		if g := p.Grant; g != nil {
+			fmt.Fprintf(&b, " tx=%s fence=%d resource=%s", g.Tx, g.Fence, clean(truncate(g.Resource, 64)))
+		}
 	case *protocol.PolicyEvent:
 		tag(&b, "policy")
 		fmt.Fprintf(&b, "%s %s %s ", m.RequestID, clean(truncate(p.Tool, 64)), clean(truncate(p.ToolCallID, 64)))
@@ -119,6 +122,8 @@ func (f *Formatter) Format(e *Entry) string {
 		b.WriteString(s)
 	case *protocol.BlueprintStep:
 		f.blueprintStep(&b, p)
+	case *protocol.CoordinationEvent:
+		f.coordination(&b, m, p)
 	case *protocol.ToolStarted:
 		tag(&b, "start")
 		fmt.Fprintf(&b, "%s %s %s on %s (try %d)", m.RequestID, p.Name, p.ToolCallID, senderName(m.Sender), p.Attempt)
@@ -548,4 +553,30 @@ func (f *Formatter) runStatus(s string) string {
 		return f.paint(yellow, s)
 	}
 	return s
+}
+
+// coordination writes a coordination event: what happened to a call's turn on a resource.
+func (f *Formatter) coordination(b *strings.Builder, m *protocol.Message, p *protocol.CoordinationEvent) {
+	tag(b, "coord")
+	fmt.Fprintf(b, "%s %s %s %s %s %s", m.RequestID, clean(truncate(p.Tool, 64)), clean(truncate(p.ToolCallID, 64)), p.Op,
+		clean(truncate(p.Resource, 64)), p.Tx)
+	if p.Fence > 0 {
+		fmt.Fprintf(b, " fence=%d", p.Fence)
+	}
+	switch p.Op {
+	case protocol.CoordWaiting:
+		s := fmt.Sprintf(" #%d", p.Position)
+		if p.HeldBy != "" {
+			s += " behind " + clean(truncate(p.HeldBy, 128))
+		}
+		b.WriteString(f.paint(yellow, s))
+	case protocol.CoordConflict:
+		b.WriteString(f.paint(yellow, " suggested order: "+clean(truncate(strings.Join(p.SuggestedOrder, " → "), 256))))
+	case protocol.CoordExpired:
+		b.WriteString(f.paint(yellow, " ("+clean(truncate(p.Reason, 128))+")"))
+	case protocol.CoordReleased:
+		if p.Reason != "" {
+			b.WriteString(" (" + clean(truncate(p.Reason, 128)) + ")")
+		}
+	}
 }

@@ -404,7 +404,7 @@
   function callOf(r, id, name) {
     let c = r.calls.get(id);
     if (!c) {
-      c = { id, name: name || '', dispatches: [], starts: [], results: [], policies: [] };
+      c = { id, name: name || '', dispatches: [], starts: [], results: [], policies: [], coords: [] };
       r.calls.set(id, c);
     }
     if (!c.name && name) c.name = name;
@@ -444,6 +444,9 @@
       case 'tool_result.v1':
         callOf(r, String(p.tool_call_id ?? ''), p.name).results.push(m);
         if (approvalOf(p)) scheduleApprovals(s);
+        break;
+      case 'coordination.v1':
+        callOf(r, String(p.tool_call_id ?? ''), p.tool).coords.push(m);
         break;
       case 'policy_decision.v1':
         callOf(r, String(p.tool_call_id ?? ''), p.tool).policies.push(m);
@@ -605,6 +608,17 @@
     return s;
   }
 
+  // coordLine is a coordination event in words, as the record's Formatter writes it: what
+  // happened to a call's turn on the resource it changes.
+  function coordLine(p) {
+    let s = (p.tool || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.op || '?') + ' ' + (p.resource || '') + ' ' + (p.tx || '');
+    if (p.fence) s += ' fence=' + p.fence;
+    if (p.op === 'waiting') s += ' #' + (p.position ?? '?') + (p.held_by ? ' behind ' + p.held_by : '');
+    if (p.op === 'conflict' && Array.isArray(p.suggested_order)) s += ' · suggested order: ' + p.suggested_order.join(' → ');
+    if (p.reason && p.op !== 'conflict') s += ' (' + p.reason + ')';
+    return s;
+  }
+
   const statusWords = {
     ok: '✓ ok', error: '✗ failed', running: '▶ running', dispatched: '→ dispatched', queued: '… waiting',
   };
@@ -732,6 +746,17 @@
         for (const m of c.policies) {
           wf.append(el('div', { class: 'wf-policy mono', data: { call: c.id, decision: String((m.payload.decision || {}).decision || '') } },
             '[policy] ', clock(msgTime(m)), ' ', policyLine(m.payload)));
+        }
+        for (const m of c.coords) {
+          wf.append(el('div', { class: 'wf-policy mono', data: { call: c.id, coord: String(m.payload.op || '') } },
+            '[coord] ', clock(msgTime(m)), ' ', coordLine(m.payload)));
+        }
+        const turn = lastOf(c.coords);
+        if (turn && turn.payload.op === 'waiting' && v.pending && !c.dispatches.length) {
+          // Not dispatched yet: it waits for its turn on the resource it changes.
+          wf.append(el('div', { class: 'wf-wait', data: { call: c.id, waitsFor: String(turn.payload.resource || '') } },
+            '⏳ waits for its turn on ', el('b', { class: 'mono' }, String(turn.payload.resource || '')),
+            ' (#' + (turn.payload.position ?? '?') + (turn.payload.held_by ? ', behind ' + turn.payload.held_by : '') + ')'));
         }
         if (v.status === 'error' && v.result) wf.append(errorRow(c, v));
         const apr = approvalOf(v.result);
@@ -1239,6 +1264,7 @@
       case 'tool_result.v1': return (p.name || '') + ' ' + (p.tool_call_id || '') + ' ' + (p.status || '') + (p.error_code ? ' ' + p.error_code : '') + (p.contract_version ? ' · contract v' + p.contract_version : '') + (p.policy ? ' · policy: ' + policyWords(p.policy) : '');
       case 'policy_decision.v1': return '[policy] ' + policyLine(p);
       case 'blueprint_step.v1': return '[blueprint] ' + blueprintLine(p);
+      case 'coordination.v1': return '[coord] ' + coordLine(p);
       case 'response.v1': return (p.status || '') + (Array.isArray(p.results) ? ' (' + plural(p.results.length, 'result', 'results') + ')' : '');
       case 'cancel.v1': return 'cancelled by ' + (p.by || '?') + (p.reason ? ' — ' + p.reason : '');
       case 'llm_decision.v1': return decisionLines(p).map((l) => '[' + l[0] + '] ' + l[1]).join(' · ');

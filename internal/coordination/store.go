@@ -183,32 +183,33 @@ func (s *Store) read(ctx context.Context, token string) (*State, uint64, error) 
 
 // write writes st over revision rev (0: the key holds nothing now), or empties the entry when
 // nothing holds or waits. It returns errChanged when another write came first.
-func (s *Store) write(ctx context.Context, token string, st *State, rev uint64) error {
+func (s *Store) write(ctx context.Context, token string, st *State, rev uint64) (uint64, error) {
 	key := stateKey(token)
 	var err error
+	var next uint64
 	switch {
 	case st.Holder == nil && len(st.Waiting) == 0 && rev == 0:
-		return nil
+		return 0, nil
 	case st.Holder == nil && len(st.Waiting) == 0:
 		err = s.KV.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
 	default:
 		data, merr := json.Marshal(st)
 		if merr != nil {
-			return bus.Permanent(merr)
+			return 0, bus.Permanent(merr)
 		}
 		if rev == 0 {
-			_, err = s.KV.Create(ctx, key, data)
+			next, err = s.KV.Create(ctx, key, data)
 		} else {
-			_, err = s.KV.Update(ctx, key, data, rev)
+			next, err = s.KV.Update(ctx, key, data, rev)
 		}
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
-		return errChanged
+		return 0, errChanged
 	}
 	if err != nil {
-		return fmt.Errorf("coordination: write %s: %w", key, err)
+		return 0, fmt.Errorf("coordination: write %s: %w", key, err)
 	}
-	return nil
+	return next, nil
 }
 
 func isWrongLastSeq(err error) bool {
@@ -279,11 +280,17 @@ type Change struct {
 // made, if any.
 func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run time.Duration) ([]Outcome, *Change, error) {
 	token := protocol.ResourceToken(resource)
+	var known *State // the state this call wrote last, and its revision: no need to read it back
+	var knownRev uint64
 	for range 32 {
-		st, rev, err := s.read(ctx, token)
-		if err != nil {
-			return nil, nil, err
+		st, rev := known, knownRev
+		if st == nil {
+			var err error
+			if st, rev, err = s.read(ctx, token); err != nil {
+				return nil, nil, err
+			}
 		}
+		known = nil
 		st.Resource = resource
 		out := make([]Outcome, len(ps))
 		changed := false
@@ -313,14 +320,17 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 			st.Holder, st.Waiting, granted, changed = t, st.Waiting[1:], t, true
 		}
 		if changed {
-			if err := s.write(ctx, token, st, rev); errors.Is(err, errChanged) {
+			next, err := s.write(ctx, token, st, rev)
+			if errors.Is(err, errChanged) {
 				continue
 			} else if err != nil {
 				return nil, nil, err
 			}
-		}
-		if rev == 0 && changed {
-			continue // the proposals are in line; the grant is written over them
+			if rev == 0 {
+				// The proposals are in line; the grant is written over them.
+				known, knownRev = st, next
+				continue
+			}
 		}
 		for i := range ps {
 			if out[i].Busy {
@@ -419,7 +429,7 @@ func (s *Store) end(ctx context.Context, resource string, ends func(context.Cont
 			}
 			st.Holder, st.Waiting = granted, st.Waiting[1:]
 		}
-		if err := s.write(ctx, token, st, rev); errors.Is(err, errChanged) {
+		if _, err := s.write(ctx, token, st, rev); errors.Is(err, errChanged) {
 			continue
 		} else if err != nil {
 			return nil, err

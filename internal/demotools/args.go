@@ -167,6 +167,24 @@ func (a args) integer(field string, lo, hi int64) (n int64, ok bool, err error) 
 	return n, true, nil
 }
 
+// number returns the argument as a finite number within [lo, hi]; it accepts a JSON number and
+// a numeric string. ok is false when the argument is absent.
+func (a args) number(field string, lo, hi float64) (f float64, ok bool, err error) {
+	s, ok, err := a.str(field)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	want := "a number from " + strconv.FormatFloat(lo, 'f', -1, 64) + " to " + strconv.FormatFloat(hi, 'f', -1, 64)
+	f, perr := strconv.ParseFloat(s, 64)
+	if perr != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false, badArg(a.name(field), want, "not a number: "+quote(s))
+	}
+	if f < lo || f > hi {
+		return 0, false, badArg(a.name(field), want, "out of range: "+s)
+	}
+	return f, true, nil
+}
+
 // object returns the argument as a JSON object (an object in the body, or a query value holding
 // the object's JSON text), with the prefix for its members' errors. ok is false when absent.
 func (a args) object(field string) (obj args, ok bool, err error) {

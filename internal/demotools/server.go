@@ -29,20 +29,23 @@ type route struct {
 	h       http.Handler
 }
 
-// server holds the state of one Handler: the echo tool's counters and barriers and the clock
-// the fake data is derived from.
+// server holds the state of one Handler: the echo tool's counters and barriers, the orders the
+// change tools change, and the clock the fake data is derived from.
 type server struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	fails    *failCounter
 	barriers *barrierSet
+	orders   *orderStore
+	pause    func(ctx context.Context, d time.Duration) error // a change's hold_ms
 	routes   []route
 	mux      *http.ServeMux
 	paths    *http.ServeMux      // path-only patterns, to tell 405 from 404
 	allowed  map[string][]string // path pattern → methods
 }
 
-// Handler returns the demo tools' HTTP handler with fresh state (echo counters, barriers).
+// Handler returns the demo tools' HTTP handler with fresh state (echo counters, barriers, the
+// orders the change tools change).
 // A nil logger discards. The handler is safe for concurrent use.
 func Handler(logger *slog.Logger) http.Handler {
 	return newServer(logger, time.Now)
@@ -59,6 +62,8 @@ func newServer(logger *slog.Logger, now func() time.Time) *server {
 		now:      now,
 		fails:    newFailCounter(maxFailKeys),
 		barriers: newBarrierSet(),
+		orders:   newOrderStore(maxLiveOrders, initialOrder),
+		pause:    sleep,
 		mux:      http.NewServeMux(),
 		paths:    http.NewServeMux(),
 		allowed:  make(map[string][]string),
@@ -72,11 +77,16 @@ func newServer(logger *slog.Logger, now func() time.Time) *server {
 		{"order_query", http.MethodGet, "/v1/orders/{$}", s.contracted(s.orderQuery)},
 		{"order_query", http.MethodGet, "/v1/orders", s.contracted(s.orderQuery)},
 		{"logistics_urge", http.MethodPost, "/v1/logistics/urge", s.contracted(s.logisticsUrge)},
+		{"address_update", http.MethodPost, "/v1/orders/{order_id}/address", s.tool(s.addressUpdate)},
+		{"address_update", http.MethodPost, "/v1/orders/address", s.tool(s.addressUpdate)},
+		{"refund_apply", http.MethodPost, "/v1/orders/{order_id}/refund", s.tool(s.refundApply)},
+		{"refund_apply", http.MethodPost, "/v1/orders/refund", s.tool(s.refundApply)},
 		{"echo", http.MethodPost, "/v1/echo", http.HandlerFunc(s.echo)},
 		{"echo", http.MethodGet, "/v1/echo", http.HandlerFunc(s.echo)},
 		{"order_query_broken", http.MethodGet, "/v1/broken/orders", s.contracted(s.orderQueryBroken)},
 		{"payment_charge_broken", http.MethodPost, "/v1/broken/payments", http.HandlerFunc(s.paymentChargeBroken)},
 		{"payment_charge_broken", http.MethodPost, "/v1/sandbox/payments", http.HandlerFunc(s.paymentChargeBroken)},
+		{"", http.MethodGet, "/v1/orders/{order_id}/changes", s.tool(s.orderChanges)},
 		{"", http.MethodGet, "/healthz", s.tool(s.health)},
 		{"", http.MethodGet, "/health", s.tool(s.health)},
 		{"", http.MethodGet, "/{$}", s.tool(s.index)},

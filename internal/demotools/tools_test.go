@@ -88,8 +88,8 @@ func TestToolsAnswer(t *testing.T) {
 			wantEq(t, m, "carrier", "SF Express")
 		}},
 		{"index", "GET", "/", "", func(t *testing.T, m map[string]any) {
-			if tools := m["tools"].([]any); len(tools) != 9 {
-				t.Errorf("index lists %d tools, want 9", len(tools))
+			if tools := m["tools"].([]any); len(tools) != 11 {
+				t.Errorf("index lists %d tools, want 11", len(tools))
 			}
 		}},
 		{"healthz", "GET", "/healthz", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},

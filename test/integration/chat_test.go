@@ -831,7 +831,7 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 	}
 	waitFor(t, "the tools' vectors", func() bool {
 		n, _ := up.model.Embedded()
-		return n >= 11 // the examples' 8 contracts and the 3 meeting tools
+		return n >= 13 // the examples' 10 contracts and the 3 meeting tools
 	})
 	d, text = ask(up, "sess_pf_meaning", "明天出门要带伞吗，会下雨吗")
 	if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity < 0.5 || len(d.Warnings) != 0 ||

@@ -280,6 +280,10 @@ func RunNATS(ctx context.Context, args []string, env Env) error {
 	data := fs.String("data", "hermes-data", "JetStream store directory")
 	sync := fs.String("sync", "interval", "store sync policy: interval (fast; an acked message survives a process crash) or always (fsync before ack; survives power loss)")
 	maxStore := fs.Int64("max-file-store", bus.DefaultMaxFileStore, "most bytes JetStream's file store holds (max_file_store); Hermes' streams and buckets must fit (about 12.4 GiB at their default limits)")
+	name := fs.String("name", "", "this node's name, unique in its cluster (with --cluster-listen; default: a generated one)")
+	clusterName := fs.String("cluster-name", "hermes", "the cluster's name, the same on every node (with --cluster-listen)")
+	clusterListen := fs.String("cluster-listen", "", "host:port where this node takes routes from the other nodes of a JetStream cluster; empty: a single server")
+	routesFlag := fs.String("routes", "", "with --cluster-listen: every node's route URL, comma-separated (nats-route://host:port; this node's own may be listed)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	log, err := parse(fs, args, env, &level)
 	if err != nil {
@@ -289,7 +293,18 @@ func RunNATS(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: *data, Listen: *listenAddr, SyncAlways: syncAlways, MaxFileStore: *maxStore, Logger: log})
+	var cluster *bus.ClusterConfig
+	switch {
+	case *clusterListen != "":
+		if *routesFlag == "" || *name == "" {
+			return &ExitError{Code: 2, Err: errors.New("nats: a cluster node needs --name and --routes (every node's nats-route://host:port)")}
+		}
+		cluster = &bus.ClusterConfig{Name: *clusterName, Listen: *clusterListen, Routes: strings.Split(*routesFlag, ",")}
+	case *routesFlag != "":
+		return &ExitError{Code: 2, Err: errors.New("nats: --routes needs --cluster-listen")}
+	}
+	s, err := bus.StartServer(bus.ServerConfig{Name: *name, StoreDir: *data, Listen: *listenAddr, SyncAlways: syncAlways, MaxFileStore: *maxStore,
+		Cluster: cluster, Logger: log})
 	if err != nil {
 		return err
 	}

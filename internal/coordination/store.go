@@ -212,10 +212,7 @@ func (s *Store) write(ctx context.Context, token string, st *State, rev uint64) 
 	return next, nil
 }
 
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
+func isWrongLastSeq(err error) bool { return bus.IsWrongLastSequence(err) }
 
 // putLease writes the lease of fence's turn on token, lapsing after ttl; rev is the lease's
 // revision to write over (0: none yet). It returns the lease's new revision.

@@ -160,8 +160,7 @@ func (l *Lot) schedule(ctx context.Context, key string, at time.Time) error {
 		}
 		_, err = l.bus.JS.Publish(ctx, protocol.SubjectTimer(key), []byte(key), jetstream.WithScheduleAt(at),
 			jetstream.WithScheduleTarget(protocol.SubjectTimerDue(key)), jetstream.WithExpectLastSequencePerSubject(last))
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if bus.IsWrongLastSequence(err) {
 			continue
 		}
 		if err != nil {

@@ -265,8 +265,7 @@ func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) (more bool,
 	h := nats.Header{}
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(latestSeq, 10))
 	if _, err := s.Publisher.PublishWith(ctx, protocol.SubjectEvent(protocol.EventSummary, session), out, h); err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if bus.IsWrongLastSequence(err) {
 			return true, nil
 		}
 		return false, fmt.Errorf("summarize: record the summary: %w", err)

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -116,4 +117,12 @@ func grant(a *Access, role Role, buckets []Bucket) {
 		seen[s] = true
 		return dup
 	})
+}
+
+// IsWrongLastSequence reports whether err is the server refusing a write whose expected last
+// sequence (a compare-and-set) no longer holds: code 10071, or 10164 on replicated streams.
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -326,3 +326,118 @@ func TestWhoHoldsAndWhoWaitsIsInspectable(t *testing.T) {
 		t.Fatalf("results %+v %+v", a, b)
 	}
 }
+
+// The seed's example (seed 003 §2.3): two changes of one order in one request are refused
+// with exactly the answer the seed expects, and nothing changes; sent one at a time in the
+// suggested order, each runs under its transaction id with rising fences, and the refund goes
+// to the new address. With on_conflict: order, Hermes orders them itself, whatever order the
+// request gives.
+func TestTheSeedsTwoChangesOfOneOrder(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routesFile: "../../examples/routes.yaml", workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})
+	contracts := map[string]string{}
+	for _, name := range []string{"address_update", "refund_apply"} {
+		doc, err := os.ReadFile("../../examples/contracts/" + name + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		contracts[name] = string(doc)
+		if code, _, body := s.registerContract(keys["admin"], string(doc)); code != http.StatusCreated {
+			t.Fatalf("register %s: %d %s", name, code, body)
+		}
+	}
+	data, err := os.ReadFile(seedPath("state-coordination.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seed struct {
+		Proposals []struct{ Key, Field, Old, New, Tool string } `json:"proposals"`
+		Expected  json.RawMessage                             `json:"expected_on_conflict"`
+	}
+	if err := json.Unmarshal(data, &seed); err != nil {
+		t.Fatal(err)
+	}
+	argsOf := func(i int) map[string]any {
+		p := seed.Proposals[i]
+		if p.Tool == "address_update" {
+			return map[string]any{"order_id": p.Key, "shipping_address": p.New}
+		}
+		return map[string]any{"order_id": p.Key}
+	}
+	route := func(id string, calls ...map[string]any) *protocol.Response {
+		body, _ := json.Marshal(map[string]any{"request_id": id, "session_id": "s_seed_order", "intent": "change order", "tool_calls": calls})
+		code, out := s.call("POST", "/v1/route", keys["alice"], string(body))
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", id, code, out)
+		}
+		t.Logf("%s → %s", id, out)
+		return decodeResponse(t, []byte(out))
+	}
+	changes := func(order string) string {
+		resp, err := http.Get("http://" + s.demoAddr + "/v1/orders/" + order + "/changes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+
+	// Both proposals in one request: the seed's expected answer, exactly, for each call.
+	resp := route("seed_both", call("c1", seed.Proposals[0].Tool, argsOf(0)), call("c2", seed.Proposals[1].Tool, argsOf(1)))
+	for _, id := range []string{"c1", "c2"} {
+		r := result(t, resp, id)
+		got, _ := json.Marshal(map[string]any{"error_code": r.ErrorCode, "suggested_order": r.SuggestedOrder})
+		var want, have any
+		_ = json.Unmarshal(seed.Expected, &want)
+		_ = json.Unmarshal(got, &have)
+		if fmt.Sprint(want) != fmt.Sprint(have) {
+			t.Fatalf("%s: %s, want the seed's %s", id, got, seed.Expected)
+		}
+	}
+	if c := changes("order_123"); !strings.Contains(c, `"changes":[]`) {
+		t.Fatalf("a refused conflict changed the order: %s", c)
+	}
+
+	// In the suggested order, one at a time.
+	addr := result(t, route("seed_first", call("c1", "address_update", argsOf(0))), "c1")
+	refund := result(t, route("seed_second", call("c1", "refund_apply", argsOf(1))), "c1")
+	var refundBody struct {
+		RefundTo string `json:"refund_to"`
+		Old, New string
+	}
+	_ = json.Unmarshal(refund.Content, &refundBody)
+	if addr.Status != protocol.ResultOK || refund.Status != protocol.ResultOK || refundBody.RefundTo != seed.Proposals[0].New ||
+		refundBody.Old != seed.Proposals[1].Old || refundBody.New != seed.Proposals[1].New ||
+		!protocol.ValidTx(addr.Grant.Tx) || refund.Grant.Fence <= addr.Grant.Fence || addr.Grant.Resource != "order_123" {
+		t.Fatalf("in order: %+v %+v (%s)", addr, refund, refund.Content)
+	}
+	t.Logf("address_update %s fence %d, then refund_apply %s fence %d: refund to %q", addr.Grant.Tx, addr.Grant.Fence,
+		refund.Grant.Tx, refund.Grant.Fence, refundBody.RefundTo)
+
+	// on_conflict: order — the request lists the refund first; Hermes runs the address change
+	// first, then the refund, under one transaction.
+	for name, doc := range contracts {
+		if code, _, body := s.registerContract(keys["admin"], doc+"on_conflict: order\n"); code != http.StatusCreated {
+			t.Fatalf("register %s with on_conflict: order: %d %s", name, code, body)
+		}
+	}
+	var a, r protocol.ToolResult
+	rid := ""
+	waitFor(t, "the routers follow the contracts with on_conflict: order", func() bool {
+		// Until a router has seen the new versions, the request is refused as a conflict
+		// again, changing nothing.
+		rid = fmt.Sprintf("seed_ordered_%d", time.Now().UnixNano())
+		resp := route(rid, call("r", "refund_apply", map[string]any{"order_id": "order_456"}),
+			call("a", "address_update", map[string]any{"order_id": "order_456", "shipping_address": "Shanghai, 88 Century Ave"}))
+		a, r = result(t, resp, "a"), result(t, resp, "r")
+		return a.ErrorCode != protocol.CodeConflictResolveRequired
+	})
+	_ = json.Unmarshal(r.Content, &refundBody)
+	if a.Status != protocol.ResultOK || r.Status != protocol.ResultOK || refundBody.RefundTo != "Shanghai, 88 Century Ave" ||
+		a.Grant.Tx != r.Grant.Tx || a.Grant.Tx != protocol.TxID(rid, "order_456") || r.Grant.Fence <= a.Grant.Fence {
+		t.Fatalf("ordered by Hermes: %+v %+v (%s)", a, r, r.Content)
+	}
+	t.Logf("ordered by Hermes under %s: address_update fence %d, refund_apply fence %d, refund to %q", a.Grant.Tx, a.Grant.Fence, r.Grant.Fence, refundBody.RefundTo)
+}

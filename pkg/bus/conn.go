@@ -20,7 +20,8 @@ const EnvURL = "HERMES_NATS_URL"
 const DefaultURL = "nats://127.0.0.1:4222"
 
 // Connect dials url with options fit for a long-running worker: it retries the first connect
-// until ctx is done, reconnects forever, and logs disconnects and reconnects on logger. A
+// until ctx is done, reconnects forever (to another server of the list when one stops
+// answering pings for about 15 s), and logs disconnects and reconnects on logger. A
 // connection whose user may not subscribe under its inbox prefix (nats.CustomInboxPrefix) is
 // closed and refused at once with ErrInboxRefused, rather than left to time out on every
 // request.
@@ -30,6 +31,11 @@ func Connect(ctx context.Context, url, name string, logger *slog.Logger, extra .
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		// A server cut off by the network (not closed) answers no ping: after about 15 s the
+		// connection is taken for dead and another server of the URL list is dialed, instead
+		// of waiting minutes on the library's defaults.
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected", "err", err)

@@ -353,7 +353,7 @@ func TestTheSeedsTwoChangesOfOneOrder(t *testing.T) {
 	}
 	var seed struct {
 		Proposals []struct{ Key, Field, Old, New, Tool string } `json:"proposals"`
-		Expected  json.RawMessage                             `json:"expected_on_conflict"`
+		Expected  json.RawMessage                               `json:"expected_on_conflict"`
 	}
 	if err := json.Unmarshal(data, &seed); err != nil {
 		t.Fatal(err)

@@ -157,9 +157,10 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 		_, err := lot.Wake(ctx, key)
 		return err
 	}
-	store, events := &coordination.Store{KV: kv, JS: b.JS}, &coordination.Events{Pub: pub, Log: log}
-	return &coordination.Stage{Store: store, Events: events, Wake: wake},
-		&coordination.Turns{Store: store, Events: events, Wake: wake, Log: log.With("part", "coordination")}, nil
+	answered := func(ctx context.Context, rid string) (bool, error) { return b.Answered(ctx, rid, "") }
+	store, events := &coordination.Store{KV: kv, JS: b.JS, Answered: answered}, &coordination.Events{Pub: pub, Log: log}
+	turns := &coordination.Turns{Store: store, Events: events, Wake: wake, Log: log.With("part", "coordination")}
+	return &coordination.Stage{Store: store, Events: events, Wake: wake, Turns: turns}, turns, nil
 }
 
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping

@@ -17,7 +17,9 @@ import (
 
 // recheckEvery is how long a waiting call stays parked before its router looks again, should
 // the wake-up of its turn be lost.
-const recheckEvery = 2 * ClaimWindow
+// It is well within ClaimWindow, so a call whose wake-up was lost still takes the turn passed
+// to it before the turn lapses.
+const recheckEvery = ClaimWindow / 3
 
 // Stage is the dispatch pipeline's coordination stage, the last before a call leaves: every
 // routed call whose tool's contract names a resource_key (and changes something) is put in
@@ -31,6 +33,8 @@ const recheckEvery = 2 * ClaimWindow
 type Stage struct {
 	Store  *Store
 	Events *Events
+	// Turns ends a turn whose lease lapsed before its call took it, and passes it on.
+	Turns *Turns
 	// Wake wakes the request of a call granted its turn by this stage's write (a call of
 	// another request, first in line, whose turn was passed on by nobody).
 	Wake func(ctx context.Context, key string) error
@@ -79,11 +83,21 @@ func (s *Stage) Process(ctx context.Context, job *router.Job) (router.Verdict, e
 		calls := groups[key]
 		if len(calls) > 1 {
 			var refuse bool
-			if calls, refuse = ordered(calls); refuse {
-				if err := s.conflict(ctx, job, key, calls); err != nil {
-					return router.Continue(), err
+			calls, refuse = ordered(calls)
+			if refuse {
+				// Refused only when none of them is in line already: one put in line on an
+				// earlier delivery (the others held then by another stage) goes on, and the
+				// rest follow it in order.
+				inLine, err := s.Store.InLine(ctx, key, job.Msg.RequestID)
+				if err != nil {
+					return router.Continue(), fmt.Errorf("coordination stage: %s: %w", protocol.Shorten(key, 64), err)
 				}
-				continue
+				if !inLine {
+					if err := s.conflict(ctx, job, key, calls); err != nil {
+						return router.Continue(), err
+					}
+					continue
+				}
 			}
 		}
 		if err := s.propose(ctx, job, key, calls); err != nil {
@@ -159,8 +173,7 @@ func (s *Stage) propose(ctx context.Context, job *router.Job, key string, calls 
 			c.Decide(protocol.ErrorResult(protocol.CodeResourceBusy, protocol.OriginHermes, "try again later",
 				fmt.Sprintf("%d calls already wait to change %s", MaxWaiting, protocol.Shorten(key, 64))), "")
 		case o.Turn != nil:
-			grantedNow := change != nil && change.Granted.same(&ps[i])
-			if !grantedNow {
+			if leasedNow := change != nil && change.Leased && change.Granted.same(&ps[i]); !leasedNow {
 				// Granted before (passed on to it, or on an earlier delivery): lease the
 				// turn for the call's run, unless it lapsed meanwhile.
 				ok, err := s.Store.Claim(ctx, key, o.Turn, Budget(&c.Dispatch.Action))
@@ -168,7 +181,7 @@ func (s *Stage) propose(ctx context.Context, job *router.Job, key string, calls 
 					return fmt.Errorf("coordination stage: claim %s: %w", protocol.Shorten(key, 64), err)
 				}
 				if !ok {
-					if _, err := s.Store.Expire(ctx, protocol.ResourceToken(key), o.Turn.Fence); err != nil {
+					if err := s.Turns.expire(ctx, protocol.ResourceToken(key), o.Turn.Fence); err != nil {
 						return err
 					}
 					return fmt.Errorf("coordination stage: the turn of %s on %s lapsed before it was taken; the call is put in line again", c.Call.ToolCallID, protocol.Shorten(key, 64))
@@ -184,7 +197,7 @@ func (s *Stage) propose(ctx context.Context, job *router.Job, key string, calls 
 				"resource", key, "position", o.Position, "held_by", o.HeldBy)
 			if o.Proposed {
 				if err := s.Events.Record(ctx, m.SessionID, m.RequestID, &protocol.CoordinationEvent{Op: protocol.CoordWaiting,
-					ToolCallID: c.Call.ToolCallID, Tool: c.Call.Name, Resource: key, Tx: ps[i].Tx, HeldBy: o.HeldBy,
+					ToolCallID: c.Call.ToolCallID, Tool: c.Call.Name, Resource: key, Tx: ps[i].Tx, HeldBy: heldBy(o, m.SessionID),
 					Position: o.Position, Changes: c.Contract.Changes}); err != nil {
 					return err
 				}
@@ -193,15 +206,28 @@ func (s *Stage) propose(ctx context.Context, job *router.Job, key string, calls 
 	}
 	if change != nil && !slices.ContainsFunc(ps, func(p Proposal) bool { return change.Granted.same(&p) }) {
 		// The write granted the resource to another request's call, first in line with
-		// nobody to pass it on: its request is woken.
-		if err := s.Events.Granted(ctx, key, change.Granted); err != nil {
+		// nobody to pass it on: its request is woken (first: an event that fails to record
+		// must not cost it the wake-up).
+		if err := s.Wake(ctx, protocol.WakeOnTurn(change.Granted.RequestID, change.Granted.CallID)); err != nil {
 			return err
 		}
-		if err := s.Wake(ctx, protocol.WakeOnTurn(change.Granted.RequestID, change.Granted.CallID)); err != nil {
+		if err := s.Events.Granted(ctx, key, change.Granted); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// heldBy names who holds the resource a call waits for, for the waiting call's session: the
+// holder's request and call when it is of the same session, and no other session's ids.
+func heldBy(o Outcome, session string) string {
+	switch {
+	case o.HeldBy == "":
+		return ""
+	case o.HolderSession == session:
+		return o.HeldBy
+	}
+	return "a call of another session"
 }
 
 // Budget is how long a call routed with action a may take at most: every try's timeout, the

@@ -57,7 +57,7 @@ const (
 	// after it.
 	ClaimWindow = time.Minute
 	// markerTTL is how long the bus keeps the marker of a lapsed lease or an emptied entry.
-	markerTTL = 15 * time.Minute
+	markerTTL = time.Minute
 	// maxLease bounds any lease.
 	maxLease = time.Hour
 	// minLease is the shortest lease of a call's run.
@@ -67,7 +67,7 @@ const (
 // Buckets is the coordination's bucket: written by routers (each turn a compare-and-set) and
 // read by gateways (GET /debug/coordination).
 func Buckets() []bus.Bucket {
-	return []bus.Bucket{{Name: Bucket, MaxBytes: 64 << 20, Strict: true, MarkerTTL: markerTTL,
+	return []bus.Bucket{{Name: Bucket, MaxBytes: 256 << 20, Strict: true, MarkerTTL: markerTTL,
 		Watchers: []bus.Role{bus.RoleGateway, bus.RoleRouter}, Writers: []bus.Role{bus.RoleRouter}}}
 }
 
@@ -131,6 +131,10 @@ type Store struct {
 	// ClaimFor is the lease of a turn passed on to a waiting call (default ClaimWindow); MinRun
 	// the shortest lease of a call's run (default 30 s). Tests shorten them.
 	ClaimFor, MinRun time.Duration
+	// Answered, when set, says whether a request is answered already: a proposal of one is
+	// dropped from the line rather than granted a turn nobody would take (a cancelled or
+	// timed-out request's).
+	Answered func(ctx context.Context, requestID string) (bool, error)
 }
 
 func (s *Store) claimWindow() time.Duration {
@@ -257,6 +261,8 @@ type Outcome struct {
 	// Position is the call's place in line when it waits (1: next); HeldBy who holds it.
 	Position int
 	HeldBy   string
+	// HolderSession is the holder's session.
+	HolderSession string
 	// Busy: too many calls wait already; the proposal was not accepted.
 	Busy bool
 	// Proposed: the proposal was accepted by this call of Propose (it was not in line before).
@@ -268,6 +274,8 @@ type Outcome struct {
 type Change struct {
 	Resource string
 	Granted  *Turn
+	// Leased: the grant is one of the proposer's, leased for its call's run by this write.
+	Leased bool
 }
 
 // Propose puts the proposals (calls of one request that change resource, in the order they
@@ -279,6 +287,7 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 	token := protocol.ResourceToken(resource)
 	var known *State // the state this call wrote last, and its revision: no need to read it back
 	var knownRev uint64
+	proposed := make([]bool, len(ps)) // put in line by an earlier write of this call
 	for range 32 {
 		st, rev := known, knownRev
 		if st == nil {
@@ -303,18 +312,22 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 			}
 		}
 		var granted *Turn
+		leased := false
 		if rev > 0 && st.Holder == nil && len(st.Waiting) > 0 {
-			// The grant is written over the entry as read: its revision is the turn's
-			// fencing token. The lease is written first, so no holder is ever without one.
-			t := &Turn{Proposal: st.Waiting[0], Fence: rev, GrantedAt: s.now()}
-			ttl := s.claimWindow()
-			if slices.ContainsFunc(ps, func(p Proposal) bool { return t.same(&p) }) {
-				ttl = max(run, s.minRun())
-			}
-			if _, err := s.putLease(ctx, token, lease{RequestID: t.RequestID, CallID: t.CallID, Fence: t.Fence}, ttl, 0); err != nil && !errors.Is(err, errChanged) {
+			mine := func(t *Turn) bool { return slices.ContainsFunc(ps, func(p Proposal) bool { return t.same(&p) }) }
+			var dropped bool
+			var err error
+			granted, leased, dropped, err = s.promote(ctx, token, st, rev, func(t *Turn) time.Duration {
+				if mine(t) {
+					return max(run, s.minRun())
+				}
+				return s.claimWindow()
+			})
+			if err != nil {
 				return nil, nil, err
 			}
-			st.Holder, st.Waiting, granted, changed = t, st.Waiting[1:], t, true
+			changed = changed || granted != nil || dropped
+			leased = leased && granted != nil && mine(granted)
 		}
 		if changed {
 			next, err := s.write(ctx, token, st, rev)
@@ -326,6 +339,9 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 			if rev == 0 {
 				// The proposals are in line; the grant is written over them.
 				known, knownRev = st, next
+				for i := range ps {
+					proposed[i] = proposed[i] || out[i].Proposed
+				}
 				continue
 			}
 		}
@@ -339,17 +355,61 @@ func (s *Store) Propose(ctx context.Context, resource string, ps []Proposal, run
 			default:
 				out[i].Position = pos
 				if st.Holder != nil {
-					out[i].HeldBy = st.Holder.Who()
+					out[i].HeldBy, out[i].HolderSession = st.Holder.Who(), st.Holder.SessionID
 				}
 			}
 		}
+		for i := range ps {
+			out[i].Proposed = out[i].Proposed || proposed[i]
+		}
 		var ch *Change
 		if granted != nil {
-			ch = &Change{Resource: resource, Granted: granted}
+			ch = &Change{Resource: resource, Granted: granted, Leased: leased}
 		}
 		return out, ch, nil
 	}
 	return nil, nil, ErrContended
+}
+
+// promote grants the resource of token, held by nobody in st (read at revision rev), to the
+// first in line whose request is not answered yet (those answered are dropped from the line:
+// nobody would take their turn). The grant's fencing token is rev; its lease, lasting
+// ttl(turn), is written before the grant, so no holder is ever without one. leased says the
+// lease was written here (false: one was there already, written by a write that lost its
+// race); dropped says proposals were dropped.
+func (s *Store) promote(ctx context.Context, token string, st *State, rev uint64, ttl func(*Turn) time.Duration) (granted *Turn, leased, dropped bool, err error) {
+	for len(st.Waiting) > 0 && s.Answered != nil {
+		done, err := s.Answered(ctx, st.Waiting[0].RequestID)
+		if err != nil {
+			return nil, false, false, err
+		}
+		if !done {
+			break
+		}
+		st.Waiting, dropped = st.Waiting[1:], true
+	}
+	if len(st.Waiting) == 0 {
+		return nil, false, dropped, nil
+	}
+	t := &Turn{Proposal: st.Waiting[0], Fence: rev, GrantedAt: s.now()}
+	_, err = s.putLease(ctx, token, lease{RequestID: t.RequestID, CallID: t.CallID, Fence: t.Fence}, ttl(t), 0)
+	if err != nil && !errors.Is(err, errChanged) {
+		return nil, false, false, err
+	}
+	st.Holder, st.Waiting = t, st.Waiting[1:]
+	return t, err == nil, dropped, nil
+}
+
+// InLine reports whether a call of request holds resource or waits for it.
+func (s *Store) InLine(ctx context.Context, resource, requestID string) (bool, error) {
+	st, _, err := s.read(ctx, protocol.ResourceToken(resource))
+	if err != nil {
+		return false, err
+	}
+	if st.Holder != nil && st.Holder.RequestID == requestID {
+		return true, nil
+	}
+	return slices.ContainsFunc(st.Waiting, func(p Proposal) bool { return p.RequestID == requestID }), nil
 }
 
 // Claim leases turn t on resource for its call's run (from now), when the turn is still the
@@ -418,13 +478,9 @@ func (s *Store) end(ctx context.Context, resource string, ends func(context.Cont
 		}
 		ended := st.Holder
 		st.Holder = nil
-		var granted *Turn
-		if len(st.Waiting) > 0 {
-			granted = &Turn{Proposal: st.Waiting[0], Fence: rev, GrantedAt: s.now()}
-			if _, err := s.putLease(ctx, token, lease{RequestID: granted.RequestID, CallID: granted.CallID, Fence: granted.Fence}, s.claimWindow(), 0); err != nil && !errors.Is(err, errChanged) {
-				return nil, err
-			}
-			st.Holder, st.Waiting = granted, st.Waiting[1:]
+		granted, _, _, err := s.promote(ctx, token, st, rev, func(*Turn) time.Duration { return s.claimWindow() })
+		if err != nil {
+			return nil, err
 		}
 		if _, err := s.write(ctx, token, st, rev); errors.Is(err, errChanged) {
 			continue

@@ -191,3 +191,83 @@ func TestManyCallsOnFewKeysNeverOverlap(t *testing.T) {
 	}
 	t.Logf("%d calls on %d keys: overlaps 0; fences per key %v", n, k, fences)
 }
+
+// A proposer that loses the race to lease its own grant (another router leased it for a
+// claim window first) says so: the stage then claims the turn for the call's run, so the
+// lease is never shorter than the call.
+func TestAGrantLeasedByAnotherIsClaimed(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	s.ClaimFor, s.MinRun = time.Second, 20*time.Second
+	const key = "order_race"
+	token := protocol.ResourceToken(key)
+	x := proposal("rx", "c", key)
+	rev, err := s.write(ctx, token, &State{Resource: key, Waiting: []Proposal{x}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.putLease(ctx, token, lease{RequestID: x.RequestID, CallID: x.CallID, Fence: rev}, s.claimWindow(), 0); err != nil {
+		t.Fatal(err)
+	}
+	outs, ch, err := s.Propose(ctx, key, []Proposal{x}, 20*time.Second)
+	if err != nil || outs[0].Turn == nil || ch == nil || ch.Leased {
+		t.Fatalf("granted with another's lease: %+v %+v %v", outs, ch, err)
+	}
+	if ok, err := s.Claim(ctx, key, outs[0].Turn, 20*time.Second); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	time.Sleep(2 * time.Second) // past the claim window it was leased for at first
+	if rev, err := s.liveLease(ctx, token, outs[0].Turn.Fence); err != nil || rev == 0 {
+		t.Fatalf("the claimed lease lapsed with the claim window: %d %v", rev, err)
+	}
+}
+
+// A release whose wake-up failed is retried: the wake-up is tried before anything else, so
+// the retry (which finds the turn passed on) is not what wakes the next call.
+func TestAFailedWakeUpFailsTheRelease(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	const key = "order_w"
+	a, b := proposal("ra", "c", key), proposal("rb", "c", key)
+	o, _, _ := s.Propose(ctx, key, []Proposal{a}, time.Minute)
+	_, _, _ = s.Propose(ctx, key, []Proposal{b}, time.Minute)
+	var woke []string
+	turns := &Turns{Store: s, Wake: func(_ context.Context, k string) error { woke = append(woke, k); return nil },
+		Events: &Events{}}
+	if err := turns.Release(ctx, &protocol.Grant{Tx: a.Tx, Fence: o[0].Turn.Fence, Resource: key}, a.RequestID, a.CallID, "", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if len(woke) != 1 || woke[0] != protocol.WakeOnTurn("rb", "c") {
+		t.Fatalf("woke %v", woke)
+	}
+}
+
+// Proposals on a resource seen for the first time that end up waiting are recorded as
+// proposed (their wait is an event); a proposal of an answered request is dropped from the
+// line rather than granted.
+func TestFreshProposalsWaitAndAnsweredOnesAreDropped(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	const key = "fresh"
+	a, b := proposal("r", "a", key), proposal("r", "b", key)
+	outs, _, err := s.Propose(ctx, key, []Proposal{a, b}, time.Minute)
+	if err != nil || outs[0].Turn == nil || outs[1].Position != 1 || !outs[1].Proposed {
+		t.Fatalf("%+v %v", outs, err)
+	}
+	gone := proposal("gone", "c", key)
+	next := proposal("next", "c", key)
+	for _, p := range []Proposal{gone, next} {
+		if _, _, err := s.Propose(ctx, key, []Proposal{p}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Answered = func(_ context.Context, rid string) (bool, error) { return rid == "gone", nil }
+	x, err := s.Release(ctx, key, "r", "a", outs[0].Turn.Fence)
+	if err != nil || x.Granted == nil || x.Granted.CallID != "b" {
+		t.Fatalf("release a: %+v %v", x, err)
+	}
+	x, err = s.Release(ctx, key, "r", "b", x.Granted.Fence)
+	if err != nil || x.Granted == nil || x.Granted.RequestID != "next" {
+		t.Fatalf("the answered request's proposal was not skipped: %+v %v", x, err)
+	}
+}

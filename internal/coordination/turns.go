@@ -41,13 +41,14 @@ func (t *Turns) Release(ctx context.Context, g *protocol.Grant, requestID, callI
 
 // ended records the end of a turn and the grant after it, and wakes the granted call's request.
 func (t *Turns) ended(ctx context.Context, op, reason string, x *Ended) error {
-	if err := t.Events.Ended(ctx, op, reason, x); err != nil {
-		return err
-	}
+	// The wake-up first: an event that fails to record must not cost the next call its turn
+	// (a retry finds the turn passed on already, and wakes nobody).
 	if g := x.Granted; g != nil {
-		return t.Wake(ctx, protocol.WakeOnTurn(g.RequestID, g.CallID))
+		if err := t.Wake(ctx, protocol.WakeOnTurn(g.RequestID, g.CallID)); err != nil {
+			return err
+		}
 	}
-	return nil
+	return t.Events.Ended(ctx, op, reason, x)
 }
 
 // expire ends the turn with fence on the resource of token if its lease is gone.
@@ -145,17 +146,17 @@ func (t *Turns) Sweep(ctx context.Context) error {
 				return err
 			}
 			if ch != nil {
-				if err := t.Events.Granted(ctx, ch.Resource, ch.Granted); err != nil {
+				if err := t.Wake(ctx, protocol.WakeOnTurn(ch.Granted.RequestID, ch.Granted.CallID)); err != nil {
 					return err
 				}
-				if err := t.Wake(ctx, protocol.WakeOnTurn(ch.Granted.RequestID, ch.Granted.CallID)); err != nil {
+				if err := t.Events.Granted(ctx, ch.Resource, ch.Granted); err != nil {
 					return err
 				}
 			}
 			continue
 		}
 		if err := t.expire(ctx, protocol.ResourceToken(st.Resource), st.Holder.Fence); err != nil {
-			return err
+			t.log().Warn("coordination sweep: end a lapsed turn", "resource", st.Resource, "err", err)
 		}
 	}
 	return nil

@@ -362,3 +362,23 @@ func FuzzReadGrant(f *testing.F) {
 		}
 	})
 }
+
+// A forgotten order keeps its fence: a stale turn's late call is refused even after the
+// order was dropped to make room.
+func TestAForgottenOrderKeepsItsFence(t *testing.T) {
+	st := newOrderStore(1, initialOrder)
+	tr, err := st.begin("order_1", "address_update", grant{Fence: 9, Resource: "order_1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.abandon(tr)
+	if _, err := st.begin("order_2", "address_update", grant{Fence: 1}, time.Now()); err != nil { // forgets order_1
+		t.Fatal(err)
+	}
+	if _, err := st.begin("order_1", "address_update", grant{Fence: 8, Resource: "order_1"}, time.Now()); err == nil {
+		t.Fatal("a stale fence of a forgotten order was admitted")
+	}
+	if _, err := st.begin("order_1", "address_update", grant{Fence: 10, Resource: "order_9"}, time.Now()); err == nil {
+		t.Fatal("a turn on another resource was admitted")
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // Bounds of the state the change tools keep.
@@ -87,10 +89,16 @@ type orderStore struct {
 	initial func(id string) orderFields
 	orders  map[string]*list.Element // each holds a *liveOrder
 	recent  *list.List               // by when their last change began, the latest first
+	// fences keeps the highest fencing token of every order forgotten: a fence is never
+	// forgotten with its order, or a stale turn's late call could commit after it.
+	fences map[string]uint64
 }
 
+// maxFences bounds the fences of forgotten orders; past it, no order is forgotten.
+const maxFences = 100 * maxLiveOrders
+
 func newOrderStore(max int, initial func(id string) orderFields) *orderStore {
-	return &orderStore{max: max, initial: initial, orders: make(map[string]*list.Element), recent: list.New()}
+	return &orderStore{max: max, initial: initial, orders: make(map[string]*list.Element), recent: list.New(), fences: map[string]uint64{}}
 }
 
 // turn is a change that has begun and has not yet been committed or abandoned; its order is
@@ -182,6 +190,13 @@ func (o *liveOrder) admit(g grant) error {
 	if g.Fence == 0 {
 		return nil
 	}
+	if g.Resource != "" && g.Resource != o.id {
+		// A turn on another resource says nothing of this order's: taking its token would
+		// refuse this order's own turns.
+		return &toolError{Status: http.StatusBadRequest, Code: "INVALID_ARGUMENT",
+			Hint:    "send " + protocol.HeaderResource + " naming the order the call changes (its order_id), or leave it out",
+			Message: "the call's turn is for another resource than order " + o.id}
+	}
 	if g.Fence < o.fence {
 		o.staleRefused++
 		return &toolError{Status: http.StatusConflict, Code: "STALE_FENCE",
@@ -206,7 +221,8 @@ func (st *orderStore) get(id string) (*liveOrder, error) {
 			Hint:    "retry later: every order the demo tools hold has a change in flight",
 			Message: fmt.Sprintf("the demo tools hold %d orders, all of them changing", len(st.orders))}
 	}
-	o := &liveOrder{id: id, orderFields: st.initial(id)}
+	o := &liveOrder{id: id, orderFields: st.initial(id), fence: st.fences[id]}
+	delete(st.fences, id)
 	st.orders[id] = st.recent.PushFront(o)
 	return o, nil
 }
@@ -217,6 +233,12 @@ func (st *orderStore) forgetOne() bool {
 	for el := st.recent.Back(); el != nil; el = el.Prev() {
 		o := el.Value.(*liveOrder)
 		if o.inflight == 0 {
+			if o.fence > 0 {
+				if len(st.fences) >= maxFences {
+					return false
+				}
+				st.fences[o.id] = o.fence
+			}
 			st.recent.Remove(el)
 			delete(st.orders, o.id)
 			return true

@@ -3,7 +3,9 @@ package contract
 import (
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -193,7 +195,8 @@ func (c *Compiled) Resource(args json.RawMessage) (string, error) {
 		switch {
 		case json.Unmarshal(raw, &s) == nil:
 		case json.Unmarshal(raw, &n) == nil:
-			s = n.String()
+			// One number, one key: 123, 123.0 and 1.23e2 name the same resource.
+			s = canonicalNumber(n)
 		default:
 			return "", fmt.Errorf("the argument %s names the resource the call changes: it must be a string or a number", p.text)
 		}
@@ -327,4 +330,19 @@ func Order(tools []string, contractOf func(string) *Contract) []int {
 		out = append(out, pick)
 	}
 	return out
+}
+
+// canonicalNumber writes a JSON number one way: an integer in full, digit by digit; any other
+// number in the shortest form that reads back as the same float64.
+func canonicalNumber(n json.Number) string {
+	f, _, err := big.ParseFloat(n.String(), 10, 256, big.ToNearestEven)
+	if err != nil {
+		return n.String()
+	}
+	if f.IsInt() && f.MantExp(nil) <= 1024 { // at most ~310 digits: never a huge integer written out
+		i, _ := f.Int(nil)
+		return i.String()
+	}
+	v, _ := f.Float64()
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }

@@ -278,7 +278,7 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 	settled := func(ctx context.Context) (bool, error) {
 		return l.Settled(ctx, ledger.Key(cause.RequestID, res.ToolCallID))
 	}
-	if c := cause.Correlation; c != nil && c.Grant != nil && res.Grant == nil {
+	if c := cause.Correlation; c != nil && c.Grant != nil && res.Grant == nil && c.Grant.Check() == nil {
 		res.Grant = c.Grant // the turn the call ran under: its transaction id and fencing token
 	}
 	id := protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID)

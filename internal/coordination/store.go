@@ -462,6 +462,25 @@ func (s *Store) Expire(ctx context.Context, token string, fence uint64) (*Ended,
 	})
 }
 
+// EndAnswered ends the turn with fence on the resource of token when its request is answered
+// already (its call's result is recorded, by whoever recorded it: a cancellation, say, whose
+// result carries no grant), and grants the next in line; nil when not.
+func (s *Store) EndAnswered(ctx context.Context, token string, fence uint64) (*Ended, error) {
+	if s.Answered == nil {
+		return nil, nil
+	}
+	st, _, err := s.read(ctx, token)
+	if err != nil || st.Holder == nil || st.Holder.Fence != fence {
+		return nil, err
+	}
+	return s.end(ctx, st.Resource, func(ctx context.Context, h *Turn) (bool, error) {
+		if h.Fence != fence {
+			return false, nil
+		}
+		return s.Answered(ctx, h.RequestID)
+	})
+}
+
 // end ends the holder's turn on resource when ends says so, and grants the next in line.
 func (s *Store) end(ctx context.Context, resource string, ends func(context.Context, *Turn) (bool, error)) (*Ended, error) {
 	token := protocol.ResourceToken(resource)

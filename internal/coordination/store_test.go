@@ -271,3 +271,27 @@ func TestFreshProposalsWaitAndAnsweredOnesAreDropped(t *testing.T) {
 		t.Fatalf("the answered request's proposal was not skipped: %+v %v", x, err)
 	}
 }
+
+// A holder whose request is answered without a release (a cancellation's results carry no
+// grant) loses its turn at the next sweep, not when its lease lapses.
+func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	const key = "order_c"
+	a, b := proposal("cancelled", "c", key), proposal("next", "c", key)
+	if _, _, err := s.Propose(ctx, key, []Proposal{a}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Propose(ctx, key, []Proposal{b}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var woke []string
+	turns := &Turns{Store: s, Events: &Events{}, Wake: func(_ context.Context, k string) error { woke = append(woke, k); return nil }}
+	if err := turns.Sweep(ctx); err != nil || len(woke) != 0 {
+		t.Fatalf("a running call's turn ended: %v %v", woke, err)
+	}
+	s.Answered = func(_ context.Context, rid string) (bool, error) { return rid == "cancelled", nil }
+	if err := turns.Sweep(ctx); err != nil || len(woke) != 1 || woke[0] != protocol.WakeOnTurn("next", "c") {
+		t.Fatalf("after the answer: %v %v", woke, err)
+	}
+}

@@ -155,8 +155,19 @@ func (t *Turns) Sweep(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := t.expire(ctx, protocol.ResourceToken(st.Resource), st.Holder.Fence); err != nil {
+		token := protocol.ResourceToken(st.Resource)
+		if err := t.expire(ctx, token, st.Holder.Fence); err != nil {
 			t.log().Warn("coordination sweep: end a lapsed turn", "resource", st.Resource, "err", err)
+		}
+		// A holder whose request is answered without its result carrying the grant (a
+		// cancellation records results of its own) ends here, not when its lease lapses.
+		x, err := t.Store.EndAnswered(ctx, token, st.Holder.Fence)
+		if err != nil {
+			t.log().Warn("coordination sweep: end an answered call's turn", "resource", st.Resource, "err", err)
+		} else if x != nil {
+			if err := t.ended(ctx, protocol.CoordReleased, "its request is answered", x); err != nil {
+				t.log().Warn("coordination sweep: pass the turn on", "resource", st.Resource, "err", err)
+			}
 		}
 	}
 	return nil

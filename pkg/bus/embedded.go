@@ -88,6 +88,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		// Set, not left to the server's default (a share of the free disk), so that Hermes'
 		// limits fit whatever the machine.
 		JetStreamMaxStore: cfg.MaxFileStore,
+		// A client cut off silently (its link down, not closed) is dropped after about 15 s of
+		// unanswered pings, not the default 4 minutes: until then the server hands it the
+		// messages its pull requests ask for, and they wait out their ack deadline unseen.
+		PingInterval: 5 * time.Second,
+		MaxPingsOut:  3,
 	}
 	if opts.JetStreamMaxStore <= 0 {
 		opts.JetStreamMaxStore = DefaultMaxFileStore

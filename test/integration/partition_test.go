@@ -276,13 +276,21 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		t.Fatal(err)
 	}
 	var routers, workers []string
+	var services []*child
 	for i := range 2 {
 		ns, _ := lab.add(fmt.Sprintf("r%d", i+1))
 		routers = append(routers, ns)
-		s.spawnIn(ns, "router", fmt.Sprintf("router-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("router-%d", i+1), "--routes", routesFile)
+		services = append(services, s.spawnIn(ns, "router", fmt.Sprintf("router-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("router-%d", i+1), "--routes", routesFile))
 		ns, _ = lab.add(fmt.Sprintf("w%d", i+1))
 		workers = append(workers, ns)
-		s.spawnIn(ns, "toolworker", fmt.Sprintf("worker-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("worker-%d", i+1))
+		services = append(services, s.spawnIn(ns, "toolworker", fmt.Sprintf("worker-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("worker-%d", i+1)))
+	}
+	// Every service up before any cut: one still setting up when its link is cut gives up.
+	for _, c := range services {
+		waitForWithin(t, c.name+" running", time.Minute, func() bool {
+			out := c.out.String()
+			return strings.Contains(out, `"msg":"router running"`) || strings.Contains(out, `"msg":"tool worker running"`)
+		})
 	}
 
 	l := &load{s: s, client: &http.Client{Timeout: 15 * time.Second}, deadline: time.Now().Add(4*time.Minute + 3**partitionCut), stop: make(chan struct{})}
@@ -306,10 +314,9 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 	}
 	l.waitAnswered(t, 6, "the load before any cut")
 	type step struct {
-		name        string
-		cut, heal   func()
-		cutFor      time.Duration
-		answeredTil int64
+		name      string
+		cut, heal func()
+		cutFor    time.Duration
 	}
 	leaderIP := func() string {
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
@@ -347,7 +354,7 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 	}
 	runs, _ := l.finish()
 	// Every request answered once, its one call ok.
-	counts := s.classify(runs)
+	counts, fenced := s.classify(runs), 0
 	if counts[outcomeOK]+counts[outcomeResolved] != len(runs) {
 		t.Fatalf("not every request was answered exactly once: %v", counts)
 	}
@@ -356,8 +363,14 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 			t.Fatalf("%s never answered: %v", r.id, r.failures)
 		}
 		res := result(t, decodeResponse(t, r.answers[len(r.answers)-1]), "c1")
-		if res.Status != protocol.ResultOK || res.Grant == nil {
-			t.Fatalf("%s: %+v", r.id, res)
+		switch {
+		case res.Status == protocol.ResultOK && res.Grant != nil:
+		case res.ToolErrorCode == "STALE_FENCE" && res.Grant != nil:
+			// Its turn passed on before it reached the tool (a cut outlasted its lease):
+			// the tool's fencing refused it, and the caller is told.
+			fenced++
+		default:
+			t.Fatalf("%s: %+v (%s)", r.id, res, res.Content)
 		}
 	}
 	// The tool: no overlap; per key, fences never fall, an equal fence only for the same turn
@@ -389,8 +402,8 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		}
 		last[e.Resource] = e.Fence
 	}
-	t.Logf("partitions, %d requests on %d keys (hold %s): overlaps 0, stale fences refused %d, commits %d, grants on the record %d\n| cut | for | load |\n|---|---|---|\n%s",
-		len(runs), keys, hold, ch.stale, commits, grants, strings.Join(table, "\n"))
+	t.Logf("partitions, %d requests on %d keys (hold %s): overlaps 0, stale fences refused %d (%d requests answered so), commits %d, grants on the record %d\n| cut | for | load |\n|---|---|---|\n%s",
+		len(runs), keys, hold, ch.stale, fenced, commits, grants, strings.Join(table, "\n"))
 }
 
 // writeRoutes writes testdata/routes.yaml with extra rules appended, and returns its path.

@@ -388,3 +388,18 @@ func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// A call that changes a resource carries its turn as metadata; a resource key that is not
+// printable ASCII travels as binary metadata.
+func TestMetadataCarriesTheCallsGrant(t *testing.T) {
+	srv := serveBehave(t, serverOptions{reflection: true})
+	e := newExecutor(t, grpcexec.Config{})
+	c := grpcCall(srv.addr, "Run", `{"id":"g1","answer":1}`, nil)
+	c.Dispatch.Grant = &protocol.Grant{Tx: protocol.TxID("req_grpc", "订单-9"), Fence: 7, Resource: "订单-9"}
+	wantOK(t, execute(t, e, c))
+	for name, want := range map[string]string{"x-hermes-tx": protocol.TxID("req_grpc", "订单-9"), "x-hermes-fence": "7", "x-hermes-resource-bin": "订单-9"} {
+		if got := srv.metadata(name); len(got) != 1 || got[0] != want {
+			t.Errorf("metadata %s = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -501,3 +501,26 @@ func mapLookup(m map[string]string) func(string) (string, bool) {
 		return v, ok
 	}
 }
+
+// A call that changes a resource carries its turn to the tool: transaction id, fencing token
+// and resource; a call without a grant carries none of them.
+func TestHTTPCarriesTheCallsGrant(t *testing.T) {
+	srv, reqs := toolServer(t, nil)
+	c := httpCall("POST", srv.URL+"/orders", `{"order_id":"order_123"}`, nil)
+	c.Dispatch.Grant = &protocol.Grant{Tx: protocol.TxID("req-42", "order_123"), Fence: 42, Resource: "order_123"}
+	wantOK(t, execute(t, newExecutor(t, nil), c))
+	s := received(t, reqs)
+	for name, want := range map[string]string{protocol.HeaderTx: protocol.TxID("req-42", "order_123"), protocol.HeaderFence: "42", protocol.HeaderResource: "order_123"} {
+		if got := s.Header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	c = httpCall("POST", srv.URL+"/orders", `{}`, nil)
+	wantOK(t, execute(t, newExecutor(t, nil), c))
+	s = received(t, reqs)
+	for _, name := range []string{protocol.HeaderTx, protocol.HeaderFence, protocol.HeaderResource} {
+		if v, ok := s.Header[http.CanonicalHeaderKey(name)]; ok {
+			t.Errorf("without a grant, %s = %q", name, v)
+		}
+	}
+}

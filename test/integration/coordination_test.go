@@ -122,7 +122,7 @@ func (s *system) coordinationEvents() []*protocol.CoordinationEvent {
 	}
 	var out []*protocol.CoordinationEvent
 	for {
-		batch, err := c.FetchNoWait(256)
+		batch, err := c.Fetch(256, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -140,7 +140,13 @@ func (s *system) coordinationEvents() []*protocol.CoordinationEvent {
 			out = append(out, e)
 		}
 		if n == 0 {
-			return out
+			info, err := c.Info(ctx)
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			if info.NumPending == 0 {
+				return out
+			}
 		}
 	}
 }

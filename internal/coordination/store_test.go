@@ -25,6 +25,7 @@ func proposal(req, call, key string) Proposal {
 }
 
 func TestTurnsGoInTheOrderProposedWithRisingFences(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	const key = "order_123"
@@ -76,6 +77,7 @@ func TestTurnsGoInTheOrderProposedWithRisingFences(t *testing.T) {
 }
 
 func TestALapsedLeasePassesTheTurnOn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := newStore(t)
@@ -113,6 +115,7 @@ func TestALapsedLeasePassesTheTurnOn(t *testing.T) {
 // waiting for its wake-up as a parked request would: no two hold one key at once, every call
 // runs once, and the fences of each key rise in the order of its turns.
 func TestManyCallsOnFewKeysNeverOverlap(t *testing.T) {
+	t.Parallel()
 	const n, k = 48, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -196,6 +199,7 @@ func TestManyCallsOnFewKeysNeverOverlap(t *testing.T) {
 // claim window first) says so: the stage then claims the turn for the call's run, so the
 // lease is never shorter than the call.
 func TestAGrantLeasedByAnotherIsClaimed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	s.ClaimFor, s.MinRun = time.Second, 20*time.Second
@@ -225,6 +229,7 @@ func TestAGrantLeasedByAnotherIsClaimed(t *testing.T) {
 // A release whose wake-up failed is retried: the wake-up is tried before anything else, so
 // the retry (which finds the turn passed on) is not what wakes the next call.
 func TestAFailedWakeUpFailsTheRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	const key = "order_w"
@@ -246,6 +251,7 @@ func TestAFailedWakeUpFailsTheRelease(t *testing.T) {
 // proposed (their wait is an event); a proposal of an answered request is dropped from the
 // line rather than granted.
 func TestFreshProposalsWaitAndAnsweredOnesAreDropped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	const key = "fresh"
@@ -275,6 +281,7 @@ func TestFreshProposalsWaitAndAnsweredOnesAreDropped(t *testing.T) {
 // A holder whose request is answered without a release (a cancellation's results carry no
 // grant) loses its turn at the next sweep, not when its lease lapses.
 func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	const key = "order_c"

@@ -260,6 +260,7 @@ func TestAChangeThatNamesNoResourceNeverRuns(t *testing.T) {
 // coordination ls show who holds it and who waits, and the wait is an event on the record
 // naming the resource and the holder.
 func TestWhoHoldsAndWhoWaitsIsInspectable(t *testing.T) {
+	long(t, "holds a resource for seconds")
 	t.Parallel()
 	s, _, keys := startWithChanger(t, 1, 1)
 	keys2 := callerKeys(t, s, map[string]auth.Role{"ops": auth.RoleAdmin})
@@ -340,6 +341,7 @@ func TestWhoHoldsAndWhoWaitsIsInspectable(t *testing.T) {
 // to the new address. With on_conflict: order, Hermes orders them itself, whatever order the
 // request gives.
 func TestTheSeedsTwoChangesOfOneOrder(t *testing.T) {
+	long(t, "waits for the routers to follow changed contracts")
 	t.Parallel()
 	s := start(t, options{routesFile: "../../examples/routes.yaml", workers: 1, callers: true})
 	keys := callerKeys(t, s, map[string]auth.Role{"admin": auth.RoleAdmin, "alice": auth.RoleUser})

@@ -60,6 +60,10 @@ type options struct {
 	chat *app.ChatConfig
 	// callerLimits bound each caller at every gateway (with callers)
 	callerLimits admission.CallerLimits
+	// listenHost is where the test's own servers (demo tools, recorder, gateways) listen;
+	// default 127.0.0.1 (the partition test's services in other network namespaces reach
+	// them at its bridge's address)
+	listenHost string
 }
 
 // system is Hermes running in-process: embedded NATS, demo tools, routers (each with a
@@ -126,7 +130,7 @@ func start(t *testing.T, opts options) *system {
 	for _, h := range opts.demoHosts {
 		s.resolve[h] = s.demoAddr
 	}
-	s.recorder = newRecorder(t)
+	s.recorder = newRecorderOn(t, s.listen())
 	if _, set := s.resolve["127.0.0.1:8082"]; !set {
 		s.resolve["127.0.0.1:8082"] = s.recorder.addr
 	}
@@ -197,7 +201,11 @@ func (s *system) restartGateway(instance string) {
 
 func (s *system) listen() net.Listener {
 	s.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	host := s.opts.listenHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", host+":0")
 	if err != nil {
 		s.t.Fatal(err)
 	}

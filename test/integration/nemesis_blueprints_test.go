@@ -43,11 +43,17 @@ func (b *blueprintLoad) start(stop <-chan struct{}) (done chan struct{}) {
 			}
 			id := fmt.Sprintf("nem_bp_%03d", k)
 			code, body := b.s.postAnswered(client, "/v1/blueprints/nem_chain/runs", fmt.Sprintf(`{"run_id":%q,"user_input":{"k":"k%d"}}`, id, k))
-			switch code {
-			case http.StatusCreated, http.StatusOK, http.StatusAccepted:
+			switch {
+			case code == http.StatusCreated || code == http.StatusOK || code == http.StatusAccepted:
 				b.runs = append(b.runs, id)
-			case 0:
+			case code == 0:
 				return
+			case code == http.StatusTooManyRequests && strings.Contains(string(body), protocol.CodeTooManyRuns):
+				// As many runs going as a caller may have (a fault held them up): the caller
+				// waits for one to end and begins the same run again, as it is told to.
+				k--
+				time.Sleep(time.Second)
+				continue
 			default:
 				b.s.t.Errorf("begin run %s: %d %s", id, code, body)
 			}

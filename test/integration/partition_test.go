@@ -213,10 +213,12 @@ var partitionCut = flag.Duration("partition.cut", 6*time.Second, "how long each 
 
 // TestPartitionsKeepChangesSerialized runs a three-node cluster, two routers and two tool
 // workers each in a network namespace of its own, and cuts real links while concurrent
-// requests change a few shared keys: one node isolated, a router cut from the record stream's
-// leader, a worker cut from every node mid-call. Afterwards the record and the tool say: no
-// two changes of one key overlapped, the fencing tokens of each key rose with every turn, and
-// every request was answered once, its change committed once.
+// requests change a few shared keys, calls park for approval and are approved, and blueprint
+// runs go: one node isolated, a router cut from the record stream's leader, a worker cut from
+// every node mid-call. Afterwards the record and the tool say: no two changes of one key
+// overlapped, the fencing tokens of each key rose with every turn, every request was answered
+// once; every approved call ran once and the shared rate held; every blueprint run ended with
+// each step's call run once.
 func TestPartitionsKeepChangesSerialized(t *testing.T) {
 	lab := newNetlab(t)
 	long(t, "runs a cluster in network namespaces and cuts links")
@@ -265,8 +267,13 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		_, err = js.AccountInfo(ctx)
 		return err == nil
 	})
-	s := start(t, options{routesFile: routesFile, routers: -1, workers: 0, natsURL: natsURL,
+	s := start(t, options{routesFile: routesFile, routers: -1, workers: 0, natsURL: natsURL, listenHost: lab.hostIP,
 		bus: bus.Config{Replicas: 3, AckWait: 2 * time.Second}})
+	// The nemesis' loads on approvals and blueprints run beside the changes: approved calls
+	// run once, the shared rate holds, every run ends with each step's call run once.
+	pl, bl := &policyLoad{s: s}, &blueprintLoad{s: s}
+	pl.apply()
+	bl.apply()
 	k, err := registry.Parse([]byte(changeContract))
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +290,8 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		services = append(services, s.spawnIn(ns, "router", fmt.Sprintf("router-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("router-%d", i+1), "--routes", routesFile))
 		ns, _ = lab.add(fmt.Sprintf("w%d", i+1))
 		workers = append(workers, ns)
-		services = append(services, s.spawnIn(ns, "toolworker", fmt.Sprintf("worker-%d", i+1), "--nats", natsURL, "--instance", fmt.Sprintf("worker-%d", i+1)))
+		services = append(services, s.spawnIn(ns, "toolworker", fmt.Sprintf("worker-%d", i+1),
+			append([]string{"--nats", natsURL, "--instance", fmt.Sprintf("worker-%d", i+1)}, s.workerArgs()...)...))
 	}
 	// Every service up before any cut: one still setting up when its link is cut gives up.
 	for _, c := range services {
@@ -313,6 +321,8 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		}()
 	}
 	l.waitAnswered(t, 6, "the load before any cut")
+	stopLoads := make(chan struct{})
+	policyDone, blueprintDone := pl.start(stopLoads), bl.start(stopLoads)
 	type step struct {
 		name      string
 		cut, heal func()
@@ -352,6 +362,9 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		l.waitAnswered(t, 6, "the load after healing: "+st.name)
 		table = append(table, fmt.Sprintf("| %s | %s | %d answered during the cut |", st.name, st.cutFor, during))
 	}
+	close(stopLoads)
+	<-policyDone
+	<-blueprintDone
 	runs, _ := l.finish()
 	// Every request answered once, its one call ok.
 	counts, fenced := s.classify(runs), 0
@@ -402,6 +415,8 @@ func TestPartitionsKeepChangesSerialized(t *testing.T) {
 		}
 		last[e.Resource] = e.Fence
 	}
+	pl.check()
+	bl.check()
 	t.Logf("partitions, %d requests on %d keys (hold %s): overlaps 0, stale fences refused %d (%d requests answered so), commits %d, grants on the record %d\n| cut | for | load |\n|---|---|---|\n%s",
 		len(runs), keys, hold, ch.stale, fenced, commits, grants, strings.Join(table, "\n"))
 }

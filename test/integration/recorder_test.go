@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,8 +25,20 @@ type recorder struct {
 }
 
 func newRecorder(t *testing.T) *recorder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newRecorderOn(t, ln)
+}
+
+// newRecorderOn serves a recorder on ln.
+func newRecorderOn(t *testing.T, ln net.Listener) *recorder {
 	r := &recorder{keys: map[string][]http.Header{}, aborted: map[string]int{}}
-	srv := httptest.NewServer(r)
+	srv := httptest.NewUnstartedServer(r)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(srv.Close)
 	r.addr = strings.TrimPrefix(srv.URL, "http://")
 	return r

@@ -24,14 +24,6 @@ type recorder struct {
 	aborted map[string]int           // Idempotency-Key → tries the caller abandoned before the answer
 }
 
-func newRecorder(t *testing.T) *recorder {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newRecorderOn(t, ln)
-}
-
 // newRecorderOn serves a recorder on ln.
 func newRecorderOn(t *testing.T, ln net.Listener) *recorder {
 	r := &recorder{keys: map[string][]http.Header{}, aborted: map[string]int{}}

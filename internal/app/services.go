@@ -28,6 +28,7 @@ import (
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/retry"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -158,7 +159,10 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 		return err
 	}
 	answered := func(ctx context.Context, rid string) (bool, error) { return b.Answered(ctx, rid, "") }
-	store, events := &coordination.Store{KV: kv, JS: b.JS, Answered: answered}, &coordination.Events{Pub: pub, Log: log}
+	running := func(ctx context.Context, rid, cid string) (bool, error) {
+		return ledger.Running(ctx, b.Claims, ledger.Key(rid, cid), b.Config().AckWait)
+	}
+	store, events := &coordination.Store{KV: kv, JS: b.JS, Answered: answered, Running: running}, &coordination.Events{Pub: pub, Log: log}
 	turns := &coordination.Turns{Store: store, Events: events, Wake: wake, Log: log.With("part", "coordination")}
 	return &coordination.Stage{Store: store, Events: events, Wake: wake, Turns: turns}, turns, nil
 }

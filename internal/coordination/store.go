@@ -135,6 +135,9 @@ type Store struct {
 	// dropped from the line rather than granted a turn nobody would take (a cancelled or
 	// timed-out request's).
 	Answered func(ctx context.Context, requestID string) (bool, error)
+	// Running, when set, says whether a worker may still be running a call (the call
+	// ledger's claim is live): an answered request's holder keeps its turn while it does.
+	Running func(ctx context.Context, requestID, callID string) (bool, error)
 }
 
 func (s *Store) claimWindow() time.Duration {
@@ -464,7 +467,9 @@ func (s *Store) Expire(ctx context.Context, token string, fence uint64) (*Ended,
 
 // EndAnswered ends the turn with fence on the resource of token when its request is answered
 // already (its call's result is recorded, by whoever recorded it: a cancellation, say, whose
-// result carries no grant), and grants the next in line; nil when not.
+// result carries no grant) and no worker may still be running its call (Running), and grants
+// the next in line; nil when not. A cancelled call still running keeps the turn until its
+// worker stops or its lease lapses.
 func (s *Store) EndAnswered(ctx context.Context, token string, fence uint64) (*Ended, error) {
 	if s.Answered == nil {
 		return nil, nil
@@ -477,7 +482,14 @@ func (s *Store) EndAnswered(ctx context.Context, token string, fence uint64) (*E
 		if h.Fence != fence {
 			return false, nil
 		}
-		return s.Answered(ctx, h.RequestID)
+		if done, err := s.Answered(ctx, h.RequestID); err != nil || !done {
+			return false, err
+		}
+		if s.Running == nil {
+			return true, nil
+		}
+		running, err := s.Running(ctx, h.RequestID, h.CallID)
+		return !running, err
 	})
 }
 

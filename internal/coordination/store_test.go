@@ -279,7 +279,7 @@ func TestFreshProposalsWaitAndAnsweredOnesAreDropped(t *testing.T) {
 }
 
 // A holder whose request is answered without a release (a cancellation's results carry no
-// grant) loses its turn at the next sweep, not when its lease lapses.
+// grant) loses its turn at the first sweep after its worker stopped, not when its lease lapses.
 func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -298,6 +298,14 @@ func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
 		t.Fatalf("a running call's turn ended: %v %v", woke, err)
 	}
 	s.Answered = func(_ context.Context, rid string) (bool, error) { return rid == "cancelled", nil }
+	// Answered, but its worker has not stopped yet (it learns of a cancellation at its next
+	// renewal): the turn stays.
+	running := true
+	s.Running = func(_ context.Context, rid, cid string) (bool, error) { return running && rid == "cancelled" && cid == "c", nil }
+	if err := turns.Sweep(ctx); err != nil || len(woke) != 0 {
+		t.Fatalf("the turn of a call still running ended: %v %v", woke, err)
+	}
+	running = false
 	if err := turns.Sweep(ctx); err != nil || len(woke) != 1 || woke[0] != protocol.WakeOnTurn("next", "c") {
 		t.Fatalf("after the answer: %v %v", woke, err)
 	}

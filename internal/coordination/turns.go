@@ -142,16 +142,15 @@ func (t *Turns) Sweep(ctx context.Context) error {
 			// In line with nobody holding it (whoever wrote the first proposal stopped
 			// before granting it): the first in line gets it.
 			_, ch, err := t.Store.Propose(ctx, st.Resource, nil, 0)
-			if err != nil {
-				return err
+			if err == nil && ch != nil {
+				if err = t.Wake(ctx, protocol.WakeOnTurn(ch.Granted.RequestID, ch.Granted.CallID)); err == nil {
+					err = t.Events.Granted(ctx, ch.Resource, ch.Granted)
+				}
 			}
-			if ch != nil {
-				if err := t.Wake(ctx, protocol.WakeOnTurn(ch.Granted.RequestID, ch.Granted.CallID)); err != nil {
-					return err
-				}
-				if err := t.Events.Granted(ctx, ch.Resource, ch.Granted); err != nil {
-					return err
-				}
+			if err != nil {
+				// One resource's trouble (the record's leader out of reach, say) keeps the
+				// sweep from none of the others.
+				t.log().Warn("coordination sweep: grant a resource nobody holds", "resource", st.Resource, "err", err)
 			}
 			continue
 		}

@@ -135,7 +135,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
+		// Links between nodes keep pings of their own, slower than the clients' above:
+		// a busy link pings even while it carries replication, and one dropped on a stall
+		// costs an election. About 30 s of silence drops it.
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, PingInterval: 10 * time.Second, MaxPingsOut: 3}
 		for _, r := range c.Routes {
 			u, err := url.Parse(r)
 			if err != nil || u.Host == "" {

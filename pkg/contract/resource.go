@@ -332,14 +332,16 @@ func Order(tools []string, contractOf func(string) *Contract) []int {
 	return out
 }
 
-// canonicalNumber writes a JSON number one way: an integer in full, digit by digit; any other
-// number in the shortest form that reads back as the same float64.
+// canonicalNumber writes a JSON number one way: an integer of at most 2^53 in magnitude in
+// full, digit by digit; any other number in the shortest form that reads back as the same
+// float64. Numbers a tool reading float64 cannot tell apart (9007199254740993 and
+// 9007199254740992) so name one resource: coarser keys only serialize more.
 func canonicalNumber(n json.Number) string {
 	f, _, err := big.ParseFloat(n.String(), 10, 256, big.ToNearestEven)
 	if err != nil {
 		return n.String()
 	}
-	if f.IsInt() && f.MantExp(nil) <= 1024 { // at most ~310 digits: never a huge integer written out
+	if f.IsInt() && f.MantExp(nil) <= 53 {
 		i, _ := f.Int(nil)
 		return i.String()
 	}

@@ -17,8 +17,19 @@ func TestOneNumberNamesOneResource(t *testing.T) {
 	if got, _ := c.Resource(json.RawMessage(`{"id":1.5}`)); got != "acct:1.5" {
 		t.Errorf("1.5: %q", got)
 	}
-	if got, _ := c.Resource(json.RawMessage(`{"id":123456789012345678901234567890}`)); got != "acct:123456789012345678901234567890" {
-		t.Errorf("big: %q", got)
+	if got, _ := c.Resource(json.RawMessage(`{"id":9007199254740991}`)); got != "acct:9007199254740991" {
+		t.Errorf("2^53-1: %q", got)
+	}
+	// Past 2^53, numbers a tool reading float64 takes for one are one resource.
+	a, _ := c.Resource(json.RawMessage(`{"id":9007199254740993}`))
+	b, _ := c.Resource(json.RawMessage(`{"id":9007199254740992}`))
+	if a != b || a == "" {
+		t.Errorf("2^53+1 %q and 2^53 %q", a, b)
+	}
+	a, _ = c.Resource(json.RawMessage(`{"id":1e23}`))
+	b, _ = c.Resource(json.RawMessage(`{"id":99999999999999991611392}`))
+	if a != b || a == "" {
+		t.Errorf("1e23 %q and 99999999999999991611392 %q", a, b)
 	}
 	for _, bad := range []string{`{}`, `{"id":""}`, `{"id":" "}`, `{"id":null}`, `{"id":[1]}`, `[]`, `not json`} {
 		if got, err := c.Resource(json.RawMessage(bad)); err == nil {

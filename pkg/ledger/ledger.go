@@ -482,3 +482,27 @@ func IsCancelled(ctx context.Context, kv KV, key string) (bool, error) {
 	var c claim
 	return json.Unmarshal(e.Value(), &c) == nil && c.Cancelled, nil
 }
+
+// Running reports whether a worker may still be running the call at key: a holder claimed or
+// renewed it within lease by the server's clock, and neither released nor finished it. A
+// cancelled call counts as running until its holder's lease lapses, for the holder learns of
+// the cancellation only at its next renewal. A call nobody claimed is not running.
+func Running(ctx context.Context, kv KV, key string, lease time.Duration) (bool, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ledger: read claim %s: %w", key, err)
+	}
+	var c claim
+	if json.Unmarshal(e.Value(), &c) != nil || c.Holder == "" || c.Released || c.Finished {
+		return false, nil
+	}
+	l := &Ledger{kv: kv, localNow: time.Now}
+	now, err := l.serverNow(ctx)
+	if err != nil {
+		return false, fmt.Errorf("ledger: read the server's time for claim %s: %w", key, err)
+	}
+	return now.Sub(e.Created()) < lease, nil
+}

@@ -293,3 +293,50 @@ func takeOver(t *testing.T, l *ledger.Ledger, key string) *ledger.Hold {
 		time.Sleep(10 * time.Millisecond) // waiting for the lease to lapse
 	}
 }
+
+// Running: a claim held within its lease runs (cancelled or not, until its holder stops); one
+// never claimed, released, finished or lapsed does not.
+func TestRunningFollowsTheClaim(t *testing.T) {
+	t.Parallel()
+	b := claims(t)
+	ctx := context.Background()
+	running := func(key string, lease time.Duration) bool {
+		t.Helper()
+		ok, err := ledger.Running(ctx, b.Claims, key, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if running("r.none", time.Hour) {
+		t.Fatal("a call nobody claimed runs")
+	}
+	w := ledger.New(b.Claims, "worker-a", time.Hour)
+	h, _, err := w.Acquire(ctx, "r.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !running("r.a", time.Hour) {
+		t.Fatal("a held call does not run")
+	}
+	if running("r.a", time.Nanosecond) {
+		t.Fatal("a lapsed claim runs")
+	}
+	if err := ledger.Cancel(ctx, b.Claims, "r.a"); err != nil {
+		t.Fatal(err)
+	}
+	if !running("r.a", time.Hour) {
+		t.Fatal("a cancelled call whose holder has not renewed since does not run")
+	}
+	h2, _, err := w.Acquire(ctx, "r.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if running("r.b", time.Hour) {
+		t.Fatal("a finished call runs")
+	}
+	_ = h
+}

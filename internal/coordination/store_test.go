@@ -301,7 +301,9 @@ func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
 	// Answered, but its worker has not stopped yet (it learns of a cancellation at its next
 	// renewal): the turn stays.
 	running := true
-	s.Running = func(_ context.Context, rid, cid string) (bool, error) { return running && rid == "cancelled" && cid == "c", nil }
+	s.Running = func(_ context.Context, rid, cid string) (bool, error) {
+		return running && rid == "cancelled" && cid == "c", nil
+	}
 	if err := turns.Sweep(ctx); err != nil || len(woke) != 0 {
 		t.Fatalf("the turn of a call still running ended: %v %v", woke, err)
 	}

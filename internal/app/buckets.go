@@ -8,6 +8,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/coordination"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
@@ -18,7 +19,7 @@ import (
 // (approvals.Buckets), blueprints and their runs, and the resources' turns (coordination). Every process provisions and opens them (Connect), and every NATS
 // user's permissions say who may touch them.
 func Buckets(cfg bus.Config) []bus.Bucket {
-	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets(), approvals.Buckets(), blueprints.Buckets(), coordination.Buckets())
+	return slices.Concat(auth.Buckets(), []bus.Bucket{admission.Bucket(cfg)}, policies.Buckets(), approvals.Buckets(), blueprints.Buckets(), coordination.Buckets(), memory.Buckets(0))
 }
 
 // withBuckets is cfg with Buckets(cfg).

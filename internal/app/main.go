@@ -32,6 +32,7 @@ var Commands = map[string]Command{
 	"cancel":       RunCancel,
 	"approvals":    RunApprovals,
 	"coordination": RunCoordination,
+	"memory":       RunMemory,
 	"bench":        RunBench,
 	"tail":         RunTail,
 	"replay":       RunReplay,
@@ -60,6 +61,8 @@ Commands:
               deny ID --reason R
   coordination the resources that calls change one at a time: coordination ls (who holds each,
               who waits)
+  memory      what Hermes remembers about users, through a gateway: memory ls, get KEY, rm KEY,
+              forget --yes (--user U: an application's end user; --owner O: anyone's)
   dlq         list dead letters (dlq ls) or re-drive one (dlq retry SEQ)
   keys        manage callers' API keys: keys create --name N --role R, keys ls, keys revoke ID
   seal-key    make a key for sealing: a router's or gateway's (calls and results; workers

@@ -55,11 +55,14 @@ const (
 	// PermActForUsers: name the end user a request is made for (an application acting for
 	// its users). Given to a key when it is created, or by the admin role.
 	PermActForUsers Permission = "act_for_users"
+	// PermMemoryAdmin: read, change and erase what Hermes remembers about any user (the
+	// memory API's owner=).
+	PermMemoryAdmin Permission = "memory:admin"
 )
 
 // permissions lists every permission.
 var permissions = []Permission{PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
-	PermApprove, PermToolsAdmin, PermActForUsers}
+	PermApprove, PermToolsAdmin, PermActForUsers, PermMemoryAdmin}
 
 // Permissions lists every permission.
 func Permissions() []Permission { return slices.Clone(permissions) }

@@ -151,7 +151,7 @@ func TestKeysRecordNotAKey(t *testing.T) {
 func TestRolePermissions(t *testing.T) {
 	want := map[Role][]Permission{
 		RoleAdmin: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics, PermKeys,
-			PermApprove, PermToolsAdmin, PermActForUsers},
+			PermApprove, PermToolsAdmin, PermActForUsers, PermMemoryAdmin},
 		RoleOperator: {PermSubmit, PermReadAll, PermDeadLetters, PermReplay, PermMetrics},
 		RoleUser:     {PermSubmit},
 	}

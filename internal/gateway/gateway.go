@@ -25,6 +25,7 @@ import (
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/httpapi"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
@@ -102,6 +103,8 @@ type Gateway struct {
 	sandbox *sandbox.Sandbox
 	// approvals serve /v1/approvals; empty without the approvals' bucket.
 	approvals approvalsAPI
+	// memory keeps what Hermes remembers about users (/v1/memory).
+	memory *memory.Store
 	// policies are the tools' applied policies (/api/v1/policies), and book the same
 	// followed live, which decides what listings offer each caller; nil without the
 	// policies' bucket.
@@ -180,6 +183,7 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 	g.registerPolicies()
 	g.registerBlueprints()
 	g.registerCoordination()
+	g.registerMemory()
 	registerWeb(g.mux)
 	if cfg.Gatherer != nil {
 		g.mux.HandleFunc("GET /metrics", g.require(auth.PermMetrics, metrics.Handler(cfg.Gatherer).ServeHTTP))

@@ -67,6 +67,8 @@ func Decode(seq uint64, subject string, stored time.Time, data []byte) *Entry {
 		e.Payload, e.Err = nonNil(m.DecodeBlueprintStep())
 	case protocol.TypeCoordination:
 		e.Payload, e.Err = nonNil(m.DecodeCoordination())
+	case protocol.TypeMemory:
+		e.Payload, e.Err = nonNil(m.DecodeMemory())
 	default: // Unmarshal accepts only known types; this is a reader older than its writer.
 		e.Err = fmt.Errorf("record: message type %s is not known to this reader", m.Type)
 	}

@@ -124,6 +124,8 @@ func (f *Formatter) Format(e *Entry) string {
 		f.blueprintStep(&b, p)
 	case *protocol.CoordinationEvent:
 		f.coordination(&b, m, p)
+	case *protocol.MemoryEvent:
+		f.memory(&b, m, p)
 	case *protocol.ToolStarted:
 		tag(&b, "start")
 		fmt.Fprintf(&b, "%s %s %s on %s (try %d)", m.RequestID, p.Name, p.ToolCallID, senderName(m.Sender), p.Attempt)
@@ -578,5 +580,30 @@ func (f *Formatter) coordination(b *strings.Builder, m *protocol.Message, p *pro
 		if p.Reason != "" {
 			b.WriteString(" (" + clean(truncate(p.Reason, 128)) + ")")
 		}
+	}
+}
+
+// memory writes a memory event: what happened to a fragment remembered about a user.
+func (f *Formatter) memory(b *strings.Builder, m *protocol.Message, p *protocol.MemoryEvent) {
+	tag(b, "memory")
+	fmt.Fprintf(b, "%s %s %s/%s v%d", m.RequestID, p.Op, clean(truncate(p.Type, 64)), clean(truncate(p.Key, 64)), p.Version)
+	if p.Session != "" {
+		b.WriteString(" session=" + p.Session)
+	}
+	if p.Lifespan != "" {
+		b.WriteString(" lifespan=" + clean(p.Lifespan))
+	}
+	if len(p.Value) > 0 {
+		b.WriteString(" value=")
+		b.WriteString(jsonValue(p.Value, argsWidth))
+	}
+	if len(p.Tags) > 0 {
+		b.WriteString(" tags=" + clean(truncate(strings.Join(p.Tags, ","), 128)))
+	}
+	if by := m.Caller; by != nil {
+		b.WriteString(" by " + clean(truncate(by.Name, 64)))
+	}
+	if p.Reason != "" {
+		b.WriteString(f.paint(yellow, " ("+clean(truncate(p.Reason, 128))+")"))
 	}
 }

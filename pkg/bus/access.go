@@ -239,7 +239,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.ClientStreamName, ConsumerClients),
 			consume(protocol.StreamName, ConsumerSummarizer),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), subjResults, subjResponses, subjLive, subjTimers},
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), protocol.FilterEvents(protocol.EventMemory), subjResults, subjResponses, subjLive, subjTimers},
 			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)

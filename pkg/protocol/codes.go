@@ -96,6 +96,9 @@ const (
 	// CodeHostNotServed: the Host header names no host the gateway serves (421): a DNS
 	// rebinding attempt, or a missing --public-host.
 	CodeHostNotServed = "HOST_NOT_SERVED"
+	// CodeMemoryFull: a memory fragment cannot be kept (507): its owner's memory holds only
+	// forever fragments beside it, or the memory bucket is full; the message says which.
+	CodeMemoryFull = "MEMORY_FULL"
 	// CodeRateLimited: the caller is over one of its limits (429, with Retry-After).
 	CodeRateLimited = "RATE_LIMITED"
 	// CodeStoreFull: the record (or the plans' bucket) is near its byte limit; new requests

@@ -55,6 +55,9 @@ func FuzzUnmarshal(f *testing.F) {
 		if e, err := msg.DecodeCoordination(); err == nil && (!ValidTx(e.Tx) || len(e.Resource) > MaxResourceKeyLen || len(e.Changes) > MaxChanges) {
 			t.Errorf("accepted %+v", e)
 		}
+		if e, err := msg.DecodeMemory(); err == nil && (len(e.Value) > MaxMemoryValueBytes || len(e.Key) > MaxMemoryKeyBytes || len(e.Tags) > MaxMemoryTags) {
+			t.Errorf("accepted %+v", e)
+		}
 		if e, err := msg.DecodeBlueprintStep(); err == nil && (len(e.Error) > MaxBlueprintTextBytes || e.Condition != nil && len(e.Condition.Values) > 0 && !json.Valid(e.Condition.Values)) {
 			t.Errorf("accepted %+v", e)
 		}

@@ -43,12 +43,15 @@ const (
 	// resource: proposed, waiting, granted, released, expired, conflict (payload
 	// CoordinationEvent).
 	TypeCoordination Type = "coordination.v1"
+	// TypeMemory records a change of a fragment Hermes remembers about a user: written,
+	// replaced, deleted, expired, evicted (payload MemoryEvent).
+	TypeMemory Type = "memory.v1"
 )
 
 // Known reports whether t is a type this version of Hermes reads.
 func (t Type) Known() bool {
 	switch t {
-	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy, TypeBlueprintStep, TypeCoordination:
+	case TypeRequest, TypeToolCall, TypeToolStarted, TypeToolResult, TypeResponse, TypeCancel, TypeLLMDecision, TypeLLMSummary, TypePolicy, TypeBlueprintStep, TypeCoordination, TypeMemory:
 		return true
 	}
 	return false

@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/memory"
+)
+
+// Through a real bus: each caller's memory is its own, and an application's memory of one of
+// its users is that user's with that application; a key written again replaces its value and
+// the record keeps its history; bad input is refused naming the field; forgetting leaves
+// nothing; the command line reads and forgets it.
+func TestMemoryIsEachOwnersOwn(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "app-shop": auth.RoleUser, "app-other": auth.RoleUser, "root": auth.RoleAdmin})
+	frag := func(key, value, lifespan string, extra string) string {
+		return fmt.Sprintf(`{"type":"user_preference","key":%q,"value":%s,"lifespan":%q%s}`, key, value, lifespan, extra)
+	}
+	post := func(who, body string, want int) string {
+		t.Helper()
+		code, out := s.call("POST", "/v1/memory", keys[who], body)
+		if code != want {
+			t.Fatalf("%s POST %s: %d %s", who, body, code, out)
+		}
+		return out
+	}
+	post("alice", frag("default_shipping", `"YTO"`, "forever", ""), http.StatusCreated)
+	if out := post("alice", frag("default_shipping", `"SF-Express"`, "forever", ""), http.StatusOK); !strings.Contains(out, `"replaced"`) || !strings.Contains(out, `"version":2`) {
+		t.Fatalf("the replacement: %s", out)
+	}
+	post("bob", frag("default_shipping", `"EMS"`, "forever", ""), http.StatusCreated)
+	// One application, two users; another application, the same user name.
+	post("app-shop", frag("invoice_type", `"personal"`, "30d", `,"user":"carol"`), http.StatusCreated)
+	post("app-shop", frag("invoice_type", `"company"`, "30d", `,"user":"dave"`), http.StatusCreated)
+	post("app-other", frag("invoice_type", `"other-app"`, "30d", `,"user":"carol"`), http.StatusCreated)
+	get := func(who, target string) (int, string) { t.Helper(); return s.call("GET", target, keys[who], "") }
+	for who, want := range map[string]string{"alice": `"SF-Express"`, "bob": `"EMS"`} {
+		code, out := get(who, "/v1/memory/default_shipping")
+		if code != http.StatusOK || !strings.Contains(out, `"value":`+want) {
+			t.Errorf("%s: %d %s", who, code, out)
+		}
+	}
+	for _, tc := range []struct{ who, user, want string }{{"app-shop", "carol", `"personal"`}, {"app-shop", "dave", `"company"`}, {"app-other", "carol", `"other-app"`}} {
+		code, out := get(tc.who, "/v1/memory?user="+tc.user)
+		var list struct {
+			Fragments []struct {
+				Key   string          `json:"key"`
+				Value json.RawMessage `json:"value"`
+			} `json:"fragments"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(out), &list) != nil || len(list.Fragments) != 1 || string(list.Fragments[0].Value) != tc.want {
+			t.Errorf("%s for %s: %d %s", tc.who, tc.user, code, out)
+		}
+	}
+	if code, out := get("app-shop", "/v1/memory"); code != http.StatusOK || !strings.Contains(out, `"count":0`) {
+		t.Errorf("the application's own memory holds its users': %d %s", code, out)
+	}
+	// Refused, naming the field; nobody reads another's memory.
+	for _, tc := range []struct {
+		who, method, target, body string
+		status                    int
+		field                     string
+	}{
+		{"alice", "POST", "/v1/memory", frag("k", `1`, "fortnight", ""), 400, "lifespan"},
+		{"alice", "POST", "/v1/memory", frag("k", `"`+strings.Repeat("v", memory.MaxValueBytes)+`"`, "30d", ""), 400, "value"},
+		{"alice", "POST", "/v1/memory", frag("k", `1`, "30d", `,"semantic_tag":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]`), 400, "semantic_tag"},
+		{"alice", "POST", "/v1/memory", frag("k", `1`, "session", ""), 400, "session_id"},
+		{"alice", "POST", "/v1/memory", frag("", `1`, "30d", ""), 400, "key"},
+		{"alice", "POST", "/v1/memory", `{"type":"t","key":"k","value":1,"lifespan":"1h","colour":"red"}`, 400, ""},
+		{"alice", "POST", "/v1/memory", frag("k", `1`, "30d", `,"user":"carol"`), 403, ""},
+		{"alice", "GET", "/v1/memory?owner=key:x", "", 403, ""},
+		{"alice", "DELETE", "/v1/memory?owner=key:x", "", 403, ""},
+		{"alice", "GET", "/v1/memory?session_id=bad%20id", "", 400, "session_id"},
+		{"bob", "GET", "/v1/memory/invoice_type", "", 404, ""},
+		{"", "GET", "/v1/memory", "", 401, ""},
+	} {
+		code, out := s.call(tc.method, tc.target, keys[tc.who], tc.body)
+		if code != tc.status || tc.field != "" && !strings.Contains(out, `"field":"`+tc.field+`"`) {
+			t.Errorf("%s %s %s: %d %s, want %d on %q", tc.who, tc.method, tc.target, code, out, tc.status, tc.field)
+		}
+	}
+	// An admin names any owner, as the listing names it.
+	_, out := get("alice", "/v1/memory")
+	var mine struct {
+		Owner string `json:"owner"`
+	}
+	if err := json.Unmarshal([]byte(out), &mine); err != nil || !strings.HasPrefix(mine.Owner, "key:") {
+		t.Fatalf("alice's listing: %s", out)
+	}
+	if code, out := get("root", "/v1/memory?owner="+mine.Owner); code != http.StatusOK || !strings.Contains(out, "SF-Express") {
+		t.Fatalf("the admin reads alice's memory: %d %s", code, out)
+	}
+	// The command line.
+	if code, out, errOut := hermes(t, app.RunMemory, "ls", "--url", s.base, "--key-file", writeTemp(t, keys["app-shop"]), "--user", "carol"); code != 0 || !strings.Contains(out, "invoice_type") || !strings.Contains(out, `"personal"`) || strings.Contains(out, "company") {
+		t.Errorf("memory ls: %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := hermes(t, app.RunMemory, "get", "nothing", "--url", s.base, "--key-file", writeTemp(t, keys["alice"])); code != 1 {
+		t.Errorf("memory get of nothing: %d %s", code, errOut)
+	}
+	if code, out, errOut := hermes(t, app.RunMemory, "rm", "default_shipping", "--url", s.base, "--key-file", writeTemp(t, keys["bob"])); code != 0 {
+		t.Errorf("memory rm: %d %s %s", code, out, errOut)
+	}
+	if code, _ := get("bob", "/v1/memory/default_shipping"); code != http.StatusNotFound {
+		t.Errorf("after rm: %d", code)
+	}
+	if code, _, _ := hermes(t, app.RunMemory, "forget", "--url", s.base, "--key-file", writeTemp(t, keys["app-shop"]), "--user", "carol"); code != 2 {
+		t.Errorf("forget without --yes: %d", code)
+	}
+	if code, out, errOut := hermes(t, app.RunMemory, "forget", "--yes", "--url", s.base, "--key-file", writeTemp(t, keys["app-shop"]), "--user", "carol"); code != 0 || !strings.Contains(out, "forgot 1 fragments") {
+		t.Errorf("memory forget: %d %s %s", code, out, errOut)
+	}
+	if code, out := get("app-shop", "/v1/memory?user=carol"); code != http.StatusOK || !strings.Contains(out, `"count":0`) {
+		t.Errorf("carol's memory after forget: %d %s", code, out)
+	}
+	if code, out := get("app-other", "/v1/memory?user=carol"); !strings.Contains(out, "other-app") {
+		t.Errorf("forgetting carol at one application forgot her at another: %d %s", code, out)
+	}
+	// The record keeps the key's history, on the owner's memory session.
+	code, replay, errOut := hermes(t, app.RunReplay, "--nats", s.srv.URL, "--session", memory.HistorySession(mine.Owner))
+	if code != 0 || !strings.Contains(replay, `written user_preference/default_shipping v1`) || !strings.Contains(replay, `"YTO"`) ||
+		!strings.Contains(replay, `replaced user_preference/default_shipping v2`) || !strings.Contains(replay, `"SF-Express"`) || !strings.Contains(replay, "by alice") {
+		t.Errorf("replay of alice's memory: %d %s %s", code, replay, errOut)
+	}
+}

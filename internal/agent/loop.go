@@ -87,6 +87,14 @@ type Run struct {
 	// Prefiltered and Candidates say how Tools were narrowed, for the first decision.
 	Prefiltered bool
 	Candidates  []protocol.LLMCandidate
+	// Context, when set, is what Hermes tells the model beside the conversation (what it
+	// remembers about the user, delimited as data): a system message placed before the
+	// person's last message in every prompt of the run, never kept in the conversation.
+	// Memory names the fragments it carries, and Classified the turn's intent, for the first
+	// decision.
+	Context    string
+	Memory     []protocol.LLMMemory
+	Classified *protocol.LLMIntent
 }
 
 // Outcome is how a run ended: an answer, or calls for the client to run.
@@ -149,6 +157,7 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 	out := Outcome{}
 	corrections := 0
 	recorded := min(max(r.Recorded, 0), len(params.Messages)) // messages the record holds
+	contextAt := lastUser(params.Messages)
 	for turn := 1; ; turn++ {
 		out.Messages, out.Turns = params.Messages, turn
 		last := turn == maxTurns
@@ -172,17 +181,19 @@ func (l *Loop) Run(ctx context.Context, r Run) (Outcome, error) {
 		d := &protocol.LLMDecision{Run: r.RequestID, Turn: turn, Offered: recordedOffered, Prompt: len(params.Messages),
 			Messages: RecordMessages(params.Messages[recorded:])}
 		if turn == 1 {
-			d.Input, d.Prefiltered, d.Candidates = r.Intent, r.Prefiltered, r.Candidates
+			d.Input, d.Prefiltered, d.Candidates, d.Memory, d.Intent = r.Intent, r.Prefiltered, r.Candidates, r.Memory, r.Classified
 		}
 		recorded = len(params.Messages)
-		resp, call, err := l.LLM.Complete(ctx, params, llm.Choose)
+		prompt := withContext(params, r.Context, contextAt)
+		d.Prompt = len(prompt.Messages)
+		resp, call, err := l.LLM.Complete(ctx, prompt, llm.Choose)
 		if err == nil && len(resp.Choices[0].Message.ToolCalls) == 0 && l.LLM.HasSelector() {
 			// The faster model chose to answer: the answer is the stronger model's (seed 001
 			// §5.1), which may yet call a tool.
 			addUsage(&out.Usage, resp.Usage)
 			d.Usage = usageOf(resp.Usage)
 			var more llm.Call
-			resp, more, err = l.LLM.Complete(ctx, params, llm.Answer)
+			resp, more, err = l.LLM.Complete(ctx, prompt, llm.Answer)
 			more.Tries += call.Tries
 			more.Latency += call.Latency
 			call = more
@@ -494,4 +505,28 @@ func (l *Loop) decided(ctx context.Context, session, requestID string, d *protoc
 		return fmt.Errorf("agent: the decision of turn %d could not be recorded: %w", d.Turn, err)
 	}
 	return nil
+}
+
+// lastUser is the index of the last user message of msgs (len(msgs) when there is none).
+func lastUser(msgs []openai.ChatCompletionMessageParamUnion) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].OfUser != nil {
+			return i
+		}
+	}
+	return len(msgs)
+}
+
+// withContext is params with a system message of text placed at index at of its messages; params
+// itself when text is empty.
+func withContext(params openai.ChatCompletionNewParams, text string, at int) openai.ChatCompletionNewParams {
+	if text == "" {
+		return params
+	}
+	at = min(at, len(params.Messages))
+	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(params.Messages)+1)
+	msgs = append(msgs, params.Messages[:at]...)
+	msgs = append(msgs, openai.SystemMessage(text))
+	params.Messages = append(msgs, params.Messages[at:]...)
+	return params
 }

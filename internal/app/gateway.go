@@ -10,6 +10,7 @@ import (
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/ingress"
 	"github.com/hermesbus/hermes/internal/mcpserver"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/internal/summarize"
@@ -26,6 +27,9 @@ type ChatConfig struct {
 	// Whether or not it runs there, /v1/chat reads a session's latest summary and the
 	// messages since.
 	SummarizeEvery int
+	// Memory, when set, gives the loop memory: memory_write, the fragments each prompt
+	// carries, the filters, and intents with their decay.
+	Memory *memory.Config
 }
 
 // GatewayService is a gateway and the services of its process beside it: the bus ingress for
@@ -87,9 +91,14 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	if d := g.Decisions(); d != nil {
 		confirm = d
 	}
-	c, err := chat.New(chatCfg.Config, chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
+	env := chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
 		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Approvals: confirm,
-		Blueprints: g.Blueprints, RunBlueprint: g.RunBlueprint, Logger: log.With("part", "chat")})
+		Blueprints: g.Blueprints, RunBlueprint: g.RunBlueprint, Logger: log.With("part", "chat")}
+	if mc := chatCfg.Memory; mc != nil && g.Memory() != nil {
+		g.Memory().Decay = mc.Intent.Durations()
+		env.Memory, env.MemoryConfig = g.Memory(), mc
+	}
+	c, err := chat.New(chatCfg.Config, env)
 	if err != nil {
 		return nil, err
 	}

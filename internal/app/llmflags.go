@@ -16,6 +16,7 @@ import (
 	"github.com/hermesbus/hermes/internal/agent"
 	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/scriptedllm"
 )
@@ -32,6 +33,10 @@ type llmFlags struct {
 	timeout, runTimeout                        time.Duration
 	maxTurns, prefilterTopK, summarizeEvery    int
 	prefilterThreshold, minSimilarity          float64
+	// memoryFile is --memory-config; memoryDefault the configuration taken without it (hermes
+	// up's example), nil for none: no memory in the loop.
+	memoryFile    string
+	memoryDefault []byte
 }
 
 func (l *llmFlags) register(fs *flag.FlagSet) {
@@ -54,6 +59,7 @@ func (l *llmFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&l.minSimilarity, "llm-prefilter-min-similarity", 0.5, "the semantic prefilter's least cosine similarity for a tool to be offered")
 	fs.IntVar(&l.summarizeEvery, "llm-summarize-every", envInt("HERMES_LLM_SUMMARIZE_EVERY", 10), "run the summarizer: every n messages of a session the model compresses the conversation, and /v1/chat's next prompt is the summary and the messages since (0: no summarizer in this process) (env HERMES_LLM_SUMMARIZE_EVERY)")
 	fs.IntVar(&l.maxTurns, "llm-max-turns", 8, "the model's turns in one chat run at most (a request's max_turns may lower it)")
+	fs.StringVar(&l.memoryFile, "memory-config", os.Getenv("HERMES_MEMORY_CONFIG"), `memory and intents for the agent loop: a file with a memory: section (filters: include_tags, exclude_patterns) and an intent: section (confidence_threshold, decay by domain); the model may then remember fragments (memory_write) and each prompt carries those that match ("none": no memory in the loop; hermes up's default: examples/memory.yaml) (env HERMES_MEMORY_CONFIG)`)
 }
 
 // enabled reports whether the flags ask for the agent loop.
@@ -192,8 +198,43 @@ func (l *llmFlags) build(ctx context.Context, m *metrics.Metrics, log *slog.Logg
 	} else if client.HasEmbeddings() {
 		log.Warn("an embedding model is configured but the prefilter is off (--llm-prefilter-top-k 0): it is not asked")
 	}
+	mem, err := l.memory()
+	if err != nil {
+		return nil, "", err
+	}
+	if mem != nil {
+		desc += "; memory"
+		if len(mem.Intent.Decay) > 0 {
+			desc += fmt.Sprintf(" and intents (%d domains)", len(mem.Intent.Decay))
+		}
+	}
 	return &ChatConfig{Config: chat.Config{LLM: client, Model: c.Backend.Model, MaxTurns: l.maxTurns, RunTimeout: l.runTimeout, Prefilter: pf},
-		SummarizeEvery: l.summarizeEvery}, desc, nil
+		SummarizeEvery: l.summarizeEvery, Memory: mem}, desc, nil
+}
+
+// memory is the loop's memory configuration: --memory-config's, else the default; nil for
+// none.
+func (l *llmFlags) memory() (*memory.Config, error) {
+	data := l.memoryDefault
+	switch l.memoryFile {
+	case "none":
+		return nil, nil
+	case "":
+	default:
+		b, err := os.ReadFile(l.memoryFile)
+		if err != nil {
+			return nil, fmt.Errorf("--memory-config: %w", err)
+		}
+		data = b
+	}
+	if data == nil {
+		return nil, nil
+	}
+	c, err := memory.LoadConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("--memory-config %s: %w", l.memoryFile, err)
+	}
+	return c, nil
 }
 
 // startScripted serves the scripted model (the seed's meeting assistant) on a loopback port

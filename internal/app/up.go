@@ -90,6 +90,9 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if *demoAddr != "" && gf.llm.mode == "" && gf.llm.file == "" && gf.llm.baseURL == "" {
 		gf.llm.mode = "scripted" // the demo's model beside the demo tools: nothing to install
 	}
+	if mem, err := examples.Files.ReadFile("memory.yaml"); err == nil {
+		gf.llm.memoryDefault = mem // the seed's memory filters and intent decay
+	}
 	if *demoAddr == "" && !flagGiven(fs, "contracts") && os.Getenv("HERMES_CONTRACTS") == "" {
 		*contracts = "" // the demo tools' contracts, without the demo tools, only if asked for
 	}

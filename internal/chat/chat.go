@@ -34,6 +34,7 @@ import (
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/llm"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/prefilter"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/blueprint"
@@ -146,6 +147,13 @@ type Env struct {
 	// RunBlueprint (the gateway's), then required.
 	Blueprints   func(ctx context.Context, role string) ([]*blueprint.Blueprint, error)
 	RunBlueprint func(ctx context.Context, a admission.Actor, ask blueprints.Ask) (*blueprints.Run, bool, error)
+	// Memory, when set, keeps what the loop remembers about people (memory_write, and the
+	// fragments each prompt carries); MemoryConfig filters what is stored and classifies
+	// intents; MemoryBudget bounds what a prompt carries, in tokens (default
+	// DefaultMemoryBudget).
+	Memory       *memory.Store
+	MemoryConfig *memory.Config
+	MemoryBudget int
 	Logger       *slog.Logger
 }
 
@@ -289,6 +297,11 @@ type chatRun struct {
 	// of the key (a run that ran nothing may be retried as the next).
 	key     string
 	attempt int
+
+	// intent is the person's last message; classified its intent, when intents are
+	// configured.
+	intent     string
+	classified *protocol.LLMIntent
 
 	mu    sync.Mutex
 	calls []map[string]any // what each call Hermes ran came to, in order
@@ -489,7 +502,18 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 			Message: "the tools could not be read; retry"})
 	}
-	run := agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded, Intent: intent, Tools: tools, Params: req.Params}
+	c.intent, c.classified = intent, c.classify(ctx, intent)
+	if !req.NoTools {
+		tools = append(tools, c.memoryTools()...)
+	}
+	run := agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded, Intent: intent, Tools: tools, Params: req.Params,
+		Classified: c.classified}
+	if c.classified != nil && c.classified.Clarify {
+		// Not sure enough to act: the model asks instead, with no tool to call.
+		run.Tools, run.Context = nil, clarifying(c.classified)
+	} else {
+		run.Context, run.Memory = c.recall(ctx, tools)
+	}
 	if pf != nil {
 		run.Prefiltered, run.Candidates = true, pf.candidates
 		if len(pf.candidates) == 0 && len(req.Tools) == 0 {

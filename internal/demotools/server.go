@@ -81,6 +81,8 @@ func newServer(logger *slog.Logger, now func() time.Time) *server {
 		{"address_update", http.MethodPost, "/v1/orders/address", s.tool(s.addressUpdate)},
 		{"refund_apply", http.MethodPost, "/v1/orders/{order_id}/refund", s.tool(s.refundApply)},
 		{"refund_apply", http.MethodPost, "/v1/orders/refund", s.tool(s.refundApply)},
+		{"inventory_query", http.MethodGet, "/v1/inventory", s.tool(s.inventoryQuery)},
+		{"sample_send", http.MethodPost, "/v1/samples", s.tool(s.sampleSend)},
 		{"echo", http.MethodPost, "/v1/echo", http.HandlerFunc(s.echo)},
 		{"echo", http.MethodGet, "/v1/echo", http.HandlerFunc(s.echo)},
 		{"order_query_broken", http.MethodGet, "/v1/broken/orders", s.contracted(s.orderQueryBroken)},

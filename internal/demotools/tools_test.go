@@ -88,9 +88,20 @@ func TestToolsAnswer(t *testing.T) {
 			wantEq(t, m, "carrier", "SF Express")
 		}},
 		{"index", "GET", "/", "", func(t *testing.T, m map[string]any) {
-			if tools := m["tools"].([]any); len(tools) != 11 {
-				t.Errorf("index lists %d tools, want 11", len(tools))
+			if tools := m["tools"].([]any); len(tools) != 13 {
+				t.Errorf("index lists %d tools, want 13", len(tools))
 			}
+		}},
+		{"a store's stock", "GET", "/v1/inventory?city=" + url.QueryEscape("北京") + "&district=" + url.QueryEscape("朝阳区") + "&store=" + url.QueryEscape("国贸店"), "", func(t *testing.T, m map[string]any) {
+			wantEq(t, m, "store", "国贸店")
+			wantEq(t, m, "city", "北京")
+			if stock, _ := m["stock"].([]any); len(stock) != len(inventorySKUs) {
+				t.Errorf("stock %v", m["stock"])
+			}
+		}},
+		{"a sample", "POST", "/v1/samples", `{"shipping_carrier":"SF-Express"}`, func(t *testing.T, m map[string]any) {
+			wantPrefix(t, m, "shipment_id", "SMP")
+			wantEq(t, m, "shipping_carrier", "SF-Express")
 		}},
 		{"healthz", "GET", "/healthz", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
 		{"health", "GET", "/health", "", func(t *testing.T, m map[string]any) { wantEq(t, m, "status", "ok") }},
@@ -137,6 +148,9 @@ func TestToolsRejectBadInput(t *testing.T) {
 	}{
 		{"policy status without name", "GET", "/v1/policy/status", "", "name"},
 		{"weather without city", "GET", "/v1/weather", "", "city"},
+		{"a stock without a store", "GET", "/v1/inventory?city=x", "", "store"},
+		{"a sample without a carrier", "POST", "/v1/samples", `{}`, "shipping_carrier"},
+		{"a sample with an unknown carrier", "POST", "/v1/samples", `{"shipping_carrier":"Pigeon"}`, "shipping_carrier"},
 		{"weather blank city", "GET", "/v1/weather?city=+", "", "city"},
 		{"weather bad date", "GET", "/v1/weather?city=Paris&date=tomorrow", "", "date"},
 		{"calendar without type", "GET", "/v1/calendar/activities?city=" + url.QueryEscape("上海"), "", "type"},

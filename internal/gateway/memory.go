@@ -47,8 +47,9 @@ func (g *Gateway) registerMemory() {
 	g.mux.HandleFunc("DELETE /v1/memory", g.require(auth.PermSubmit, g.handleMemoryForget))
 }
 
-// AnonymousOwner owns the memory of callers of a gateway that names none.
-const AnonymousOwner = "anonymous"
+// Memory is the store the memory API keeps fragments in; nil when the bus has no memory
+// bucket. Its Decay may be set before the gateway serves.
+func (g *Gateway) Memory() *memory.Store { return g.memory }
 
 // memoryOwner is whose memory r is about: ?owner= for a caller with memory:admin, else the
 // actor's own (its caller, and the user it names). It answers and returns false when r may
@@ -69,11 +70,7 @@ func memoryOwner(w http.ResponseWriter, r *http.Request, bodyUser string) (admis
 		}
 		return a, named, true
 	}
-	owner := a.Owner()
-	if owner == "" {
-		owner = AnonymousOwner
-	}
-	return a, owner, true
+	return a, memory.OwnerOf(a.Owner()), true
 }
 
 func writeFieldError(w http.ResponseWriter, field, reason string) {

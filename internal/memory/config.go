@@ -77,6 +77,15 @@ func (c IntentConfig) Threshold() float64 {
 	return *c.ConfidenceThreshold
 }
 
+// Durations is the decay by domain as durations (Store.Decay).
+func (c IntentConfig) Durations() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(c.Decay))
+	for d, v := range c.Decay {
+		out[d] = time.Duration(v)
+	}
+	return out
+}
+
 // Duration is a lifespan duration in a configuration file ("2h", "15m", "30d").
 type Duration time.Duration
 

@@ -121,6 +121,10 @@ type Fragment struct {
 	Tags     []string        `json:"semantic_tag,omitempty"`
 	// Source says who wrote it: "api", "model" (the chat loop's memory_write) or "rule".
 	Source string `json:"source,omitempty"`
+	// Domain is the business domain of the intent a session fragment was written in: with a
+	// decay configured for it (Store.Decay), the fragment lives that long from its last write
+	// or use instead of SessionIdle, and is archived when it lapses.
+	Domain string `json:"domain,omitempty"`
 	// Version counts the writes of its key since it was first written (1: the first).
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
@@ -181,6 +185,8 @@ type Write struct {
 	Lifespan string          `json:"lifespan"`
 	Tags     []string        `json:"semantic_tag,omitempty"`
 	Source   string          `json:"-"`
+	// Domain is the intent's domain a session fragment is written in (Fragment.Domain).
+	Domain string `json:"-"`
 }
 
 // FieldError is a write's field that is wrong, and why.

@@ -58,6 +58,18 @@ func Token(owner string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// Anonymous owns the memory of callers of a gateway that names none.
+const Anonymous = "anonymous"
+
+// OwnerOf is the owner of the memory of an actor whose owner id is owner (admission.Actor.Owner):
+// itself, or Anonymous for none.
+func OwnerOf(owner string) string {
+	if owner == "" {
+		return Anonymous
+	}
+	return owner
+}
+
 // HistorySession is the session on the record that holds owner's memory history (memory.v1
 // events): one per owner, so that its history is read, and erased, in one place.
 func HistorySession(owner string) string { return "memory-" + Token(owner) }
@@ -87,6 +99,11 @@ type Store struct {
 	// SessionIdle is how long a session fragment lives past its last write or use (default
 	// DefaultSessionIdle).
 	SessionIdle time.Duration
+	// Decay is how long the context of an intent lives, by business domain (seed 003 §2.1):
+	// a session fragment written in an intent of a domain named here lives this long past its
+	// last write or use instead of SessionIdle, and is archived when it lapses — kept on the
+	// record, no longer given to a model.
+	Decay map[string]time.Duration
 }
 
 // History records what happened to fragments (memory.v1 events).
@@ -120,6 +137,15 @@ func (s *Store) sessionIdle() time.Duration {
 		return s.SessionIdle
 	}
 	return DefaultSessionIdle
+}
+
+// sessionLife is how long a session fragment of an intent of domain lives past its last write
+// or use, and whether that is the domain's decay.
+func (s *Store) sessionLife(domain string) (time.Duration, bool) {
+	if d, ok := s.Decay[domain]; ok && d > 0 {
+		return d, true
+	}
+	return s.sessionIdle(), false
 }
 
 // read returns owner's entry and its revision (0: none).
@@ -212,7 +238,11 @@ func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time,
 			if f.Live(now) {
 				return false
 			}
-			events = append(events, eventOf(protocol.MemoryExpired, &f, "its lifespan ended"))
+			if d, decays := s.sessionLife(f.Domain); f.Lifespan == LifespanSession && decays {
+				events = append(events, eventOf(protocol.MemoryArchived, &f, fmt.Sprintf("its %s intent's context lapsed (%s)", f.Domain, d)))
+			} else {
+				events = append(events, eventOf(protocol.MemoryExpired, &f, "its lifespan ended"))
+			}
 			return true
 		})
 		more, err := fn(now, en)
@@ -254,7 +284,7 @@ func (s *Store) record(ctx context.Context, owner string, events []*protocol.Mem
 
 func eventOf(op string, f *Fragment, reason string) *protocol.MemoryEvent {
 	ev := &protocol.MemoryEvent{Op: op, Session: f.Session, Type: f.Type, Key: f.Key, Lifespan: f.Lifespan,
-		Tags: f.Tags, Source: f.Source, Version: f.Version, Reason: reason}
+		Tags: f.Tags, Source: f.Source, Domain: f.Domain, Version: f.Version, Reason: reason}
 	if op == protocol.MemoryWritten || op == protocol.MemoryReplaced {
 		ev.Value = f.Value
 	}
@@ -287,7 +317,8 @@ func (s *Store) Put(ctx context.Context, owner string, w Write) (Written, error)
 			Tags: slices.Clone(w.Tags), Source: w.Source, Version: 1, CreatedAt: now, UpdatedAt: now}
 		switch {
 		case l.Session:
-			f.ExpiresAt = now.Add(s.sessionIdle())
+			life, _ := s.sessionLife(w.Domain)
+			f.Domain, f.ExpiresAt = w.Domain, now.Add(life)
 		case !l.Forever:
 			f.ExpiresAt = now.Add(l.For)
 		}
@@ -429,7 +460,8 @@ func (s *Store) Used(ctx context.Context, owner, session string, keys []string) 
 			}
 			f.UsedAt, f.Uses = now, f.Uses+1
 			if f.Lifespan == LifespanSession {
-				f.ExpiresAt = now.Add(s.sessionIdle())
+				life, _ := s.sessionLife(f.Domain)
+				f.ExpiresAt = now.Add(life)
 			}
 			events = append(events, eventOf(protocol.MemoryUsed, f, ""))
 		}

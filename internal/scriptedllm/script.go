@@ -31,6 +31,47 @@ type Script struct {
 	Otherwise *Turn `yaml:"otherwise" json:"otherwise"`
 	// Embeddings says how /v1/embeddings answers; nil: 404, as a backend without embeddings.
 	Embeddings *Embeddings `yaml:"embeddings" json:"embeddings,omitempty"`
+	// Intents answer requests for an intent as structured output (response_format
+	// json_schema named IntentSchema): the first whose Contains is part of the last user
+	// message; none: {"domain": "other", "confidence": 1}.
+	Intents []Intent `yaml:"intents" json:"intents,omitempty"`
+}
+
+// IntentSchema names the structured output Hermes asks an intent in (chat.IntentSchemaName).
+const IntentSchema = "hermes_intent"
+
+// Intent is a scripted intent: a message holding Contains is of Domain, with Confidence.
+type Intent struct {
+	Contains   string  `yaml:"contains" json:"contains"`
+	Domain     string  `yaml:"domain" json:"domain"`
+	Confidence float64 `yaml:"confidence" json:"confidence"`
+}
+
+// intentOf is the intent of message, as JSON.
+func (s *Script) intentOf(message string) string {
+	in := Intent{Domain: "other", Confidence: 1}
+	for _, i := range s.Intents {
+		if strings.Contains(message, i.Contains) {
+			in = i
+			break
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"domain": in.Domain, "confidence": in.Confidence})
+	return string(b)
+}
+
+// seen is what a turn's conditions read of the request: its last tool and user messages and
+// its system messages.
+type seen struct {
+	lastTool, lastUser, system string
+}
+
+// holds reports whether t's conditions hold for what the request holds.
+func (t *Turn) holds(s seen) bool {
+	return (t.IfLastToolContains == "" || strings.Contains(s.lastTool, t.IfLastToolContains)) &&
+		(t.IfSystemContains == "" || strings.Contains(s.system, t.IfSystemContains)) &&
+		(t.IfSystemLacks == "" || !strings.Contains(s.system, t.IfSystemLacks)) &&
+		(t.IfLastUserContains == "" || strings.Contains(s.lastUser, t.IfLastUserContains))
 }
 
 // Embeddings makes deterministic vectors in place of a model's: a dimension for each group
@@ -66,6 +107,14 @@ type Turn struct {
 	// IfLastToolContains makes the turn answer only when the last tool message holds this text
 	// (an error the model is to recover from, say).
 	IfLastToolContains string `yaml:"if_last_tool_contains" json:"if_last_tool_contains,omitempty"`
+	// IfSystemContains makes the turn answer only when the prompt's system messages hold this
+	// text (what Hermes remembered about the person, say); IfSystemLacks only when they do
+	// not.
+	IfSystemContains string `yaml:"if_system_contains" json:"if_system_contains,omitempty"`
+	IfSystemLacks    string `yaml:"if_system_lacks" json:"if_system_lacks,omitempty"`
+	// IfLastUserContains makes the turn answer only when the last user message holds this
+	// text: a follow-up the client sends with the answers' text alone.
+	IfLastUserContains string `yaml:"if_last_user_contains" json:"if_last_user_contains,omitempty"`
 
 	// Content is the assistant's text.
 	Content string `yaml:"content" json:"content,omitempty"`
@@ -216,6 +265,11 @@ func (s *Script) Check() error {
 			return fmt.Errorf("embeddings.status %d is not an error status (400 to 599)", e.Status)
 		}
 	}
+	for i, in := range s.Intents {
+		if in.Contains == "" || in.Domain == "" || in.Confidence < 0 || in.Confidence > 1 {
+			return fmt.Errorf("intents[%d]: contains and domain are required, and a confidence from 0 to 1", i)
+		}
+	}
 	if s.Otherwise != nil {
 		return check("otherwise", s.Otherwise)
 	}
@@ -228,7 +282,7 @@ var errNoTurn = errors.New("no turn")
 // pick finds the conversation and turn that answer a request with the given first user
 // message, number of assistant messages and last tool message; a follow-up (a summarized
 // conversation) only a conversation's then, or otherwise.
-func (s *Script) pick(firstUser string, step int, lastTool string, followUp bool) (conv int, turn int, t *Turn, err error) {
+func (s *Script) pick(firstUser string, step int, seen seen, followUp bool) (conv int, turn int, t *Turn, err error) {
 	for ci := range s.Conversations {
 		c := &s.Conversations[ci]
 		if c.Match != "" && !strings.Contains(firstUser, c.Match) {
@@ -251,7 +305,7 @@ func (s *Script) pick(firstUser string, step int, lastTool string, followUp bool
 			if at != step {
 				continue
 			}
-			if tt.IfLastToolContains != "" && !strings.Contains(lastTool, tt.IfLastToolContains) {
+			if !tt.holds(seen) {
 				continue
 			}
 			return ci, ti, tt, nil

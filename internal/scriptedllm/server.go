@@ -55,6 +55,13 @@ type Request struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options,omitempty"`
+	// ResponseFormat is the structured output asked for, if any.
+	ResponseFormat *struct {
+		Type       string `json:"type"`
+		JSONSchema struct {
+			Name string `json:"name"`
+		} `json:"json_schema"`
+	} `json:"response_format,omitempty"`
 }
 
 // Message is one chat message; Content is kept as sent (a string, or parts).
@@ -207,7 +214,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 
-	firstUser, lastUser, lastTool, step := "", "", "", 0
+	firstUser, lastUser, step := "", "", 0
+	var seen seen
 	for _, m := range req.Messages {
 		switch m.Role {
 		case "user":
@@ -218,14 +226,25 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		case "assistant":
 			step++
 		case "tool":
-			lastTool = m.Text()
+			seen.lastTool = m.Text()
+		case "system", "developer":
+			seen.system += m.Text() + "\n"
 		}
+	}
+	seen.lastUser = lastUser
+	if f := req.ResponseFormat; f != nil && f.Type == "json_schema" && f.JSONSchema.Name == IntentSchema {
+		// An intent asked for as structured output: the script's intents answer it.
+		content := s.script.intentOf(lastUser)
+		a := answer{id: "chatcmpl-scripted-intent", model: req.Model, created: s.now().Unix(), content: content,
+			usage: usageOf(req, content, nil)}
+		a.whole(w)
+		return
 	}
 	// A conversation Hermes summarized is a follow-up: its steps count from the last exchange
 	// the summary covers, so a step turn would act again (book the meeting twice). It is
 	// answered by the conversation's then, or otherwise.
 	summarized := strings.HasPrefix(firstUser, summarize.NotePrefix)
-	ci, ti, t, err := s.script.pick(firstUser, step, lastTool, summarized)
+	ci, ti, t, err := s.script.pick(firstUser, step, seen, summarized)
 	if err != nil {
 		msg := "the script has no conversation for this first user message"
 		if !errors.Is(err, errNoTurn) {
@@ -261,7 +280,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Failed its times: the next turn of the same step answers.
-		ci, _, t, err = s.script.pickAfter(ci, ti, step, lastTool)
+		ci, _, t, err = s.script.pickAfter(ci, ti, step, seen)
 		if err != nil {
 			apiError(w, http.StatusBadRequest, "no_scripted_answer", "invalid_request_error", "messages", err.Error())
 			return
@@ -305,14 +324,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 }
 
 // pickAfter finds the turn answering step after turn ti of conversation ci failed its times.
-func (s *Script) pickAfter(ci, ti, step int, lastTool string) (int, int, *Turn, error) {
+func (s *Script) pickAfter(ci, ti, step int, seen seen) (int, int, *Turn, error) {
 	c := &s.Conversations[ci]
 	for j := ti + 1; j < len(c.Turns); j++ {
 		t := &c.Turns[j]
 		if t.Step != nil && *t.Step != step {
 			break
 		}
-		if t.IfLastToolContains != "" && !strings.Contains(lastTool, t.IfLastToolContains) {
+		if !t.holds(seen) {
 			continue
 		}
 		return ci, j, t, nil

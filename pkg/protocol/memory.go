@@ -20,6 +20,9 @@ const (
 	MemoryDeleted = "deleted"
 	MemoryExpired = "expired"
 	MemoryEvicted = "evicted"
+	// MemoryArchived: the context of an intent whose lifetime lapsed (its domain's decay):
+	// kept here, on the record, and no longer given to a model.
+	MemoryArchived = "archived"
 	// MemoryUsed: given to a model in a turn (not recorded on its own: the turn's decision
 	// names what it was given).
 	MemoryUsed = "used"
@@ -49,7 +52,9 @@ type MemoryEvent struct {
 	Lifespan string   `msgpack:"lifespan,omitempty" json:"lifespan,omitempty"`
 	Tags     []string `msgpack:"semantic_tag,omitempty" json:"semantic_tag,omitempty"`
 	// Source says who wrote it: api, model or rule.
-	Source  string `msgpack:"source,omitempty" json:"source,omitempty"`
+	Source string `msgpack:"source,omitempty" json:"source,omitempty"`
+	// Domain is the business domain of the intent a session fragment belongs to.
+	Domain  string `msgpack:"domain,omitempty" json:"domain,omitempty"`
 	Version int    `msgpack:"version,omitempty" json:"version,omitempty"`
 	Reason  string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	// At is when the change was made, by the memory store's clock.
@@ -69,7 +74,7 @@ func (m *Message) DecodeMemory() (*MemoryEvent, error) {
 		return nil, err
 	}
 	switch e.Op {
-	case MemoryWritten, MemoryReplaced, MemoryDeleted, MemoryExpired, MemoryEvicted, MemoryUsed:
+	case MemoryWritten, MemoryReplaced, MemoryDeleted, MemoryExpired, MemoryEvicted, MemoryArchived, MemoryUsed:
 	default:
 		return nil, fieldErr("op", "is not a memory operation")
 	}
@@ -89,7 +94,7 @@ func (m *Message) DecodeMemory() (*MemoryEvent, error) {
 	if len(e.Tags) > MaxMemoryTags || e.Version < 0 {
 		return nil, fieldErr("semantic_tag", "out of bounds")
 	}
-	for _, s := range append([]string{e.Lifespan, e.Source, e.Reason}, e.Tags...) {
+	for _, s := range append([]string{e.Lifespan, e.Source, e.Domain, e.Reason}, e.Tags...) {
 		if len(s) > maxMemoryText || !utf8.ValidString(s) || !Printable(s) {
 			return nil, fieldErr("reason", fmt.Sprintf("must be at most %d printable bytes", maxMemoryText))
 		}

@@ -375,6 +375,12 @@ type LLMDecision struct {
 	// qualified, and the model was told so.
 	Prefiltered bool           `msgpack:"prefiltered,omitempty" json:"prefiltered,omitempty"`
 	Candidates  []LLMCandidate `msgpack:"candidates,omitempty" json:"candidates,omitempty"`
+	// Memory names the fragments remembered about the user that the prompt carried (on the
+	// first turn), each at the version given: their values are on the owner's memory history.
+	Memory []LLMMemory `msgpack:"memory,omitempty" json:"memory,omitempty"`
+	// Intent is the turn's intent as the model classified it (on the first turn), when intents
+	// are configured.
+	Intent *LLMIntent `msgpack:"intent,omitempty" json:"intent,omitempty"`
 	// Chosen are the calls the model made; Answer its text when it answered instead.
 	Chosen   []LLMCall    `msgpack:"chosen,omitempty" json:"chosen,omitempty"`
 	Answer   string       `msgpack:"answer,omitempty" json:"answer,omitempty"`
@@ -410,6 +416,28 @@ type LLMSummary struct {
 	Usage     LLMUsage `msgpack:"usage" json:"usage"`
 	LatencyMS int64    `msgpack:"latency_ms" json:"latency_ms"`
 }
+
+// LLMMemory is a remembered fragment a prompt carried.
+type LLMMemory struct {
+	Type    string `msgpack:"type" json:"type"`
+	Key     string `msgpack:"key" json:"key"`
+	Session string `msgpack:"session_id,omitempty" json:"session_id,omitempty"`
+	Version int    `msgpack:"version" json:"version"`
+}
+
+// LLMIntent is a turn's intent: its business domain and how sure the model was, and what
+// Hermes did about it.
+type LLMIntent struct {
+	Domain     string  `msgpack:"domain" json:"domain"`
+	Confidence float64 `msgpack:"confidence" json:"confidence"`
+	// Clarify says the confidence was below the threshold: Hermes asked instead of acting.
+	Clarify bool `msgpack:"clarify,omitempty" json:"clarify,omitempty"`
+	// Lifetime is how long the intent's context lives (the domain's decay; 0: the session's).
+	LifetimeSeconds int64 `msgpack:"lifetime_s,omitempty" json:"lifetime_s,omitempty"`
+}
+
+// MaxDecisionMemory bounds the fragments one decision names.
+const MaxDecisionMemory = 64
 
 // LLMCandidate is a tool the prefilter ranked for a message, with its scores: the lexical
 // one (BM25; 0 when the lexical ranking did not put it forward: no word matched, or it fell

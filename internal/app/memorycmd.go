@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hermesbus/hermes/internal/memory"
+	"github.com/hermesbus/hermes/internal/record"
 )
 
 const memoryUsage = `hermes memory ls|get KEY|rm KEY|forget [flags]
@@ -21,7 +22,9 @@ application whose key may act for its users; with --owner O, any owner's (needs 
   ls      list the live fragments, most relevant first (--session, --type, --key, --tag narrow)
   get     one fragment (--session S: the session's own, else the owner's)
   rm      forget one fragment (--session S for a session fragment)
-  forget  forget everything kept about the owner (asks for --yes)
+  forget  forget everything kept about the owner (asks for --yes); with --nats, as an operator on
+          the bus, also erase its history on the record (every value it had, its archived
+          intents' contexts), and with --with-history every session of the owner
 Exit status: 0 done, 1 no such fragment, 2 bad usage or trouble reaching the gateway`
 
 // memoryFragment is a fragment as the gateway shows it.
@@ -58,6 +61,8 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 	key := fset.String("key", "", "ls: only this key")
 	tag := fset.String("tag", "", "ls: only fragments with this semantic tag")
 	yes := fset.Bool("yes", false, "forget: yes, forget everything kept about the owner")
+	bus := natsFlags(fset, "", "forget: erase on the bus itself, as an operator (the NATS server's URL; admin credentials): the fragments, their history on the record, and with --with-history the owner's sessions (needs --owner)")
+	withHistory := fset.Bool("with-history", false, "forget --nats: also purge every session of the owner from the record")
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
 	// The key comes first (get KEY --session S) or after the flags.
 	var pos []string
@@ -81,6 +86,13 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 		return usage("forget removes everything kept about the owner: say --yes")
 	case *user != "" && *owner != "":
 		return usage("say --user or --owner, not both")
+	case bus.url != "" && (sub != "forget" || *owner == ""):
+		return usage("--nats erases as an operator: say forget --owner O --yes (O as ls names it)")
+	case *withHistory && bus.url == "":
+		return usage("--with-history purges the record, which only an operator may: give --nats (and --owner)")
+	}
+	if bus.url != "" {
+		return eraseMemory(ctx, env, bus, *owner, *withHistory, *asJSON)
 	}
 	q := url.Values{}
 	for name, v := range map[string]string{"user": *user, "owner": *owner, "session_id": *session} {
@@ -175,4 +187,47 @@ func printFragments(env Env, owner string, fs []memoryFragment) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", f.Type, f.Key, string(value), f.Lifespan, session, tags, expires, f.Version)
 	}
 	_ = tw.Flush()
+}
+
+// maxErasedSessions bounds the sessions one erasure purges.
+const maxErasedSessions = 100_000
+
+// eraseMemory is hermes memory forget --nats: the owner's fragments, history and (withHistory)
+// sessions, erased on the bus.
+func eraseMemory(ctx context.Context, env Env, target *natsTarget, owner string, withHistory, asJSON bool) error {
+	if withHistory && owner == memory.Anonymous {
+		return &ExitError{Code: 2, Err: errors.New("memory forget: the anonymous owner's sessions are everybody's: --with-history cannot tell them apart")}
+	}
+	nc, js, err := dialRecord(ctx, target, "memory")
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, memory.Bucket)
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("memory forget: the memory bucket: %w", err)}
+	}
+	var sessions []string
+	if withHistory {
+		list, err := record.RecentSessions(ctx, js, maxErasedSessions, owner)
+		if err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("memory forget: the owner's sessions: %w", err)}
+		}
+		for _, s := range list {
+			sessions = append(sessions, s.ID)
+		}
+	}
+	out, err := memory.Erase(ctx, js, &memory.Store{KV: kv, JS: js}, owner, sessions)
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("memory forget: %w (what was erased before: %+v)", err, out)}
+	}
+	if asJSON {
+		return printJSON(env, out)
+	}
+	fmt.Fprintf(env.Stdout, "forgot %d fragments of %s; erased %d history messages", out.Fragments, owner, out.History)
+	if withHistory {
+		fmt.Fprintf(env.Stdout, " and %d sessions (%d messages)", len(out.Sessions), out.SessionMessages)
+	}
+	fmt.Fprintln(env.Stdout)
+	return nil
 }

@@ -1,15 +1,19 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/memory"
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // Through a real bus: each caller's memory is its own, and an application's memory of one of
@@ -127,5 +131,95 @@ func TestMemoryIsEachOwnersOwn(t *testing.T) {
 	if code != 0 || !strings.Contains(replay, `written user_preference/default_shipping v1`) || !strings.Contains(replay, `"YTO"`) ||
 		!strings.Contains(replay, `replaced user_preference/default_shipping v2`) || !strings.Contains(replay, `"SF-Express"`) || !strings.Contains(replay, "by alice") {
 		t.Errorf("replay of alice's memory: %d %s %s", code, replay, errOut)
+	}
+}
+
+// An operator erases everything kept about a user: fragments, their history on the record,
+// and with --with-history the user's sessions; another user with the same keys keeps all of
+// theirs.
+func TestForgettingAUserLeavesNothing(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser})
+	owners := map[string]string{}
+	for _, who := range []string{"alice", "bob"} {
+		for _, v := range []string{`"YTO"`, `"SF-Express"`} {
+			if code, out := s.call("POST", "/v1/memory", keys[who], `{"type":"user_preference","key":"default_shipping","value":`+v+`,"lifespan":"forever"}`); code/100 != 2 {
+				t.Fatalf("%s: %d %s", who, code, out)
+			}
+		}
+		for i := range 2 {
+			req := fmt.Sprintf(`{"request_id":"forget_%s_%d","session_id":"forget_%s_%d","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"n":1}}]}`, who, i, who, i)
+			if code, out := s.call("POST", "/v1/route", keys[who], req); code != http.StatusOK {
+				t.Fatalf("%s: %d %s", who, code, out)
+			}
+		}
+		_, out := s.call("GET", "/v1/memory", keys[who], "")
+		var list struct {
+			Owner string `json:"owner"`
+		}
+		_ = json.Unmarshal([]byte(out), &list)
+		owners[who] = list.Owner
+	}
+	_, b := s.connect()
+	stream, err := b.JS.Stream(context.Background(), protocol.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(filter string) uint64 {
+		t.Helper()
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n
+	}
+	history := func(who string) uint64 {
+		return held(protocol.SubjectEvent(protocol.EventMemory, memory.HistorySession(owners[who])))
+	}
+	sessionMessages := func(who string) (n uint64) {
+		for i := range 2 {
+			for _, f := range protocol.FilterSession(fmt.Sprintf("forget_%s_%d", who, i)) {
+				n += held(f)
+			}
+		}
+		return n
+	}
+	if history("alice") != 2 || sessionMessages("alice") == 0 {
+		t.Fatalf("before: %d history, %d session messages", history("alice"), sessionMessages("alice"))
+	}
+	bobBefore := sessionMessages("bob")
+	// Not without --owner, nor --with-history through a gateway.
+	if code, _, _ := hermes(t, app.RunMemory, "forget", "--yes", "--nats", s.srv.URL); code != 2 {
+		t.Errorf("forget --nats without --owner: %d", code)
+	}
+	if code, _, _ := hermes(t, app.RunMemory, "forget", "--yes", "--with-history", "--url", s.base, "--key-file", writeTemp(t, keys["alice"])); code != 2 {
+		t.Errorf("forget --with-history through a gateway: %d", code)
+	}
+	code, out, errOut := hermes(t, app.RunMemory, "forget", "--yes", "--with-history", "--nats", s.srv.URL, "--owner", owners["alice"])
+	if code != 0 || !strings.Contains(out, "forgot 1 fragments") || !strings.Contains(out, "2 history messages") || !strings.Contains(out, "2 sessions") {
+		t.Fatalf("forget: %d %s %s", code, out, errOut)
+	}
+	if code, out := s.call("GET", "/v1/memory", keys["alice"], ""); code != http.StatusOK || !strings.Contains(out, `"count":0`) {
+		t.Errorf("alice's fragments: %d %s", code, out)
+	}
+	if n := history("alice"); n != 0 {
+		t.Errorf("alice's memory history: %d messages left", n)
+	}
+	if n := sessionMessages("alice"); n != 0 {
+		t.Errorf("alice's sessions: %d messages left", n)
+	}
+	if _, err := b.Bucket(memory.Bucket).Get(context.Background(), "o."+memory.Token(owners["alice"])); err == nil {
+		t.Error("alice's entry is still in the bucket")
+	}
+	if code, out := s.call("GET", "/v1/memory/default_shipping", keys["bob"], ""); code != http.StatusOK || !strings.Contains(out, "SF-Express") {
+		t.Errorf("bob's fragment: %d %s", code, out)
+	}
+	if history("bob") != 2 || sessionMessages("bob") != bobBefore {
+		t.Errorf("bob's history %d, sessions %d of %d", history("bob"), sessionMessages("bob"), bobBefore)
 	}
 }

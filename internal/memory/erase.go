@@ -1,0 +1,68 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Erasure is what Erase removed.
+type Erasure struct {
+	Owner string `json:"owner"`
+	// Fragments were in the bucket; History were memory.v1 events on the record (every write,
+	// replacement, deletion, eviction and archived intent context of the owner).
+	Fragments int    `json:"fragments"`
+	History   uint64 `json:"history_messages"`
+	// Sessions are the owner's sessions purged from the record, and their messages.
+	Sessions        []string `json:"sessions,omitempty"`
+	SessionMessages uint64   `json:"session_messages,omitempty"`
+}
+
+// Erase removes everything kept about owner: its fragments (Forget), its memory history on the
+// record (its HistorySession: the values it ever had, its archived intents' contexts), and,
+// given sessions, every message of those sessions on the record. The record is Hermes' proof of
+// what happened, so no service may purge it: Erase needs an operator's rights (hermes memory
+// forget --nats), and a caller's DELETE /v1/memory removes the fragments alone.
+func Erase(ctx context.Context, js jetstream.JetStream, s *Store, owner string, sessions []string) (Erasure, error) {
+	out := Erasure{Owner: owner}
+	n, err := s.Forget(ctx, owner)
+	if err != nil {
+		return out, err
+	}
+	out.Fragments = n
+	stream, err := js.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		return out, fmt.Errorf("memory: erase: the record: %w", err)
+	}
+	purge := func(filter string) (uint64, error) {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return 0, err
+		}
+		var count uint64
+		for _, c := range info.State.Subjects {
+			count += c
+		}
+		if count == 0 {
+			return 0, nil
+		}
+		return count, stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
+	}
+	if out.History, err = purge(protocol.SubjectEvent(protocol.EventMemory, HistorySession(owner))); err != nil {
+		return out, fmt.Errorf("memory: erase the history: %w", err)
+	}
+	for _, session := range sessions {
+		for _, f := range protocol.FilterSession(session) {
+			c, err := purge(f)
+			if err != nil {
+				return out, fmt.Errorf("memory: erase session %s: %w", session, err)
+			}
+			out.SessionMessages += c
+		}
+		out.Sessions = append(out.Sessions, session)
+	}
+	return out, nil
+}

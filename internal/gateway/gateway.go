@@ -199,8 +199,8 @@ func (g *Gateway) Handle(pattern string, h http.Handler) { g.mux.Handle(pattern,
 // runs.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen receives responses, watches how full the store is and follows the tools' applied
-// policies, until ctx is done. Run calls it; use it directly when serving Handler from another
+// Listen receives responses, watches how full the store is, follows the tools' applied
+// policies and memory's bucket, until ctx is done. Run calls it; use it directly when serving Handler from another
 // server.
 func (g *Gateway) Listen(ctx context.Context) error {
 	// One look before anything is taken: the limits are known to the first request.
@@ -217,6 +217,15 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	}
 	if rs := g.blueprints.resumer; rs != nil {
 		watch.Go(func() { _ = rs.Run(ctx) })
+	}
+	if m := g.memory; m != nil && m.Cache != nil {
+		// Memory's hot tier serves reads once it follows the bucket; until then they go
+		// to the bus.
+		watch.Go(func() {
+			if err := m.Cache.Run(ctx, m.KV, g.log.With("part", "memory")); err != nil && ctx.Err() == nil {
+				g.log.Warn("memory's hot tier does not follow the bucket; reads go to the bus", "err", err)
+			}
+		})
 	}
 	return g.submit.Run(ctx)
 }

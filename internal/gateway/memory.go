@@ -38,7 +38,7 @@ func (g *Gateway) registerMemory() {
 	if g.cfg.Bus == nil || g.cfg.Bus.Bucket(memory.Bucket) == nil {
 		return
 	}
-	g.memory = &memory.Store{KV: g.cfg.Bus.Bucket(memory.Bucket), JS: g.cfg.Bus.JS,
+	g.memory = &memory.Store{KV: g.cfg.Bus.Bucket(memory.Bucket), JS: g.cfg.Bus.JS, Cache: &memory.Cache{},
 		History: &memory.Recorder{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}
 	g.mux.HandleFunc("POST /v1/memory", g.require(auth.PermSubmit, g.handleMemoryWrite))
 	g.mux.HandleFunc("GET /v1/memory", g.require(auth.PermSubmit, g.handleMemoryList))

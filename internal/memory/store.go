@@ -99,6 +99,8 @@ type Store struct {
 	// SessionIdle is how long a session fragment lives past its last write or use (default
 	// DefaultSessionIdle).
 	SessionIdle time.Duration
+	// Cache, when set, is the hot tier reads are served from (it must be Run).
+	Cache *Cache
 	// Decay is how long the context of an intent lives, by business domain (seed 003 §2.1):
 	// a session fragment written in an intent of a domain named here lives this long past its
 	// last write or use instead of SessionIdle, and is archived when it lapses — kept on the
@@ -164,6 +166,22 @@ func (s *Store) read(ctx context.Context, owner string) (*entry, uint64, error) 
 		return &entry{Owner: owner}, e.Revision(), nil
 	}
 	return &en, e.Revision(), nil
+}
+
+// load returns owner's entry for reading (never to be changed): from the cache when it holds
+// it, else from the bucket, then kept there.
+func (s *Store) load(ctx context.Context, owner string) (*entry, error) {
+	token := Token(owner)
+	if en, ok := s.Cache.get(token); ok {
+		return en, nil
+	}
+	m := s.Cache.mark(token)
+	en, _, err := s.read(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	s.Cache.put(token, en, m)
+	return en, nil
 }
 
 // errChanged means another write to the owner came first.
@@ -256,7 +274,9 @@ func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time,
 		for _, ev := range events {
 			ev.At = now
 		}
-		switch err := s.write(ctx, en, rev); {
+		err = s.write(ctx, en, rev)
+		s.Cache.changed(Token(owner)) // read-your-writes here; the watch tells the others
+		switch {
 		case errors.Is(err, errChanged):
 			continue
 		case err != nil:
@@ -399,7 +419,7 @@ func (q Query) match(f *Fragment) bool {
 
 // List returns owner's live fragments that q matches, the most relevant first.
 func (s *Store) List(ctx context.Context, owner string, q Query) ([]Fragment, error) {
-	en, _, err := s.read(ctx, owner)
+	en, err := s.load(ctx, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +497,9 @@ func (s *Store) Forget(ctx context.Context, owner string) (int, error) {
 		return 0, err
 	}
 	// A purge, not a delete: no earlier revision stays readable.
-	if err := s.KV.Purge(ctx, key(owner), jetstream.PurgeTTL(markerTTL)); err != nil {
+	err = s.KV.Purge(ctx, key(owner), jetstream.PurgeTTL(markerTTL))
+	s.Cache.changed(Token(owner))
+	if err != nil {
 		return 0, fmt.Errorf("memory: forget: %w", err)
 	}
 	return len(en.Fragments), nil

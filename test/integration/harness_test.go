@@ -86,6 +86,7 @@ type system struct {
 	conns    []*nats.Conn
 	recorder *recorder
 	gwStop   func()
+	gateway  *app.GatewayService // the last started
 	poisoned string // a session whose undecodable messages the test published on purpose
 	// violating: the test tried what a user may not do, on purpose
 	violating bool
@@ -178,6 +179,7 @@ func (s *system) newGateway(instance string) (base string, stop func()) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.gateway = g
 	gl := s.listen()
 	ctx, cancel := context.WithCancel(s.ctx)
 	done := make(chan struct{})

@@ -193,6 +193,11 @@ func TestForgettingAUserLeavesNothing(t *testing.T) {
 		t.Fatalf("before: %d history, %d session messages", history("alice"), sessionMessages("alice"))
 	}
 	bobBefore := sessionMessages("bob")
+	hot := s.gateway.Memory().Cache
+	waitFor(t, "the gateway's hot tier to hold alice", func() bool {
+		s.call("GET", "/v1/memory", keys["alice"], "")
+		return hot.Holds(owners["alice"])
+	})
 	// Not without --owner, nor --with-history through a gateway.
 	if code, _, _ := hermes(t, app.RunMemory, "forget", "--yes", "--nats", s.srv.URL); code != 2 {
 		t.Errorf("forget --nats without --owner: %d", code)
@@ -204,8 +209,13 @@ func TestForgettingAUserLeavesNothing(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "forgot 1 fragments") || !strings.Contains(out, "2 history messages") || !strings.Contains(out, "2 sessions") {
 		t.Fatalf("forget: %d %s %s", code, out, errOut)
 	}
+	// The gateway learns of an erasure made elsewhere through its watch of the bucket.
+	waitFor(t, "the gateway's hot tier to drop alice", func() bool { return !hot.Holds(owners["alice"]) })
 	if code, out := s.call("GET", "/v1/memory", keys["alice"], ""); code != http.StatusOK || !strings.Contains(out, `"count":0`) {
 		t.Errorf("alice's fragments: %d %s", code, out)
+	}
+	if hot.Holds(owners["alice"]) {
+		t.Error("the gateway's hot tier holds alice's empty memory")
 	}
 	if n := history("alice"); n != 0 {
 		t.Errorf("alice's memory history: %d messages left", n)

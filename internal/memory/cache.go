@@ -25,8 +25,8 @@ type Cache struct {
 
 	mu      sync.Mutex
 	on      bool
-	epoch   uint64 // counts the watches: a read begun under another is not kept
-	changes uint64 // counts the changes seen
+	epoch   uint64                   // counts the watches: a read begun under another is not kept
+	changes uint64                   // counts the changes seen
 	ll      *list.List               // most recent first
 	items   map[string]*list.Element // owner token → *cached
 

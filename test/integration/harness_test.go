@@ -87,7 +87,7 @@ type system struct {
 	recorder *recorder
 	gwStop   func()
 	gateway  *app.GatewayService // the last started
-	poisoned string // a session whose undecodable messages the test published on purpose
+	poisoned string              // a session whose undecodable messages the test published on purpose
 	// violating: the test tried what a user may not do, on purpose
 	violating bool
 }

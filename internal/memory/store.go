@@ -184,6 +184,9 @@ func (s *Store) load(ctx context.Context, owner string) (*entry, error) {
 	return en, nil
 }
 
+// errBucketFull means the bucket refused a write for want of room.
+var errBucketFull = fmt.Errorf("%w: the memory bucket is full", ErrFull)
+
 // errChanged means another write to the owner came first.
 var errChanged = errors.New("memory: changed meanwhile")
 
@@ -237,7 +240,7 @@ func casErr(err error) error {
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch), bus.IsWrongLastSequence(err):
 		return errChanged
 	case strings.Contains(err.Error(), "maximum bytes exceeded"):
-		return fmt.Errorf("%w: the memory bucket is full", ErrFull)
+		return errBucketFull
 	}
 	return fmt.Errorf("memory: write: %w", err)
 }
@@ -245,6 +248,7 @@ func casErr(err error) error {
 // change applies fn to owner's live fragments and writes the result, retrying on a concurrent
 // write; the fragments that lapsed meanwhile are dropped (and recorded as expired).
 func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time, en *entry) ([]*protocol.MemoryEvent, error)) error {
+	roomMade := false
 	for range 16 {
 		en, rev, err := s.read(ctx, owner)
 		if err != nil {
@@ -278,6 +282,14 @@ func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time,
 		s.Cache.changed(Token(owner)) // read-your-writes here; the watch tells the others
 		switch {
 		case errors.Is(err, errChanged):
+			continue
+		case errors.Is(err, errBucketFull) && !roomMade:
+			// The bucket is full: the least relevant fragments of any owner make room, once.
+			size, _ := json.Marshal(en)
+			if n, rerr := s.makeRoom(ctx, len(size)); rerr != nil || n == 0 {
+				return err
+			}
+			roomMade = true
 			continue
 		case err != nil:
 			return err

@@ -318,3 +318,41 @@ func TestForgetLeavesNothing(t *testing.T) {
 	}
 	_ = err
 }
+
+// A full bucket makes room: the least relevant fragments of any owner that are not forever go
+// (recorded as evicted), never a forever one; a write fails only when nothing else can go.
+func TestAFullBucketEvictsTheLeastRelevantOfAnyOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := bustest.NewServer(t).Provision(t, bus.Config{Buckets: Buckets(64 << 10)})
+	c := &clock{now: time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)}
+	h := &history{}
+	s := &Store{KV: b.Bucket(Bucket), JS: b.JS, History: h, Now: c.Now}
+	value := `"` + strings.Repeat("v", 900) + `"`
+	written := 0
+	for i := 0; ; i++ {
+		w := write(fmt.Sprintf("k%d", i), value, "30d")
+		if i%10 == 0 {
+			w.Lifespan = "forever"
+		}
+		_, err := s.Put(ctx, fmt.Sprintf("owner%d", i%20), w)
+		if err != nil {
+			t.Fatalf("write %d: %v (history %d events)", i, err, len(h.take()))
+		}
+		written++
+		c.Add(time.Hour)
+		if ev := strings.Join(h.take(), "|"); strings.Contains(ev, "evicted") {
+			if strings.Contains(ev, "evicted k0 ") || strings.Contains(ev, "evicted k10 ") {
+				t.Fatalf("a forever fragment was evicted: %s", ev)
+			}
+			if !strings.Contains(ev, "evicted k1 ") {
+				t.Fatalf("not the least relevant first: %s", ev)
+			}
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the bucket never filled")
+		}
+	}
+	t.Logf("the bucket filled after %d writes", written)
+}

@@ -78,17 +78,7 @@ func (c *chatRun) runBlueprint(ctx context.Context, requestID string, call proto
 	if err != nil && admission.AsRefusal(err) == nil && !errors.As(err, new(*blueprints.Refusal)) && ctx.Err() == nil {
 		s.log.Warn("run a blueprint", "blueprint", call.Name, "run_id", runID, "session_id", c.session, "err", err)
 	}
-	done := map[string]any{"request_id": requestID, "tool_call_id": call.ToolCallID, "name": call.Name, "status": res.Status,
-		"execution_time_ms": time.Since(started).Milliseconds(), "run_id": runID}
-	if res.ErrorCode != "" {
-		done["error_code"] = res.ErrorCode
-	}
-	c.mu.Lock()
-	c.calls = append(c.calls, done)
-	c.mu.Unlock()
-	if c.progress != nil {
-		c.progress(map[string]any{"event": "results", "request_id": requestID, "results": []map[string]any{done}})
-	}
+	c.noteLocal(requestID, call, res, started, map[string]any{"run_id": runID})
 	return res
 }
 
@@ -120,4 +110,23 @@ func blueprintResult(ctx context.Context, run *blueprints.Run, err error) protoc
 		res.Status, res.ErrorCode, res.ErrorOrigin, res.RecoveryHint = protocol.ResultError, o.Code(), protocol.OriginHermes, o.Summary()
 	}
 	return res
+}
+
+// noteLocal notes what a call of a Local tool (a blueprint, memory_write) came to, begun at
+// started, with extra fields, among the run's calls, and tells a stream of it.
+func (c *chatRun) noteLocal(requestID string, call protocol.ToolCall, res protocol.ToolResult, started time.Time, extra map[string]any) {
+	done := map[string]any{"request_id": requestID, "tool_call_id": call.ToolCallID, "name": call.Name, "status": res.Status,
+		"execution_time_ms": time.Since(started).Milliseconds()}
+	for k, v := range extra {
+		done[k] = v
+	}
+	if res.ErrorCode != "" {
+		done["error_code"] = res.ErrorCode
+	}
+	c.mu.Lock()
+	c.calls = append(c.calls, done)
+	c.mu.Unlock()
+	if c.progress != nil {
+		c.progress(map[string]any{"event": "results", "request_id": requestID, "results": []map[string]any{done}})
+	}
 }

@@ -576,7 +576,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 		"id": c.run, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
 		"usage":   map[string]any{"prompt_tokens": out.Usage.PromptTokens, "completion_tokens": out.Usage.CompletionTokens, "total_tokens": out.Usage.TotalTokens},
-		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns, "calls": c.callSummary(), "pending": pending},
+		"hermes":  map[string]any{"session_id": c.session, "run_id": c.run, "turns": out.Turns, "calls": c.callSummary(), "pending": pending, "intent": c.intentView()},
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // that may act for its users); the conversation before it is the session's record — and the
 // seed's response package out: the main text, what the calls Hermes ran came to (name, status, duration),
 // pending items the person must confirm (each with its approval's id, the tool and its arguments), and the
-// intent's domain and how long its context stays live (empty until intent decay exists).
+// intent's domain and how long its context stays live (null without intents configured).
 
 // MaxChatMessageBytes bounds a /v1/chat message.
 const MaxChatMessageBytes = 64 << 10
@@ -116,12 +116,20 @@ func (hermesWire) answer(w http.ResponseWriter, status int, body map[string]any)
 	}
 	httpapi.WriteJSON(w, status, map[string]any{
 		"session_id": h["session_id"], "run_id": h["run_id"], "text": text, "tool_calls": summary,
-		"pending": pendingOf(h["pending"]), "intent": map[string]any{"domain": nil, "ttl_seconds": nil},
+		"pending": pendingOf(h["pending"]), "intent": intentOf(h["intent"]),
 		"turns": h["turns"], "usage": body["usage"],
 	})
 }
 
 func (hermesWire) stream(w http.ResponseWriter, run, model string) answerStream { return nil } // never asked
+
+// intentOf is the run's intent as the answer keeps it ({domain, ttl_seconds} null without one).
+func intentOf(v any) any {
+	if m, ok := v.(map[string]any); ok {
+		return m
+	}
+	return map[string]any{"domain": nil, "ttl_seconds": nil}
+}
 
 // recordedConversation is the session's conversation as its record holds it: its latest
 // summary, when it has one, and the last exchange it covers word for word (from the person's

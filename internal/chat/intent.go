@@ -101,3 +101,17 @@ func (c *chatRun) classify(ctx context.Context, message string) *protocol.LLMInt
 func clarifying(in *protocol.LLMIntent) string {
 	return fmt.Sprintf("%s (Domain %s, confidence %.2f.)", clarifyInstruction, in.Domain, in.Confidence)
 }
+
+// intentView is the run's intent as the answers show it: its domain, its confidence, whether
+// Hermes asked instead of acting, and how long its context stays live (null without a decay).
+func (c *chatRun) intentView() map[string]any {
+	in := c.classified
+	if in == nil {
+		return map[string]any{"domain": nil, "ttl_seconds": nil}
+	}
+	v := map[string]any{"domain": in.Domain, "confidence": in.Confidence, "clarify": in.Clarify, "ttl_seconds": nil}
+	if in.LifetimeSeconds > 0 {
+		v["ttl_seconds"] = in.LifetimeSeconds
+	}
+	return v
+}

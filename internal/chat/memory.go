@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/hermesbus/hermes/internal/agent"
@@ -88,6 +89,14 @@ func (c *chatRun) checkMemoryWrite(args json.RawMessage) error {
 // person's last message), then stored. A fragment a filter keeps out is an ok result that says
 // so: nothing to correct.
 func (c *chatRun) writeMemory(ctx context.Context, requestID string, call protocol.ToolCall) protocol.ToolResult {
+	started := time.Now()
+	res := c.storeMemory(ctx, requestID, call)
+	c.noteLocal(requestID, call, res, started, nil)
+	return res
+}
+
+// storeMemory is writeMemory's work.
+func (c *chatRun) storeMemory(ctx context.Context, requestID string, call protocol.ToolCall) protocol.ToolResult {
 	s := c.s
 	res := protocol.ToolResult{ToolCallID: call.ToolCallID, Name: call.Name}
 	w, err := c.memoryArgs(call.Arguments)

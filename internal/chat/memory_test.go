@@ -50,19 +50,25 @@ conversations:
       - tool_calls:
           - {name: memory_write, arguments: {type: location_context, key: location_context, value: {city: 北京, district: 朝阳区, store: 三里屯店}, lifespan: session, semantic_tag: [inventory_query]}}
           - {name: inventory_query, arguments: {city: 北京, district: 朝阳区, store: 三里屯店}}
-      # The follow-up ("再查一下国贸店"), the client sending the answers' text alone.
-      - if_last_user_contains: 国贸店
+      # The follow-up ("再查一下国贸店"), at whatever step the door's history puts it: its
+      # answer once the second store's stock is back…
+      - any_step: true
+        if_last_user_contains: 国贸店
+        if_last_tool_contains: 国贸店
+        content: 国贸店的库存查好了。
+      # …the query, the city and district taken from what the prompt remembers…
+      - any_step: true
+        if_last_user_contains: 国贸店
         if_system_contains: 三里屯店
         tool_calls:
           - {name: memory_write, arguments: {type: location_context, key: location_context, value: {city: 北京, district: 朝阳区, store: 国贸店}, lifespan: session, semantic_tag: [inventory_query]}}
           - {name: inventory_query, arguments: {city: 北京, district: 朝阳区, store: 国贸店}}
-      - step: 1
+      # …or, remembering nothing, a question.
+      - any_step: true
         if_last_user_contains: 国贸店
         content: 请问是哪个城市的国贸店？
       - step: 1
         content: 三里屯店的库存查好了。
-      - step: 2
-        content: 国贸店的库存查好了。
   - match: 好的谢谢
     turns:
       - tool_calls: [{name: memory_write, arguments: {type: chitchat, key: thanks, value: 好的谢谢, lifespan: 30d}}]

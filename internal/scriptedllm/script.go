@@ -104,6 +104,9 @@ type Turn struct {
 	// Step is the number of assistant messages before this answer; unset, the previous turn's
 	// step + 1. Turns given the same step are alternatives, tried in order.
 	Step *int `yaml:"step" json:"step,omitempty"`
+	// AnyStep makes the turn answer at whatever step its conditions hold (a follow-up, whose
+	// step depends on how much history the client sends); it places no turn after it.
+	AnyStep bool `yaml:"any_step" json:"any_step,omitempty"`
 	// IfLastToolContains makes the turn answer only when the last tool message holds this text
 	// (an error the model is to recover from, say).
 	IfLastToolContains string `yaml:"if_last_tool_contains" json:"if_last_tool_contains,omitempty"`
@@ -297,6 +300,12 @@ func (s *Script) pick(firstUser string, step int, seen seen, followUp bool) (con
 		at := -1
 		for ti := range c.Turns {
 			tt := &c.Turns[ti]
+			if tt.AnyStep {
+				if tt.holds(seen) {
+					return ci, ti, tt, nil
+				}
+				continue
+			}
 			if tt.Step != nil {
 				at = *tt.Step
 			} else {

@@ -328,6 +328,9 @@ func (s *Script) pickAfter(ci, ti, step int, seen seen) (int, int, *Turn, error)
 	c := &s.Conversations[ci]
 	for j := ti + 1; j < len(c.Turns); j++ {
 		t := &c.Turns[j]
+		if t.AnyStep {
+			continue
+		}
 		if t.Step != nil && *t.Step != step {
 			break
 		}

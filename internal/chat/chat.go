@@ -503,6 +503,7 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 			Message: "the tools could not be read; retry"})
 	}
 	c.intent, c.classified = intent, c.classify(ctx, intent)
+	c.applyRules(ctx)
 	if !req.NoTools {
 		tools = append(tools, c.memoryTools()...)
 	}

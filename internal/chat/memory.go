@@ -260,3 +260,24 @@ func matches(f *memory.Fragment, words map[string]bool) bool {
 	}
 	return false
 }
+
+// applyRules stores what the configured rules draw from the person's message (past the
+// filters, as the run's request), before the model is asked: the turn's recall carries it.
+// What cannot be stored is logged; the run goes on.
+func (c *chatRun) applyRules(ctx context.Context) {
+	s := c.s
+	if s.env.Memory == nil || s.env.MemoryConfig == nil {
+		return
+	}
+	for _, w := range s.env.MemoryConfig.Memory.Extract(c.intent, c.session) {
+		if err := s.env.MemoryConfig.Memory.Admit(&w, c.intent); err != nil {
+			continue
+		}
+		if c.classified != nil && w.Lifespan == memory.LifespanSession {
+			w.Domain = c.classified.Domain
+		}
+		if _, err := s.env.Memory.Put(memory.WithChange(ctx, c.run, c.a.Record()), c.owner(), w); err != nil {
+			s.log.Warn("a memory rule's fragment", "session", c.session, "key", w.Key, "err", err)
+		}
+	}
+}

@@ -342,3 +342,50 @@ func systemText(r scriptedllm.Request) string {
 	}
 	return b.String()
 }
+
+// A rule draws a fragment from the person's message before the model is asked, past the
+// filters; the same turn's prompt carries it.
+func TestARuleRemembersWithoutTheModel(t *testing.T) {
+	script, err := scriptedllm.Parse([]byte(`
+conversations:
+  - match: 以后都发顺丰
+    turns:
+      - if_system_contains: SF-Express
+        content: 记下了：顺丰。
+      - step: 0
+        content: 好的。
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := memory.LoadConfig([]byte(`
+memory:
+  filters:
+    - type: semantic
+      include_tags: [user_preference]
+      exclude_patterns: ["^.*[?？]$"]
+  rules:
+    - {pattern: "以后都发(顺丰|圆通)", type: user_preference, key: default_shipping, value: "$1", values: {顺丰: SF-Express}, lifespan: forever}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bustest.NewServer(t).Provision(t, bus.Config{Buckets: memory.Buckets(0)})
+	store := &memory.Store{KV: b.Bucket(memory.Bucket), JS: b.JS}
+	h := newHarness(t, script, func(_ *Config, env *Env) { env.Memory, env.MemoryConfig = store, cfg })
+	h.contracts.tools = []*contract.Compiled{compiled(t, sampleContract)} // what the preference is about
+	for _, msg := range []string{"以后都发顺丰吗？", "以后都发顺丰"} {
+		body, _ := json.Marshal(map[string]any{"model": "scripted", "messages": []map[string]string{{"role": "user", "content": msg}}})
+		r := h.post("/v1/chat/completions", string(body), headerSession, "rules")
+		if r.code != 200 {
+			t.Fatalf("%d %s", r.code, r.body)
+		}
+		f, err := store.Get(context.Background(), memory.Anonymous, "", "default_shipping")
+		switch {
+		case strings.HasSuffix(msg, "？") && err == nil:
+			t.Fatalf("a question was remembered: %+v", f)
+		case !strings.HasSuffix(msg, "？") && (err != nil || string(f.Value) != `"SF-Express"` || f.Source != "rule" || !strings.Contains(string(r.body), "记下了")):
+			t.Fatalf("%+v %v %s", f, err, r.body)
+		}
+	}
+}

@@ -26,6 +26,52 @@ type Config struct {
 type MemoryConfig struct {
 	// Filters are what a fragment must pass before it is stored.
 	Filters []Filter `yaml:"filters"`
+	// Rules draw fragments from a person's messages without the model.
+	Rules []Rule `yaml:"rules"`
+}
+
+// Rule draws a fragment from a message its Pattern matches: Value is the fragment's value, in
+// which $1…$9 stand for the pattern's groups (a string; "$1" alone takes the group as it is),
+// then Values maps the whole value to another ({顺丰: SF-Express}).
+type Rule struct {
+	Pattern  string            `yaml:"pattern"`
+	Type     string            `yaml:"type"`
+	Key      string            `yaml:"key"`
+	Value    string            `yaml:"value"`
+	Values   map[string]string `yaml:"values"`
+	Lifespan string            `yaml:"lifespan"`
+	Tags     []string          `yaml:"semantic_tag"`
+
+	re *regexp.Regexp
+}
+
+// MaxRules bounds a configuration's rules.
+const MaxRules = 64
+
+// Extract is what the rules draw from message, in the session (for session fragments): each
+// rule whose pattern matches gives one write.
+func (c *MemoryConfig) Extract(message, session string) []Write {
+	if c == nil {
+		return nil
+	}
+	var out []Write
+	for _, r := range c.Rules {
+		m := r.re.FindStringSubmatchIndex(message)
+		if m == nil {
+			continue
+		}
+		v := string(r.re.ExpandString(nil, r.Value, message, m))
+		if mapped, ok := r.Values[v]; ok {
+			v = mapped
+		}
+		value, _ := json.Marshal(v)
+		w := Write{Type: r.Type, Key: r.Key, Value: value, Lifespan: r.Lifespan, Tags: r.Tags, Source: "rule"}
+		if r.Lifespan == LifespanSession {
+			w.Session = session
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // Filter kinds (Filter.Type): which fragments a filter judges.
@@ -150,6 +196,32 @@ func (c *Config) compile() error {
 				return fmt.Errorf("%s.exclude_patterns[%d]: %q does not compile: %v", at, j, p, err)
 			}
 			f.excludes = append(f.excludes, re)
+		}
+	}
+	if len(c.Memory.Rules) > MaxRules {
+		return fmt.Errorf("memory.rules: %d rules; the limit is %d", len(c.Memory.Rules), MaxRules)
+	}
+	for i := range c.Memory.Rules {
+		r := &c.Memory.Rules[i]
+		at := fmt.Sprintf("memory.rules[%d]", i)
+		if r.Pattern == "" || len(r.Pattern) > MaxPatternBytes {
+			return fmt.Errorf("%s.pattern: 1 to %d bytes", at, MaxPatternBytes)
+		}
+		re, err := regexp.Compile(r.Pattern)
+		if err != nil {
+			return fmt.Errorf("%s.pattern: %q does not compile: %v", at, r.Pattern, err)
+		}
+		r.re = re
+		if r.Value == "" || len(r.Value) > MaxPatternBytes || len(r.Values) > MaxFilterPatterns {
+			return fmt.Errorf("%s.value: 1 to %d bytes, and at most %d values", at, MaxPatternBytes, MaxFilterPatterns)
+		}
+		// The rule's fragment, as it would be written, must be one (its value aside).
+		w := Write{Type: r.Type, Key: r.Key, Value: json.RawMessage(`""`), Lifespan: r.Lifespan, Tags: r.Tags}
+		if r.Lifespan == LifespanSession {
+			w.Session = "s"
+		}
+		if _, err := w.Check(); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
 		}
 	}
 	if t := c.Intent.ConfidenceThreshold; t != nil && (*t < 0 || *t > 1) {

@@ -120,3 +120,46 @@ func FuzzParseLifespan(f *testing.F) {
 		}
 	})
 }
+
+// Rules draw fragments from messages without the model; a bad rule is refused naming it.
+func TestRulesDrawFragments(t *testing.T) {
+	c, err := LoadConfig([]byte(`
+memory:
+  rules:
+    - pattern: "以后都发(顺丰|圆通|中通)"
+      type: user_preference
+      key: default_shipping
+      value: "$1"
+      values: {顺丰: SF-Express, 圆通: YTO}
+      lifespan: forever
+    - pattern: "发票开(个人|公司)"
+      type: user_preference
+      key: invoice_type
+      value: "$1"
+      values: {个人: personal, 公司: company}
+      lifespan: 30d
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Memory.Extract("以后都发顺丰，发票开个人", "s1")
+	if len(ws) != 2 || string(ws[0].Value) != `"SF-Express"` || ws[0].Key != "default_shipping" || string(ws[1].Value) != `"personal"` || ws[1].Source != "rule" {
+		t.Fatalf("%+v", ws)
+	}
+	if ws := c.Memory.Extract("以后都发中通", "s1"); len(ws) != 1 || string(ws[0].Value) != `"中通"` {
+		t.Fatalf("an unmapped group: %+v", ws)
+	}
+	if ws := c.Memory.Extract("好的谢谢", "s1"); len(ws) != 0 {
+		t.Fatalf("%+v", ws)
+	}
+	for _, bad := range []struct{ file, want string }{
+		{"memory:\n  rules:\n    - {pattern: \"(\", type: t, key: k, value: v, lifespan: 1h}\n", "memory.rules[0].pattern"},
+		{"memory:\n  rules:\n    - {pattern: x, type: t, key: k, value: v, lifespan: soon}\n", "lifespan"},
+		{"memory:\n  rules:\n    - {pattern: x, type: t, value: v, lifespan: 1h}\n", "key"},
+		{"memory:\n  rules:\n    - {pattern: x, type: t, key: k, lifespan: 1h}\n", "memory.rules[0].value"},
+	} {
+		if _, err := LoadConfig([]byte(bad.file)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want %q", bad.file, err, bad.want)
+		}
+	}
+}

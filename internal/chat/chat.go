@@ -411,6 +411,10 @@ func (s *Server) serveWire(w http.ResponseWriter, r *http.Request, wf wire) {
 		writeChatError(w, badParam(sessionField, "sessions starting %q are the contract sandbox's", protocol.SandboxSessionPrefix))
 		return
 	}
+	if protocol.IsMemorySession(session) {
+		writeChatError(w, badParam(sessionField, "sessions starting %q hold what Hermes remembers about people", protocol.MemorySessionPrefix))
+		return
+	}
 	if trace.TraceID == "" {
 		trace.TraceID = run
 	}

@@ -25,8 +25,11 @@ type Cache struct {
 
 	mu      sync.Mutex
 	on      bool
-	epoch   uint64                   // counts the watches: a read begun under another is not kept
-	changes uint64                   // counts the changes seen
+	epoch   uint64 // counts the watches: a read begun under another is not kept
+	changes uint64 // counts the changes seen
+	// trimmed is the highest change count of an item trimmed: a read marked before it may
+	// have missed a change whose trace is gone.
+	trimmed uint64
 	ll      *list.List               // most recent first
 	items   map[string]*list.Element // owner token → *cached
 
@@ -39,7 +42,9 @@ const DefaultCacheOwners = 10_000
 type cached struct {
 	token string
 	en    *entry // nil: a change seen, no entry held
-	rev   uint64 // the number of the last change seen (Cache.changes)
+	// rev is the change count of the last change of the owner seen, or of the mark its entry
+	// was read under: a read is kept only under the mark it was read under.
+	rev uint64
 }
 
 func (c *Cache) max() int {
@@ -71,7 +76,7 @@ func (c *Cache) get(token string) (*entry, bool) {
 // mark is taken before an entry is read from the bucket: what put checks that no change came
 // meanwhile.
 type mark struct {
-	epoch, rev uint64
+	epoch, rev, changes uint64
 }
 
 func (c *Cache) mark(token string) mark {
@@ -80,7 +85,7 @@ func (c *Cache) mark(token string) mark {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := mark{epoch: c.epoch}
+	m := mark{epoch: c.epoch, changes: c.changes}
 	if el, ok := c.items[token]; ok {
 		m.rev = el.Value.(*cached).rev
 	}
@@ -107,10 +112,11 @@ func (c *Cache) put(token string, en *entry, m mark) {
 		c.ll.MoveToFront(el)
 		return
 	}
-	if m.rev != 0 {
-		return // what marked it was trimmed meanwhile: a change may have come too
+	if m.rev != 0 || c.trimmed > m.changes {
+		// What marked it, or a change of it since, may have been trimmed meanwhile.
+		return
 	}
-	c.items[token] = c.ll.PushFront(&cached{token: token, en: en})
+	c.items[token] = c.ll.PushFront(&cached{token: token, en: en, rev: m.changes})
 	c.trim()
 }
 
@@ -138,7 +144,9 @@ func (c *Cache) changed(token string) {
 func (c *Cache) trim() {
 	for c.ll.Len() > c.max() {
 		el := c.ll.Back()
-		delete(c.items, el.Value.(*cached).token)
+		x := el.Value.(*cached)
+		c.trimmed = max(c.trimmed, x.rev)
+		delete(c.items, x.token)
 		c.ll.Remove(el)
 	}
 }
@@ -150,6 +158,7 @@ func (c *Cache) following(on bool) {
 	defer c.mu.Unlock()
 	c.on = on
 	c.epoch++
+	c.trimmed = c.changes
 	c.ll, c.items = list.New(), map[string]*list.Element{}
 }
 

@@ -72,7 +72,7 @@ func OwnerOf(owner string) string {
 
 // HistorySession is the session on the record that holds owner's memory history (memory.v1
 // events): one per owner, so that its history is read, and erased, in one place.
-func HistorySession(owner string) string { return "memory-" + Token(owner) }
+func HistorySession(owner string) string { return protocol.MemorySessionPrefix + Token(owner) }
 
 func key(owner string) string { return "o." + Token(owner) }
 
@@ -480,14 +480,20 @@ func (s *Store) Delete(ctx context.Context, owner, session, k string) (Fragment,
 	return gone, err
 }
 
+// usedEvery is how often a fragment's use is written: uses closer together count once, so
+// that a conversation's turns do not rewrite (and drop from every hot tier) its owner's entry
+// each time.
+const usedEvery = time.Minute
+
 // Used notes that the fragments of keys (in session, or the owner's) were given to a model at
-// now: their relevance rises, and a session fragment lives SessionIdle more.
+// now: their relevance rises, and a session fragment lives its lifetime more from now. A
+// fragment used within the last minute is not written again.
 func (s *Store) Used(ctx context.Context, owner, session string, keys []string) error {
 	return s.change(ctx, owner, func(now time.Time, en *entry) ([]*protocol.MemoryEvent, error) {
 		var events []*protocol.MemoryEvent
 		for i := range en.Fragments {
 			f := &en.Fragments[i]
-			if !slices.Contains(keys, f.Key) || f.Session != "" && f.Session != session {
+			if !slices.Contains(keys, f.Key) || f.Session != "" && f.Session != session || now.Sub(f.UsedAt) < usedEvery {
 				continue
 			}
 			f.UsedAt, f.Uses = now, f.Uses+1

@@ -102,6 +102,9 @@ func (r *Request) Validate(lim Limits) error {
 		}
 		return fieldErr(field, fmt.Sprintf("may not start with %q: such ids are the contract sandbox's", SandboxSessionPrefix))
 	}
+	if IsMemorySession(r.SessionID) {
+		return fieldErr("session_id", fmt.Sprintf("may not start with %q: such sessions hold what Hermes remembers about people", MemorySessionPrefix))
+	}
 	if r.Approval == "" && strings.HasPrefix(r.RequestID, ApprovalRequestPrefix) {
 		return fieldErr("request_id", fmt.Sprintf("may not start with %q: such ids are the requests Hermes runs approved calls in", ApprovalRequestPrefix))
 	}

@@ -85,6 +85,14 @@ func SandboxSession(tool string) string { return SandboxSessionPrefix + tool }
 // IsSandboxSession reports whether session is one of the sandbox's.
 func IsSandboxSession(session string) bool { return strings.HasPrefix(session, SandboxSessionPrefix) }
 
+// MemorySessionPrefix starts the sessions that hold owners' memory history (memory.v1
+// events, one session per owner): no request may use one (Validate), so nobody claims another
+// owner's history as a session of their own.
+const MemorySessionPrefix = "memory-"
+
+// IsMemorySession reports whether session is one of memory's.
+func IsMemorySession(session string) bool { return strings.HasPrefix(session, MemorySessionPrefix) }
+
 // SandboxKey is where a tool's candidate contract is kept in the contracts' bucket while the
 // sandbox tries it: beside the tool's own key (tool names hold no dots, so no tool has it).
 func SandboxKey(tool string) string { return "sandbox." + tool }

@@ -101,6 +101,15 @@ func TestMemoryIsEachOwnersOwn(t *testing.T) {
 	if code, out := get("root", "/v1/memory?owner="+mine.Owner); code != http.StatusOK || !strings.Contains(out, "SF-Express") {
 		t.Fatalf("the admin reads alice's memory: %d %s", code, out)
 	}
+	// Nobody takes an owner's memory history for a session of their own: bob can neither
+	// post into alice's memory session nor follow it.
+	history := memory.HistorySession(mine.Owner)
+	if code, out := s.call("POST", "/v1/route", keys["bob"], fmt.Sprintf(`{"request_id":"steal_1","session_id":%q,"tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`, history)); code != http.StatusBadRequest || !strings.Contains(out, `"field":"session_id"`) {
+		t.Errorf("bob posts into alice's memory session: %d %s", code, out)
+	}
+	if code, out := s.call("GET", "/v1/sessions/"+history+"/events", keys["bob"], ""); code != http.StatusNotFound {
+		t.Errorf("bob follows alice's memory session: %d %s", code, out)
+	}
 	// The command line.
 	if code, out, errOut := hermes(t, app.RunMemory, "ls", "--url", s.base, "--key-file", writeTemp(t, keys["app-shop"]), "--user", "carol"); code != 0 || !strings.Contains(out, "invoice_type") || !strings.Contains(out, `"personal"`) || strings.Contains(out, "company") {
 		t.Errorf("memory ls: %d %s %s", code, out, errOut)

@@ -506,9 +506,16 @@ func (c *chatRun) converse(ctx context.Context, req *chatRequest, msgs []openai.
 		return chatFailure(&chatError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: protocol.CodeBusUnavailable,
 			Message: "the tools could not be read; retry"})
 	}
-	c.intent, c.classified = intent, c.classify(ctx, intent)
-	c.applyRules(ctx)
-	if !req.NoTools {
+	c.intent = intent
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" {
+		// A new message of the person: its intent, and what the rules draw from it. A run
+		// that carries on (the client's tool results) keeps going as it was.
+		c.classified = c.classify(ctx, intent)
+		c.applyRules(ctx)
+	}
+	if !req.NoTools && !slices.ContainsFunc(tools, func(t agent.Tool) bool { return t.Name == MemoryWriteTool }) {
+		// Unless the client or a registered tool has the name: the model is never offered
+		// two functions of one name.
 		tools = append(tools, c.memoryTools()...)
 	}
 	run := agent.Run{Session: c.session, RequestID: c.run, Messages: msgs, Recorded: recorded, Intent: intent, Tools: tools, Params: req.Params,

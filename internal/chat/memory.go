@@ -73,7 +73,7 @@ func (c *chatRun) memoryArgs(args json.RawMessage) (memory.Write, error) {
 	if w.Lifespan == memory.LifespanSession {
 		w.Session = c.session
 	}
-	w.Source = "model"
+	w.Source = memory.SourceModel
 	_, err := w.Check()
 	return w, err
 }
@@ -119,6 +119,8 @@ func (c *chatRun) storeMemory(ctx context.Context, requestID string, call protoc
 	}
 	out, err := s.env.Memory.Put(memory.WithChange(ctx, requestID, c.a.Record()), c.owner(), w)
 	switch {
+	case errors.Is(err, memory.ErrProtected):
+		return ok(map[string]any{"stored": false, "key": w.Key, "reason": err.Error()})
 	case errors.Is(err, memory.ErrFull):
 		res.Status, res.ErrorCode, res.ErrorOrigin, res.RecoveryHint = protocol.ResultError, protocol.CodeMemoryFull, protocol.OriginHermes, protocol.Shorten(err.Error(), 512)
 		return res

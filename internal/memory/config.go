@@ -65,7 +65,7 @@ func (c *MemoryConfig) Extract(message, session string) []Write {
 			v = mapped
 		}
 		value, _ := json.Marshal(v)
-		w := Write{Type: r.Type, Key: r.Key, Value: value, Lifespan: r.Lifespan, Tags: r.Tags, Source: "rule"}
+		w := Write{Type: r.Type, Key: r.Key, Value: value, Lifespan: r.Lifespan, Tags: r.Tags, Source: SourceRule}
 		if r.Lifespan == LifespanSession {
 			w.Session = session
 		}
@@ -256,12 +256,12 @@ func (c *MemoryConfig) Admit(w *Write, sentence string) error {
 		return nil
 	}
 	session := w.Lifespan == LifespanSession
-	text := strings.TrimSpace(sentence)
-	if text == "" {
-		var s string
-		if json.Unmarshal(w.Value, &s) == nil {
-			text = s
-		}
+	// What it was drawn from, and its value when that is text: a model told by a tool's answer
+	// to keep a pleasantry is judged as the person saying it.
+	texts := []string{strings.TrimSpace(sentence)}
+	var v string
+	if json.Unmarshal(w.Value, &v) == nil {
+		texts = append(texts, strings.TrimSpace(v))
 	}
 	for i := range c.Filters {
 		f := &c.Filters[i]
@@ -272,8 +272,14 @@ func (c *MemoryConfig) Admit(w *Write, sentence string) error {
 			return &Refusal{Filter: i, Reason: fmt.Sprintf("its type %s and tags %v are none of include_tags %v", w.Type, w.Tags, f.IncludeTags)}
 		}
 		for j, re := range f.excludes {
-			if text != "" && re.MatchString(text) {
-				return &Refusal{Filter: i, Reason: fmt.Sprintf("what it was drawn from matches exclude_patterns[%d] %q", j, f.ExcludePatterns[j])}
+			for k, text := range texts {
+				if text != "" && re.MatchString(text) {
+					what := "what it was drawn from"
+					if k > 0 {
+						what = "its value"
+					}
+					return &Refusal{Filter: i, Reason: fmt.Sprintf("%s matches exclude_patterns[%d] %q", what, j, f.ExcludePatterns[j])}
+				}
 			}
 		}
 	}

@@ -76,6 +76,7 @@ func (s *Store) makeRoom(ctx context.Context, need int) (int, error) {
 		freed += c.size
 	}
 	evicted := 0
+	ctx = context.WithValue(ctx, makingRoom{}, true)
 	for owner, fs := range chosen {
 		err := s.change(ctx, owner, func(_ time.Time, en *entry) ([]*protocol.MemoryEvent, error) {
 			var events []*protocol.MemoryEvent
@@ -95,3 +96,6 @@ func (s *Store) makeRoom(ctx context.Context, need int) (int, error) {
 	}
 	return evicted, nil
 }
+
+// makingRoom marks the context of the writes that make room.
+type makingRoom struct{}

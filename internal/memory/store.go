@@ -48,6 +48,30 @@ const (
 // one does not fit beside them.
 var ErrFull = errors.New("memory: full")
 
+// ErrProtected means a model's write was refused: it would replace what the person or a rule
+// kept, or keep more forever fragments than a model may.
+var ErrProtected = errors.New("memory: not the model's to write")
+
+// Sources of fragments (Fragment.Source).
+const (
+	SourceAPI   = "api"
+	SourceModel = "model"
+	SourceRule  = "rule"
+)
+
+// MaxModelForever bounds the forever fragments a model keeps of one owner.
+const MaxModelForever = 32
+
+func countForever(en *entry, source string) int {
+	n := 0
+	for i := range en.Fragments {
+		if en.Fragments[i].Forever() && en.Fragments[i].Source == source {
+			n++
+		}
+	}
+	return n
+}
+
 // ErrNotFound means no live fragment has the key asked for.
 var ErrNotFound = errors.New("memory: no such fragment")
 
@@ -248,7 +272,8 @@ func casErr(err error) error {
 // change applies fn to owner's live fragments and writes the result, retrying on a concurrent
 // write; the fragments that lapsed meanwhile are dropped (and recorded as expired).
 func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time, en *entry) ([]*protocol.MemoryEvent, error)) error {
-	roomMade := false
+	// The writes that make room never make room themselves.
+	roomMade := ctx.Value(makingRoom{}) != nil
 	for range 16 {
 		en, rev, err := s.read(ctx, owner)
 		if err != nil {
@@ -340,7 +365,7 @@ func (s *Store) Put(ctx context.Context, owner string, w Write) (Written, error)
 		return Written{}, err
 	}
 	if w.Source == "" {
-		w.Source = "api"
+		w.Source = SourceAPI
 	}
 	var out Written
 	err = s.change(ctx, owner, func(now time.Time, en *entry) ([]*protocol.MemoryEvent, error) {
@@ -355,7 +380,18 @@ func (s *Store) Put(ctx context.Context, owner string, w Write) (Written, error)
 			f.ExpiresAt = now.Add(l.For)
 		}
 		op := protocol.MemoryWritten
-		if i := slices.IndexFunc(en.Fragments, func(g Fragment) bool { return g.id() == f.id() }); i >= 0 {
+		i := slices.IndexFunc(en.Fragments, func(g Fragment) bool { return g.id() == f.id() })
+		if w.Source == SourceModel {
+			// What a model says is data: it may not overwrite what the person or a rule
+			// kept, nor fill an owner's memory with what is never evicted.
+			if i >= 0 && en.Fragments[i].Source != SourceModel {
+				return nil, fmt.Errorf("%w: %s was kept by %s, which only the person (the memory API) changes", ErrProtected, w.Key, en.Fragments[i].Source)
+			}
+			if l.Forever && i < 0 && countForever(en, SourceModel) >= MaxModelForever {
+				return nil, fmt.Errorf("%w: the model has kept %d forever fragments of this user, the most it may", ErrProtected, MaxModelForever)
+			}
+		}
+		if i >= 0 {
 			old := en.Fragments[i]
 			out.Replaced = &old
 			f.Version, f.CreatedAt, f.UsedAt, f.Uses = old.Version+1, old.CreatedAt, old.UsedAt, old.Uses
@@ -453,15 +489,15 @@ func (s *Store) Get(ctx context.Context, owner, session, k string) (Fragment, er
 	if err != nil {
 		return Fragment{}, err
 	}
-	for _, f := range fs {
-		if f.Session != "" {
-			return f, nil
+	// The session's own first, else the owner's: never another session's.
+	for _, want := range []string{session, ""} {
+		for _, f := range fs {
+			if f.Session == want {
+				return f, nil
+			}
 		}
 	}
-	if len(fs) == 0 {
-		return Fragment{}, ErrNotFound
-	}
-	return fs[0], nil
+	return Fragment{}, ErrNotFound
 }
 
 // Delete forgets owner's fragment of key (of session, for a session fragment); ErrNotFound

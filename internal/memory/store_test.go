@@ -356,3 +356,50 @@ func TestAFullBucketEvictsTheLeastRelevantOfAnyOwner(t *testing.T) {
 	}
 	t.Logf("the bucket filled after %d writes", written)
 }
+
+// What a model writes is data: it does not replace what the person kept, nor keep more than
+// MaxModelForever forever fragments; a key read without a session is never a session's.
+func TestAModelsWritesAreBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, _, _ := newStore(t)
+	if _, err := s.Put(ctx, "o", write("default_shipping", `"SF-Express"`, "forever")); err != nil {
+		t.Fatal(err)
+	}
+	m := write("default_shipping", `"attacker's address"`, "forever")
+	m.Source = SourceModel
+	if _, err := s.Put(ctx, "o", m); !errors.Is(err, ErrProtected) {
+		t.Fatalf("a model replaced the person's fragment: %v", err)
+	}
+	if f, _ := s.Get(ctx, "o", "", "default_shipping"); string(f.Value) != `"SF-Express"` {
+		t.Fatalf("%s", f.Value)
+	}
+	for i := range MaxModelForever {
+		w := write(fmt.Sprintf("m%d", i), `1`, "forever")
+		w.Source = SourceModel
+		if _, err := s.Put(ctx, "o", w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := write("one_more", `1`, "forever")
+	w.Source = SourceModel
+	if _, err := s.Put(ctx, "o", w); !errors.Is(err, ErrProtected) {
+		t.Fatalf("forever fragment %d of a model: %v", MaxModelForever+1, err)
+	}
+	// Replacing one of its own is no new one.
+	w = write("m0", `2`, "forever")
+	w.Source = SourceModel
+	if _, err := s.Put(ctx, "o", w); err != nil {
+		t.Fatal(err)
+	}
+	sess := Write{Session: "s1", Type: "t", Key: "only_in_s1", Value: json.RawMessage(`1`), Lifespan: "session"}
+	if _, err := s.Put(ctx, "o", sess); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "o", "", "only_in_s1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the owner's key read another session's fragment: %v", err)
+	}
+	if _, err := s.Get(ctx, "o", "s2", "only_in_s1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("session s2 read s1's fragment: %v", err)
+	}
+}

@@ -334,11 +334,11 @@ func (m *Message) DecodeLLMDecision() (*LLMDecision, error) {
 		return nil, fieldErr("offered", fmt.Sprintf("a decision names at most %d tools offered", MaxDecisionOffered))
 	case len(d.Memory) > MaxDecisionMemory:
 		return nil, fieldErr("memory", fmt.Sprintf("a decision names at most %d fragments", MaxDecisionMemory))
-	case d.Intent != nil && (d.Intent.Confidence < 0 || d.Intent.Confidence > 1 || len(d.Intent.Domain) > 64 || d.Intent.LifetimeSeconds < 0):
+	case d.Intent != nil && (!(d.Intent.Confidence >= 0 && d.Intent.Confidence <= 1) || len(d.Intent.Domain) > 64 || !Printable(d.Intent.Domain) || d.Intent.LifetimeSeconds < 0):
 		return nil, fieldErr("intent", "must have a confidence between 0 and 1 and a domain of at most 64 bytes")
 	}
 	for _, f := range d.Memory {
-		if len(f.Key) > MaxMemoryKeyBytes || len(f.Type) > MaxMemoryKeyBytes || len(f.Session) > MaxIDLen {
+		if len(f.Key) > MaxMemoryKeyBytes || len(f.Type) > MaxMemoryKeyBytes || len(f.Session) > MaxIDLen || !Printable(f.Key) || !Printable(f.Type) {
 			return nil, fieldErr("memory", "names a fragment out of bounds")
 		}
 	}

@@ -60,7 +60,7 @@ func TestTheSeedsFilesLoadAndFilter(t *testing.T) {
 		{"以后都发顺丰吗？", pref("default_shipping", `"SF-Express"`, "forever"), false},
 		{"以后都发顺丰", &Write{Type: "small_talk", Key: "mood", Value: json.RawMessage(`"good"`), Lifespan: "30d"}, false},
 		{"", &Write{Type: "x", Key: "k", Value: json.RawMessage(`"x"`), Lifespan: "30d", Tags: []string{"contact_info"}}, true},
-		{"", pref("note", `"好的，明天见"`, "30d"), false}, // no sentence: a string value is judged
+		{"", pref("note", `"好的，明天见"`, "30d"), false},       // no sentence: a string value is judged
 		{"以后都发顺丰", pref("note", `"谢谢你的惠顾"`, "30d"), false}, // a sentence, and a value that is a pleasantry
 	} {
 		err := c.Memory.Admit(tc.w, tc.sentence)

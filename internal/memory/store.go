@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,6 +126,8 @@ type Store struct {
 	SessionIdle time.Duration
 	// Cache, when set, is the hot tier reads are served from (it must be Run).
 	Cache *Cache
+	// noRoomUntil is when a full bucket is scanned for room again (unix nanoseconds).
+	noRoomUntil atomic.Int64
 	// Decay is how long the context of an intent lives, by business domain (seed 003 §2.1):
 	// a session fragment written in an intent of a domain named here lives this long past its
 	// last write or use instead of SessionIdle, and is archived when it lapses — kept on the
@@ -308,10 +311,15 @@ func (s *Store) change(ctx context.Context, owner string, fn func(now time.Time,
 		switch {
 		case errors.Is(err, errChanged):
 			continue
-		case errors.Is(err, errBucketFull) && !roomMade:
+		case errors.Is(err, errBucketFull) && !roomMade && time.Now().UnixNano() >= s.noRoomUntil.Load():
 			// The bucket is full: the least relevant fragments of any owner make room, once.
+			// When nothing can go (only forever fragments left), the scan is not made again
+			// for a minute.
 			size, _ := json.Marshal(en)
 			if n, rerr := s.makeRoom(ctx, len(size)); rerr != nil || n == 0 {
+				if rerr == nil {
+					s.noRoomUntil.Store(time.Now().Add(time.Minute).UnixNano())
+				}
 				return err
 			}
 			roomMade = true

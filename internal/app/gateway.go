@@ -94,6 +94,9 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	env := chat.Env{Submit: g.Submitter(), Admit: g.Admitter(), Publisher: pub, Contracts: live, Sessions: b.Sessions,
 		Record: b.JS, Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes, MaxWait: cfg.MaxWait, Offers: g.Offers, Approvals: confirm,
 		Blueprints: g.Blueprints, RunBlueprint: g.RunBlueprint, Logger: log.With("part", "chat")}
+	if l := g.BuiltinPolicies(); l != nil {
+		env.Builtin = l
+	}
 	if mc := chatCfg.Memory; mc != nil && g.Memory() != nil {
 		g.Memory().Decay = mc.Intent.Durations()
 		env.Memory, env.MemoryConfig = g.Memory(), mc

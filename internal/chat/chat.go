@@ -154,7 +154,16 @@ type Env struct {
 	Memory       *memory.Store
 	MemoryConfig *memory.Config
 	MemoryBudget int
-	Logger       *slog.Logger
+	// Builtin, when set, decides the tool policies of the tools the loop runs itself
+	// (memory_write) before each call runs (the gateway's BuiltinPolicies).
+	Builtin Guard
+	Logger  *slog.Logger
+}
+
+// Guard decides the policy of a call of a tool the loop runs itself (policies.Local): the
+// decision it runs under (nil: no policy), or the result it is answered with instead.
+type Guard interface {
+	Decide(ctx context.Context, call *protocol.ToolCall, requestID string, caller *protocol.Caller) (*protocol.PolicyDecision, *protocol.ToolResult)
 }
 
 // Server serves the chat doors.

@@ -25,7 +25,7 @@ import (
 // message that says they are data; the first decision names them, and their relevance rises.
 
 // MemoryWriteTool is the built-in tool with which the model remembers a fragment.
-const MemoryWriteTool = "memory_write"
+const MemoryWriteTool = memory.WriteTool
 
 // DefaultMemoryBudget bounds what the fragments a prompt carries may add to it, in tokens
 // (about four bytes each).
@@ -103,6 +103,15 @@ func (c *chatRun) storeMemory(ctx context.Context, requestID string, call protoc
 	if err != nil {
 		res.Status, res.ErrorCode, res.ErrorOrigin, res.RecoveryHint = protocol.ResultError, protocol.CodeBadArguments, protocol.OriginHermes, protocol.Shorten(err.Error(), 512)
 		return res
+	}
+	if g := s.env.Builtin; g != nil {
+		d, refused := g.Decide(ctx, &call, requestID, c.a.Record())
+		if refused != nil {
+			refused.ToolCallID, refused.Name = call.ToolCallID, call.Name
+			s.log.Info("memory_write refused by its policy", "session", c.session, "code", refused.ErrorCode)
+			return *refused
+		}
+		res.Policy = d
 	}
 	ok := func(v map[string]any) protocol.ToolResult {
 		res.Status = protocol.ResultOK

@@ -110,6 +110,7 @@ type Gateway struct {
 	// policies' bucket.
 	policies *policies.Store
 	book     *policies.Book
+	local    *policies.Local
 	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
 	// blueprints serve /api/v1/blueprints and the runs; empty without their buckets.
 	blueprints blueprintsAPI

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
 	"github.com/hermesbus/hermes/pkg/contract"
@@ -35,6 +36,10 @@ func (g *Gateway) registerPolicies() {
 	}
 	g.policies = policies.NewStore(kv)
 	g.book = policies.NewBook(kv, g.log.With("part", "policies"))
+	g.local = &policies.Local{Rules: g.book}
+	if w := g.cfg.Bus.Bucket(policies.WindowsBucket); w != nil {
+		g.local.Windows = &policies.Windows{KV: w}
+	}
 	g.mux.HandleFunc("GET /api/v1/policies", g.require(auth.PermSubmit, g.handleListPolicies))
 	g.mux.HandleFunc("GET /api/v1/policies/{tool}", g.require(auth.PermSubmit, g.handleGetPolicy))
 	g.mux.HandleFunc("POST /api/v1/policies", g.require(auth.PermToolsAdmin, g.handleApplyPolicies))
@@ -105,6 +110,14 @@ func contractView(e *registry.Entry) (PolicyView, bool) {
 func (g *Gateway) Offers(tool string, k *contract.Compiled, role string) bool {
 	return g.book == nil || g.book.Offers(tool, k, role)
 }
+
+// BuiltinPolicies decides the policies of the tools this gateway's doors run themselves
+// (memory_write): nil when the bus keeps no policies.
+func (g *Gateway) BuiltinPolicies() *policies.Local { return g.local }
+
+// builtin reports whether tool is one this gateway's doors run themselves, whose policies
+// CheckBuiltin bounds.
+func (g *Gateway) builtin(tool string) bool { return tool == memory.WriteTool && g.memory != nil }
 
 // roleOf is the role the policies know the caller of r by ("" for none).
 func roleOf(r *http.Request) string {
@@ -294,6 +307,12 @@ func (g *Gateway) checkPolicies(ctx context.Context, f *policy.File) error {
 		p, field := f.Policies[tool], "policies."+tool
 		if err := p.CheckRoles(field, known); err != nil {
 			return err
+		}
+		if g.builtin(tool) {
+			if err := policies.CheckBuiltin(tool, p); err != nil {
+				return err
+			}
+			continue
 		}
 		var k *contract.Contract
 		if g.tools != nil {

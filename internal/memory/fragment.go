@@ -33,6 +33,10 @@ import (
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
+// WriteTool is the built-in tool with which the chat loop's model remembers a fragment. It runs
+// in the gateway, under the tool policies' allowed_roles and rate_limit.
+const WriteTool = "memory_write"
+
 // Lifespans, as a fragment names them: "session", a duration ("30d", "2h", "15m", "90s"), or
 // "forever".
 const (

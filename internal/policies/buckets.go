@@ -23,12 +23,13 @@ const History = 64
 const windowTTL = 2 * time.Hour
 
 // Buckets are the policies' buckets: the applied policies, written by gateways (the API) and
-// followed by routers and gateways; and the rate windows, written by routers. Both are strict:
+// followed by routers and gateways; and the rate windows, written by routers and by gateways
+// (the calls of the tools Hermes runs itself, Local). Both are strict:
 // a policy changed, or a call counted, is what the next read sees, from whichever server.
 func Buckets() []bus.Bucket {
 	return []bus.Bucket{
 		{Name: PoliciesBucket, MaxBytes: 16 << 20, History: History, Strict: true,
 			Watchers: []bus.Role{bus.RoleRouter}, Writers: []bus.Role{bus.RoleGateway}},
-		{Name: WindowsBucket, MaxBytes: 64 << 20, TTL: windowTTL, Strict: true, Writers: []bus.Role{bus.RoleRouter}},
+		{Name: WindowsBucket, MaxBytes: 64 << 20, TTL: windowTTL, Strict: true, Writers: []bus.Role{bus.RoleRouter, bus.RoleGateway}},
 	}
 }

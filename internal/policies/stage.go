@@ -97,10 +97,7 @@ func (s *Stage) decide(ctx context.Context, job *router.Job, c *router.Call, r *
 	call := c.Call
 	refuse := func(f *refusal) {
 		job.Log.Info("call refused by its tool's policy", "tool", call.Name, "tool_call_id", call.ToolCallID, "policy", r.String(), "rule", f.rule, "reason", f.reason)
-		res := protocol.ErrorResult(f.code, protocol.OriginHermes, f.hint, fmt.Sprintf("%s: %s (%s)", f.rule, f.reason, r))
-		res.Policy = r.decision(f.decision, f.rule, f.reason)
-		res.Policy.RetryAt = f.retryAt
-		c.Decide(res, "")
+		c.Decide(r.refused(f), "")
 	}
 	j := r.judge(callerRole(job.Msg), c.Contract, call)
 	if j.refusal != nil {
@@ -152,11 +149,15 @@ func callerRole(m *protocol.Message) string {
 }
 
 // callerKey names the caller of request m in its rate windows (scope caller).
-func callerKey(m *protocol.Message) string {
-	if m.Caller == nil {
+func callerKey(m *protocol.Message) string { return windowCaller(m.Caller) }
+
+// windowCaller names caller in rate windows (scope caller): the same for a routed call and a
+// call Hermes runs itself (Local).
+func windowCaller(c *protocol.Caller) string {
+	if c == nil {
 		return ""
 	}
-	return m.Caller.ID + "#" + m.Caller.User
+	return c.ID + "#" + c.User
 }
 
 // refusal is why a rule keeps a call from running: the result's code, the decision, the rule,
@@ -164,6 +165,15 @@ func callerKey(m *protocol.Message) string {
 type refusal struct {
 	code, decision, rule, reason, hint string
 	retryAt                            time.Time
+}
+
+// refused is the result a call kept from running by r answers with: f's code, origin hermes,
+// naming the rule and the policy's version.
+func (r *Rule) refused(f *refusal) protocol.ToolResult {
+	res := protocol.ErrorResult(f.code, protocol.OriginHermes, f.hint, fmt.Sprintf("%s: %s (%s)", f.rule, f.reason, r))
+	res.Policy = r.decision(f.decision, f.rule, f.reason)
+	res.Policy.RetryAt = f.retryAt
+	return res
 }
 
 // judgement is what r's rules that read no state decide about one call.

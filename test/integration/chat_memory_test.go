@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -94,5 +95,36 @@ func TestChatRemembersThroughTheBus(t *testing.T) {
 	history, hist := cs.transcript(t, memory.HistorySession(list.Owner))
 	if count(hist, protocol.TypeMemory) < 3 || !strings.Contains(history, "replaced location_context/location_context v2") {
 		t.Fatalf("the memory's history:\n%s", history)
+	}
+
+	// memory_write goes under its tool policy like any tool: what it cannot honour is refused
+	// when applied, naming the field; a rate limit is counted, and a write over it refused.
+	apply := func(yaml string) (int, map[string]any) {
+		t.Helper()
+		return cs.postJSON(t, "/api/v1/policies", yaml, "Content-Type", "application/yaml")
+	}
+	if code, out := apply("policies:\n  memory_write: {confirm_required: true}\n"); code != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(out), "policies.memory_write.confirm_required") {
+		t.Fatalf("confirm_required on memory_write: %d %v", code, out)
+	}
+	if code, out := apply("policies:\n  memory_write: {rate_limit: 1/h, on_limit: refuse}\n"); code != http.StatusCreated {
+		t.Fatalf("a rate limit on memory_write: %d %v", code, out)
+	}
+	limited := func(out map[string]any) bool {
+		calls, _ := out["tool_calls"].([]any)
+		for _, c := range calls {
+			if c := c.(map[string]any); c["name"] == "memory_write" && c["error_code"] == protocol.CodeRateLimited {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	waitFor(t, "a memory_write over its rate limit refused", func() bool {
+		n++
+		return limited(say(fmt.Sprintf("mem_limited_%d", n), "以后都发顺丰"))
+	})
+	if n < 2 {
+		t.Fatalf("the first write under a limit of 1/h was refused")
 	}
 }

@@ -170,6 +170,9 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 // Run runs the router until ctx is done, reloading its routes file when it changes and keeping
 // the last good table when a change is bad. It takes no request before it knows every contract
 // registered.
+// Policies is the applied policies this router decides calls under, as it follows them.
+func (s *RouterService) Policies() *policies.Book { return s.policies }
+
 func (s *RouterService) Run(ctx context.Context) error {
 	if err := s.contracts.Start(ctx); err != nil {
 		return err

@@ -23,9 +23,20 @@ func (s *system) applyPolicy(tool, js string) {
 		s.t.Fatal(err)
 	}
 	_, b := s.connect()
-	if _, _, err := policies.NewStore(b.Bucket(policies.PoliciesBucket)).Apply(context.Background(), tool, &p, "test"); err != nil {
+	e, _, err := policies.NewStore(b.Bucket(policies.PoliciesBucket)).Apply(context.Background(), tool, &p, "test")
+	if err != nil {
 		s.t.Fatal(err)
 	}
+	// A router sees the change when the server delivers it to its watch; the test's next call
+	// must go under it.
+	waitFor(s.t, "every router follows "+tool+"'s policy", func() bool {
+		for _, r := range s.routers {
+			if rule, err := r.Policies().Rule(tool, nil); err != nil || rule == nil || rule.Version < e.Version {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // approvalView is what the approvals' API answers of one.

@@ -29,6 +29,7 @@ var Commands = map[string]Command{
 	"nats-auth":    RunNATSAuth,
 	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
+	"eraser":       RunEraser,
 	"cancel":       RunCancel,
 	"approvals":    RunApprovals,
 	"coordination": RunCoordination,
@@ -77,6 +78,8 @@ Commands:
               there (run it before rolling this version out; see README "Upgrading")
   dead-letters run the dead-letter processor alone (router, toolworker and gateway take
               --dead-letters to run it beside them; the router does by default)
+  eraser      run the eraser alone: it erases from the record what owners ask to have erased
+              (DELETE /v1/memory); hermes up runs one
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C
   replay      print a session's recorded history (--session S), or what a new routes file
               would route differently (--routes FILE; exit 1 when anything would change)

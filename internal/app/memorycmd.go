@@ -11,20 +11,23 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/record"
 )
 
-const memoryUsage = `hermes memory ls|get KEY|rm KEY|forget [flags]
+const memoryUsage = `hermes memory ls|get KEY|rm KEY|forget|erasure [flags]
 What Hermes remembers about a user (fragments {type, key, value, lifespan, semantic_tag}),
 through a gateway: the caller's own memory; with --user U, the memory of end user U of an
 application whose key may act for its users; with --owner O, any owner's (needs memory:admin).
   ls      list the live fragments, most relevant first (--session, --type, --key, --tag narrow)
   get     one fragment (--session S: the session's own, else the owner's)
   rm      forget one fragment (--session S for a session fragment)
-  forget  forget everything kept about the owner (asks for --yes); with --nats, as an operator on
-          the bus, also erase its history on the record (every value it had, its archived
-          intents' contexts), and with --with-history every session of the owner
+  forget  forget everything kept about the owner (asks for --yes): its fragments at once, and
+          the eraser erases its history on the record (every value it had, its archived
+          intents' contexts), with --with-history every session of the owner too; with --nats,
+          as an operator on the bus, all of it here and now, without a gateway
+  erasure the owner's last erasure: asked, or done and what it erased
 Exit status: 0 done, 1 no such fragment, 2 bad usage or trouble reaching the gateway`
 
 // memoryFragment is a fragment as the gateway shows it.
@@ -41,15 +44,15 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(env.Stderr, "Usage: %s\n", memoryUsage)
 		if len(args) == 0 {
-			return usage("say ls, get, rm or forget")
+			return usage("say ls, get, rm, forget or erasure")
 		}
 		return flag.ErrHelp
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
-	case "ls", "get", "rm", "forget":
+	case "ls", "get", "rm", "forget", "erasure":
 	default:
-		return usage("unknown subcommand %q; say ls, get, rm or forget", sub)
+		return usage("unknown subcommand %q; say ls, get, rm, forget or erasure", sub)
 	}
 	fset := newFlagSet("memory "+sub, memoryUsage, env.Stderr)
 	var api gatewayAPI
@@ -62,7 +65,7 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 	tag := fset.String("tag", "", "ls: only fragments with this semantic tag")
 	yes := fset.Bool("yes", false, "forget: yes, forget everything kept about the owner")
 	bus := natsFlags(fset, "", "forget: erase on the bus itself, as an operator (the NATS server's URL; admin credentials): the fragments, their history on the record, and with --with-history the owner's sessions (needs --owner)")
-	withHistory := fset.Bool("with-history", false, "forget --nats: also purge every session of the owner from the record")
+	withHistory := fset.Bool("with-history", false, "forget: also erase every session of the owner from the record")
 	asJSON := fset.Bool("json", false, "print the gateway's JSON")
 	// The key comes first (get KEY --session S) or after the flags.
 	var pos []string
@@ -88,8 +91,8 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 		return usage("say --user or --owner, not both")
 	case bus.url != "" && (sub != "forget" || *owner == ""):
 		return usage("--nats erases as an operator: say forget --owner O --yes (O as ls names it)")
-	case *withHistory && bus.url == "":
-		return usage("--with-history purges the record, which only an operator may: give --nats (and --owner)")
+	case *withHistory && sub != "forget":
+		return usage("--with-history is forget's")
 	}
 	if bus.url != "" {
 		return eraseMemory(ctx, env, bus, *owner, *withHistory, *asJSON)
@@ -100,6 +103,9 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 			q.Set(name, v)
 		}
 	}
+	if *withHistory {
+		q.Set("with_history", "true")
+	}
 	if sub == "ls" {
 		for name, v := range map[string]string{"type": *typ, "key": *key, "tag": *tag} {
 			if v != "" {
@@ -108,6 +114,9 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 		}
 	}
 	path := "/v1/memory"
+	if sub == "erasure" {
+		path = "/v1/erasure"
+	}
 	if wantKey {
 		path += "/" + url.PathEscape(pos[0])
 	}
@@ -123,6 +132,9 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound && wantKey {
 			return &ExitError{Code: 1, Err: fmt.Errorf("memory %s: no fragment %q", sub, pos[0])}
+		}
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound && sub == "erasure" {
+			return &ExitError{Code: 1, Err: errors.New("memory erasure: none was asked for the owner")}
 		}
 		return &ExitError{Code: 2, Err: fmt.Errorf("memory %s: %w", sub, err)}
 	}
@@ -150,13 +162,53 @@ func RunMemory(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "forgot %s\n", pos[0])
 	case "forget":
 		var r struct {
-			Owner     string `json:"owner"`
-			Forgotten int    `json:"forgotten"`
+			Owner     string       `json:"owner"`
+			Forgotten int          `json:"forgotten"`
+			Erasure   *erasure.Ask `json:"erasure"`
 		}
 		_ = json.Unmarshal(out, &r)
-		fmt.Fprintf(env.Stdout, "forgot %d fragments of %s\n", r.Forgotten, r.Owner)
+		fmt.Fprintf(env.Stdout, "forgot %d fragments of %s", r.Forgotten, r.Owner)
+		if r.Erasure != nil {
+			what := "its history on the record"
+			if r.Erasure.WithHistory {
+				what += " and its sessions"
+			}
+			fmt.Fprintf(env.Stdout, "; the eraser erases %s (hermes memory erasure shows when)", what)
+		}
+		fmt.Fprintln(env.Stdout)
+	case "erasure":
+		var a erasure.Ask
+		if err := json.Unmarshal(out, &a); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("memory erasure: the gateway's answer: %w", err)}
+		}
+		printErasure(env, &a)
 	}
 	return nil
+}
+
+// printErasure prints an erasure's state for people.
+func printErasure(env Env, a *erasure.Ask) {
+	what := "its history on the record"
+	if a.WithHistory {
+		what += " and its sessions"
+	}
+	fmt.Fprintf(env.Stdout, "erasure of %s (%s), asked %s", a.Owner, what, a.AskedAt.Format(time.RFC3339))
+	if a.AskedBy != "" {
+		fmt.Fprintf(env.Stdout, " by %s", a.AskedBy)
+	}
+	fmt.Fprintln(env.Stdout)
+	switch {
+	case a.State == erasure.StateDone && a.Erased != nil:
+		fmt.Fprintf(env.Stdout, "done %s: %d history messages", a.DoneAt.Format(time.RFC3339), a.Erased.History)
+		if a.WithHistory {
+			fmt.Fprintf(env.Stdout, ", %d sessions (%d messages)", a.Sessions, a.Erased.SessionMessages)
+		}
+		fmt.Fprintln(env.Stdout, " erased")
+	case a.LastError != "":
+		fmt.Fprintf(env.Stdout, "waiting: %d tries; the last failed: %s\n", a.Tries, a.LastError)
+	default:
+		fmt.Fprintln(env.Stdout, "waiting for the eraser")
+	}
 }
 
 func printFragments(env Env, owner string, fs []memoryFragment) {

@@ -133,7 +133,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	}
 	sys.cleanup = append(sys.cleanup, obs.close)
 	u := &upper{sys: sys, cfg: cfg, ctx: ctx, log: log, obs: obs, roleOpts: map[bus.Role][]nats.Option{}}
-	for _, step := range []func() error{u.nats, u.demoTools, u.provision, u.sealKeys, u.router, u.deadLetters, u.workers, u.gateway, u.meetingTools} {
+	for _, step := range []func() error{u.nats, u.demoTools, u.provision, u.sealKeys, u.router, u.deadLetters, u.eraser, u.workers, u.gateway, u.meetingTools} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -353,6 +353,21 @@ func (u *upper) deadLetters() error {
 	}
 	u.sys.services.Add(service.Back, service.Func("dead-letter processor", d.Run))
 	u.sys.Services = append(u.sys.Services, "dead-letter processor (hermes dlq ls)")
+	return nil
+}
+
+// eraser builds the eraser, the one service that purges the record (as owners ask).
+func (u *upper) eraser() error {
+	_, eb, err := u.conn("eraser", bus.RoleEraser)
+	if err != nil {
+		return err
+	}
+	e, err := NewEraser(eb, u.log)
+	if err != nil {
+		return err
+	}
+	u.sys.services.Add(service.Back, service.Func("eraser", e.Run))
+	u.sys.Services = append(u.sys.Services, "eraser (erases what owners ask: DELETE /v1/memory, hermes memory erasure)")
 	return nil
 }
 

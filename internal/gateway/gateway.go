@@ -24,6 +24,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -104,7 +105,8 @@ type Gateway struct {
 	// approvals serve /v1/approvals; empty without the approvals' bucket.
 	approvals approvalsAPI
 	// memory keeps what Hermes remembers about users (/v1/memory).
-	memory *memory.Store
+	memory   *memory.Store
+	erasures *erasure.Asks // nil when the bus has no erasures' bucket
 	// policies are the tools' applied policies (/api/v1/policies), and book the same
 	// followed live, which decides what listings offer each caller; nil without the
 	// policies' bucket.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
@@ -23,7 +24,11 @@ import (
 //	GET    /v1/memory              list: ?session_id= ?type= ?key= ?tag=
 //	GET    /v1/memory/{key}        one: ?session_id= (a session fragment), else the owner's
 //	DELETE /v1/memory/{key}        forget one: ?session_id= for a session fragment
-//	DELETE /v1/memory              forget everything kept about the owner
+//	DELETE /v1/memory              forget everything kept about the owner: its fragments at once,
+//	                               and asks the eraser for the rest (its memory history on the
+//	                               record; ?with_history=true: every session of the owner too):
+//	                               200 {owner, forgotten, erasure}
+//	GET    /v1/erasure             the owner's last erasure: asked, or done with what it erased
 
 // memoryBody is POST /v1/memory's body.
 type memoryBody struct {
@@ -45,6 +50,10 @@ func (g *Gateway) registerMemory() {
 	g.mux.HandleFunc("GET /v1/memory/{key}", g.require(auth.PermSubmit, g.handleMemoryGet))
 	g.mux.HandleFunc("DELETE /v1/memory/{key}", g.require(auth.PermSubmit, g.handleMemoryDelete))
 	g.mux.HandleFunc("DELETE /v1/memory", g.require(auth.PermSubmit, g.handleMemoryForget))
+	if kv := g.cfg.Bus.Bucket(erasure.Bucket); kv != nil {
+		g.erasures = &erasure.Asks{KV: kv}
+		g.mux.HandleFunc("GET /v1/erasure", g.require(auth.PermSubmit, g.handleErasure))
+	}
 }
 
 // Memory is the store the memory API keeps fragments in; nil when the bus has no memory
@@ -210,9 +219,24 @@ func (g *Gateway) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": fragmentView{Owner: owner, Fragment: f}})
 }
 
+// handleMemoryForget forgets the owner's fragments, then asks the eraser to erase what the
+// record keeps about it. Asking again is harmless: a waiting ask takes the new one in.
 func (g *Gateway) handleMemoryForget(w http.ResponseWriter, r *http.Request) {
-	_, owner, ok := memoryOwner(w, r, "")
+	a, owner, ok := memoryOwner(w, r, "")
 	if !ok {
+		return
+	}
+	withHistory := false
+	if v := r.URL.Query().Get("with_history"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeFieldError(w, "with_history", "is true or false")
+			return
+		}
+		withHistory = b
+	}
+	if withHistory && owner == memory.Anonymous {
+		writeFieldError(w, "with_history", "the anonymous owner's sessions are every anonymous caller's: they cannot be told apart")
 		return
 	}
 	n, err := g.memory.Forget(r.Context(), owner)
@@ -220,5 +244,47 @@ func (g *Gateway) handleMemoryForget(w http.ResponseWriter, r *http.Request) {
 		g.writeMemoryError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"owner": owner, "forgotten": n})
+	out := map[string]any{"owner": owner, "forgotten": n}
+	if g.erasures == nil {
+		if withHistory {
+			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the fragments are forgotten, but this bus keeps no erasures: the history cannot be erased through the gateway", nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	ask, err := g.erasures.Ask(r.Context(), owner, withHistory, actorID(a))
+	if err != nil {
+		g.log.Warn("erasure", "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the fragments are forgotten, but the erasure of the history could not be asked; ask again", nil)
+		return
+	}
+	out["erasure"] = ask
+	writeJSON(w, http.StatusOK, out)
+}
+
+// actorID names a for the record of what it asked: its caller's id, or its NATS user's.
+func actorID(a admission.Actor) string {
+	if rec := a.Record(); rec != nil {
+		return rec.ID
+	}
+	return ""
+}
+
+// handleErasure answers the owner's last erasure.
+func (g *Gateway) handleErasure(w http.ResponseWriter, r *http.Request) {
+	_, owner, ok := memoryOwner(w, r, "")
+	if !ok {
+		return
+	}
+	ask, err := g.erasures.Get(r.Context(), owner)
+	switch {
+	case errors.Is(err, erasure.ErrNotFound):
+		writeError(w, http.StatusNotFound, protocol.CodeNotFound, "no erasure was asked for "+owner, nil)
+	case err != nil:
+		g.log.Warn("erasure", "err", err)
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the erasures cannot be reached now; try again", nil)
+	default:
+		writeJSON(w, http.StatusOK, ask)
+	}
 }

@@ -21,18 +21,26 @@ type Erasure struct {
 	SessionMessages uint64   `json:"session_messages,omitempty"`
 }
 
-// Erase removes everything kept about owner: its fragments (Forget), its memory history on the
-// record (its HistorySession: the values it ever had, its archived intents' contexts), and,
-// given sessions, every message of those sessions on the record. The record is Hermes' proof of
-// what happened, so no service may purge it: Erase needs an operator's rights (hermes memory
-// forget --nats), and a caller's DELETE /v1/memory removes the fragments alone.
+// Erase removes everything kept about owner: its fragments (Forget), then what EraseRecord
+// erases. It needs an operator's rights (hermes memory forget --nats).
 func Erase(ctx context.Context, js jetstream.JetStream, s *Store, owner string, sessions []string) (Erasure, error) {
-	out := Erasure{Owner: owner}
 	n, err := s.Forget(ctx, owner)
 	if err != nil {
-		return out, err
+		return Erasure{Owner: owner}, err
 	}
+	out, err := EraseRecord(ctx, js, owner, sessions)
 	out.Fragments = n
+	return out, err
+}
+
+// EraseRecord removes from the record what is kept there about owner: its memory history (its
+// HistorySession: the values it ever had, its archived intents' contexts), and, given
+// sessions, every message of those sessions. The record is Hermes' proof of what happened, so
+// no service but the eraser may purge it (an operator's rights, or the eraser role's: package
+// erasure), and a caller's DELETE /v1/memory asks the eraser for it. Erasing again what is
+// erased finds nothing: it may be repeated.
+func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sessions []string) (Erasure, error) {
+	out := Erasure{Owner: owner}
 	stream, err := js.Stream(ctx, protocol.StreamName)
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: the record: %w", err)

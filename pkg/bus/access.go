@@ -38,10 +38,15 @@ const (
 	// not receive responses). The NATS user is its identity: a gateway submits its requests as
 	// the caller nats:<user>.
 	RoleClient Role = "client"
+	// RoleEraser is the eraser (hermes eraser): it follows the erasures owners ask for through
+	// a gateway (DELETE /v1/memory) and purges what they name from the record — the one
+	// service that may purge it, and all it may do besides is read the record's sessions and
+	// the buckets it is given (the erasures'). It publishes no message.
+	RoleEraser Role = "eraser"
 )
 
 // Roles lists every role, in the order the permission table shows them.
-var Roles = []Role{RoleAdmin, RoleGateway, RoleRouter, RoleWorker, RoleClient}
+var Roles = []Role{RoleAdmin, RoleGateway, RoleRouter, RoleWorker, RoleClient, RoleEraser}
 
 // ParseRole returns the role named s.
 func ParseRole(s string) (Role, error) {
@@ -270,6 +275,12 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
 		// A worker takes calls from tools' consumers only, never a router's or the
 		// summarizer's.
+		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
+	case RoleEraser:
+		// It finds an owner's sessions through a consumer of its own (never a router's), asks
+		// the stream how many messages each holds, and purges them: the purge API takes its
+		// filter in the request, so whoever may purge may purge anything of the record.
+		a.Publish = slices.Concat(metadata(), ordered(protocol.StreamName), []string{jsAPI + "STREAM.PURGE." + protocol.StreamName})
 		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {

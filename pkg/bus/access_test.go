@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -128,6 +129,23 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read every inbox", "*.>"),
 			contracts,
 		}, forged...), admin...),
+		// The eraser purges the record (asked erasures), and does nothing else.
+		bus.RoleEraser: append(append([]attempt{
+			pub("publish a request", protocol.SubjectRequest("s1")),
+			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
+			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
+			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
+			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+			pub("take over a router's consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+bus.RequestConsumer(3)+"."+protocol.FilterRequestPartition(3)),
+			pub("take the summarizer's decisions", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerSummarizer),
+			pub("read the API keys", "$JS.API.DIRECT.GET."+bus.KVStream(appKeys)),
+			pub("read the record by direct gets", "$JS.API.DIRECT.GET."+protocol.StreamName),
+			pub("purge a bucket", "$JS.API.STREAM.PURGE."+bus.KVStream(bus.BucketCalls)),
+			sub("receive responses", protocol.FilterLiveResponses),
+			sub("read replies under the shared inbox", "_INBOX.>"),
+			sub("read a gateway's replies", bus.RoleInbox(bus.RoleGateway)+".>"),
+			contracts,
+		}, forged...), slices.DeleteFunc(slices.Clone(admin), func(a attempt) bool { return a.what == "purge the record" })...),
 	}
 	for _, role := range bus.Roles {
 		if role == bus.RoleAdmin {

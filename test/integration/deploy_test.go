@@ -32,14 +32,14 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	t.Parallel()
 	dir := madeAuth(t)
 	auth := filepath.Join(dir, "auth")
-	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",
+	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "eraser.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",
 		"router.seal", "gateway.seal", "toolworker.seal", "trusted-seals"} {
 		if _, err := os.Stat(filepath.Join(auth, f)); err != nil {
 			t.Fatalf("nats-auth wrote no %s: %v", f, err)
 		}
 	}
-	if entries, _ := os.ReadDir(auth); len(entries) != 13 {
-		t.Fatalf("nats-auth wrote %d files, want those 13 (no CA key)", len(entries))
+	if entries, _ := os.ReadDir(auth); len(entries) != 14 {
+		t.Fatalf("nats-auth wrote %d files, want those 14 (no CA key)", len(entries))
 	}
 	if st, _ := os.Stat(filepath.Join(auth, "router.seal")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("a seal key is mode %v", st.Mode().Perm())
@@ -60,7 +60,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	}
 
 	opts := loadDeployConf(t, "../../deploy/nats.conf", dir)
-	if len(opts.Nkeys) != 5 || opts.TLSConfig == nil {
+	if len(opts.Nkeys) != 6 || opts.TLSConfig == nil {
 		t.Fatalf("deploy/nats.conf: %d users, TLS %v", len(opts.Nkeys), opts.TLSConfig != nil)
 	}
 	var refusals sync.Map
@@ -96,6 +96,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 		"router":     protocol.SubjectEvent(protocol.EventCancel, "s1"),
 		"toolworker": protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1"),
 		"crm":        protocol.SubjectResult("r1", "c1", "s1"),
+		"eraser":     "$JS.API.STREAM.PURGE." + protocol.DLQStreamName,
 	} {
 		creds := bus.Credentials{NKeyFile: filepath.Join(auth, role+".nk"), CAFile: ca}
 		// Without the inbox its permissions name, a user is refused at once.
@@ -135,7 +136,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	// The cluster's nodes: the same users, TLS to clients and between the nodes.
 	for n := 1; n <= 3; n++ {
 		o := loadDeployConf(t, filepath.Join("../../deploy/nats-cluster", "nats-"+string(rune('0'+n))+".conf"), dir)
-		if len(o.Nkeys) != 5 || o.TLSConfig == nil || o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+		if len(o.Nkeys) != 6 || o.TLSConfig == nil || o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 			t.Fatalf("nats-%d.conf: %d users, TLS %v, route TLS %v", n, len(o.Nkeys), o.TLSConfig != nil, o.Cluster.TLSConfig != nil)
 		}
 	}

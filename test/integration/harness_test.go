@@ -151,8 +151,23 @@ func start(t *testing.T, opts options) *system {
 	for i := range opts.workers {
 		s.addWorker(fmt.Sprintf("worker-%d", i+1))
 	}
+	if opts.natsURL == "" {
+		s.addEraser()
+	}
 	s.startGateway("gateway-1")
 	return s
+}
+
+// addEraser starts an eraser, as hermes up runs one.
+func (s *system) addEraser() {
+	s.t.Helper()
+	_, b := s.connectAs(bus.RoleEraser)
+	e, err := app.NewEraser(b, s.opts.logger)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	e.Retry = 200 * time.Millisecond
+	s.goRun(e.Run)
 }
 
 // startGateway starts a gateway on a new port and points s.base at it.

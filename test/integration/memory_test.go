@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -149,9 +150,9 @@ func TestMemoryIsEachOwnersOwn(t *testing.T) {
 func TestForgettingAUserLeavesNothing(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1, callers: true})
-	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser, "bob": auth.RoleUser, "carol": auth.RoleUser})
 	owners := map[string]string{}
-	for _, who := range []string{"alice", "bob"} {
+	for _, who := range []string{"alice", "bob", "carol"} {
 		for _, v := range []string{`"YTO"`, `"SF-Express"`} {
 			if code, out := s.call("POST", "/v1/memory", keys[who], `{"type":"user_preference","key":"default_shipping","value":`+v+`,"lifespan":"forever"}`); code/100 != 2 {
 				t.Fatalf("%s: %d %s", who, code, out)
@@ -207,12 +208,9 @@ func TestForgettingAUserLeavesNothing(t *testing.T) {
 		s.call("GET", "/v1/memory", keys["alice"], "")
 		return hot.Holds(owners["alice"])
 	})
-	// Not without --owner, nor --with-history through a gateway.
+	// Not without --owner.
 	if code, _, _ := hermes(t, app.RunMemory, "forget", "--yes", "--nats", s.srv.URL); code != 2 {
 		t.Errorf("forget --nats without --owner: %d", code)
-	}
-	if code, _, _ := hermes(t, app.RunMemory, "forget", "--yes", "--with-history", "--url", s.base, "--key-file", writeTemp(t, keys["alice"])); code != 2 {
-		t.Errorf("forget --with-history through a gateway: %d", code)
 	}
 	code, out, errOut := hermes(t, app.RunMemory, "forget", "--yes", "--with-history", "--nats", s.srv.URL, "--owner", owners["alice"])
 	if code != 0 || !strings.Contains(out, "forgot 1 fragments") || !strings.Contains(out, "2 history messages") || !strings.Contains(out, "2 sessions") {
@@ -241,4 +239,56 @@ func TestForgettingAUserLeavesNothing(t *testing.T) {
 	if history("bob") != 2 || sessionMessages("bob") != bobBefore {
 		t.Errorf("bob's history %d, sessions %d of %d", history("bob"), sessionMessages("bob"), bobBefore)
 	}
+
+	// A user erases it all through a gateway: the fragments at once, the record by the eraser
+	// (the one service that may purge it), and only that user's.
+	carol := []string{"--url", s.base, "--key-file", writeTemp(t, keys["carol"])}
+	if code, _, _ := hermes(t, app.RunMemory, append([]string{"erasure"}, carol...)...); code != 1 {
+		t.Errorf("an erasure no one asked: exit %d", code)
+	}
+	if code, out := s.call("DELETE", "/v1/memory?with_history=maybe", keys["carol"], ""); code != http.StatusBadRequest || !strings.Contains(out, "with_history") {
+		t.Errorf("with_history=maybe: %d %s", code, out)
+	}
+	code, out, errOut = hermes(t, app.RunMemory, append([]string{"forget", "--yes", "--with-history"}, carol...)...)
+	if code != 0 || !strings.Contains(out, "forgot 1 fragments") || !strings.Contains(out, "erases its history on the record and its sessions") {
+		t.Fatalf("forget through the gateway: %d %s %s", code, out, errOut)
+	}
+	waitFor(t, "carol's erasure done", func() bool {
+		_, out, _ := hermes(t, app.RunMemory, append([]string{"erasure"}, carol...)...)
+		return strings.Contains(out, "done") && strings.Contains(out, "2 history messages") && strings.Contains(out, "2 sessions")
+	})
+	if n := history("carol"); n != 0 {
+		t.Errorf("carol's memory history: %d messages left", n)
+	}
+	if n := sessionMessages("carol"); n != 0 {
+		t.Errorf("carol's sessions: %d messages left", n)
+	}
+	if code, out := s.call("GET", "/v1/memory", keys["carol"], ""); code != http.StatusOK || !strings.Contains(out, `"count":0`) {
+		t.Errorf("carol's fragments: %d %s", code, out)
+	}
+	// Bob's erasure is his: carol cannot read it, nor have his erased.
+	if code, out := s.call("GET", "/v1/erasure?owner="+url.QueryEscape(owners["bob"]), keys["carol"], ""); code != http.StatusForbidden {
+		t.Errorf("carol read bob's erasure: %d %s", code, out)
+	}
+	if history("bob") != 2 || sessionMessages("bob") != bobBefore {
+		t.Errorf("after carol's erasure: bob's history %d, sessions %d of %d", history("bob"), sessionMessages("bob"), bobBefore)
+	}
+}
+
+// Without callers every request is the anonymous owner's: its fragments may be forgotten, but
+// its sessions are every caller's, so no one may have them erased as its own.
+func TestTheAnonymousOwnersSessionsAreNotErased(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1})
+	if code, out := s.call("DELETE", "/v1/memory?with_history=true", "", ""); code != http.StatusBadRequest || !strings.Contains(out, "anonymous") {
+		t.Fatalf("with_history for the anonymous owner: %d %s", code, out)
+	}
+	code, out := s.call("DELETE", "/v1/memory", "", "")
+	if code != http.StatusOK || !strings.Contains(out, `"owner":"anonymous"`) || !strings.Contains(out, `"with_history":false`) {
+		t.Fatalf("forget: %d %s", code, out)
+	}
+	waitFor(t, "the anonymous owner's history erased", func() bool {
+		_, out := s.call("GET", "/v1/erasure", "", "")
+		return strings.Contains(out, `"state":"done"`)
+	})
 }

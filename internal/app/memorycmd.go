@@ -199,9 +199,9 @@ func printErasure(env Env, a *erasure.Ask) {
 	fmt.Fprintln(env.Stdout)
 	switch {
 	case a.State == erasure.StateDone && a.Erased != nil:
-		fmt.Fprintf(env.Stdout, "done %s: %d history messages", a.DoneAt.Format(time.RFC3339), a.Erased.History)
+		fmt.Fprintf(env.Stdout, "done %s: %d history messages", a.DoneAt.Format(time.RFC3339), a.Erased.HistoryMessages)
 		if a.WithHistory {
-			fmt.Fprintf(env.Stdout, ", %d sessions (%d messages)", a.Sessions, a.Erased.SessionMessages)
+			fmt.Fprintf(env.Stdout, ", %d sessions (%d messages)", a.Erased.Sessions, a.Erased.SessionMessages)
 		}
 		fmt.Fprintln(env.Stdout, " erased")
 	case a.LastError != "":

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hermesbus/hermes/internal/approvals"
+	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/policy"
@@ -38,6 +39,11 @@ func applyStartPolicies(ctx context.Context, store *policies.Store, data []byte)
 	f, err := policy.ParseFile(data)
 	if err != nil {
 		return "", fmt.Errorf("the start's policies: %w", err)
+	}
+	if p, ok := f.Policies[memory.WriteTool]; ok { // hermes up keeps memory: its gateway runs memory_write
+		if err := policies.CheckBuiltin(memory.WriteTool, p); err != nil {
+			return "", fmt.Errorf("the start's policies: %w", err)
+		}
 	}
 	var applied, kept []string
 	for _, tool := range f.Tools {

@@ -167,12 +167,12 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 	return &coordination.Stage{Store: store, Events: events, Wake: wake, Turns: turns}, turns, nil
 }
 
-// Run runs the router until ctx is done, reloading its routes file when it changes and keeping
-// the last good table when a change is bad. It takes no request before it knows every contract
-// registered.
 // Policies is the applied policies this router decides calls under, as it follows them.
 func (s *RouterService) Policies() *policies.Book { return s.policies }
 
+// Run runs the router until ctx is done, reloading its routes file when it changes and keeping
+// the last good table when a change is bad. It takes no request before it knows every contract
+// registered.
 func (s *RouterService) Run(ctx context.Context) error {
 	if err := s.contracts.Start(ctx); err != nil {
 		return err

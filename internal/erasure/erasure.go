@@ -4,12 +4,16 @@
 // contexts of its archived intents) and, with_history, every session of the owner. The record
 // is Hermes' proof of what happened, so no gateway may purge it: an Eraser, running as the bus
 // role eraser (the one service that may), follows the asks and erases what each names. An ask
-// names an owner and nothing else, so a gateway can have erased only what an owner it serves
-// keeps: never a session of another owner, nor any other part of the record.
+// names an owner and nothing else: the eraser finds the owner's history itself (its memory
+// session) and its sessions (those whose latest request the record says the owner made, as
+// the gateway that admitted it named it), so a gateway can have erased only what the record
+// holds of an owner, never any other part of it.
 //
 // An ask is kept in the bucket until it is done, and done again after a crash (erasing what is
-// erased finds nothing); the gateway shows its state (GET /v1/memory/erasure). What the record
-// holds about the owner when the eraser runs is erased; what the owner does after is kept.
+// erased finds nothing); the gateway shows its state (GET /v1/erasure). What the record holds
+// about the owner when the eraser runs is erased; what the owner does after is kept. What is
+// kept outside the record — dead letters, a session's plans and chat answers in their buckets
+// — ages out on its own time and is not erased.
 package erasure
 
 import (
@@ -18,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,13 +64,27 @@ type Ask struct {
 	// an admin).
 	AskedBy string `json:"asked_by,omitempty"`
 	State   string `json:"state"`
-	// Tries counts the eraser's tries; LastError says why the last failed.
+	// Tries counts the eraser's tries; LastError says why the last failed (for people: the
+	// details are in the eraser's log), and NextTryAt when the eraser tries again.
 	Tries     int       `json:"tries,omitempty"`
 	LastError string    `json:"last_error,omitempty"`
+	NextTryAt time.Time `json:"next_try_at,omitzero"`
 	DoneAt    time.Time `json:"done_at,omitzero"`
-	// Erased is what the erasure removed: its sessions counted (Sessions), not named.
-	Erased   *memory.Erasure `json:"erased,omitempty"`
-	Sessions int             `json:"sessions_erased,omitempty"`
+	// Erased is what the erasure removed from the record; set once done.
+	Erased *Erased `json:"erased,omitempty"`
+}
+
+// Erased counts what an erasure removed from the record (its sessions are not named: an ask
+// outlives them, and says nothing of what it erased but how much).
+type Erased struct {
+	// HistoryMessages were the owner's memory.v1 events.
+	HistoryMessages uint64 `json:"history_messages"`
+	// Sessions were the owner's sessions, of SessionMessages messages in all.
+	Sessions        int    `json:"sessions"`
+	SessionMessages uint64 `json:"session_messages"`
+	// Truncated: the owner had more sessions than one erasure purges (MaxSessions); the
+	// latest were purged, and asking again purges more.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // ErrNotFound: no erasure was asked for the owner (or its record has aged out).
@@ -123,7 +142,7 @@ func (s *Asks) Ask(ctx context.Context, owner string, withHistory bool, by strin
 			rev = e.Revision()
 			if prev, err := decode(k, e.Value()); err == nil && prev.State == StateAsked {
 				a.WithHistory = a.WithHistory || prev.WithHistory
-				a.Tries, a.LastError = prev.Tries, prev.LastError
+				a.Tries, a.LastError, a.NextTryAt = prev.Tries, prev.LastError, prev.NextTryAt // asking again hurries nothing
 			}
 		}
 		b, _ := json.Marshal(a)
@@ -157,13 +176,15 @@ func (s *Asks) Get(ctx context.Context, owner string) (*Ask, error) {
 	return decode(k, e.Value())
 }
 
-// Eraser follows the asks and erases what each names, one at a time; a failed erasure is
-// tried again after Retry. Run it as the bus role eraser.
+// Eraser follows the asks and erases what each names, one at a time. A failed erasure is tried
+// again after Retry, twice as long after each failure up to maxRetry; when it is next tried is
+// kept in the ask (NextTryAt), so no eraser, restarted or another, tries it sooner. Run it as
+// the bus role eraser.
 type Eraser struct {
 	Asks *Asks
 	// JS reaches the record.
 	JS jetstream.JetStream
-	// Retry is how long a failed erasure waits before it is tried again (default 5 s).
+	// Retry is how long a first failed erasure waits before it is tried again (default 5 s).
 	Retry time.Duration
 	// Erased, when set, is told each erasure done.
 	Erased func(Ask)
@@ -171,15 +192,20 @@ type Eraser struct {
 
 	mu      sync.Mutex
 	pending map[string]bool
+	timers  map[string]*time.Timer // one per key waiting for its next try
 	wake    chan struct{}
 }
+
+// maxRetry bounds the wait between two tries of a failing erasure.
+const maxRetry = 10 * time.Minute
 
 // Run erases what is asked until ctx ends.
 func (e *Eraser) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = slog.New(slog.DiscardHandler)
 	}
-	e.pending, e.wake = map[string]bool{}, make(chan struct{}, 1)
+	e.pending, e.timers, e.wake = map[string]bool{}, map[string]*time.Timer{}, make(chan struct{}, 1)
+	defer e.stopTimers()
 	f := &kvwatch.Follower{
 		Watch:     func(ctx context.Context) (jetstream.KeyWatcher, error) { return e.Asks.KV.WatchAll(ctx) },
 		Apply:     e.apply,
@@ -203,17 +229,45 @@ func (e *Eraser) Run(ctx context.Context) error {
 			}
 			if err := e.erase(ctx, k); err != nil && ctx.Err() == nil {
 				e.Log.Warn("erasure failed; tried again later", "key", k, "err", err)
-				time.AfterFunc(e.retry(), func() { e.push(k) })
 			}
 		}
 	}
 }
 
-func (e *Eraser) retry() time.Duration {
-	if e.Retry > 0 {
-		return e.Retry
+// retry is how long an erasure that failed tries times waits for its next try.
+func (e *Eraser) retry(tries int) time.Duration {
+	d := e.Retry
+	if d <= 0 {
+		d = 5 * time.Second
 	}
-	return 5 * time.Second
+	for range min(tries-1, 16) {
+		d *= 2
+	}
+	return min(d, maxRetry)
+}
+
+// later pushes k after d, replacing a wait k had.
+func (e *Eraser) later(k string, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.timers[k]; t != nil {
+		t.Stop()
+	}
+	e.timers[k] = time.AfterFunc(d, func() {
+		e.mu.Lock()
+		delete(e.timers, k)
+		e.mu.Unlock()
+		e.push(k)
+	})
+}
+
+func (e *Eraser) stopTimers() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, t := range e.timers {
+		t.Stop()
+		delete(e.timers, k)
+	}
 }
 
 // apply takes an ask or a change of one from the watch.
@@ -222,13 +276,21 @@ func (e *Eraser) apply(entry jetstream.KeyValueEntry) {
 		return
 	}
 	a, err := decode(entry.Key(), entry.Value())
+	if err == nil && entry.Key() != key(a.Owner) {
+		err = fmt.Errorf("erasure: %s holds the ask of another owner", entry.Key())
+	}
 	if err != nil {
 		e.Log.Warn("the erasures' bucket holds what is no ask; left alone", "err", err)
 		return
 	}
-	if a.State == StateAsked {
-		e.push(entry.Key())
+	if a.State != StateAsked {
+		return
 	}
+	if wait := a.NextTryAt.Sub(e.Asks.now()); wait > 0 {
+		e.later(entry.Key(), wait)
+		return
+	}
+	e.push(entry.Key())
 }
 
 func (e *Eraser) push(k string) {
@@ -262,18 +324,28 @@ func (e *Eraser) erase(ctx context.Context, k string) error {
 		return err
 	}
 	a, err := decode(k, entry.Value())
-	if err != nil || a.State != StateAsked {
+	if err != nil || a.State != StateAsked || k != key(a.Owner) {
 		return nil
 	}
-	out, err := e.eraseRecord(ctx, a)
+	if wait := a.NextTryAt.Sub(e.Asks.now()); wait > 0 {
+		e.later(k, wait) // pushed early (a timer of an earlier failure): not yet
+		return nil
+	}
+	out, truncated, err := e.eraseRecord(ctx, a)
 	if err != nil {
-		a.Tries, a.LastError = a.Tries+1, protocol.Shorten(err.Error(), 512)
+		// The failure is kept in the ask with when to try again; the watch brings it back,
+		// and it waits for that. Should the ask not be written, it waits here.
+		a.Tries, a.LastError = a.Tries+1, "the record could not be purged now; the eraser tries again"
+		wait := e.retry(a.Tries)
+		a.NextTryAt = e.Asks.now().Add(wait).UTC()
 		b, _ := json.Marshal(a)
-		_, _ = e.Asks.KV.Update(ctx, k, b, entry.Revision())
+		if _, werr := e.Asks.KV.Update(ctx, k, b, entry.Revision()); werr != nil {
+			e.later(k, wait)
+		}
 		return err
 	}
-	a.Tries, a.LastError, a.State, a.DoneAt, a.Sessions = a.Tries+1, "", StateDone, e.Asks.now().UTC(), len(out.Sessions)
-	out.Sessions, a.Erased = nil, &out
+	a.Tries, a.LastError, a.NextTryAt, a.State, a.DoneAt = a.Tries+1, "", time.Time{}, StateDone, e.Asks.now().UTC()
+	a.Erased = &Erased{HistoryMessages: out.History, Sessions: len(out.Sessions), SessionMessages: out.SessionMessages, Truncated: truncated}
 	b, _ := json.Marshal(a)
 	if _, err := e.Asks.KV.Update(ctx, k, b, entry.Revision()); err != nil {
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
@@ -281,24 +353,31 @@ func (e *Eraser) erase(ctx context.Context, k string) error {
 		}
 		return fmt.Errorf("erasure: mark done: %w", err)
 	}
-	e.Log.Info("erased", "owner", a.Owner, "history_messages", out.History, "sessions", a.Sessions, "session_messages", out.SessionMessages)
+	e.Log.Info("erased", "owner", a.Owner, "history_messages", out.History, "sessions", len(out.Sessions), "session_messages", out.SessionMessages)
 	if e.Erased != nil {
 		e.Erased(*a)
 	}
 	return nil
 }
 
-// eraseRecord erases what a names from the record.
-func (e *Eraser) eraseRecord(ctx context.Context, a *Ask) (memory.Erasure, error) {
+// eraseRecord erases what a names from the record; truncated when the owner had more sessions
+// than one erasure purges. A session is the owner's when its latest request names the owner
+// (record.RecentSessions); what cannot be a session of a request (no subject token, a memory
+// or sandbox session) is never purged as one.
+func (e *Eraser) eraseRecord(ctx context.Context, a *Ask) (out memory.Erasure, truncated bool, err error) {
 	var sessions []string
 	if a.WithHistory && a.Owner != memory.Anonymous {
 		list, err := record.RecentSessions(ctx, e.JS, MaxSessions, a.Owner)
 		if err != nil {
-			return memory.Erasure{Owner: a.Owner}, fmt.Errorf("erasure: the owner's sessions: %w", err)
+			return memory.Erasure{Owner: a.Owner}, false, fmt.Errorf("erasure: the owner's sessions: %w", err)
 		}
+		truncated = len(list) >= MaxSessions
 		for _, s := range list {
-			sessions = append(sessions, s.ID)
+			if protocol.CheckID("session", s.ID) == nil && !protocol.IsSandboxSession(s.ID) && !strings.HasPrefix(s.ID, protocol.MemorySessionPrefix) {
+				sessions = append(sessions, s.ID)
+			}
 		}
 	}
-	return memory.EraseRecord(ctx, e.JS, a.Owner, sessions)
+	out, err = memory.EraseRecord(ctx, e.JS, a.Owner, sessions)
+	return out, truncated, err
 }

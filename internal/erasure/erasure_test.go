@@ -85,6 +85,11 @@ func TestEraserErasesWhatIsAskedAndMarksItDone(t *testing.T) {
 	if _, err := asks.KV.Put(ctx, "o.junk", []byte(`{"owner":1}`)); err != nil {
 		t.Fatal(err)
 	}
+	// An ask of bob's under carol's key is no ask: it erases nothing.
+	forged, _ := json.Marshal(Ask{Owner: "key:bob", State: StateAsked})
+	if _, err := asks.KV.Put(ctx, key("key:carol"), forged); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan Ask, 4)
 	e := &Eraser{Asks: asks, JS: b.JS, Erased: func(a Ask) { done <- a }}
 	go func() { _ = e.Run(ctx) }()
@@ -93,7 +98,7 @@ func TestEraserErasesWhatIsAskedAndMarksItDone(t *testing.T) {
 	}
 	select {
 	case a := <-done:
-		if a.Owner != "key:alice" || a.State != StateDone || a.Erased == nil || a.Erased.History != 3 || a.DoneAt.IsZero() {
+		if a.Owner != "key:alice" || a.State != StateDone || a.Erased == nil || a.Erased.HistoryMessages != 3 || a.DoneAt.IsZero() {
 			t.Fatalf("done: %+v %+v", a, a.Erased)
 		}
 	case <-time.After(10 * time.Second):
@@ -114,7 +119,7 @@ func TestEraserErasesWhatIsAskedAndMarksItDone(t *testing.T) {
 	}
 	select {
 	case a := <-done:
-		if a.Erased.History != 0 {
+		if a.Erased.HistoryMessages != 0 {
 			t.Fatalf("again: %+v", a.Erased)
 		}
 	case <-time.After(10 * time.Second):
@@ -128,8 +133,8 @@ func TestAnAnonymousAskErasesNoSession(t *testing.T) {
 	ctx := context.Background()
 	asks, b := newAsks(t)
 	e := &Eraser{Asks: asks, JS: b.JS}
-	out, err := e.eraseRecord(ctx, &Ask{Owner: memory.Anonymous, WithHistory: true, State: StateAsked})
-	if err != nil || len(out.Sessions) != 0 {
+	out, truncated, err := e.eraseRecord(ctx, &Ask{Owner: memory.Anonymous, WithHistory: true, State: StateAsked})
+	if err != nil || len(out.Sessions) != 0 || truncated {
 		t.Fatalf("%+v %v", out, err)
 	}
 }
@@ -146,10 +151,10 @@ func TestDecodeNamesWhatIsWrong(t *testing.T) {
 			t.Errorf("%.40s: %v, want %q", tc.in, err, tc.want)
 		}
 	}
-	a := Ask{Owner: "key:alice", State: StateDone, Erased: &memory.Erasure{History: 2}, Sessions: 3}
+	a := Ask{Owner: "key:alice", State: StateDone, Erased: &Erased{HistoryMessages: 2, Sessions: 3}}
 	b, _ := json.Marshal(a)
 	got, err := decode("o.k", b)
-	if err != nil || got.Owner != a.Owner || got.Erased.History != 2 || got.Sessions != 3 {
+	if err != nil || got.Owner != a.Owner || got.Erased.HistoryMessages != 2 || got.Erased.Sessions != 3 {
 		t.Fatalf("%+v %v", got, err)
 	}
 }
@@ -164,4 +169,65 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %+v", a)
 		}
 	})
+}
+
+// A failing erasure waits for its next try, Retry after the first failure (no tight loop of
+// tries, each a write to the bucket), and says why without the bus's details.
+func TestAFailingErasureWaitsForItsNextTry(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asks, b := newAsks(t)
+	asks.Now = time.Now
+	if err := b.JS.DeleteStream(ctx, protocol.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	e := &Eraser{Asks: asks, JS: b.JS, Retry: time.Minute}
+	go func() { _ = e.Run(ctx) }()
+	if _, err := asks.Ask(ctx, "key:alice", false, "key:alice"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, err := asks.Get(ctx, "key:alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Tries > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the eraser never tried")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	a, err := asks.Get(ctx, "key:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Tries != 1 || a.State != StateAsked || time.Until(a.NextTryAt) < 50*time.Second {
+		t.Fatalf("after a failure: %d tries, state %s, next try in %v", a.Tries, a.State, time.Until(a.NextTryAt))
+	}
+	if strings.Contains(a.LastError, "stream") || a.LastError == "" {
+		t.Fatalf("last error: %q", a.LastError)
+	}
+	// Asking again hurries nothing.
+	if again, err := asks.Ask(ctx, "key:alice", true, "key:alice"); err != nil || !again.NextTryAt.Equal(a.NextTryAt) || again.Tries != 1 {
+		t.Fatalf("asked again: %+v %v", again, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if a, _ := asks.Get(ctx, "key:alice"); a.Tries != 1 {
+		t.Fatalf("asked again: tried %d times", a.Tries)
+	}
+}
+
+func TestRetryDoublesUpToItsBound(t *testing.T) {
+	t.Parallel()
+	e := &Eraser{Retry: time.Second}
+	for tries, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 30: maxRetry} {
+		if got := e.retry(tries); got != want {
+			t.Errorf("retry(%d) = %v, want %v", tries, got, want)
+		}
+	}
 }

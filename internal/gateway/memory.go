@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/auth"
@@ -235,25 +237,33 @@ func (g *Gateway) handleMemoryForget(w http.ResponseWriter, r *http.Request) {
 		}
 		withHistory = b
 	}
-	if withHistory && owner == memory.Anonymous {
+	switch {
+	case a.Caller == nil && owner != memory.Anonymous:
+		// No caller is identified here, so none holds memory:admin: an open gateway erases
+		// no named owner's memory (its NATS clients' are theirs).
+		writeError(w, http.StatusForbidden, protocol.CodeForbidden, "owner=: this gateway identifies no callers, so it erases no named owner's memory", nil)
+		return
+	case withHistory && owner == memory.Anonymous:
 		writeFieldError(w, "with_history", "the anonymous owner's sessions are every anonymous caller's: they cannot be told apart")
 		return
+	case withHistory && g.erasures == nil:
+		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "this bus keeps no erasures: sessions cannot be erased through the gateway; nothing was forgotten", nil)
+		return
 	}
-	n, err := g.memory.Forget(r.Context(), owner)
+	// Once begun, the erasure is asked whether or not the client waits for the answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer cancel()
+	n, err := g.memory.Forget(ctx, owner)
 	if err != nil {
 		g.writeMemoryError(w, err)
 		return
 	}
 	out := map[string]any{"owner": owner, "forgotten": n}
 	if g.erasures == nil {
-		if withHistory {
-			writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the fragments are forgotten, but this bus keeps no erasures: the history cannot be erased through the gateway", nil)
-			return
-		}
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	ask, err := g.erasures.Ask(r.Context(), owner, withHistory, actorID(a))
+	ask, err := g.erasures.Ask(ctx, owner, withHistory, actorID(a))
 	if err != nil {
 		g.log.Warn("erasure", "err", err)
 		writeError(w, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "the fragments are forgotten, but the erasure of the history could not be asked; ask again", nil)

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,12 +70,19 @@ func (l *Local) Decide(ctx context.Context, call *protocol.ToolCall, requestID s
 	if d, ok := ctx.Deadline(); ok {
 		asked.Deadline = d
 	}
-	for {
+	for contended := 0; ; {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ok, at, err := l.Windows.Take(wctx, key, *p.RateLimit, id)
 		cancel()
+		if errors.Is(err, ErrContended) && contended < maxContended && ctx.Err() == nil {
+			// Other processes took from the window meanwhile: read it again, as the stage's
+			// redelivery would, after a moment.
+			contended++
+			time.Sleep(time.Duration(contended) * 10 * time.Millisecond)
+			continue
+		}
 		switch {
-		case err != nil: // ErrContended too: the call is not held here for later
+		case err != nil: // still contended: the call is not held here for later
 			// Its effects are Hermes' own (it writes): a limit that cannot be counted fails closed.
 			return refuse(&refusal{code: protocol.CodePolicyUnavailable, decision: protocol.PolicyUnavailable, rule: policy.RuleRateLimit,
 				reason: "the rate window could not be read, so the call was not made", hint: "try again shortly"})
@@ -95,6 +103,10 @@ func (l *Local) Decide(ctx context.Context, call *protocol.ToolCall, requestID s
 		}
 	}
 }
+
+// maxContended is how many times Local reads a window again that other processes changed
+// under it before it refuses the call.
+const maxContended = 8
 
 // CheckBuiltin refuses, with a *policy.Error naming the field, a policy for a tool Hermes runs
 // itself (Local) that asks for what such a tool cannot honour: confirm_required (no router holds

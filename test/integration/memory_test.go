@@ -276,12 +276,19 @@ func TestForgettingAUserLeavesNothing(t *testing.T) {
 }
 
 // Without callers every request is the anonymous owner's: its fragments may be forgotten, but
-// its sessions are every caller's, so no one may have them erased as its own.
+// its sessions are every caller's, so no one may have them erased as its own; and with no
+// caller to hold memory:admin, no named owner's memory is erased.
 func TestTheAnonymousOwnersSessionsAreNotErased(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1})
 	if code, out := s.call("DELETE", "/v1/memory?with_history=true", "", ""); code != http.StatusBadRequest || !strings.Contains(out, "anonymous") {
 		t.Fatalf("with_history for the anonymous owner: %d %s", code, out)
+	}
+	// A NATS client's requests are its own even here: no one erases them through this gateway.
+	for _, q := range []string{"owner=nats:crm&with_history=true", "owner=nats:crm"} {
+		if code, out := s.call("DELETE", "/v1/memory?"+q, "", ""); code != http.StatusForbidden {
+			t.Fatalf("%s on a gateway without callers: %d %s", q, code, out)
+		}
 	}
 	code, out := s.call("DELETE", "/v1/memory", "", "")
 	if code != http.StatusOK || !strings.Contains(out, `"owner":"anonymous"`) || !strings.Contains(out, `"with_history":false`) {

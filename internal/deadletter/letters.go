@@ -2,8 +2,10 @@ package deadletter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"strconv"
 	"time"
 
@@ -40,8 +42,25 @@ func letterOf(seq uint64, h nats.Header, data []byte) Letter {
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
 	if m, err := protocol.Unmarshal(data); err == nil {
 		l.Type, l.MsgID, l.RequestID, l.SessionID = m.Type, m.MsgID, m.RequestID, m.SessionID
+	} else if isJSON(h) {
+		var ids struct {
+			RequestID string `json:"request_id"`
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal(data, &ids) == nil && protocol.CheckID("request_id", ids.RequestID) == nil {
+			l.Type, l.RequestID = protocol.TypeRequest, ids.RequestID
+			if protocol.CheckID("session_id", ids.SessionID) == nil {
+				l.SessionID = ids.SessionID
+			}
+		}
 	}
 	return l
+}
+
+// isJSON reports whether a message with headers h says it is JSON (an external client's).
+func isJSON(h nats.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get(bus.HeaderContentType))
+	return err == nil && mt == protocol.ContentTypeJSON
 }
 
 // List returns up to limit dead letters, oldest first.
@@ -98,13 +117,20 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 		return Letter{}, fmt.Errorf("%w: %d is not a dead letter (subject %s)", ErrNotRedrivable, seq, raw.Subject)
 	}
 	l := letterOf(seq, raw.Header, raw.Data)
+	if raw.Subject == protocol.SubjectDeadLetter(bus.ConsumerClients) {
+		// Published again, it would skip the admission that names its client.
+		return l, fmt.Errorf("%w: letter %d is an external client's request, which only the client sends again", ErrNotRedrivable, seq)
+	}
 	if len(raw.Data) == 0 || l.Subject == "" {
 		return l, fmt.Errorf("%w: the original of letter %d is gone from the record", ErrNotRedrivable, seq)
 	}
 	if l.Type == "" {
 		return l, fmt.Errorf("%w: letter %d holds bytes no Hermes worker can decode (%s)", ErrNotRedrivable, seq, l.Reason)
 	}
-	m, _ := protocol.Unmarshal(raw.Data)
+	m, err := protocol.Unmarshal(raw.Data)
+	if err != nil {
+		return l, fmt.Errorf("%w: letter %d holds bytes no Hermes worker can decode (%s)", ErrNotRedrivable, seq, l.Reason)
+	}
 	after := uint64(0)
 	switch m.Type {
 	case protocol.TypeRequest:

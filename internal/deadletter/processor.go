@@ -120,6 +120,28 @@ func New(cfg Config) (*Processor, error) {
 	return p, nil
 }
 
+// Message is the dead letter of the message consumer gave up at stream sequence streamSeq of
+// its stream after deliveries deliveries, for reason: the original bytes data (nil when they
+// are gone), published on subject, with what names it in headers, and its trace id from orig
+// (nil for none). Its id makes a second letter of the same message a duplicate.
+func Message(consumer, subject string, streamSeq, deliveries uint64, reason string, data []byte, orig nats.Header) *nats.Msg {
+	msg := &nats.Msg{Subject: protocol.SubjectDeadLetter(consumer), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDDeadLetter(consumer, streamSeq))
+	msg.Header.Set(HeaderReason, reason)
+	msg.Header.Set(HeaderSubject, subject)
+	msg.Header.Set(HeaderStreamSeq, strconv.FormatUint(streamSeq, 10))
+	msg.Header.Set(HeaderDeliveries, strconv.FormatUint(deliveries, 10))
+	msg.Header.Set(HeaderConsumer, consumer)
+	msg.Header.Set(HeaderAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if t := orig.Get(bus.HeaderTraceID); t != "" {
+		msg.Header.Set(bus.HeaderTraceID, t)
+	}
+	if ct := orig.Get(bus.HeaderContentType); ct != "" {
+		msg.Header.Set(bus.HeaderContentType, ct)
+	}
+	return msg
+}
+
 // Run processes advisories until ctx is done.
 func (p *Processor) Run(ctx context.Context) error {
 	cons, err := p.cfg.Bus.DeadLetterConsumer(ctx)
@@ -150,17 +172,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 		return fmt.Errorf("deadletter: fetch %d: %w", a.StreamSeq, err)
 	}
 	reason := a.reason()
-	msg := &nats.Msg{Subject: protocol.SubjectDeadLetter(a.Consumer), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDDeadLetter(a.Consumer, a.StreamSeq))
-	msg.Header.Set(HeaderReason, reason)
-	msg.Header.Set(HeaderSubject, subject)
-	msg.Header.Set(HeaderStreamSeq, strconv.FormatUint(a.StreamSeq, 10))
-	msg.Header.Set(HeaderDeliveries, strconv.FormatUint(a.Deliveries, 10))
-	msg.Header.Set(HeaderConsumer, a.Consumer)
-	msg.Header.Set(HeaderAt, time.Now().UTC().Format(time.RFC3339Nano))
-	if t := origHdr.Get(bus.HeaderTraceID); t != "" {
-		msg.Header.Set(bus.HeaderTraceID, t)
-	}
+	msg := Message(a.Consumer, subject, a.StreamSeq, a.Deliveries, reason, data, origHdr)
 	ack, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("deadletter: publish dead letter: %w", err)

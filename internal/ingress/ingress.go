@@ -11,10 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/service"
 	"github.com/hermesbus/hermes/internal/submit"
@@ -58,19 +62,71 @@ func (g *Ingress) Validate() error {
 // gateway through their consumer, one at a time, until ctx is done. Each is submitted as the
 // NATS user the subject names — whatever caller the message itself claims — into a session
 // that user owns; it is accepted once per request_id like any other, and its answer is recorded
-// for it (clients read it through a gateway). What can never be submitted (not a request, a
-// session not the subject's, one owned by another caller, a request_id used for another
-// request) is dropped and logged: nothing of it reaches the record. While the store is near
-// full, requests wait. If the consumer cannot be read, it is looked for again.
+// for it (clients read it through a gateway). A request is the envelope Hermes' services write
+// (msgpack), or JSON with the HTTP API's field names when its Content-Type header says
+// application/json. What can never be submitted (not a request, malformed, a session not the
+// subject's, one owned by another caller, a request_id used for another request) is kept as a
+// dead letter naming the problem (hermes dlq ls), and nothing of it reaches the record. While
+// the store is near full, requests wait. If the consumer cannot be read, it is looked for again.
 func (g *Ingress) Run(ctx context.Context) error {
 	if g.Logger == nil {
 		g.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := bus.Messages(bus.HandlerFunc(g.take), g.Logger, "client request")
+	h := bus.Chain(bus.HandlerFunc(g.take), bus.Recover(), g.deadLetter(), decode(), bus.Log(g.Logger), bus.Trace("client request", trace.SpanKindConsumer))
 	service.Consume(ctx, g.Logger, "requests of external NATS clients", g.Bus.ClientConsumer, func(ctx context.Context, c jetstream.Consumer) error {
 		return (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 1, Logger: g.Logger}).Run(ctx)
 	})
 	return nil
+}
+
+// contentType is the media type a client's message says it is written in ("" for none).
+func contentType(h nats.Header) (string, error) {
+	v := h.Get(bus.HeaderContentType)
+	if v == "" {
+		return "", nil
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	if err != nil || (mt != protocol.ContentTypeJSON && mt != protocol.ContentTypeMsgpack) {
+		return "", fmt.Errorf("Content-Type %q: a client's request is %s or %s", protocol.Shorten(v, 64), protocol.ContentTypeJSON, protocol.ContentTypeMsgpack)
+	}
+	return mt, nil
+}
+
+// decode decodes the envelope of a msgpack request (bus.Decode); a JSON one is read by take.
+func decode() bus.Middleware {
+	msgpack := bus.Decode()
+	return func(next bus.Handler) bus.Handler {
+		viaEnvelope := msgpack(next)
+		return bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+			ct, err := contentType(d.Header)
+			switch {
+			case err != nil:
+				return bus.Permanent(err)
+			case ct == protocol.ContentTypeJSON:
+				return next.Handle(ctx, d)
+			}
+			return viaEnvelope.Handle(ctx, d)
+		})
+	}
+}
+
+// deadLetter keeps what a client published and can never be submitted as a dead letter, with
+// why (hermes dlq ls), before it is dropped; should the letter not be written, the request is
+// tried again.
+func (g *Ingress) deadLetter() bus.Middleware {
+	return func(next bus.Handler) bus.Handler {
+		return bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+			err := next.Handle(ctx, d)
+			if !bus.IsPermanent(err) {
+				return err
+			}
+			letter := deadletter.Message(bus.ConsumerClients, d.Subject, d.StreamSeq, d.NumDelivered, protocol.Shorten(err.Error(), 1024), d.Data, d.Header)
+			if _, perr := g.Bus.JS.PublishMsg(ctx, letter); perr != nil {
+				return fmt.Errorf("ingress: keep the dead letter (%v): %w", err, perr)
+			}
+			return err
+		})
+	}
 }
 
 // take submits one client's request; its error decides the message's fate.
@@ -79,13 +135,25 @@ func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 	if !ok || protocol.CheckID("NATS user", user) != nil || protocol.CheckID("session_id", session) != nil {
 		return bus.Permanent(fmt.Errorf("not a client's request subject: %q", d.Subject))
 	}
-	m := d.Msg
-	if m.Type != protocol.TypeRequest {
-		return bus.Permanent(fmt.Errorf("client %s published a %s, not a request", user, m.Type))
-	}
-	req, err := m.DecodeRequest(g.Limits)
-	if err != nil {
-		return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
+	var req *protocol.Request
+	var tc protocol.TraceContext
+	if m := d.Msg; m != nil {
+		if m.Type != protocol.TypeRequest {
+			return bus.Permanent(fmt.Errorf("client %s published a %s, not a request", user, m.Type))
+		}
+		r, err := m.DecodeRequest(g.Limits)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
+		}
+		req, tc = r, m.Trace
+	} else {
+		// JSON, as the HTTP API takes it; its trace context in the headers.
+		r, err := protocol.DecodeRequestJSON(d.Data, g.Limits)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("client %s: %w", user, err))
+		}
+		req = r
+		tc = protocol.TraceContext{TraceID: d.Header.Get(bus.HeaderTraceID), Traceparent: d.Header.Get(bus.HeaderTraceparent), Tracestate: d.Header.Get(bus.HeaderTracestate)}
 	}
 	if req.Sandbox != nil {
 		// Only the gateway's own sandbox makes sandbox requests (their calls skip the input check).
@@ -117,7 +185,7 @@ func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 		return bus.Permanent(fmt.Errorf("client %s: %w", user, refused))
 	}
 	defer t.Close()
-	sub := submit.Submission{Request: req, Trace: clientTrace(m.Trace), Size: len(d.Data), Caller: t.Caller, Owner: t.Owner, NoWait: true}
+	sub := submit.Submission{Request: req, Trace: clientTrace(tc), Size: len(d.Data), Caller: t.Caller, Owner: t.Owner, NoWait: true}
 	out, err := g.Submit.Submit(ctx, sub)
 	t.Accepted(err == nil && !out.Replayed)
 	switch {

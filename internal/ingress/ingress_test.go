@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -214,4 +216,34 @@ func TestRunTakesTheClientsRequests(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Error(err)
 	}
+}
+
+func TestContentTypeNamesWhatItTakes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                                "",
+		"application/json":                protocol.ContentTypeJSON,
+		"Application/JSON; charset=utf-8": protocol.ContentTypeJSON,
+		"application/msgpack":             protocol.ContentTypeMsgpack,
+	} {
+		if got, err := contentType(nats.Header{"Content-Type": []string{in}}); err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"text/plain", "application/json; x", "\x00", "application/xml"} {
+		if _, err := contentType(nats.Header{"Content-Type": []string{in}}); err == nil || !strings.Contains(err.Error(), "Content-Type") {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+}
+
+func FuzzContentType(f *testing.F) {
+	f.Add("application/json; charset=utf-8")
+	f.Add("application/msgpack")
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := contentType(nats.Header{"Content-Type": []string{v}})
+		if err == nil && got != "" && got != protocol.ContentTypeJSON && got != protocol.ContentTypeMsgpack {
+			t.Fatalf("%q taken as %q", v, got)
+		}
+	})
 }

@@ -244,7 +244,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.ClientStreamName, ConsumerClients),
 			consume(protocol.StreamName, ConsumerSummarizer),
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), protocol.FilterEvents(protocol.EventMemory), subjResults, subjResponses, subjLive, subjTimers},
+			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), protocol.FilterEvents(protocol.EventMemory), subjResults, subjResponses, subjLive, subjTimers,
+				// the dead letters of external clients' requests it cannot submit, and no other
+				protocol.SubjectDeadLetter(ConsumerClients)},
 			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)

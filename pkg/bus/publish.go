@@ -23,6 +23,9 @@ const (
 	// HeaderRedrive marks a message published again from the dead-letter stream; its value
 	// identifies the re-drive.
 	HeaderRedrive = "Hermes-Redrive"
+	// HeaderContentType, on what an external client publishes, says how its body is written:
+	// protocol.ContentTypeJSON, or msgpack (protocol.ContentTypeMsgpack, the default).
+	HeaderContentType = "Content-Type"
 	// HeaderRedriveAfter, on a tool call re-driven from the dead-letter stream, is the record
 	// sequence its result is to be recorded after (Bus.RedriveAfter): the answer it supersedes.
 	// Only routers (and an administrator re-driving) publish tool calls, so a worker may take

@@ -157,6 +157,14 @@ func isJSONObject(b []byte) bool {
 	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }
 
+// Content types of what external clients publish (the Content-Type header): a request written
+// as JSON, with the field names of the HTTP API (DecodeRequestJSON), or as the envelope Hermes'
+// services write (msgpack; the default when none is named).
+const (
+	ContentTypeJSON    = "application/json"
+	ContentTypeMsgpack = "application/msgpack"
+)
+
 // DecodeRequestJSON reads a HermesRequest from JSON as it arrives at the HTTP edge and
 // validates it. Errors name the field: unknown fields, wrong types and missing values are all
 // reported as FieldErrors; input that is not JSON wraps ErrMalformed. Missing or null arguments

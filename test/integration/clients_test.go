@@ -3,13 +3,17 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
+	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -153,5 +157,88 @@ func publishClientRequest(ctx context.Context, t *testing.T, js jetstream.JetStr
 	}
 	if _, err := js.Publish(ctx, protocol.SubjectClientRequest("client", subjectSession), data); err != nil {
 		t.Fatalf("the client could not publish a request: %v", err)
+	}
+}
+
+// A client in any language publishes its request as JSON (Content-Type: application/json, the
+// HTTP API's field names); what can never be submitted — malformed, unknown fields, an id no
+// subject may hold, an unknown content type, another's session — is kept as a dead letter
+// naming the problem, which no one may re-drive past the client, and the next request is taken.
+func TestExternalClientsPublishJSON(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, callers: true})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
+	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"jalice_1","session_id":"jalices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
+		t.Fatalf("alice: HTTP %d %s", code, body)
+	}
+	js := clientJS(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(session, contentType, body string) {
+		t.Helper()
+		msg := &nats.Msg{Subject: protocol.SubjectClientRequest("client", session), Data: []byte(body), Header: nats.Header{}}
+		if contentType != "" {
+			msg.Header.Set("Content-Type", contentType)
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	bad := map[string]string{ // session → the problem its dead letter names
+		"jbad_1":  "malformed",
+		"jbad_2":  "colour",
+		"jbad_3":  "request_id",
+		"jbad_4":  "Content-Type",
+		"jalices": "not its own",
+	}
+	send("jbad_1", "application/json", `{"request_id":"jb1","session_id":"jbad_1","tool_calls":[`)
+	send("jbad_2", "application/json", `{"request_id":"jb2","session_id":"jbad_2","colour":"red","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
+	send("jbad_3", "application/json; charset=utf-8", `{"request_id":"jb.3","session_id":"jbad_3","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
+	send("jbad_4", "text/plain", `{"request_id":"jb4","session_id":"jbad_4","tool_calls":[]}`)
+	send("jalices", "application/json", `{"request_id":"jb5","session_id":"jalices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
+	send("jgood", "application/json", `{"request_id":"jgood_1","session_id":"jgood","intent":"a JSON client","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"from":"python"}}]}`)
+	_, admin := s.connect()
+	var resp *protocol.Response
+	waitFor(t, "the JSON request answered", func() bool {
+		_, r, err := admin.Response(ctx, "jgood_1", "jgood")
+		resp = r
+		return err == nil
+	})
+	if resp.Status != protocol.StatusSuccess || !strings.Contains(string(resp.Results[0].Content), "python") {
+		t.Fatalf("response %+v", resp)
+	}
+	stored, err := admin.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest("jgood"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Unmarshal(stored.Data)
+	if err != nil || m.Caller == nil || m.Caller.ID != "nats:client" {
+		t.Fatalf("recorded as %+v %v", m, err)
+	}
+	if req, err := m.DecodeRequest(protocol.DefaultLimits); err != nil || req.Intent != "a JSON client" {
+		t.Fatalf("recorded %+v %v", req, err)
+	}
+	var letters []deadletter.Letter
+	waitFor(t, "every bad request dead-lettered", func() bool {
+		letters, err = deadletter.List(ctx, admin, 100)
+		return err == nil && len(letters) == len(bad)
+	})
+	for _, l := range letters {
+		_, session, _ := protocol.ClientOfSubject(l.Subject)
+		want, ok := bad[session]
+		if !ok || l.Consumer != bus.ConsumerClients || !strings.Contains(l.Reason, want) || !strings.Contains(l.Reason, "client") {
+			t.Errorf("letter of %s (%s): %q, want it to name %q", l.Subject, l.Consumer, l.Reason, want)
+		}
+		if _, err := deadletter.Retry(ctx, admin, l.Seq); !errors.Is(err, deadletter.ErrNotRedrivable) {
+			t.Errorf("letter %d re-driven past the client: %v", l.Seq, err)
+		}
+	}
+	if code, out, _ := hermes(t, app.RunDLQ, "ls", "--nats", s.srv.URL); code != 0 || !strings.Contains(out, "jb2") {
+		t.Errorf("hermes dlq ls: %d\n%s", code, out)
+	}
+	for _, id := range []string{"jb2", "jb5"} {
+		if _, err := admin.Plan(ctx, id); err == nil {
+			t.Errorf("%s was accepted", id)
+		}
 	}
 }

@@ -58,7 +58,7 @@ func (g *GatewayService) Run(ctx context.Context, ln net.Listener) error {
 }
 
 // NewGateway builds a gateway on nc and b with its doors and the services beside it: the bus
-// ingress for external NATS clients; with the contracts' and sessions' buckets, the contracts
+// ingress for external NATS clients and the micro service hermes they call; with the contracts' and sessions' buckets, the contracts
 // followed (one registry.Live, the only cache of them in the process) and the MCP server (the
 // blueprints among its tools); with chat (and its model), the chat doors and, when it asks for
 // one, the summarizer.
@@ -71,6 +71,8 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	}
 	gs := &GatewayService{Gateway: g}
 	gs.Beside.Add(service.Front, &ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
+	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Wait: cfg.DefaultWait,
+		MaxWait: cfg.MaxWait, Instance: cfg.Instance, Logger: log.With("part", "micro")})
 	if b.Contracts == nil || b.Sessions == nil {
 		return gs, nil
 	}

@@ -155,17 +155,8 @@ func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 		req = r
 		tc = protocol.TraceContext{TraceID: d.Header.Get(bus.HeaderTraceID), Traceparent: d.Header.Get(bus.HeaderTraceparent), Tracestate: d.Header.Get(bus.HeaderTracestate)}
 	}
-	if req.Sandbox != nil {
-		// Only the gateway's own sandbox makes sandbox requests (their calls skip the input check).
-		return bus.Permanent(fmt.Errorf("client %s published a sandbox request; only Hermes makes those", user))
-	}
-	if req.Run != "" {
-		// A blueprint's step runs in the request its run makes.
-		return bus.Permanent(fmt.Errorf("client %s published a request naming a blueprint run; only Hermes makes those", user))
-	}
-	if req.Approval != "" || req.Recall {
-		// An approved call runs in the request Hermes makes when it is approved.
-		return bus.Permanent(fmt.Errorf("client %s published a request naming an approval; only Hermes makes those", user))
+	if err := clientMay(user, req); err != nil {
+		return bus.Permanent(err)
 	}
 	if req.Session() != session {
 		return bus.Permanent(fmt.Errorf("client %s published a request of session %q on the subject of session %q", user, req.Session(), session))
@@ -202,6 +193,22 @@ func (g *Ingress) take(ctx context.Context, d *bus.Delivery) error {
 	default:
 		return err // not connected, the bus not answering: tried again
 	}
+}
+
+// clientMay refuses a request of client user that only Hermes itself makes.
+func clientMay(user string, req *protocol.Request) error {
+	switch {
+	case req.Sandbox != nil:
+		// Only the gateway's own sandbox makes sandbox requests (their calls skip the input check).
+		return fmt.Errorf("client %s published a sandbox request; only Hermes makes those", user)
+	case req.Run != "":
+		// A blueprint's step runs in the request its run makes.
+		return fmt.Errorf("client %s published a request naming a blueprint run; only Hermes makes those", user)
+	case req.Approval != "" || req.Recall:
+		// An approved call runs in the request Hermes makes when it is approved.
+		return fmt.Errorf("client %s published a request naming an approval; only Hermes makes those", user)
+	}
+	return nil
 }
 
 // clientTrace keeps of a client's trace context what a gateway takes from HTTP callers

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -76,6 +77,9 @@ type Access struct {
 	// another's connections (a gateway's key lookups, a router's claims). Admin's is _INBOX, and
 	// it may subscribe to anything.
 	Inbox string
+	// Responds: the user may answer every request it receives once, on the reply subject the
+	// requester named (a micro service's endpoints and discovery: nats micro ls).
+	Responds bool
 }
 
 // InboxOf is the inbox prefix of what is named name: _INBOX_<name>. A name must be a token
@@ -163,9 +167,11 @@ var (
 	subjRequests  = "hermes.request.*"
 	subjResults   = protocol.FilterResults
 	subjResponses = "hermes.response.*.*"
-	subjLive      = "hermes.live.>"
-	subjTimers    = "hermes.timer.at.>"
-	subjDLQ       = protocol.FilterDeadLetters
+	// subjMicro is where NATS micro services are discovered (PING, INFO, STATS).
+	subjMicro  = "$SRV.>"
+	subjLive   = "hermes.live.>"
+	subjTimers = "hermes.timer.at.>"
+	subjDLQ    = protocol.FilterDeadLetters
 )
 
 func subjToolCalls() []string {
@@ -249,7 +255,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 				protocol.SubjectDeadLetter(ConsumerClients)},
 			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
-		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses)
+		// It serves the micro service hermes to external clients, and says so to discovery.
+		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.FilterClientServices, subjMicro)
+		a.Responds = true
 		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
@@ -289,7 +297,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			return Access{}, err
 		}
 		a.Inbox = ClientInbox(user)
-		a.Publish = []string{protocol.SubjectClientRequest(user, "*")}
+		a.Publish = []string{protocol.SubjectClientRequest(user, "*"), protocol.SubjectClientService(user, "*")}
 		a.Subscribe = []string{a.Inbox + ".>"}
 	default:
 		return Access{}, fmt.Errorf("no NATS role %q (roles: %s)", role, joinRoles())
@@ -373,11 +381,18 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 	return a, nil
 }
 
+// ResponseExpiry is how long a user that Responds may answer a request it received: as long
+// as the service's longest wait for a request's response, and more.
+const ResponseExpiry = 15 * time.Minute
+
 // ServerPermissions is a in the embedded server's form.
 func (a Access) ServerPermissions() *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: a.Publish, Deny: a.DenyPublish},
 		Subscribe: &server.SubjectPermission{Allow: a.Subscribe, Deny: a.DenySub},
+	}
+	if a.Responds {
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseExpiry}
 	}
 	return p
 }
@@ -407,6 +422,9 @@ func (a Access) Conf(indent string) string {
 	list("  allow", a.Subscribe)
 	list("  deny", a.DenySub)
 	b.WriteString(indent + "  }\n")
+	if a.Responds {
+		fmt.Fprintf(&b, "%s  allow_responses: { max: 1, expires: %q }\n", indent, ResponseExpiry.String())
+	}
 	b.WriteString(indent + "}\n")
 	return b.String()
 }

@@ -57,6 +57,8 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 		bus.RoleClient: append(append([]attempt{
 			pub("publish a request past the gateways", protocol.SubjectRequest("s1")),
 			pub("publish a request as another client", protocol.SubjectClientRequest("other", "s1")),
+			pub("call the micro service as another client", protocol.SubjectClientService("other", protocol.EndpointRequest)),
+			sub("serve the micro service", protocol.FilterClientServices),
 			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
 			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),

@@ -69,6 +69,36 @@ func ClientOfSubject(subject string) (user, session string, ok bool) {
 	return user, session, true
 }
 
+// The NATS micro service "hermes" that external clients call (request/reply, JSON): client
+// user calls endpoint on SubjectClientService(user, endpoint) — five tokens, so no request of
+// the clients' stream is one, and a client's permissions allow its own name only.
+const (
+	// ServiceName is the micro service's name (nats micro ls).
+	ServiceName = "hermes"
+	// EndpointRequest submits a request and answers its response.
+	EndpointRequest = "request"
+	// FilterClientServices matches every client's call of every endpoint.
+	FilterClientServices = subjectRoot + ".client.*.svc.*"
+)
+
+// SubjectClientService is where client user calls endpoint of the service ServiceName.
+func SubjectClientService(user, endpoint string) string {
+	return prefixClient + user + ".svc." + endpoint
+}
+
+// ClientOfService returns the user and endpoint a SubjectClientService names.
+func ClientOfService(subject string) (user, endpoint string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, prefixClient)
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] != "svc" || parts[2] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[2], true
+}
+
 // RequestPartitions is how many partitions the stream spreads requests over, by a hash of the
 // session id (the server's partition function). Requests of one partition are routed one at a
 // time, in stream order, so each session's requests are dispatched in the order they were

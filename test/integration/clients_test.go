@@ -4,16 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/ingress"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -240,5 +243,86 @@ func TestExternalClientsPublishJSON(t *testing.T) {
 		if _, err := admin.Plan(ctx, id); err == nil {
 			t.Errorf("%s was accepted", id)
 		}
+	}
+}
+
+// A client calls the micro service hermes (request/reply, JSON) on its own subject and gets the
+// response once the request is done, recorded as any other and answered again from the record
+// for the same request_id; bad input is an error reply naming the problem; no client calls as
+// another; and the gateways say what they serve to discovery.
+func TestClientsCallTheMicroService(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, callers: true, users: []bus.User{{Name: "crm", Role: bus.RoleClient}}})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
+	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"malice_1","session_id":"malices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
+		t.Fatalf("alice: HTTP %d %s", code, body)
+	}
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
+	call := func(subject, body string, hdr ...string) (*nats.Msg, map[string]any) {
+		t.Helper()
+		msg := &nats.Msg{Subject: subject, Data: []byte(body), Header: nats.Header{}}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			msg.Header.Set(hdr[i], hdr[i+1])
+		}
+		reply, err := nc.RequestMsg(msg, 20*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(reply.Data, &out); err != nil {
+			t.Fatalf("%s: not JSON: %q", subject, reply.Data)
+		}
+		return reply, out
+	}
+	own := protocol.SubjectClientService("client", protocol.EndpointRequest)
+	good := `{"request_id":"micro_1","session_id":"micro_s","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"from":"nats req"}}]}`
+	reply, out := call(own, good)
+	if reply.Header.Get(micro.ErrorCodeHeader) != "" || out["status"] != "success" || !strings.Contains(fmt.Sprint(out["results"]), "nats req") {
+		t.Fatalf("the response: %v %s", reply.Header, reply.Data)
+	}
+	anc, admin := s.connect()
+	if _, r, err := admin.Response(context.Background(), "micro_1", "micro_s"); err != nil || r.Status != protocol.StatusSuccess {
+		t.Fatalf("not recorded: %v %v", r, err)
+	}
+	if _, again := call(own, good); again["request_id"] != "micro_1" || again["status"] != "success" {
+		t.Fatalf("asked again: %v", again)
+	}
+	for _, tc := range []struct{ body, code, status, names string }{
+		{`{"request_id":"micro_2",`, protocol.CodeInvalidRequest, "400", "JSON"},
+		{`{"request_id":"micro_3","colour":"red","tool_calls":[]}`, protocol.CodeInvalidRequest, "400", "colour"},
+		{`{"request_id":"micro.4","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`, protocol.CodeInvalidRequest, "400", "request_id"},
+		{`{"request_id":"micro_5","session_id":"malices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`, protocol.CodeNotFound, "404", "session"},
+	} {
+		reply, out := call(own, tc.body)
+		e, _ := out["error"].(map[string]any)
+		if reply.Header.Get(micro.ErrorCodeHeader) != tc.status || e["code"] != tc.code || !strings.Contains(strings.ToLower(fmt.Sprint(e["message"])), strings.ToLower(tc.names)) {
+			t.Errorf("%s: %v %s", tc.body, reply.Header, reply.Data)
+		}
+	}
+	if reply, _ := call(own, good, ingress.HeaderWait, "forever"); reply.Header.Get(micro.ErrorCodeHeader) != "400" {
+		t.Errorf("Hermes-Wait: forever: %v %s", reply.Header, reply.Data)
+	}
+	// Discovery: the gateway's service, its endpoint and its counts.
+	info, err := anc.Request("$SRV.INFO."+protocol.ServiceName, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svc micro.Info
+	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != protocol.ServiceName || len(svc.Endpoints) != 1 || svc.Endpoints[0].Subject != protocol.FilterClientServices[:len(protocol.FilterClientServices)-1]+protocol.EndpointRequest {
+		t.Fatalf("info: %s %v", info.Data, err)
+	}
+	stats, err := anc.Request("$SRV.STATS."+protocol.ServiceName, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st micro.Stats
+	if err := json.Unmarshal(stats.Data, &st); err != nil || st.Endpoints[0].NumRequests != 7 || st.Endpoints[0].NumErrors != 5 ||
+		!strings.Contains(string(st.Endpoints[0].Data), `"answered":2`) {
+		t.Fatalf("stats: %s %v", stats.Data, err)
+	}
+	// No client calls as another: the server refuses the subject.
+	s.violating = true
+	if _, err := nc.Request(protocol.SubjectClientService("crm", protocol.EndpointRequest), []byte(good), 500*time.Millisecond); err == nil {
+		t.Error("a client called as crm")
 	}
 }

@@ -1,0 +1,311 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/submit"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Version is the version of the micro service's API (semantic: a change that breaks a client
+// raises its major).
+const Version = "1.0.0"
+
+// HeaderWait, on a call of the request endpoint, says how long to wait for the response (a Go
+// duration: "90s"; default Service.Wait, at most Service.MaxWait).
+const HeaderWait = "Hermes-Wait"
+
+// Service is the NATS micro service "hermes" that external clients call with request/reply,
+// in JSON, from any language: its endpoint request (protocol.SubjectClientService(user,
+// "request")) takes a HermesRequest with the HTTP API's field names, submits it as the NATS user
+// the subject names — admitted, recorded and crash-safe as any other: asked again with the same
+// request_id it is answered from the record — and replies with the HermesResponse once the
+// request is done. Every gateway serves it, in one queue group, and says so to discovery (nats
+// micro ls, info, stats).
+//
+// Every error is a reply whose body is {"error": {"code", "message", "field"?}} with the micro
+// error headers (Nats-Service-Error-Code: an HTTP status; Nats-Service-Error: the message), so
+// stats count it: a request that is not JSON, over MaxBytes, with unknown fields or ids no subject
+// may hold, into another caller's session, or one the caller is over its budget for. A response
+// that has not come within the wait is a 504 TIMEOUT naming the request_id: the request keeps
+// running, and asking again with the same request_id waits for it again.
+type Service struct {
+	Conn   *nats.Conn
+	Submit Submitter
+	Admit  Admitter
+	// Limits bound each request; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	// Wait is how long a call waits for its response unless it says (default 30 s); MaxWait
+	// bounds what it may say (default 5 min, at most bus.ResponseExpiry).
+	Wait, MaxWait time.Duration
+	// MaxBytes bounds a request (default 1 MiB, as the clients' stream).
+	MaxBytes int
+	// MaxInFlight bounds the calls served at once by this process (default 256); over it a
+	// call is refused 503 at once.
+	MaxInFlight int
+	// Instance names this process in the service's metadata.
+	Instance string
+	Logger   *slog.Logger
+
+	wg    sync.WaitGroup
+	slots chan struct{}
+	// What happens after admission, which micro's own stats do not see (they count a call
+	// when it is handed on): calls waiting now, answered with a response, refused after
+	// admission (a timeout included), and the time spent waiting for responses.
+	inFlight, answered, failed, waited atomic.Int64
+}
+
+// serving is what the service adds to micro's stats (nats micro stats hermes: "data").
+type serving struct {
+	InFlight int64 `json:"in_flight"`
+	Answered int64 `json:"answered"`
+	// Failed were refused after they were admitted: over budget, a request_id conflict, no
+	// response within the wait, the bus unreachable.
+	Failed int64 `json:"failed_after_admission"`
+	// AverageWait is the mean time from admission to the reply, in nanoseconds.
+	AverageWait int64 `json:"average_wait"`
+}
+
+func (s *Service) stats(*micro.Endpoint) any {
+	out := serving{InFlight: s.inFlight.Load(), Answered: s.answered.Load(), Failed: s.failed.Load()}
+	if n := out.Answered + out.Failed; n > 0 {
+		out.AverageWait = s.waited.Load() / n
+	}
+	return out
+}
+
+// Name names the service.
+func (s *Service) Name() string { return "micro service hermes (external clients' request/reply)" }
+
+// Validate says what the service lacks to run.
+func (s *Service) Validate() error {
+	if s.Conn == nil || s.Submit == nil || s.Admit == nil {
+		return errors.New("ingress: Conn, Submit and Admit are required")
+	}
+	return nil
+}
+
+func (s *Service) defaults() {
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	if s.Wait <= 0 {
+		s.Wait = 30 * time.Second
+	}
+	if s.MaxWait <= 0 || s.MaxWait > bus.ResponseExpiry {
+		s.MaxWait = min(5*time.Minute, bus.ResponseExpiry)
+	}
+	s.Wait = min(s.Wait, s.MaxWait)
+	if s.MaxBytes <= 0 {
+		s.MaxBytes = 1 << 20
+	}
+	if s.MaxInFlight <= 0 {
+		s.MaxInFlight = 256
+	}
+	s.slots = make(chan struct{}, s.MaxInFlight)
+}
+
+// Run serves the service until ctx ends; then it takes no new call, and the calls it holds are
+// answered (each within its wait) before it returns.
+func (s *Service) Run(ctx context.Context) error {
+	s.defaults()
+	svc, err := micro.AddService(s.Conn, micro.Config{
+		Name:         protocol.ServiceName,
+		Version:      Version,
+		Description:  "Hermes, a message bus for AI agents: submit a request of tool calls, get its response (JSON)",
+		QueueGroup:   protocol.ServiceName,
+		Metadata:     map[string]string{"instance": s.Instance},
+		StatsHandler: s.stats,
+	})
+	if err != nil {
+		return fmt.Errorf("ingress: the micro service: %w", err)
+	}
+	// served is a context of its own: a call taken is answered even while the service stops.
+	served := context.WithoutCancel(ctx)
+	err = svc.AddEndpoint(protocol.EndpointRequest, micro.HandlerFunc(func(r micro.Request) { s.take(served, r) }),
+		micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointRequest)),
+		micro.WithEndpointMetadata(map[string]string{
+			"description":  "submit a HermesRequest (the HTTP API's JSON) as the NATS user the subject names; replies with its HermesResponse",
+			"content_type": protocol.ContentTypeJSON,
+			"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointRequest),
+		}))
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+	}
+	s.Logger.Info("micro service serving", "name", protocol.ServiceName, "id", svc.Info().ID, "subject", protocol.FilterClientServices)
+	<-ctx.Done()
+	err = svc.Stop()
+	s.wg.Wait()
+	return err
+}
+
+// take checks and admits one call where micro delivers it (so its stats count what is refused
+// then), and submits it and waits for its response beside the others; it refuses the call when
+// MaxInFlight are served.
+func (s *Service) take(ctx context.Context, r micro.Request) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", fmt.Sprintf("this gateway serves %d calls now; try again shortly", s.MaxInFlight))
+		return
+	}
+	c, ok := s.admit(ctx, r)
+	if !ok {
+		<-s.slots
+		return
+	}
+	s.wg.Add(1)
+	s.inFlight.Add(1)
+	go func() {
+		defer func() { s.inFlight.Add(-1); <-s.slots; s.wg.Done() }()
+		s.serve(ctx, r, c)
+	}()
+}
+
+// call is an admitted call, waiting to be submitted.
+type call struct {
+	req  *protocol.Request
+	t    *admission.Ticket
+	wait time.Duration
+	log  *slog.Logger
+}
+
+// admit checks a call and admits its request, or refuses it.
+func (s *Service) admit(ctx context.Context, r micro.Request) (*call, bool) {
+	user, _, ok := protocol.ClientOfService(r.Subject())
+	if !ok || protocol.CheckID("NATS user", user) != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", protocol.EndpointRequest))
+		return nil, false
+	}
+	log := s.Logger.With("client", user)
+	if len(r.Data()) > s.MaxBytes {
+		s.refuse(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", fmt.Sprintf("the request is %d bytes; at most %d", len(r.Data()), s.MaxBytes))
+		return nil, false
+	}
+	wait := s.Wait
+	if v := r.Headers().Get(HeaderWait); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > s.MaxWait {
+			s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, HeaderWait, fmt.Sprintf("%s: %q is not a wait from 1ms to %s (a Go duration: 90s)", HeaderWait, protocol.Shorten(v, 32), s.MaxWait))
+			return nil, false
+		}
+		wait = d
+	}
+	req, err := protocol.DecodeRequestJSON(r.Data(), s.Limits)
+	if err != nil {
+		var fe *protocol.FieldError
+		field := ""
+		if errors.As(err, &fe) {
+			field = fe.Field
+		}
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, field, err.Error())
+		return nil, false
+	}
+	if err := clientMay(user, req); err != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", err.Error())
+		return nil, false
+	}
+	t, err := s.Admit.Admit(ctx, admission.Ask{Actor: admission.ClientActor(user), Session: req.Session(), Hold: admission.HoldWaiting, Size: len(r.Data())})
+	if err != nil {
+		if refused := admission.AsRefusal(err); refused != nil {
+			s.refuse(r, refused.Status, refused.Code, refused.Field, refused.Message)
+			return nil, false
+		}
+		log.Warn("admit", "err", err)
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
+		return nil, false
+	}
+	return &call{req: req, t: t, wait: wait, log: log}, true
+}
+
+// serve submits an admitted call's request and replies with its response.
+func (s *Service) serve(ctx context.Context, r micro.Request, c *call) {
+	req, t, wait, log := c.req, c.t, c.wait, c.log
+	defer t.Close()
+	start := time.Now()
+	defer func() { s.waited.Add(int64(time.Since(start))) }()
+	h := r.Headers()
+	tc := protocol.TraceContext{TraceID: h.Get(bus.HeaderTraceID), Traceparent: h.Get(bus.HeaderTraceparent), Tracestate: h.Get(bus.HeaderTracestate)}
+	sctx, cancel := context.WithTimeout(ctx, wait+5*time.Second)
+	defer cancel()
+	out, err := s.Submit.Submit(sctx, submit.Submission{Request: req, Trace: clientTrace(tc), Wait: wait, Size: len(r.Data()), Caller: t.Caller, Owner: t.Owner})
+	t.Accepted(err == nil && !out.Replayed)
+	switch {
+	case err == nil:
+	case errors.Is(err, submit.ErrTooLarge):
+		s.fail(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "))
+		return
+	case errors.Is(err, submit.ErrOverBudget):
+		s.fail(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", err.Error())
+		return
+	case errors.Is(err, submit.ErrConflict):
+		s.fail(r, http.StatusConflict, protocol.CodeRequestIDConflict, "request_id", strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "))
+		return
+	case errors.Is(err, protocol.ErrInvalid):
+		s.fail(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", strings.TrimPrefix(err.Error(), "submit: "))
+		return
+	case errors.Is(err, submit.ErrNotConnected), errors.Is(err, submit.ErrUnavailable), sctx.Err() != nil:
+		s.fail(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
+		return
+	default:
+		log.Error("submit", "request_id", req.RequestID, "err", err)
+		s.fail(r, http.StatusInternalServerError, protocol.CodeInternal, "", "the request could not be submitted; ask again with the same request_id")
+		return
+	}
+	if out.Pending {
+		s.fail(r, http.StatusGatewayTimeout, protocol.CodeTimeout, "", fmt.Sprintf("no response to %s within %s; the request keeps running: ask again with the same request_id to wait again", req.RequestID, wait))
+		return
+	}
+	resp := out.Response
+	if resp.Results == nil {
+		resp.Results = []protocol.ToolResult{}
+	}
+	body, err := json.Marshal(resp)
+	if err != nil {
+		s.fail(r, http.StatusInternalServerError, protocol.CodeInternal, "", "the response could not be written as JSON")
+		return
+	}
+	opts := []micro.RespondOpt{micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}, bus.HeaderTraceID: {out.TraceID}})}
+	if err := r.Respond(body, opts...); err != nil {
+		log.Warn("reply", "request_id", req.RequestID, "err", err)
+	}
+	s.answered.Add(1)
+}
+
+// fail refuses an admitted call (refuse), counted as failed after admission.
+func (s *Service) fail(r micro.Request, status int, code, field, message string) {
+	s.failed.Add(1)
+	s.refuse(r, status, code, field, message)
+}
+
+// refuse replies with an error: status as the micro error code, and {"error": …} as its body.
+func (s *Service) refuse(r micro.Request, status int, code, field, message string) {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			Field   string `json:"field,omitempty"`
+		} `json:"error"`
+	}
+	body.Error.Code, body.Error.Message, body.Error.Field = code, message, field
+	b, _ := json.Marshal(body)
+	if err := r.Error(strconv.Itoa(status), protocol.Shorten(message, 256), b, micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}})); err != nil {
+		s.Logger.Warn("reply", "err", err)
+	}
+}

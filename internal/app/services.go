@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/coordination"
 	"github.com/hermesbus/hermes/internal/deadletter"
+	"github.com/hermesbus/hermes/internal/discovery"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/policies"
@@ -121,7 +123,9 @@ type RouterService struct {
 	policies  *policies.Book
 	expirer   *approvals.Expirer
 	turns     *coordination.Turns
-	log       *slog.Logger
+	// announce shows the router to NATS micro discovery until its context ends.
+	announce func(ctx context.Context) error
+	log      *slog.Logger
 }
 
 // NewRouter builds the router service on b.
@@ -142,7 +146,12 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, turns: turns, log: log}, nil
+	announce := func(ctx context.Context) error {
+		return discovery.Serve(ctx, b.JS.Conn(), discovery.RouterService, "a Hermes router: it routes each request's calls through its pipeline", cfg.Instance,
+			map[string]string{"pipeline": strings.Join(r.Stages(), " → ")})
+	}
+	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, turns: turns,
+		announce: announce, log: log}, nil
 }
 
 // coordinationStage is a router's coordination stage on b, and the turns it ends and passes on
@@ -182,6 +191,11 @@ func (s *RouterService) Run(ctx context.Context) error {
 	}
 	go func() { _ = s.expirer.Run(ctx) }()
 	go func() { _ = s.turns.Run(ctx) }()
+	go func() {
+		if err := s.announce(ctx); err != nil {
+			s.log.Warn("not shown to NATS micro discovery", "err", err)
+		}
+	}()
 	if s.path != "" && s.reload > 0 {
 		go func() {
 			_ = routes.Watch(ctx, s.path, s.reload, func(t *routes.Table) {
@@ -229,9 +243,11 @@ type WorkerConfig struct {
 // and holding the MCP servers its configuration names.
 type WorkerService struct {
 	*worker.Worker
+	tools     *discovery.Tools
 	contracts *registry.Live
 	mcp       *mcpService
 	grpc      *grpcexec.Executor
+	log       *slog.Logger
 }
 
 // Run runs the worker until ctx is done, once it knows every contract registered.
@@ -240,11 +256,19 @@ func (s *WorkerService) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.grpc.Close() // its connections, once no call runs
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	shown := make(chan struct{})
+	go func() {
+		defer close(shown)
+		if err := s.tools.Run(ctx); err != nil {
+			s.log.Warn("not shown to NATS micro discovery", "err", err)
+		}
+	}()
+	defer func() { cancel(); <-shown }()
 	if s.mcp == nil {
 		return s.Worker.Run(ctx)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.mcp.run(ctx) }()
 	err := s.Worker.Run(ctx)
@@ -317,13 +341,14 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 		known.Store(tool, "")
 		return ""
 	}
+	tools := &discovery.Tools{Conn: b.JS.Conn(), Instance: cfg.Instance, Logger: log}
 	w, err := worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
 		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Contracts: live, Pools: cfg.Pools, Level: level,
-		Observer: m.Worker(), TrustedSeals: cfg.TrustedSeals, Logger: log})
+		Observer: tools.Observer(m.Worker()), Serving: tools.Serving, TrustedSeals: cfg.TrustedSeals, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return &WorkerService{Worker: w, contracts: live, mcp: ms, grpc: ge}, nil
+	return &WorkerService{Worker: w, tools: tools, contracts: live, mcp: ms, grpc: ge, log: log}, nil
 }
 
 // CallerVerifier names callers by the API keys kept on b and, when o names an issuer, by that

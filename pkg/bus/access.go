@@ -168,10 +168,12 @@ var (
 	subjResults   = protocol.FilterResults
 	subjResponses = "hermes.response.*.*"
 	// subjMicro is where NATS micro services are discovered (PING, INFO, STATS).
-	subjMicro  = "$SRV.>"
-	subjLive   = "hermes.live.>"
-	subjTimers = "hermes.timer.at.>"
-	subjDLQ    = protocol.FilterDeadLetters
+	subjMicro = "$SRV.>"
+	// subjWorkerEndpoints are the tool workers' micro endpoints (internal/discovery).
+	subjWorkerEndpoints = "hermes.svc.toolworker.>"
+	subjLive            = "hermes.live.>"
+	subjTimers          = "hermes.timer.at.>"
+	subjDLQ             = protocol.FilterDeadLetters
 )
 
 func subjToolCalls() []string {
@@ -270,6 +272,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination)},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
+		// It shows itself to NATS micro discovery (hermes-router).
+		a.Subscribe = append(a.Subscribe, subjMicro)
+		a.Responds = true
 	case RoleWorker:
 		// A worker reads the buckets its ledger, routes and contracts need, and no message of
 		// the record but the calls its consumers deliver: the ledger says which calls are
@@ -282,7 +287,10 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			toolConsumers(),
 			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
 			writes(BucketClaims, BucketTools))
-		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel))
+		// It shows itself and its tools to NATS micro discovery (hermes-toolworker; the tools'
+		// endpoints answer their figures).
+		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints)
+		a.Responds = true
 		// A worker takes calls from tools' consumers only, never a router's or the
 		// summarizer's.
 		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)

@@ -50,6 +50,9 @@ type Config struct {
 	Contracts Contracts
 	// Observer is told of tries, retries and results (metrics); nil observes nothing.
 	Observer Observer
+	// Serving, when set, is told each tool the worker begins to serve, with its kind (once
+	// each, from Run; it must not block).
+	Serving func(kind, tool string)
 	// TrustedSeals, when set, are the routers' public keys by key id: the worker runs only
 	// tool calls one of them sealed (protocol.Seal). Any other call — forged by whoever else
 	// can publish on the bus — is dropped: not run, no result, no dead letter (which would
@@ -227,11 +230,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer stopSignals()
 	var wg sync.WaitGroup
-	start := func(name string, run func(context.Context) error) {
+	start := func(name string, run func(context.Context) error) bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.serving[name] || ctx.Err() != nil {
-			return
+			return false
 		}
 		w.serving[name] = true
 		wg.Add(1)
@@ -241,9 +244,12 @@ func (w *Worker) Run(ctx context.Context) error {
 				cancel(err)
 			}
 		}()
+		return true
 	}
 	serve := func(kind, tool string) {
-		start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool) })
+		if start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool) }) && w.cfg.Serving != nil {
+			w.cfg.Serving(kind, tool)
+		}
 	}
 	// Executors whose tools change (ToolSet) serve, of their kind's tools, those they have:
 	// the others wait here until they change.

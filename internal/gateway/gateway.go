@@ -23,6 +23,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/internal/asyncapi"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/httpapi"
@@ -179,6 +180,13 @@ func newGateway(cfg Config, s Submitter) *Gateway {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	g.mux.HandleFunc("GET /readyz", g.handleReady)
+	// The public subjects' AsyncAPI document: what any NATS client may publish and call. It
+	// describes the API, holds nothing of anyone, and needs no key.
+	doc := asyncapi.JSON()
+	g.mux.HandleFunc("GET /v1/asyncapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
 	g.registerSessions()
 	g.registerBrowser()
 	g.registerTools()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/asyncapi"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/ingress"
@@ -319,6 +321,10 @@ func TestClientsCallTheMicroService(t *testing.T) {
 	if err := json.Unmarshal(stats.Data, &st); err != nil || st.Endpoints[0].NumRequests != 7 || st.Endpoints[0].NumErrors != 5 ||
 		!strings.Contains(string(st.Endpoints[0].Data), `"answered":2`) {
 		t.Fatalf("stats: %s %v", stats.Data, err)
+	}
+	// The gateway serves the document of these subjects, to anyone.
+	if code, doc := s.call("GET", "/v1/asyncapi.json", "", ""); code != http.StatusOK || doc != string(asyncapi.JSON()) || !strings.Contains(doc, protocol.SubjectClientService("{user}", protocol.EndpointRequest)) {
+		t.Errorf("GET /v1/asyncapi.json: %d %.200s", code, doc)
 	}
 	// No client calls as another: the server refuses the subject.
 	s.violating = true

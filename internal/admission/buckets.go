@@ -11,6 +11,6 @@ const OwnersBucket = "hermes-owners"
 // (bus.Config.StateMaxBytes), strict (an owner, once written, is what every gateway reads), and
 // written by gateways only.
 func Bucket(cfg bus.Config) bus.Bucket {
-	return bus.Bucket{Name: OwnersBucket, MaxBytes: bus.WithDefaults(cfg).StateMaxBytes, AsLongAsPlans: true, Strict: true,
+	return bus.Bucket{Name: OwnersBucket, Description: "Hermes: who each session belongs to", MaxBytes: bus.WithDefaults(cfg).StateMaxBytes, AsLongAsPlans: true, Strict: true,
 		Writers: []bus.Role{bus.RoleGateway}}
 }

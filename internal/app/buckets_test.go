@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,65 @@ func TestHermesOwnBuckets(t *testing.T) {
 				t.Errorf("%s may publish on %s: the server let it", role, subject)
 			}
 		}
+	}
+}
+
+// Every stream, durable consumer and bucket Hermes makes says what it is (nats stream ls,
+// consumer ls, kv ls); one made by an earlier Hermes without a description is given one.
+func TestEverythingOnTheBusIsDescribed(t *testing.T) {
+	t.Parallel()
+	s := bustest.NewServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	admin := s.Provision(t, withBuckets(bus.Config{}))
+	if _, err := admin.EnsureToolConsumer(ctx, "http", "echo"); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier Hermes' consumer and bucket, without descriptions.
+	c, err := admin.Stream.Consumer(ctx, bus.ConsumerRouterResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	cfg.Description = ""
+	if _, err := admin.Stream.UpdateConsumer(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := admin.JS.Stream(ctx, bus.KVStream(auth.KeysBucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Description = ""
+	if _, err := admin.JS.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	s.Provision(t, withBuckets(bus.Config{})) // as every process does at start
+	streams := admin.JS.ListStreams(ctx)
+	n := 0
+	for info := range streams.Info() {
+		n++
+		if strings.TrimSpace(info.Config.Description) == "" {
+			t.Errorf("stream %s has no description", info.Config.Name)
+		}
+		stream, err := admin.JS.Stream(ctx, info.Config.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers := stream.ListConsumers(ctx)
+		for ci := range consumers.Info() {
+			if ci.Config.Durable != "" && (ci.Config.Description == "" || ci.Config.Description == "Hermes") {
+				t.Errorf("consumer %s of %s: description %q", ci.Name, info.Config.Name, ci.Config.Description)
+			}
+		}
+		if err := consumers.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := streams.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 20 {
+		t.Fatalf("%d streams listed", n)
 	}
 }

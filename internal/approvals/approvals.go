@@ -39,7 +39,7 @@ const keepFor = 7 * 24 * time.Hour
 // Buckets are the approvals' buckets: written by routers (opening, running, expiring) and
 // gateways (deciding); strict, so that whichever server answers sees the last decision.
 func Buckets() []bus.Bucket {
-	return []bus.Bucket{{Name: Bucket, MaxBytes: 64 << 20, TTL: keepFor, Strict: true,
+	return []bus.Bucket{{Name: Bucket, Description: "Hermes: calls parked for a person's approval, and the decisions", MaxBytes: 64 << 20, TTL: keepFor, Strict: true,
 		Writers: []bus.Role{bus.RoleRouter, bus.RoleGateway}}}
 }
 

@@ -23,8 +23,8 @@ const (
 // revocation or a sign-out must be seen by the next read, from whichever gateway.
 func Buckets() []bus.Bucket {
 	return []bus.Bucket{
-		{Name: KeysBucket, MaxBytes: 16 << 20, Strict: true, Watchers: []bus.Role{bus.RoleGateway}},
+		{Name: KeysBucket, Description: "Hermes: callers' API keys, hashed", MaxBytes: 16 << 20, Strict: true, Watchers: []bus.Role{bus.RoleGateway}},
 		// Signing out purges a sign-in: a roll-up of its key.
-		{Name: SigninsBucket, MaxBytes: 64 << 20, TTL: 12 * time.Hour, Strict: true, Rollup: true, Writers: []bus.Role{bus.RoleGateway}},
+		{Name: SigninsBucket, Description: "Hermes: browsers' sign-ins", MaxBytes: 64 << 20, TTL: 12 * time.Hour, Strict: true, Rollup: true, Writers: []bus.Role{bus.RoleGateway}},
 	}
 }

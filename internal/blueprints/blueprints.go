@@ -48,8 +48,8 @@ const MaxUserInputBytes = 64 << 10
 // drive runs); strict, so that a run taken over is read as its last holder left it.
 func Buckets() []bus.Bucket {
 	return []bus.Bucket{
-		{Name: BlueprintsBucket, MaxBytes: 16 << 20, History: History, Strict: true, Writers: []bus.Role{bus.RoleGateway}},
-		{Name: RunsBucket, MaxBytes: 256 << 20, TTL: keepRuns, Strict: true, Writers: []bus.Role{bus.RoleGateway}},
+		{Name: BlueprintsBucket, Description: "Hermes: blueprints (composed tools), each version kept", MaxBytes: 16 << 20, History: History, Strict: true, Writers: []bus.Role{bus.RoleGateway}},
+		{Name: RunsBucket, Description: "Hermes: the runs of blueprints, step by step", MaxBytes: 256 << 20, TTL: keepRuns, Strict: true, Writers: []bus.Role{bus.RoleGateway}},
 	}
 }
 

@@ -67,7 +67,7 @@ const (
 // Buckets is the coordination's bucket: written by routers (each turn a compare-and-set) and
 // read by gateways (GET /debug/coordination).
 func Buckets() []bus.Bucket {
-	return []bus.Bucket{{Name: Bucket, MaxBytes: 256 << 20, Strict: true, MarkerTTL: markerTTL,
+	return []bus.Bucket{{Name: Bucket, Description: "Hermes: who holds each resource calls change, and who waits", MaxBytes: 256 << 20, Strict: true, MarkerTTL: markerTTL,
 		Watchers: []bus.Role{bus.RoleGateway, bus.RoleRouter}, Writers: []bus.Role{bus.RoleRouter}}}
 }
 

@@ -41,7 +41,7 @@ const Bucket = "hermes-erasures"
 // Buckets is the erasures' bucket: written by gateways (an ask) and the eraser (its state),
 // followed by the eraser; its keys are kept as long as the record may hold what they name.
 func Buckets() []bus.Bucket {
-	return []bus.Bucket{{Name: Bucket, MaxBytes: 64 << 20, Strict: true, AsLongAsPlans: true,
+	return []bus.Bucket{{Name: Bucket, Description: "Hermes: the erasures owners asked for, until the eraser has done them", MaxBytes: 64 << 20, Strict: true, AsLongAsPlans: true,
 		Watchers: []bus.Role{bus.RoleEraser}, Writers: []bus.Role{bus.RoleGateway, bus.RoleEraser}}}
 }
 

@@ -29,7 +29,7 @@ func Buckets(maxBytes int64) []bus.Bucket {
 	if maxBytes <= 0 {
 		maxBytes = DefaultBucketBytes
 	}
-	return []bus.Bucket{{Name: Bucket, MaxBytes: maxBytes, Strict: true, MarkerTTL: markerTTL,
+	return []bus.Bucket{{Name: Bucket, Description: "Hermes: what is remembered about each owner (fragments)", MaxBytes: maxBytes, Strict: true, MarkerTTL: markerTTL,
 		Writers: []bus.Role{bus.RoleGateway}}}
 }
 

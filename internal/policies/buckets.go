@@ -28,8 +28,8 @@ const windowTTL = 2 * time.Hour
 // a policy changed, or a call counted, is what the next read sees, from whichever server.
 func Buckets() []bus.Bucket {
 	return []bus.Bucket{
-		{Name: PoliciesBucket, MaxBytes: 16 << 20, History: History, Strict: true,
+		{Name: PoliciesBucket, Description: "Hermes: the tools' policies applied through the API, each version kept", MaxBytes: 16 << 20, History: History, Strict: true,
 			Watchers: []bus.Role{bus.RoleRouter}, Writers: []bus.Role{bus.RoleGateway}},
-		{Name: WindowsBucket, MaxBytes: 64 << 20, TTL: windowTTL, Strict: true, Writers: []bus.Role{bus.RoleRouter, bus.RoleGateway}},
+		{Name: WindowsBucket, Description: "Hermes: the rate limits' windows every router and gateway shares", MaxBytes: 64 << 20, TTL: windowTTL, Strict: true, Writers: []bus.Role{bus.RoleRouter, bus.RoleGateway}},
 	}
 }

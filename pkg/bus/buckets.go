@@ -20,6 +20,8 @@ import (
 type Bucket struct {
 	// Name of the bucket: a subject token, and none of Hermes' own buckets.
 	Name string
+	// Description says what it holds (nats kv ls); set on a bucket made without one.
+	Description string
 	// MaxBytes bounds the bucket; full, it refuses new entries. Required.
 	MaxBytes int64
 	// TTL of its keys; 0: they never expire.

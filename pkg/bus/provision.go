@@ -335,26 +335,28 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		dst        *jetstream.KeyValue
 		consistent bool
 		history    uint8
+		desc       string
 	}{
 		// Plans outlive what the record keeps of their request, so that a request_id reused
 		// later finds nothing left of the first request.
-		{BucketCalls, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Calls, true, 1},
-		{BucketTools, 0, smallBucketMaxBytes, &b.Tools, false, 1},
-		{BucketClaims, cfg.StateTTL, cfg.StateMaxBytes, &b.Claims, true, 1},
-		{BucketSessions, cfg.StateTTL, cfg.StateMaxBytes, &b.Sessions, true, 1},
+		{BucketCalls, planTTL(cfg, stream), cfg.StateMaxBytes, &b.Calls, true, 1, "Hermes: each request's plan, written when it is accepted"},
+		{BucketTools, 0, smallBucketMaxBytes, &b.Tools, false, 1, "Hermes: the tools routes name, and MCP servers' states"},
+		{BucketClaims, cfg.StateTTL, cfg.StateMaxBytes, &b.Claims, true, 1, "Hermes: which worker runs which call, and which calls are finished"},
+		{BucketSessions, cfg.StateTTL, cfg.StateMaxBytes, &b.Sessions, true, 1, "Hermes: each session's serial order, and the chat doors' answers"},
 		// No TTL: a parked message must never be dropped while it waits (an approval may
 		// take days); bounded in bytes instead, refusing new ones when full.
-		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true, 1},
+		{BucketParked, 0, cfg.ParkedMaxBytes, &b.Parked, true, 1, "Hermes: messages parked until what they wait for (an approval, a turn, a time)"},
 		// A contract's versions are its revisions: a call routed under one finishes under it.
-		{BucketContracts, 0, contractsMaxBytes, &b.Contracts, true, ContractHistory},
+		{BucketContracts, 0, contractsMaxBytes, &b.Contracts, true, ContractHistory, "Hermes: the tools' contracts, each version a revision"},
 	} {
 		*kv.dst, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
-			Bucket:   kv.name,
-			History:  kv.history,
-			TTL:      kv.ttl,
-			MaxBytes: kv.maxBytes,
-			Storage:  jetstream.FileStorage,
-			Replicas: cfg.Replicas,
+			Bucket:      kv.name,
+			Description: kv.desc,
+			History:     kv.history,
+			TTL:         kv.ttl,
+			MaxBytes:    kv.maxBytes,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
 		}, kv.consistent, false, !cfg.OpenOnly)
 		if err != nil {
 			return nil, err
@@ -368,6 +370,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		}
 		kv, err := ensureBucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket:         a.Name,
+			Description:    a.Description,
 			History:        max(1, a.History),
 			TTL:            ttl,
 			MaxBytes:       a.MaxBytes,
@@ -618,6 +621,7 @@ const metaInFlight = "hermes.max_in_flight"
 func (b *Bus) consumer(name string, filters ...string) jetstream.ConsumerConfig {
 	c := jetstream.ConsumerConfig{
 		Durable:       name,
+		Description:   consumerDescription(name),
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       b.cfg.AckWait,
@@ -631,6 +635,28 @@ func (b *Bus) consumer(name string, filters ...string) jetstream.ConsumerConfig 
 		c.FilterSubjects = filters
 	}
 	return c
+}
+
+// consumerDescription says what Hermes' durable consumer name is for (nats consumer ls).
+func consumerDescription(name string) string {
+	switch {
+	case name == ConsumerRouterResults:
+		return "Hermes: routers take the tools' results, and answer requests when each has its results"
+	case name == ConsumerDeadLetters:
+		return "Hermes: the dead-letter processor takes the advisories of messages given up on"
+	case name == ConsumerTimers:
+		return "Hermes: routers take the timers that went off, and wake what was parked for them"
+	case name == ConsumerClients:
+		return "Hermes: gateways take external clients' requests, one at a time"
+	case name == ConsumerSummarizer:
+		return "Hermes: the summarizer takes the model's turns, to keep long sessions short"
+	case strings.HasPrefix(name, "router-requests-"):
+		return "Hermes: routers take the requests of partition " + strings.TrimPrefix(name, "router-requests-") + ", one at a time (each session in order)"
+	case strings.HasPrefix(name, "tool_"):
+		kind, tool, _ := strings.Cut(strings.TrimPrefix(name, "tool_"), "-")
+		return "Hermes: tool workers take the calls of " + tool + " (" + kind + ")"
+	}
+	return "Hermes"
 }
 
 func (b *Bus) ensureConsumer(ctx context.Context, stream jetstream.Stream, name string, filters ...string) (jetstream.Consumer, error) {
@@ -662,6 +688,13 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 	name := spec.Durable
 	c, err := stream.Consumer(ctx, name)
 	if err == nil {
+		if have := c.CachedInfo().Config; have.Description == "" && spec.Description != "" && !b.cfg.OpenOnly {
+			// Made by a Hermes that gave none: say what it is for.
+			have.Description = spec.Description
+			if updated, err := stream.UpdateConsumer(ctx, have); err == nil {
+				c = updated
+			}
+		}
 		if spec.MaxAckPending == 1 {
 			// One message in flight is what keeps this consumer's order; a consumer made
 			// otherwise would route a session's requests out of order without a word.
@@ -804,6 +837,13 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		sc.MaxAge = cfg.TTL
 		if s, err = js.UpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("bus: keep bucket %s's keys for %s: %w", cfg.Bucket, cfg.TTL, err)
+		}
+	}
+	if sc := s.CachedInfo().Config; sc.Description == "" && cfg.Description != "" {
+		// Made by a Hermes that gave none: say what it holds (nats kv ls, stream info).
+		sc.Description = cfg.Description
+		if s, err = js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: describe bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	if sc := s.CachedInfo().Config; sc.AllowRollup && !rollup {

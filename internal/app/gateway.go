@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermesbus/hermes/internal/admission"
 	"github.com/hermesbus/hermes/internal/chat"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/ingress"
@@ -42,6 +43,13 @@ type GatewayService struct {
 	Beside service.List
 }
 
+// requestReader reads requests and who may read them, for the micro service's endpoint
+// response.
+type requestReader struct {
+	gateway.Submitter
+	*admission.Admitter
+}
+
 // Services are the gateway serving HTTP on ln, in the front phase, and the services beside it.
 func (g *GatewayService) Services(ln net.Listener) *service.List {
 	var l service.List
@@ -71,7 +79,8 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	}
 	gs := &GatewayService{Gateway: g}
 	gs.Beside.Add(service.Front, &ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
-	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Wait: cfg.DefaultWait,
+	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Reader: requestReader{g.Submitter(), g.Admitter()},
+		Limits: cfg.Limits, Wait: cfg.DefaultWait,
 		MaxWait: cfg.MaxWait, Instance: cfg.Instance, Logger: log.With("part", "micro")})
 	if b.Contracts == nil || b.Sessions == nil {
 		return gs, nil

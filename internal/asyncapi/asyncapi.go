@@ -121,6 +121,12 @@ func Document() map[string]any {
 				"parameters":  map[string]any{"user": user},
 				"messages":    map[string]any{"hermesCall": map[string]any{"$ref": "#/components/messages/hermesCall"}},
 			},
+			"serviceResponse": map[string]any{
+				"address":     protocol.SubjectClientService("{user}", protocol.EndpointResponse),
+				"description": "The micro service hermes, endpoint response: the response of a request the client published, by its request_id (only of a session the client owns).",
+				"parameters":  map[string]any{"user": user},
+				"messages":    map[string]any{"responseAsk": map[string]any{"$ref": "#/components/messages/responseAsk"}},
+			},
 			"serviceReply": map[string]any{
 				"address":     nil,
 				"description": "The caller's reply subject (its inbox).",
@@ -142,6 +148,9 @@ func Document() map[string]any {
 			"callRequest": map[string]any{"action": "send", "channel": map[string]any{"$ref": "#/channels/serviceRequest"},
 				"summary": "Submit a request and get its response once it is done",
 				"reply":   map[string]any{"channel": map[string]any{"$ref": "#/channels/serviceReply"}}},
+			"fetchResponse": map[string]any{"action": "send", "channel": map[string]any{"$ref": "#/channels/serviceResponse"},
+				"summary": "Read the response of a request published before: the response, or {request_id, status: pending}",
+				"reply":   map[string]any{"channel": map[string]any{"$ref": "#/channels/serviceReply"}}},
 			"askToolFigures": map[string]any{"action": "send", "channel": map[string]any{"$ref": "#/channels/toolFigures"},
 				"summary": "Ask a tool worker what it ran of a tool (operators)",
 				"reply":   map[string]any{"channel": map[string]any{"$ref": "#/channels/serviceReply"}}},
@@ -161,6 +170,9 @@ func Document() map[string]any {
 						"Nats-Service-Error":      header("the message"),
 					}},
 					"payload": schemaOf(&serviceError{})},
+				"responseAsk": map[string]any{"name": "ResponseAsk", "contentType": protocol.ContentTypeJSON, "payload": map[string]any{
+					"type": "object", "additionalProperties": false, "required": []string{"request_id"},
+					"properties": map[string]any{"request_id": map[string]any{"type": "string"}}}},
 				"toolFigures": map[string]any{"name": "ToolFigures", "contentType": protocol.ContentTypeJSON, "payload": schemaOf(&toolFigures{})},
 			},
 		},

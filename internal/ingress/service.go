@@ -48,6 +48,9 @@ type Service struct {
 	Conn   *nats.Conn
 	Submit Submitter
 	Admit  Admitter
+	// Reader, when set, serves the endpoint response: a request's response read by its
+	// request_id, for a client that published it into the stream (fire and forget).
+	Reader Reader
 	// Limits bound each request; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
 	// Wait is how long a call waits for its response unless it says (default 30 s); MaxWait
@@ -87,6 +90,14 @@ func (s *Service) stats(*micro.Endpoint) any {
 		out.AverageWait = s.waited.Load() / n
 	}
 	return out
+}
+
+// Reader reads requests' sessions, their owners and their responses (the gateway's submitter
+// and admitter).
+type Reader interface {
+	Session(ctx context.Context, requestID string) (string, error)
+	Status(ctx context.Context, requestID string) (*protocol.Response, bool, error)
+	MayRead(ctx context.Context, a admission.Actor, session string) (bool, error)
 }
 
 // Name names the service.
@@ -147,6 +158,19 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		_ = svc.Stop()
 		return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+	}
+	if s.Reader != nil {
+		err = svc.AddEndpoint(protocol.EndpointResponse, micro.HandlerFunc(func(r micro.Request) { s.response(served, r) }),
+			micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointResponse)),
+			micro.WithEndpointMetadata(map[string]string{
+				"description":  `the response of one of your requests, by its request_id ({"request_id": …}): the response, or {"request_id", "status": "pending"}`,
+				"content_type": protocol.ContentTypeJSON,
+				"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointResponse),
+			}))
+		if err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+		}
 	}
 	s.Logger.Info("micro service serving", "name", protocol.ServiceName, "id", svc.Info().ID, "subject", protocol.FilterClientServices)
 	<-ctx.Done()
@@ -292,6 +316,74 @@ func (s *Service) serve(ctx context.Context, r micro.Request, c *call) {
 func (s *Service) fail(r micro.Request, status int, code, field, message string) {
 	s.failed.Add(1)
 	s.refuse(r, status, code, field, message)
+}
+
+// maxAskBytes bounds a call of the endpoint response.
+const maxAskBytes = 1 << 10
+
+// response answers the response of one of the client's requests: only a request of a session
+// the client owns is its; another's is as unknown as one that never was (404).
+func (s *Service) response(ctx context.Context, r micro.Request) {
+	user, _, ok := protocol.ClientOfService(r.Subject())
+	if !ok || protocol.CheckID("NATS user", user) != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", protocol.EndpointResponse))
+		return
+	}
+	var ask struct {
+		RequestID string `json:"request_id"`
+	}
+	if len(r.Data()) > maxAskBytes {
+		s.refuse(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", fmt.Sprintf("the ask is %d bytes; at most %d", len(r.Data()), maxAskBytes))
+		return
+	}
+	dec := json.NewDecoder(strings.NewReader(string(r.Data())))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ask); err != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", `the ask is {"request_id": "…"}: `+err.Error())
+		return
+	}
+	if err := protocol.CheckID("request_id", ask.RequestID); err != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "request_id", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	unknown := fmt.Sprintf("no request %s of yours is known (or it is older than the state TTL)", ask.RequestID)
+	session, err := s.Reader.Session(ctx, ask.RequestID)
+	mine := false
+	if err == nil {
+		mine, err = s.Reader.MayRead(ctx, admission.ClientActor(user), session)
+	}
+	switch {
+	case errors.Is(err, submit.ErrNotFound) || (err == nil && !mine):
+		s.refuse(r, http.StatusNotFound, protocol.CodeNotFound, "request_id", unknown)
+		return
+	case err != nil:
+		s.Logger.Warn("read a request's session", "client", user, "request_id", ask.RequestID, "err", err)
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again")
+		return
+	}
+	resp, pending, err := s.Reader.Status(ctx, ask.RequestID)
+	switch {
+	case errors.Is(err, submit.ErrNotFound):
+		s.refuse(r, http.StatusNotFound, protocol.CodeNotFound, "request_id", unknown)
+		return
+	case err != nil:
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again")
+		return
+	}
+	var body []byte
+	if pending {
+		body, _ = json.Marshal(map[string]string{"request_id": ask.RequestID, "status": "pending"})
+	} else {
+		if resp.Results == nil {
+			resp.Results = []protocol.ToolResult{}
+		}
+		body, _ = json.Marshal(resp)
+	}
+	if err := r.Respond(body, micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}})); err != nil {
+		s.Logger.Warn("reply", "err", err)
+	}
 }
 
 // refuse replies with an error: status as the micro error code, and {"error": …} as its body.

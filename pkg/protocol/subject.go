@@ -77,6 +77,8 @@ const (
 	ServiceName = "hermes"
 	// EndpointRequest submits a request and answers its response.
 	EndpointRequest = "request"
+	// EndpointResponse answers the response of a request the client published.
+	EndpointResponse = "response"
 	// FilterClientServices matches every client's call of every endpoint.
 	FilterClientServices = subjectRoot + ".client.*.svc.*"
 )

@@ -223,6 +223,30 @@ func TestExternalClientsPublishJSON(t *testing.T) {
 	if req, err := m.DecodeRequest(protocol.DefaultLimits); err != nil || req.Intent != "a JSON client" {
 		t.Fatalf("recorded %+v %v", req, err)
 	}
+	// Fire and forget, then fetched on the bus: its own request's response, nobody else's.
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
+	fetch := func(body string) (string, string) {
+		t.Helper()
+		reply, err := nc.Request(protocol.SubjectClientService("client", protocol.EndpointResponse), []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply.Header.Get(micro.ErrorCodeHeader), string(reply.Data)
+	}
+	if code, body := fetch(`{"request_id":"jgood_1"}`); code != "" || !strings.Contains(body, `"status":"success"`) || !strings.Contains(body, "python") {
+		t.Errorf("its response: %s %s", code, body)
+	}
+	for ask, want := range map[string]string{
+		`{"request_id":"jalice_1"}`: "404", // alice's
+		`{"request_id":"nobody"}`:   "404",
+		`{"request_id":"a.b"}`:      "400",
+		`{"request":"jgood_1"}`:     "400",
+		`not json`:                  "400",
+	} {
+		if code, body := fetch(ask); code != want {
+			t.Errorf("%s: %s %s, want %s", ask, code, body, want)
+		}
+	}
 	var letters []deadletter.Letter
 	waitFor(t, "every bad request dead-lettered", func() bool {
 		letters, err = deadletter.List(ctx, admin, 100)
@@ -310,7 +334,8 @@ func TestClientsCallTheMicroService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var svc micro.Info
-	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != protocol.ServiceName || len(svc.Endpoints) != 1 || svc.Endpoints[0].Subject != protocol.FilterClientServices[:len(protocol.FilterClientServices)-1]+protocol.EndpointRequest {
+	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != protocol.ServiceName || len(svc.Endpoints) != 2 || svc.Endpoints[0].Subject != protocol.SubjectClientService("*", protocol.EndpointRequest) ||
+		svc.Endpoints[1].Subject != protocol.SubjectClientService("*", protocol.EndpointResponse) {
 		t.Fatalf("info: %s %v", info.Data, err)
 	}
 	stats, err := anc.Request("$SRV.STATS."+protocol.ServiceName, nil, 5*time.Second)

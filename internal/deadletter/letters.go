@@ -33,6 +33,8 @@ type Letter struct {
 	RequestID string        `json:"request_id,omitempty"`
 	SessionID string        `json:"session_id,omitempty"`
 	Size      int           `json:"size"`
+	// Truncated: the letter keeps only the first bytes of the message (of Size).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 func letterOf(seq uint64, h nats.Header, data []byte) Letter {
@@ -40,6 +42,9 @@ func letterOf(seq uint64, h nats.Header, data []byte) Letter {
 	l.At, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderAt))
 	l.StreamSeq, _ = strconv.ParseUint(h.Get(HeaderStreamSeq), 10, 64)
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
+	if n, err := strconv.Atoi(h.Get(HeaderSize)); err == nil && n > l.Size {
+		l.Size, l.Truncated = n, true
+	}
 	if m, err := protocol.Unmarshal(data); err == nil {
 		l.Type, l.MsgID, l.RequestID, l.SessionID = m.Type, m.MsgID, m.RequestID, m.SessionID
 	} else if isJSON(h) {

@@ -28,6 +28,9 @@ const (
 	HeaderDeliveries = "Hermes-Dlq-Deliveries"
 	HeaderConsumer   = "Hermes-Dlq-Consumer"
 	HeaderAt         = "Hermes-Dlq-At"
+	// HeaderSize, on a letter that keeps only the first bytes of its message, is the whole
+	// message's size.
+	HeaderSize = "Hermes-Dlq-Size"
 )
 
 // advisory is the part of the server's max-deliveries and terminated advisories we read.

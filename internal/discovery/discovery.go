@@ -84,9 +84,12 @@ type Tools struct {
 	Instance string
 	Logger   *slog.Logger
 
-	mu    sync.Mutex
-	tools map[string]*toolStats // by tool
-	svc   micro.Service         // nil before Run
+	mu     sync.Mutex            // guards tools and names; never held while micro is called
+	tools  map[string]*toolStats // by tool
+	names  map[string]string     // tool by endpoint name
+	showMu sync.Mutex            // guards svc and shown: the endpoints' additions, one at a time
+	svc    micro.Service         // nil before Run
+	shown  map[string]bool       // tools with an endpoint
 }
 
 // toolStats is one tool's figures.
@@ -101,8 +104,6 @@ type toolStats struct {
 	ProcessingTime        time.Duration `json:"processing_time"`
 	AverageProcessingTime time.Duration `json:"average_processing_time"`
 	LastError             string        `json:"last_error,omitempty"`
-
-	added bool
 }
 
 func (t *Tools) stats(tool string) *toolStats {
@@ -113,6 +114,10 @@ func (t *Tools) stats(tool string) *toolStats {
 	if s == nil {
 		s = &toolStats{Tool: tool}
 		t.tools[tool] = s
+		if t.names == nil {
+			t.names = map[string]string{}
+		}
+		t.names[token(tool)] = tool
 	}
 	return s
 }
@@ -120,28 +125,29 @@ func (t *Tools) stats(tool string) *toolStats {
 // Serving notes that the worker serves tool, of kind, and shows it.
 func (t *Tools) Serving(kind, tool string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.stats(tool)
-	s.Kind = kind
-	t.add(s)
+	t.stats(tool).Kind = kind
+	t.mu.Unlock()
+	t.show(tool, kind)
 }
 
-// add adds s's endpoint once the service runs (under mu).
-func (t *Tools) add(s *toolStats) {
-	if t.svc == nil || s.added {
+// show adds tool's endpoint once the service runs. micro takes its own lock to add it, and
+// holds that lock while it asks endpointData, which takes mu: mu is never held here.
+func (t *Tools) show(tool, kind string) {
+	t.showMu.Lock()
+	defer t.showMu.Unlock()
+	if t.svc == nil || t.shown[tool] {
 		return
 	}
-	tool := s.Tool
 	err := t.svc.AddEndpoint(token(tool), micro.HandlerFunc(func(r micro.Request) { t.answer(r, tool) }),
 		micro.WithEndpointSubject(SubjectTool(t.Instance, tool)),
 		micro.WithEndpointQueueGroupDisabled(),
-		micro.WithEndpointMetadata(map[string]string{"tool": tool, "kind": s.Kind,
+		micro.WithEndpointMetadata(map[string]string{"tool": tool, "kind": kind,
 			"description": "the calls of " + tool + " this worker ran: see the stats' data, or ask this subject"}))
 	if err != nil {
 		t.Logger.Warn("discovery: the tool's endpoint", "tool", tool, "err", err)
 		return
 	}
-	s.added = true
+	t.shown[tool] = true
 }
 
 // answer replies with the tool's figures.
@@ -157,10 +163,8 @@ func (t *Tools) answer(r micro.Request, tool string) {
 func (t *Tools) endpointData(e *micro.Endpoint) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, s := range t.tools {
-		if token(s.Tool) == e.Name {
-			return *s
-		}
+	if s, ok := t.tools[t.names[e.Name]]; ok {
+		return *s
 	}
 	return nil
 }
@@ -181,18 +185,24 @@ func (t *Tools) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("discovery: %s: %w", WorkerService, err)
 	}
+	t.showMu.Lock()
+	t.svc, t.shown = svc, map[string]bool{}
+	t.showMu.Unlock()
 	t.mu.Lock()
-	t.svc = svc
-	for _, tool := range slices.Sorted(maps.Keys(t.tools)) {
-		if t.tools[tool].Kind != "" {
-			t.add(t.tools[tool])
+	kinds := map[string]string{}
+	for tool, s := range t.tools {
+		if s.Kind != "" {
+			kinds[tool] = s.Kind
 		}
 	}
 	t.mu.Unlock()
+	for _, tool := range slices.Sorted(maps.Keys(kinds)) {
+		t.show(tool, kinds[tool])
+	}
 	<-ctx.Done()
-	t.mu.Lock()
+	t.showMu.Lock()
 	t.svc = nil
-	t.mu.Unlock()
+	t.showMu.Unlock()
 	return svc.Stop()
 }
 

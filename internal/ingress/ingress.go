@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,17 +113,63 @@ func decode() bus.Middleware {
 	}
 }
 
+// Bounds of the dead letters of clients' requests: a client decides what it publishes, and
+// the dead letters are every consumer's (a router's, which operators re-drive, among them).
+const (
+	// maxLetterData is how much of a request its dead letter keeps (the rest is counted).
+	maxLetterData = 16 << 10
+	// lettersPerClient is how many dead letters one client's requests make a minute in one
+	// gateway; past it, what it publishes and can never be submitted is only logged.
+	lettersPerClient = 60
+)
+
+// letters counts each client's dead letters in the current minute.
+type letters struct {
+	mu     sync.Mutex
+	minute time.Time
+	n      map[string]int
+}
+
+// take reports whether client may have one more dead letter now.
+func (l *letters) take(client string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := now.Truncate(time.Minute); !m.Equal(l.minute) || l.n == nil {
+		l.minute, l.n = m, map[string]int{}
+	}
+	if l.n[client] >= lettersPerClient {
+		return false
+	}
+	l.n[client]++
+	return true
+}
+
 // deadLetter keeps what a client published and can never be submitted as a dead letter, with
-// why (hermes dlq ls), before it is dropped; should the letter not be written, the request is
-// tried again.
+// why (hermes dlq ls), before it is dropped: its first 16 KiB, and at most lettersPerClient a
+// minute of one client (past that it is logged only). Should the letter not be written, the
+// request is tried again.
 func (g *Ingress) deadLetter() bus.Middleware {
+	var counts letters
 	return func(next bus.Handler) bus.Handler {
 		return bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
 			err := next.Handle(ctx, d)
 			if !bus.IsPermanent(err) {
 				return err
 			}
-			letter := deadletter.Message(bus.ConsumerClients, d.Subject, d.StreamSeq, d.NumDelivered, protocol.Shorten(err.Error(), 1024), d.Data, d.Header)
+			user, _, _ := protocol.ClientOfSubject(d.Subject)
+			if !counts.take(user, time.Now()) {
+				g.Logger.Warn("external client's request dropped without a dead letter: the client has had its share this minute",
+					"client", protocol.Shorten(user, 64), "err", err)
+				return err
+			}
+			data := d.Data
+			if len(data) > maxLetterData {
+				data = data[:maxLetterData]
+			}
+			letter := deadletter.Message(bus.ConsumerClients, d.Subject, d.StreamSeq, d.NumDelivered, protocol.Shorten(err.Error(), 1024), data, d.Header)
+			if len(data) < len(d.Data) {
+				letter.Header.Set(deadletter.HeaderSize, strconv.Itoa(len(d.Data)))
+			}
 			if _, perr := g.Bus.JS.PublishMsg(ctx, letter); perr != nil {
 				return fmt.Errorf("ingress: keep the dead letter (%v): %w", err, perr)
 			}

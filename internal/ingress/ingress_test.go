@@ -247,3 +247,23 @@ func FuzzContentType(f *testing.F) {
 		}
 	})
 }
+
+func TestEachClientHasItsShareOfDeadLetters(t *testing.T) {
+	t.Parallel()
+	var l letters
+	now := time.Date(2026, 12, 6, 9, 0, 10, 0, time.UTC)
+	for i := range lettersPerClient {
+		if !l.take("crm", now) {
+			t.Fatalf("letter %d refused", i)
+		}
+	}
+	if l.take("crm", now) {
+		t.Fatal("more than its share")
+	}
+	if !l.take("erp", now) {
+		t.Fatal("another client's letter refused")
+	}
+	if !l.take("crm", now.Add(time.Minute)) {
+		t.Fatal("the next minute's letter refused")
+	}
+}

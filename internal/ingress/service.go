@@ -54,19 +54,26 @@ type Service struct {
 	// Limits bound each request; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
 	// Wait is how long a call waits for its response unless it says (default 30 s); MaxWait
-	// bounds what it may say (default 5 min, at most bus.ResponseExpiry).
+	// bounds what it may say (default 5 min, and under bus.ClientReplyWithin).
 	Wait, MaxWait time.Duration
 	// MaxBytes bounds a request (default 1 MiB, as the clients' stream).
 	MaxBytes int
 	// MaxInFlight bounds the calls served at once by this process (default 256); over it a
-	// call is refused 503 at once.
-	MaxInFlight int
+	// call is refused 503 at once. MaxPerClient bounds those of one client (default 16); over
+	// it, 429.
+	MaxInFlight, MaxPerClient int
+	// Grace is how long a stopping service lets the calls it holds wait for their responses
+	// (default 10 s); then each is answered 503, to ask again (its request keeps running).
+	Grace time.Duration
 	// Instance names this process in the service's metadata.
 	Instance string
 	Logger   *slog.Logger
 
-	wg    sync.WaitGroup
-	slots chan struct{}
+	wg        sync.WaitGroup
+	slots     chan struct{}
+	mu        sync.Mutex
+	stopped   bool           // no call is taken once set
+	perClient map[string]int // calls held, by client
 	// What happens after admission, which micro's own stats do not see (they count a call
 	// when it is handed on): calls waiting now, answered with a response, refused after
 	// admission (a timeout included), and the time spent waiting for responses.
@@ -118,8 +125,8 @@ func (s *Service) defaults() {
 	if s.Wait <= 0 {
 		s.Wait = 30 * time.Second
 	}
-	if s.MaxWait <= 0 || s.MaxWait > bus.ResponseExpiry {
-		s.MaxWait = min(5*time.Minute, bus.ResponseExpiry)
+	if limit := bus.ClientReplyWithin - 30*time.Second; s.MaxWait <= 0 || s.MaxWait > limit {
+		s.MaxWait = min(5*time.Minute, limit)
 	}
 	s.Wait = min(s.Wait, s.MaxWait)
 	if s.MaxBytes <= 0 {
@@ -128,6 +135,13 @@ func (s *Service) defaults() {
 	if s.MaxInFlight <= 0 {
 		s.MaxInFlight = 256
 	}
+	if s.MaxPerClient <= 0 {
+		s.MaxPerClient = 16
+	}
+	if s.Grace <= 0 {
+		s.Grace = 10 * time.Second
+	}
+	s.perClient = map[string]int{}
 	s.slots = make(chan struct{}, s.MaxInFlight)
 }
 
@@ -146,8 +160,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingress: the micro service: %w", err)
 	}
-	// served is a context of its own: a call taken is answered even while the service stops.
-	served := context.WithoutCancel(ctx)
+	// served is a context of its own: a call taken is answered while the service stops, for
+	// Grace; then it is ended.
+	served, endServed := context.WithCancel(context.WithoutCancel(ctx))
+	defer endServed()
 	err = svc.AddEndpoint(protocol.EndpointRequest, micro.HandlerFunc(func(r micro.Request) { s.take(served, r) }),
 		micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointRequest)),
 		micro.WithEndpointMetadata(map[string]string{
@@ -174,15 +190,68 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.Logger.Info("micro service serving", "name", protocol.ServiceName, "id", svc.Info().ID, "subject", protocol.FilterClientServices)
 	<-ctx.Done()
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 	err = svc.Stop()
-	s.wg.Wait()
+	held := make(chan struct{})
+	go func() { s.wg.Wait(); close(held) }()
+	select {
+	case <-held:
+	case <-time.After(s.Grace):
+		endServed()
+		<-held
+	}
 	return err
+}
+
+// hold notes one more call being handled, unless the service stops.
+func (s *Service) hold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// holdClient notes one more call of client held, unless it holds MaxPerClient.
+func (s *Service) holdClient(client string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perClient[client] >= s.MaxPerClient {
+		return false
+	}
+	s.perClient[client]++
+	return true
+}
+
+func (s *Service) releaseClient(client string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perClient[client]--; s.perClient[client] <= 0 {
+		delete(s.perClient, client)
+	}
 }
 
 // take checks and admits one call where micro delivers it (so its stats count what is refused
 // then), and submits it and waits for its response beside the others; it refuses the call when
 // MaxInFlight are served.
 func (s *Service) take(ctx context.Context, r micro.Request) {
+	if r.Reply() == "" {
+		return // nobody would hear the answer: nothing is submitted
+	}
+	if !s.hold() {
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway is stopping; ask again")
+		return
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			s.wg.Done()
+		}
+	}()
 	select {
 	case s.slots <- struct{}{}:
 	default:
@@ -194,20 +263,23 @@ func (s *Service) take(ctx context.Context, r micro.Request) {
 		<-s.slots
 		return
 	}
-	s.wg.Add(1)
+	handed = true
 	s.inFlight.Add(1)
 	go func() {
-		defer func() { s.inFlight.Add(-1); <-s.slots; s.wg.Done() }()
-		s.serve(ctx, r, c)
+		defer func() { s.releaseClient(c.user); s.inFlight.Add(-1); <-s.slots; s.wg.Done() }()
+		s.serve(ctx, r.Reply(), c)
 	}()
 }
 
 // call is an admitted call, waiting to be submitted.
 type call struct {
-	req  *protocol.Request
-	t    *admission.Ticket
-	wait time.Duration
-	log  *slog.Logger
+	user    string
+	headers micro.Headers
+	size    int
+	req     *protocol.Request
+	t       *admission.Ticket
+	wait    time.Duration
+	log     *slog.Logger
 }
 
 // admit checks a call and admits its request, or refuses it.
@@ -245,8 +317,13 @@ func (s *Service) admit(ctx context.Context, r micro.Request) (*call, bool) {
 		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", err.Error())
 		return nil, false
 	}
+	if !s.holdClient(user) {
+		s.refuse(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", fmt.Sprintf("you have %d calls waiting at this gateway; ask again once one is answered", s.MaxPerClient))
+		return nil, false
+	}
 	t, err := s.Admit.Admit(ctx, admission.Ask{Actor: admission.ClientActor(user), Session: req.Session(), Hold: admission.HoldWaiting, Size: len(r.Data())})
 	if err != nil {
+		s.releaseClient(user)
 		if refused := admission.AsRefusal(err); refused != nil {
 			s.refuse(r, refused.Status, refused.Code, refused.Field, refused.Message)
 			return nil, false
@@ -255,45 +332,48 @@ func (s *Service) admit(ctx context.Context, r micro.Request) (*call, bool) {
 		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
 		return nil, false
 	}
-	return &call{req: req, t: t, wait: wait, log: log}, true
+	return &call{user: user, headers: r.Headers(), size: len(r.Data()), req: req, t: t, wait: wait, log: log}, true
 }
 
 // serve submits an admitted call's request and replies with its response.
-func (s *Service) serve(ctx context.Context, r micro.Request, c *call) {
+func (s *Service) serve(ctx context.Context, reply string, c *call) {
 	req, t, wait, log := c.req, c.t, c.wait, c.log
 	defer t.Close()
 	start := time.Now()
 	defer func() { s.waited.Add(int64(time.Since(start))) }()
-	h := r.Headers()
+	h := c.headers
 	tc := protocol.TraceContext{TraceID: h.Get(bus.HeaderTraceID), Traceparent: h.Get(bus.HeaderTraceparent), Tracestate: h.Get(bus.HeaderTracestate)}
 	sctx, cancel := context.WithTimeout(ctx, wait+5*time.Second)
 	defer cancel()
-	out, err := s.Submit.Submit(sctx, submit.Submission{Request: req, Trace: clientTrace(tc), Wait: wait, Size: len(r.Data()), Caller: t.Caller, Owner: t.Owner})
+	out, err := s.Submit.Submit(sctx, submit.Submission{Request: req, Trace: clientTrace(tc), Wait: wait, Size: c.size, Caller: t.Caller, Owner: t.Owner})
 	t.Accepted(err == nil && !out.Replayed)
 	switch {
 	case err == nil:
 	case errors.Is(err, submit.ErrTooLarge):
-		s.fail(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "))
+		s.fail(reply, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", strings.TrimPrefix(err.Error(), submit.ErrTooLarge.Error()+": "))
 		return
 	case errors.Is(err, submit.ErrOverBudget):
-		s.fail(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", err.Error())
+		s.fail(reply, http.StatusTooManyRequests, protocol.CodeRateLimited, "", err.Error())
 		return
 	case errors.Is(err, submit.ErrConflict):
-		s.fail(r, http.StatusConflict, protocol.CodeRequestIDConflict, "request_id", strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "))
+		s.fail(reply, http.StatusConflict, protocol.CodeRequestIDConflict, "request_id", strings.TrimPrefix(err.Error(), submit.ErrConflict.Error()+": "))
 		return
 	case errors.Is(err, protocol.ErrInvalid):
-		s.fail(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", strings.TrimPrefix(err.Error(), "submit: "))
+		s.fail(reply, http.StatusBadRequest, protocol.CodeInvalidRequest, "", strings.TrimPrefix(err.Error(), "submit: "))
+		return
+	case ctx.Err() != nil:
+		s.fail(reply, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway stopped before the response came; ask again with the same request_id (the request keeps running)")
 		return
 	case errors.Is(err, submit.ErrNotConnected), errors.Is(err, submit.ErrUnavailable), sctx.Err() != nil:
-		s.fail(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
+		s.fail(reply, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
 		return
 	default:
 		log.Error("submit", "request_id", req.RequestID, "err", err)
-		s.fail(r, http.StatusInternalServerError, protocol.CodeInternal, "", "the request could not be submitted; ask again with the same request_id")
+		s.fail(reply, http.StatusInternalServerError, protocol.CodeInternal, "", "the request could not be submitted; ask again with the same request_id")
 		return
 	}
 	if out.Pending {
-		s.fail(r, http.StatusGatewayTimeout, protocol.CodeTimeout, "", fmt.Sprintf("no response to %s within %s; the request keeps running: ask again with the same request_id to wait again", req.RequestID, wait))
+		s.fail(reply, http.StatusGatewayTimeout, protocol.CodeTimeout, "", fmt.Sprintf("no response to %s within %s; the request keeps running: ask again with the same request_id to wait again", req.RequestID, wait))
 		return
 	}
 	resp := out.Response
@@ -302,20 +382,28 @@ func (s *Service) serve(ctx context.Context, r micro.Request, c *call) {
 	}
 	body, err := json.Marshal(resp)
 	if err != nil {
-		s.fail(r, http.StatusInternalServerError, protocol.CodeInternal, "", "the response could not be written as JSON")
+		s.fail(reply, http.StatusInternalServerError, protocol.CodeInternal, "", "the response could not be written as JSON")
 		return
 	}
-	opts := []micro.RespondOpt{micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}, bus.HeaderTraceID: {out.TraceID}})}
-	if err := r.Respond(body, opts...); err != nil {
+	msg := &nats.Msg{Subject: reply, Data: body, Header: nats.Header{bus.HeaderContentType: {protocol.ContentTypeJSON}, bus.HeaderTraceID: {out.TraceID}}}
+	if err := s.Conn.PublishMsg(msg); err != nil {
 		log.Warn("reply", "request_id", req.RequestID, "err", err)
 	}
 	s.answered.Add(1)
 }
 
-// fail refuses an admitted call (refuse), counted as failed after admission.
-func (s *Service) fail(r micro.Request, status int, code, field, message string) {
+// fail answers an admitted call with an error, from beside micro's handler (so on the reply
+// subject itself, with micro's error headers), counted as failed after admission.
+func (s *Service) fail(reply string, status int, code, field, message string) {
 	s.failed.Add(1)
-	s.refuse(r, status, code, field, message)
+	msg := &nats.Msg{Subject: reply, Data: errorBody(code, field, message), Header: nats.Header{
+		bus.HeaderContentType: {protocol.ContentTypeJSON},
+		micro.ErrorCodeHeader: {strconv.Itoa(status)},
+		micro.ErrorHeader:     {protocol.Shorten(message, 256)},
+	}}
+	if err := s.Conn.PublishMsg(msg); err != nil {
+		s.Logger.Warn("reply", "err", err)
+	}
 }
 
 // maxAskBytes bounds a call of the endpoint response.
@@ -386,8 +474,8 @@ func (s *Service) response(ctx context.Context, r micro.Request) {
 	}
 }
 
-// refuse replies with an error: status as the micro error code, and {"error": …} as its body.
-func (s *Service) refuse(r micro.Request, status int, code, field, message string) {
+// errorBody is an error reply's body: {"error": {"code", "message", "field"?}}.
+func errorBody(code, field, message string) []byte {
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -397,6 +485,13 @@ func (s *Service) refuse(r micro.Request, status int, code, field, message strin
 	}
 	body.Error.Code, body.Error.Message, body.Error.Field = code, message, field
 	b, _ := json.Marshal(body)
+	return b
+}
+
+// refuse replies with an error from micro's handler: status as the micro error code, and
+// errorBody as its body.
+func (s *Service) refuse(r micro.Request, status int, code, field, message string) {
+	b := errorBody(code, field, message)
 	if err := r.Error(strconv.Itoa(status), protocol.Shorten(message, 256), b, micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}})); err != nil {
 		s.Logger.Warn("reply", "err", err)
 	}

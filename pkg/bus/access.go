@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -77,9 +76,6 @@ type Access struct {
 	// another's connections (a gateway's key lookups, a router's claims). Admin's is _INBOX, and
 	// it may subscribe to anything.
 	Inbox string
-	// Responds: the user may answer every request it receives once, on the reply subject the
-	// requester named (a micro service's endpoints and discovery: nats micro ls).
-	Responds bool
 }
 
 // InboxOf is the inbox prefix of what is named name: _INBOX_<name>. A name must be a token
@@ -169,6 +165,13 @@ var (
 	subjResponses = "hermes.response.*.*"
 	// subjMicro is where NATS micro services are discovered (PING, INFO, STATS).
 	subjMicro = "$SRV.>"
+	// subjAdminInbox is where the admin (and the nats CLI run as it) takes its replies: a
+	// service answers discovery there. No service subscribes under it (each has an inbox of
+	// its own), so none reads what another answers.
+	subjAdminInbox = "_INBOX.>"
+	// subjServiceReplies are the reply subjects the server gives, in Hermes' account, to the
+	// calls clients make through the import of their subjects.
+	subjServiceReplies = "_R_.>"
 	// subjWorkerEndpoints are the tool workers' micro endpoints (internal/discovery).
 	subjWorkerEndpoints = "hermes.svc.toolworker.>"
 	subjLive            = "hermes.live.>"
@@ -259,7 +262,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			parking())
 		// It serves the micro service hermes to external clients, and says so to discovery.
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.FilterClientServices, subjMicro)
-		a.Responds = true
+		// Its answers: to clients' calls (the server names their reply subjects _R_.… here)
+		// and to discovery.
+		a.Publish = append(a.Publish, subjServiceReplies, subjAdminInbox)
 		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
@@ -274,7 +279,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			parking())
 		// It shows itself to NATS micro discovery (hermes-router).
 		a.Subscribe = append(a.Subscribe, subjMicro)
-		a.Responds = true
+		a.Publish = append(a.Publish, subjAdminInbox)
 	case RoleWorker:
 		// A worker reads the buckets its ledger, routes and contracts need, and no message of
 		// the record but the calls its consumers deliver: the ledger says which calls are
@@ -290,7 +295,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		// It shows itself and its tools to NATS micro discovery (hermes-toolworker; the tools'
 		// endpoints answer their figures).
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints)
-		a.Responds = true
+		a.Publish = append(a.Publish, subjAdminInbox)
 		// A worker takes calls from tools' consumers only, never a router's or the
 		// summarizer's.
 		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
@@ -389,18 +394,11 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 	return a, nil
 }
 
-// ResponseExpiry is how long a user that Responds may answer a request it received: as long
-// as the service's longest wait for a request's response, and more.
-const ResponseExpiry = 15 * time.Minute
-
 // ServerPermissions is a in the embedded server's form.
 func (a Access) ServerPermissions() *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: a.Publish, Deny: a.DenyPublish},
 		Subscribe: &server.SubjectPermission{Allow: a.Subscribe, Deny: a.DenySub},
-	}
-	if a.Responds {
-		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseExpiry}
 	}
 	return p
 }
@@ -430,9 +428,6 @@ func (a Access) Conf(indent string) string {
 	list("  allow", a.Subscribe)
 	list("  deny", a.DenySub)
 	b.WriteString(indent + "  }\n")
-	if a.Responds {
-		fmt.Fprintf(&b, "%s  allow_responses: { max: 1, expires: %q }\n", indent, ResponseExpiry.String())
-	}
 	b.WriteString(indent + "}\n")
 	return b.String()
 }

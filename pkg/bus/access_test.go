@@ -315,3 +315,35 @@ func TestNothingAfterAResponseHidesIt(t *testing.T) {
 		t.Fatalf("status reads %+v, %v", got, err)
 	}
 }
+
+// A service that may both publish and subscribe a subject can hand itself any reply subject;
+// were it let answer whatever reply it receives (NATS allow_responses), it could publish
+// anywhere once. The gateway may (the live responses): it answers only on the reply subjects
+// its table names.
+func TestNoServiceAnswersPastItsPermissions(t *testing.T) {
+	t.Parallel()
+	s := lockedWithApp(t)
+	s.Provision(t, bus.Config{})
+	nc := s.ConnectAs(t, bus.RoleGateway)
+	forbidden := "$KV." + appKeys + ".forged" // an API key
+	live := protocol.SubjectLiveResponse("r1", "s1")
+	got := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(live, func(m *nats.Msg) { _ = m.Respond([]byte("{}")); got <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	before := len(s.Violations())
+	if err := nc.PublishRequest(live, forbidden, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gateway did not receive what it published")
+	}
+	_ = nc.Flush()
+	if !s.RefusedSince(before, forbidden) {
+		t.Errorf("the gateway answered on %s", forbidden)
+	}
+}

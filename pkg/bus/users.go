@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -182,7 +183,7 @@ func AuthConf(users []User, buckets []Bucket, passwords ...PasswordUser) (string
 	b.WriteString("# (made by hermes nats-auth; the seeds stay beside this file, one per user).\n")
 	b.WriteString("accounts {\n")
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: [\n%s    ]\n", AccountHermes, services.String())
-	fmt.Fprintf(&b, "    exports: [ { service: %q } ]\n  }\n", FilterClientSubjects)
+	fmt.Fprintf(&b, "    exports: [ { service: %q, response_threshold: %q } ]\n  }\n", FilterClientSubjects, ClientReplyWithin.String())
 	fmt.Fprintf(&b, "  %s {\n    users: [\n%s    ]\n", AccountClients, clients.String())
 	fmt.Fprintf(&b, "    imports: [ { service: { account: %s, subject: %q } } ]\n  }\n}\n", AccountHermes, FilterClientSubjects)
 	return b.String(), nil
@@ -205,6 +206,10 @@ func plainPassword(p string) bool {
 // FilterClientSubjects is what the clients' account imports from Hermes': the subjects of
 // external clients' requests.
 const FilterClientSubjects = "hermes.client.>"
+
+// ClientReplyWithin is how long Hermes may take to answer a client's call of its micro service
+// (the export's response threshold): a reply later than that never reaches the client.
+const ClientReplyWithin = 6 * time.Minute
 
 // Credentials say how a service authenticates to NATS: at most one of an nkey seed file and a
 // creds file (a user JWT with its seed, for servers in operator mode), or user and password in

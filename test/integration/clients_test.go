@@ -195,12 +195,14 @@ func TestExternalClientsPublishJSON(t *testing.T) {
 		"jbad_3":  "request_id",
 		"jbad_4":  "Content-Type",
 		"jalices": "not its own",
+		"jbad_6":  "malformed",
 	}
 	send("jbad_1", "application/json", `{"request_id":"jb1","session_id":"jbad_1","tool_calls":[`)
 	send("jbad_2", "application/json", `{"request_id":"jb2","session_id":"jbad_2","colour":"red","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
 	send("jbad_3", "application/json; charset=utf-8", `{"request_id":"jb.3","session_id":"jbad_3","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
 	send("jbad_4", "text/plain", `{"request_id":"jb4","session_id":"jbad_4","tool_calls":[]}`)
 	send("jalices", "application/json", `{"request_id":"jb5","session_id":"jalices","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`)
+	send("jbad_6", "application/json", `{"request_id":"jb6","tool_calls":"`+strings.Repeat("x", 100<<10)) // its letter keeps 16 KiB
 	send("jgood", "application/json", `{"request_id":"jgood_1","session_id":"jgood","intent":"a JSON client","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"from":"python"}}]}`)
 	_, admin := s.connect()
 	var resp *protocol.Response
@@ -257,6 +259,9 @@ func TestExternalClientsPublishJSON(t *testing.T) {
 		want, ok := bad[session]
 		if !ok || l.Consumer != bus.ConsumerClients || !strings.Contains(l.Reason, want) || !strings.Contains(l.Reason, "client") {
 			t.Errorf("letter of %s (%s): %q, want it to name %q", l.Subject, l.Consumer, l.Reason, want)
+		}
+		if session == "jbad_6" && (!l.Truncated || l.Size < 100<<10) {
+			t.Errorf("the large request's letter: %+v", l)
 		}
 		if _, err := deadletter.Retry(ctx, admin, l.Seq); !errors.Is(err, deadletter.ErrNotRedrivable) {
 			t.Errorf("letter %d re-driven past the client: %v", l.Seq, err)

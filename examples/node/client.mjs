@@ -1,0 +1,52 @@
+// A Hermes client in Node.js, on the official nats package: nothing of Hermes' own but the
+// subjects and the JSON it documents (api/asyncapi.json).
+//
+//   npm ci --prefix examples/node
+//   node examples/node/client.mjs [NATS_URL] [SEED_FILE] [CLIENT]
+//
+// With hermes up running: NATS_URL nats://127.0.0.1:4222, SEED_FILE hermes-data/nats/client.nk,
+// CLIENT client (the NATS user hermes up makes for external clients). It prints one JSON line
+// per step.
+import { readFileSync } from "node:fs";
+import { connect, headers, nkeyAuthenticator, JSONCodec } from "nats";
+
+const [url = "nats://127.0.0.1:4222", seedFile = "hermes-data/nats/client.nk", client = "client"] = process.argv.slice(2);
+const seed = new TextEncoder().encode(readFileSync(seedFile, "utf8").trim());
+// Each client may subscribe only under its own inbox prefix: _INBOX_<its name>.
+const nc = await connect({ servers: url, authenticator: nkeyAuthenticator(seed), inboxPrefix: `_INBOX_${client}` });
+const json = JSONCodec();
+const run = `${process.pid}_${Date.now()}`;
+const call = (id, args) => ({ tool_call_id: id, name: "echo", arguments: args });
+
+// 1. Fire and forget: publish a request as JSON into the clients' stream (JetStream acks it).
+const published = { request_id: `node_pub_${run}`, session_id: `node_${run}`, intent: "from Node", tool_calls: [call("c1", { from: "node", how: "published" })] };
+const h = headers();
+h.set("Content-Type", "application/json");
+const js = nc.jetstream();
+const ack = await js.publish(`hermes.client.${client}.${published.session_id}`, json.encode(published), { headers: h });
+console.log(JSON.stringify({ step: "published", stream: ack.stream, seq: ack.seq }));
+
+// 2. Its response, read back on the micro service's endpoint response once it is done.
+let answer;
+for (let i = 0; i < 100; i++) {
+  const m = await nc.request(`hermes.client.${client}.svc.response`, json.encode({ request_id: published.request_id }), { timeout: 5000 });
+  answer = json.decode(m.data);
+  if (m.headers?.get("Nats-Service-Error-Code")) {
+    if (m.headers.get("Nats-Service-Error-Code") !== "404") throw new Error(`response: ${JSON.stringify(answer)}`);
+  } else if (answer.status !== "pending") {
+    break;
+  }
+  await new Promise((r) => setTimeout(r, 100)); // not taken yet, or still running
+}
+console.log(JSON.stringify({ step: "fetched", response: answer }));
+
+// 3. Request/reply: the micro service submits it and answers once it is done.
+const called = { request_id: `node_req_${run}`, session_id: `node_${run}`, tool_calls: [call("c1", { from: "node", how: "called" }), call("c2", { n: 2 })] };
+const reply = await nc.request(`hermes.client.${client}.svc.request`, json.encode(called), { timeout: 30000 });
+console.log(JSON.stringify({ step: "called", error: reply.headers?.get("Nats-Service-Error-Code") || "", response: json.decode(reply.data) }));
+
+// 4. Bad input is an error reply naming the problem.
+const bad = await nc.request(`hermes.client.${client}.svc.request`, json.encode({ request_id: "node.bad", tool_calls: [] }), { timeout: 5000 });
+console.log(JSON.stringify({ step: "refused", error: bad.headers?.get("Nats-Service-Error-Code") || "", body: json.decode(bad.data) }));
+
+await nc.drain();

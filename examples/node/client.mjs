@@ -18,6 +18,9 @@ const json = JSONCodec();
 const run = `${process.pid}_${Date.now()}`;
 const call = (id, args) => ({ tool_call_id: id, name: "echo", arguments: args });
 
+// Its responses come on subjects of its own too: hermes.out.<client>.response.<session>.<request_id>.
+const responses = nc.subscribe(`hermes.out.${client}.response.>`);
+
 // 1. Fire and forget: publish a request as JSON into the clients' stream (JetStream acks it).
 const published = { request_id: `node_pub_${run}`, session_id: `node_${run}`, intent: "from Node", tool_calls: [call("c1", { from: "node", how: "published" })] };
 const h = headers();
@@ -26,7 +29,16 @@ const js = nc.jetstream();
 const ack = await js.publish(`hermes.client.${client}.${published.session_id}`, json.encode(published), { headers: h });
 console.log(JSON.stringify({ step: "published", stream: ack.stream, seq: ack.seq }));
 
-// 2. Its response, read back on the micro service's endpoint response once it is done.
+// 2. Its response, heard on the client's own subject...
+for await (const m of responses) {
+  const r = json.decode(m.data);
+  if (r.request_id === published.request_id) {
+    console.log(JSON.stringify({ step: "heard", subject: m.subject, status: r.status }));
+    break;
+  }
+}
+
+// ... and read back on the micro service's endpoint response (for a client that was not listening).
 let answer;
 for (let i = 0; i < 100; i++) {
   const m = await nc.request(`hermes.client.${client}.svc.response`, json.encode({ request_id: published.request_id }), { timeout: 5000 });

@@ -332,6 +332,11 @@ func (a *Admitter) MayRead(ctx context.Context, act Actor, session string) (bool
 	return err == nil && owner == act.Owner(), err
 }
 
+// OwnerOf names who session belongs to ("" for nobody, or before identities).
+func (a *Admitter) OwnerOf(ctx context.Context, session string) (string, error) {
+	return a.owners.of(ctx, session)
+}
+
 // recorded reports whether the record holds requests of session.
 func (a *Admitter) recorded(ctx context.Context, session string) (bool, error) {
 	if a.bus == nil {

@@ -115,6 +115,13 @@ func Document() map[string]any {
 				"parameters":  map[string]any{"user": user, "session": map[string]any{"description": "the request's session"}},
 				"messages":    map[string]any{"hermesRequest": map[string]any{"$ref": "#/components/messages/hermesRequest"}},
 			},
+			"clientResponses": map[string]any{
+				"address":     protocol.SubjectClientResponse("{user}", "{session}", "{request_id}"),
+				"description": "The responses of the client's requests, sent as each is recorded (the clients' account imports these subjects; each client may subscribe to its own only). Not kept: a client that was not listening reads a response on the endpoint response.",
+				"parameters": map[string]any{"user": user, "session": map[string]any{"description": "the request's session"},
+					"request_id": map[string]any{"description": "the request"}},
+				"messages": map[string]any{"hermesResponse": map[string]any{"$ref": "#/components/messages/hermesResponse"}},
+			},
 			"serviceRequest": map[string]any{
 				"address":     protocol.SubjectClientService("{user}", protocol.EndpointRequest),
 				"description": "The micro service hermes, endpoint request (queue group hermes, served by every gateway).",
@@ -145,6 +152,8 @@ func Document() map[string]any {
 		"operations": map[string]any{
 			"publishRequest": map[string]any{"action": "send", "channel": map[string]any{"$ref": "#/channels/clientRequests"},
 				"summary": "Publish a request (fire and forget; read its response through a gateway)"},
+			"hearResponses": map[string]any{"action": "receive", "channel": map[string]any{"$ref": "#/channels/clientResponses"},
+				"summary": "Hear the responses of one's requests as they are recorded"},
 			"callRequest": map[string]any{"action": "send", "channel": map[string]any{"$ref": "#/channels/serviceRequest"},
 				"summary": "Submit a request and get its response once it is done",
 				"reply":   map[string]any{"channel": map[string]any{"$ref": "#/channels/serviceReply"}}},

@@ -264,7 +264,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		a.Subscribe = append(a.Subscribe, protocol.FilterLiveResponses, protocol.FilterClientServices, subjMicro)
 		// Its answers: to clients' calls (the server names their reply subjects _R_.… here)
 		// and to discovery.
-		a.Publish = append(a.Publish, subjServiceReplies, subjAdminInbox)
+		a.Publish = append(a.Publish, subjServiceReplies, subjAdminInbox, protocol.FilterClientOut)
 		a.DenyPublish = fixedConsumers()
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
@@ -311,7 +311,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		}
 		a.Inbox = ClientInbox(user)
 		a.Publish = []string{protocol.SubjectClientRequest(user, "*"), protocol.SubjectClientService(user, "*")}
-		a.Subscribe = []string{a.Inbox + ".>"}
+		a.Subscribe = []string{a.Inbox + ".>", protocol.FilterClientOutOf(user)}
 	default:
 		return Access{}, fmt.Errorf("no NATS role %q (roles: %s)", role, joinRoles())
 	}

@@ -59,6 +59,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			pub("publish a request as another client", protocol.SubjectClientRequest("other", "s1")),
 			pub("call the micro service as another client", protocol.SubjectClientService("other", protocol.EndpointRequest)),
 			sub("serve the micro service", protocol.FilterClientServices),
+			sub("hear another client's responses", protocol.FilterClientOutOf("other")),
 			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
 			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
 			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),

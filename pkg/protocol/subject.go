@@ -83,6 +83,23 @@ const (
 	FilterClientServices = subjectRoot + ".client.*.svc.*"
 )
 
+// What Hermes sends each external client on subjects of its own (the clients' account imports
+// them; each client may subscribe to its own only): the responses of its requests as JSON.
+const (
+	// FilterClientOut matches everything sent to every client.
+	FilterClientOut = subjectRoot + ".out.>"
+	prefixClientOut = subjectRoot + ".out."
+)
+
+// SubjectClientResponse is where client user is sent the response of its request requestID of
+// session, as JSON, once it is recorded.
+func SubjectClientResponse(user, session, requestID string) string {
+	return prefixClientOut + user + ".response." + session + "." + requestID
+}
+
+// FilterClientOutOf matches everything sent to client user.
+func FilterClientOutOf(user string) string { return prefixClientOut + user + ".>" }
+
 // SubjectClientService is where client user calls endpoint of the service ServiceName.
 func SubjectClientService(user, endpoint string) string {
 	return prefixClient + user + ".svc." + endpoint

@@ -362,3 +362,58 @@ func TestClientsCallTheMicroService(t *testing.T) {
 		t.Error("a client called as crm")
 	}
 }
+
+// A client hears the responses of its own requests on its own subject, and no other client can
+// subscribe there; responses of other callers' requests are sent to no client.
+func TestClientsHearOnlyTheirOwnResponses(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, callers: true, users: []bus.User{{Name: "crm", Role: bus.RoleClient}}})
+	keys := callerKeys(t, s, map[string]auth.Role{"alice": auth.RoleUser})
+	anc, _ := s.connect()
+	all, err := anc.SubscribeSync(protocol.FilterClientOut) // the admin sees everything sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := s.srv.ConnectAs(t, bus.RoleClient)
+	mine, err := nc.SubscribeSync(protocol.FilterClientOutOf("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	if code, body := s.call("POST", "/v1/route", keys["alice"], `{"request_id":"hear_alice","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{}}]}`); code != 200 {
+		t.Fatalf("alice: %d %s", code, body)
+	}
+	js := clientJS(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msg := &nats.Msg{Subject: protocol.SubjectClientRequest("client", "hear_s"), Header: nats.Header{"Content-Type": {"application/json"}},
+		Data: []byte(`{"request_id":"hear_1","session_id":"hear_s","tool_calls":[{"tool_call_id":"c1","name":"echo","arguments":{"to":"client"}}]}`)}
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mine.NextMsg(15 * time.Second)
+	if err != nil {
+		t.Fatal("the client heard nothing:", err)
+	}
+	if got.Subject != protocol.SubjectClientResponse("client", "hear_s", "hear_1") || !strings.Contains(string(got.Data), `"to":"client"`) {
+		t.Fatalf("heard %s: %s", got.Subject, got.Data)
+	}
+	sent, err := all.NextMsg(5 * time.Second)
+	if err != nil || sent.Subject != got.Subject {
+		t.Fatalf("sent: %v %v", sent, err)
+	}
+	if extra, err := all.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("also sent %s: %s", extra.Subject, extra.Data)
+	}
+	// Another client may not listen there.
+	s.violating = true
+	other := s.srv.ConnectAsUser(t, "crm")
+	before := len(s.srv.Violations())
+	if _, err := other.SubscribeSync(protocol.FilterClientOutOf("client")); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Flush()
+	if !s.srv.RefusedSince(before, protocol.FilterClientOutOf("client")) {
+		t.Error("crm subscribed to client's responses")
+	}
+}

@@ -58,6 +58,9 @@ func TestANodeClientUsesTheBus(t *testing.T) {
 	if p := steps["published"]; p == nil || p["stream"] != "HERMES_CLIENTS" {
 		t.Errorf("published: %v", p)
 	}
+	if h := steps["heard"]; h == nil || h["status"] != "success" || !strings.HasPrefix(h["subject"].(string), "hermes.out.client.response.") {
+		t.Errorf("heard: %v", h)
+	}
 	fetched, _ := steps["fetched"]["response"].(map[string]any)
 	if fetched["status"] != "success" || !strings.Contains(jsonText(fetched["results"]), "published") {
 		t.Errorf("fetched: %v", steps["fetched"])

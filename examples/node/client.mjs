@@ -57,7 +57,19 @@ const called = { request_id: `node_req_${run}`, session_id: `node_${run}`, tool_
 const reply = await nc.request(`hermes.client.${client}.svc.request`, json.encode(called), { timeout: 30000 });
 console.log(JSON.stringify({ step: "called", error: reply.headers?.get("Nats-Service-Error-Code") || "", response: json.decode(reply.data) }));
 
-// 4. Bad input is an error reply naming the problem.
+// 4. Follow the session: its messages come as JSON on the client's own subject — its history,
+// then each new one — until the follow's time is up (a last message says so).
+const events = nc.subscribe(`hermes.out.${client}.session.${called.session_id}`);
+const follow = await nc.request(`hermes.client.${client}.svc.follow`, json.encode({ session_id: called.session_id, for: "2s" }), { timeout: 5000 });
+if (follow.headers?.get("Nats-Service-Error-Code")) throw new Error(`follow: ${new TextDecoder().decode(follow.data)}`);
+const types = [];
+for await (const m of events) {
+  if (m.headers?.get("Hermes-Follow-End")) break;
+  types.push(json.decode(m.data).type);
+}
+console.log(JSON.stringify({ step: "followed", types }));
+
+// 5. Bad input is an error reply naming the problem.
 const bad = await nc.request(`hermes.client.${client}.svc.request`, json.encode({ request_id: "node.bad", tool_calls: [] }), { timeout: 5000 });
 console.log(JSON.stringify({ step: "refused", error: bad.headers?.get("Nats-Service-Error-Code") || "", body: json.decode(bad.data) }));
 

@@ -79,7 +79,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	}
 	gs := &GatewayService{Gateway: g}
 	gs.Beside.Add(service.Front, &ingress.Ingress{Bus: b, Submit: g.Submitter(), Admit: g.Admitter(), Limits: cfg.Limits, Logger: log.With("part", "ingress")})
-	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Reader: requestReader{g.Submitter(), g.Admitter()},
+	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Reader: requestReader{g.Submitter(), g.Admitter()}, Record: b.JS,
 		Limits: cfg.Limits, Wait: cfg.DefaultWait,
 		MaxWait: cfg.MaxWait, Instance: cfg.Instance, Logger: log.With("part", "micro")})
 	gs.Beside.Add(service.Back, &ingress.Outbox{Conn: nc, Owners: g.Admitter(), Logger: log.With("part", "outbox")})

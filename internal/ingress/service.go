@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hermesbus/hermes/internal/admission"
@@ -51,6 +52,8 @@ type Service struct {
 	// Reader, when set, serves the endpoint response: a request's response read by its
 	// request_id, for a client that published it into the stream (fire and forget).
 	Reader Reader
+	// Record, when set, serves the endpoint follow: a session's messages sent to the client.
+	Record jetstream.JetStream
 	// Limits bound each request; zero fields take protocol.DefaultLimits.
 	Limits protocol.Limits
 	// Wait is how long a call waits for its response unless it says (default 30 s); MaxWait
@@ -72,8 +75,9 @@ type Service struct {
 	wg        sync.WaitGroup
 	slots     chan struct{}
 	mu        sync.Mutex
-	stopped   bool           // no call is taken once set
-	perClient map[string]int // calls held, by client
+	stopped   bool            // no call is taken once set
+	perClient map[string]int  // calls held, by client
+	stopping  context.Context // ends when the service stops: the follows with it
 	// What happens after admission, which micro's own stats do not see (they count a call
 	// when it is handed on): calls waiting now, answered with a response, refused after
 	// admission (a timeout included), and the time spent waiting for responses.
@@ -164,6 +168,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Grace; then it is ended.
 	served, endServed := context.WithCancel(context.WithoutCancel(ctx))
 	defer endServed()
+	s.stopping = ctx
 	err = svc.AddEndpoint(protocol.EndpointRequest, micro.HandlerFunc(func(r micro.Request) { s.take(served, r) }),
 		micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointRequest)),
 		micro.WithEndpointMetadata(map[string]string{
@@ -182,6 +187,19 @@ func (s *Service) Run(ctx context.Context) error {
 				"description":  `the response of one of your requests, by its request_id ({"request_id": …}): the response, or {"request_id", "status": "pending"}`,
 				"content_type": protocol.ContentTypeJSON,
 				"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointResponse),
+			}))
+		if err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+		}
+	}
+	if s.Record != nil {
+		err = svc.AddEndpoint(protocol.EndpointFollow, micro.HandlerFunc(func(r micro.Request) { s.follow(served, r) }),
+			micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointFollow)),
+			micro.WithEndpointMetadata(map[string]string{
+				"description":  `follow one of your sessions ({"session_id": …, "for": "5m", "after": 0}): its messages are sent as JSON to the subject it answers`,
+				"content_type": protocol.ContentTypeJSON,
+				"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointFollow),
 			}))
 		if err != nil {
 			_ = svc.Stop()

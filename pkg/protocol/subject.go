@@ -79,6 +79,8 @@ const (
 	EndpointRequest = "request"
 	// EndpointResponse answers the response of a request the client published.
 	EndpointResponse = "response"
+	// EndpointFollow sends the client a session's messages (SubjectClientSession).
+	EndpointFollow = "follow"
 	// FilterClientServices matches every client's call of every endpoint.
 	FilterClientServices = subjectRoot + ".client.*.svc.*"
 )
@@ -95,6 +97,11 @@ const (
 // session, as JSON, once it is recorded.
 func SubjectClientResponse(user, session, requestID string) string {
 	return prefixClientOut + user + ".response." + session + "." + requestID
+}
+
+// SubjectClientSession is where client user is sent the messages of its session it follows.
+func SubjectClientSession(user, session string) string {
+	return prefixClientOut + user + ".session." + session
 }
 
 // FilterClientOutOf matches everything sent to client user.

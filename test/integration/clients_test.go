@@ -405,6 +405,20 @@ func TestClientsHearOnlyTheirOwnResponses(t *testing.T) {
 	if extra, err := all.NextMsg(500 * time.Millisecond); err == nil {
 		t.Fatalf("also sent %s: %s", extra.Subject, extra.Data)
 	}
+	// It follows its own sessions only: alice's is as unknown as one that never was.
+	for ask, want := range map[string]string{
+		`{"session_id":"hear_alice"}`:            "404",
+		`{"session_id":"nobody_s"}`:              "404",
+		`{"session_id":"hear_s","for":"1h"}`:     "400",
+		`{"session_id":"hear.s"}`:                "400",
+		`{"session_id":"hear_s","colour":"red"}`: "400",
+		`{"session_id":"hear_s","for":"50ms"}`:   "",
+	} {
+		reply, err := nc.Request(protocol.SubjectClientService("client", protocol.EndpointFollow), []byte(ask), 5*time.Second)
+		if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != want {
+			t.Errorf("follow %s: %v %v %s, want %q", ask, err, reply.Header, reply.Data, want)
+		}
+	}
 	// Another client may not listen there.
 	s.violating = true
 	other := s.srv.ConnectAsUser(t, "crm")

@@ -32,8 +32,9 @@ func nodeClient(t *testing.T) string {
 }
 
 // Another language on the bus: the Node client of examples/node, on the official nats package,
-// as the NATS user the system gives external clients, publishes a request as JSON and reads its
-// response back, calls the micro service for another, and is told what is wrong with a bad one.
+// as the NATS user the system gives external clients, publishes a request as JSON, hears its
+// response on its own subject and reads it back, calls the micro service for another, follows
+// the session's messages, and is told what is wrong with a bad request.
 func TestANodeClientUsesTheBus(t *testing.T) {
 	t.Parallel()
 	script := nodeClient(t)
@@ -68,6 +69,9 @@ func TestANodeClientUsesTheBus(t *testing.T) {
 	called, _ := steps["called"]["response"].(map[string]any)
 	if steps["called"]["error"] != "" || called["status"] != "success" || len(called["results"].([]any)) != 2 {
 		t.Errorf("called: %v", steps["called"])
+	}
+	if f := steps["followed"]; f == nil || !strings.Contains(jsonText(f["types"]), `"request.v1"`) || !strings.Contains(jsonText(f["types"]), `"response.v1"`) || !strings.Contains(jsonText(f["types"]), `"tool_result.v1"`) {
+		t.Errorf("followed: %v", f)
 	}
 	if r := steps["refused"]; r == nil || r["error"] != "400" || !strings.Contains(jsonText(r["body"]), "request_id") {
 		t.Errorf("refused: %v", r)

@@ -174,7 +174,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	nkey := ""
 	if admin := sys.Seeds[bus.RoleAdmin]; admin != "" {
-		fmt.Fprintf(&b, "  NATS users  admin, gateway, router, toolworker, client: each allowed only what its role needs;\n              their nkey seeds in %s (--nats-nkey)\n", filepath.Dir(admin))
+		fmt.Fprintf(&b, "  NATS users  admin, gateway, router, toolworker, eraser, client: each allowed only what its role needs;\n              their nkey seeds in %s (--nats-nkey)\n", filepath.Dir(admin))
 		nkey = " --nats-nkey " + admin
 	}
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)

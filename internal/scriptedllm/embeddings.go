@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hermesbus/hermes/internal/prefilter"
 )
@@ -55,6 +56,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if len(inputs) == 0 || len(inputs) > maxEmbedInputs {
 		apiError(w, http.StatusBadRequest, "invalid_value", "invalid_request_error", "input", "input must hold 1 to 2048 texts")
 		return
+	}
+	if e.BatchDelayMS > 0 && len(inputs) > 1 {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(time.Duration(e.BatchDelayMS) * time.Millisecond):
+		}
 	}
 	s.mu.Lock()
 	fail := e.Status != 0 && (e.Times == 0 || s.embedFailed < e.Times)

@@ -85,6 +85,9 @@ type Embeddings struct {
 	// Status, when set, fails requests with this HTTP status (the first Times when Times > 0).
 	Status int `yaml:"status" json:"status,omitempty"`
 	Times  int `yaml:"times" json:"times,omitempty"`
+	// BatchDelayMS, when set, delays each request of more than one text (an index being
+	// built) this long: what runs meanwhile sees the vectors still coming.
+	BatchDelayMS int `yaml:"batch_delay_ms" json:"batch_delay_ms,omitempty"`
 }
 
 // Conversation is one scripted exchange.

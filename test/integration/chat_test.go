@@ -804,9 +804,9 @@ func TestChatPrefiltersTheTools(t *testing.T) {
 func TestChatPrefiltersByMeaning(t *testing.T) {
 	t.Parallel()
 	weather := []scriptedllm.Turn{{ToolCalls: []scriptedllm.ToolCall{{Name: "weather_search", Arguments: map[string]any{"city": "上海"}}}}, {Content: "上海明天晴"}}
-	script := func(status int) *scriptedllm.Script {
+	script := func(status, batchDelayMS int) *scriptedllm.Script {
 		return &scriptedllm.Script{Conversations: []scriptedllm.Conversation{{Name: "words", Match: "天气", Turns: weather}, {Name: "meaning", Match: "下雨", Turns: weather}},
-			Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨", "带伞"}}, Status: status}}
+			Embeddings: &scriptedllm.Embeddings{Concepts: [][]string{{"天气", "下雨", "带伞"}}, Status: status, BatchDelayMS: batchDelayMS}}
 	}
 	semantic := func(c *app.ChatConfig) {
 		c.Prefilter = chat.PrefilterConfig{TopK: 2, Embedder: c.LLM, MinSimilarity: 0.5}
@@ -821,7 +821,8 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 		return decisionsOf(entries)[0], text
 	}
 
-	up := startChat(t, "chat-prefilter-meaning", script(0), semantic)
+	// The tools' vectors take 3 s to come (asked for ahead, or by the first message).
+	up := startChat(t, "chat-prefilter-meaning", script(0, 3000), semantic)
 	// The first message builds the tools' index, whose vectors are asked for meanwhile: it is
 	// ranked by words, and says why.
 	d, text := ask(up, "sess_pf_first", "明天出门要带伞吗，会下雨吗")
@@ -845,7 +846,7 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 		t.Errorf("embedded %d texts, then %d", embedded, n)
 	}
 
-	down := startChat(t, "chat-prefilter-down", script(503), semantic)
+	down := startChat(t, "chat-prefilter-down", script(503, 0), semantic)
 	for i, session := range []string{"sess_pf_down1", "sess_pf_down2"} {
 		d, text := ask(down, session, "上海明天的天气怎么样")
 		if len(d.Candidates) == 0 || d.Candidates[0].Name != "weather_search" || d.Candidates[0].Similarity != 0 ||

@@ -2,15 +2,17 @@
 // subjects and the JSON it documents (api/asyncapi.json).
 //
 //   npm ci --prefix examples/node
-//   node examples/node/client.mjs [NATS_URL] [SEED_FILE] [CLIENT]
+//   node examples/node/client.mjs [NATS_URL] [SEED_FILE] [CLIENT] [ADMIN_SEED_FILE]
 //
 // With hermes up running: NATS_URL nats://127.0.0.1:4222, SEED_FILE hermes-data/nats/client.nk,
-// CLIENT client (the NATS user hermes up makes for external clients). It prints one JSON line
-// per step.
+// CLIENT client (the NATS user hermes up makes for external clients). Given ADMIN_SEED_FILE
+// (hermes-data/nats/admin.nk; or a nats:// URL naming the admin's user and password), it also
+// asks, as the operator, what a tool worker ran of the tool echo: its micro
+// endpoint. It prints one JSON line per step.
 import { readFileSync } from "node:fs";
 import { connect, headers, nkeyAuthenticator, JSONCodec } from "nats";
 
-const [url = "nats://127.0.0.1:4222", seedFile = "hermes-data/nats/client.nk", client = "client"] = process.argv.slice(2);
+const [url = "nats://127.0.0.1:4222", seedFile = "hermes-data/nats/client.nk", client = "client", adminSeed = ""] = process.argv.slice(2);
 const seed = new TextEncoder().encode(readFileSync(seedFile, "utf8").trim());
 // Each client may subscribe only under its own inbox prefix: _INBOX_<its name>.
 const nc = await connect({ servers: url, authenticator: nkeyAuthenticator(seed), inboxPrefix: `_INBOX_${client}` });
@@ -74,3 +76,21 @@ const bad = await nc.request(`hermes.client.${client}.svc.request`, json.encode(
 console.log(JSON.stringify({ step: "refused", error: bad.headers?.get("Nats-Service-Error-Code") || "", body: json.decode(bad.data) }));
 
 await nc.drain();
+
+// 6. An operator's view: the tool workers are micro services (hermes-toolworker), each tool an
+// endpoint that answers what the worker ran of it.
+if (adminSeed) {
+  let opts;
+  if (adminSeed.startsWith("nats://")) {
+    const u = new URL(adminSeed);
+    opts = { servers: `${u.hostname}:${u.port}`, user: decodeURIComponent(u.username), pass: decodeURIComponent(u.password) };
+  } else {
+    opts = { servers: url, authenticator: nkeyAuthenticator(new TextEncoder().encode(readFileSync(adminSeed, "utf8").trim())) };
+  }
+  const admin = await connect(opts);
+  const info = json.decode((await admin.request("$SRV.INFO.hermes-toolworker", "", { timeout: 5000 })).data);
+  const echo = info.endpoints.find((e) => e.name === "echo");
+  const figures = json.decode((await admin.request(echo.subject, "", { timeout: 5000 })).data);
+  console.log(JSON.stringify({ step: "worker", service: info.name, endpoint: echo.subject, figures }));
+  await admin.drain();
+}

@@ -39,7 +39,8 @@ func TestANodeClientUsesTheBus(t *testing.T) {
 	t.Parallel()
 	script := nodeClient(t)
 	s := start(t, options{workers: 1})
-	cmd := exec.Command("node", script, s.srv.Plain, s.srv.SeedFile(t, bus.RoleClient), "client")
+	// The admin is a user with a password here (hermes up's has a seed): its URL names it.
+	cmd := exec.Command("node", script, s.srv.Plain, s.srv.SeedFile(t, bus.RoleClient), "client", s.srv.URL)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -72,6 +73,10 @@ func TestANodeClientUsesTheBus(t *testing.T) {
 	}
 	if f := steps["followed"]; f == nil || !strings.Contains(jsonText(f["types"]), `"request.v1"`) || !strings.Contains(jsonText(f["types"]), `"response.v1"`) || !strings.Contains(jsonText(f["types"]), `"tool_result.v1"`) {
 		t.Errorf("followed: %v", f)
+	}
+	if w := steps["worker"]; w == nil || w["service"] != "hermes-toolworker" || !strings.HasPrefix(w["endpoint"].(string), "hermes.svc.toolworker.") ||
+		!strings.Contains(jsonText(w["figures"]), `"tool":"echo"`) || strings.Contains(jsonText(w["figures"]), `"calls":0`) {
+		t.Errorf("the worker's endpoint: %v", w)
 	}
 	if r := steps["refused"]; r == nil || r["error"] != "400" || !strings.Contains(jsonText(r["body"]), "request_id") {
 		t.Errorf("refused: %v", r)

@@ -82,7 +82,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	gs.Beside.Add(service.Front, &ingress.Service{Conn: nc, Submit: g.Submitter(), Admit: g.Admitter(), Reader: requestReader{g.Submitter(), g.Admitter()}, Record: b.JS,
 		Limits: cfg.Limits, Wait: cfg.DefaultWait,
 		MaxWait: cfg.MaxWait, Instance: cfg.Instance, Logger: log.With("part", "micro")})
-	gs.Beside.Add(service.Back, &ingress.Outbox{Conn: nc, Owners: g.Admitter(), Logger: log.With("part", "outbox")})
+	gs.Beside.Add(service.Back, &ingress.Outbox{Conn: nc, Owners: g.Admitter(), Responses: b, Logger: log.With("part", "outbox")})
 	if b.Contracts == nil || b.Sessions == nil {
 		return gs, nil
 	}

@@ -72,11 +72,18 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 	length := defaultFollow
 	if ask.For != "" {
 		d, err := time.ParseDuration(ask.For)
-		if err != nil || d <= 0 || d > maxFollow {
-			s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "for", fmt.Sprintf("for: %q is not a time from 1ms to %s (a Go duration: 5m)", protocol.Shorten(ask.For, 32), maxFollow))
+		if err != nil || d < time.Second || d > maxFollow {
+			s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "for", fmt.Sprintf("for: %q is not a time from 1s to %s (a Go duration: 5m)", protocol.Shorten(ask.For, 32), maxFollow))
 			return
 		}
 		length = d
+	}
+	if ask.After == ^uint64(0) {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "after", "after: no record sequence follows it")
+		return
+	}
+	if r.Reply() == "" {
+		return
 	}
 	if !s.hold() {
 		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway is stopping; ask again")
@@ -86,6 +93,18 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 	defer func() {
 		if !handed {
 			s.wg.Done()
+		}
+	}()
+	// A follow takes one of the gateway's places, as a call does.
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", fmt.Sprintf("this gateway serves %d calls and follows now; try again shortly", s.MaxInFlight))
+		return
+	}
+	defer func() {
+		if !handed {
+			<-s.slots
 		}
 	}()
 	if !s.holdClient(user) {
@@ -113,7 +132,7 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 	}
 	handed = true
 	go func() {
-		defer func() { t.Close(); s.releaseClient(user); s.wg.Done() }()
+		defer func() { t.Close(); s.releaseClient(user); <-s.slots; s.wg.Done() }()
 		fctx, cancel := context.WithDeadline(s.stopping, until)
 		defer cancel()
 		from := record.Start{}
@@ -121,12 +140,18 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 			from.Seq = ask.After + 1
 		}
 		err := record.Stream(fctx, s.Record, filters, from, nil, func(e *record.Entry) error {
+			hdr := nats.Header{bus.HeaderContentType: {protocol.ContentTypeJSON}, HeaderSeq: {strconv.FormatUint(e.Seq, 10)}}
 			data, err := record.JSON(record.ForCallers(e))
-			if err != nil {
-				return nil
+			if err == nil {
+				err = s.Conn.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: hdr})
 			}
-			return s.Conn.PublishMsg(&nats.Msg{Subject: subject, Data: data,
-				Header: nats.Header{bus.HeaderContentType: {protocol.ContentTypeJSON}, HeaderSeq: {strconv.FormatUint(e.Seq, 10)}}})
+			if err != nil {
+				// Too large to send (or to encode): the entry without its payload, saying why,
+				// so the client knows of it and goes on past it.
+				stub, _ := record.JSON(&record.Entry{Seq: e.Seq, Subject: e.Subject, Time: e.Time, Msg: e.Msg, Err: fmt.Errorf("not sent: %w", err)})
+				return s.Conn.PublishMsg(&nats.Msg{Subject: subject, Data: stub, Header: hdr})
+			}
+			return nil
 		})
 		why := "time"
 		switch {

@@ -10,12 +10,18 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/admission"
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 // Owners names who a session belongs to (the gateway's admitter).
 type Owners interface {
 	OwnerOf(ctx context.Context, session string) (string, error)
+}
+
+// Responses reads a request's recorded response (the bus).
+type Responses interface {
+	Response(ctx context.Context, requestID, session string) (*bus.Recorded, *protocol.Response, error)
 }
 
 // Outbox sends each external client the responses of its requests, as JSON, on a subject of
@@ -26,9 +32,10 @@ type Owners interface {
 // finds it recorded and announces it again): with no record of what was sent, so a client that
 // was not listening reads it on the micro service's endpoint response.
 type Outbox struct {
-	Conn   *nats.Conn
-	Owners Owners
-	Logger *slog.Logger
+	Conn      *nats.Conn
+	Owners    Owners
+	Responses Responses
+	Logger    *slog.Logger
 }
 
 // Name names the service.
@@ -36,8 +43,8 @@ func (o *Outbox) Name() string { return "outbox (clients' responses on their own
 
 // Validate says what the outbox lacks to run.
 func (o *Outbox) Validate() error {
-	if o.Conn == nil || o.Owners == nil {
-		return errors.New("ingress: the outbox needs Conn and Owners")
+	if o.Conn == nil || o.Owners == nil || o.Responses == nil {
+		return errors.New("ingress: the outbox needs Conn, Owners and Responses")
 	}
 	return nil
 }
@@ -54,30 +61,34 @@ func (o *Outbox) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// As the submitter's: responses are up to a bus message each.
+	_ = sub.SetPendingLimits(-1, 1<<30)
 	<-ctx.Done()
-	return sub.Drain()
+	_ = sub.Drain()
+	return nil
 }
 
-// send sends a recorded response to the client whose session it is, if a client's.
+// send sends the response an announcement names, as the record holds it (never the
+// announcement's bytes, which whoever may publish on its subject could forge), to the client
+// whose session it is, if a client's.
 func (o *Outbox) send(ctx context.Context, m *nats.Msg) {
-	msg, err := protocol.Unmarshal(m.Data)
-	if err != nil || msg.Type != protocol.TypeResponse {
+	rest, ok := strings.CutPrefix(m.Subject, strings.TrimSuffix(protocol.SubjectLiveResponse("", ""), "."))
+	requestID, session, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || protocol.CheckID("session_id", session) != nil || protocol.CheckID("request_id", requestID) != nil {
 		return
 	}
-	if protocol.CheckID("session_id", msg.SessionID) != nil || protocol.CheckID("request_id", msg.RequestID) != nil {
-		return
-	}
-	owner, err := o.Owners.OwnerOf(ctx, msg.SessionID)
+	owner, err := o.Owners.OwnerOf(ctx, session)
 	if err != nil {
-		o.Logger.Warn("outbox: the session's owner", "session_id", msg.SessionID, "err", err)
+		o.Logger.Warn("outbox: the session's owner", "session_id", session, "err", err)
 		return
 	}
 	user, ok := strings.CutPrefix(owner, admission.ClientCallerPrefix)
 	if !ok || protocol.CheckID("NATS user", user) != nil {
 		return // not a client's
 	}
-	resp, err := msg.DecodeResponse()
+	_, resp, err := o.Responses.Response(ctx, requestID, session)
 	if err != nil {
+		o.Logger.Warn("outbox: read the response", "client", user, "request_id", requestID, "err", err)
 		return
 	}
 	if resp.Results == nil {
@@ -87,9 +98,9 @@ func (o *Outbox) send(ctx context.Context, m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	out := &nats.Msg{Subject: protocol.SubjectClientResponse(user, msg.SessionID, msg.RequestID), Data: body,
+	out := &nats.Msg{Subject: protocol.SubjectClientResponse(user, session, requestID), Data: body,
 		Header: nats.Header{"Content-Type": {protocol.ContentTypeJSON}}}
 	if err := o.Conn.PublishMsg(out); err != nil {
-		o.Logger.Warn("outbox: send", "client", user, "request_id", msg.RequestID, "err", err)
+		o.Logger.Warn("outbox: send", "client", user, "request_id", requestID, "err", err)
 	}
 }

@@ -183,7 +183,8 @@ func AuthConf(users []User, buckets []Bucket, passwords ...PasswordUser) (string
 	b.WriteString("# (made by hermes nats-auth; the seeds stay beside this file, one per user).\n")
 	b.WriteString("accounts {\n")
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: [\n%s    ]\n", AccountHermes, services.String())
-	fmt.Fprintf(&b, "    exports: [ { service: %q, response_threshold: %q }, { stream: %q } ]\n  }\n", FilterClientSubjects, ClientReplyWithin.String(), protocol.FilterClientOut)
+	fmt.Fprintf(&b, "    exports: [ { service: %q, response_threshold: %q, accounts: [%q] }, { stream: %q, accounts: [%q] } ]\n  }\n",
+		FilterClientSubjects, ClientReplyWithin.String(), AccountClients, protocol.FilterClientOut, AccountClients)
 	fmt.Fprintf(&b, "  %s {\n    users: [\n%s    ]\n", AccountClients, clients.String())
 	fmt.Fprintf(&b, "    imports: [ { service: { account: %s, subject: %q } }, { stream: { account: %s, subject: %q } } ]\n  }\n}\n",
 		AccountHermes, FilterClientSubjects, AccountHermes, protocol.FilterClientOut)

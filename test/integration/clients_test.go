@@ -339,7 +339,7 @@ func TestClientsCallTheMicroService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var svc micro.Info
-	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != protocol.ServiceName || len(svc.Endpoints) != 2 || svc.Endpoints[0].Subject != protocol.SubjectClientService("*", protocol.EndpointRequest) ||
+	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != protocol.ServiceName || len(svc.Endpoints) != 3 || svc.Endpoints[0].Subject != protocol.SubjectClientService("*", protocol.EndpointRequest) ||
 		svc.Endpoints[1].Subject != protocol.SubjectClientService("*", protocol.EndpointResponse) {
 		t.Fatalf("info: %s %v", info.Data, err)
 	}
@@ -402,8 +402,25 @@ func TestClientsHearOnlyTheirOwnResponses(t *testing.T) {
 	if err != nil || sent.Subject != got.Subject {
 		t.Fatalf("sent: %v %v", sent, err)
 	}
-	if extra, err := all.NextMsg(500 * time.Millisecond); err == nil {
+	if extra, err := all.NextMsg(500 * time.Millisecond); err == nil && extra.Subject != got.Subject {
 		t.Fatalf("also sent %s: %s", extra.Subject, extra.Data)
+	}
+	// An announcement is only a hint: what is sent is the recorded response, and one forged
+	// on the announcements' subject (no response recorded) sends nothing.
+	forged, err := protocol.NewMessage(protocol.TypeResponse, &protocol.Response{RequestID: "hear_forged", SessionID: "hear_s", Status: protocol.StatusSuccess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.RequestID, forged.SessionID, forged.MsgID = "hear_forged", "hear_s", "forged"
+	data, err := protocol.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := anc.Publish(protocol.SubjectLiveResponse("hear_forged", "hear_s"), data); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mine.NextMsg(time.Second); err == nil {
+		t.Fatalf("a forged announcement reached the client: %s %s", m.Subject, m.Data)
 	}
 	// It follows its own sessions only: alice's is as unknown as one that never was.
 	for ask, want := range map[string]string{
@@ -412,7 +429,8 @@ func TestClientsHearOnlyTheirOwnResponses(t *testing.T) {
 		`{"session_id":"hear_s","for":"1h"}`:     "400",
 		`{"session_id":"hear.s"}`:                "400",
 		`{"session_id":"hear_s","colour":"red"}`: "400",
-		`{"session_id":"hear_s","for":"50ms"}`:   "",
+		`{"session_id":"hear_s","for":"50ms"}`:   "400",
+		`{"session_id":"hear_s","for":"1s"}`:     "",
 	} {
 		reply, err := nc.Request(protocol.SubjectClientService("client", protocol.EndpointFollow), []byte(ask), 5*time.Second)
 		if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != want {

@@ -3,12 +3,14 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hermesbus/hermes/pkg/bus"
 )
@@ -40,7 +42,9 @@ func TestANodeClientUsesTheBus(t *testing.T) {
 	script := nodeClient(t)
 	s := start(t, options{workers: 1})
 	// The admin is a user with a password here (hermes up's has a seed): its URL names it.
-	cmd := exec.Command("node", script, s.srv.Plain, s.srv.SeedFile(t, bus.RoleClient), "client", s.srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script, s.srv.Plain, s.srv.SeedFile(t, bus.RoleClient), "client", s.srv.URL)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

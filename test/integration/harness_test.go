@@ -530,7 +530,8 @@ func seedPath(name string) string {
 }
 
 // long marks a test that go test -short skips: the daily loop leaves the cluster, nemesis,
-// NATS-restart, load, soak and browser suites to the full run (.ci/run). Crash tests that kill
+// NATS-restart, load, soak, browser and other-language (Node, the nats CLI) suites to the full
+// run (.ci/run). Crash tests that kill
 // one process at a time stay in the daily loop.
 func long(t *testing.T, what string) {
 	t.Helper()

@@ -39,6 +39,7 @@ func nodeClient(t *testing.T) string {
 // the session's messages, and is told what is wrong with a bad request.
 func TestANodeClientUsesTheBus(t *testing.T) {
 	t.Parallel()
+	long(t, "the Node client")
 	script := nodeClient(t)
 	s := start(t, options{workers: 1})
 	// The admin is a user with a password here (hermes up's has a seed): its URL names it.

@@ -129,6 +129,7 @@ func normal(lines []string) []string {
 // The README's transcript of the nats CLI against hermes up, replayed: each command, run as
 // the README runs it, prints what the README shows.
 func TestTheREADMEsNATSTranscript(t *testing.T) {
+	long(t, "the nats CLI transcript")
 	cli := natsCLI(t)
 	steps := readmeTranscript(t)
 	if len(steps) < 3 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,20 +47,12 @@ type followAsk struct {
 // HeaderEnd. It answers at once with the subject and the end: the client subscribes first.
 // Only a session the client owns is followed (another's is 404, as one that never was).
 func (s *Service) follow(ctx context.Context, r micro.Request) {
-	user, _, ok := protocol.ClientOfService(r.Subject())
-	if !ok || protocol.CheckID("NATS user", user) != nil {
-		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", protocol.EndpointFollow))
-		return
-	}
-	if len(r.Data()) > maxAskBytes {
-		s.refuse(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", fmt.Sprintf("the ask is %d bytes; at most %d", len(r.Data()), maxAskBytes))
+	user, ok := s.client(r)
+	if !ok {
 		return
 	}
 	var ask followAsk
-	dec := json.NewDecoder(strings.NewReader(string(r.Data())))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ask); err != nil {
-		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", `the ask is {"session_id": "…", "for": "5m", "after": 0}: `+err.Error())
+	if !s.decodeAsk(r, &ask, `{"session_id": "…", "for": "5m", "after": 0}`) {
 		return
 	}
 	filters, err := record.SessionFilters("session_id", ask.SessionID)
@@ -85,41 +76,13 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 	if r.Reply() == "" {
 		return
 	}
-	if !s.hold() {
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway is stopping; ask again")
+	release, ok := s.place(r)
+	if !ok {
 		return
 	}
-	handed := false
-	defer func() {
-		if !handed {
-			s.wg.Done()
-		}
-	}()
-	// A follow takes one of the gateway's places, as a call does.
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", fmt.Sprintf("this gateway serves %d calls and follows now; try again shortly", s.MaxInFlight))
-		return
-	}
-	defer func() {
-		if !handed {
-			<-s.slots
-		}
-	}()
-	if !s.holdClient(user) {
-		s.refuse(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", fmt.Sprintf("you have %d calls and follows at this gateway; ask again once one ends", s.MaxPerClient))
-		return
-	}
-	t, err := s.Admit.Admit(ctx, admission.Ask{Actor: admission.ClientActor(user), Session: ask.SessionID, Mode: admission.Follow,
-		Hold: admission.HoldStream, Store: admission.StoreNone})
-	if err != nil {
-		s.releaseClient(user)
-		if refused := admission.AsRefusal(err); refused != nil {
-			s.refuse(r, refused.Status, refused.Code, refused.Field, refused.Message)
-			return
-		}
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again")
+	t, ok := s.admitClient(ctx, r, user, admission.Ask{Session: ask.SessionID, Mode: admission.Follow, Hold: admission.HoldStream, Store: admission.StoreNone})
+	if !ok {
+		release()
 		return
 	}
 	subject := protocol.SubjectClientSession(user, ask.SessionID)
@@ -128,11 +91,11 @@ func (s *Service) follow(ctx context.Context, r micro.Request) {
 	if err := r.Respond(answer, micro.WithHeaders(micro.Headers{bus.HeaderContentType: {protocol.ContentTypeJSON}})); err != nil {
 		t.Close()
 		s.releaseClient(user)
+		release()
 		return
 	}
-	handed = true
 	go func() {
-		defer func() { t.Close(); s.releaseClient(user); <-s.slots; s.wg.Done() }()
+		defer func() { t.Close(); s.releaseClient(user); release() }()
 		fctx, cancel := context.WithDeadline(s.stopping, until)
 		defer cancel()
 		from := record.Start{}

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,41 +170,28 @@ func (s *Service) Run(ctx context.Context) error {
 	served, endServed := context.WithCancel(context.WithoutCancel(ctx))
 	defer endServed()
 	s.stopping = ctx
-	err = svc.AddEndpoint(protocol.EndpointRequest, micro.HandlerFunc(func(r micro.Request) { s.take(served, r) }),
-		micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointRequest)),
-		micro.WithEndpointMetadata(map[string]string{
-			"description":  "submit a HermesRequest (the HTTP API's JSON) as the NATS user the subject names; replies with its HermesResponse",
-			"content_type": protocol.ContentTypeJSON,
-			"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointRequest),
-		}))
-	if err != nil {
-		_ = svc.Stop()
-		return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+	type endpoint struct {
+		name, description string
+		serve             func(context.Context, micro.Request)
+	}
+	endpoints := []endpoint{
+		{protocol.EndpointRequest, "submit a HermesRequest (the HTTP API's JSON) as the NATS user the subject names; replies with its HermesResponse", s.take},
 	}
 	if s.Reader != nil {
-		err = svc.AddEndpoint(protocol.EndpointResponse, micro.HandlerFunc(func(r micro.Request) { s.response(served, r) }),
-			micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointResponse)),
-			micro.WithEndpointMetadata(map[string]string{
-				"description":  `the response of one of your requests, by its request_id ({"request_id": …}): the response, or {"request_id", "status": "pending"}`,
-				"content_type": protocol.ContentTypeJSON,
-				"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointResponse),
-			}))
-		if err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
-		}
+		endpoints = append(endpoints, endpoint{protocol.EndpointResponse, `the response of one of your requests, by its request_id ({"request_id": …}): the response, or {"request_id", "status": "pending"}`, s.response})
 	}
 	if s.Record != nil {
-		err = svc.AddEndpoint(protocol.EndpointFollow, micro.HandlerFunc(func(r micro.Request) { s.follow(served, r) }),
-			micro.WithEndpointSubject(protocol.SubjectClientService("*", protocol.EndpointFollow)),
-			micro.WithEndpointMetadata(map[string]string{
-				"description":  `follow one of your sessions ({"session_id": …, "for": "5m", "after": 0}): its messages are sent as JSON to the subject it answers`,
-				"content_type": protocol.ContentTypeJSON,
-				"subject":      protocol.SubjectClientService("<your NATS user>", protocol.EndpointFollow),
-			}))
+		endpoints = append(endpoints, endpoint{protocol.EndpointFollow, `follow one of your sessions ({"session_id": …, "for": "5m", "after": 0}): its messages are sent as JSON to the subject it answers`, s.follow})
+	}
+	for _, e := range endpoints {
+		serve := e.serve
+		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) { serve(served, r) }),
+			micro.WithEndpointSubject(protocol.SubjectClientService("*", e.name)),
+			micro.WithEndpointMetadata(map[string]string{"description": e.description, "content_type": protocol.ContentTypeJSON,
+				"subject": protocol.SubjectClientService("<your NATS user>", e.name)}))
 		if err != nil {
 			_ = svc.Stop()
-			return fmt.Errorf("ingress: the micro service's endpoint: %w", err)
+			return fmt.Errorf("ingress: the micro service's endpoint %s: %w", e.name, err)
 		}
 	}
 	s.Logger.Info("micro service serving", "name", protocol.ServiceName, "id", svc.Info().ID, "subject", protocol.FilterClientServices)
@@ -260,33 +248,59 @@ func (s *Service) take(ctx context.Context, r micro.Request) {
 	if r.Reply() == "" {
 		return // nobody would hear the answer: nothing is submitted
 	}
-	if !s.hold() {
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway is stopping; ask again")
-		return
-	}
-	handed := false
-	defer func() {
-		if !handed {
-			s.wg.Done()
-		}
-	}()
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", fmt.Sprintf("this gateway serves %d calls now; try again shortly", s.MaxInFlight))
+	release, ok := s.place(r)
+	if !ok {
 		return
 	}
 	c, ok := s.admit(ctx, r)
 	if !ok {
-		<-s.slots
+		release()
 		return
 	}
-	handed = true
 	s.inFlight.Add(1)
 	go func() {
-		defer func() { s.releaseClient(c.user); s.inFlight.Add(-1); <-s.slots; s.wg.Done() }()
+		defer func() { s.releaseClient(c.user); s.inFlight.Add(-1); release() }()
 		s.serve(ctx, r.Reply(), c)
 	}()
+}
+
+// place takes one of the service's places for a call or a follow — one of MaxInFlight, held
+// until release, which Run waits for when it stops — or refuses r, the service stopping or full.
+func (s *Service) place(r micro.Request) (release func(), ok bool) {
+	if !s.hold() {
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "this gateway is stopping; ask again")
+		return nil, false
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.wg.Done()
+		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", fmt.Sprintf("this gateway serves %d calls and follows now; try again shortly", s.MaxInFlight))
+		return nil, false
+	}
+	return func() { <-s.slots; s.wg.Done() }, true
+}
+
+// admitClient admits ask of client user, within its MaxPerClient, or refuses r saying why; the
+// ticket's holder releases the client (releaseClient) once done.
+func (s *Service) admitClient(ctx context.Context, r micro.Request, user string, ask admission.Ask) (*admission.Ticket, bool) {
+	if !s.holdClient(user) {
+		s.refuse(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", fmt.Sprintf("you have %d calls and follows at this gateway; ask again once one ends", s.MaxPerClient))
+		return nil, false
+	}
+	ask.Actor = admission.ClientActor(user)
+	t, err := s.Admit.Admit(ctx, ask)
+	if err == nil {
+		return t, true
+	}
+	s.releaseClient(user)
+	if refused := admission.AsRefusal(err); refused != nil {
+		s.refuse(r, refused.Status, refused.Code, refused.Field, refused.Message)
+		return nil, false
+	}
+	s.Logger.Warn("admit", "client", user, "err", err)
+	s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again")
+	return nil, false
 }
 
 // call is an admitted call, waiting to be submitted.
@@ -302,9 +316,8 @@ type call struct {
 
 // admit checks a call and admits its request, or refuses it.
 func (s *Service) admit(ctx context.Context, r micro.Request) (*call, bool) {
-	user, _, ok := protocol.ClientOfService(r.Subject())
-	if !ok || protocol.CheckID("NATS user", user) != nil {
-		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", protocol.EndpointRequest))
+	user, ok := s.client(r)
+	if !ok {
 		return nil, false
 	}
 	log := s.Logger.With("client", user)
@@ -335,19 +348,8 @@ func (s *Service) admit(ctx context.Context, r micro.Request) (*call, bool) {
 		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", err.Error())
 		return nil, false
 	}
-	if !s.holdClient(user) {
-		s.refuse(r, http.StatusTooManyRequests, protocol.CodeRateLimited, "", fmt.Sprintf("you have %d calls waiting at this gateway; ask again once one is answered", s.MaxPerClient))
-		return nil, false
-	}
-	t, err := s.Admit.Admit(ctx, admission.Ask{Actor: admission.ClientActor(user), Session: req.Session(), Hold: admission.HoldWaiting, Size: len(r.Data())})
-	if err != nil {
-		s.releaseClient(user)
-		if refused := admission.AsRefusal(err); refused != nil {
-			s.refuse(r, refused.Status, refused.Code, refused.Field, refused.Message)
-			return nil, false
-		}
-		log.Warn("admit", "err", err)
-		s.refuse(r, http.StatusServiceUnavailable, protocol.CodeBusUnavailable, "", "the bus is not reachable; ask again with the same request_id")
+	t, ok := s.admitClient(ctx, r, user, admission.Ask{Session: req.Session(), Hold: admission.HoldWaiting, Size: len(r.Data())})
+	if !ok {
 		return nil, false
 	}
 	return &call{user: user, headers: r.Headers(), size: len(r.Data()), req: req, t: t, wait: wait, log: log}, true
@@ -424,28 +426,53 @@ func (s *Service) fail(reply string, status int, code, field, message string) {
 	}
 }
 
-// maxAskBytes bounds a call of the endpoint response.
+// maxAskBytes bounds a call of the endpoints response and follow.
 const maxAskBytes = 1 << 10
+
+// client is the client whose subject r came on, or it refuses r.
+func (s *Service) client(r micro.Request) (string, bool) {
+	user, endpoint, ok := protocol.ClientOfService(r.Subject())
+	if !ok || protocol.CheckID("NATS user", user) != nil {
+		if endpoint == "" {
+			endpoint = "<endpoint>"
+		}
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", endpoint))
+		return "", false
+	}
+	return user, true
+}
+
+// decodeAsk reads r's body, one JSON object of shape (said in the error) and nothing after it,
+// into v, or refuses r.
+func (s *Service) decodeAsk(r micro.Request, v any, shape string) bool {
+	if len(r.Data()) > maxAskBytes {
+		s.refuse(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", fmt.Sprintf("the ask is %d bytes; at most %d", len(r.Data()), maxAskBytes))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.Data()))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more follows the object")
+	}
+	if err != nil {
+		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "the ask is "+shape+": "+err.Error())
+		return false
+	}
+	return true
+}
 
 // response answers the response of one of the client's requests: only a request of a session
 // the client owns is its; another's is as unknown as one that never was (404).
 func (s *Service) response(ctx context.Context, r micro.Request) {
-	user, _, ok := protocol.ClientOfService(r.Subject())
-	if !ok || protocol.CheckID("NATS user", user) != nil {
-		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", "not a client's subject: call "+protocol.SubjectClientService("<your NATS user>", protocol.EndpointResponse))
+	user, ok := s.client(r)
+	if !ok {
 		return
 	}
 	var ask struct {
 		RequestID string `json:"request_id"`
 	}
-	if len(r.Data()) > maxAskBytes {
-		s.refuse(r, http.StatusRequestEntityTooLarge, protocol.CodeBodyTooLarge, "", fmt.Sprintf("the ask is %d bytes; at most %d", len(r.Data()), maxAskBytes))
-		return
-	}
-	dec := json.NewDecoder(strings.NewReader(string(r.Data())))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ask); err != nil {
-		s.refuse(r, http.StatusBadRequest, protocol.CodeInvalidRequest, "", `the ask is {"request_id": "…"}: `+err.Error())
+	if !s.decodeAsk(r, &ask, `{"request_id": "…"}`) {
 		return
 	}
 	if err := protocol.CheckID("request_id", ask.RequestID); err != nil {
@@ -494,16 +521,19 @@ func (s *Service) response(ctx context.Context, r micro.Request) {
 
 // errorBody is an error reply's body: {"error": {"code", "message", "field"?}}.
 func errorBody(code, field, message string) []byte {
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field,omitempty"`
-		} `json:"error"`
-	}
+	var body ServiceError
 	body.Error.Code, body.Error.Message, body.Error.Field = code, message, field
 	b, _ := json.Marshal(body)
 	return b
+}
+
+// ServiceError is the body of the service's error replies.
+type ServiceError struct {
+	Error struct {
+		Code    string `json:"code" jsonschema:"required,description=Hermes' error code: INVALID_REQUEST, NOT_FOUND, RATE_LIMITED, TIMEOUT, BUS_UNAVAILABLE, …"`
+		Message string `json:"message" jsonschema:"required"`
+		Field   string `json:"field,omitempty" jsonschema:"description=the field the problem is in"`
+	} `json:"error" jsonschema:"required"`
 }
 
 // refuse replies with an error from micro's handler: status as the micro error code, and

@@ -57,27 +57,6 @@ func requestSchema() map[string]any {
 	return s
 }
 
-// serviceError is the body of the micro service's error replies.
-type serviceError struct {
-	Error struct {
-		Code    string `json:"code" jsonschema:"required,description=Hermes' error code: INVALID_REQUEST, NOT_FOUND, RATE_LIMITED, TIMEOUT, BUS_UNAVAILABLE, …"`
-		Message string `json:"message" jsonschema:"required"`
-		Field   string `json:"field,omitempty" jsonschema:"description=the field the problem is in"`
-	} `json:"error" jsonschema:"required"`
-}
-
-// toolFigures is what a tool worker's endpoint shows of its tool (internal/discovery).
-type toolFigures struct {
-	Tool                  string `json:"tool"`
-	Kind                  string `json:"kind"`
-	Calls                 int64  `json:"calls"`
-	Errors                int64  `json:"errors"`
-	InFlight              int64  `json:"in_flight"`
-	ProcessingTime        int64  `json:"processing_time" jsonschema:"description=nanoseconds"`
-	AverageProcessingTime int64  `json:"average_processing_time" jsonschema:"description=nanoseconds"`
-	LastError             string `json:"last_error,omitempty"`
-}
-
 func header(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
 
 // Document is the AsyncAPI 3.0 document of Hermes' public subjects.
@@ -194,7 +173,7 @@ func Document() map[string]any {
 						"Nats-Service-Error-Code": header("an HTTP status: 400, 404, 409, 413, 429, 503, 504"),
 						"Nats-Service-Error":      header("the message"),
 					}},
-					"payload": schemaOf(&serviceError{})},
+					"payload": schemaOf(&ingress.ServiceError{})},
 				"responseAsk": map[string]any{"name": "ResponseAsk", "contentType": protocol.ContentTypeJSON, "payload": map[string]any{
 					"type": "object", "additionalProperties": false, "required": []string{"request_id"},
 					"properties": map[string]any{"request_id": map[string]any{"type": "string"}}}},
@@ -206,7 +185,7 @@ func Document() map[string]any {
 				"recordEntry": map[string]any{"name": "RecordEntry", "contentType": protocol.ContentTypeJSON,
 					"summary": "One message of the record: seq, subject, time, type, msg_id, session_id, request_id, causation_id, payload (as GET /v1/sessions/{id}/events sends it)",
 					"payload": map[string]any{"type": "object"}},
-				"toolFigures": map[string]any{"name": "ToolFigures", "contentType": protocol.ContentTypeJSON, "payload": schemaOf(&toolFigures{})},
+				"toolFigures": map[string]any{"name": "ToolFigures", "contentType": protocol.ContentTypeJSON, "payload": schemaOf(&discovery.Figures{})},
 			},
 		},
 	}

@@ -84,16 +84,16 @@ type Tools struct {
 	Instance string
 	Logger   *slog.Logger
 
-	mu     sync.Mutex            // guards tools and names; never held while micro is called
-	tools  map[string]*toolStats // by tool
-	names  map[string]string     // tool by endpoint name
-	showMu sync.Mutex            // guards svc and shown: the endpoints' additions, one at a time
-	svc    micro.Service         // nil before Run
-	shown  map[string]bool       // tools with an endpoint
+	mu     sync.Mutex          // guards tools and names; never held while micro is called
+	tools  map[string]*Figures // by tool
+	names  map[string]string   // tool by endpoint name
+	showMu sync.Mutex          // guards svc and shown: the endpoints' additions, one at a time
+	svc    micro.Service       // nil before Run
+	shown  map[string]bool     // tools with an endpoint
 }
 
-// toolStats is one tool's figures.
-type toolStats struct {
+// Figures are what a worker ran of one tool: its endpoint's stats data, and its answer.
+type Figures struct {
 	Tool     string `json:"tool"`
 	Kind     string `json:"kind"`
 	Calls    int64  `json:"calls"`
@@ -101,18 +101,18 @@ type toolStats struct {
 	InFlight int64  `json:"in_flight"`
 	// InFlight counts the tries running now. ProcessingTime is the time its tries took, all
 	// together; AverageProcessingTime that per call (ns).
-	ProcessingTime        time.Duration `json:"processing_time"`
-	AverageProcessingTime time.Duration `json:"average_processing_time"`
+	ProcessingTime        time.Duration `json:"processing_time" jsonschema:"description=nanoseconds"`
+	AverageProcessingTime time.Duration `json:"average_processing_time" jsonschema:"description=nanoseconds"`
 	LastError             string        `json:"last_error,omitempty"`
 }
 
-func (t *Tools) stats(tool string) *toolStats {
+func (t *Tools) stats(tool string) *Figures {
 	if t.tools == nil {
-		t.tools = map[string]*toolStats{}
+		t.tools = map[string]*Figures{}
 	}
 	s := t.tools[tool]
 	if s == nil {
-		s = &toolStats{Tool: tool}
+		s = &Figures{Tool: tool}
 		t.tools[tool] = s
 		if t.names == nil {
 			t.names = map[string]string{}

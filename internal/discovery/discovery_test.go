@@ -81,7 +81,7 @@ func TestToolsAppearWhileStatsAreAsked(t *testing.T) {
 		t.Fatalf("%d endpoints: %v", len(st.Endpoints), err)
 	}
 	for _, e := range st.Endpoints {
-		var f toolStats
+		var f Figures
 		if err := json.Unmarshal(e.Data, &f); err != nil || f.Tool != e.Name || f.Calls != 1 || f.ProcessingTime != time.Millisecond {
 			t.Fatalf("%s: %s %v", e.Name, e.Data, err)
 		}

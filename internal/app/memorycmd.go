@@ -13,7 +13,6 @@ import (
 
 	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/memory"
-	"github.com/hermesbus/hermes/internal/record"
 )
 
 const memoryUsage = `hermes memory ls|get KEY|rm KEY|forget|erasure [flags]
@@ -241,9 +240,6 @@ func printFragments(env Env, owner string, fs []memoryFragment) {
 	_ = tw.Flush()
 }
 
-// maxErasedSessions bounds the sessions one erasure purges.
-const maxErasedSessions = 100_000
-
 // eraseMemory is hermes memory forget --nats: the owner's fragments, history and (withHistory)
 // sessions, erased on the bus.
 func eraseMemory(ctx context.Context, env Env, target *natsTarget, owner string, withHistory, asJSON bool) error {
@@ -261,12 +257,8 @@ func eraseMemory(ctx context.Context, env Env, target *natsTarget, owner string,
 	}
 	var sessions []string
 	if withHistory {
-		list, err := record.RecentSessions(ctx, js, maxErasedSessions, owner)
-		if err != nil {
-			return &ExitError{Code: 2, Err: fmt.Errorf("memory forget: the owner's sessions: %w", err)}
-		}
-		for _, s := range list {
-			sessions = append(sessions, s.ID)
+		if sessions, _, err = erasure.OwnerSessions(ctx, js, owner); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("memory forget: %w", err)}
 		}
 	}
 	out, err := memory.Erase(ctx, js, &memory.Store{KV: kv, JS: js}, owner, sessions)

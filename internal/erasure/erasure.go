@@ -361,23 +361,31 @@ func (e *Eraser) erase(ctx context.Context, k string) error {
 }
 
 // eraseRecord erases what a names from the record; truncated when the owner had more sessions
-// than one erasure purges. A session is the owner's when its latest request names the owner
-// (record.RecentSessions); what cannot be a session of a request (no subject token, a memory
-// or sandbox session) is never purged as one.
+// than one erasure purges.
 func (e *Eraser) eraseRecord(ctx context.Context, a *Ask) (out memory.Erasure, truncated bool, err error) {
 	var sessions []string
 	if a.WithHistory && a.Owner != memory.Anonymous {
-		list, err := record.RecentSessions(ctx, e.JS, MaxSessions, a.Owner)
-		if err != nil {
-			return memory.Erasure{Owner: a.Owner}, false, fmt.Errorf("erasure: the owner's sessions: %w", err)
-		}
-		truncated = len(list) >= MaxSessions
-		for _, s := range list {
-			if protocol.CheckID("session", s.ID) == nil && !protocol.IsSandboxSession(s.ID) && !strings.HasPrefix(s.ID, protocol.MemorySessionPrefix) {
-				sessions = append(sessions, s.ID)
-			}
+		if sessions, truncated, err = OwnerSessions(ctx, e.JS, a.Owner); err != nil {
+			return memory.Erasure{Owner: a.Owner}, false, err
 		}
 	}
 	out, err = memory.EraseRecord(ctx, e.JS, a.Owner, sessions)
 	return out, truncated, err
+}
+
+// OwnerSessions are owner's latest sessions on the record, MaxSessions at most (truncated when
+// there may be more): those whose latest request names the owner (record.RecentSessions). What
+// cannot be a session of a request (no subject token, a memory or sandbox session) is never
+// one, whatever a request's headers say.
+func OwnerSessions(ctx context.Context, js jetstream.JetStream, owner string) (sessions []string, truncated bool, err error) {
+	list, err := record.RecentSessions(ctx, js, MaxSessions, owner)
+	if err != nil {
+		return nil, false, fmt.Errorf("erasure: the owner's sessions: %w", err)
+	}
+	for _, s := range list {
+		if protocol.CheckID("session", s.ID) == nil && !protocol.IsSandboxSession(s.ID) && !strings.HasPrefix(s.ID, protocol.MemorySessionPrefix) {
+			sessions = append(sessions, s.ID)
+		}
+	}
+	return sessions, len(list) >= MaxSessions, nil
 }

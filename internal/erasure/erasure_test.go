@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/memory"
@@ -127,15 +128,34 @@ func TestEraserErasesWhatIsAskedAndMarksItDone(t *testing.T) {
 	}
 }
 
-// An ask of the anonymous owner never purges sessions: they are every anonymous caller's.
-func TestAnAnonymousAskErasesNoSession(t *testing.T) {
+// An ask with history purges the sessions whose latest request names its owner, and no other;
+// the anonymous owner's sessions are every anonymous caller's, and are never purged.
+func TestAnAskWithHistoryErasesItsOwnersSessionsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	asks, b := newAsks(t)
+	for session, owner := range map[string]string{"s_alice": "key:alice", "s_anon": memory.Anonymous, "s_bob": "key:bob"} {
+		msg := nats.NewMsg(protocol.SubjectRequest(session))
+		msg.Header.Set(bus.HeaderOwner, owner)
+		msg.Header.Set(bus.HeaderRequestID, "r_"+session)
+		msg.Data = []byte(`{}`)
+		if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e := &Eraser{Asks: asks, JS: b.JS}
 	out, truncated, err := e.eraseRecord(ctx, &Ask{Owner: memory.Anonymous, WithHistory: true, State: StateAsked})
 	if err != nil || len(out.Sessions) != 0 || truncated {
-		t.Fatalf("%+v %v", out, err)
+		t.Fatalf("the anonymous owner: %+v %v", out, err)
+	}
+	out, _, err = e.eraseRecord(ctx, &Ask{Owner: "key:alice", WithHistory: true, State: StateAsked})
+	if err != nil || len(out.Sessions) != 1 || out.Sessions[0] != "s_alice" {
+		t.Fatalf("alice: %+v %v", out, err)
+	}
+	for session, want := range map[string]uint64{"s_alice": 0, "s_anon": 1, "s_bob": 1} {
+		if n := held(t, b, protocol.StoredSubjectRequest(session)); n != want {
+			t.Errorf("%s: %d requests left, want %d", session, n, want)
+		}
 	}
 }
 

@@ -214,7 +214,7 @@ func startUp(t *testing.T, instance string) (sys *app.System, keyFile string) {
 	keyFile = filepath.Join(dir, "admin.key")
 	var err error
 	sys, err = app.StartSystem(ctx, app.SystemConfig{DataDir: dir, HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", DemoGRPCAddr: "127.0.0.1:0",
-		Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance, KeyFile: keyFile})
+		NATSListen: "127.0.0.1:0", Routes: table, ToolWorkers: 1, Worker: app.WorkerConfig{Concurrency: 8}, Instance: instance, KeyFile: keyFile})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

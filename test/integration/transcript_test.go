@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermesbus/hermes/internal/app"
-	"github.com/hermesbus/hermes/internal/routes"
+	"github.com/hermesbus/hermes/pkg/bus"
 )
 
 // natsCLI is the nats CLI (.ci/run installs the pinned one in bin/): CI must have it;
@@ -135,22 +134,12 @@ func TestTheREADMEsNATSTranscript(t *testing.T) {
 	if len(steps) < 3 {
 		t.Fatalf("%d steps in the transcript", len(steps))
 	}
+	sys, _ := startUp(t, "transcript")
+	// The README runs beside hermes up's data directory, hermes-data.
 	dir := t.TempDir()
-	table, err := routes.Load("../../examples/routes.yaml")
-	if err != nil {
+	if err := os.Symlink(filepath.Dir(filepath.Dir(sys.Seeds[bus.RoleAdmin])), filepath.Join(dir, "hermes-data")); err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.SystemConfig{DataDir: filepath.Join(dir, "hermes-data"), HTTPAddr: "127.0.0.1:0", DemoAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0",
-		ToolWorkers: 1, Instance: "transcript", Routes: table}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := app.StartSystem(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = sys.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	if sys.ClientURL == "" {
 		t.Fatal("hermes up serves no NATS clients")
 	}
@@ -159,7 +148,7 @@ func TestTheREADMEsNATSTranscript(t *testing.T) {
 		if len(args) == 0 || args[0] != "nats" {
 			t.Fatalf("not a nats command: %s", s.command)
 		}
-		cmdCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+		cmdCtx, stop := context.WithTimeout(t.Context(), 30*time.Second)
 		defer stop()
 		cmd := exec.CommandContext(cmdCtx, cli, args[1:]...)
 		cmd.Dir = dir // hermes-data/ as in the README

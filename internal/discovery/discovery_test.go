@@ -36,6 +36,15 @@ func TestToolsAppearWhileStatsAreAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer asker.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; { // the service is up once it answers
+		if _, err := asker.Request("$SRV.PING."+WorkerService, nil, time.Second); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service never answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	stop := make(chan struct{})
 	asked := make(chan int)
 	go func() {

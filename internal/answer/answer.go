@@ -100,19 +100,10 @@ func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 		failure = &protocol.ResponseError{Code: protocol.CodeCancelled, Message: msg}
 	}
 	for {
-		resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),
-			Results: results, Error: failure}
-		if err := resp.Validate(); err != nil {
-			// What no reader could decode must never be the request's one response.
-			return false, bus.Permanent(fmt.Errorf("answer: response of %s: %w", r.RequestID, err))
-		}
-		out, err := protocol.NewMessage(protocol.TypeResponse, resp)
+		out, resp, err := r.message(ctx, results, failure)
 		if err != nil {
-			return false, bus.Permanent(err)
+			return false, err
 		}
-		out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(r.RequestID), r.RequestID, r.SessionID
-		out.CausationID, out.Trace = r.Cause, r.Trace
-		tracing.Inject(ctx, &out.Trace)
 		mine, err := a.bus.Respond(ctx, a.pub, out)
 		if errors.Is(err, bus.ErrTooLarge) && shrinkLargest(results, a.bus.MaxMessageBytes()) {
 			continue
@@ -130,6 +121,39 @@ func (a *Responder) Respond(ctx context.Context, r *Response) (bool, error) {
 		}
 		return mine, nil
 	}
+}
+
+// Message is r as the response message that records it, and the response it carries: what
+// Respond records, for who answers a request before recording it (the fast lane). Results that
+// carry a rejected answer are delivered without it. A response too large for one bus message
+// is for Respond to shrink; the bus refuses it here.
+func (r *Response) Message(ctx context.Context) (*protocol.Message, *protocol.Response, error) {
+	results := r.Results
+	if slices.ContainsFunc(results, func(res protocol.ToolResult) bool { return res.Rejected != nil }) {
+		results = slices.Clone(results)
+		for i := range results {
+			results[i].Rejected = nil
+		}
+	}
+	return r.message(ctx, results, r.Error)
+}
+
+// message is the response message of r with results and failure.
+func (r *Response) message(ctx context.Context, results []protocol.ToolResult, failure *protocol.ResponseError) (*protocol.Message, *protocol.Response, error) {
+	resp := &protocol.Response{RequestID: r.RequestID, SessionID: r.SessionID, Status: protocol.ResponseStatus(results),
+		Results: results, Error: failure}
+	if err := resp.Validate(); err != nil {
+		// What no reader could decode must never be the request's one response.
+		return nil, nil, bus.Permanent(fmt.Errorf("answer: response of %s: %w", r.RequestID, err))
+	}
+	out, err := protocol.NewMessage(protocol.TypeResponse, resp)
+	if err != nil {
+		return nil, nil, bus.Permanent(err)
+	}
+	out.MsgID, out.RequestID, out.SessionID = protocol.MsgIDResponse(r.RequestID), r.RequestID, r.SessionID
+	out.CausationID, out.Trace = r.Cause, r.Trace
+	tracing.Inject(ctx, &out.Trace)
+	return out, resp, nil
 }
 
 // Record names a request to answer from its recorded results.

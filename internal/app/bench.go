@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +28,7 @@ import (
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/internal/submit"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/retry"
 )
 
@@ -76,6 +80,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
 	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
+	laneList := fs.String("lanes", "fast,durable", "how the in-process Hermes takes the load, comma-separated: fast (read-only calls on the fast lane) and durable (the fast lane off)")
 	perClient := fs.Bool("session-per-client", false, "send each client's requests in one session (as chats do) instead of each in a session of its own")
 	role := fs.String("role", "user", "the role of the key the load is sent with (a user's requests are checked against the sessions of others, an operator's and admin's are not)")
 	url := fs.String("url", "", "an external gateway to drive instead of an in-process Hermes (with HERMES_API_KEY or --key-file's key)")
@@ -126,7 +131,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return err
 		}
-		if err := runMain(ctx, *url, k, *directURL, "external", *perClient, callList, concList, load, runID, progress); err != nil {
+		if err := runMain(ctx, *url, k, *directURL, "external", *perClient, callList, concList, load, runID, []lane{{name: "h", target: "hermes"}}, progress); err != nil {
 			return err
 		}
 	} else {
@@ -151,7 +156,15 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 				rep.StoredRequests = *stored
 				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
 			}
-			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, *perClient, callList, concList, load, runID+sync, progress)
+			lanes, check := benchLanes(sys, *laneList)
+			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, *perClient, callList, concList, load, runID+sync, lanes, progress)
+			if err == nil && check != nil {
+				var note string
+				if note, err = check(ctx); err == nil {
+					rep.Notes = append(rep.Notes, note)
+					fmt.Fprintln(env.Stderr, note)
+				}
+			}
 			stop()
 			if err != nil {
 				return err
@@ -190,7 +203,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 // runMain runs the 1-call and 3-call scenarios at each concurrency, direct then Hermes, calling
 // the gateway with key. A scenario where every request failed ends it with the first error: what
 // it would report measures nothing.
-func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, calls, concs []int, load func(int) bench.Load, runID string, add func(benchRow)) error {
+func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, calls, concs []int, load func(int) bench.Load, runID string, lanes []lane, add func(benchRow)) error {
 	for _, n := range calls {
 		name := fmt.Sprintf("%d call", n)
 		if n > 1 {
@@ -200,10 +213,18 @@ func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, 
 			client := bench.NewClient(c * n)
 			d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
 			add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
-			h := bench.Drive(ctx, load(c), (&bench.Hermes{Client: client, URL: gw, Key: key, Tool: "echo", Calls: n, Args: "{}",
-				RunID: fmt.Sprintf("%s-%d-%d", runID, n, c), SessionPerClient: perClient}).Do)
-			add(benchRow{Scenario: name, Target: "hermes", Sync: sync, Concurrency: c, Stats: h})
-			for _, st := range []bench.Stats{d, h} {
+			all := []bench.Stats{d}
+			for _, l := range lanes {
+				if l.set != nil {
+					l.set()
+				}
+				h := &bench.Hermes{Client: client, URL: gw, Key: key, Tool: "echo", Calls: n, Args: "{}",
+					RunID: fmt.Sprintf("%s-%s-%d-%d", runID, l.name, n, c), SessionPerClient: perClient, Keep: l.keep}
+				st := bench.Drive(ctx, load(c), h.Do)
+				add(benchRow{Scenario: name, Target: l.target, Sync: sync, Concurrency: c, Stats: st})
+				all = append(all, st)
+			}
+			for _, st := range all {
 				if st.Requests == 0 && st.Errors > 0 {
 					return fmt.Errorf("bench: %s at %d clients: every request failed: %s", name, c, st.FirstError)
 				}
@@ -211,6 +232,15 @@ func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, 
 		}
 	}
 	return nil
+}
+
+// lane is one way the bench sends Hermes its load: the fast lane, or the durable path alone.
+type lane struct {
+	name, target string
+	// set makes the system take the load this way (nil: as it is).
+	set func()
+	// keep, when set, is given each answered request's id, session and number of calls.
+	keep func(requestID, session string, calls int)
 }
 
 // storedPerRequest counts the messages a 1-call request stores in sys's streams and buckets,
@@ -497,4 +527,125 @@ func safeDiv(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// benchLanes are the ways names (fast, durable) the bench sends sys its load, and the check
+// that every request the fast lane answered is on the record, to run after the load (nil when
+// the fast lane is not among them).
+func benchLanes(sys *System, names string) ([]lane, func(context.Context) (string, error)) {
+	fast := sys.FastLane()
+	var lanes []lane
+	var mu sync.Mutex
+	type answered struct {
+		rid, session string
+		calls        int
+	}
+	var kept []answered
+	withFast := false
+	for _, n := range strings.Split(names, ",") {
+		switch strings.TrimSpace(n) {
+		case "fast":
+			if fast == nil {
+				continue
+			}
+			withFast = true
+			lanes = append(lanes, lane{name: "f", target: "fast lane", set: func() { fast.SetEnabled(true) },
+				keep: func(rid, session string, calls int) {
+					mu.Lock()
+					kept = append(kept, answered{rid, session, calls})
+					mu.Unlock()
+				}})
+		case "durable":
+			lanes = append(lanes, lane{name: "d", target: "durable", set: func() {
+				if fast != nil {
+					fast.SetEnabled(false)
+				}
+			}})
+		}
+	}
+	if !withFast {
+		return lanes, nil
+	}
+	check := func(ctx context.Context) (string, error) {
+		// The writers drain first: the record of the last answers is written just after them.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			waiting := int64(0)
+			for _, l := range sys.Lanes() {
+				waiting += l.Writer().Waiting()
+			}
+			if waiting == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		nc, b, err := Connect(ctx, sys.ClientURL, "hermes-bench-check", bus.Config{OpenOnly: true}, nil, sys.userOption(bus.RoleAdmin))
+		if err != nil {
+			return "", err
+		}
+		defer nc.Close()
+		mu.Lock()
+		all := slices.Clone(kept)
+		mu.Unlock()
+		var missing, checked atomic.Int64
+		var firstMissing atomic.Value
+		work := make(chan answered)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for a := range work {
+					checked.Add(1)
+					ok := true
+					if _, _, err := b.Response(ctx, a.rid, a.session); err != nil {
+						ok = false
+					}
+					ids := make([]string, a.calls)
+					for i := range ids {
+						ids[i] = fmt.Sprintf("c%d", i)
+					}
+					if got, err := b.Results(ctx, a.rid, a.session, ids, nil, 0); err != nil || len(got) != len(ids) {
+						ok = false
+					}
+					if !ok {
+						missing.Add(1)
+						firstMissing.CompareAndSwap(nil, a.rid)
+					}
+				}
+			}()
+		}
+		perSession := map[string]uint64{}
+		for _, a := range all {
+			perSession[a.session]++
+			work <- a
+		}
+		close(work)
+		wg.Wait()
+		// Each session's requests, counted on the subjects requests are recorded on: the fast
+		// lane's, and the partitions' (where the durable path records those it declined).
+		info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.FilterRequests))
+		if err != nil {
+			return "", err
+		}
+		for session, n := range perSession {
+			have := info.State.Subjects[protocol.SubjectFastRecordedRequest(session)] + info.State.Subjects[protocol.StoredSubjectRequest(session)]
+			if have < n {
+				missing.Add(int64(n - have))
+				firstMissing.CompareAndSwap(nil, "a request of session "+session)
+			}
+		}
+		var answered, declined int64
+		for _, l := range sys.Lanes() {
+			a, d := l.Counts()
+			answered, declined = answered+a, declined+d
+		}
+		note := fmt.Sprintf("record check: %d requests answered in the fast-lane runs, %d missing from the record (request, results or response); routers answered %d on the fast lane and declined %d (the durable path took those)",
+			checked.Load(), missing.Load(), answered, declined)
+		if m := firstMissing.Load(); m != nil {
+			note += fmt.Sprintf(" (first missing: %s)", m)
+		}
+		return note, nil
+	}
+	return lanes, check
 }

@@ -50,7 +50,13 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	conc := fs.Int("concurrency", 64, "results handled at once")
 	reload := fs.Duration("reload", 2*time.Second, "how often to check the routes file for changes; 0 turns reload off")
 	c.registerSeals(fs, bus.RoleRouter)
+	var ff fastFlags
+	ff.register(fs, true)
 	log, err := parse(fs, args, env, &c.logLevel)
+	if err != nil {
+		return err
+	}
+	fast, err := ff.router()
 	if err != nil {
 		return err
 	}
@@ -65,7 +71,7 @@ func RunRouter(ctx context.Context, args []string, env Env) error {
 	return c.runService(ctx, "hermes-router", "router running", log, func(_ *nats.Conn, b *bus.Bus, obs *observer) (*service.List, []any, error) {
 		obs.watchBacklog(b, log)
 		r, err := NewRouter(b, RouterConfig{Instance: c.instance, Routes: table, Path: path, Reload: *reload, Concurrency: *conc, Seal: c.sealKey,
-			Limits: c.limits, Metrics: obs.metrics, Logger: log})
+			Limits: c.limits, Fast: fast, Metrics: obs.metrics, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -136,6 +142,8 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 	c.registerSeals(fs, bus.RoleWorker)
 	var wf workerFlags
 	wf.register(fs)
+	var ff fastFlags
+	ff.register(fs, false)
 	gatewayURL := fs.String("gateway", os.Getenv("HERMES_URL"), "gateway where the MCP servers' tools' contracts are registered, with the API key of HERMES_API_KEY or --key-file (tools:admin) (env HERMES_URL)")
 	var key keyFlag
 	key.register(fs)
@@ -151,6 +159,7 @@ func RunToolWorker(ctx context.Context, args []string, env Env) error {
 		if len(c.trust.calls) > 0 {
 			wc.TrustedSeals = c.trust.calls
 		}
+		wc.NoFastLane = !ff.on
 		if wc.MCP != nil && *gatewayURL != "" {
 			if wc.APIKey, err = key.key(); err != nil {
 				return nil, nil, err
@@ -219,6 +228,8 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	c.registerDeadLetters(fs, false)
 	var gf gatewayFlags
 	gf.register(fs)
+	var ff fastFlags
+	ff.register(fs, false)
 	log, err := parse(fs, args, env, &c.logLevel)
 	if err != nil {
 		return err
@@ -231,7 +242,7 @@ func RunGateway(ctx context.Context, args []string, env Env) error {
 	defer ln.Close()
 	return c.runService(ctx, "hermes-gateway", "gateway listening", log, func(nc *nats.Conn, b *bus.Bus, obs *observer) (*service.List, []any, error) {
 		gc := gf.config(c.instance, c.limits)
-		gc.Metrics, gc.Gatherer, gc.Logger = obs.metrics, obs.reg, log
+		gc.Metrics, gc.Gatherer, gc.Logger, gc.NoFastLane = obs.metrics, obs.reg, log, !ff.on
 		callers, verr := CallerVerifier(b, gf.oidc)
 		if verr != nil {
 			return nil, nil, verr

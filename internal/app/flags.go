@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermesbus/hermes/internal/fastlane"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/service"
@@ -346,4 +347,33 @@ func badEnvInts(names ...string) error {
 		}
 	}
 	return nil
+}
+
+// fastFlags are the fast lane's flags: --fast-lane on every service that takes part (router,
+// tool worker, gateway, hermes up), and the router's --fast-wait and --fast-buffer.
+type fastFlags struct {
+	on     bool
+	wait   time.Duration
+	buffer int
+}
+
+// register registers --fast-lane, and with router the router's flags too.
+func (f *fastFlags) register(fs *flag.FlagSet, router bool) {
+	fs.BoolVar(&f.on, "fast-lane", envOr("HERMES_FAST_LANE", "true") != "false",
+		"answer requests whose calls only read on the fast lane: over request/reply, recorded right after the answer (env HERMES_FAST_LANE; false: every request takes the durable path)")
+	if router {
+		fs.DurationVar(&f.wait, "fast-wait", fastlane.DefaultCallWait, "how long a router waits for a worker's answer on the fast lane before the request takes the durable path")
+		fs.IntVar(&f.buffer, "fast-buffer", fastlane.DefaultBuffer, "answered requests whose record may wait to be written at once; beyond it requests take the durable path")
+	}
+}
+
+// router is the router's side of the flags.
+func (f *fastFlags) router() (FastLaneConfig, error) {
+	switch {
+	case f.wait < 10*time.Millisecond || f.wait > time.Minute:
+		return FastLaneConfig{}, fmt.Errorf("--fast-wait %s: give 10ms to 1m", f.wait)
+	case f.buffer < 1 || f.buffer > 1_000_000:
+		return FastLaneConfig{}, fmt.Errorf("--fast-buffer %d: give 1 to 1000000", f.buffer)
+	}
+	return FastLaneConfig{Off: !f.on, CallWait: f.wait, Buffer: f.buffer}, nil
 }

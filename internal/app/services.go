@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/hermesbus/hermes/internal/coordination"
 	"github.com/hermesbus/hermes/internal/deadletter"
 	"github.com/hermesbus/hermes/internal/discovery"
+	"github.com/hermesbus/hermes/internal/fastlane"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/policies"
@@ -109,8 +112,20 @@ type RouterConfig struct {
 	Stages  []router.Stage
 	Metrics *metrics.Metrics
 	// Seal, when set, signs every tool call the router dispatches.
-	Seal   *router.SealKey
+	Seal *router.SealKey
+	// Fast configures the router's side of the fast lane.
+	Fast   FastLaneConfig
 	Logger *slog.Logger
+}
+
+// FastLaneConfig configures a router's side of the fast lane (package fastlane).
+type FastLaneConfig struct {
+	// Off: the router answers no fast-lane request (every request takes the durable path).
+	Off bool
+	// CallWait bounds the wait for a worker's answer; Buffer the answered requests whose
+	// record waits to be written. Zero values take fastlane's defaults.
+	CallWait time.Duration
+	Buffer   int
 }
 
 // RouterService is a router, reloading its routes file when it changes and following the
@@ -123,6 +138,8 @@ type RouterService struct {
 	policies  *policies.Book
 	expirer   *approvals.Expirer
 	turns     *coordination.Turns
+	// lane is the router's side of the fast lane; nil when off.
+	lane *fastlane.Lane
 	// announce shows the router to NATS micro discovery until its context ends.
 	announce func(ctx context.Context) error
 	log      *slog.Logger
@@ -150,9 +167,19 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 		return discovery.Serve(ctx, b.JS.Conn(), discovery.RouterService, "a Hermes router: it routes each request's calls through its pipeline", cfg.Instance,
 			map[string]string{"pipeline": strings.Join(r.Stages(), " → ")})
 	}
+	var lane *fastlane.Lane
+	if !cfg.Fast.Off {
+		if lane, err = fastlane.New(fastlane.Config{Conn: b.JS.Conn(), Bus: b, Router: r, Limits: cfg.Limits,
+			CallWait: cfg.Fast.CallWait, Buffer: cfg.Fast.Buffer, Metrics: cfg.Metrics, Logger: log.With("part", "fastlane")}); err != nil {
+			return nil, err
+		}
+	}
 	return &RouterService{Router: r, path: cfg.Path, reload: cfg.Reload, contracts: live, policies: book, expirer: expirer, turns: turns,
-		announce: announce, log: log}, nil
+		lane: lane, announce: announce, log: log}, nil
 }
+
+// Lane is the router's side of the fast lane; nil when it is off.
+func (s *RouterService) Lane() *fastlane.Lane { return s.lane }
 
 // coordinationStage is a router's coordination stage on b, and the turns it ends and passes on
 // (every router follows the leases).
@@ -207,7 +234,14 @@ func (s *RouterService) Run(ctx context.Context) error {
 			}, s.log)
 		}()
 	}
-	return s.Router.Run(ctx)
+	if s.lane == nil {
+		return s.Router.Run(ctx)
+	}
+	// The fast lane answers once the router runs, and stops with it, writing what it answered.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.Router.Run(gctx) })
+	g.Go(func() error { return s.lane.Run(gctx) })
+	return g.Wait()
 }
 
 // WorkerConfig configures a tool worker service: Hermes' HTTP executor, plus any others.
@@ -235,8 +269,11 @@ type WorkerConfig struct {
 	// contracts are registered through Gateway with APIKey (tools:admin), when given.
 	MCP             *MCPConfig
 	Gateway, APIKey string
-	Metrics         *metrics.Metrics
-	Logger          *slog.Logger
+	// NoFastLane: the worker answers no fast-lane call (its tools' calls all come from the
+	// bus).
+	NoFastLane bool
+	Metrics    *metrics.Metrics
+	Logger     *slog.Logger
 }
 
 // WorkerService is a tool worker following the tools' contracts (for their resource levels),
@@ -344,7 +381,7 @@ func NewWorker(b *bus.Bus, cfg WorkerConfig) (*WorkerService, error) {
 	tools := &discovery.Tools{Conn: b.JS.Conn(), Instance: cfg.Instance, Logger: log}
 	w, err := worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: execs, Tools: cfg.Tools,
 		Concurrency: cfg.Concurrency, MaxResultBytes: cfg.MaxResultBytes, Contracts: live, Pools: cfg.Pools, Level: level,
-		Observer: tools.Observer(m.Worker()), Serving: tools.Serving, TrustedSeals: cfg.TrustedSeals, Logger: log})
+		Observer: tools.Observer(m.Worker()), Serving: tools.Serving, TrustedSeals: cfg.TrustedSeals, FastLane: !cfg.NoFastLane, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/demotools"
+	"github.com/hermesbus/hermes/internal/fastlane"
 	"github.com/hermesbus/hermes/internal/gateway"
 	"github.com/hermesbus/hermes/internal/policies"
 	"github.com/hermesbus/hermes/internal/registry"
@@ -49,6 +50,9 @@ type SystemConfig struct {
 	Routes      *routes.Table
 	RoutesPath  string
 	WatchRoutes bool
+	// Fast configures the fast lane: the routers' side, and with Off, the gateway's and the
+	// workers' too.
+	Fast FastLaneConfig
 	// ToolWorkers is how many tool workers run in this process (0: none; bench starts worker
 	// processes of its own).
 	ToolWorkers int
@@ -109,10 +113,20 @@ type System struct {
 	// (DATA/nats/<role>.nk); empty with an external server.
 	Seeds map[bus.Role]string
 
+	// fast is the gateway's client of the fast lane, lanes the routers' sides (none when off).
+	fast  *fastlane.Client
+	lanes []*fastlane.Lane
 	// services are every service of the system (StartSystem), run by Run.
 	services service.List
 	cleanup  []func()
 }
+
+// FastLane is the gateway's client of the fast lane (nil when it is off): turning it off sends
+// every request down the durable path.
+func (s *System) FastLane() *fastlane.Client { return s.fast }
+
+// Lanes are the routers' sides of the fast lane.
+func (s *System) Lanes() []*fastlane.Lane { return s.lanes }
 
 // StartSystem starts NATS (or connects), provisions the bus and builds every service of the
 // system into one list (System.Run runs it); nothing handles messages until Run.
@@ -332,11 +346,14 @@ func (u *upper) router() error {
 	}
 	u.obs.watchBacklog(rb, u.log)
 	r, err := NewRouter(rb, RouterConfig{Instance: u.cfg.Instance + "-router", Routes: u.cfg.Routes, Path: routesPath(u.cfg),
-		Reload: 2 * time.Second, Concurrency: 64, Limits: u.cfg.Limits, Metrics: u.obs.metrics, Seal: u.seal, Logger: u.log})
+		Reload: 2 * time.Second, Concurrency: 64, Limits: u.cfg.Limits, Metrics: u.obs.metrics, Seal: u.seal, Fast: u.cfg.Fast, Logger: u.log})
 	if err != nil {
 		return err
 	}
 	u.sys.services.Add(service.Back, service.Func("router", r.Run))
+	if r.Lane() != nil {
+		u.sys.lanes = append(u.sys.lanes, r.Lane())
+	}
 	u.sys.Services = append(u.sys.Services, fmt.Sprintf("router (pipeline: %s)", strings.Join(r.Stages(), " → ")))
 	return nil
 }
@@ -385,6 +402,7 @@ func (u *upper) workers() error {
 		}
 		wc := cfg.Worker
 		wc.Instance, wc.Metrics, wc.Logger = cfg.Instance+"-"+name, u.obs.metrics, u.log
+		wc.NoFastLane = wc.NoFastLane || cfg.Fast.Off
 		if i > 0 {
 			wc.MCP = nil
 		}
@@ -420,6 +438,7 @@ func (u *upper) gateway() error {
 	}
 	gc := cfg.Gateway
 	gc.Instance, gc.Limits, gc.Metrics, gc.Gatherer, gc.Logger = cfg.Instance+"-gateway", cfg.Limits, u.obs.metrics, u.obs.reg, u.log
+	gc.NoFastLane = gc.NoFastLane || cfg.Fast.Off
 	if gc.Callers, err = CallerVerifier(gb, cfg.OIDC); err != nil {
 		return err
 	}
@@ -439,6 +458,7 @@ func (u *upper) gateway() error {
 	if err != nil {
 		return err
 	}
+	sys.fast = g.FastLane()
 	gln, err := listen(cfg.HTTPAddr, "gateway")
 	if err != nil {
 		return err

@@ -38,6 +38,8 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	gf.register(fs)
 	var wf workerFlags
 	wf.register(fs)
+	var ff fastFlags
+	ff.register(fs, true)
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
 	data := fs.String("data", "hermes-data", "JetStream store directory of the embedded server, and where the admin key is kept (admin.key)")
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
@@ -112,7 +114,11 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	sys, err := StartSystem(ctx, SystemConfig{
+	fast, err := ff.router()
+	if err != nil {
+		return err
+	}
+	sys, err := StartSystem(ctx, SystemConfig{Fast: fast,
 		NATSURL: c.natsURL, NATSAuth: c.natsAuth.c, DataDir: *data, SyncAlways: syncAlways, NATSListen: listenAt,
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),

@@ -34,14 +34,18 @@ type Hermes struct {
 	// SessionPerClient sends each client's requests in one session of its own (as a chat
 	// would), instead of each request in a session of its own.
 	SessionPerClient bool
+	// Keep, when set, is given the id, session and number of calls of each request answered.
+	Keep func(requestID, session string, calls int)
 }
 
 // Do posts one request and checks it succeeded.
 func (h *Hermes) Do(ctx context.Context, client, seq int) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"request_id":"%s-%d-%d",`, h.RunID, client, seq)
+	rid, session := fmt.Sprintf("%s-%d-%d", h.RunID, client, seq), ""
+	fmt.Fprintf(&b, `{"request_id":"%s",`, rid)
 	if h.SessionPerClient {
-		fmt.Fprintf(&b, `"session_id":"%s-s%d",`, h.RunID, client)
+		session = fmt.Sprintf("%s-s%d", h.RunID, client)
+		fmt.Fprintf(&b, `"session_id":"%s",`, session)
 	}
 	b.WriteString(`"tool_calls":[`)
 	for i := range h.Calls {
@@ -77,6 +81,12 @@ func (h *Hermes) Do(ctx context.Context, client, seq int) error {
 	}
 	if err := json.Unmarshal(body, &r); err != nil || r.Status != "success" || len(r.Results) != h.Calls {
 		return fmt.Errorf("unexpected response: %.200s", body)
+	}
+	if h.Keep != nil {
+		if session == "" {
+			session = rid // a request without a session is its own
+		}
+		h.Keep(rid, session, h.Calls)
 	}
 	return nil
 }

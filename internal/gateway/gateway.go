@@ -26,6 +26,7 @@ import (
 	"github.com/hermesbus/hermes/internal/asyncapi"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/erasure"
+	"github.com/hermesbus/hermes/internal/fastlane"
 	"github.com/hermesbus/hermes/internal/httpapi"
 	"github.com/hermesbus/hermes/internal/memory"
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -44,6 +45,11 @@ type Config struct {
 	Conn *nats.Conn
 	// Bus is the provisioned bus on Conn. Required.
 	Bus *bus.Bus
+	// NoFastLane: every request takes the durable path; otherwise each that may is asked of
+	// the routers on the fast lane first, waiting at most FastWait for a router's answer
+	// (fastlane.DefaultAskWait when 0).
+	NoFastLane bool
+	FastWait   time.Duration
 	// Instance names this gateway in the messages it sends. Required.
 	Instance string
 	// MaxBodyBytes bounds a request body; larger bodies get 413. Default 1 MiB.
@@ -117,6 +123,8 @@ type Gateway struct {
 	signins  auth.Verifier // cfg.Signins, its answers remembered; nil without
 	// blueprints serve /api/v1/blueprints and the runs; empty without their buckets.
 	blueprints blueprintsAPI
+	// fast asks the routers on the fast lane (nil: off).
+	fast *fastlane.Client
 	// runCtx is the context of the runs this gateway drives: ended when Listen returns.
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -139,13 +147,22 @@ func New(cfg Config) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var fast *fastlane.Client
+	if !cfg.NoFastLane {
+		fast = fastlane.NewClient(cfg.Conn, cfg.FastWait)
+	}
 	s, err := submit.New(submit.Config{Conn: cfg.Conn, Bus: cfg.Bus, Sender: protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance},
-		Budget: cfg.CallerLimits.OrDefault().SubmitBudget(), Metrics: cfg.Metrics, Logger: log})
+		Budget: cfg.CallerLimits.OrDefault().SubmitBudget(), Metrics: cfg.Metrics, Fast: fast, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return newGateway(cfg, s), nil
+	g := newGateway(cfg, s)
+	g.fast = fast
+	return g, nil
 }
+
+// FastLane is the gateway's client of the fast lane; nil when it is off.
+func (g *Gateway) FastLane() *fastlane.Client { return g.fast }
 
 // newGateway builds the gateway around s, cfg's defaults applied.
 func newGateway(cfg Config, s Submitter) *Gateway {

@@ -56,6 +56,11 @@ type Metrics struct {
 	LLMTokens   *prometheus.CounterVec
 	// LLMSummaries counts the summarizer's summaries by outcome (ok, failed).
 	LLMSummaries *prometheus.CounterVec
+	// FastLane counts the requests the routers here were asked on the fast lane, by outcome
+	// (answered, replayed, conflict, declined, refused); FastRecordWaiting is how many answered
+	// ones wait for their record to be written.
+	FastLane          *prometheus.CounterVec
+	FastRecordWaiting prometheus.Gauge
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -97,10 +102,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Tokens of the agent loop's completions by kind (prompt, completion)."}, []string{"backend", "model", "kind"}),
 		LLMSummaries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_llm_summaries_total",
 			Help: "Sessions summarized by the summarizer here, by outcome (ok, failed)."}, []string{"outcome"}),
+		FastLane: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hermes_fastlane_requests_total",
+			Help: "Requests the routers here were asked on the fast lane, by outcome (answered, replayed, conflict, declined, refused)."}, []string{"outcome"}),
+		FastRecordWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hermes_fastlane_record_waiting",
+			Help: "Requests answered on the fast lane whose record waits to be written."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
 			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools, m.LLMCalls, m.LLMDuration, m.LLMTokens, m.LLMSummaries,
+			m.FastLane, m.FastRecordWaiting,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

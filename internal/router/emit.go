@@ -59,30 +59,11 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 		case c.Hold != nil:
 			waits[*c.Hold] = true
 		case c.Dispatch != nil:
-			out, err := protocol.NewMessage(protocol.TypeToolCall, c.Dispatch)
+			out, err := o.call(ctx, m, corr, c)
 			if err != nil {
-				return bus.Permanent(err)
+				return err
 			}
-			out.Follow(m, protocol.MsgIDToolCall(m.RequestID, c.Call.ToolCallID))
-			out.Correlation = corr
-			if g := c.Dispatch.Grant; g != nil {
-				// The grant travels back with the call's result, which ends its turn.
-				withGrant := *corr
-				withGrant.Grant = g
-				out.Correlation = &withGrant
-			}
-			tracing.Inject(ctx, &out.Trace)
-			out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
-			if k := o.seal; k != nil {
-				// No longer than the call ledger remembers the call: a seal that outlived its
-				// claim could have a captured call run twice.
-				ttl := k.TTL
-				if ttl <= 0 {
-					ttl = min(24*time.Hour, o.bus.Config().StateTTL)
-				}
-				out.SealWith(k.Key, k.ID, time.Now().Add(ttl))
-			}
-			batch = append(batch, bus.Outgoing{Subject: protocol.SubjectToolCall(c.Dispatch.Action.Kind, c.Call.Name, m.SessionID), Msg: out})
+			batch = append(batch, out)
 		default:
 			// A pending call no stage resolved: a stage is missing; nothing can send it.
 			return bus.Permanent(fmt.Errorf("call %s (%s) left the pipeline unresolved", c.Call.ToolCallID, c.Call.Name))
@@ -102,15 +83,54 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 	return nil
 }
 
-// record records and publishes a result the pipeline decided itself (e.g. NO_ROUTE).
-func (o *busOutlet) record(ctx context.Context, cause *protocol.Message, corr *protocol.Correlation, res *protocol.ToolResult) error {
+// call is the message that dispatches c, a call of the request m with correlation corr,
+// sealed when the router seals, and where it goes.
+func (o *busOutlet) call(ctx context.Context, m *protocol.Message, corr *protocol.Correlation, c *Call) (bus.Outgoing, error) {
+	out, err := protocol.NewMessage(protocol.TypeToolCall, c.Dispatch)
+	if err != nil {
+		return bus.Outgoing{}, bus.Permanent(err)
+	}
+	out.Follow(m, protocol.MsgIDToolCall(m.RequestID, c.Call.ToolCallID))
+	out.Correlation = corr
+	if g := c.Dispatch.Grant; g != nil {
+		// The grant travels back with the call's result, which ends its turn.
+		withGrant := *corr
+		withGrant.Grant = g
+		out.Correlation = &withGrant
+	}
+	tracing.Inject(ctx, &out.Trace)
+	out.Recipient = bus.ToolConsumer(c.Dispatch.Action.Kind, c.Call.Name)
+	if k := o.seal; k != nil {
+		// No longer than the call ledger remembers the call: a seal that outlived its
+		// claim could have a captured call run twice.
+		ttl := k.TTL
+		if ttl <= 0 {
+			ttl = min(24*time.Hour, o.bus.Config().StateTTL)
+		}
+		out.SealWith(k.Key, k.ID, time.Now().Add(ttl))
+	}
+	return bus.Outgoing{Subject: protocol.SubjectToolCall(c.Dispatch.Action.Kind, c.Call.Name, m.SessionID), Msg: out}, nil
+}
+
+// decided is the message of a result the pipeline decided itself (e.g. NO_ROUTE) for a call of
+// the request cause with correlation corr.
+func decided(ctx context.Context, cause *protocol.Message, corr *protocol.Correlation, res *protocol.ToolResult) (*protocol.Message, error) {
 	out, err := protocol.NewMessage(protocol.TypeToolResult, res)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
 	out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
 	out.Correlation = corr
 	tracing.Inject(ctx, &out.Trace)
+	return out, nil
+}
+
+// record records and publishes a result the pipeline decided itself (e.g. NO_ROUTE).
+func (o *busOutlet) record(ctx context.Context, cause *protocol.Message, corr *protocol.Correlation, res *protocol.ToolResult) error {
+	out, err := decided(ctx, cause, corr, res)
+	if err != nil {
+		return err
+	}
 	_, _, err = o.bus.RecordResult(ctx, o.pub, out, res)
 	return err
 }

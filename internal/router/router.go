@@ -90,7 +90,8 @@ type Router struct {
 	pipeline  *Pipeline
 	agg       *aggregator
 	lot       *park.Lot
-	consumers sync.Map // consumer name → the in-flight bound it was given: consumers this process has ensured
+	consumers sync.Map   // consumer name → the in-flight bound it was given: consumers this process has ensured
+	writes    fastWrites // requests whose record this process's fast lane writes
 }
 
 // New returns a Router for cfg.
@@ -198,8 +199,8 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	requests := bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route")
-	results := bus.Messages(bus.HandlerFunc(r.agg.handle), r.log, "hermes.aggregate")
+	requests := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.handleRequest)), r.log, "hermes.route")
+	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
 	for _, c := range reqCons {
 		// One request of a partition at a time (the consumer allows no more): its session's

@@ -15,6 +15,7 @@ import (
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -461,7 +462,8 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 		if err := s.Ensure(ctx, kind, call.Name, inFlight); err != nil {
 			return Continue(), err
 		}
-		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action, Policy: c.Policy}
+		c.Dispatch = &protocol.Dispatch{Call: *call, Route: rule.Name, Params: params, Action: rule.Action, Policy: c.Policy,
+			ReadOnly: rule.ReadOnly && sb == nil}
 		switch {
 		case probe:
 			c.Dispatch.Action = health
@@ -469,6 +471,8 @@ func (s *RouteStage) Process(ctx context.Context, job *Job) (Verdict, error) {
 			c.Dispatch.Action = c.Contract.Apply(rule.Action)
 			c.Dispatch.Contract = c.Contract.Ref()
 			c.Dispatch.Contract.Sandbox = sb != nil
+			// The contract says what the tool does, over the route's read_only.
+			c.Dispatch.ReadOnly = sb == nil && c.Contract.EffectsOrDefault() == contract.EffectsNone
 		}
 		job.Log.Debug("routed", "tool", call.Name, "tool_call_id", call.ToolCallID, "route", rule.Name, "kind", kind)
 	}

@@ -20,7 +20,7 @@ const SupportedVersion = "1.0"
 // Field names, as allowed in each mapping of a routes file.
 var (
 	topFields    = []string{"version", "rules"}
-	ruleFields   = []string{"name", "description", "match", "action"}
+	ruleFields   = []string{"name", "description", "read_only", "match", "action"}
 	matchFields  = []string{"tool_name", "intent_contains", "intent_regex"}
 	actionFields = []string{"http", "go", "mcp", "grpc"}
 )
@@ -150,6 +150,9 @@ func (d *decoder) rule(n *yaml.Node, path string) (parsedRule, error) {
 		return r, d.errorf(r.nameLine, path+".name", "must not contain control characters")
 	}
 	if r.Description, err = d.text(f, "description"); err != nil {
+		return r, err
+	}
+	if r.ReadOnly, err = d.boolean(f, "read_only", path+".read_only"); err != nil {
 		return r, err
 	}
 	if !f.has("match") {

@@ -594,3 +594,28 @@ func actionsRefused(t *testing.T, refused map[string]string) {
 		}
 	}
 }
+
+// TestReadOnly: read_only: true marks a rule's tool as one that only reads; anything but a
+// boolean is refused, naming the field.
+func TestReadOnly(t *testing.T) {
+	tab, err := Parse("routes.yaml", []byte(rule1("    read_only: true", "    match: {tool_name: t}", okAction[0], okAction[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, ok := tab.Match("t", ""); !ok || !r.ReadOnly {
+		t.Fatalf("rule %+v, want read_only", r)
+	}
+	tab, err = Parse("routes.yaml", []byte(withAction("    match: {tool_name: t}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := tab.Match("t", ""); r.ReadOnly {
+		t.Fatal("a rule without read_only reads only")
+	}
+	for _, v := range []string{`"yes"`, "1", "[true]"} {
+		_, err := Parse("routes.yaml", []byte(rule1("    read_only: "+v, "    match: {tool_name: t}", okAction[0], okAction[1])))
+		if err == nil || !strings.Contains(err.Error(), "rules[0].read_only: must be true or false") {
+			t.Errorf("read_only: %s: %v", v, err)
+		}
+	}
+}

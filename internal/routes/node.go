@@ -227,6 +227,19 @@ func (d *decoder) text(f fields, key string) (string, error) {
 	return v.Value, nil
 }
 
+// boolean decodes an optional true or false under key (false when absent).
+func (d *decoder) boolean(f fields, key, path string) (bool, error) {
+	e, ok := f.present(key)
+	if !ok {
+		return false, nil
+	}
+	v := resolve(e.value)
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+		return false, d.errorf(e.key.Line, path, "must be true or false, got %s", kindOf(v))
+	}
+	return v.Value == "true" || v.Value == "True" || v.Value == "TRUE", nil
+}
+
 // integer returns the integer value of key, def when it is missing or null, and checks that it
 // lies in [lo, hi].
 func (d *decoder) integer(f fields, key string, def, lo, hi int) (int, error) {

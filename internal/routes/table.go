@@ -33,6 +33,9 @@ type Rule struct {
 	Description string
 	// Line is the line of the rule in the file.
 	Line int
+	// ReadOnly says the tool only reads (read_only: true), for tools without a contract that
+	// says so (effects: none): its calls may take the fast lane.
+	ReadOnly bool
 	// Match holds the rule's conditions.
 	Match Match
 	// Action is the resolved action, defaults applied.

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/answer"
+	"github.com/hermesbus/hermes/internal/fastlane"
 	"github.com/hermesbus/hermes/internal/metrics"
 	"github.com/hermesbus/hermes/internal/park"
 	"github.com/hermesbus/hermes/internal/wake"
@@ -81,6 +82,10 @@ type Config struct {
 	// Metrics counts requests answered here (cancellations); nil counts into unexported
 	// metrics.
 	Metrics *metrics.Metrics
+	// Fast, when set, asks the routers first to answer each request that may take the fast
+	// lane (package fastlane): not serial, not the sandbox's, awaited. What it declines, or
+	// does not answer in time, takes the durable path.
+	Fast *fastlane.Client
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -240,6 +245,16 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		// What the router would refuse is refused here, before anything is kept.
 		return nil, fmt.Errorf("submit: %w", err)
 	}
+	if fast := s.cfg.Fast; fast.Enabled() && !req.Serial && req.Sandbox == nil && !sub.NoWait {
+		if a, ok := s.askFast(ctx, m, sub, deadline, log); ok {
+			if a.Outcome == protocol.FastConflict {
+				return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
+			}
+			published = true // recorded by the router that answered it
+			out.Response, out.Replayed = a.Response, a.Outcome == protocol.FastReplayed
+			return out, nil
+		}
+	}
 	// Accepting is recording the request's plan: its calls, session and fingerprint, written
 	// once per request_id. The same request again finds it and joins the first run; another
 	// request under the id is refused before anything reaches the bus.
@@ -350,6 +365,28 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 			return nil, ctx.Err() // the caller left; the request keeps running
 		}
 	}
+}
+
+// askFast asks the routers to answer m on the fast lane, within the caller's wait; false sends
+// it down the durable path.
+func (s *Submitter) askFast(ctx context.Context, m *protocol.Message, sub Submission, deadline time.Time, log *slog.Logger) (fastlane.Answer, bool) {
+	m.Sender = s.pub.Sender()
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return fastlane.Answer{}, false
+	}
+	var hdr nats.Header
+	if sub.Owner != "" {
+		hdr = nats.Header{bus.HeaderOwner: []string{sub.Owner}}
+	}
+	fctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	a := s.cfg.Fast.Ask(fctx, m, data, hdr)
+	if !a.Taken() {
+		log.Debug("the fast lane declined the request; the durable path takes it")
+		return a, false
+	}
+	return a, true
 }
 
 // recorded returns the response recorded for requestID (of session, when known), if any.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -76,7 +77,14 @@ type Access struct {
 	// another's connections (a gateway's key lookups, a router's claims). Admin's is _INBOX, and
 	// it may subscribe to anything.
 	Inbox string
+	// Responses lets the role answer what it is asked (allow_responses): one reply to the
+	// reply subject of each request it receives, within ResponseWithin, and to no other
+	// subject of anyone's inbox. Routers and workers answer the fast lane so.
+	Responses bool
 }
+
+// ResponseWithin is how long a role with Responses may answer a request it received.
+const ResponseWithin = time.Minute
 
 // InboxOf is the inbox prefix of what is named name: _INBOX_<name>. A name must be a token
 // (protocol.CheckID), so that no inbox is another's prefix.
@@ -257,7 +265,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
 			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), protocol.FilterEvents(protocol.EventMemory), subjResults, subjResponses, subjLive, subjTimers,
 				// the dead letters of external clients' requests it cannot submit, and no other
-				protocol.SubjectDeadLetter(ConsumerClients)},
+				protocol.SubjectDeadLetter(ConsumerClients),
+				// what it asks the routers on the fast lane
+				protocol.FilterFastRequests},
 			writes(BucketCalls, BucketSessions, BucketParked, BucketClaims, BucketContracts),
 			parking())
 		// It serves the micro service hermes to external clients, and says so to discovery.
@@ -274,11 +284,14 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			consume(protocol.TimerStreamName, ConsumerTimers),
 			toolConsumers(),
 			subjToolCalls(),
-			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination)},
+			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination),
+				protocol.FilterEvents(protocol.EventFastCall), protocol.FilterFastCalls, protocol.FilterFastRecordedRequests},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
-		// It shows itself to NATS micro discovery (hermes-router).
-		a.Subscribe = append(a.Subscribe, subjMicro)
+		// It shows itself to NATS micro discovery (hermes-router), and answers the gateways'
+		// fast-lane requests.
+		a.Subscribe = append(a.Subscribe, subjMicro, protocol.FilterFastRequests)
+		a.Responses = true
 		a.Publish = append(a.Publish, subjAdminInbox)
 	case RoleWorker:
 		// A worker reads the buckets its ledger, routes and contracts need, and no message of
@@ -294,7 +307,8 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			writes(BucketClaims, BucketTools))
 		// It shows itself and its tools to NATS micro discovery (hermes-toolworker; the tools'
 		// endpoints answer their figures).
-		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints)
+		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints, protocol.FilterFastCalls)
+		a.Responses = true // the fast lane's calls
 		a.Publish = append(a.Publish, subjAdminInbox)
 		// A worker takes calls from tools' consumers only, never a router's or the
 		// summarizer's.
@@ -338,7 +352,7 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 		return Access{}, fmt.Errorf("NATS user %s: a worker user serves at least one tool (the %s role serves every tool)", user, RoleWorker)
 	}
 	seen := map[string]bool{}
-	var next, ack, create, keys []string
+	var next, ack, create, keys, fast []string
 	for _, t := range tools {
 		if err := protocol.CheckToolName("tool", t); err != nil {
 			return Access{}, fmt.Errorf("NATS user %s: %w", user, err)
@@ -347,6 +361,7 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 			return Access{}, fmt.Errorf("NATS user %s: tool %s named twice", user, t)
 		}
 		seen[t] = true
+		fast = append(fast, protocol.FilterFastCallsOf(t))
 		for _, k := range protocol.Kinds {
 			c := ToolConsumer(k, t)
 			next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c)
@@ -390,7 +405,8 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 	a.Publish = publish
 	a.Inbox = InboxOf(user)
 	shared := RoleInbox(RoleWorker) + ".>"
-	a.Subscribe = append([]string{a.Inbox + ".>"}, slices.DeleteFunc(a.Subscribe, func(s string) bool { return s == shared })...)
+	a.Subscribe = append([]string{a.Inbox + ".>"}, slices.DeleteFunc(a.Subscribe, func(s string) bool { return s == shared || s == protocol.FilterFastCalls })...)
+	a.Subscribe = append(a.Subscribe, fast...)
 	return a, nil
 }
 
@@ -399,6 +415,9 @@ func (a Access) ServerPermissions() *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: a.Publish, Deny: a.DenyPublish},
 		Subscribe: &server.SubjectPermission{Allow: a.Subscribe, Deny: a.DenySub},
+	}
+	if a.Responses {
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseWithin}
 	}
 	return p
 }
@@ -428,6 +447,9 @@ func (a Access) Conf(indent string) string {
 	list("  allow", a.Subscribe)
 	list("  deny", a.DenySub)
 	b.WriteString(indent + "  }\n")
+	if a.Responses {
+		b.WriteString(indent + "  allow_responses: {max: 1, expires: \"" + ResponseWithin.String() + "\"}\n")
+	}
 	b.WriteString(indent + "}\n")
 	return b.String()
 }

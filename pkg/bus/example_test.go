@@ -20,6 +20,6 @@ func ExampleAccessOf() {
 	fmt.Println(slices.Contains(a.Publish, "hermes.result.>"), slices.Contains(a.Publish, "$JS.API.STREAM.MSG.GET.HERMES"))
 	// Output:
 	// _INBOX_toolworker
-	// [_INBOX_toolworker.> hermes.event.cancel.* $SRV.> hermes.svc.toolworker.>]
+	// [_INBOX_toolworker.> hermes.event.cancel.* $SRV.> hermes.svc.toolworker.> hermes.fast.call.>]
 	// true false
 }

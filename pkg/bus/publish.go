@@ -42,6 +42,15 @@ const (
 	// (caller id, and "#" and the end user when there is one), so that listings can keep to
 	// a caller's own sessions reading headers only.
 	HeaderOwner = "Hermes-Owner"
+	// HeaderFast marks what the fast lane records of a request it answered (package
+	// fastlane): the request, its calls' results. Its value is the router that answered. The
+	// routers' consumers leave such a message to the fast lane's writer while the request's
+	// response is on its way to the record, and handle it as any other once it is overdue.
+	HeaderFast = "Hermes-Fast"
+	// HeaderFastWithin, on a call a router sends a worker on the fast lane, says how long the
+	// router waits for the answer (a Go duration): the worker tries the call again only while
+	// the answer can still arrive in time.
+	HeaderFastWithin = "Hermes-Fast-Within"
 )
 
 // Publisher publishes HermesMessages to the record stream. It is safe for concurrent use.
@@ -192,6 +201,79 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, err)
 		case <-ctx.Done():
 			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Encoded is one message already encoded, to publish as it is.
+type Encoded struct {
+	Subject string
+	// Msg is the message's envelope (its headers are made from it); Data its bytes.
+	Msg  *protocol.Message
+	Data []byte
+	// Header holds extra headers.
+	Header nats.Header
+	// Once stores it only while its subject holds nothing (an expected last subject sequence
+	// of 0): the first message there stays the subject's one message.
+	Once bool
+}
+
+// PublishEncoded publishes every message of batch as it is, in order, without waiting between
+// them, then waits until the stream has acked each. A message published Once whose subject
+// holds something already is not stored, and is no error: what is there stands. It returns the
+// first other error; publishing the batch again is safe (every message keeps its id). Without a
+// deadline on ctx it waits at most 30 s.
+func (p *Publisher) PublishEncoded(ctx context.Context, batch []Encoded) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	type pending struct {
+		f jetstream.PubAckFuture
+		e *Encoded
+	}
+	waits := make([]pending, 0, len(batch))
+	stored := func(e *Encoded, err error) error {
+		var last uint64
+		var known bool
+		if err == nil || (e.Once && wrongLast(err, &last, &known)) {
+			return nil
+		}
+		return fmt.Errorf("bus: publish %s to %s: %w", e.Msg.Type, e.Subject, err)
+	}
+	for i := range batch {
+		e := &batch[i]
+		msg := p.msg(e.Subject, e.Msg, e.Data)
+		for k, v := range e.Header {
+			msg.Header[k] = v
+		}
+		if e.Once {
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		}
+		f, err := p.js.PublishMsgAsync(msg)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			_, err = p.js.PublishMsg(ctx, msg) // backpressure: this one waits
+			if err = stored(e, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("bus: publish %s to %s: %w", e.Msg.Type, e.Subject, err)
+		}
+		waits = append(waits, pending{f: f, e: e})
+	}
+	for _, w := range waits {
+		select {
+		case <-w.f.Ok():
+		case err := <-w.f.Err():
+			if err = stored(w.e, err); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("bus: publish %s to %s: %w", w.e.Msg.Type, w.e.Subject, ctx.Err())
 		}
 	}
 	return nil

@@ -37,15 +37,9 @@ func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Messa
 	if m.Type != protocol.TypeToolResult || m.MsgID == "" {
 		return false, fmt.Errorf("bus: PublishResult needs a tool_result message with a msg_id, got %s", m.Type)
 	}
-	m.Sender = p.sender // sealed with the result
-	m.MsgID = b.resultMsgID(m.MsgID)
-	b.sealResult(m)
-	data, err := protocol.Marshal(m)
+	data, err := b.SealedResult(p, m)
 	if err != nil {
-		return false, Permanent(err)
-	}
-	if limit := b.MaxMessageBytes() - headerAllowance; len(data) > limit {
-		return false, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, m.Type, len(data), limit)
+		return false, err
 	}
 	subject := protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID)
 	for n := 1; ; n++ {
@@ -83,6 +77,24 @@ func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Messa
 			return false, fmt.Errorf("bus: record %s on %s: %w", m.Type, subject, ctx.Err())
 		}
 	}
+}
+
+// SealedResult makes m, a tool_result message with its MsgID set, what PublishResult records:
+// sent by p's sender, under the id only the seal key makes (when results are sealed), sealed,
+// and encoded. A result larger than the bus carries in one message is ErrTooLarge. The fast
+// lane's workers answer with it, and their router records it as it is.
+func (b *Bus) SealedResult(p *Publisher, m *protocol.Message) ([]byte, error) {
+	m.Sender = p.sender // sealed with the result
+	m.MsgID = b.resultMsgID(m.MsgID)
+	b.sealResult(m)
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	if limit := b.MaxMessageBytes() - headerAllowance; len(data) > limit {
+		return nil, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, m.Type, len(data), limit)
+	}
+	return data, nil
 }
 
 // RedriveAfter says after which sequence of the record the result of call callID (of tool

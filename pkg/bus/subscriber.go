@@ -98,6 +98,37 @@ func (p *Pool) Size() int { return cap(p.slots) }
 // InUse is how many of its slots are taken now.
 func (p *Pool) InUse() int { return cap(p.slots) - len(p.slots) }
 
+// TryTake takes a free slot now, without waiting: false when none is free. Put gives it back.
+func (p *Pool) TryTake() bool {
+	select {
+	case <-p.slots:
+		return true
+	default:
+		return false
+	}
+}
+
+// TakeWithin takes a slot, waiting at most d for one to be free: false when none was, or ctx
+// ended first. Put gives it back.
+func (p *Pool) TakeWithin(ctx context.Context, d time.Duration) bool {
+	if p.TryTake() {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.slots:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Put gives back a slot TryTake or TakeWithin took.
+func (p *Pool) Put() { p.slots <- struct{}{} }
+
 // free waits until the pool has a free slot, without taking it; false when ctx ended first.
 func (p *Pool) free(ctx context.Context) bool {
 	select {

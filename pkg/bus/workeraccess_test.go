@@ -40,7 +40,8 @@ func TestWorkerAccessForChecksItsNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Inbox != "_INBOX_crm-worker" || !slices.Equal(a.Subscribe, []string{"_INBOX_crm-worker.>", protocol.FilterEvents(protocol.EventCancel), "$SRV.>", "hermes.svc.toolworker.>"}) {
+	if a.Inbox != "_INBOX_crm-worker" || !slices.Equal(a.Subscribe, []string{"_INBOX_crm-worker.>", protocol.FilterEvents(protocol.EventCancel), "$SRV.>", "hermes.svc.toolworker.>",
+		"hermes.fast.call.*.crm_lookup", "hermes.fast.call.*.order_query"}) {
 		t.Errorf("inbox %q, subscribes %q", a.Inbox, a.Subscribe)
 	}
 	// Its rights over the record's consumers and the tools' keys are those of its tools' and

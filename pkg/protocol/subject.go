@@ -22,6 +22,7 @@ const (
 func StreamSubjects() []string {
 	s := []string{
 		subjectRoot + ".request.*",
+		FilterFastRecordedRequests,
 		subjectRoot + ".result.*",
 		subjectRoot + ".result.*.*",
 		subjectRoot + ".response.*.*",
@@ -247,6 +248,9 @@ const (
 	// EventCoordination is the event kind of coordination messages: a call's proposal, wait,
 	// grant, release or conflict on the resource it changes.
 	EventCoordination = "coordination"
+	// EventFastCall is the event kind of the tool calls the fast lane dispatched: recorded
+	// where no worker's consumer takes them (a worker ran them already, over request/reply).
+	EventFastCall = "fast_call"
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
@@ -405,3 +409,63 @@ func SubjectTimerDue(key string) string { return prefixTimerDue + key }
 
 // WakeKeyOfTimer returns the wake key a due timer's subject names.
 func WakeKeyOfTimer(subject string) (string, bool) { return strings.CutPrefix(subject, prefixTimerDue) }
+
+// The fast lane (package fastlane): requests and read-only calls over core NATS request/reply,
+// outside the record; what they did is recorded after they are answered.
+const (
+	// FilterFastRequests matches what a gateway asks a router on the fast lane:
+	// hermes.fast.request.<session>, one request each.
+	FilterFastRequests = subjectRoot + ".fast.request.*"
+	// FilterFastCalls matches the tool calls a router sends a worker on the fast lane:
+	// hermes.fast.call.<kind>.<tool>.
+	FilterFastCalls = subjectRoot + ".fast.call.>"
+	// FastQueue is the queue group of the fast lane's subscribers: one router, one worker
+	// of a tool, answers each.
+	FastQueue = "hermes-fastlane"
+)
+
+// What a fast-lane answer says it is, in its Hermes-Fast header (bus.HeaderFast).
+const (
+	// FastAnswered: the body is the answer (a worker's sealed tool_result message; a
+	// router's response).
+	FastAnswered = "answered"
+	// FastDeclined: not taken (a call that changes something, a request that must wait,
+	// the record's buffer full, no worker free): nothing was run; take the durable path.
+	FastDeclined = "declined"
+	// FastRetry: the call ran once and failed in a way another try may fix: take the
+	// durable path, where tries are retried.
+	FastRetry = "retry"
+	// FastRefused: not run, and never to be (no trusted seal, the wrong tool); the body
+	// says why.
+	FastRefused = "refused"
+	// FastConflict: the request_id was accepted before for a different request.
+	FastConflict = "conflict"
+	// FastReplayed: the request_id was answered before; the body is that response.
+	FastReplayed = "replayed"
+)
+
+// FilterFastRecordedRequests matches the requests the fast lane answered, as recorded:
+// hermes.request.fast.<session>, beside the partitions' hermes.request.<partition>.<session>
+// (FilterRequests matches both), where no router's consumer takes them.
+const FilterFastRecordedRequests = subjectRoot + ".request.fast.*"
+
+// SubjectFastRecordedRequest is where the fast lane records a request of session it answered.
+func SubjectFastRecordedRequest(session string) string {
+	return subjectRoot + ".request.fast." + session
+}
+
+// FilterRequestsOf matches every recorded request of session: a partition's and the fast
+// lane's.
+func FilterRequestsOf(session string) string { return subjectRoot + ".request.*." + session }
+
+// SubjectFastRequest is where a gateway asks a router to answer a request of session on the
+// fast lane.
+func SubjectFastRequest(session string) string { return subjectRoot + ".fast.request." + session }
+
+// SubjectFastCall is where a router sends a read-only call of tool, of kind, to a worker.
+func SubjectFastCall(kind, tool string) string {
+	return subjectRoot + ".fast.call." + kind + "." + tool
+}
+
+// FilterFastCallsOf matches the fast-lane calls of tool, whatever their kind.
+func FilterFastCallsOf(tool string) string { return subjectRoot + ".fast.call.*." + tool }

@@ -300,6 +300,9 @@ type Dispatch struct {
 	// Params are the route's regex captures; an argument of the same name wins over them.
 	Params map[string]string `msgpack:"params,omitempty" json:"params,omitempty"`
 	Action Action            `msgpack:"action" json:"action"`
+	// ReadOnly says the call only reads: its route says read_only, or its contract effects
+	// none. Only such calls take the fast lane.
+	ReadOnly bool `msgpack:"read_only,omitempty" json:"read_only,omitempty"`
 	// Contract names the contract version the call runs under, when its tool has one: the
 	// worker checks the tool's answer against that version, whatever is registered since.
 	Contract *ContractRef `msgpack:"contract,omitempty" json:"contract,omitempty"`

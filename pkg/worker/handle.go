@@ -93,6 +93,13 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	defer h.Done()
+	if res, ok := w.fast.await(ctx, m.MsgID); ok {
+		// This worker answered it on the fast lane, or did while this delivery waited (its
+		// router gave up on the answer, or the record did not reach the bus): that answer is
+		// its result, recorded now, and it is not run again.
+		log.Info("call answered on the fast lane; recording that answer")
+		return r.finishHolding(ctx, h, m, &res, redrive, log)
+	}
 	attempt := h.Attempt()
 	var waited time.Duration
 	if attempt == 1 && !m.CreatedAt.IsZero() {
@@ -256,6 +263,27 @@ func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp 
 	return err
 }
 
+// tooLarge is the RESULT_TOO_LARGE error that stands for res, larger than the bus's limit.
+func tooLarge(res protocol.ToolResult, limit int) protocol.ToolResult {
+	r := protocol.ErrorResult(protocol.CodeResultTooLarge, protocol.OriginHermes,
+		fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", limit),
+		fmt.Sprintf("result of %d bytes does not fit in one bus message", len(res.Content)))
+	r.ToolCallID, r.Name, r.Route, r.Attempts = res.ToolCallID, res.Name, res.Route, res.Attempts
+	r.ExecutionTimeMS = res.ExecutionTimeMS
+	return r
+}
+
+// hermesCode makes res's error_code one of Hermes' codes: an executor's own code is the tool's
+// word, not Hermes', and moves to tool_error_code (unless the tool's contract declared it).
+func hermesCode(res *protocol.ToolResult) {
+	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) && !declaredCode(res) {
+		if res.ToolErrorCode == "" {
+			res.ToolErrorCode = protocol.ToolCode(res.ErrorCode)
+		}
+		res.ErrorCode = protocol.CodeToolFailed
+	}
+}
+
 // finish records the call's final result on the record, without reading it
 // (bus.PublishResult), its error_code made one of Hermes' (the executor's own code moved to
 // tool_error_code, unless the tool's contract declared it), and reports whether it is the
@@ -264,14 +292,7 @@ func (w *Worker) finishCancelled(ctx context.Context, m *protocol.Message, disp 
 // publishes under a message id of its own (the id of the first answer is spent in the
 // duplicate window), after the answer it supersedes.
 func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *protocol.ToolResult, redrive redrive, l *ledger.Ledger) (bool, error) {
-	if res.ErrorCode != "" && !protocol.IsHermesCode(res.ErrorCode) && !declaredCode(res) {
-		// An executor's own code is the tool's word, not Hermes': error_code stays one of
-		// Hermes' codes whatever an executor sets.
-		if res.ToolErrorCode == "" {
-			res.ToolErrorCode = protocol.ToolCode(res.ErrorCode)
-		}
-		res.ErrorCode = protocol.CodeToolFailed
-	}
+	hermesCode(res)
 	// Whether a result recorded first stands: the ledger says so of a finished or cancelled
 	// call, and of one another holder began recording; anything else there is no result of
 	// the call.
@@ -297,13 +318,7 @@ func (w *Worker) finish(ctx context.Context, cause *protocol.Message, res *proto
 			w.obs.Recorded(res)
 		}
 		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
-			size := len(res.Content)
-			tooLarge := protocol.ErrorResult(protocol.CodeResultTooLarge, protocol.OriginHermes,
-				fmt.Sprintf("the tool answered more than the bus carries in one message (%d bytes); ask for less (paging, filters)", w.cfg.Bus.MaxMessageBytes()),
-				fmt.Sprintf("result of %d bytes does not fit in one bus message", size))
-			tooLarge.ToolCallID, tooLarge.Name, tooLarge.Route, tooLarge.Attempts = res.ToolCallID, res.Name, res.Route, res.Attempts
-			tooLarge.ExecutionTimeMS = res.ExecutionTimeMS
-			*res = tooLarge
+			*res = tooLarge(*res, w.cfg.Bus.MaxMessageBytes())
 			continue
 		}
 		return mine, err

@@ -59,6 +59,11 @@ type Config struct {
 	// answer the forged ids and pre-empt a genuine result), counted in RefusedCalls and
 	// logged (at most once a second). Empty runs every call, as before seals.
 	TrustedSeals map[string]ed25519.PublicKey
+	// FastLane, when set, answers the fast lane too: read-only calls a router sends over
+	// request/reply (FastService), each run once in a slot of its tool's pool, answered with
+	// its sealed result, which the router records. The worker's NATS user must be allowed to
+	// subscribe to protocol.FilterFastCalls and to answer (bus.Access.Responses).
+	FastLane bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -124,6 +129,8 @@ type Worker struct {
 
 	mu      sync.Mutex
 	serving map[string]bool // consumer name → served
+
+	fast fastLane
 
 	refused    atomic.Int64 // calls dropped for their seal
 	refusedLog atomic.Int64 // unix nanos of the last refusal logged
@@ -229,6 +236,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopSignals()
+	if w.cfg.FastLane {
+		if err := w.startFast(); err != nil {
+			return err
+		}
+		defer w.stopFast()
+	}
 	var wg sync.WaitGroup
 	start := func(name string, run func(context.Context) error) bool {
 		w.mu.Lock()
@@ -247,7 +260,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return true
 	}
 	serve := func(kind, tool string) {
-		if start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool) }) && w.cfg.Serving != nil {
+		if !start(bus.ToolConsumer(kind, tool), func(ctx context.Context) error { return w.serve(ctx, kind, tool) }) {
+			return
+		}
+		w.serveFast(ctx, kind, tool)
+		if w.cfg.Serving != nil {
 			w.cfg.Serving(kind, tool)
 		}
 	}

@@ -243,9 +243,17 @@ func (s *system) goRun(run func(context.Context) error) {
 // does by default).
 func (s *system) addRouter(instance string) *app.RouterService {
 	s.t.Helper()
+	return s.addRouterWith(app.RouterConfig{Instance: instance})
+}
+
+// addRouterWith is addRouter configured by cfg, with the system's routes, limits, metrics, seal
+// and logger.
+func (s *system) addRouterWith(cfg app.RouterConfig) *app.RouterService {
+	s.t.Helper()
+	instance := cfg.Instance
 	_, b := s.connectAs(bus.RoleRouter)
-	r, err := app.NewRouter(b, app.RouterConfig{Instance: instance, Routes: s.table, Limits: s.opts.limits, Metrics: s.opts.metrics,
-		Seal: s.opts.seal, Logger: s.opts.logger})
+	cfg.Routes, cfg.Limits, cfg.Metrics, cfg.Seal, cfg.Logger = s.table, s.opts.limits, s.opts.metrics, s.opts.seal, s.opts.logger
+	r, err := app.NewRouter(b, cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -121,11 +121,14 @@ func (s *system) consumers() map[string]consumerState {
 func TestNATSRestartedUnderLoad(t *testing.T) {
 	long(t, "NATS restarted under load")
 	for _, policy := range []string{"interval", "always"} {
-		t.Run("sync="+policy, func(t *testing.T) { natsRestartedUnderLoad(t, policy) })
+		t.Run("sync="+policy, func(t *testing.T) { natsRestartedUnderLoad(t, policy, false) })
 	}
+	// Read-only calls, on the fast lane: what it answered is on the record once, as the
+	// durable path's answers are.
+	t.Run("fast lane", func(t *testing.T) { natsRestartedUnderLoad(t, "interval", true) })
 }
 
-func natsRestartedUnderLoad(t *testing.T, policy string) {
+func natsRestartedUnderLoad(t *testing.T, policy string, fast bool) {
 	nats := startNATS(t, policy)
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -143,9 +146,13 @@ func natsRestartedUnderLoad(t *testing.T, policy string) {
 	for c := range reqs {
 		for i := range perClient {
 			id := fmt.Sprintf("nr_%d_%02d", c, i)
+			a, b := "echo", "record"
+			if fast {
+				a, b = "read_echo", "read_record"
+			}
 			reqs[c] = append(reqs[c], request(id, "",
-				call("a", "echo", map[string]any{"delay_ms": 40, "i": i}),
-				call("b", "record", map[string]any{"delay_ms": 20, "c": c, "i": i})))
+				call("a", a, map[string]any{"delay_ms": 40, "i": i}),
+				call("b", b, map[string]any{"delay_ms": 20, "c": c, "i": i})))
 		}
 	}
 	// Each client sends its requests one after another, each until answered.
@@ -178,6 +185,13 @@ func natsRestartedUnderLoad(t *testing.T, policy string) {
 	report(t, "nats server (sync "+policy+") killed and restarted under load", n, counts)
 	t.Logf("answered before the kill: %d, during the outage: %d, after the restart: %d",
 		killedAt, restartedAt-killedAt, int64(n)-restartedAt)
+	if fast {
+		answeredFast, declined := s.fastCounts()
+		t.Logf("the fast lane answered %d requests and declined %d", answeredFast, declined)
+		if answeredFast == 0 {
+			t.Errorf("the fast lane answered no request")
+		}
+	}
 	if counts[outcomeOK]+counts[outcomeResolved] != n {
 		t.Fatalf("not every request was answered exactly once: %v", counts)
 	}

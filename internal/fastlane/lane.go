@@ -1,0 +1,366 @@
+package fastlane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermesbus/hermes/internal/answer"
+	"github.com/hermesbus/hermes/internal/metrics"
+	"github.com/hermesbus/hermes/internal/park"
+	"github.com/hermesbus/hermes/internal/router"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// DefaultCallWait is how long a router waits for a worker's answer on the fast lane, unless
+// configured otherwise: a call that takes longer goes down the durable path.
+const DefaultCallWait = time.Second
+
+// DefaultInFlight bounds the requests a router answers on the fast lane at once, unless
+// configured otherwise; more are declined (the durable path takes them).
+const DefaultInFlight = 1024
+
+// Config configures a Lane.
+type Config struct {
+	// Conn is the router's NATS connection. Required.
+	Conn *nats.Conn
+	// Bus is the provisioned bus. Required.
+	Bus *bus.Bus
+	// Router is the router whose pipeline decides about each request. Required.
+	Router *router.Router
+	// Limits bound requests read from the lane; zero fields take protocol.DefaultLimits.
+	Limits protocol.Limits
+	// CallWait bounds the wait for a worker's answer (DefaultCallWait).
+	CallWait time.Duration
+	// InFlight bounds requests answered at once (DefaultInFlight).
+	InFlight int
+	// Buffer is how many answered requests may wait for their record (DefaultBuffer).
+	Buffer int
+	// Metrics counts what the lane answers; nil counts into unexported metrics.
+	Metrics *metrics.Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Lane is a router's side of the fast lane: it answers the requests gateways ask it over
+// request/reply (protocol.SubjectFastRequest) whose calls all only read, running them through
+// the router's pipeline (contracts, policies, routes: everything but the serial and plan stages)
+// and sending each call, sealed, to a live worker of its tool (protocol.SubjectFastCall); the
+// answer goes back at once, and the record of it — plan, request, calls, results, response — to
+// its Writer. Anything else it declines before anything runs: a call that changes something, a
+// stage that would make the request wait (an approval, a rate limit's wait), a request_id in use,
+// a full record buffer. A call no worker answers in time, or answers with a failure another try
+// may fix, makes it decline too: the gateway then takes the durable path, where the call is
+// dispatched again under the same ids (a worker that answered it on the fast lane records that
+// answer instead of running it again).
+type Lane struct {
+	cfg    Config
+	writer *Writer
+	sender protocol.Sender
+	log    *slog.Logger
+	slots  chan struct{}
+	pub    *bus.Publisher
+
+	answered, declined atomic.Int64
+}
+
+// New returns a Lane for cfg.
+func New(cfg Config) (*Lane, error) {
+	if cfg.Conn == nil || cfg.Bus == nil || cfg.Router == nil {
+		return nil, errors.New("fastlane: Config.Conn, Config.Bus and Config.Router are required")
+	}
+	if cfg.CallWait <= 0 {
+		cfg.CallWait = DefaultCallWait
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = DefaultInFlight
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	l := &Lane{cfg: cfg, sender: cfg.Router.Sender(), log: cfg.Logger, slots: make(chan struct{}, cfg.InFlight)}
+	l.pub = bus.NewPublisher(cfg.Bus.JS, l.sender)
+	l.writer = NewWriter(cfg.Bus, l.pub, cfg.Buffer, cfg.Logger)
+	l.writer.waiting = cfg.Metrics.FastRecordWaiting
+	return l, nil
+}
+
+// Writer is the lane's record writer.
+func (l *Lane) Writer() *Writer { return l.writer }
+
+// Counts are the requests answered and declined so far.
+func (l *Lane) Counts() (answered, declined int64) { return l.answered.Load(), l.declined.Load() }
+
+// Run answers the lane until ctx ends, then waits for the requests in hand and writes their
+// record.
+func (l *Lane) Run(ctx context.Context) error {
+	var running sync.WaitGroup
+	sub, err := l.cfg.Conn.QueueSubscribe(protocol.FilterFastRequests, protocol.FastQueue, func(msg *nats.Msg) {
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			l.reply(msg, nil, protocol.FastDeclined)
+			return
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() { <-l.slots }()
+			data, outcome := l.answer(ctx, msg)
+			l.reply(msg, data, outcome)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("fastlane: subscribe: %w", err)
+	}
+	_ = sub.SetPendingLimits(64<<10, 256<<20)
+	written := make(chan error, 1)
+	wctx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { written <- l.writer.Run(wctx) }()
+	<-ctx.Done()
+	_ = sub.Drain()
+	running.Wait()
+	stopWriter()
+	return <-written
+}
+
+func (l *Lane) reply(msg *nats.Msg, data []byte, outcome string) {
+	l.cfg.Metrics.FastLane.WithLabelValues(outcome).Inc()
+	if outcome == protocol.FastAnswered || outcome == protocol.FastReplayed {
+		l.answered.Add(1)
+	} else {
+		l.declined.Add(1)
+	}
+	if msg.Reply == "" {
+		return
+	}
+	_ = msg.RespondMsg(&nats.Msg{Data: data, Header: nats.Header{bus.HeaderFast: []string{outcome}}})
+}
+
+// errDeclined ends a request's run on the fast lane: the durable path takes it.
+var errDeclined = errors.New("fastlane: declined")
+
+// answer answers one request, or says why not.
+func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
+	if !l.writer.Reserve() {
+		return nil, protocol.FastDeclined
+	}
+	filled := false
+	defer func() {
+		if !filled {
+			l.writer.Release()
+		}
+	}()
+	m, err := protocol.Unmarshal(msg.Data)
+	if err != nil || m.Type != protocol.TypeRequest || protocol.SubjectFastRequest(m.SessionID) != msg.Subject {
+		return []byte("not a request of this subject's session"), protocol.FastRefused
+	}
+	req, err := m.DecodeRequest(l.cfg.Limits)
+	if err != nil {
+		return []byte(err.Error()), protocol.FastRefused
+	}
+	if req.Serial || req.Sandbox != nil {
+		return nil, protocol.FastDeclined
+	}
+	log := l.log.With("request_id", m.RequestID, "session_id", m.SessionID, "msg_id", m.MsgID, "trace_id", m.Trace.TraceID)
+	if !l.cfg.Router.MayBeFast(req) {
+		return nil, protocol.FastDeclined // a call that changes something: nothing runs here
+	}
+	// Whether the request_id is in use is read while the calls run.
+	type planRead struct {
+		plan *bus.Plan
+		err  error
+	}
+	planned := make(chan planRead, 1)
+	go func() {
+		p, err := l.cfg.Bus.Plan(ctx, m.RequestID)
+		planned <- planRead{p, err}
+	}()
+	job := router.NewJob(m, req, msg.Data, "", log)
+	e := &emitter{lane: l}
+	err = l.cfg.Router.FastPipeline(e).Run(ctx, job)
+	pr := <-planned
+	switch {
+	case errors.Is(pr.err, bus.ErrNotFound):
+	case pr.err != nil:
+		log.Warn("the fast lane could not tell whether the request_id is in use; the durable path takes the request", "err", pr.err)
+		return nil, protocol.FastDeclined
+	default:
+		mine := bus.PlanOf(m, req, time.Now())
+		if pr.plan.Fingerprint != "" && pr.plan.Fingerprint != mine.Fingerprint {
+			return nil, protocol.FastConflict
+		}
+		// Accepted before: its first run's response, once it has one (the durable path
+		// waits for it).
+		rec, _, rerr := l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
+		if rerr != nil {
+			return nil, protocol.FastDeclined
+		}
+		return rec.Data, protocol.FastReplayed
+	}
+	if err != nil {
+		if !errors.Is(err, errDeclined) {
+			log.Info("the fast lane declined a request", "err", err)
+		}
+		return nil, protocol.FastDeclined
+	}
+	out, resp, err := (&answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: e.results,
+		Cause: m.MsgID, Trace: m.Trace}).Message(ctx)
+	if err != nil {
+		log.Warn("the fast lane cannot answer with this response; the durable path takes the request", "err", err)
+		return nil, protocol.FastDeclined
+	}
+	out.Sender = l.sender
+	data, err := protocol.Marshal(out)
+	if err != nil || len(data) > l.cfg.Bus.MaxMessageBytes()-4<<10 {
+		return nil, protocol.FastDeclined // too large for one message: the durable path shrinks it
+	}
+	plan, err := l.cfg.Bus.PlanCreation(m.RequestID, bus.PlanOf(m, req, time.Now()))
+	if err != nil {
+		return nil, protocol.FastDeclined
+	}
+	fast := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
+	reqHeader := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
+	if owner := msg.Header.Get(bus.HeaderOwner); owner != "" {
+		reqHeader.Set(bus.HeaderOwner, owner)
+	}
+	rec := &record{requestID: m.RequestID, plan: plan, written: l.cfg.Router.FastWriting(m.RequestID)}
+	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectFastRecordedRequest(m.SessionID), Msg: m, Data: msg.Data, Header: reqHeader})
+	rec.messages = append(rec.messages, e.calls...)
+	for i := range e.recorded {
+		e.recorded[i].Header = fast
+	}
+	rec.messages = append(rec.messages, e.recorded...)
+	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectResponse(m.RequestID, m.SessionID), Msg: out, Data: data, Once: true})
+	l.writer.Fill(rec)
+	filled = true
+	l.cfg.Metrics.Answered(resp)
+	return data, protocol.FastAnswered
+}
+
+// emitter is the fast lane's outlet: it asks the workers and keeps what is to be recorded.
+type emitter struct {
+	lane     *Lane
+	results  []protocol.ToolResult // one per call, in order
+	calls    []bus.Encoded         // the calls sent, as recorded
+	recorded []bus.Encoded         // the results, as recorded
+}
+
+var _ router.Outlet = (*emitter)(nil)
+
+// Park declines: a request that must wait takes the durable path.
+func (e *emitter) Park(context.Context, *router.Job, park.Wait) (func(context.Context) error, error) {
+	return nil, errDeclined
+}
+
+// Emit sends every routed call to a worker at once and gathers their results; it declines
+// unless every call is decided by a stage or only reads.
+func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
+	l := e.lane
+	r := l.cfg.Router
+	e.results = make([]protocol.ToolResult, len(job.Calls))
+	e.recorded = make([]bus.Encoded, len(job.Calls))
+	type ask struct {
+		i    int
+		c    *router.Call
+		data []byte
+	}
+	var asks []ask
+	for i, c := range job.Calls {
+		switch {
+		case c.Result != nil:
+			out, err := r.DecidedMessage(ctx, job, c)
+			if err != nil {
+				return err
+			}
+			out.Sender = l.sender
+			data, err := protocol.Marshal(out)
+			if err != nil {
+				return err
+			}
+			e.results[i] = *c.Result
+			e.recorded[i] = bus.Encoded{Subject: protocol.SubjectResult(job.Msg.RequestID, c.Call.ToolCallID, job.Msg.SessionID), Msg: out, Data: data, Once: true}
+		case c.Dispatch != nil && c.Dispatch.ReadOnly && c.Hold == nil && !c.Done:
+			out, err := r.CallMessage(ctx, job, c)
+			if err != nil {
+				return err
+			}
+			out.Msg.Sender = l.sender
+			data, err := protocol.Marshal(out.Msg)
+			if err != nil {
+				return err
+			}
+			e.calls = append(e.calls, bus.Encoded{Subject: protocol.SubjectEvent(protocol.EventFastCall, job.Msg.SessionID), Msg: out.Msg, Data: data})
+			asks = append(asks, ask{i: i, c: c, data: data})
+		default:
+			return errDeclined
+		}
+	}
+	wait := l.cfg.CallWait
+	if d := job.Msg.Deadline; !d.IsZero() {
+		wait = min(wait, time.Until(d))
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	errs := make([]error, len(asks))
+	var wg sync.WaitGroup
+	for n, a := range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[n] = e.ask(ctx, job, a.i, a.c, a.data)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ask sends one call to a worker of its tool and takes its answer: the call's sealed result,
+// checked as aggregation checks results.
+func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Call, data []byte) error {
+	l := e.lane
+	d := c.Dispatch
+	within := l.cfg.CallWait
+	if dl, ok := ctx.Deadline(); ok {
+		within = time.Until(dl)
+	}
+	reply, err := l.cfg.Conn.RequestMsgWithContext(ctx, &nats.Msg{Subject: protocol.SubjectFastCall(d.Action.Kind, c.Call.Name), Data: data,
+		Header: nats.Header{bus.HeaderFastWithin: []string{within.String()}}})
+	if err != nil {
+		// No worker of the tool (no responders), none in time, or the connection failed.
+		return fmt.Errorf("%w: %s: %v", errDeclined, c.Call.Name, err)
+	}
+	if outcome := reply.Header.Get(bus.HeaderFast); outcome != protocol.FastAnswered {
+		if outcome == protocol.FastRefused {
+			job.Log.Warn("a worker refused a fast-lane call", "tool", c.Call.Name, "why", protocol.Shorten(string(reply.Data), 200))
+		}
+		return fmt.Errorf("%w: %s: the worker said %s", errDeclined, c.Call.Name, outcome)
+	}
+	m, err := protocol.Unmarshal(reply.Data)
+	if err != nil {
+		return fmt.Errorf("%w: %s: the worker's answer: %v", errDeclined, c.Call.Name, err)
+	}
+	res, err := m.DecodeToolResult()
+	if err != nil || m.RequestID != job.Msg.RequestID || m.SessionID != job.Msg.SessionID || res.ToolCallID != c.Call.ToolCallID {
+		return fmt.Errorf("%w: %s: the worker answered another call", errDeclined, c.Call.Name)
+	}
+	if keys := l.cfg.Bus.ResultKeys(); keys != nil {
+		if err := keys.VerifyResult(m, res, c.Call.Name); err != nil {
+			job.Log.Warn("refused a fast-lane result", "tool", c.Call.Name, "err", err)
+			return fmt.Errorf("%w: %s: %v", errDeclined, c.Call.Name, err)
+		}
+	}
+	e.results[i] = *res
+	e.recorded[i] = bus.Encoded{Subject: protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), Msg: m, Data: reply.Data, Once: true}
+	return nil
+}

@@ -1,0 +1,281 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// FastService is the NATS micro service through which workers answer the fast lane: one
+// endpoint per tool a worker serves (protocol.SubjectFastCall), in the queue group
+// protocol.FastQueue, so that one live worker of the tool answers each call.
+const FastService = "hermes-fastlane"
+
+// fastRemembered bounds the fast-lane answers a worker remembers, by call: a call asked again
+// (its router's retry, or the durable path taking it over) is answered with the first answer,
+// not run again.
+const fastRemembered = 4096
+
+// fastLane is a worker's side of the fast lane: its micro service, and the answers it gave.
+type fastLane struct {
+	svc   micro.Service
+	calls sync.WaitGroup // the fast-lane calls in hand
+
+	mu    sync.Mutex
+	seen  map[string]protocol.ToolResult // call message id → the result answered
+	order []string                       // seen's keys, oldest first
+	inRun map[string]chan struct{}       // call message id → closed when its run ends
+}
+
+// start notes that the call of message id msgID runs now; false when it runs already (its
+// end is then waited for by await). end says it ended.
+func (f *fastLane) start(msgID string) (end func(), ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.inRun[msgID]; ok {
+		return nil, false
+	}
+	if f.inRun == nil {
+		f.inRun = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	f.inRun[msgID] = ch
+	return func() {
+		f.mu.Lock()
+		delete(f.inRun, msgID)
+		f.mu.Unlock()
+		close(ch)
+	}, true
+}
+
+// await waits while the call of message id msgID runs on the fast lane here, then returns its
+// answer, if it gave one (false when it never ran here, or gave none, or ctx ended first).
+func (f *fastLane) await(ctx context.Context, msgID string) (protocol.ToolResult, bool) {
+	if f == nil {
+		return protocol.ToolResult{}, false
+	}
+	f.mu.Lock()
+	ch := f.inRun[msgID]
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return protocol.ToolResult{}, false
+		}
+	}
+	return f.answered(msgID)
+}
+
+// remember keeps res as the answer to the call of message id msgID.
+func (f *fastLane) remember(msgID string, res protocol.ToolResult) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = map[string]protocol.ToolResult{}
+	}
+	if _, ok := f.seen[msgID]; ok {
+		return
+	}
+	if len(f.order) >= fastRemembered {
+		delete(f.seen, f.order[0])
+		f.order = f.order[1:]
+	}
+	f.seen[msgID] = res
+	f.order = append(f.order, msgID)
+}
+
+// answered returns the result this worker answered the call of message id msgID with on the
+// fast lane, if it did (and still remembers it).
+func (f *fastLane) answered(msgID string) (protocol.ToolResult, bool) {
+	if f == nil {
+		return protocol.ToolResult{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res, ok := f.seen[msgID]
+	return res, ok
+}
+
+// startFast registers the worker's fast-lane service (no endpoints yet).
+func (w *Worker) startFast() error {
+	svc, err := micro.AddService(w.cfg.Bus.JS.Conn(), micro.Config{Name: FastService, Version: "1.0.0",
+		Description: "a Hermes tool worker's fast lane: read-only calls its routers send over request/reply",
+		Metadata:    map[string]string{"instance": w.cfg.Instance}, QueueGroup: protocol.FastQueue})
+	if err != nil {
+		return fmt.Errorf("worker: the fast lane's service: %w", err)
+	}
+	w.fast.svc = svc
+	return nil
+}
+
+// stopFast stops taking fast-lane calls and waits for those running.
+func (w *Worker) stopFast() {
+	if w.fast.svc == nil {
+		return
+	}
+	_ = w.fast.svc.Stop()
+	w.fast.calls.Wait()
+}
+
+// serveFast adds tool's endpoint, of kind, to the fast lane's service.
+func (w *Worker) serveFast(ctx context.Context, kind, tool string) {
+	if w.fast.svc == nil {
+		return
+	}
+	err := w.fast.svc.AddEndpoint(kind+"-"+tool, micro.HandlerFunc(func(r micro.Request) { w.fastCall(ctx, kind, tool, r) }),
+		micro.WithEndpointSubject(protocol.SubjectFastCall(kind, tool)),
+		micro.WithEndpointMetadata(map[string]string{"tool": tool, "kind": kind,
+			"description": "read-only calls of " + tool + ", sealed by a router; answered with the sealed result"}))
+	if err != nil {
+		w.log.Warn("the tool's fast-lane endpoint", "tool", tool, "err", err)
+	}
+}
+
+// fastSlotWait bounds how long a fast-lane call waits for a slot of its tool's pool.
+const fastSlotWait = 100 * time.Millisecond
+
+// fastCall answers one fast-lane call, in a slot of its tool's pool: a call that finds none free
+// within fastSlotWait is declined (its router takes the durable path, where it waits its turn).
+func (w *Worker) fastCall(ctx context.Context, kind, tool string, r micro.Request) {
+	if ctx.Err() != nil {
+		_ = r.Respond([]byte("stopping"), micro.WithHeaders(micro.Headers{bus.HeaderFast: {protocol.FastDeclined}}))
+		return
+	}
+	w.fast.calls.Add(1)
+	go func() {
+		defer w.fast.calls.Done()
+		pool := w.Pool(tool)
+		if !pool.TakeWithin(ctx, fastSlotWait) {
+			_ = r.Respond([]byte("no free slot"), micro.WithHeaders(micro.Headers{bus.HeaderFast: {protocol.FastDeclined}}))
+			return
+		}
+		defer pool.Put()
+		data, outcome := w.runFast(ctx, kind, tool, r.Data(), fastWithin(r.Headers()))
+		_ = r.Respond(data, micro.WithHeaders(micro.Headers{bus.HeaderFast: {outcome}}))
+	}()
+}
+
+// fastWithin is how long the router asking waits for the answer (bus.HeaderFastWithin): 1 s
+// when it does not say, at most a minute.
+func fastWithin(h micro.Headers) time.Duration {
+	d, err := time.ParseDuration(h.Get(bus.HeaderFastWithin))
+	if err != nil || d <= 0 {
+		return time.Second
+	}
+	return min(d, time.Minute)
+}
+
+// runFast runs a fast-lane call, tried as its route's retry policy says within what its router
+// waits (within), and returns the answer and what it is: the call's sealed
+// result (protocol.FastAnswered), or why it was not run (FastRefused: no trusted router sealed
+// it, or it is not a read-only call of this tool), or that the durable path should take it
+// over (FastRetry: a failure another try may fix, or a try that was not judged).
+func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, within time.Duration) ([]byte, string) {
+	m, err := protocol.Unmarshal(data)
+	if err != nil {
+		return []byte("not a Hermes message: " + err.Error()), protocol.FastRefused
+	}
+	if keys := w.cfg.TrustedSeals; len(keys) > 0 {
+		if err := m.VerifySeal(keys, time.Now()); err != nil {
+			w.refused.Add(1)
+			return []byte("no trusted router sealed this call"), protocol.FastRefused
+		}
+	}
+	if m.Type != protocol.TypeToolCall {
+		return []byte("not a tool call"), protocol.FastRefused
+	}
+	disp, err := m.DecodeDispatch()
+	if err != nil {
+		return []byte(err.Error()), protocol.FastRefused
+	}
+	if disp.Call.Name != tool || disp.Action.Kind != kind || !disp.ReadOnly {
+		return []byte("only read-only calls of " + tool + " (" + kind + ") are answered here"), protocol.FastRefused
+	}
+	end, first := w.fast.start(m.MsgID)
+	if !first {
+		// Asked again while it runs (a router's retry): the first run answers.
+		return []byte("the call runs already"), protocol.FastDeclined
+	}
+	defer end()
+	if res, ok := w.fast.answered(m.MsgID); ok {
+		// Asked again (the reply was lost): the same answer, not another run.
+		return w.fastResult(m, res)
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer w.running.add(m.RequestID, disp.Call.ToolCallID, stop)()
+	// Tried as its route's retry policy says, within what its router waits for.
+	until := time.Now().Add(within)
+	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
+	var out Outcome
+	attempt := 1
+	for ; ; attempt++ {
+		var waited time.Duration
+		if attempt == 1 && !m.CreatedAt.IsZero() {
+			waited = max(time.Since(m.CreatedAt), 0)
+		}
+		w.obs.Started(tool, attempt, waited)
+		began := time.Now()
+		var err error
+		out, err = w.try(ctx, kind, m, disp, attempt, maxAttempts)
+		w.obs.Finished(tool, time.Since(began))
+		if err != nil || errors.Is(context.Cause(ctx), ErrCancelled) {
+			// Not judged (shutdown, a panic) or cancelled: the durable path decides.
+			return []byte("the try was not judged"), protocol.FastRetry
+		}
+		if out.Result.Status == protocol.ResultOK || !out.Retryable || attempt >= maxAttempts {
+			break
+		}
+		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
+		if time.Now().Add(delay).After(until) {
+			// The next try would come after the router stopped waiting: the durable path
+			// tries it again.
+			return []byte(out.Result.ErrorCode), protocol.FastRetry
+		}
+		w.obs.Retrying(tool, out.Result.ErrorCode)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return []byte("stopping"), protocol.FastRetry
+		}
+	}
+	res := out.Result
+	res.ToolCallID, res.Name, res.Route, res.Attempts = disp.Call.ToolCallID, tool, disp.Route, attempt
+	hermesCode(&res)
+	data, outcome := w.fastResult(m, res)
+	if outcome == protocol.FastAnswered {
+		w.fast.remember(m.MsgID, res)
+		w.obs.Recorded(&res)
+	}
+	return data, outcome
+}
+
+// fastResult is res as the sealed tool_result message the call's router records; a result
+// larger than one bus message becomes RESULT_TOO_LARGE, as on the durable path.
+func (w *Worker) fastResult(cause *protocol.Message, res protocol.ToolResult) ([]byte, string) {
+	for {
+		out, err := protocol.NewMessage(protocol.TypeToolResult, &res)
+		if err != nil {
+			return []byte(err.Error()), protocol.FastRetry
+		}
+		out.Follow(cause, protocol.MsgIDToolResult(cause.RequestID, res.ToolCallID))
+		out.Attempt = res.Attempts
+		data, err := w.cfg.Bus.SealedResult(w.pub, out)
+		if errors.Is(err, bus.ErrTooLarge) && res.ErrorCode != protocol.CodeResultTooLarge {
+			res = tooLarge(res, w.cfg.Bus.MaxMessageBytes())
+			continue
+		}
+		if err != nil {
+			return []byte(err.Error()), protocol.FastRetry
+		}
+		return data, protocol.FastAnswered
+	}
+}

@@ -64,6 +64,10 @@ type Config struct {
 	// Concurrency bounds calls of one tool at once; Pools the bulkheads (worker.Pools).
 	Concurrency int
 	Pools       worker.Pools
+	// NoFastLane: the tools' calls all come from the bus; otherwise the read-only ones
+	// (effects: none) may come from routers over request/reply too (worker.Config.FastLane),
+	// which the tool worker role's NATS user may answer.
+	NoFastLane bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -135,7 +139,7 @@ func Serve(ctx context.Context, cfg Config, tools ...*Def) error {
 	}
 	w, err := worker.New(worker.Config{Bus: b, Instance: cfg.Instance, Executors: []worker.Executor{exec},
 		Concurrency: cfg.Concurrency, Pools: cfg.Pools, Contracts: &contract.Versions{KV: b.Contracts},
-		Level: levels(tools), TrustedSeals: cfg.TrustedSeals, Logger: log})
+		Level: levels(tools), TrustedSeals: cfg.TrustedSeals, FastLane: !cfg.NoFastLane, Logger: log})
 	if err != nil {
 		return err
 	}

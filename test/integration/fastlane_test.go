@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/worker"
@@ -260,5 +261,50 @@ func TestFastLaneWorkerAnswersTwice(t *testing.T) {
 		if m.RequestID == "fl_twice" && m.Type == protocol.TypeToolResult && m.Sender.Instance != "twice-0" {
 			t.Errorf("recorded the result %s sent, want the first answer's", m.Sender.Instance)
 		}
+	}
+}
+
+// TestFastLaneKeepsPolicies: the fast lane decides under the tools' policies as the durable path
+// does: a rate limit refuses the call over it (answered and recorded as the durable path would),
+// a role the policy does not allow is refused, and a call that needs an approval is never run on
+// it — it is answered APPROVAL_REQUIRED, and once approved runs on the durable path.
+func TestFastLaneKeepsPolicies(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{callers: true, workers: 1})
+	keys := callerKeys(t, s, map[string]auth.Role{"ann": auth.RoleUser})
+	s.applyPolicy("read_echo", `{"rate_limit":"1/h","scope":"tool","on_limit":"refuse"}`)
+	if r := s.routeOne(keys["ann"], "fl-rate-1", "fl-rate", "read_echo", `{}`); r.Status != protocol.ResultOK {
+		t.Fatalf("first call: %+v", r)
+	}
+	if r := s.routeOne(keys["ann"], "fl-rate-2", "fl-rate", "read_echo", `{}`); r.ErrorCode != protocol.CodeRateLimited || r.Policy == nil {
+		t.Fatalf("second call: %+v, want RATE_LIMITED by the policy", r)
+	}
+	if answered, declined := s.fastCounts(); answered != 2 || declined != 0 {
+		t.Errorf("the fast lane answered %d and declined %d, want 2 and 0", answered, declined)
+	}
+	if rec := s.recordedOf("fl-rate-2"); len(rec[protocol.TypeToolResult]) != 1 || rec[protocol.TypeRequest][0] != "hermes.request.fast.fl-rate" {
+		t.Errorf("the refused call's record: %v", rec)
+	}
+
+	s.applyPolicy("read_echo", `{"allowed_roles":["admin"]}`)
+	if r := s.routeOne(keys["ann"], "fl-role", "fl-rate", "read_echo", `{}`); r.Status == protocol.ResultOK {
+		t.Fatalf("a role the policy does not allow: %+v", r)
+	}
+
+	s.applyPolicy("read_record", `{"confirm_required":true,"expires_in":"5m"}`)
+	res := s.routeOne(keys["ann"], "fl-approve", "fl-approve", "read_record", `{"n":1}`)
+	if res.ErrorCode != protocol.CodeApprovalRequired || res.Policy == nil || res.Policy.ApprovalID == "" {
+		t.Fatalf("a call needing approval: %+v", res)
+	}
+	if n := len(s.recorder.tries("fl-approve/c1")); n != 0 {
+		t.Errorf("the tool saw %d tries before the approval, want 0", n)
+	}
+	id := res.Policy.ApprovalID
+	if code, body := s.call(http.MethodPost, "/v1/approvals/"+id+"/approve", keys["ann"], `{}`); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	rec := s.recordedOf(id)
+	if len(rec[protocol.TypeToolCall]) != 1 || !strings.HasPrefix(rec[protocol.TypeToolCall][0], "hermes.tool_http.read_record.") {
+		t.Errorf("the approved call's record: %v, want it dispatched on the durable path", rec)
 	}
 }

@@ -2,9 +2,13 @@ package fastlane
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,13 +57,14 @@ type Config struct {
 // request/reply (protocol.SubjectFastRequest) whose calls all only read, running them through
 // the router's pipeline (contracts, policies, routes: everything but the serial and plan stages)
 // and sending each call, sealed, to a live worker of its tool (protocol.SubjectFastCall); the
-// answer goes back at once, and the record of it — plan, request, calls, results, response — to
-// its Writer. Anything else it declines before anything runs: a call that changes something, a
-// stage that would make the request wait (an approval, a rate limit's wait), a request_id in use,
-// a full record buffer. A call no worker answers in time, or answers with a failure another try
-// may fix, makes it decline too: the gateway then takes the durable path, where the call is
-// dispatched again under the same ids (a worker that answered it on the fast lane records that
-// answer instead of running it again).
+// answer goes back at once, and the record of it — request, calls, results, response — to its
+// Writer. Its plan is recorded first, as the gateway records a durable request's (created once
+// per request_id, before any worker is asked): a request_id in use is never run again here. Anything else it
+// declines before a worker runs anything: a call that changes something, a stage that would make
+// the request wait (a rate limit's wait), a request_id in use, a full record buffer. A call no
+// worker answers in time, or answers with a failure another try may fix, makes it decline too:
+// the gateway then takes the durable path, where the call is dispatched again under the same ids
+// (a worker that answered it on the fast lane records that answer instead of running it again).
 type Lane struct {
 	cfg    Config
 	writer *Writer
@@ -67,6 +72,13 @@ type Lane struct {
 	log    *slog.Logger
 	slots  chan struct{}
 	pub    *bus.Publisher
+
+	mu      sync.Mutex
+	closing bool                      // no request is taken once set
+	running sync.WaitGroup            // requests in hand
+	inbox   string                    // FastReplies.<this lane's token>
+	waiting map[string]chan *nats.Msg // call token → where its answer goes
+	token   atomic.Uint64
 
 	answered, declined atomic.Int64
 }
@@ -88,7 +100,12 @@ func New(cfg Config) (*Lane, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	l := &Lane{cfg: cfg, sender: cfg.Router.Sender(), log: cfg.Logger, slots: make(chan struct{}, cfg.InFlight)}
+	var tok [12]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, err
+	}
+	l := &Lane{cfg: cfg, sender: cfg.Router.Sender(), log: cfg.Logger, slots: make(chan struct{}, cfg.InFlight),
+		inbox: protocol.FastReplies + "." + hex.EncodeToString(tok[:]), waiting: map[string]chan *nats.Msg{}}
 	l.pub = bus.NewPublisher(cfg.Bus.JS, l.sender)
 	l.writer = NewWriter(cfg.Bus, l.pub, cfg.Buffer, cfg.Logger)
 	l.writer.waiting = cfg.Metrics.FastRecordWaiting
@@ -104,17 +121,19 @@ func (l *Lane) Counts() (answered, declined int64) { return l.answered.Load(), l
 // Run answers the lane until ctx ends, then waits for the requests in hand and writes their
 // record.
 func (l *Lane) Run(ctx context.Context) error {
-	var running sync.WaitGroup
+	replies, err := l.cfg.Conn.Subscribe(l.inbox+".*", l.answerArrived)
+	if err != nil {
+		return fmt.Errorf("fastlane: subscribe to the workers' answers: %w", err)
+	}
+	defer func() { _ = replies.Unsubscribe() }()
+	_ = replies.SetPendingLimits(64<<10, 256<<20)
 	sub, err := l.cfg.Conn.QueueSubscribe(protocol.FilterFastRequests, protocol.FastQueue, func(msg *nats.Msg) {
-		select {
-		case l.slots <- struct{}{}:
-		default:
+		if !l.take() {
 			l.reply(msg, nil, protocol.FastDeclined)
 			return
 		}
-		running.Add(1)
 		go func() {
-			defer running.Done()
+			defer l.running.Done()
 			defer func() { <-l.slots }()
 			data, outcome := l.answer(ctx, msg)
 			l.reply(msg, data, outcome)
@@ -124,14 +143,38 @@ func (l *Lane) Run(ctx context.Context) error {
 		return fmt.Errorf("fastlane: subscribe: %w", err)
 	}
 	_ = sub.SetPendingLimits(64<<10, 256<<20)
+	// In place once the server has them: a gateway asking from now on finds this router.
+	if err := l.cfg.Conn.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("fastlane: subscribe: %w", err)
+	}
 	written := make(chan error, 1)
 	wctx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { written <- l.writer.Run(wctx) }()
 	<-ctx.Done()
-	_ = sub.Drain()
-	running.Wait()
+	l.mu.Lock()
+	l.closing = true // no request is taken from here on: running counts them all
+	l.mu.Unlock()
+	_ = sub.Unsubscribe()
+	l.running.Wait()
 	stopWriter()
 	return <-written
+}
+
+// take takes a request in hand: false when the lane is closing or has InFlight in hand.
+func (l *Lane) take() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return false
+	}
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		return false
+	}
+	l.running.Add(1)
+	return true
 }
 
 func (l *Lane) reply(msg *nats.Msg, data []byte, outcome string) {
@@ -147,8 +190,27 @@ func (l *Lane) reply(msg *nats.Msg, data []byte, outcome string) {
 	_ = msg.RespondMsg(&nats.Msg{Data: data, Header: nats.Header{bus.HeaderFast: []string{outcome}}})
 }
 
+// answerArrived hands a worker's answer to the call waiting for it.
+func (l *Lane) answerArrived(msg *nats.Msg) {
+	token := strings.TrimPrefix(msg.Subject, l.inbox+".")
+	l.mu.Lock()
+	ch := l.waiting[token]
+	delete(l.waiting, token) // one answer per call: a second one finds nobody
+	l.mu.Unlock()
+	if ch != nil {
+		ch <- msg
+	}
+}
+
 // errDeclined ends a request's run on the fast lane: the durable path takes it.
 var errDeclined = errors.New("fastlane: declined")
+
+// planned is what came of recording a request's plan.
+type planned struct {
+	created bool
+	first   *bus.Plan // the plan kept under the request_id, when not created now
+	err     error
+}
 
 // answer answers one request, or says why not.
 func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
@@ -176,39 +238,38 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 	if !l.cfg.Router.MayBeFast(req) {
 		return nil, protocol.FastDeclined // a call that changes something: nothing runs here
 	}
-	// Whether the request_id is in use is read while the calls run.
-	type planRead struct {
-		plan *bus.Plan
-		err  error
-	}
-	planned := make(chan planRead, 1)
+	// The request is accepted as the gateway accepts a durable one: its plan, created once per
+	// request_id, while the stages decide; no worker is asked before it is.
+	plan := bus.PlanOf(m, req, time.Now())
+	plan.AtIntake = true
+	pc := make(chan planned, 1)
 	go func() {
-		p, err := l.cfg.Bus.Plan(ctx, m.RequestID)
-		planned <- planRead{p, err}
+		created, first, err := l.cfg.Bus.CreatePlan(ctx, m.RequestID, plan)
+		pc <- planned{created, first, err}
 	}()
+	e := &emitter{lane: l, pc: pc}
 	job := router.NewJob(m, req, msg.Data, "", log)
-	e := &emitter{lane: l}
 	err = l.cfg.Router.FastPipeline(e).Run(ctx, job)
-	pr := <-planned
+	p := e.plan()
 	switch {
-	case errors.Is(pr.err, bus.ErrNotFound):
-	case pr.err != nil:
-		log.Warn("the fast lane could not tell whether the request_id is in use; the durable path takes the request", "err", pr.err)
+	case p.err != nil:
+		log.Warn("the fast lane could not record the request's plan; the durable path takes the request", "err", p.err)
 		return nil, protocol.FastDeclined
-	default:
-		mine := bus.PlanOf(m, req, time.Now())
-		if pr.plan.Fingerprint != "" && pr.plan.Fingerprint != mine.Fingerprint {
-			return nil, protocol.FastConflict
-		}
+	case !p.created && p.first.Fingerprint != "" && p.first.Fingerprint != plan.Fingerprint:
+		return nil, protocol.FastConflict
+	case !p.created:
 		// Accepted before: its first run's response, once it has one (the durable path
-		// waits for it).
+		// waits for it meanwhile).
 		rec, _, rerr := l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
+		if errors.Is(rerr, bus.ErrNotFound) && l.cfg.Router.FastWritten(ctx, m.RequestID) {
+			// Answered here a moment ago: its record is written now.
+			rec, _, rerr = l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
+		}
 		if rerr != nil {
 			return nil, protocol.FastDeclined
 		}
 		return rec.Data, protocol.FastReplayed
-	}
-	if err != nil {
+	case err != nil:
 		if !errors.Is(err, errDeclined) {
 			log.Info("the fast lane declined a request", "err", err)
 		}
@@ -225,17 +286,14 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 	if err != nil || len(data) > l.cfg.Bus.MaxMessageBytes()-4<<10 {
 		return nil, protocol.FastDeclined // too large for one message: the durable path shrinks it
 	}
-	plan, err := l.cfg.Bus.PlanCreation(m.RequestID, bus.PlanOf(m, req, time.Now()))
-	if err != nil {
-		return nil, protocol.FastDeclined
-	}
 	fast := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
 	reqHeader := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
 	if owner := msg.Header.Get(bus.HeaderOwner); owner != "" {
 		reqHeader.Set(bus.HeaderOwner, owner)
 	}
-	rec := &record{requestID: m.RequestID, plan: plan, written: l.cfg.Router.FastWriting(m.RequestID)}
-	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectFastRecordedRequest(m.SessionID), Msg: m, Data: msg.Data, Header: reqHeader})
+	rec := &record{requestID: m.RequestID, written: l.cfg.Router.FastWriting(m.RequestID)}
+	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectFastRecordedRequest(m.SessionID), Msg: m, Data: msg.Data,
+		Header: reqHeader, MsgID: protocol.MsgIDFastRequest(m.RequestID)})
 	rec.messages = append(rec.messages, e.calls...)
 	for i := range e.recorded {
 		e.recorded[i].Header = fast
@@ -251,6 +309,8 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 // emitter is the fast lane's outlet: it asks the workers and keeps what is to be recorded.
 type emitter struct {
 	lane     *Lane
+	pc       chan planned
+	p        *planned
 	results  []protocol.ToolResult // one per call, in order
 	calls    []bus.Encoded         // the calls sent, as recorded
 	recorded []bus.Encoded         // the results, as recorded
@@ -258,13 +318,23 @@ type emitter struct {
 
 var _ router.Outlet = (*emitter)(nil)
 
+// plan waits for the request's plan to be recorded (or found).
+func (e *emitter) plan() planned {
+	if e.p == nil {
+		p := <-e.pc
+		e.p = &p
+	}
+	return *e.p
+}
+
 // Park declines: a request that must wait takes the durable path.
 func (e *emitter) Park(context.Context, *router.Job, park.Wait) (func(context.Context) error, error) {
 	return nil, errDeclined
 }
 
 // Emit sends every routed call to a worker at once and gathers their results; it declines
-// unless every call is decided by a stage or only reads.
+// unless every call is decided by a stage or only reads, and asks no worker unless the request's
+// plan was created now (a request_id seen before is not run again).
 func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 	l := e.lane
 	r := l.cfg.Router
@@ -283,8 +353,7 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 			if err != nil {
 				return err
 			}
-			out.Sender = l.sender
-			data, err := protocol.Marshal(out)
+			data, err := l.cfg.Bus.SealedDecision(l.pub, out)
 			if err != nil {
 				return err
 			}
@@ -300,11 +369,15 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 			if err != nil {
 				return err
 			}
-			e.calls = append(e.calls, bus.Encoded{Subject: protocol.SubjectEvent(protocol.EventFastCall, job.Msg.SessionID), Msg: out.Msg, Data: data})
+			e.calls = append(e.calls, bus.Encoded{Subject: protocol.SubjectEvent(protocol.EventFastCall, job.Msg.SessionID), Msg: out.Msg, Data: data,
+				MsgID: protocol.MsgIDFastCall(job.Msg.RequestID, c.Call.ToolCallID)})
 			asks = append(asks, ask{i: i, c: c, data: data})
 		default:
 			return errDeclined
 		}
+	}
+	if p := e.plan(); p.err != nil || !p.created {
+		return errDeclined // decided once the plan is read (answer)
 	}
 	wait := l.cfg.CallWait
 	if d := job.Msg.Deadline; !d.IsZero() {
@@ -325,17 +398,44 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 	return errors.Join(errs...)
 }
 
-// ask sends one call to a worker of its tool and takes its answer: the call's sealed result,
-// checked as aggregation checks results.
-func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Call, data []byte) error {
-	l := e.lane
-	d := c.Dispatch
+// call sends data, a call of tool of kind, to a worker of the tool, and waits for its answer
+// within ctx.
+func (l *Lane) call(ctx context.Context, kind, tool string, data []byte) (*nats.Msg, error) {
+	token := strconv.FormatUint(l.token.Add(1), 36)
+	ch := make(chan *nats.Msg, 1)
+	l.mu.Lock()
+	l.waiting[token] = ch
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.waiting, token)
+		l.mu.Unlock()
+	}()
 	within := l.cfg.CallWait
 	if dl, ok := ctx.Deadline(); ok {
 		within = time.Until(dl)
 	}
-	reply, err := l.cfg.Conn.RequestMsgWithContext(ctx, &nats.Msg{Subject: protocol.SubjectFastCall(d.Action.Kind, c.Call.Name), Data: data,
+	err := l.cfg.Conn.PublishMsg(&nats.Msg{Subject: protocol.SubjectFastCall(kind, tool), Reply: l.inbox + "." + token, Data: data,
 		Header: nats.Header{bus.HeaderFastWithin: []string{within.String()}}})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case reply := <-ch:
+		if reply.Header.Get("Status") == "503" && len(reply.Data) == 0 {
+			return nil, nats.ErrNoResponders
+		}
+		return reply, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ask sends one call to a worker of its tool and takes its answer: the call's sealed result,
+// checked as aggregation checks results.
+func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Call, data []byte) error {
+	l := e.lane
+	reply, err := l.call(ctx, c.Dispatch.Action.Kind, c.Call.Name, data)
 	if err != nil {
 		// No worker of the tool (no responders), none in time, or the connection failed.
 		return fmt.Errorf("%w: %s: %v", errDeclined, c.Call.Name, err)

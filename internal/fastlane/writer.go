@@ -2,14 +2,11 @@ package fastlane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -26,14 +23,23 @@ const writeBatch = 64
 // writeRetry spaces out tries to write a batch the bus refused or did not answer.
 var writeRetry = retry.Policy{Initial: 50 * time.Millisecond, Factor: 2, Max: 2 * time.Second}
 
-// record is what the fast lane writes of one request it answered, in order: its plan, the
-// request, its calls (on the fast calls' event subject), their results, and the response.
+// record is what the fast lane writes of one request it answered, in order: the request, its
+// calls (on the fast calls' event subject), their results, and the response. (Its plan was
+// recorded before any worker was asked.)
 type record struct {
 	requestID string
 	// written, when set, is told when the write ended and whether it stored the record.
 	written  func(ok bool)
-	plan     *nats.Msg
 	messages []bus.Encoded
+}
+
+// size is what the record's messages hold.
+func (r *record) size() int {
+	n := 0
+	for _, m := range r.messages {
+		n += len(m.Data)
+	}
+	return n
 }
 
 // Writer writes what the fast lane answered onto the record, off the callers' path: a bounded
@@ -50,6 +56,7 @@ type Writer struct {
 	queue chan *record
 	held  atomic.Int64 // places reserved and not yet written
 	size  int64
+	bytes atomic.Int64 // what the records waiting hold
 	// waiting, when set, follows held.
 	waiting prometheus.Gauge
 
@@ -69,9 +76,16 @@ func NewWriter(b *bus.Bus, pub *bus.Publisher, size int, log *slog.Logger) *Writ
 	return &Writer{bus: b, pub: pub, log: log, queue: make(chan *record, size), size: int64(size)}
 }
 
+// MaxBufferBytes bounds what the records waiting to be written hold: past it no place is
+// reserved until some are written (a request in hand when it is reached may add one record more).
+const MaxBufferBytes = 256 << 20
+
 // Reserve takes a place in the buffer for a request about to be answered: false when the buffer
-// is full. A reserved place is filled (Fill) or given back (Release).
+// is full, by count or by bytes. A reserved place is filled (Fill) or given back (Release).
 func (w *Writer) Reserve() bool {
+	if w.bytes.Load() >= MaxBufferBytes {
+		return false
+	}
 	if w.held.Add(1) > w.size {
 		w.held.Add(-1)
 		return false
@@ -93,7 +107,10 @@ func (w *Writer) gauge(n int) {
 }
 
 // Fill puts the record of a request answered in a reserved place; it never waits.
-func (w *Writer) Fill(r *record) { w.queue <- r }
+func (w *Writer) Fill(r *record) {
+	w.bytes.Add(int64(r.size()))
+	w.queue <- r
+}
 
 // Waiting is how many requests' records are reserved or waiting to be written.
 func (w *Writer) Waiting() int64 { return w.held.Load() }
@@ -153,68 +170,92 @@ func (w *Writer) drain(left []*record) error {
 			return nil
 		}
 		if !w.write(ctx, batch) {
-			lost := int64(len(batch) + len(w.queue))
-			w.lost.Add(lost)
-			w.log.Error("the fast lane could not write the record of answered requests before stopping", "requests", lost)
-			return fmt.Errorf("fastlane: %d answered requests not recorded", lost)
+			for more := true; more; {
+				select {
+				case r := <-w.queue:
+					batch = append(batch, r)
+				default:
+					more = false
+				}
+			}
+			w.finish(batch, false)
+			w.log.Error("the fast lane could not write the record of answered requests before stopping", "requests", len(batch))
+			return fmt.Errorf("fastlane: %d answered requests not recorded", len(batch))
 		}
 	}
 }
 
-// write writes batch until it is stored (true), or ctx ends (false).
+// stuckTries is how many tries of a batch, each failing while the connection is up, make the
+// writer take its records one by one; a record failing as many tries alone is given up on.
+const stuckTries = 8
+
+// write writes batch until it is stored (true), or ctx ends (false). A record that cannot be
+// stored however often it is tried while the bus answers (say, larger than the stream takes) is
+// given up on, logged and counted lost, rather than holding up every record behind it.
 func (w *Writer) write(ctx context.Context, batch []*record) bool {
-	err := retry.Do(ctx, writeRetry, time.Time{}, func() error { return w.writeOnce(ctx, batch) }, func(err error, wait time.Duration) {
+	fails := 0
+	for n := 1; ; n++ {
+		err := w.writeOnce(ctx, batch)
+		if err == nil {
+			w.finish(batch, true)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if w.bus.JS.Conn().IsConnected() {
+			fails++
+		}
+		switch {
+		case fails >= stuckTries && len(batch) > 1:
+			for _, r := range batch {
+				if !w.write(ctx, []*record{r}) {
+					return false
+				}
+			}
+			return true
+		case fails >= stuckTries:
+			w.log.Error("the fast lane gave up on the record of an answered request", "request_id", batch[0].requestID, "err", err)
+			w.finish(batch, false)
+			return true
+		}
 		w.retries.Add(1)
+		wait := writeRetry.Delay(n)
 		w.log.Warn("writing the fast lane's record failed; trying again", "requests", len(batch), "err", err, "in", wait)
-	})
-	for _, r := range batch {
-		if r.written != nil {
-			r.written(err == nil)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
 		}
 	}
-	if err != nil {
-		return false
+}
+
+// finish settles batch: written (ok) or given up on.
+func (w *Writer) finish(batch []*record, ok bool) {
+	size := 0
+	for _, r := range batch {
+		size += r.size()
+		if r.written != nil {
+			r.written(ok)
+		}
 	}
 	w.held.Add(-int64(len(batch)))
+	w.bytes.Add(-int64(size))
 	w.gauge(-len(batch))
-	w.written.Add(int64(len(batch)))
-	return true
+	if ok {
+		w.written.Add(int64(len(batch)))
+	} else {
+		w.lost.Add(int64(len(batch)))
+	}
 }
 
-// writeOnce writes the plans of batch, then its messages, in order.
+// writeOnce writes the messages of batch, in order.
 func (w *Writer) writeOnce(ctx context.Context, batch []*record) error {
-	js := w.bus.JS
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	for _, r := range batch {
-		f, err := js.PublishMsgAsync(r.plan)
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			_, err = js.PublishMsg(ctx, r.plan)
-			if err != nil && !bus.IsExisting(err) {
-				return fmt.Errorf("fastlane: record the plan of %s: %w", r.requestID, err)
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("fastlane: record the plan of %s: %w", r.requestID, err)
-		}
-		futures = append(futures, f)
-	}
 	var all []bus.Encoded
 	for _, r := range batch {
 		all = append(all, r.messages...)
 	}
-	err := w.pub.PublishEncoded(ctx, all)
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case perr := <-f.Err():
-			if !bus.IsExisting(perr) && err == nil {
-				// The request was planned before (a request_id asked again): its plan stands.
-				err = fmt.Errorf("fastlane: record a plan: %w", perr)
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return err
+	return w.pub.PublishEncoded(ctx, all)
 }

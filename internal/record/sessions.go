@@ -1,6 +1,7 @@
 package record
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,6 @@ type Session struct {
 	LastAt time.Time
 	// Requests is how many of its request messages the record holds.
 	Requests uint64
-
-	subject string // where its requests are stored
 }
 
 // RecentSessions returns up to limit sessions of the record, the one whose latest request was
@@ -59,8 +58,10 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owne
 		return nil, fmt.Errorf("record: sessions: %w", err)
 	}
 	defer deleteConsumer(js, cons)
-	ring := make([]Session, 0, min(limit, 1024))
-	next := 0 // where the next session goes once ring is full
+	// The latest limit sessions, in stream order: a session's requests may be on two subjects
+	// (a partition's and the fast lane's), so a session seen again moves to the back.
+	recent := list.New()
+	byID := map[string]*list.Element{}
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending > 0 {
 		it, err := cons.Messages(jetstream.PullMaxMessages(1000))
 		if err != nil {
@@ -87,22 +88,23 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owne
 				continue
 			}
 			s := Session{ID: lastToken(msg.Subject()), LastRequestID: msg.Headers().Get(bus.HeaderRequestID),
-				LastSeq: md.Sequence.Stream, LastAt: md.Timestamp.UTC(), subject: msg.Subject()}
-			if len(ring) < limit {
-				ring = append(ring, s)
-			} else {
-				ring[next] = s
-				next = (next + 1) % limit
+				LastSeq: md.Sequence.Stream, LastAt: md.Timestamp.UTC()}
+			if e, ok := byID[s.ID]; ok {
+				recent.Remove(e)
+			}
+			byID[s.ID] = recent.PushBack(s)
+			if recent.Len() > limit {
+				delete(byID, recent.Remove(recent.Front()).(Session).ID)
 			}
 			if md.NumPending == 0 {
 				break
 			}
 		}
 	}
-	// Latest first: the ring holds them in stream order, oldest at next.
-	out := make([]Session, 0, len(ring))
-	for i := len(ring) - 1; i >= 0; i-- {
-		out = append(out, ring[(next+i)%len(ring)])
+	// Latest first.
+	out := make([]Session, 0, recent.Len())
+	for e := recent.Back(); e != nil; e = e.Prev() {
+		out = append(out, e.Value.(Session))
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(countConcurrency)
@@ -121,7 +123,7 @@ const countConcurrency = 8
 // completeSession counts s's requests and, for a request published without the request id
 // header, reads its id from the message.
 func completeSession(ctx context.Context, stream jetstream.Stream, s *Session) error {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.subject))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(protocol.FilterRequestsOf(s.ID)))
 	if err != nil {
 		return fmt.Errorf("record: sessions: count requests of %s: %w", s.ID, err)
 	}

@@ -122,6 +122,24 @@ func (r *Router) FastWriting(requestID string) func(ok bool) {
 	}
 }
 
+// FastWritten waits, up to FastGrace, while this process's fast lane writes requestID's record,
+// and reports whether it wrote it (false when it writes none of it).
+func (r *Router) FastWritten(ctx context.Context, requestID string) bool {
+	w := r.writes.find(requestID)
+	if w == nil {
+		return false
+	}
+	t := time.NewTimer(FastGrace)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.ok
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // fastWrite is one request whose record this process's fast lane writes.
 type fastWrite struct {
 	done chan struct{}

@@ -79,7 +79,7 @@ type Access struct {
 	Inbox string
 	// Responses lets the role answer what it is asked (allow_responses): one reply to the
 	// reply subject of each request it receives, within ResponseWithin, and to no other
-	// subject of anyone's inbox. Routers and workers answer the fast lane so.
+	// subject of anyone's inbox. Routers answer the gateways' fast-lane requests so.
 	Responses bool
 }
 
@@ -290,7 +290,7 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			parking())
 		// It shows itself to NATS micro discovery (hermes-router), and answers the gateways'
 		// fast-lane requests.
-		a.Subscribe = append(a.Subscribe, subjMicro, protocol.FilterFastRequests)
+		a.Subscribe = append(a.Subscribe, subjMicro, protocol.FilterFastRequests, protocol.FastReplies+".>")
 		a.Responses = true
 		a.Publish = append(a.Publish, subjAdminInbox)
 	case RoleWorker:
@@ -308,7 +308,10 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		// It shows itself and its tools to NATS micro discovery (hermes-toolworker; the tools'
 		// endpoints answer their figures).
 		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints, protocol.FilterFastCalls)
-		a.Responses = true // the fast lane's calls
+		// Its answers to the fast lane's calls go where routers take them, and nowhere else:
+		// not allow_responses, which would let it answer into the gateway's inbox the
+		// cancellations it receives name.
+		a.Publish = append(a.Publish, protocol.FastReplies+".>")
 		a.Publish = append(a.Publish, subjAdminInbox)
 		// A worker takes calls from tools' consumers only, never a router's or the
 		// summarizer's.

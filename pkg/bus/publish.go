@@ -214,6 +214,8 @@ type Encoded struct {
 	Data []byte
 	// Header holds extra headers.
 	Header nats.Header
+	// MsgID, when set, is the stream message id it is stored under instead of Msg's.
+	MsgID string
 	// Once stores it only while its subject holds nothing (an expected last subject sequence
 	// of 0): the first message there stays the subject's one message.
 	Once bool
@@ -248,6 +250,9 @@ func (p *Publisher) PublishEncoded(ctx context.Context, batch []Encoded) error {
 		msg := p.msg(e.Subject, e.Msg, e.Data)
 		for k, v := range e.Header {
 			msg.Header[k] = v
+		}
+		if e.MsgID != "" {
+			msg.Header.Set(jetstream.MsgIDHeader, e.MsgID)
 		}
 		if e.Once {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")

@@ -97,6 +97,18 @@ func (b *Bus) SealedResult(p *Publisher, m *protocol.Message) ([]byte, error) {
 	return data, nil
 }
 
+// SealedDecision makes m, the tool_result message of a result a router decided itself (NO_ROUTE,
+// a policy's refusal…), what RecordResult records: sent by p's sender, sealed, encoded.
+func (b *Bus) SealedDecision(p *Publisher, m *protocol.Message) ([]byte, error) {
+	m.Sender = p.sender
+	b.sealResult(m)
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	return data, nil
+}
+
 // RedriveAfter says after which sequence of the record the result of call callID (of tool
 // tool, in requestID of session) re-driven from the dead letters is to be recorded: the last
 // message on the call's subject, when the result that counts there is one the dead-letter

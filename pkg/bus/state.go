@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -107,24 +106,4 @@ func notFound(what string, err error) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, what)
 	}
 	return fmt.Errorf("bus: read %s: %w", what, err)
-}
-
-// PlanCreation is the plan of a request as CreatePlanAsync writes it: a message for the
-// plans' bucket, stored only while the request has no plan.
-func (b *Bus) PlanCreation(requestID string, p *Plan) (*nats.Msg, error) {
-	enc, err := msgpack.Marshal(p)
-	if err != nil {
-		return nil, Permanent(fmt.Errorf("bus: encode plan: %w", err))
-	}
-	msg := &nats.Msg{Subject: KVSubject(BucketCalls, protocol.KeyPlan(requestID)), Data: enc, Header: nats.Header{}}
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	return msg, nil
-}
-
-// IsExisting reports whether err is the refusal of a write expecting its subject (or key) to
-// hold nothing, which held something.
-func IsExisting(err error) bool {
-	var last uint64
-	var known bool
-	return wrongLast(err, &last, &known)
 }

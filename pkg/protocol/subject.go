@@ -275,13 +275,14 @@ func FilterToolCalls(kind, tool string) string {
 	return subjectRoot + ".tool_" + kind + "." + tool + ".*"
 }
 
-// FiltersAllToolCalls match every tool call of every kind.
+// FiltersAllToolCalls match every tool call of every kind: those dispatched on the bus, and
+// those the fast lane recorded (EventFastCall).
 func FiltersAllToolCalls() []string {
 	var out []string
 	for _, k := range Kinds {
 		out = append(out, FilterToolCalls(k, "*"))
 	}
-	return out
+	return append(out, FilterEvents(EventFastCall))
 }
 
 // FilterEvents matches every event of kind, whatever the session.
@@ -300,6 +301,16 @@ func MsgIDRequest(requestID string) string { return "request:" + requestID }
 
 // MsgIDToolCall identifies the dispatch of one call.
 func MsgIDToolCall(requestID, callID string) string { return "tool_call:" + requestID + ":" + callID }
+
+// MsgIDFastRequest is the stream message id under which the fast lane records requestID: its
+// own, so that a request the durable path takes later (the fast lane's record was cut short) is
+// not taken for a duplicate of it.
+func MsgIDFastRequest(requestID string) string { return "fast:request:" + requestID }
+
+// MsgIDFastCall is the stream message id under which the fast lane records a call it sent.
+func MsgIDFastCall(requestID, callID string) string {
+	return "fast:tool_call:" + requestID + ":" + callID
+}
 
 // MsgIDToolStarted identifies the start of one try of a call.
 func MsgIDToolStarted(requestID, callID string, attempt int) string {
@@ -422,6 +433,10 @@ const (
 	// FastQueue is the queue group of the fast lane's subscribers: one router, one worker
 	// of a tool, answers each.
 	FastQueue = "hermes-fastlane"
+	// FastReplies is where workers answer the calls routers send them on the fast lane
+	// (_INBOX_fastlane.<router's token>.<call's token>): a reply subject of its own, so that a
+	// worker may answer there and nowhere else — not into any inbox of anyone's it learns.
+	FastReplies = "_INBOX_fastlane"
 )
 
 // What a fast-lane answer says it is, in its Hermes-Fast header (bus.HeaderFast).

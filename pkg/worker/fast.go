@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,51 +20,117 @@ import (
 // protocol.FastQueue, so that one live worker of the tool answers each call.
 const FastService = "hermes-fastlane"
 
-// fastRemembered bounds the fast-lane answers a worker remembers, by call: a call asked again
+// What a worker remembers of the answers it gave on the fast lane, by call: a call asked again
 // (its router's retry, or the durable path taking it over) is answered with the first answer,
-// not run again.
-const fastRemembered = 4096
+// not run again — the same call, that is: the same message id, session and dispatch. At most
+// fastRemembered answers and fastRememberedBytes of them are kept, none longer than
+// fastRememberedFor.
+const (
+	fastRemembered      = 4096
+	fastRememberedBytes = 32 << 20
+	fastRememberedFor   = 10 * time.Minute
+)
 
 // fastLane is a worker's side of the fast lane: its micro service, and the answers it gave.
 type fastLane struct {
 	svc   micro.Service
 	calls sync.WaitGroup // the fast-lane calls in hand
 
-	mu    sync.Mutex
-	seen  map[string]protocol.ToolResult // call message id → the result answered
-	order []string                       // seen's keys, oldest first
-	inRun map[string]chan struct{}       // call message id → closed when its run ends
+	mu      sync.Mutex
+	closing bool                     // no call is taken once set
+	seen    map[string]fastAnswer    // call key → the answer given
+	order   []string                 // seen's keys, oldest first
+	bytes   int                      // the answers' sizes, together
+	inRun   map[string]chan struct{} // call key → closed when its run ends
 }
 
-// start notes that the call of message id msgID runs now; false when it runs already (its
-// end is then waited for by await). end says it ended.
-func (f *fastLane) start(msgID string) (end func(), ok bool) {
+// fastAnswer is an answer a worker gave, and when.
+type fastAnswer struct {
+	res  protocol.ToolResult
+	at   time.Time
+	size int
+}
+
+// callKey names one call: its message id, session and dispatch (a call under a reused id is
+// another call).
+func callKey(m *protocol.Message) string {
+	sum := sha256.Sum256(m.Payload)
+	return m.MsgID + "\x00" + m.SessionID + "\x00" + hex.EncodeToString(sum[:16])
+}
+
+// start notes that the call of key runs now; false when it runs already (its end is then
+// waited for by await). end says it ended.
+func (f *fastLane) start(key string) (end func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.inRun[msgID]; ok {
+	if _, ok := f.inRun[key]; ok {
 		return nil, false
 	}
 	if f.inRun == nil {
 		f.inRun = map[string]chan struct{}{}
 	}
 	ch := make(chan struct{})
-	f.inRun[msgID] = ch
+	f.inRun[key] = ch
 	return func() {
 		f.mu.Lock()
-		delete(f.inRun, msgID)
+		delete(f.inRun, key)
 		f.mu.Unlock()
 		close(ch)
 	}, true
 }
 
-// await waits while the call of message id msgID runs on the fast lane here, then returns its
-// answer, if it gave one (false when it never ran here, or gave none, or ctx ended first).
-func (f *fastLane) await(ctx context.Context, msgID string) (protocol.ToolResult, bool) {
+// remember keeps res as the answer to the call of key.
+func (f *fastLane) remember(key string, res protocol.ToolResult) {
+	size := len(key) + len(res.Content) + len(res.Rejected) + len(res.RecoveryHint) + 256
+	if size > fastRememberedBytes/16 {
+		return // too large to keep: asked again, it runs again
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = map[string]fastAnswer{}
+	}
+	if _, ok := f.seen[key]; ok {
+		return
+	}
+	for len(f.order) > 0 && (len(f.order) >= fastRemembered || f.bytes+size > fastRememberedBytes) {
+		f.forgetOldest()
+	}
+	f.seen[key] = fastAnswer{res: res, at: time.Now(), size: size}
+	f.order = append(f.order, key)
+	f.bytes += size
+}
+
+func (f *fastLane) forgetOldest() {
+	k := f.order[0]
+	f.order = f.order[1:]
+	f.bytes -= f.seen[k].size
+	delete(f.seen, k)
+}
+
+// answered returns the result this worker answered the call of key with on the fast lane, if
+// it did, lately.
+func (f *fastLane) answered(key string) (protocol.ToolResult, bool) {
 	if f == nil {
 		return protocol.ToolResult{}, false
 	}
 	f.mu.Lock()
-	ch := f.inRun[msgID]
+	defer f.mu.Unlock()
+	for len(f.order) > 0 && time.Since(f.seen[f.order[0]].at) > fastRememberedFor {
+		f.forgetOldest()
+	}
+	a, ok := f.seen[key]
+	return a.res, ok
+}
+
+// await waits while the call of key runs on the fast lane here, then returns its answer, if it
+// gave one (false when it never ran here, or gave none, or ctx ended first).
+func (f *fastLane) await(ctx context.Context, key string) (protocol.ToolResult, bool) {
+	if f == nil {
+		return protocol.ToolResult{}, false
+	}
+	f.mu.Lock()
+	ch := f.inRun[key]
 	f.mu.Unlock()
 	if ch != nil {
 		select {
@@ -71,37 +139,7 @@ func (f *fastLane) await(ctx context.Context, msgID string) (protocol.ToolResult
 			return protocol.ToolResult{}, false
 		}
 	}
-	return f.answered(msgID)
-}
-
-// remember keeps res as the answer to the call of message id msgID.
-func (f *fastLane) remember(msgID string, res protocol.ToolResult) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.seen == nil {
-		f.seen = map[string]protocol.ToolResult{}
-	}
-	if _, ok := f.seen[msgID]; ok {
-		return
-	}
-	if len(f.order) >= fastRemembered {
-		delete(f.seen, f.order[0])
-		f.order = f.order[1:]
-	}
-	f.seen[msgID] = res
-	f.order = append(f.order, msgID)
-}
-
-// answered returns the result this worker answered the call of message id msgID with on the
-// fast lane, if it did (and still remembers it).
-func (f *fastLane) answered(msgID string) (protocol.ToolResult, bool) {
-	if f == nil {
-		return protocol.ToolResult{}, false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	res, ok := f.seen[msgID]
-	return res, ok
+	return f.answered(key)
 }
 
 // startFast registers the worker's fast-lane service (no endpoints yet).
@@ -121,6 +159,9 @@ func (w *Worker) stopFast() {
 	if w.fast.svc == nil {
 		return
 	}
+	w.fast.mu.Lock()
+	w.fast.closing = true // no call is taken from here on: calls counts them all
+	w.fast.mu.Unlock()
 	_ = w.fast.svc.Stop()
 	w.fast.calls.Wait()
 }
@@ -145,11 +186,16 @@ const fastSlotWait = 100 * time.Millisecond
 // fastCall answers one fast-lane call, in a slot of its tool's pool: a call that finds none free
 // within fastSlotWait is declined (its router takes the durable path, where it waits its turn).
 func (w *Worker) fastCall(ctx context.Context, kind, tool string, r micro.Request) {
-	if ctx.Err() != nil {
+	w.fast.mu.Lock()
+	closing := w.fast.closing || ctx.Err() != nil
+	if !closing {
+		w.fast.calls.Add(1)
+	}
+	w.fast.mu.Unlock()
+	if closing {
 		_ = r.Respond([]byte("stopping"), micro.WithHeaders(micro.Headers{bus.HeaderFast: {protocol.FastDeclined}}))
 		return
 	}
-	w.fast.calls.Add(1)
 	go func() {
 		defer w.fast.calls.Done()
 		pool := w.Pool(tool)
@@ -199,13 +245,14 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 	if disp.Call.Name != tool || disp.Action.Kind != kind || !disp.ReadOnly {
 		return []byte("only read-only calls of " + tool + " (" + kind + ") are answered here"), protocol.FastRefused
 	}
-	end, first := w.fast.start(m.MsgID)
+	key := callKey(m)
+	end, first := w.fast.start(key)
 	if !first {
 		// Asked again while it runs (a router's retry): the first run answers.
 		return []byte("the call runs already"), protocol.FastDeclined
 	}
 	defer end()
-	if res, ok := w.fast.answered(m.MsgID); ok {
+	if res, ok := w.fast.answered(key); ok {
 		// Asked again (the reply was lost): the same answer, not another run.
 		return w.fastResult(m, res)
 	}
@@ -252,7 +299,7 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 	hermesCode(&res)
 	data, outcome := w.fastResult(m, res)
 	if outcome == protocol.FastAnswered {
-		w.fast.remember(m.MsgID, res)
+		w.fast.remember(key, res)
 		w.obs.Recorded(&res)
 	}
 	return data, outcome

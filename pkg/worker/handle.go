@@ -93,7 +93,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	defer h.Done()
-	if res, ok := w.fast.await(ctx, m.MsgID); ok {
+	if res, ok := w.fast.await(ctx, callKey(m)); ok {
 		// This worker answered it on the fast lane, or did while this delivery waited (its
 		// router gave up on the answer, or the record did not reach the bus): that answer is
 		// its result, recorded now, and it is not run again.

@@ -39,45 +39,44 @@ func (c *Client) SetEnabled(on bool) { c.off.Store(!on) }
 // Enabled reports whether the client asks.
 func (c *Client) Enabled() bool { return c != nil && !c.off.Load() }
 
+// Ownership is how long after a router took a request on the fast lane (recorded its plan,
+// bus.Plan.Fast) it is taken to be still answering it, or putting it on the durable path: a
+// gateway that heard nothing from it waits for the response rather than publish the request.
+const Ownership = 10 * time.Second
+
 // Answer is what came of asking.
 type Answer struct {
 	// Outcome is a protocol.Fast… value: FastAnswered or FastReplayed with Response set,
-	// FastConflict, or anything else for the durable path.
+	// FastConflict, FastDurable (wait for the response of the durable path), FastDeclined (no
+	// router took it: the durable path's), or "" when no router answered at all (one may have
+	// taken it).
 	Outcome  string
 	Response *protocol.Response
 }
 
-// Taken reports whether the fast lane settled the request (answered it, or found its
-// request_id answered or in use): anything else is the durable path's.
-func (a Answer) Taken() bool {
-	switch a.Outcome {
-	case protocol.FastAnswered, protocol.FastReplayed, protocol.FastConflict:
-		return true
-	}
-	return false
-}
-
 // Ask asks a router to answer m, a validated request message encoded as data, with header hdr
-// (the owner). A router that does not answer within the client's wait, or ctx's, declines it.
+// (the owner), and waits for the answer within the client's wait (or ctx's).
 func (c *Client) Ask(ctx context.Context, m *protocol.Message, data []byte, hdr nats.Header) Answer {
-	declined := Answer{Outcome: protocol.FastDeclined}
 	ctx, cancel := context.WithTimeout(ctx, c.wait)
 	defer cancel()
 	reply, err := c.conn.RequestMsgWithContext(ctx, &nats.Msg{Subject: protocol.SubjectFastRequest(m.SessionID), Data: data, Header: hdr})
-	if err != nil {
-		return declined
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return Answer{Outcome: protocol.FastDeclined} // no router listens: none took it
+	case err != nil:
+		return Answer{}
 	}
 	a := Answer{Outcome: reply.Header.Get(bus.HeaderFast)}
 	switch a.Outcome {
 	case protocol.FastAnswered, protocol.FastReplayed:
 		resp, err := decodeResponse(reply.Data, m.RequestID)
 		if err != nil {
-			return declined
+			return Answer{} // a router took it; its answer is unreadable: wait for the record
 		}
 		a.Response = resp
-	case protocol.FastConflict:
+	case protocol.FastConflict, protocol.FastDurable, protocol.FastDeclined:
 	default:
-		return declined
+		return Answer{Outcome: protocol.FastDeclined} // refused before anything was taken
 	}
 	return a
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,7 +77,6 @@ type Lane struct {
 	running sync.WaitGroup            // requests in hand
 	inbox   string                    // FastReplies.<this lane's token>
 	waiting map[string]chan *nats.Msg // call token → where its answer goes
-	token   atomic.Uint64
 
 	answered, declined atomic.Int64
 }
@@ -205,12 +203,9 @@ func (l *Lane) answerArrived(msg *nats.Msg) {
 // errDeclined ends a request's run on the fast lane: the durable path takes it.
 var errDeclined = errors.New("fastlane: declined")
 
-// planned is what came of recording a request's plan.
-type planned struct {
-	created bool
-	first   *bus.Plan // the plan kept under the request_id, when not created now
-	err     error
-}
+// replayWait bounds how long a request asked again waits for this router to write the record of
+// its first run.
+const replayWait = time.Second
 
 // answer answers one request, or says why not.
 func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
@@ -238,60 +233,42 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 	if !l.cfg.Router.MayBeFast(req) {
 		return nil, protocol.FastDeclined // a call that changes something: nothing runs here
 	}
-	// The request is accepted as the gateway accepts a durable one: its plan, created once per
-	// request_id, while the stages decide; no worker is asked before it is.
+	// The request is accepted as the gateway accepts a durable one, before any stage runs: its
+	// plan, created once per request_id. A request_id in use goes no further here.
 	plan := bus.PlanOf(m, req, time.Now())
-	plan.AtIntake = true
-	pc := make(chan planned, 1)
-	go func() {
-		created, first, err := l.cfg.Bus.CreatePlan(ctx, m.RequestID, plan)
-		pc <- planned{created, first, err}
-	}()
-	e := &emitter{lane: l, pc: pc}
-	job := router.NewJob(m, req, msg.Data, "", log)
-	err = l.cfg.Router.FastPipeline(e).Run(ctx, job)
-	p := e.plan()
+	plan.AtIntake, plan.Fast = true, true
+	created, first, err := l.cfg.Bus.CreatePlan(ctx, m.RequestID, plan)
 	switch {
-	case p.err != nil:
-		log.Warn("the fast lane could not record the request's plan; the durable path takes the request", "err", p.err)
-		return nil, protocol.FastDeclined
-	case !p.created && p.first.Fingerprint != "" && p.first.Fingerprint != plan.Fingerprint:
-		return nil, protocol.FastConflict
-	case !p.created:
-		// Accepted before: its first run's response, once it has one (the durable path
-		// waits for it meanwhile).
-		rec, _, rerr := l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
-		if errors.Is(rerr, bus.ErrNotFound) && l.cfg.Router.FastWritten(ctx, m.RequestID) {
-			// Answered here a moment ago: its record is written now.
-			rec, _, rerr = l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
-		}
-		if rerr != nil {
-			return nil, protocol.FastDeclined
-		}
-		return rec.Data, protocol.FastReplayed
 	case err != nil:
-		if !errors.Is(err, errDeclined) {
-			log.Info("the fast lane declined a request", "err", err)
-		}
+		log.Warn("the fast lane could not record the request's plan; the durable path takes the request", "err", err)
 		return nil, protocol.FastDeclined
+	case !created && first.Fingerprint != "" && first.Fingerprint != plan.Fingerprint:
+		return nil, protocol.FastConflict
+	case !created:
+		return l.again(ctx, m, first)
+	}
+	// Taken: from here this router answers the request, or puts it on the durable path itself.
+	e := &emitter{lane: l}
+	job := router.NewJob(m, req, msg.Data, "", log)
+	if err := l.cfg.Router.FastPipeline(e).Run(ctx, job); err != nil {
+		return l.handOver(ctx, m, msg, log, err)
 	}
 	out, resp, err := (&answer.Response{RequestID: m.RequestID, SessionID: m.SessionID, Results: e.results,
 		Cause: m.MsgID, Trace: m.Trace}).Message(ctx)
 	if err != nil {
-		log.Warn("the fast lane cannot answer with this response; the durable path takes the request", "err", err)
-		return nil, protocol.FastDeclined
+		return l.handOver(ctx, m, msg, log, err)
 	}
 	out.Sender = l.sender
 	data, err := protocol.Marshal(out)
 	if err != nil || len(data) > l.cfg.Bus.MaxMessageBytes()-4<<10 {
-		return nil, protocol.FastDeclined // too large for one message: the durable path shrinks it
+		return l.handOver(ctx, m, msg, log, errors.New("the response does not fit in one message")) // the durable path shrinks it
 	}
 	fast := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
 	reqHeader := nats.Header{bus.HeaderFast: []string{l.sender.Instance}}
 	if owner := msg.Header.Get(bus.HeaderOwner); owner != "" {
 		reqHeader.Set(bus.HeaderOwner, owner)
 	}
-	rec := &record{requestID: m.RequestID, written: l.cfg.Router.FastWriting(m.RequestID)}
+	rec := &record{requestID: m.RequestID}
 	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectFastRecordedRequest(m.SessionID), Msg: m, Data: msg.Data,
 		Header: reqHeader, MsgID: protocol.MsgIDFastRequest(m.RequestID)})
 	rec.messages = append(rec.messages, e.calls...)
@@ -300,17 +277,68 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 	}
 	rec.messages = append(rec.messages, e.recorded...)
 	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectResponse(m.RequestID, m.SessionID), Msg: out, Data: data, Once: true})
+	if !l.writer.Fits(rec) {
+		// The buffer's bytes are spoken for: the durable path records it (a worker that
+		// answered a call here records that answer).
+		return l.handOver(ctx, m, msg, log, errors.New("the record buffer is full"))
+	}
+	rec.written = l.cfg.Router.FastWriting(m.RequestID)
 	l.writer.Fill(rec)
 	filled = true
 	l.cfg.Metrics.Answered(resp)
 	return data, protocol.FastAnswered
 }
 
+// again answers a request whose request_id was accepted before, for the same request: with the
+// first run's response once it has one; while a router answers it on the fast lane, the
+// gateway waits for it (FastDurable); anything else is the durable path's, which joins the
+// first run.
+func (l *Lane) again(ctx context.Context, m *protocol.Message, first *bus.Plan) ([]byte, string) {
+	rec, _, err := l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
+	if errors.Is(err, bus.ErrNotFound) && first.Fast {
+		wctx, cancel := context.WithTimeout(ctx, replayWait)
+		written := l.cfg.Router.FastWritten(wctx, m.RequestID)
+		cancel()
+		if written {
+			rec, _, err = l.cfg.Bus.Response(ctx, m.RequestID, m.SessionID)
+		}
+	}
+	switch {
+	case err == nil:
+		return rec.Data, protocol.FastReplayed
+	case errors.Is(err, bus.ErrNotFound) && first.Fast && time.Since(first.AcceptedAt) < Ownership:
+		return nil, protocol.FastDurable
+	}
+	return nil, protocol.FastDeclined
+}
+
+// handOver puts a request this router took (its plan recorded) but cannot finish on the fast
+// lane on the durable path, as the gateway would have: published once, its plan recorded.
+// Calls already run here are not run again where their worker can tell.
+func (l *Lane) handOver(ctx context.Context, m *protocol.Message, msg *nats.Msg, log *slog.Logger, why error) ([]byte, string) {
+	if !errors.Is(why, errDeclined) {
+		log.Info("the fast lane hands the request to the durable path", "why", why)
+	}
+	hdr := nats.Header{bus.HeaderPlanned: []string{"1"}}
+	if owner := msg.Header.Get(bus.HeaderOwner); owner != "" {
+		hdr.Set(bus.HeaderOwner, owner)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOverWithin)
+	defer cancel()
+	if _, err := l.pub.PublishAs(pctx, protocol.SubjectRequest(m.SessionID), m, msg.Data, m.MsgID, hdr); err != nil {
+		// The gateway publishes it then: its plan says nothing ran on the durable path yet.
+		log.Warn("the fast lane could not put the request on the durable path; the gateway does", "err", err)
+		return nil, protocol.FastDeclined
+	}
+	return nil, protocol.FastDurable
+}
+
+// handOverWithin bounds publishing a request handed to the durable path.
+const handOverWithin = 5 * time.Second
+
 // emitter is the fast lane's outlet: it asks the workers and keeps what is to be recorded.
 type emitter struct {
 	lane     *Lane
-	pc       chan planned
-	p        *planned
 	results  []protocol.ToolResult // one per call, in order
 	calls    []bus.Encoded         // the calls sent, as recorded
 	recorded []bus.Encoded         // the results, as recorded
@@ -318,23 +346,13 @@ type emitter struct {
 
 var _ router.Outlet = (*emitter)(nil)
 
-// plan waits for the request's plan to be recorded (or found).
-func (e *emitter) plan() planned {
-	if e.p == nil {
-		p := <-e.pc
-		e.p = &p
-	}
-	return *e.p
-}
-
 // Park declines: a request that must wait takes the durable path.
 func (e *emitter) Park(context.Context, *router.Job, park.Wait) (func(context.Context) error, error) {
 	return nil, errDeclined
 }
 
 // Emit sends every routed call to a worker at once and gathers their results; it declines
-// unless every call is decided by a stage or only reads, and asks no worker unless the request's
-// plan was created now (a request_id seen before is not run again).
+// unless every call is decided by a stage or only reads.
 func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 	l := e.lane
 	r := l.cfg.Router
@@ -376,9 +394,6 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 			return errDeclined
 		}
 	}
-	if p := e.plan(); p.err != nil || !p.created {
-		return errDeclined // decided once the plan is read (answer)
-	}
 	wait := l.cfg.CallWait
 	if d := job.Msg.Deadline; !d.IsZero() {
 		wait = min(wait, time.Until(d))
@@ -401,7 +416,11 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 // call sends data, a call of tool of kind, to a worker of the tool, and waits for its answer
 // within ctx.
 func (l *Lane) call(ctx context.Context, kind, tool string, data []byte) (*nats.Msg, error) {
-	token := strconv.FormatUint(l.token.Add(1), 36)
+	var tok [12]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, err
+	}
+	token := hex.EncodeToString(tok[:]) // not to be guessed by another tool's worker
 	ch := make(chan *nats.Msg, 1)
 	l.mu.Lock()
 	l.waiting[token] = ch

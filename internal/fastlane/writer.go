@@ -2,11 +2,13 @@ package fastlane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -76,8 +78,7 @@ func NewWriter(b *bus.Bus, pub *bus.Publisher, size int, log *slog.Logger) *Writ
 	return &Writer{bus: b, pub: pub, log: log, queue: make(chan *record, size), size: int64(size)}
 }
 
-// MaxBufferBytes bounds what the records waiting to be written hold: past it no place is
-// reserved until some are written (a request in hand when it is reached may add one record more).
+// MaxBufferBytes bounds what the records waiting to be written hold.
 const MaxBufferBytes = 256 << 20
 
 // Reserve takes a place in the buffer for a request about to be answered: false when the buffer
@@ -106,11 +107,25 @@ func (w *Writer) gauge(n int) {
 	}
 }
 
-// Fill puts the record of a request answered in a reserved place; it never waits.
-func (w *Writer) Fill(r *record) {
-	w.bytes.Add(int64(r.size()))
-	w.queue <- r
+// Fits takes room for r's bytes in the buffer: false when they would take it past
+// MaxBufferBytes (one record larger than that alone fits an empty buffer). A record it took room
+// for is filled (Fill) at once.
+func (w *Writer) Fits(r *record) bool {
+	size := int64(r.size())
+	for {
+		cur := w.bytes.Load()
+		if cur > 0 && cur+size > MaxBufferBytes {
+			return false
+		}
+		if w.bytes.CompareAndSwap(cur, cur+size) {
+			return true
+		}
+	}
 }
+
+// Fill puts the record of a request answered in a reserved place, room taken for it (Fits); it
+// never waits.
+func (w *Writer) Fill(r *record) { w.queue <- r }
 
 // Waiting is how many requests' records are reserved or waiting to be written.
 func (w *Writer) Waiting() int64 { return w.held.Load() }
@@ -203,8 +218,8 @@ func (w *Writer) write(ctx context.Context, batch []*record) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		if w.bus.JS.Conn().IsConnected() {
-			fails++
+		if refused(err) {
+			fails++ // the bus said no to this batch; unanswered writes are tried on and on
 		}
 		switch {
 		case fails >= stuckTries && len(batch) > 1:
@@ -230,6 +245,14 @@ func (w *Writer) write(ctx context.Context, batch []*record) bool {
 			return false
 		}
 	}
+}
+
+// refused reports whether err is the stream's own refusal of a message (an API error: too
+// large, say), not the bus being away or slow (no responders, timeouts, a lost connection),
+// which is waited out however long it lasts.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code != 503
 }
 
 // finish settles batch: written (ok) or given up on.

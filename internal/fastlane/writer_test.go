@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hermesbus/hermes/pkg/bus"
 )
 
 // TestWriterReservesWithinItsBuffer: a request is answered only in a place of the buffer; a full
@@ -28,7 +30,15 @@ func TestWriterReservesWithinItsBuffer(t *testing.T) {
 	if !w.Reserve() {
 		t.Fatal("a place given back was not reserved again")
 	}
-	w.Fill(&record{requestID: "r"})
+	r := &record{requestID: "r", messages: []bus.Encoded{{Data: make([]byte, 10)}}}
+	if !w.Fits(r) {
+		t.Fatal("a small record does not fit an empty buffer")
+	}
+	w.Fill(r)
+	big := &record{requestID: "big", messages: []bus.Encoded{{Data: make([]byte, MaxBufferBytes)}}}
+	if w.Fits(big) {
+		t.Fatal("a record past the buffer's bytes fits")
+	}
 	if len(w.queue) != 1 {
 		t.Fatalf("queue holds %d records, want 1", len(w.queue))
 	}

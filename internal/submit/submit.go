@@ -245,14 +245,27 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		// What the router would refuse is refused here, before anything is kept.
 		return nil, fmt.Errorf("submit: %w", err)
 	}
+	uncertain := false // asked on the fast lane, no answer: a router may have taken it
 	if fast := s.cfg.Fast; fast.Enabled() && !req.Serial && req.Sandbox == nil && !sub.NoWait {
-		if a, ok := s.askFast(ctx, m, sub, deadline, log); ok {
-			if a.Outcome == protocol.FastConflict {
-				return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
-			}
-			published = true // recorded by the router that answered it
-			out.Response, out.Replayed = a.Response, a.Outcome == protocol.FastReplayed
+		a := s.askFast(ctx, m, sub, log)
+		switch a.Outcome {
+		case protocol.FastConflict:
+			return nil, fmt.Errorf("%w: request_id %s was already used for a different request; use a new request_id", ErrConflict, req.RequestID)
+		case protocol.FastReplayed:
+			out.Response, out.Replayed = a.Response, true
 			return out, nil
+		case protocol.FastAnswered:
+			published = true // recorded by the router that answered it
+			out.Response = a.Response
+			return out, nil
+		case protocol.FastDurable:
+			// A router took it and put it on the durable path (or it runs already): its
+			// response comes as any durable request's.
+			published = true
+			cancel()
+			return s.await(ctx, req, deadline, out, wake, log)
+		case "":
+			uncertain = true
 		}
 	}
 	// Accepting is recording the request's plan: its calls, session and fingerprint, written
@@ -277,6 +290,14 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		if resp, ok := s.recorded(actx, req.RequestID, first.SessionID); ok {
 			out.Response, out.Replayed = resp, true
 			return out, nil
+		}
+		if uncertain && first.Fast && time.Since(first.AcceptedAt) < fastlane.Ownership {
+			// A router took it on the fast lane a moment ago and did not answer in time: it
+			// answers it yet, or puts it on the durable path itself. Publishing it here would
+			// run it twice.
+			published = true
+			cancel()
+			return s.await(ctx, req, deadline, out, wake, log)
 		}
 		// Accepted before but not answered yet (or the first submitter died before
 		// publishing): publishing again is safe, the stream and the router deduplicate it.
@@ -308,6 +329,12 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 		out.Pending = true
 		return out, nil
 	}
+	return s.await(ctx, req, deadline, out, wake, log)
+}
+
+// await waits for the response of req, announced (wake) or on the record, until deadline
+// (out.Pending) or ctx ends.
+func (s *Submitter) await(ctx context.Context, req *protocol.Request, deadline time.Time, out *Outcome, wake <-chan struct{}, log *slog.Logger) (*Outcome, error) {
 	timer := time.NewTimer(max(time.Until(deadline), 0))
 	defer timer.Stop()
 	var again <-chan time.Time // a look that failed is tried again
@@ -367,26 +394,24 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (*Outcome, error
 	}
 }
 
-// askFast asks the routers to answer m on the fast lane, within the caller's wait; false sends
-// it down the durable path.
-func (s *Submitter) askFast(ctx context.Context, m *protocol.Message, sub Submission, deadline time.Time, log *slog.Logger) (fastlane.Answer, bool) {
+// askFast asks the routers to answer m on the fast lane. Asking is part of accepting: it runs
+// its course (fastlane.Client's wait) whatever the caller's wait or context, so that a router
+// that took the request is heard. An empty outcome is no answer at all.
+func (s *Submitter) askFast(ctx context.Context, m *protocol.Message, sub Submission, log *slog.Logger) fastlane.Answer {
 	m.Sender = s.pub.Sender()
 	data, err := protocol.Marshal(m)
 	if err != nil {
-		return fastlane.Answer{}, false
+		return fastlane.Answer{Outcome: protocol.FastDeclined}
 	}
 	var hdr nats.Header
 	if sub.Owner != "" {
 		hdr = nats.Header{bus.HeaderOwner: []string{sub.Owner}}
 	}
-	fctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	a := s.cfg.Fast.Ask(fctx, m, data, hdr)
-	if !a.Taken() {
+	a := s.cfg.Fast.Ask(context.WithoutCancel(ctx), m, data, hdr)
+	if a.Outcome == protocol.FastDeclined {
 		log.Debug("the fast lane declined the request; the durable path takes it")
-		return a, false
 	}
-	return a, true
+	return a
 }
 
 // recorded returns the response recorded for requestID (of session, when known), if any.

@@ -40,6 +40,9 @@ type Plan struct {
 	// AtIntake marks a plan recorded as the request was accepted, before any router took it.
 	// (Without it, the plan was recorded by a router: its request passed the serial stage.)
 	AtIntake bool `msgpack:"at_intake,omitempty"`
+	// Fast marks a plan a router recorded as it took the request on the fast lane: that
+	// router answers it, or puts it on the durable path itself (package fastlane).
+	Fast bool `msgpack:"fast,omitempty"`
 }
 
 // PlanOf is the plan of request r, carried by m (its request message), accepted at now. Its

@@ -455,6 +455,9 @@ const (
 	FastRefused = "refused"
 	// FastConflict: the request_id was accepted before for a different request.
 	FastConflict = "conflict"
+	// FastDurable: the router took the request (its plan is recorded) and, unable to finish
+	// it on the fast lane, put it on the durable path itself: wait for its response there.
+	FastDurable = "durable"
 	// FastReplayed: the request_id was answered before; the body is that response.
 	FastReplayed = "replayed"
 )

@@ -44,11 +44,14 @@ type fastLane struct {
 	inRun   map[string]chan struct{} // call key → closed when its run ends
 }
 
-// fastAnswer is an answer a worker gave, and when.
+// fastAnswer is what a worker did of a call on the fast lane, and when: the answer it gave (ok),
+// or the tries it made without one.
 type fastAnswer struct {
-	res  protocol.ToolResult
-	at   time.Time
-	size int
+	res   protocol.ToolResult
+	ok    bool
+	tries int
+	at    time.Time
+	size  int
 }
 
 // callKey names one call: its message id, session and dispatch (a call under a reused id is
@@ -81,6 +84,15 @@ func (f *fastLane) start(key string) (end func(), ok bool) {
 
 // remember keeps res as the answer to the call of key.
 func (f *fastLane) remember(key string, res protocol.ToolResult) {
+	f.keep(key, fastAnswer{res: res, ok: true, tries: res.Attempts})
+}
+
+// tried keeps that the call of key was tried n times here without an answer: the durable path
+// that takes it over goes on counting from there.
+func (f *fastLane) tried(key string, n int) { f.keep(key, fastAnswer{tries: n}) }
+
+func (f *fastLane) keep(key string, a fastAnswer) {
+	res := a.res
 	size := len(key) + len(res.Content) + len(res.Rejected) + len(res.RecoveryHint) + 256
 	if size > fastRememberedBytes/16 {
 		return // too large to keep: asked again, it runs again
@@ -96,7 +108,8 @@ func (f *fastLane) remember(key string, res protocol.ToolResult) {
 	for len(f.order) > 0 && (len(f.order) >= fastRemembered || f.bytes+size > fastRememberedBytes) {
 		f.forgetOldest()
 	}
-	f.seen[key] = fastAnswer{res: res, at: time.Now(), size: size}
+	a.at, a.size = time.Now(), size
+	f.seen[key] = a
 	f.order = append(f.order, key)
 	f.bytes += size
 }
@@ -111,23 +124,29 @@ func (f *fastLane) forgetOldest() {
 // answered returns the result this worker answered the call of key with on the fast lane, if
 // it did, lately.
 func (f *fastLane) answered(key string) (protocol.ToolResult, bool) {
+	a := f.done(key)
+	return a.res, a.ok
+}
+
+// done is what this worker did of the call of key on the fast lane, lately (zero: nothing).
+func (f *fastLane) done(key string) fastAnswer {
 	if f == nil {
-		return protocol.ToolResult{}, false
+		return fastAnswer{}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.order) > 0 && time.Since(f.seen[f.order[0]].at) > fastRememberedFor {
 		f.forgetOldest()
 	}
-	a, ok := f.seen[key]
-	return a.res, ok
+	return f.seen[key]
 }
 
-// await waits while the call of key runs on the fast lane here, then returns its answer, if it
-// gave one (false when it never ran here, or gave none, or ctx ended first).
-func (f *fastLane) await(ctx context.Context, key string) (protocol.ToolResult, bool) {
+// await waits while the call of key runs on the fast lane here, then returns what came of it:
+// its answer, if it gave one, and the tries it made (zero when it never ran here, or ctx ended
+// first).
+func (f *fastLane) await(ctx context.Context, key string) fastAnswer {
 	if f == nil {
-		return protocol.ToolResult{}, false
+		return fastAnswer{}
 	}
 	f.mu.Lock()
 	ch := f.inRun[key]
@@ -136,10 +155,10 @@ func (f *fastLane) await(ctx context.Context, key string) (protocol.ToolResult, 
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return protocol.ToolResult{}, false
+			return fastAnswer{}
 		}
 	}
-	return f.answered(key)
+	return f.done(key)
 }
 
 // startFast registers the worker's fast-lane service (no endpoints yet).
@@ -269,6 +288,11 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		if attempt == 1 && !m.CreatedAt.IsZero() {
 			waited = max(time.Since(m.CreatedAt), 0)
 		}
+		// Its start is an event on the record, as on the durable path (not waited for).
+		if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
+			w.fast.tried(key, attempt-1)
+			return []byte("the try could not start"), protocol.FastRetry
+		}
 		w.obs.Started(tool, attempt, waited)
 		began := time.Now()
 		var err error
@@ -276,6 +300,7 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		w.obs.Finished(tool, time.Since(began))
 		if err != nil || errors.Is(context.Cause(ctx), ErrCancelled) {
 			// Not judged (shutdown, a panic) or cancelled: the durable path decides.
+			w.fast.tried(key, attempt)
 			return []byte("the try was not judged"), protocol.FastRetry
 		}
 		if out.Result.Status == protocol.ResultOK || !out.Retryable || attempt >= maxAttempts {
@@ -284,13 +309,16 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		delay := max(RetryDelay(disp.Action.Retry, attempt), out.RetryAfter)
 		if time.Now().Add(delay).After(until) {
 			// The next try would come after the router stopped waiting: the durable path
-			// tries it again.
+			// tries it again, counting on from these tries.
+			w.obs.Retrying(tool, out.Result.ErrorCode)
+			w.fast.tried(key, attempt)
 			return []byte(out.Result.ErrorCode), protocol.FastRetry
 		}
 		w.obs.Retrying(tool, out.Result.ErrorCode)
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():
+			w.fast.tried(key, attempt)
 			return []byte("stopping"), protocol.FastRetry
 		}
 	}

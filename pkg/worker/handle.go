@@ -93,14 +93,17 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	defer h.Done()
-	if res, ok := w.fast.await(ctx, callKey(m)); ok {
+	fast := w.fast.await(ctx, callKey(m))
+	if fast.ok {
 		// This worker answered it on the fast lane, or did while this delivery waited (its
 		// router gave up on the answer, or the record did not reach the bus): that answer is
 		// its result, recorded now, and it is not run again.
 		log.Info("call answered on the fast lane; recording that answer")
+		res := fast.res
 		return r.finishHolding(ctx, h, m, &res, redrive, log)
 	}
-	attempt := h.Attempt()
+	// Tries made here on the fast lane count among the call's.
+	attempt := h.Attempt() + fast.tries
 	var waited time.Duration
 	if attempt == 1 && !m.CreatedAt.IsZero() {
 		waited = max(time.Since(m.CreatedAt), 0)

@@ -65,8 +65,8 @@ func (s *system) waitFastLane() {
 
 // TestFastLaneAnswersReadsAndRecordsThem: a request whose calls only read is answered on the
 // fast lane — each call run once by a worker over request/reply, nothing dispatched on the
-// bus — and its whole record follows: the request, each call, each result and the response,
-// once each. A call that changes something, or a serial request, takes the durable path.
+// bus — and its whole record follows: the request, each call, its start, each result and the
+// response, once each. A call that changes something, or a serial request, takes the durable path.
 func TestFastLaneAnswersReadsAndRecordsThem(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{workers: 1})
@@ -82,10 +82,11 @@ func TestFastLaneAnswersReadsAndRecordsThem(t *testing.T) {
 	}
 	rec := s.recordedOf("fl_read")
 	want := map[protocol.Type][]string{
-		protocol.TypeRequest:    {"hermes.request.fast.fl_read"},
-		protocol.TypeToolCall:   {"hermes.event.fast_call.fl_read", "hermes.event.fast_call.fl_read"},
-		protocol.TypeToolResult: {"hermes.result.fl_read:a.fl_read", "hermes.result.fl_read:b.fl_read"},
-		protocol.TypeResponse:   {"hermes.response.fl_read.fl_read"},
+		protocol.TypeRequest:     {"hermes.request.fast.fl_read"},
+		protocol.TypeToolCall:    {"hermes.event.fast_call.fl_read", "hermes.event.fast_call.fl_read"},
+		protocol.TypeToolStarted: {"hermes.event.tool_started.fl_read", "hermes.event.tool_started.fl_read"},
+		protocol.TypeToolResult:  {"hermes.result.fl_read:a.fl_read", "hermes.result.fl_read:b.fl_read"},
+		protocol.TypeResponse:    {"hermes.response.fl_read.fl_read"},
 	}
 	for typ, subjects := range want {
 		got := strings.Join(rec[typ], " ")

@@ -80,6 +80,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	ioDelay := fs.Int("io-delay-ms", 20, "how long the I/O-bound tool takes")
 	coldStart := fs.Bool("cold-start", true, "measure each binary's exec-to-ready time and idle memory")
 	stored := fs.Int("stored-requests", 100, "sequential 1-call requests over which to count the messages each stores; 0 to skip")
+	withDirect := fs.Bool("direct", true, "call the demo tool directly too, the floor each Hermes row is compared with (false leaves it out: to profile Hermes alone)")
 	laneList := fs.String("lanes", "fast,durable", "how the in-process Hermes takes the load, comma-separated: fast (read-only calls on the fast lane) and durable (the fast lane off)")
 	perClient := fs.Bool("session-per-client", false, "send each client's requests in one session (as chats do) instead of each in a session of its own")
 	role := fs.String("role", "user", "the role of the key the load is sent with (a user's requests are checked against the sessions of others, an operator's and admin's are not)")
@@ -157,7 +158,11 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
 			}
 			lanes, check := benchLanes(sys, *laneList)
-			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, sys.DemoURL+"/v1/echo", sync, *perClient, callList, concList, load, runID+sync, lanes, progress)
+			directURL := sys.DemoURL + "/v1/echo"
+			if !*withDirect {
+				directURL = ""
+			}
+			err = runMain(ctx, sys.GatewayURL, sys.Key.Key, directURL, sync, *perClient, callList, concList, load, runID+sync, lanes, progress)
 			if err == nil && check != nil {
 				var note string
 				if note, err = check(ctx); err == nil {
@@ -204,6 +209,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 // the gateway with key. A scenario where every request failed ends it with the first error: what
 // it would report measures nothing.
 func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, calls, concs []int, load func(int) bench.Load, runID string, lanes []lane, add func(benchRow)) error {
+	// direct == "": no direct call (--direct=false).
 	for _, n := range calls {
 		name := fmt.Sprintf("%d call", n)
 		if n > 1 {
@@ -211,9 +217,12 @@ func runMain(ctx context.Context, gw, key, direct, sync string, perClient bool, 
 		}
 		for _, c := range concs {
 			client := bench.NewClient(c * n)
-			d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
-			add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
-			all := []bench.Stats{d}
+			var all []bench.Stats
+			if direct != "" {
+				d := bench.Drive(ctx, load(c), (&bench.Direct{Client: client, URL: direct, Calls: n, Args: "{}"}).Do)
+				add(benchRow{Scenario: name, Target: "direct", Sync: sync, Concurrency: c, Stats: d})
+				all = append(all, d)
+			}
 			for _, l := range lanes {
 				if l.set != nil {
 					l.set()

@@ -272,6 +272,9 @@ func (l *Lane) answer(ctx context.Context, msg *nats.Msg) ([]byte, string) {
 	rec.messages = append(rec.messages, bus.Encoded{Subject: protocol.SubjectFastRecordedRequest(m.SessionID), Msg: m, Data: msg.Data,
 		Header: reqHeader, MsgID: protocol.MsgIDFastRequest(m.RequestID)})
 	rec.messages = append(rec.messages, e.calls...)
+	for _, st := range e.starts {
+		rec.messages = append(rec.messages, st...)
+	}
 	for i := range e.recorded {
 		e.recorded[i].Header = fast
 	}
@@ -339,6 +342,7 @@ const handOverWithin = 5 * time.Second
 // emitter is the fast lane's outlet: it asks the workers and keeps what is to be recorded.
 type emitter struct {
 	lane     *Lane
+	starts   [][]bus.Encoded       // each call's tries' starts, as recorded
 	results  []protocol.ToolResult // one per call, in order
 	calls    []bus.Encoded         // the calls sent, as recorded
 	recorded []bus.Encoded         // the results, as recorded
@@ -358,6 +362,7 @@ func (e *emitter) Emit(ctx context.Context, job *router.Job) error {
 	r := l.cfg.Router
 	e.results = make([]protocol.ToolResult, len(job.Calls))
 	e.recorded = make([]bus.Encoded, len(job.Calls))
+	e.starts = make([][]bus.Encoded, len(job.Calls))
 	type ask struct {
 		i    int
 		c    *router.Call
@@ -454,6 +459,7 @@ func (l *Lane) call(ctx context.Context, kind, tool string, data []byte) (*nats.
 // checked as aggregation checks results.
 func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Call, data []byte) error {
 	l := e.lane
+	sent := time.Now().UTC()
 	reply, err := l.call(ctx, c.Dispatch.Action.Kind, c.Call.Name, data)
 	if err != nil {
 		// No worker of the tool (no responders), none in time, or the connection failed.
@@ -481,5 +487,21 @@ func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Cal
 	}
 	e.results[i] = *res
 	e.recorded[i] = bus.Encoded{Subject: protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), Msg: m, Data: reply.Data, Once: true}
+	// The start of each try the answer took, as the worker would record it on the durable
+	// path (its instance named): written after the call, before the result.
+	for attempt := 1; attempt <= max(res.Attempts, 1); attempt++ {
+		st, err := protocol.NewMessage(protocol.TypeToolStarted, &protocol.ToolStarted{ToolCallID: c.Call.ToolCallID, Name: c.Call.Name,
+			Attempt: attempt, StartedAt: sent})
+		if err != nil {
+			return fmt.Errorf("%w: %v", errDeclined, err)
+		}
+		st.Follow(job.Msg, protocol.MsgIDToolStarted(job.Msg.RequestID, c.Call.ToolCallID, attempt))
+		st.Attempt, st.Correlation, st.Sender = attempt, nil, m.Sender
+		b, err := protocol.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errDeclined, err)
+		}
+		e.starts[i] = append(e.starts[i], bus.Encoded{Subject: protocol.SubjectEvent(protocol.EventToolStarted, job.Msg.SessionID), Msg: st, Data: b})
+	}
 	return nil
 }

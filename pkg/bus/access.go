@@ -285,7 +285,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			toolConsumers(),
 			subjToolCalls(),
 			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination),
-				protocol.FilterEvents(protocol.EventFastCall), protocol.FilterFastCalls, protocol.FilterFastRecordedRequests},
+				protocol.FilterEvents(protocol.EventFastCall), protocol.FilterFastCalls, protocol.FilterFastRecordedRequests,
+				// the starts of the fast lane's tries, written with its record
+				protocol.FilterEvents(protocol.EventToolStarted)},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 		// It shows itself to NATS micro discovery (hermes-router), and answers the gateways'

@@ -37,11 +37,11 @@ type fastLane struct {
 	calls sync.WaitGroup // the fast-lane calls in hand
 
 	mu      sync.Mutex
-	closing bool                     // no call is taken once set
-	seen    map[string]fastAnswer    // call key → the answer given
-	order   []string                 // seen's keys, oldest first
-	bytes   int                      // the answers' sizes, together
-	inRun   map[string]chan struct{} // call key → closed when its run ends
+	closing bool                  // no call is taken once set
+	seen    map[string]fastAnswer // call key → the answer given
+	order   []string              // seen's keys, oldest first
+	bytes   int                   // the answers' sizes, together
+	inRun   map[string]*fastRun   // call key → its run going on
 }
 
 // fastAnswer is what a worker did of a call on the fast lane, and when: the answer it gave (ok),
@@ -61,25 +61,51 @@ func callKey(m *protocol.Message) string {
 	return m.MsgID + "\x00" + m.SessionID + "\x00" + hex.EncodeToString(sum[:16])
 }
 
+// fastRun is a call running on the fast lane here: closed done when it ends; its try now.
+type fastRun struct {
+	done    chan struct{}
+	attempt int // guarded by fastLane.mu
+}
+
 // start notes that the call of key runs now; false when it runs already (its end is then
 // waited for by await). end says it ended.
-func (f *fastLane) start(key string) (end func(), ok bool) {
+func (f *fastLane) start(key string) (run *fastRun, end func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.inRun[key]; ok {
-		return nil, false
+		return nil, nil, false
 	}
 	if f.inRun == nil {
-		f.inRun = map[string]chan struct{}{}
+		f.inRun = map[string]*fastRun{}
 	}
-	ch := make(chan struct{})
-	f.inRun[key] = ch
-	return func() {
+	r := &fastRun{done: make(chan struct{})}
+	f.inRun[key] = r
+	return r, func() {
 		f.mu.Lock()
 		delete(f.inRun, key)
 		f.mu.Unlock()
-		close(ch)
+		close(r.done)
 	}, true
+}
+
+// trying notes that r makes try attempt now.
+func (f *fastLane) trying(r *fastRun, attempt int) {
+	f.mu.Lock()
+	r.attempt = attempt
+	f.mu.Unlock()
+}
+
+// running returns the try the call of key makes on the fast lane here now (0: none).
+func (f *fastLane) running(key string) int {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.inRun[key]; r != nil {
+		return r.attempt
+	}
+	return 0
 }
 
 // remember keeps res as the answer to the call of key.
@@ -149,11 +175,11 @@ func (f *fastLane) await(ctx context.Context, key string) fastAnswer {
 		return fastAnswer{}
 	}
 	f.mu.Lock()
-	ch := f.inRun[key]
+	r := f.inRun[key]
 	f.mu.Unlock()
-	if ch != nil {
+	if r != nil {
 		select {
-		case <-ch:
+		case <-r.done:
 		case <-ctx.Done():
 			return fastAnswer{}
 		}
@@ -265,7 +291,7 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		return []byte("only read-only calls of " + tool + " (" + kind + ") are answered here"), protocol.FastRefused
 	}
 	key := callKey(m)
-	end, first := w.fast.start(key)
+	run, end, first := w.fast.start(key)
 	if !first {
 		// Asked again while it runs (a router's retry): the first run answers.
 		return []byte("the call runs already"), protocol.FastDeclined
@@ -288,11 +314,9 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		if attempt == 1 && !m.CreatedAt.IsZero() {
 			waited = max(time.Since(m.CreatedAt), 0)
 		}
-		// Its start is an event on the record, as on the durable path (not waited for).
-		if err := w.publishStarted(ctx, m, disp, attempt); err != nil {
-			w.fast.tried(key, attempt-1)
-			return []byte("the try could not start"), protocol.FastRetry
-		}
+		// Its start goes on the record with the router's record of the call, in order (the
+		// router writes it once answered: a start written here would come before its request).
+		w.fast.trying(run, attempt)
 		w.obs.Started(tool, attempt, waited)
 		began := time.Now()
 		var err error

@@ -150,19 +150,24 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return w.drain(nil)
 		}
-	more:
-		for len(batch) < writeBatch {
-			select {
-			case r := <-w.queue:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch = w.more(batch, writeBatch)
 		if !w.write(ctx, batch) {
 			return w.drain(batch) // ctx ended while it was written
 		}
 	}
+}
+
+// more adds to batch what is queued, without waiting, until it holds n.
+func (w *Writer) more(batch []*record, n int) []*record {
+	for len(batch) < n {
+		select {
+		case r := <-w.queue:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // drain writes left, then what is queued, within drainTime.
@@ -170,29 +175,13 @@ func (w *Writer) drain(left []*record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTime)
 	defer cancel()
 	for {
-		batch := append(make([]*record, 0, writeBatch), left...)
+		batch := w.more(append(make([]*record, 0, writeBatch), left...), writeBatch)
 		left = nil
-	fill:
-		for len(batch) < writeBatch {
-			select {
-			case r := <-w.queue:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
 		if len(batch) == 0 {
 			return nil
 		}
 		if !w.write(ctx, batch) {
-			for more := true; more; {
-				select {
-				case r := <-w.queue:
-					batch = append(batch, r)
-				default:
-					more = false
-				}
-			}
+			batch = w.more(batch, len(batch)+len(w.queue))
 			w.finish(batch, false)
 			w.log.Error("the fast lane could not write the record of answered requests before stopping", "requests", len(batch))
 			return fmt.Errorf("fastlane: %d answered requests not recorded", len(batch))

@@ -62,11 +62,12 @@ func (r *Router) MayBeFast(req *protocol.Request) bool {
 // Sender is who the router's messages say sent them.
 func (r *Router) Sender() protocol.Sender { return r.pub.Sender() }
 
-// FastGrace is how long after it is stored a message the fast lane recorded (bus.HeaderFast)
-// is left to the fast lane's writer, which records the request's response right after it:
-// within it, a router's consumer that finds the response missing delivers it again in a moment;
-// past it, the router that answered is taken to have stopped before recording the response,
-// and the message is handled as any other — the durable path finishes the request.
+// FastGrace is how long after it is stored a result the fast lane recorded (bus.HeaderFast) is
+// left to the fast lane's writer, which records the request's response right after it: within
+// it, a router's results consumer that finds the response missing delivers it again in a
+// moment; past it, the router that answered is taken to have stopped before recording the
+// response, and the result is aggregated as any other — the durable path answers the request.
+// (The lane records its requests where no router's consumer takes them.)
 const FastGrace = 5 * time.Second
 
 // fastRetry is how soon such a message is delivered again.
@@ -74,8 +75,8 @@ const fastRetry = 50 * time.Millisecond
 
 var errFastRecording = errors.New("router: the fast lane is recording the request's response")
 
-// fastRecorded leaves what the fast lane records of a request it answered to its writer: such
-// a request or result, its request answered, needs nothing more (acked at once). When this
+// fastRecorded leaves the results the fast lane records to its writer: such a result, its
+// request answered, needs nothing more (acked at once). When this
 // process's fast lane is writing it, the delivery waits for the write, and reads nothing.
 func (r *Router) fastRecorded(next bus.Handler) bus.Handler {
 	return bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {

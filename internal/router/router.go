@@ -199,7 +199,7 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	requests := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.handleRequest)), r.log, "hermes.route")
+	requests := bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route")
 	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
 	for _, c := range reqCons {

@@ -167,43 +167,16 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 		_, err := p.Publish(ctx, batch[0].Subject, batch[0].Msg)
 		return err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-	}
-	type pending struct {
-		f jetstream.PubAckFuture
-		o Outgoing
-	}
-	waits := make([]pending, 0, len(batch))
-	for _, o := range batch {
+	enc := make([]Encoded, len(batch))
+	for i, o := range batch {
 		o.Msg.Sender = p.sender
 		data, err := protocol.Marshal(o.Msg)
 		if err != nil {
 			return err
 		}
-		msg := p.msg(o.Subject, o.Msg, data)
-		f, err := p.js.PublishMsgAsync(msg)
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			_, err = p.js.PublishMsg(ctx, msg) // backpressure: this one waits
-		} else if err == nil {
-			waits = append(waits, pending{f: f, o: o})
-		}
-		if err != nil {
-			return fmt.Errorf("bus: publish %s to %s: %w", o.Msg.Type, o.Subject, err)
-		}
+		enc[i] = Encoded{Subject: o.Subject, Msg: o.Msg, Data: data}
 	}
-	for _, w := range waits {
-		select {
-		case <-w.f.Ok():
-		case err := <-w.f.Err():
-			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, err)
-		case <-ctx.Done():
-			return fmt.Errorf("bus: publish %s to %s: %w", w.o.Msg.Type, w.o.Subject, ctx.Err())
-		}
-	}
-	return nil
+	return p.PublishEncoded(ctx, enc)
 }
 
 // Encoded is one message already encoded, to publish as it is.

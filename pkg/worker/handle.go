@@ -93,15 +93,18 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		return bus.RetryAfter(err, wait+10*time.Millisecond)
 	}
 	defer h.Done()
-	fastKey := callKey(m)
-	if n := w.fast.running(fastKey); n > 0 {
-		// It runs here on the fast lane, whose router gave it to the durable path: that try
-		// is this delivery's, and its start is recorded now, after the request.
-		if err := w.publishStarted(ctx, m, disp, n); err != nil {
-			log.Warn("could not record the start of the fast lane's try", "err", err)
+	var fast fastAnswer
+	if w.cfg.FastLane {
+		fastKey := callKey(m)
+		if n := w.fast.running(fastKey); n > 0 {
+			// It runs here on the fast lane, whose router gave it to the durable path: that
+			// try is this delivery's, and its start is recorded now, after the request.
+			if err := w.publishStarted(ctx, m, disp, n); err != nil {
+				log.Warn("could not record the start of the fast lane's try", "err", err)
+			}
 		}
+		fast = w.fast.await(ctx, fastKey)
 	}
-	fast := w.fast.await(ctx, fastKey)
 	if fast.ok {
 		// This worker answered it on the fast lane, or did while this delivery waited (its
 		// router gave up on the answer, or the record did not reach the bus): that answer is

@@ -26,7 +26,6 @@ func TestFastLaneRefusesAReusedIDWhileTheFirstRuns(t *testing.T) {
 	y := withSession(request("rv_conf", "", call("c", "read_record", map[string]any{"who": "mallory"})), "rv_mallory")
 	ax := s.postAsync(x, "")
 	waitFor(t, "alice's call to start", func() bool { return len(s.recorder.tries("rv_conf/c")) == 1 })
-	time.Sleep(100 * time.Millisecond)
 	status, _, body := s.post(y, "?timeout=5s")
 	t.Logf("mallory (same request_id, other session, other arguments): HTTP %d %s", status, body)
 	a := <-ax
@@ -38,7 +37,8 @@ func TestFastLaneRefusesAReusedIDWhileTheFirstRuns(t *testing.T) {
 		t.Errorf("mallory got alice's result")
 	}
 	t.Logf("tool tries: %d", len(s.recorder.tries("rv_conf/c")))
-	time.Sleep(2 * time.Second)
+	s.recordedOf("rv_conf")
+	s.waitWritten()
 	for _, m := range s.record() {
 		if m.RequestID == "rv_conf" && m.Type == protocol.TypeToolResult && m.SessionID == "rv_mallory" {
 			res, _ := m.DecodeToolResult()
@@ -48,7 +48,7 @@ func TestFastLaneRefusesAReusedIDWhileTheFirstRuns(t *testing.T) {
 			}
 		}
 	}
-	for typ, subj := range s.recordedOf("rv_conf") {
+	for typ, subj := range s.recordOf("rv_conf") {
 		t.Logf("record: %s %v", typ, subj)
 	}
 }

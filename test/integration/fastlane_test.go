@@ -53,6 +53,19 @@ func (s *system) recordedOf(requestID string) map[protocol.Type][]string {
 	return got
 }
 
+// waitWritten waits until every router's fast lane has written what it answered.
+func (s *system) waitWritten() {
+	s.t.Helper()
+	waitFor(s.t, "the fast lane's record written", func() bool {
+		for _, r := range s.routers {
+			if l := r.Lane(); l != nil && l.Writer().Waiting() > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitFastLane waits until a worker serves the fast lane (NATS micro discovery finds one).
 func (s *system) waitFastLane() {
 	s.t.Helper()

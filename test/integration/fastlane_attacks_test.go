@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermesbus/hermes/internal/router"
-
 	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -174,5 +174,60 @@ func TestFastLaneSealsTheResultsItDecides(t *testing.T) {
 		if err != nil {
 			t.Errorf("call %s: the recorded result is not taken: %v", id, err)
 		}
+	}
+}
+
+// TestOnlyGatewaysAndRoutersUseTheFastLane: the fast lane's subjects are the services': an
+// external client may not ask a router there, nor a worker send another worker a call, nor
+// either listen for the calls or the workers' answers; the server refuses each, and no tool runs.
+func TestOnlyGatewaysAndRoutersUseTheFastLane(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{workers: 1, users: []bus.User{{Name: "crm", Role: bus.RoleClient}}})
+	s.waitFastLane()
+	s.violating = true
+	m, _ := protocol.NewMessage(protocol.TypeRequest, &protocol.Request{RequestID: "fl_forged", ToolCalls: []protocol.ToolCall{
+		{ToolCallID: "c", Name: "read_record", Arguments: json.RawMessage(`{}`)}}})
+	m.MsgID, m.RequestID, m.SessionID = protocol.MsgIDRequest("fl_forged"), "fl_forged", "fl_forged"
+	data, _ := protocol.Marshal(m)
+	client := s.srv.ConnectAsUser(t, "crm")
+	worker, _ := s.connectAs(bus.RoleWorker)
+	for _, c := range []struct {
+		who     string
+		nc      *nats.Conn
+		publish string
+	}{
+		{"a client", client, protocol.SubjectFastRequest("fl_forged")},
+		{"a worker", worker, protocol.SubjectFastRequest("fl_forged")},
+		{"a worker", worker, protocol.SubjectFastCall("http", "read_record")},
+	} {
+		before := len(s.srv.Violations())
+		if _, err := c.nc.Request(c.publish, data, 300*time.Millisecond); err == nil {
+			t.Errorf("%s asked %s and was answered", c.who, c.publish)
+		}
+		if !s.srv.RefusedSince(before, c.publish) {
+			t.Errorf("%s published on %s unrefused", c.who, c.publish)
+		}
+	}
+	for _, c := range []struct {
+		who    string
+		nc     *nats.Conn
+		listen string
+	}{
+		{"a client", client, protocol.FilterFastCalls},
+		{"a client", client, protocol.FastReplies + ".>"},
+		{"a worker", worker, protocol.FastReplies + ".>"},
+		{"a worker", worker, protocol.FilterFastRequests},
+	} {
+		before := len(s.srv.Violations())
+		if _, err := c.nc.SubscribeSync(c.listen); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.nc.Flush()
+		if !s.srv.RefusedSince(before, c.listen) {
+			t.Errorf("%s listens on %s unrefused", c.who, c.listen)
+		}
+	}
+	if n := len(s.recorder.tries("fl_forged/c")); n != 0 {
+		t.Errorf("the tool ran %d forged calls", n)
 	}
 }

@@ -94,9 +94,9 @@ func TestFastLaneRetryWhileItRuns(t *testing.T) {
 	r1, r2 := <-a1, <-a2
 	t.Logf("first: %d %s", r1.status, r1.body)
 	t.Logf("retry: %d %s", r2.status, r2.body)
-	rec := s.recordedOf("fl2_dup")
+	s.recordedOf("fl2_dup")
 	s.waitWritten()
-	rec = s.recordOf("fl2_dup")
+	rec := s.recordOf("fl2_dup")
 	for typ, subj := range rec {
 		t.Logf("record: %s %v", typ, subj)
 	}

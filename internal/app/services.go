@@ -33,6 +33,7 @@ import (
 	"github.com/hermesbus/hermes/internal/router"
 	"github.com/hermesbus/hermes/internal/routes"
 	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/contract"
 	"github.com/hermesbus/hermes/pkg/ledger"
 	"github.com/hermesbus/hermes/pkg/protocol"
 	"github.com/hermesbus/hermes/pkg/retry"
@@ -201,6 +202,11 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 	store, events := &coordination.Store{KV: kv, JS: b.JS, Answered: answered, Running: running}, &coordination.Events{Pub: pub, Log: log}
 	turns := &coordination.Turns{Store: store, Events: events, Wake: wake, Log: log.With("part", "coordination")}
 	return &coordination.Stage{Store: store, Events: events, Wake: wake, Turns: turns}, turns, nil
+}
+
+// Contract is tool's contract as this router follows it now (nil: none known to it).
+func (s *RouterService) Contract(tool string) (*contract.Compiled, error) {
+	return s.contracts.Current(tool)
 }
 
 // Policies is the applied policies this router decides calls under, as it follows them.

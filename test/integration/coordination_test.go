@@ -108,6 +108,15 @@ func startWithChanger(t *testing.T, routers, workers int) (*system, *changer, ma
 	if code, _, body := s.registerContract(keys["admin"], changeContract); code != http.StatusCreated {
 		t.Fatalf("register change: %d %s", code, body)
 	}
+	// A router sees the contract when its watch delivers it; the test's calls must go under it.
+	waitFor(t, "every router follows change's contract", func() bool {
+		for _, r := range s.routers {
+			if c, err := r.Contract("change"); err != nil || c == nil {
+				return false
+			}
+		}
+		return true
+	})
 	return s, ch, keys
 }
 

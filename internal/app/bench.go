@@ -91,6 +91,8 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("markdown", "", "write the report as Markdown to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients, gateway, router, worker, NATS) to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a profile of this process's contended locks (where goroutines waited for a mutex someone held) to this file")
+	blockProfile := fs.String("blockprofile", "", "write a profile of where this process's goroutines blocked (locks, channels, selects) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,6 +118,11 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	startProfiles, stopProfiles, err := contentionProfiles(*mutexProfile, *blockProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	rep := &benchReport{Machine: machine(), Started: time.Now().UTC()}
 	load := func(c int) bench.Load { return bench.Load{Concurrency: c, Warmup: *warmup, Duration: *duration} }
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -158,6 +165,7 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 				fmt.Fprintf(env.Stderr, "stored messages per 1-call request: %.2f (over %d requests)\n", rep.StoredPerRequest, *stored)
 			}
 			lanes, check := benchLanes(sys, *laneList)
+			startProfiles()
 			directURL := sys.DemoURL + "/v1/echo"
 			if !*withDirect {
 				directURL = ""
@@ -657,4 +665,42 @@ func benchLanes(sys *System, names string) ([]lane, func(context.Context) (strin
 		return note, nil
 	}
 	return lanes, check
+}
+
+// contentionProfiles records contended mutexes (every fifth contention event) and blocking
+// (about one event per 10 µs blocked) where a file is named for them, from start on (after the
+// embedded NATS server started: it sets the block profile's rate itself); stop writes each
+// profile to its file and stops recording.
+func contentionProfiles(mutexFile, blockFile string) (start, stop func(), err error) {
+	for _, f := range []string{mutexFile, blockFile} {
+		if f == "" {
+			continue
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			return nil, nil, err
+		}
+	}
+	start = func() {
+		if mutexFile != "" {
+			runtime.SetMutexProfileFraction(5)
+		}
+		if blockFile != "" {
+			runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+		}
+	}
+	return start, func() {
+		for _, p := range []struct{ name, file string }{{"mutex", mutexFile}, {"block", blockFile}} {
+			if p.file == "" {
+				continue
+			}
+			f, err := os.Create(p.file)
+			if err != nil {
+				continue
+			}
+			_ = pprof.Lookup(p.name).WriteTo(f, 0)
+			f.Close()
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+	}, nil
 }

@@ -200,8 +200,9 @@ func hostPort(addr string) (string, int, error) {
 }
 
 // ConnectOption returns the nats.Option that connects in-process to s (no TCP); pass "" as the
-// URL to nats.Connect or Connect.
-func (s *Server) ConnectOption() nats.Option { return nats.InProcessServer(s.Server) }
+// URL to nats.Connect or Connect. The connection's writes are queued, not handed to the server
+// while the writer waits (decoupledConn).
+func (s *Server) ConnectOption() nats.Option { return nats.InProcessServer(inProcessServer{s.Server}) }
 
 // Close shuts the server down and waits until it has stopped.
 func (s *Server) Close() {

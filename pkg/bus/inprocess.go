@@ -1,0 +1,104 @@
+package bus
+
+import (
+	"net"
+	"sync"
+)
+
+// inProcessServer hands nats.go in-process connections to an embedded server whose writes do
+// not wait for the server to read them (decoupledConn).
+type inProcessServer struct {
+	s interface{ InProcessConn() (net.Conn, error) }
+}
+
+func (p inProcessServer) InProcessConn() (net.Conn, error) {
+	c, err := p.s.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	return newDecoupledConn(c), nil
+}
+
+// decoupledWriteBuffer bounds what one connection may have written that the server has not
+// yet read; a write beyond it waits, as a full socket buffer makes a TCP write wait.
+const decoupledWriteBuffer = 4 << 20
+
+// decoupledConn is an in-process connection (a synchronous net.Pipe) whose writes return once
+// queued, as a write to a TCP socket returns once the kernel holds it: a goroutine of its own
+// hands them to the server. On a bare pipe a write returns only when the server's read loop
+// has read all of it, and that loop reads the next bytes only after handling those before —
+// while nats.go's flusher holds the connection's lock, so every goroutine publishing on that
+// connection waits for the server's handling of earlier messages (BENCHMARKS.md, "Throughput
+// and cores"). Bytes are written in order, whole, and at most decoupledWriteBuffer of them wait
+// at a time. Reads, deadlines and addresses are the pipe's.
+type decoupledConn struct {
+	net.Conn
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when queued grows or shrinks, or the conn closes
+	queued  []byte     // written, not yet handed to the pipe
+	sending int        // bytes the writer goroutine holds, handed to the pipe
+	err     error      // the first write error, or net.ErrClosed once closed
+}
+
+func newDecoupledConn(c net.Conn) *decoupledConn {
+	d := &decoupledConn{Conn: c}
+	d.cond = sync.NewCond(&d.mu)
+	go d.send()
+	return d
+}
+
+// Write queues b and returns, waiting first while the queue holds decoupledWriteBuffer bytes.
+// It returns the error of an earlier write that failed, or net.ErrClosed after Close.
+func (d *decoupledConn) Write(b []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.err == nil && len(d.queued)+d.sending > 0 && len(d.queued)+d.sending+len(b) > decoupledWriteBuffer {
+		d.cond.Wait()
+	}
+	if d.err != nil {
+		return 0, d.err
+	}
+	d.queued = append(d.queued, b...)
+	d.cond.Broadcast()
+	return len(b), nil
+}
+
+// send hands what is queued to the pipe, in order, until a write fails or the conn closes.
+func (d *decoupledConn) send() {
+	var buf []byte
+	for {
+		d.mu.Lock()
+		d.sending = 0
+		d.cond.Broadcast()
+		for d.err == nil && len(d.queued) == 0 {
+			d.cond.Wait()
+		}
+		if d.err != nil {
+			d.mu.Unlock()
+			return
+		}
+		buf, d.queued = d.queued, buf[:0]
+		d.sending = len(buf)
+		d.mu.Unlock()
+		if _, err := d.Conn.Write(buf); err != nil {
+			d.fail(err)
+			return
+		}
+	}
+}
+
+func (d *decoupledConn) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil {
+		d.err = err
+	}
+	d.cond.Broadcast()
+}
+
+// Close closes the pipe; what is still queued is dropped, as a closed socket drops its buffer.
+func (d *decoupledConn) Close() error {
+	d.fail(net.ErrClosed)
+	return d.Conn.Close()
+}

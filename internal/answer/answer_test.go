@@ -62,8 +62,8 @@ func TestRespondOnceAndWakeTheNext(t *testing.T) {
 	if n, _ := lot.Parked(ctx, protocol.WakeOnResponse("r1")); n != 0 {
 		t.Error("the next serial request was not woken")
 	}
-	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.StoredSubjectRequest("s")))
-	if err != nil || info.State.Subjects[protocol.StoredSubjectRequest("s")] != 1 {
+	info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(b.StoredSubjectRequest("s")))
+	if err != nil || info.State.Subjects[b.StoredSubjectRequest("s")] != 1 {
 		t.Fatalf("woken requests published: %+v %v; want r2", info.State.Subjects, err)
 	}
 	// A second answer (another router, the dead-letter processor) changes nothing.

@@ -646,7 +646,7 @@ func benchLanes(sys *System, names string) ([]lane, func(context.Context) (strin
 			return "", err
 		}
 		for session, n := range perSession {
-			have := info.State.Subjects[protocol.SubjectFastRecordedRequest(session)] + info.State.Subjects[protocol.StoredSubjectRequest(session)]
+			have := info.State.Subjects[protocol.SubjectFastRecordedRequest(session)] + info.State.Subjects[b.StoredSubjectRequest(session)]
 			if have < n {
 				missing.Add(int64(n - have))
 				firstMissing.CompareAndSwap(nil, "a request of session "+session)

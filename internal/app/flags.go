@@ -42,8 +42,10 @@ type common struct {
 	deadLetters   bool
 	noProvision   bool
 	recordBytes   int64
-	deadBytes     int64
-	stateBytes    int64
+	// partitions is what --partitions said; 0 when it was not given (DefaultPartitions).
+	partitions int
+	deadBytes  int64
+	stateBytes int64
 	// seals are the service's --seal-key and --trusted-seals (registerSeals).
 	seals sealFlags
 	// sealKey is the key --seal-key named, read as the service starts (nil: none).
@@ -76,6 +78,16 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.Int64Var(&c.recordBytes, "record-max-bytes", bus.DefaultRecordMaxBytes, "most bytes the record keeps (applies when the stream is first created); gateways refuse new requests at 90 % of it, so that accepted ones finish; -1 for no limit")
 	fs.Int64Var(&c.deadBytes, "dead-letters-max-bytes", 1<<30, "most bytes the dead-letter stream keeps, oldest dropped beyond (applies when first created)")
 	fs.Int64Var(&c.stateBytes, "state-max-bytes", 512<<20, "most bytes each state bucket (plans, claims, serial order, owners) keeps (applies when first created); gateways refuse new requests at 90 % of the plans'")
+	fs.Func("partitions", fmt.Sprintf("partitions the record spreads requests over by session, 1 to %d: how many requests the deployment routes at once "+
+		"(applies when the stream is first created; hermes provision --partitions changes it); default 8 per core of this machine, at least %d (%d here)",
+		protocol.MaxRequestPartitions, protocol.DefaultRequestPartitions, bus.DefaultPartitions()), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > protocol.MaxRequestPartitions {
+			return fmt.Errorf("must be a number from 1 to %d", protocol.MaxRequestPartitions)
+		}
+		c.partitions = n
+		return nil
+	})
 	fs.BoolVar(&c.noProvision, "no-provision", os.Getenv("HERMES_NO_PROVISION") == "true",
 		"create or change no stream, bucket or fixed consumer: they were set up by hermes provision, and this service may lack the right to (env HERMES_NO_PROVISION=true)")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
@@ -88,7 +100,7 @@ var serviceRoles = map[string]bus.Role{"router": bus.RoleRouter, "dead-letters":
 
 func (c *common) busConfig() bus.Config {
 	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision,
-		MaxBytes: c.recordBytes, DeadLetterMaxBytes: c.deadBytes, StateMaxBytes: c.stateBytes}
+		MaxBytes: c.recordBytes, DeadLetterMaxBytes: c.deadBytes, StateMaxBytes: c.stateBytes, Partitions: c.partitions}
 }
 
 func envOr(name, def string) string {

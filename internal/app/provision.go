@@ -13,7 +13,9 @@ import (
 // the settings its flags give (as a service starting without --no-provision would), and reports
 // where what exists differs from them, and what earlier versions left that hermes migrate
 // removes. Run it once per deployment with a user that may manage streams; the services can
-// then run with --no-provision and without that right.
+// then run with --no-provision and without that right. With --partitions it also changes how
+// many partitions an existing record spreads requests over (bus.Bus.Repartition), which it
+// refuses while routers run or requests wait to be routed.
 func RunProvision(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("provision", "hermes provision [flags]", env.Stderr)
 	var c common
@@ -24,6 +26,9 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	}
 	cfg := c.busConfig()
 	cfg.NoProvision = false // provisioning is what this command is for
+	// An existing record keeps its partitions while the bus is opened (a service configured
+	// otherwise must not move sessions); --partitions is applied below, as a migration.
+	cfg.Partitions = 0
 	opts, err := c.natsAuth.options()
 	if err != nil {
 		return err
@@ -33,10 +38,21 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
+	partitions := fmt.Sprint(b.Partitions())
+	if c.partitions != 0 {
+		before, err := b.Repartition(ctx, c.partitions)
+		if err != nil {
+			return err
+		}
+		if before != c.partitions {
+			partitions = fmt.Sprintf("%d (were %d)", c.partitions, before)
+		}
+	}
 	si := b.Stream.CachedInfo()
 	var out strings.Builder
 	fmt.Fprintf(&out, "Hermes is set up on %s.\n", nc.ConnectedUrlRedacted())
 	fmt.Fprintf(&out, "  record       stream %s, %d replica(s), kept %s, %s\n", si.Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
+	fmt.Fprintf(&out, "  partitions   %s: requests routed at once, each session's in order\n", partitions)
 	fmt.Fprintf(&out, "  dead letters stream %s\n", b.DLQ.CachedInfo().Config.Name)
 	buckets := []string{bus.BucketCalls, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, bus.BucketTools, bus.BucketContracts}
 	for _, a := range Buckets(cfg) {

@@ -128,7 +128,7 @@ func startFloor(b *testing.B) *floor {
 	tools := must(f.worker.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool))
 	results := must(f.router.Consumer(ctx, bus.ConsumerRouterResults))
 	var wg sync.WaitGroup
-	for p := range protocol.RequestPartitions { // as the router: one consumer per partition
+	for p := range f.router.Partitions() { // as the router: one consumer per partition
 		requests := must(f.router.Consumer(ctx, bus.RequestConsumer(p)))
 		wg.Go(func() { f.consume(ctx, b, requests, f.dispatch) })
 	}

@@ -153,7 +153,7 @@ func TestAnAskWithHistoryErasesItsOwnersSessionsOnly(t *testing.T) {
 		t.Fatalf("alice: %+v %v", out, err)
 	}
 	for session, want := range map[string]uint64{"s_alice": 0, "s_anon": 1, "s_bob": 1} {
-		if n := held(t, b, protocol.StoredSubjectRequest(session)); n != want {
+		if n := held(t, b, b.StoredSubjectRequest(session)); n != want {
 			t.Errorf("%s: %d requests left, want %d", session, n, want)
 		}
 	}

@@ -53,7 +53,7 @@ func (f *fixture) published(t *testing.T, session string) []*jetstream.RawStream
 	}
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := f.b.Stream.GetMsg(t.Context(), seq)
-		if err == nil && m.Subject == protocol.StoredSubjectRequest(session) {
+		if err == nil && m.Subject == f.b.StoredSubjectRequest(session) {
 			out = append(out, m)
 		}
 	}

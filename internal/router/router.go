@@ -188,12 +188,9 @@ func (r *Router) Run(ctx context.Context) error {
 			}
 		}
 	}
-	var err error
-	reqCons := make([]jetstream.Consumer, protocol.RequestPartitions)
-	for p := range reqCons {
-		if reqCons[p], err = r.cfg.Bus.Consumer(ctx, bus.RequestConsumer(p)); err != nil {
-			return err
-		}
+	reqCons, err := r.cfg.Bus.RequestConsumers(ctx)
+	if err != nil {
+		return err
 	}
 	resCons, err := r.cfg.Bus.Consumer(ctx, bus.ConsumerRouterResults)
 	if err != nil {

@@ -49,8 +49,8 @@ func TestAnotherSubmitterJoinsWhatTheFirstAccepted(t *testing.T) {
 	if err != nil || !again.Replayed || again.Response == nil || string(again.Response.Results[0].Content) != `{"n":1}` {
 		t.Fatalf("once answered: %+v %v", again, err)
 	}
-	info, err := f.b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.StoredSubjectRequest("i1")))
-	if err != nil || info.State.Subjects[protocol.StoredSubjectRequest("i1")] != 1 {
+	info, err := f.b.Stream.Info(ctx, jetstream.WithSubjectFilter(f.b.StoredSubjectRequest("i1")))
+	if err != nil || info.State.Subjects[f.b.StoredSubjectRequest("i1")] != 1 {
 		t.Fatalf("i1 published %v times (%v), want once", info.State.Subjects, err)
 	}
 }

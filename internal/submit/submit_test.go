@@ -74,7 +74,7 @@ func (f *fixture) router(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	})
-	for p := range protocol.RequestPartitions {
+	for p := range f.b.Partitions() {
 		cons, err := f.b.Consumer(ctx, bus.RequestConsumer(p))
 		if err != nil {
 			if ctx.Err() == nil && f.nc.IsConnected() {
@@ -129,7 +129,7 @@ func TestSubmit(t *testing.T) {
 	if p, err := f.b.Plan(ctx, "r1"); err != nil || !p.AtIntake || strings.Join(p.CallIDs, ",") != "a,b" || p.Fingerprint == "" {
 		t.Errorf("plan at intake: %+v %v", p, err)
 	}
-	if raw, err := f.b.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest("r1")); err != nil || raw.Header.Get(bus.HeaderPlanned) == "" {
+	if raw, err := f.b.Stream.GetLastMsgForSubject(ctx, f.b.StoredSubjectRequest("r1")); err != nil || raw.Header.Get(bus.HeaderPlanned) == "" {
 		t.Errorf("the first publication does not say it was planned: %v", err)
 	}
 	// No answer within the wait: pending, the request keeps running; Status follows it.

@@ -234,9 +234,11 @@ func denyConsumer(name string) []string {
 	return append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+name+".>", jsAck+protocol.StreamName+"."+name+".>")
 }
 
+// requestConsumers are the consumers of every request partition a record may have: a record
+// provisioned, or repartitioned, with any number keeps the permissions given.
 func requestConsumers() []string {
 	var out []string
-	for p := range protocol.RequestPartitions {
+	for p := range protocol.MaxRequestPartitions {
 		out = append(out, RequestConsumer(p))
 	}
 	return out

@@ -342,31 +342,32 @@ func TestSubscriberLosesNothingUnderLoad(t *testing.T) {
 }
 
 // TestRequestsArePartitionedBySession checks that the stream stores each request under the
-// partition protocol.RequestPartition computes (the server's function), so tools that name
-// stored subjects agree with the server.
+// partition protocol.RequestPartition computes (the server's function) for the number of
+// partitions the record was provisioned with, so tools that name stored subjects agree with
+// the server.
 func TestRequestsArePartitionedBySession(t *testing.T) {
 	t.Parallel()
-	srv := bustest.NewServer(t)
-	b := srv.Provision(t, bus.Config{})
-	seen := map[int]bool{}
-	for i := range 64 {
-		session := fmt.Sprintf("sess-%d", i)
-		msg := &nats.Msg{Subject: protocol.SubjectRequest(session), Data: []byte("x"), Header: nats.Header{jetstream.MsgIDHeader: []string{session}}}
-		ack, err := b.JS.PublishMsg(context.Background(), msg)
-		if err != nil {
-			t.Fatal(err)
+	for _, n := range []int{16, 5, protocol.MaxRequestPartitions} {
+		srv := bustest.NewServer(t)
+		b := srv.Provision(t, bus.Config{Partitions: n})
+		if b.Partitions() != n {
+			t.Fatalf("provisioned with %d partitions, the bus says %d", n, b.Partitions())
 		}
-		raw, err := b.Stream.GetMsg(context.Background(), ack.Sequence)
-		if err != nil {
-			t.Fatal(err)
+		seen := map[int]bool{}
+		for i := range 64 {
+			session := fmt.Sprintf("sess-%d", i)
+			if got, want := publishRequest(t, b, session), b.StoredSubjectRequest(session); got != want {
+				t.Fatalf("%d partitions: stored as %s, want %s", n, got, want)
+			}
+			seen[protocol.RequestPartition(session, n)] = true
 		}
-		if want := protocol.StoredSubjectRequest(session); raw.Subject != want {
-			t.Fatalf("stored as %s, want %s", raw.Subject, want)
+		if len(seen) < min(n, 64)/2 {
+			t.Fatalf("64 sessions fell in only %d of %d partitions", len(seen), n)
 		}
-		seen[protocol.RequestPartition(session)] = true
-	}
-	if len(seen) < protocol.RequestPartitions/2 {
-		t.Fatalf("64 sessions fell in only %d partitions", len(seen))
+		cons, err := b.RequestConsumers(context.Background())
+		if err != nil || len(cons) != n {
+			t.Fatalf("%d partitions: %d consumers (%v)", n, len(cons), err)
+		}
 	}
 }
 

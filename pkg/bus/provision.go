@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,8 +61,8 @@ func KVStream(bucket string) string { return "KV_" + bucket }
 // KVSubject is the subject under which bucket keeps key, in its stream.
 func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
-// RequestConsumer names the durable consumer of request partition p (0 ≤ p <
-// protocol.RequestPartitions), shared by every router. It has at most one message in flight, so
+// RequestConsumer names the durable consumer of request partition p (0 ≤ p < Bus.Partitions),
+// shared by every router. It has at most one message in flight, so
 // a partition's requests are handled one after another, in stream order, even across routers
 // and redeliveries.
 func RequestConsumer(p int) string { return "router-requests-" + strconv.Itoa(p) }
@@ -125,6 +126,20 @@ type Config struct {
 	NoProvision bool
 	// Buckets are the application's own buckets, provisioned with Hermes' (Bucket).
 	Buckets []Bucket
+	// Partitions is how many partitions the record spreads requests over, by session, when it
+	// is first created (1 to protocol.MaxRequestPartitions): how many requests the deployment
+	// routes at once. An existing record keeps its own (a difference is reported in Drift);
+	// Repartition changes it. Default DefaultPartitions.
+	Partitions int
+}
+
+// DefaultPartitions sizes the request partitions to this machine: 8 per core, at least
+// protocol.DefaultRequestPartitions and at most protocol.MaxRequestPartitions. A partition
+// routes one request at a time, and a request holds it for a few milliseconds under load
+// (BENCHMARKS.md, "Throughput and cores"), while each partition is a consumer whose upkeep costs
+// the server CPU: 8 per core keeps every core's share of requests in flight with room to spare.
+func DefaultPartitions() int {
+	return min(protocol.MaxRequestPartitions, max(protocol.DefaultRequestPartitions, 8*runtime.NumCPU()))
 }
 
 // DefaultRecordMaxBytes is the record's byte limit where none is configured.
@@ -216,6 +231,9 @@ func (c Config) withDefaults() Config {
 	if c.DeadLetterMaxAge <= 0 {
 		c.DeadLetterMaxAge = 30 * 24 * time.Hour
 	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions()
+	}
 	return c
 }
 
@@ -248,6 +266,17 @@ type Bus struct {
 	buckets map[string]jetstream.KeyValue
 	// auth seals the results this bus records and checks those it reads.
 	auth resultAuth
+	// partitions is how many partitions the record spreads requests over (its transform's).
+	partitions int
+}
+
+// Partitions returns how many partitions the record spreads requests over: as the stream was
+// provisioned, whatever this process was configured with.
+func (b *Bus) Partitions() int { return b.partitions }
+
+// StoredSubjectRequest is the subject the record stores session's requests under.
+func (b *Bus) StoredSubjectRequest(session string) string {
+	return protocol.StoredSubjectRequest(session, b.partitions)
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
@@ -259,16 +288,20 @@ type Bus struct {
 // held there. Such a bus should be migrated (hermes migrate), which reports that work and
 // removes what it is held in once it is done.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
+	explicitPartitions := cfg.Partitions != 0
 	cfg = cfg.withDefaults()
 	if err := checkBuckets(cfg.Buckets); err != nil {
 		return nil, err
+	}
+	if cfg.Partitions < 1 || cfg.Partitions > protocol.MaxRequestPartitions {
+		return nil, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", cfg.Partitions, protocol.MaxRequestPartitions)
 	}
 	// What provisioning creates, it creates only without OpenOnly and NoProvision; what the
 	// bus creates later (tool consumers), only without OpenOnly.
 	runCfg := cfg
 	cfg.OpenOnly = cfg.OpenOnly || cfg.NoProvision
 	var drift []string
-	src, dest := protocol.RequestTransform()
+	src, dest := protocol.RequestTransform(cfg.Partitions)
 	rsrc, rdest := protocol.LiveResponseRepublish()
 	stream, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:             protocol.StreamName,
@@ -327,7 +360,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, fmt.Errorf("%w (timers need NATS 2.12 or later)", err)
 	}
-	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg}
+	partitions, ok := recordPartitions(stream)
+	if !ok {
+		return nil, fmt.Errorf("bus: stream %s has no request partitions (its subject transform is %v): run hermes provision", protocol.StreamName, stream.CachedInfo().Config.SubjectTransform)
+	}
+	if explicitPartitions && partitions != cfg.Partitions {
+		drift = append(drift, fmt.Sprintf("stream %s spreads requests over %d partitions, this process was configured with %d (kept as it is: hermes provision --partitions %d changes it, once the routers are stopped)",
+			protocol.StreamName, partitions, cfg.Partitions, cfg.Partitions))
+	}
+	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg, partitions: partitions}
 	for _, kv := range []struct {
 		name       string
 		ttl        time.Duration
@@ -389,12 +430,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if _, err := b.ensureConsumerFilter(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
 		return nil, err
 	}
-	for p := range protocol.RequestPartitions {
-		spec := b.consumer(RequestConsumer(p), protocol.FilterRequestPartition(p))
-		spec.MaxAckPending = 1
-		if _, err := b.ensureConsumerSpec(ctx, b.Stream, spec); err != nil {
-			return nil, err
-		}
+	if err := b.ensureRequestConsumers(ctx); err != nil {
+		return nil, err
 	}
 	if err := b.provisionClients(ctx, js, cfg, &drift); err != nil {
 		return nil, err
@@ -763,9 +800,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, create bool, want
 		have = s.CachedInfo().Config
 		*drift = append(*drift, fmt.Sprintf("stream %s: now serves direct reads and announces stored responses on %s", want.Name, want.RePublish.Destination))
 	}
-	if want.SubjectTransform != nil && (have.SubjectTransform == nil || *have.SubjectTransform != *want.SubjectTransform) {
-		// The one change made to an existing stream: a record from before per-session order
-		// gets the partitioning transform, or requests would reach no router.
+	if want.SubjectTransform != nil && have.SubjectTransform == nil {
+		// A record from before per-session order gets the partitioning transform, or requests
+		// would reach no router. One that has it keeps it: its number of partitions changes
+		// only through Repartition.
 		have.SubjectTransform = want.SubjectTransform
 		if s, err = js.UpdateStream(ctx, have); err != nil {
 			return nil, fmt.Errorf("bus: add the request partitions to stream %s: %w", want.Name, err)

@@ -180,7 +180,7 @@ func TestResponseStatus(t *testing.T) {
 func TestSubjectsHaveSessionLast(t *testing.T) {
 	subjects := []string{SubjectRequest("s1"), SubjectRedrivenResult("s1"),
 		SubjectResult("r1", "c1", "s1"), SubjectResponse("r1", "s1"),
-		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), SubjectEvent(EventPolicy, "s1"), StoredSubjectRequest("s1")}
+		SubjectEvent(EventToolStarted, "s1"), SubjectEvent(EventCancel, "s1"), SubjectEvent(EventPolicy, "s1"), StoredSubjectRequest("s1", 16), StoredSubjectRequest("s1", 128)}
 	for _, k := range Kinds {
 		subjects = append(subjects, SubjectToolCall(k, "echo", "s1"))
 	}
@@ -341,5 +341,24 @@ func TestApprovalRequestIDsAreReserved(t *testing.T) {
 	r.Approval = r.RequestID
 	if err := r.Validate(Limits{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRequestPartitionsOfTheirTransform(t *testing.T) {
+	for _, n := range []int{1, 16, 37, MaxRequestPartitions} {
+		_, dest := RequestTransform(n)
+		if got, ok := RequestPartitionsOf(dest); !ok || got != n {
+			t.Errorf("RequestPartitionsOf(%q) = %d, %t; want %d", dest, got, ok, n)
+		}
+		if p := RequestPartition("some_session", n); p < 0 || p >= n {
+			t.Errorf("RequestPartition(_, %d) = %d", n, p)
+		}
+	}
+	for _, dest := range []string{"", "hermes.request.{{partition(0,1)}}.{{wildcard(1)}}", "hermes.request.{{partition(129,1)}}.{{wildcard(1)}}",
+		"hermes.request.{{partition(016,1)}}.{{wildcard(1)}}", "hermes.request.{{partition(16,2)}}.{{wildcard(1)}}", "hermes.request.{{partition(16,1)}}.{{wildcard(1)}}x",
+		"other.request.{{partition(16,1)}}.{{wildcard(1)}}"} {
+		if n, ok := RequestPartitionsOf(dest); ok {
+			t.Errorf("RequestPartitionsOf(%q) = %d, want it refused", dest, n)
+		}
 	}
 }

@@ -126,29 +126,53 @@ func ClientOfService(subject string) (user, endpoint string, ok bool) {
 	return parts[0], parts[2], true
 }
 
-// RequestPartitions is how many partitions the stream spreads requests over, by a hash of the
-// session id (the server's partition function). Requests of one partition are routed one at a
-// time, in stream order, so each session's requests are dispatched in the order they were
-// accepted while other partitions proceed in parallel. Changing it re-partitions sessions.
-const RequestPartitions = 16
+// Requests are spread over partitions by a hash of the session id (the server's partition
+// function), in the record stream's subject transform. Requests of one partition are routed one
+// at a time, in stream order, so each session's requests are dispatched in the order they were
+// accepted while other partitions proceed in parallel: the number of partitions is how many
+// requests a whole deployment routes at once. It is set when the record is provisioned (the
+// stream's transform holds it, RequestPartitionsOf); changing it re-partitions sessions.
+const (
+	// DefaultRequestPartitions is the fewest partitions a record is provisioned with by
+	// default, and the number every record had before it could be set.
+	DefaultRequestPartitions = 16
+	// MaxRequestPartitions bounds the partitions: each is a consumer of the record, and named in
+	// the permissions of every service role.
+	MaxRequestPartitions = 128
+)
 
-// RequestTransform is the record stream's subject transform: hermes.request.<session> is
-// stored as hermes.request.<partition>.<session>.
-func RequestTransform() (source, destination string) {
-	return subjectRoot + ".request.*", fmt.Sprintf("%s.request.{{partition(%d,1)}}.{{wildcard(1)}}", subjectRoot, RequestPartitions)
+// RequestTransform is the record stream's subject transform for n partitions:
+// hermes.request.<session> is stored as hermes.request.<partition>.<session>.
+func RequestTransform(n int) (source, destination string) {
+	return subjectRoot + ".request.*", fmt.Sprintf("%s.request.{{partition(%d,1)}}.{{wildcard(1)}}", subjectRoot, n)
 }
 
-// RequestPartition is the partition the stream's transform puts session's requests in: the
-// server's partition function (FNV-1a of the session id, modulo RequestPartitions).
-func RequestPartition(session string) int {
+// RequestPartitionsOf returns the number of partitions a RequestTransform destination spreads
+// requests over, and false for any other destination.
+func RequestPartitionsOf(destination string) (int, bool) {
+	rest, ok := strings.CutPrefix(destination, subjectRoot+".request.{{partition(")
+	if !ok {
+		return 0, false
+	}
+	num, tail, ok := strings.Cut(rest, ",1)}}.{{wildcard(1)}}")
+	n, err := strconv.Atoi(num)
+	if !ok || tail != "" || err != nil || n < 1 || n > MaxRequestPartitions || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
+}
+
+// RequestPartition is the partition of n the stream's transform puts session's requests in: the
+// server's partition function (FNV-1a of the session id, modulo n).
+func RequestPartition(session string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(session))
-	return int(h.Sum32() % RequestPartitions)
+	return int(h.Sum32() % uint32(n))
 }
 
-// StoredSubjectRequest is the subject the stream stores session's requests under.
-func StoredSubjectRequest(session string) string {
-	return PrefixRequests + strconv.Itoa(RequestPartition(session)) + "." + session
+// StoredSubjectRequest is the subject a record of n partitions stores session's requests under.
+func StoredSubjectRequest(session string, n int) string {
+	return PrefixRequests + strconv.Itoa(RequestPartition(session, n)) + "." + session
 }
 
 // PrefixRequests starts the stored subject of every request.

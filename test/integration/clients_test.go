@@ -53,7 +53,7 @@ func TestExternalClientsPublishRequestsAsThemselves(t *testing.T) {
 	if resp.Status != protocol.StatusSuccess || !strings.Contains(string(resp.Results[0].Content), "crm") {
 		t.Fatalf("response %+v", resp)
 	}
-	stored, err := admin.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest("ext_s1"))
+	stored, err := admin.Stream.GetLastMsgForSubject(ctx, s.storedRequest("ext_s1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestExternalClientsPublishJSON(t *testing.T) {
 	if resp.Status != protocol.StatusSuccess || !strings.Contains(string(resp.Results[0].Content), "python") {
 		t.Fatalf("response %+v", resp)
 	}
-	stored, err := admin.Stream.GetLastMsgForSubject(ctx, protocol.StoredSubjectRequest("jgood"))
+	stored, err := admin.Stream.GetLastMsgForSubject(ctx, s.storedRequest("jgood"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -267,7 +267,7 @@ func TestLateAndDuplicateDeliveries(t *testing.T) {
 	// Wait until all three were handled (acked) by their consumers.
 	_, b := s.connect()
 	waitFor(t, "the duplicates to be handled", func() bool {
-		for _, name := range []string{bus.RequestConsumer(protocol.RequestPartition("late_dup")), bus.ConsumerRouterResults, bus.ToolConsumer(protocol.ActionHTTP, "record")} {
+		for _, name := range []string{bus.RequestConsumer(s.partitionOf("late_dup")), bus.ConsumerRouterResults, bus.ToolConsumer(protocol.ActionHTTP, "record")} {
 			c, err := b.Consumer(ctx, name)
 			if err != nil {
 				return false

@@ -67,7 +67,7 @@ func TestPoisonMessagesAreDeadLettered(t *testing.T) {
 	}
 	for subject := range hostile {
 		if session, ok := strings.CutPrefix(subject, "hermes.request."); ok {
-			subject = protocol.StoredSubjectRequest(session) // as the stream stored it
+			subject = s.storedRequest(session) // as the stream stored it
 		}
 		dl := s.waitDeadLetter(subject)
 		if r := dl.Header.Get(deadletter.HeaderReason); !strings.Contains(r, "terminated") || !strings.Contains(r, "malformed") {
@@ -119,7 +119,7 @@ func TestInvalidRequestOnTheBusGetsAFailedResponse(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no response for an invalid request")
 	}
-	dl := s.waitDeadLetter(protocol.StoredSubjectRequest("sess_bad"))
+	dl := s.waitDeadLetter(s.storedRequest("sess_bad"))
 	if r := dl.Header.Get(deadletter.HeaderReason); !strings.Contains(r, "tool_calls[0].tool_call_id") {
 		t.Fatalf("reason does not name the field: %q", r)
 	}

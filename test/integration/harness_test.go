@@ -80,6 +80,7 @@ type system struct {
 	resolve  map[string]string
 	base     string // gateway base URL
 	js       jetstream.JetStream
+	admin    *bus.Bus // the system's own connection, as admin
 	routers  []*app.RouterService
 	workers  []*worker.Worker
 	demoAddr string
@@ -137,7 +138,7 @@ func start(t *testing.T, opts options) *system {
 	}
 
 	_, b := s.connect()
-	s.js = b.JS
+	s.js, s.admin = b.JS, b
 	for _, name := range table.ToolNames() { // as a router would before its first dispatch
 		for _, kind := range table.KindsOf(name) {
 			if _, err := b.EnsureToolConsumer(context.Background(), kind, name); err != nil {
@@ -412,6 +413,14 @@ func decodeResponse(t *testing.T, body []byte) *protocol.Response {
 		t.Fatalf("response is not a HermesResponse: %v: %s", err, body)
 	}
 	return &r
+}
+
+// storedRequest is the subject the record stores session's requests under.
+func (s *system) storedRequest(session string) string { return s.admin.StoredSubjectRequest(session) }
+
+// partitionOf is the request partition of session.
+func (s *system) partitionOf(session string) int {
+	return protocol.RequestPartition(session, s.admin.Partitions())
 }
 
 // stored returns every message stored in the record stream, in order.

@@ -187,7 +187,7 @@ func TestSerialRequestsRunOneAtATime(t *testing.T) {
 	// hold up the partition.
 	freeSession := ""
 	for i := 0; freeSession == ""; i++ {
-		if name := fmt.Sprintf("sess_free_%d", i); protocol.RequestPartition(name) == protocol.RequestPartition("sess_serial") {
+		if name := fmt.Sprintf("sess_free_%d", i); s.partitionOf(name) == s.partitionOf("sess_serial") {
 			freeSession = name
 		}
 	}

@@ -317,13 +317,13 @@ func TestReplayRoutesWhatIf(t *testing.T) {
 	// The same request recorded twice (published again without a message id, as a client
 	// retrying past the duplicate window would): it counts once.
 	for _, raw := range s.stored() {
-		if raw.Subject == protocol.StoredSubjectRequest("whatif_a") {
+		if raw.Subject == s.storedRequest("whatif_a") {
 			s.publishRaw(protocol.SubjectRequest("whatif_a"), raw.Data)
 			break
 		}
 	}
 	waitFor(t, "the router to be done with the repeated request", func() bool {
-		c, err := s.js.Consumer(context.Background(), protocol.StreamName, bus.RequestConsumer(protocol.RequestPartition("whatif_a")))
+		c, err := s.js.Consumer(context.Background(), protocol.StreamName, bus.RequestConsumer(s.partitionOf("whatif_a")))
 		if err != nil {
 			return false
 		}

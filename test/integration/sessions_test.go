@@ -374,7 +374,7 @@ func TestSessionsList(t *testing.T) {
 	}
 	// The seq is the request's own: the stream holds the request of a_3 there.
 	for _, m := range s.stored() {
-		if m.Sequence == got.Sessions[0].LastSeq && m.Subject != protocol.StoredSubjectRequest("sess_a") {
+		if m.Sequence == got.Sessions[0].LastSeq && m.Subject != s.storedRequest("sess_a") {
 			t.Fatalf("last_seq %d of sess_a is a message on %s", m.Sequence, m.Subject)
 		}
 	}

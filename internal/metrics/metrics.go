@@ -61,6 +61,12 @@ type Metrics struct {
 	// ones wait for their record to be written.
 	FastLane          *prometheus.CounterVec
 	FastRecordWaiting prometheus.Gauge
+	// PartitionHold observes how long each request holds its request partition in a router
+	// here (from its delivery until it is handled); PartitionsBusy is how many partitions the
+	// routers here hold a request of now. A deployment routes at most partitions ÷ hold
+	// requests a second: busy partitions near the record's number say it is the limit.
+	PartitionHold  prometheus.Histogram
+	PartitionsBusy prometheus.Gauge
 }
 
 // latencyBuckets span 0.5 ms to 60 s: bus hops take about a millisecond, tools up to minutes.
@@ -106,11 +112,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Requests the routers here were asked on the fast lane, by outcome (answered, replayed, conflict, declined, refused)."}, []string{"outcome"}),
 		FastRecordWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hermes_fastlane_record_waiting",
 			Help: "Requests answered on the fast lane whose record waits to be written."}),
+		PartitionHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hermes_router_partition_hold_seconds",
+			Help: "How long each request held its request partition in a router here, from delivery until handled.", Buckets: latencyBuckets}),
+		PartitionsBusy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hermes_router_partitions_busy",
+			Help: "Request partitions the routers here hold a request of now."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Responses, m.Dispatch, m.Execution, m.ToolResults, m.Retries, m.DeadLetters,
 			m.InFlight, m.HTTPRequests, m.HTTPDuration, m.MCPServers, m.MCPTools, m.LLMCalls, m.LLMDuration, m.LLMTokens, m.LLMSummaries,
-			m.FastLane, m.FastRecordWaiting,
+			m.FastLane, m.FastRecordWaiting, m.PartitionHold, m.PartitionsBusy,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

@@ -196,7 +196,7 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	requests := bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route")
+	requests := r.holding(bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route"))
 	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
 	for _, c := range reqCons {
@@ -217,6 +217,22 @@ func (r *Router) Run(ctx context.Context) error {
 	// Timers of parked requests go off wherever a router runs.
 	g.Go(func() error { return r.lot.Run(ctx) })
 	return g.Wait()
+}
+
+// holding observes how long each request holds its partition (handled by h), and how many
+// partitions this router holds at once: what sizes the record's partitions (README, "How many
+// requests at once").
+func (r *Router) holding(h bus.Handler) bus.Handler {
+	m := r.cfg.Metrics
+	return bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		m.PartitionsBusy.Inc()
+		start := time.Now()
+		defer func() {
+			m.PartitionHold.Observe(time.Since(start).Seconds())
+			m.PartitionsBusy.Dec()
+		}()
+		return h.Handle(ctx, d)
+	})
 }
 
 func (r *Router) runs(kind string) bool {

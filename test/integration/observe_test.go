@@ -308,6 +308,8 @@ func TestUpServesMetricsOnItsHTTPPort(t *testing.T) {
 		`hermes_consumer_pending_messages{consumer="tool_http-echo",stream="HERMES"}`,
 		`hermes_consumer_ack_pending_messages{consumer="router-requests-0",stream="HERMES"}`,
 		`hermes_consumer_info_up 1`,
+		`hermes_router_partitions_busy 0`,
+		`hermes_router_partition_hold_seconds_count`,
 		`hermes_http_requests_total{code="200",route="POST /v1/route"}`,
 		`process_resident_memory_bytes`,
 	}

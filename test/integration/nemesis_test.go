@@ -39,7 +39,8 @@ var (
 func TestNemesis(t *testing.T) {
 	long(t, "nemesis")
 	server := startNATS(t, "interval")
-	s := start(t, options{natsURL: server.URL(), routers: -1, workers: 0, bus: bus.Config{AckWait: 2 * time.Second}})
+	// Partitions other than the default: the routers it spawns read the record's number.
+	s := start(t, options{natsURL: server.URL(), routers: -1, workers: 0, bus: bus.Config{AckWait: 2 * time.Second, Partitions: 7}})
 	runNemesis(t, s, &nemesis{nats: server})
 }
 
@@ -49,7 +50,7 @@ func TestNemesisCluster(t *testing.T) {
 	long(t, "nemesis on a cluster")
 	c := bustest.NewCluster(t)
 	s := start(t, options{natsURL: c.URL(), routers: -1, workers: 0,
-		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second}})
+		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second, Partitions: 5}})
 	runNemesis(t, s, &nemesis{cluster: c})
 }
 

@@ -39,13 +39,21 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	}
 	defer nc.Close()
 	partitions := fmt.Sprint(b.Partitions())
+	var notes []string
 	if c.partitions != 0 {
-		before, err := b.Repartition(ctx, c.partitions)
+		done, err := b.Repartition(ctx, c.partitions)
 		if err != nil {
 			return err
 		}
-		if before != c.partitions {
-			partitions = fmt.Sprintf("%d (were %d)", c.partitions, before)
+		if done.Before != done.After {
+			partitions = fmt.Sprintf("%d (were %d)", done.After, done.Before)
+		}
+		if len(done.Raced) > 0 {
+			notes = append(notes, fmt.Sprintf("partitions %v were sent requests while the number changed (a gateway still ran): they are routed, but their sessions' order against the requests sent since is not guaranteed", done.Raced))
+		}
+		if len(done.Kept) > 0 {
+			notes = append(notes, fmt.Sprintf("partitions %v, beyond the %d, still hold requests or are read by a router: kept, routers read them until they are empty; run hermes provision --partitions %d again, with the routers stopped, to delete them",
+				done.Kept, done.After, done.After))
 		}
 	}
 	si := b.Stream.CachedInfo()
@@ -61,6 +69,9 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	fmt.Fprintf(&out, "  buckets      %s\n", strings.Join(buckets, ", "))
 	for _, d := range b.Drift {
 		fmt.Fprintf(&out, "  differs: %s\n", d)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(&out, "  note: %s\n", n)
 	}
 	if left, err := earlierLayouts(ctx, b); err != nil {
 		return err

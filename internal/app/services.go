@@ -115,8 +115,11 @@ type RouterConfig struct {
 	// Seal, when set, signs every tool call the router dispatches.
 	Seal *router.SealKey
 	// Fast configures the router's side of the fast lane.
-	Fast   FastLaneConfig
-	Logger *slog.Logger
+	Fast FastLaneConfig
+	// PartitionWatch is how often the router reads the record's number of request partitions
+	// again (0: router.DefaultPartitionWatch).
+	PartitionWatch time.Duration
+	Logger         *slog.Logger
 }
 
 // FastLaneConfig configures a router's side of the fast lane (package fastlane).
@@ -160,7 +163,7 @@ func NewRouter(b *bus.Bus, cfg RouterConfig) (*RouterService, error) {
 	}
 	r, err := router.New(router.Config{Bus: b, Routes: cfg.Routes, Instance: cfg.Instance, Concurrency: cfg.Concurrency,
 		Limits: cfg.Limits, Contracts: live.Current, Stages: append([]router.Stage{stage}, cfg.Stages...), Last: []router.Stage{coord},
-		Release: turns.Release, Metrics: cfg.Metrics, Seal: cfg.Seal, Logger: log})
+		Release: turns.Release, Metrics: cfg.Metrics, Seal: cfg.Seal, PartitionWatch: cfg.PartitionWatch, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	Release func(ctx context.Context, g *protocol.Grant, requestID, callID, session, status string) error
 	// Metrics counts answered requests; nil counts into unexported metrics.
 	Metrics *metrics.Metrics
+	// PartitionWatch is how often the router reads the record's number of request partitions
+	// again, to read the new ones when it changed. Default DefaultPartitionWatch.
+	PartitionWatch time.Duration
 	// Seal, when set, signs every tool call this router dispatches (protocol.Seal), so that
 	// workers trusting its key run only calls a router sent.
 	Seal *SealKey
@@ -188,10 +191,6 @@ func (r *Router) Run(ctx context.Context) error {
 			}
 		}
 	}
-	reqCons, err := r.cfg.Bus.RequestConsumers(ctx)
-	if err != nil {
-		return err
-	}
 	resCons, err := r.cfg.Bus.Consumer(ctx, bus.ConsumerRouterResults)
 	if err != nil {
 		return err
@@ -199,18 +198,7 @@ func (r *Router) Run(ctx context.Context) error {
 	requests := r.holding(bus.Messages(bus.HandlerFunc(r.handleRequest), r.log, "hermes.route"))
 	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
-	for _, c := range reqCons {
-		// One request of a partition at a time (the consumer allows no more): its session's
-		// order holds. A slow request keeps its delivery (progress signals): it is not handed
-		// out again, nor given up on and answered as dead-lettered, while it is handled.
-		ackWait := r.cfg.Bus.Config().AckWait
-		if info := c.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-			ackWait = info.Config.AckWait // as created, possibly by another process
-		}
-		g.Go(func() error {
-			return (&bus.Subscriber{Consumer: c, Handler: requests, Concurrency: 1, Progress: ackWait / 3, Logger: r.log}).Run(ctx)
-		})
-	}
+	g.Go(func() error { return r.routeRequests(ctx, requests) })
 	g.Go(func() error {
 		return (&bus.Subscriber{Consumer: resCons, Handler: results, Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
 	})

@@ -3,6 +3,7 @@ package bus
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // inProcessServer hands nats.go in-process connections to an embedded server whose writes do
@@ -23,6 +24,9 @@ func (p inProcessServer) InProcessConn() (net.Conn, error) {
 // yet read; a write beyond it waits, as a full socket buffer makes a TCP write wait.
 const decoupledWriteBuffer = 4 << 20
 
+// decoupledDrain bounds how long Close waits for what was written before it to reach the server.
+const decoupledDrain = 2 * time.Second
+
 // decoupledConn is an in-process connection (a synchronous net.Pipe) whose writes return once
 // queued, as a write to a TCP socket returns once the kernel holds it: a goroutine of its own
 // hands them to the server. On a bare pipe a write returns only when the server's read loop
@@ -30,7 +34,9 @@ const decoupledWriteBuffer = 4 << 20
 // while nats.go's flusher holds the connection's lock, so every goroutine publishing on that
 // connection waits for the server's handling of earlier messages (BENCHMARKS.md, "Throughput
 // and cores"). Bytes are written in order, whole, and at most decoupledWriteBuffer of them wait
-// at a time. Reads, deadlines and addresses are the pipe's.
+// at a time. Close hands the server what was written before it (within decoupledDrain), as a
+// socket's close still sends what the kernel holds. Reads, deadlines and addresses are the
+// pipe's.
 type decoupledConn struct {
 	net.Conn
 
@@ -38,11 +44,13 @@ type decoupledConn struct {
 	cond    *sync.Cond // signalled when queued grows or shrinks, or the conn closes
 	queued  []byte     // written, not yet handed to the pipe
 	sending int        // bytes the writer goroutine holds, handed to the pipe
-	err     error      // the first write error, or net.ErrClosed once closed
+	closing bool       // Close was called: no more writes; the sender stops once queued is empty
+	err     error      // the first write error, or net.ErrClosed once closing
+	sent    chan struct{}
 }
 
 func newDecoupledConn(c net.Conn) *decoupledConn {
-	d := &decoupledConn{Conn: c}
+	d := &decoupledConn{Conn: c, sent: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.send()
 	return d
@@ -64,17 +72,20 @@ func (d *decoupledConn) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// send hands what is queued to the pipe, in order, until a write fails or the conn closes.
+// send hands what is queued to the pipe, in order, until a write fails, or the conn is closing
+// and nothing is left. A failed write closes the pipe: the reader sees the connection end, and
+// nats.go reconnects, as after a broken socket.
 func (d *decoupledConn) send() {
+	defer close(d.sent)
 	var buf []byte
 	for {
 		d.mu.Lock()
 		d.sending = 0
 		d.cond.Broadcast()
-		for d.err == nil && len(d.queued) == 0 {
+		for d.err == nil && !d.closing && len(d.queued) == 0 {
 			d.cond.Wait()
 		}
-		if d.err != nil {
+		if len(d.queued) == 0 || (d.err != nil && !d.closing) {
 			d.mu.Unlock()
 			return
 		}
@@ -82,23 +93,34 @@ func (d *decoupledConn) send() {
 		d.sending = len(buf)
 		d.mu.Unlock()
 		if _, err := d.Conn.Write(buf); err != nil {
-			d.fail(err)
+			d.mu.Lock()
+			if d.err == nil {
+				d.err = err
+			}
+			d.queued = nil
+			d.cond.Broadcast()
+			d.mu.Unlock()
+			_ = d.Conn.Close()
 			return
 		}
 	}
 }
 
-func (d *decoupledConn) fail(err error) {
+// Close refuses further writes, waits (at most decoupledDrain) until what was written before
+// reached the server, and closes the pipe.
+func (d *decoupledConn) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.closing = true
 	if d.err == nil {
-		d.err = err
+		d.err = net.ErrClosed
 	}
 	d.cond.Broadcast()
-}
-
-// Close closes the pipe; what is still queued is dropped, as a closed socket drops its buffer.
-func (d *decoupledConn) Close() error {
-	d.fail(net.ErrClosed)
+	d.mu.Unlock()
+	t := time.NewTimer(decoupledDrain)
+	defer t.Stop()
+	select {
+	case <-d.sent:
+	case <-t.C: // the server reads no more: what is left is dropped
+	}
 	return d.Conn.Close()
 }

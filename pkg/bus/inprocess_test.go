@@ -99,3 +99,47 @@ func TestDecoupledConnCloseReleasesAWaitingWriter(t *testing.T) {
 		t.Fatalf("a write after Close got %v, want net.ErrClosed", err)
 	}
 }
+
+func TestDecoupledConnCloseHandsOverWhatWasWritten(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	d := newDecoupledConn(client)
+	want := bytes.Repeat([]byte("PUB a 1\r\nx\r\n"), 10_000)
+	if _, err := d.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan []byte)
+	go func() {
+		got, _ := io.ReadAll(server) // until the pipe closes
+		read <- got
+	}()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-read; !bytes.Equal(got, want) {
+		t.Fatalf("the server read %d of the %d bytes written before Close", len(got), len(want))
+	}
+}
+
+func TestDecoupledConnFailedWriteEndsTheConnection(t *testing.T) {
+	server, client := net.Pipe()
+	d := newDecoupledConn(client)
+	server.Close() // the server side is gone: the next write to the pipe fails
+	if _, err := d.Write([]byte("x")); err != nil {
+		t.Fatal(err) // queued; the sender finds out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := d.Write([]byte("x")); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writes kept being taken after the pipe broke")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	one := make([]byte, 1)
+	if _, err := d.Read(one); err == nil {
+		t.Fatal("the reader did not see the connection end")
+	}
+}

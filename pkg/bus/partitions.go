@@ -4,29 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
+	"github.com/hermesbus/hermes/pkg/retry"
 )
 
 // recordPartitions is how many partitions the record's subject transform spreads requests over;
-// false when it has none.
-func recordPartitions(record jetstream.Stream) (int, bool) {
-	t := record.CachedInfo().Config.SubjectTransform
-	if t == nil {
+// false when it has none, or one Hermes does not write.
+func recordPartitions(cfg jetstream.StreamConfig) (int, bool) {
+	if cfg.SubjectTransform == nil {
 		return 0, false
 	}
-	return protocol.RequestPartitionsOf(t.Destination)
+	return protocol.RequestPartitionsOf(cfg.SubjectTransform.Destination)
+}
+
+// RefreshPartitions reads again how many partitions the record spreads requests over, as
+// changed by Repartition elsewhere, and returns it.
+func (b *Bus) RefreshPartitions(ctx context.Context) (int, error) {
+	info, err := b.Stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
+	}
+	n, ok := recordPartitions(info.Config)
+	if !ok {
+		return 0, fmt.Errorf("bus: stream %s spreads requests over no partitions Hermes knows (its subject transform is %s)", protocol.StreamName, transformText(info.Config))
+	}
+	b.partitions.Store(int32(n))
+	return n, nil
+}
+
+func transformText(cfg jetstream.StreamConfig) string {
+	if t := cfg.SubjectTransform; t != nil {
+		return t.Source + " -> " + t.Destination
+	}
+	return "none"
+}
+
+// ensureRequestConsumer opens (or creates) the consumer of request partition p.
+func (b *Bus) ensureRequestConsumer(ctx context.Context, p int) error {
+	spec := b.consumer(RequestConsumer(p), protocol.FilterRequestPartition(p))
+	spec.MaxAckPending = 1
+	_, err := b.ensureConsumerSpec(ctx, b.Stream, spec)
+	return err
 }
 
 // ensureRequestConsumers opens (or creates) the consumer of each request partition.
 func (b *Bus) ensureRequestConsumers(ctx context.Context) error {
-	for p := range b.partitions {
-		spec := b.consumer(RequestConsumer(p), protocol.FilterRequestPartition(p))
-		spec.MaxAckPending = 1
-		if _, err := b.ensureConsumerSpec(ctx, b.Stream, spec); err != nil {
+	for p := range b.Partitions() {
+		if err := b.ensureRequestConsumer(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -34,112 +63,148 @@ func (b *Bus) ensureRequestConsumers(ctx context.Context) error {
 }
 
 // idleChecks and idleGap: how often, and how far apart, Repartition looks for a router reading
-// the partitions. A running router always has a pull waiting on each partition but for a
-// moment between two pulls, so three looks apart from each other find it.
+// a partition. A running router always has a pull waiting on each partition (a pull lasts
+// PullWait, 500 ms by default) but for a moment between two pulls, so three looks apart from
+// each other find it.
 const (
 	idleChecks = 3
 	idleGap    = 200 * time.Millisecond
 )
 
-// Repartition changes how many partitions the record spreads requests over to n (1 to
-// protocol.MaxRequestPartitions), and returns how many it had: the migration hermes provision
-// --partitions runs. Sessions move to other partitions, so it is refused while a router reads
-// the partitions or a request waits in one — either would let a session's later request be
-// routed before an earlier one. It then changes the stream's transform, creates the partitions
-// added, and deletes those beyond n. A request that a gateway still running published meanwhile
-// into a partition beyond n keeps that partition, which routers read until it is empty:
-// Repartition says so, and deletes it when run again. Nothing accepted is lost.
-func (b *Bus) Repartition(ctx context.Context, n int) (int, error) {
-	before := b.partitions
-	if n < 1 || n > protocol.MaxRequestPartitions {
-		return before, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", n, protocol.MaxRequestPartitions)
-	}
-	if n == before {
-		if err := b.ensureRequestConsumers(ctx); err != nil {
-			return before, err
-		}
-		return before, b.dropLeftPartitions(ctx)
-	}
-	for i := range idleChecks {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return before, ctx.Err()
-			case <-time.After(idleGap):
-			}
-		}
-		for p := range before {
-			info, err := b.requestConsumerInfo(ctx, p)
-			if err != nil {
-				return before, err
-			}
-			if info == nil {
-				continue
-			}
-			if waiting := info.NumPending + uint64(info.NumAckPending); waiting > 0 {
-				return before, fmt.Errorf("bus: request partition %d holds %d requests not yet routed: stop the gateways, let the routers route them, stop the routers, then change the partitions", p, waiting)
-			}
-			if info.NumWaiting > 0 {
-				return before, fmt.Errorf("bus: a router reads request partition %d: stop the gateways and the routers before changing the partitions (they take the new number when they start again)", p)
-			}
-		}
-	}
-	have, err := b.Stream.Info(ctx)
-	if err != nil {
-		return before, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
-	}
-	cfg := have.Config
-	src, dest := protocol.RequestTransform(n)
-	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
-	stream, err := b.JS.UpdateStream(ctx, cfg)
-	if err != nil {
-		return before, fmt.Errorf("bus: spread stream %s's requests over %d partitions: %w", protocol.StreamName, n, err)
-	}
-	b.Stream, b.partitions = stream, n
-	if err := b.ensureRequestConsumers(ctx); err != nil {
-		return before, err
-	}
-	return before, b.dropLeftPartitions(ctx)
+// repartitionStep is called at each step of Repartition that a request sent meanwhile could
+// race with: tests send one there.
+var repartitionStep = func(string) {}
+
+// Repartitioned is what Repartition did.
+type Repartitioned struct {
+	// Before and After are the numbers of partitions.
+	Before, After int
+	// Kept are partitions beyond After that still hold requests, or that a router reads: they
+	// are kept, routers read them until they are empty, and Repartition deletes them once they
+	// are neither.
+	Kept []int
+	// Raced are partitions that were sent requests while the number changed (a gateway still
+	// ran): those requests are routed, but their sessions' order against the requests sent
+	// after the change is not guaranteed.
+	Raced []int
 }
 
-// dropLeftPartitions deletes the consumers of partitions beyond Partitions that hold no
-// request. Those that do are kept (routers read them too, RequestConsumers) and named in the
-// error: a gateway still running sent them requests while the partitions changed.
-func (b *Bus) dropLeftPartitions(ctx context.Context) error {
+// Repartition changes how many partitions the record spreads requests over to n (1 to
+// protocol.MaxRequestPartitions): the migration hermes provision --partitions runs.
+//
+// Sessions move to other partitions, so it is refused while a router reads a partition or a
+// request waits in one — either would let a session's later request be routed before an
+// earlier one. It then creates the partitions added (before any request can be stored in them:
+// a new consumer starts at the stream's end), changes the stream's transform, and deletes the
+// partitions beyond n that hold nothing. Run with the number the record has, it only deletes
+// what such a change kept. A gateway still running during the change loses nothing: what it
+// sent is routed, and Repartitioned says where its order was at risk. Routers notice the new
+// number by themselves (the router's partition watch), but one that was running would have
+// been refused here.
+func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
+	before := b.Partitions()
+	done := Repartitioned{Before: before, After: n}
+	if n < 1 || n > protocol.MaxRequestPartitions {
+		return done, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", n, protocol.MaxRequestPartitions)
+	}
 	left, err := b.leftPartitions(ctx)
 	if err != nil {
-		return err
+		return done, err
+	}
+	old := append(seq(0, before), left...)
+	if n != before {
+		for i := range idleChecks {
+			if i > 0 && !retry.Sleep(ctx, idleGap) {
+				return done, ctx.Err()
+			}
+			for _, p := range old {
+				info, err := b.requestConsumerInfo(ctx, p)
+				if err != nil || info == nil {
+					if err != nil {
+						return done, err
+					}
+					continue
+				}
+				if waiting := info.NumPending + uint64(info.NumAckPending); waiting > 0 {
+					return done, fmt.Errorf("bus: request partition %d holds %d requests not yet routed: stop the gateways, let the routers route them, stop the routers, then change the partitions", p, waiting)
+				}
+				if info.NumWaiting > 0 {
+					return done, fmt.Errorf("bus: a router reads request partition %d: stop the gateways and the routers before changing the partitions (they take the new number when they start again)", p)
+				}
+			}
+		}
+		for p := before; p < n; p++ {
+			if err := b.ensureRequestConsumer(ctx, p); err != nil {
+				return done, err
+			}
+		}
+		repartitionStep("before the transform")
+		have, err := b.Stream.Info(ctx)
+		if err != nil {
+			return done, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
+		}
+		cfg := have.Config
+		src, dest := protocol.RequestTransform(n)
+		cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
+		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+			return done, fmt.Errorf("bus: spread stream %s's requests over %d partitions: %w", protocol.StreamName, n, err)
+		}
+		b.partitions.Store(int32(n))
+		repartitionStep("after the transform")
+		for _, p := range old {
+			if p >= n {
+				continue // a partition left beyond n: kept below if it holds a request
+			}
+			if info, err := b.requestConsumerInfo(ctx, p); err == nil && info != nil && info.NumPending+uint64(info.NumAckPending) > 0 {
+				done.Raced = append(done.Raced, p)
+			}
+		}
+	}
+	done.Kept, err = b.dropLeftPartitions(ctx)
+	return done, err
+}
+
+// dropLeftPartitions deletes the consumers of partitions beyond Partitions that hold no request
+// and that no router reads, and returns those it kept.
+func (b *Bus) dropLeftPartitions(ctx context.Context) ([]int, error) {
+	left, err := b.leftPartitions(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var kept []int
+	for i := range idleChecks {
+		if i > 0 && len(left) > 0 && !retry.Sleep(ctx, idleGap) {
+			return nil, ctx.Err()
+		}
+		for _, p := range left {
+			info, err := b.requestConsumerInfo(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			if info != nil && (info.NumPending+uint64(info.NumAckPending) > 0 || info.NumWaiting > 0) && !slices.Contains(kept, p) {
+				kept = append(kept, p)
+			}
+		}
+	}
 	for _, p := range left {
-		info, err := b.requestConsumerInfo(ctx, p)
-		if err != nil {
-			return err
-		}
-		if info == nil {
-			continue
-		}
-		if info.NumPending+uint64(info.NumAckPending) > 0 {
-			kept = append(kept, p)
+		if slices.Contains(kept, p) {
 			continue
 		}
 		if err := b.Stream.DeleteConsumer(ctx, RequestConsumer(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("bus: delete request partition %d: %w", p, err)
+			return kept, fmt.Errorf("bus: delete request partition %d: %w", p, err)
 		}
 	}
-	if len(kept) > 0 {
-		return fmt.Errorf("bus: requests go to %d partitions now, but partitions %v were sent requests while they changed (a gateway still ran): "+
-			"they are kept and routers read them until they are empty; run hermes provision --partitions %d again then to delete them", b.partitions, kept, b.partitions)
-	}
-	return nil
+	slices.Sort(kept)
+	return kept, nil
 }
 
 // leftPartitions lists the request partitions beyond Partitions whose consumers still exist.
 func (b *Bus) leftPartitions(ctx context.Context) ([]int, error) {
+	n := b.Partitions()
 	names := b.Stream.ConsumerNames(ctx)
 	var left []int
 	for name := range names.Name() {
-		for p := b.partitions; p < protocol.MaxRequestPartitions; p++ {
+		for p := n; p < protocol.MaxRequestPartitions; p++ {
 			if name == RequestConsumer(p) {
 				left = append(left, p)
 			}
@@ -148,23 +213,33 @@ func (b *Bus) leftPartitions(ctx context.Context) ([]int, error) {
 	if err := names.Err(); err != nil {
 		return nil, fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.StreamName, err)
 	}
+	slices.Sort(left)
 	return left, nil
 }
 
-// RequestConsumers returns the consumers of the request partitions, and of those left beyond
-// them by a change of the partitions that still hold requests: a router reads all of them.
-func (b *Bus) RequestConsumers(ctx context.Context) ([]jetstream.Consumer, error) {
+// PartitionConsumer is the consumer of one request partition a router reads.
+type PartitionConsumer struct {
+	jetstream.Consumer
+	// Partition is its number; Left says it lies beyond the record's number of partitions,
+	// kept by a change of the number until it is empty (it may go away while read).
+	Partition int
+	Left      bool
+}
+
+// RequestConsumers returns the consumers of the request partitions, and of those a change of
+// their number left beyond them: a router reads all of them.
+func (b *Bus) RequestConsumers(ctx context.Context) ([]PartitionConsumer, error) {
 	left, err := b.leftPartitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []jetstream.Consumer
-	for p := range b.partitions {
+	var out []PartitionConsumer
+	for p := range b.Partitions() {
 		c, err := b.Consumer(ctx, RequestConsumer(p))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		out = append(out, PartitionConsumer{Consumer: c, Partition: p})
 	}
 	for _, p := range left {
 		c, err := b.Consumer(ctx, RequestConsumer(p))
@@ -174,7 +249,7 @@ func (b *Bus) RequestConsumers(ctx context.Context) ([]jetstream.Consumer, error
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		out = append(out, PartitionConsumer{Consumer: c, Partition: p, Left: true})
 	}
 	return out, nil
 }
@@ -189,8 +264,20 @@ func (b *Bus) requestConsumerInfo(ctx context.Context, p int) (*jetstream.Consum
 		return nil, fmt.Errorf("bus: read request partition %d: %w", p, err)
 	}
 	info, err := c.Info(ctx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: read request partition %d: %w", p, err)
 	}
 	return info, nil
+}
+
+// seq is from, from+1, …, to-1.
+func seq(from, to int) []int {
+	var out []int
+	for p := from; p < to; p++ {
+		out = append(out, p)
+	}
+	return out
 }

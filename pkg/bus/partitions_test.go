@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,9 +80,9 @@ func TestRepartitionSpreadsRequestsOverTheNewNumber(t *testing.T) {
 	ctx := context.Background()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 8})
-	before, err := b.Repartition(ctx, 3)
-	if err != nil || before != 8 {
-		t.Fatalf("Repartition(3) = %d, %v", before, err)
+	done, err := b.Repartition(ctx, 3)
+	if err != nil || done.Before != 8 || done.After != 3 || len(done.Kept)+len(done.Raced) > 0 {
+		t.Fatalf("Repartition(3) = %+v, %v", done, err)
 	}
 	names := consumerNames(t, b)
 	for p := range 8 {
@@ -145,16 +146,118 @@ func TestRepartitionRefusesWhileARouterReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := c.Consume(func(jetstream.Msg) {}) // a router, pulling
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { // a router's reading of one partition: one request at a time, pull after pull
+		ran <- (&bus.Subscriber{Consumer: c, Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }), Concurrency: 1}).Run(rctx)
+	}()
+	defer func() { stop(); <-ran }()
 	_, err = b.Repartition(ctx, 8)
 	if err == nil || !strings.Contains(err.Error(), "a router reads request partition 1") {
 		t.Fatalf("Repartition while a router reads: %v, want it refused", err)
 	}
 	if b.Partitions() != 4 {
 		t.Fatalf("a refused change left %d partitions", b.Partitions())
+	}
+}
+
+// sessionIn returns a session whose requests a record of n partitions puts in partition p.
+func sessionIn(t *testing.T, p, n int, prefix string) string {
+	t.Helper()
+	for i := range 100_000 {
+		if s := fmt.Sprintf("%s_%d", prefix, i); protocol.RequestPartition(s, n) == p {
+			return s
+		}
+	}
+	t.Fatalf("no session in partition %d of %d", p, n)
+	return ""
+}
+
+func pending(t *testing.T, b *bus.Bus, p int) uint64 {
+	t.Helper()
+	c, err := b.Consumer(context.Background(), bus.RequestConsumer(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumPending + uint64(info.NumAckPending)
+}
+
+// TestRepartitionLosesNothingAGatewaySendsMeanwhile: with a gateway still running, a request
+// sent into a partition just added is routed (its consumer existed before the transform
+// changed), one sent under the old number into a partition that goes keeps that partition
+// (read by routers, deleted once routed), and one sent into a partition that stays is named as
+// raced. Not parallel: it hooks Repartition.
+func TestRepartitionLosesNothingAGatewaySendsMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 4})
+	grown := sessionIn(t, 6, 8, "grown")
+	bus.OnRepartitionStep(t.Cleanup, func(step string) {
+		if step == "after the transform" {
+			publishRequest(t, b, grown) // stored in partition 6, just added
+		}
+	})
+	done, err := b.Repartition(ctx, 8)
+	if err != nil || done.After != 8 {
+		t.Fatalf("Repartition(8) = %+v, %v", done, err)
+	}
+	if n := pending(t, b, 6); n != 1 {
+		t.Fatalf("the request sent into partition 6 as it was added waits there %d times, want 1 (lost: its consumer began after it)", n)
+	}
+	routeAll(t, b)
+
+	left := sessionIn(t, 5, 8, "left")   // partition 5 of 8 goes when shrinking to 3
+	stays := sessionIn(t, 1, 8, "stays") // partition 1 stays
+	bus.OnRepartitionStep(t.Cleanup, func(step string) {
+		if step == "before the transform" {
+			publishRequest(t, b, left)
+			publishRequest(t, b, stays)
+		}
+	})
+	done, err = b.Repartition(ctx, 3)
+	if err != nil || !slices.Equal(done.Kept, []int{5}) || !slices.Equal(done.Raced, []int{1}) {
+		t.Fatalf("Repartition(3) with requests sent meanwhile = %+v, %v; want partition 5 kept and 1 raced", done, err)
+	}
+	bus.OnRepartitionStep(t.Cleanup, func(string) {})
+	cons, err := b.RequestConsumers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := cons[len(cons)-1]
+	if len(cons) != 4 || last.Partition != 5 || !last.Left {
+		t.Fatalf("routers read %d partitions (last %d, left %t), want the 3 and the one kept", len(cons), last.Partition, last.Left)
+	}
+	// A router reading the kept partition keeps it too: deleting it under the router would
+	// stop the router.
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- (&bus.Subscriber{Consumer: last.Consumer, Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }), Concurrency: 1}).Run(rctx)
+	}()
+	waitUntil(t, "the kept partition to be routed", func() bool { return pending(t, b, 5) == 0 })
+	if done, err := b.Repartition(ctx, 3); err != nil || !slices.Equal(done.Kept, []int{5}) {
+		t.Fatalf("Repartition(3) again while a router reads the kept partition = %+v, %v; want it kept", done, err)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatalf("the router reading the kept partition: %v", err)
+	}
+	if done, err := b.Repartition(ctx, 3); err != nil || len(done.Kept) > 0 || consumerNames(t, b)[bus.RequestConsumer(5)] {
+		t.Fatalf("Repartition(3) once the kept partition is routed and read by none = %+v, %v; want it deleted", done, err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

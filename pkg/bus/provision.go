@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,13 +134,15 @@ type Config struct {
 	Partitions int
 }
 
-// DefaultPartitions sizes the request partitions to this machine: 8 per core, at least
-// protocol.DefaultRequestPartitions and at most protocol.MaxRequestPartitions. A partition
-// routes one request at a time, and a request holds it for a few milliseconds under load
-// (BENCHMARKS.md, "Throughput and cores"), while each partition is a consumer whose upkeep costs
-// the server CPU: 8 per core keeps every core's share of requests in flight with room to spare.
+// DefaultPartitions sizes the request partitions to this process's cores (GOMAXPROCS, which
+// follows a container's CPU limit): 8 per core, at least protocol.DefaultRequestPartitions and
+// at most protocol.MaxRequestPartitions. A partition routes one request at a time; measured on
+// two cores (BENCHMARKS.md, "Throughput and cores"), a core carries about 550 durable requests a
+// second and a request holds its partition up to 5.4 ms under load, so about 3 partitions per
+// core are busy: 8 leave room for faster cores and slower holds, while each partition is a
+// consumer whose upkeep costs the server CPU.
 func DefaultPartitions() int {
-	return min(protocol.MaxRequestPartitions, max(protocol.DefaultRequestPartitions, 8*runtime.NumCPU()))
+	return min(protocol.MaxRequestPartitions, max(protocol.DefaultRequestPartitions, 8*runtime.GOMAXPROCS(0)))
 }
 
 // DefaultRecordMaxBytes is the record's byte limit where none is configured.
@@ -266,17 +269,18 @@ type Bus struct {
 	buckets map[string]jetstream.KeyValue
 	// auth seals the results this bus records and checks those it reads.
 	auth resultAuth
-	// partitions is how many partitions the record spreads requests over (its transform's).
-	partitions int
+	// partitions is how many partitions the record spreads requests over (its transform's), as
+	// last read (RefreshPartitions).
+	partitions atomic.Int32
 }
 
 // Partitions returns how many partitions the record spreads requests over: as the stream was
-// provisioned, whatever this process was configured with.
-func (b *Bus) Partitions() int { return b.partitions }
+// provisioned (or last read, RefreshPartitions), whatever this process was configured with.
+func (b *Bus) Partitions() int { return int(b.partitions.Load()) }
 
 // StoredSubjectRequest is the subject the record stores session's requests under.
 func (b *Bus) StoredSubjectRequest(session string) string {
-	return protocol.StoredSubjectRequest(session, b.partitions)
+	return protocol.StoredSubjectRequest(session, b.Partitions())
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
@@ -360,15 +364,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, fmt.Errorf("%w (timers need NATS 2.12 or later)", err)
 	}
-	partitions, ok := recordPartitions(stream)
+	partitions, ok := recordPartitions(stream.CachedInfo().Config)
 	if !ok {
-		return nil, fmt.Errorf("bus: stream %s has no request partitions (its subject transform is %v): run hermes provision", protocol.StreamName, stream.CachedInfo().Config.SubjectTransform)
+		return nil, fmt.Errorf("bus: stream %s spreads requests over no partitions Hermes knows (its subject transform is %s): give it %s -> %s (nats stream edit), then run hermes provision",
+			protocol.StreamName, transformText(stream.CachedInfo().Config), src, dest)
 	}
 	if explicitPartitions && partitions != cfg.Partitions {
 		drift = append(drift, fmt.Sprintf("stream %s spreads requests over %d partitions, this process was configured with %d (kept as it is: hermes provision --partitions %d changes it, once the routers are stopped)",
 			protocol.StreamName, partitions, cfg.Partitions, cfg.Partitions))
 	}
-	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg, partitions: partitions}
+	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg}
+	b.partitions.Store(int32(partitions))
 	for _, kv := range []struct {
 		name       string
 		ttl        time.Duration

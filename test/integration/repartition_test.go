@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/internal/app"
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -60,8 +63,8 @@ func TestRepartitionARunningDeployment(t *testing.T) {
 		t.Fatalf("repartitioning under a running router: %v, want it refused", err)
 	}
 	stop()
-	if before, err := s.admin.Repartition(s.ctx, 7); err != nil || before != 3 {
-		t.Fatalf("repartitioning with the routers stopped: %d, %v", before, err)
+	if done, err := s.admin.Repartition(s.ctx, 7); err != nil || done.Before != 3 || len(done.Kept)+len(done.Raced) > 0 {
+		t.Fatalf("repartitioning with the routers stopped: %+v, %v", done, err)
 	}
 	stop, n = runRouter("router-after")
 	defer stop()
@@ -94,4 +97,40 @@ func TestRepartitionARunningDeployment(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRoutersReadPartitionsAddedWhileTheyRun: a router that was running when the number of
+// partitions grew (one started while hermes provision --partitions ran, or a record edited by
+// hand) reads the partitions added, and routes the requests sent there.
+func TestRoutersReadPartitionsAddedWhileTheyRun(t *testing.T) {
+	t.Parallel()
+	s := start(t, options{routers: -1, workers: 1, bus: bus.Config{Partitions: 3}})
+	s.addRouterWith(app.RouterConfig{Instance: "router-watching", PartitionWatch: 100 * time.Millisecond})
+	ctx := s.ctx
+	info, err := s.admin.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	src, dest := protocol.RequestTransform(7)
+	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := bus.Provision(ctx, s.js, bus.Config{}); err != nil || b.Partitions() != 7 { // the partitions added get their consumers
+		t.Fatalf("provisioned %v, %v", b, err)
+	}
+	var reqs []*protocol.Request
+	for p := 3; p < 7; p++ {
+		session := ""
+		for i := 0; session == ""; i++ {
+			if name := fmt.Sprintf("sess_added_%d", i); protocol.RequestPartition(name, 7) == p {
+				session = name
+			}
+		}
+		r := &protocol.Request{RequestID: fmt.Sprintf("added_%d", p), ToolCalls: []protocol.ToolCall{{ToolCallID: "a", Name: "echo", Arguments: []byte(`{}`)}}}
+		s.publishRequests(session, []*protocol.Request{r})
+		reqs = append(reqs, r)
+	}
+	s.waitResponses(len(reqs))
 }

@@ -238,7 +238,7 @@ func TestRepartitionLosesNothingAGatewaySendsMeanwhile(t *testing.T) {
 	go func() {
 		ran <- (&bus.Subscriber{Consumer: last.Consumer, Handler: bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }), Concurrency: 1}).Run(rctx)
 	}()
-	waitUntil(t, "the kept partition to be routed", func() bool { return pending(t, b, 5) == 0 })
+	waitFor(t, "the kept partition to be routed", func() bool { return pending(t, b, 5) == 0 })
 	if done, err := b.Repartition(ctx, 3); err != nil || !slices.Equal(done.Kept, []int{5}) {
 		t.Fatalf("Repartition(3) again while a router reads the kept partition = %+v, %v; want it kept", done, err)
 	}
@@ -248,16 +248,5 @@ func TestRepartitionLosesNothingAGatewaySendsMeanwhile(t *testing.T) {
 	}
 	if done, err := b.Repartition(ctx, 3); err != nil || len(done.Kept) > 0 || consumerNames(t, b)[bus.RequestConsumer(5)] {
 		t.Fatalf("Repartition(3) once the kept partition is routed and read by none = %+v, %v; want it deleted", done, err)
-	}
-}
-
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

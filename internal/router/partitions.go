@@ -16,39 +16,24 @@ import (
 const DefaultPartitionWatch = 10 * time.Second
 
 // routeRequests reads every request partition with h until ctx is done. Every watch it reads
-// the record's number of partitions again; when it changed (hermes provision --partitions), it
-// lets each partition's request in hand finish and reads the new ones: a router that started
-// while the number changed does not miss the partitions added.
+// the record's number of partitions again; when it changed (hermes provision --partitions) and
+// every partition of the new number has its consumer, it lets each partition's request in hand
+// finish and reads the new ones: a router that started while the number changed does not miss
+// the partitions added. Until their consumers exist it goes on reading the ones it has.
 func (r *Router) routeRequests(ctx context.Context, h bus.Handler) error {
 	watch := r.cfg.PartitionWatch
 	if watch <= 0 {
 		watch = DefaultPartitionWatch
 	}
+	n, cons, err := r.cfg.Bus.RequestConsumers(ctx)
+	if err != nil {
+		return err
+	}
 	for {
-		cons, err := r.cfg.Bus.RequestConsumers(ctx)
-		if err != nil {
-			return err
-		}
-		n := r.cfg.Bus.Partitions()
+		var next []bus.PartitionConsumer
 		g, gctx := errgroup.WithContext(ctx)
 		for _, c := range cons {
-			// One request of a partition at a time (the consumer allows no more): its
-			// session's order holds. A slow request keeps its delivery (progress signals): it is
-			// not handed out again, nor given up on and answered as dead-lettered, while it is
-			// handled.
-			ackWait := r.cfg.Bus.Config().AckWait
-			if info := c.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-				ackWait = info.Config.AckWait // as created, possibly by another process
-			}
-			g.Go(func() error {
-				err := (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 1, Progress: ackWait / 3, Logger: r.log}).Run(gctx)
-				if c.Left && errors.Is(err, jetstream.ErrConsumerNotFound) {
-					// A partition left by a change of the number, emptied and deleted.
-					r.log.Info("a request partition left by a change of their number is gone", "partition", c.Partition)
-					return nil
-				}
-				return err
-			})
+			g.Go(func() error { return r.readPartition(gctx, c, h) })
 		}
 		g.Go(func() error {
 			t := time.NewTicker(watch)
@@ -60,26 +45,60 @@ func (r *Router) routeRequests(ctx context.Context, h bus.Handler) error {
 				case <-t.C:
 				}
 				m, err := r.cfg.Bus.RefreshPartitions(gctx)
-				if err != nil {
-					if gctx.Err() == nil {
+				if err != nil || m == n {
+					if err != nil && gctx.Err() == nil {
 						r.log.Warn("reading the record's request partitions failed; reading them again later", "err", err)
 					}
 					continue
 				}
-				if m != n {
-					r.log.Warn("the record's request partitions changed: reading the new ones", "were", n, "now", m)
-					return errPartitionsChanged
+				m, got, err := r.cfg.Bus.RequestConsumers(gctx)
+				if err != nil {
+					if gctx.Err() == nil {
+						r.log.Warn("the record's request partitions changed, but not all have their consumer yet (hermes provision makes them): reading the ones there are", "were", n, "now", m, "err", err)
+					}
+					continue
 				}
+				r.log.Warn("the record's request partitions changed: reading the new ones", "were", n, "now", m)
+				n, next = m, got
+				return errPartitionsChanged
 			}
 		})
-		err = g.Wait()
+		err := g.Wait()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !errors.Is(err, errPartitionsChanged) {
 			return err
 		}
+		cons = next
 	}
+}
+
+// readPartition reads partition c's requests with h until ctx is done. A partition that is
+// deleted while read — one left beyond the number of partitions by a change of it, and emptied
+// — ends its reading quietly.
+func (r *Router) readPartition(ctx context.Context, c bus.PartitionConsumer, h bus.Handler) error {
+	// One request of a partition at a time (the consumer allows no more): its session's order
+	// holds. A slow request keeps its delivery (progress signals): it is not handed out again,
+	// nor given up on and answered as dead-lettered, while it is handled.
+	ackWait := r.cfg.Bus.Config().AckWait
+	if info := c.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		ackWait = info.Config.AckWait // as created, possibly by another process
+	}
+	err := (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: 1, Progress: ackWait / 3, Logger: r.log}).Run(ctx)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	left := c.Left
+	if !left {
+		m, rerr := r.cfg.Bus.RefreshPartitions(ctx)
+		left = rerr == nil && c.Partition >= m // the number shrank under this router
+	}
+	if !left {
+		return err
+	}
+	r.log.Info("a request partition beyond the record's number is gone: no more to read there", "partition", c.Partition)
+	return nil
 }
 
 // errPartitionsChanged stops a round of routeRequests: the partitions are read again.

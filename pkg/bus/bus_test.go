@@ -364,7 +364,7 @@ func TestRequestsArePartitionedBySession(t *testing.T) {
 		if len(seen) < min(n, 64)/2 {
 			t.Fatalf("64 sessions fell in only %d of %d partitions", len(seen), n)
 		}
-		cons, err := b.RequestConsumers(context.Background())
+		_, cons, err := b.RequestConsumers(context.Background())
 		if err != nil || len(cons) != n {
 			t.Fatalf("%d partitions: %d consumers (%v)", n, len(cons), err)
 		}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -38,6 +39,13 @@ const decoupledDrain = 2 * time.Second
 // socket's close still sends what the kernel holds. Reads, deadlines and addresses are the
 // pipe's.
 type decoupledConn struct {
+	*pipeWriter
+}
+
+// pipeWriter is a decoupledConn's state, which its sender goroutine holds: a decoupledConn that
+// nats.go drops without closing (it replaces a connection whose handshake failed) is closed
+// when collected, and its sender ends, as a dropped socket's file is closed.
+type pipeWriter struct {
 	net.Conn
 
 	mu      sync.Mutex
@@ -50,15 +58,17 @@ type decoupledConn struct {
 }
 
 func newDecoupledConn(c net.Conn) *decoupledConn {
-	d := &decoupledConn{Conn: c, sent: make(chan struct{})}
-	d.cond = sync.NewCond(&d.mu)
-	go d.send()
+	w := &pipeWriter{Conn: c, sent: make(chan struct{})}
+	w.cond = sync.NewCond(&w.mu)
+	go w.send()
+	d := &decoupledConn{w}
+	runtime.AddCleanup(d, (*pipeWriter).abort, w)
 	return d
 }
 
 // Write queues b and returns, waiting first while the queue holds decoupledWriteBuffer bytes.
 // It returns the error of an earlier write that failed, or net.ErrClosed after Close.
-func (d *decoupledConn) Write(b []byte) (int, error) {
+func (d *pipeWriter) Write(b []byte) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.err == nil && len(d.queued)+d.sending > 0 && len(d.queued)+d.sending+len(b) > decoupledWriteBuffer {
@@ -75,7 +85,7 @@ func (d *decoupledConn) Write(b []byte) (int, error) {
 // send hands what is queued to the pipe, in order, until a write fails, or the conn is closing
 // and nothing is left. A failed write closes the pipe: the reader sees the connection end, and
 // nats.go reconnects, as after a broken socket.
-func (d *decoupledConn) send() {
+func (d *pipeWriter) send() {
 	defer close(d.sent)
 	var buf []byte
 	for {
@@ -108,7 +118,7 @@ func (d *decoupledConn) send() {
 
 // Close refuses further writes, waits (at most decoupledDrain) until what was written before
 // reached the server, and closes the pipe.
-func (d *decoupledConn) Close() error {
+func (d *pipeWriter) Close() error {
 	d.mu.Lock()
 	d.closing = true
 	if d.err == nil {
@@ -123,4 +133,17 @@ func (d *decoupledConn) Close() error {
 	case <-t.C: // the server reads no more: what is left is dropped
 	}
 	return d.Conn.Close()
+}
+
+// abort closes the pipe without handing over what is queued: nobody holds the connection.
+func (d *pipeWriter) abort() {
+	d.mu.Lock()
+	d.closing = true
+	if d.err == nil {
+		d.err = net.ErrClosed
+	}
+	d.queued = nil
+	d.cond.Broadcast()
+	d.mu.Unlock()
+	_ = d.Conn.Close()
 }

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 )
 
 func TestDecoupledConnWritesWithoutAReader(t *testing.T) {
 	server, client := net.Pipe()
-	defer server.Close()
 	d := newDecoupledConn(client)
-	defer d.Close()
+	defer func() { server.Close(); d.Close() }() // nothing reads: no drain to wait for
 	done := make(chan error, 1)
 	go func() { // nobody reads yet: a bare pipe would block here
 		_, err := d.Write([]byte("PUB a 1\r\nx\r\n"))
@@ -123,23 +123,41 @@ func TestDecoupledConnCloseHandsOverWhatWasWritten(t *testing.T) {
 
 func TestDecoupledConnFailedWriteEndsTheConnection(t *testing.T) {
 	server, client := net.Pipe()
+	defer server.Close()
 	d := newDecoupledConn(client)
-	server.Close() // the server side is gone: the next write to the pipe fails
+	defer d.Close()
+	// The server end stays open, but the pipe's next write fails (its deadline has passed).
+	if err := d.SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.Write([]byte("x")); err != nil {
 		t.Fatal(err) // queued; the sender finds out
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := d.Write([]byte("x")); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("writes kept being taken after the pipe broke")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := server.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
 	}
-	one := make([]byte, 1)
-	if _, err := d.Read(one); err == nil {
-		t.Fatal("the reader did not see the connection end")
+	if _, err := server.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("the server's end read %v after a write failed, want the connection ended (EOF)", err)
 	}
+	if _, err := d.Write([]byte("x")); err == nil {
+		t.Fatal("a write was taken after the pipe broke")
+	}
+}
+
+func TestDecoupledConnDroppedUnclosedIsClosed(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	func() { _ = newDecoupledConn(client) }() // dropped, as nats.go drops a conn whose handshake failed
+	for range 100 {
+		runtime.GC()
+		if err := server.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); errors.Is(err, io.ErrClosedPipe) {
+			return // the other end is closed
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := server.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+			return
+		}
+	}
+	t.Fatal("a connection dropped without Close was never closed: its sender goroutine and buffer stay")
 }

@@ -84,8 +84,8 @@ type Repartitioned struct {
 	// are neither.
 	Kept []int
 	// Raced are partitions that were sent requests while the number changed (a gateway still
-	// ran): those requests are routed, but their sessions' order against the requests sent
-	// after the change is not guaranteed.
+	// ran), kept ones included: those requests are routed, but their sessions' order against
+	// the requests sent after the change is not guaranteed.
 	Raced []int
 }
 
@@ -152,9 +152,6 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 		b.partitions.Store(int32(n))
 		repartitionStep("after the transform")
 		for _, p := range old {
-			if p >= n {
-				continue // a partition left beyond n: kept below if it holds a request
-			}
 			if info, err := b.requestConsumerInfo(ctx, p); err == nil && info != nil && info.NumPending+uint64(info.NumAckPending) > 0 {
 				done.Raced = append(done.Raced, p)
 			}
@@ -226,32 +223,34 @@ type PartitionConsumer struct {
 	Left      bool
 }
 
-// RequestConsumers returns the consumers of the request partitions, and of those a change of
-// their number left beyond them: a router reads all of them.
-func (b *Bus) RequestConsumers(ctx context.Context) ([]PartitionConsumer, error) {
-	left, err := b.leftPartitions(ctx)
-	if err != nil {
-		return nil, err
+// RequestConsumers returns the number of request partitions, the consumers of those partitions,
+// and those of the partitions a change of their number left beyond them: a router reads all of
+// them.
+func (b *Bus) RequestConsumers(ctx context.Context) (int, []PartitionConsumer, error) {
+	n := b.Partitions()
+	names := b.Stream.ConsumerNames(ctx)
+	exists := map[string]bool{}
+	for name := range names.Name() {
+		exists[name] = true
+	}
+	if err := names.Err(); err != nil {
+		return n, nil, fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.StreamName, err)
 	}
 	var out []PartitionConsumer
-	for p := range b.Partitions() {
-		c, err := b.Consumer(ctx, RequestConsumer(p))
-		if err != nil {
-			return nil, err
+	for p := range protocol.MaxRequestPartitions {
+		if p >= n && !exists[RequestConsumer(p)] {
+			continue
 		}
-		out = append(out, PartitionConsumer{Consumer: c, Partition: p})
-	}
-	for _, p := range left {
 		c, err := b.Consumer(ctx, RequestConsumer(p))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if p >= n && errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // deleted meanwhile, empty
 		}
 		if err != nil {
-			return nil, err
+			return n, nil, err
 		}
-		out = append(out, PartitionConsumer{Consumer: c, Partition: p, Left: true})
+		out = append(out, PartitionConsumer{Consumer: c, Partition: p, Left: p >= n})
 	}
-	return out, nil
+	return n, out, nil
 }
 
 // requestConsumerInfo reads request partition p's consumer; nil when it does not exist.

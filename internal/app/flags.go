@@ -79,7 +79,7 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 	fs.Int64Var(&c.deadBytes, "dead-letters-max-bytes", 1<<30, "most bytes the dead-letter stream keeps, oldest dropped beyond (applies when first created)")
 	fs.Int64Var(&c.stateBytes, "state-max-bytes", 512<<20, "most bytes each state bucket (plans, claims, serial order, owners) keeps (applies when first created); gateways refuse new requests at 90 % of the plans'")
 	fs.Func("partitions", fmt.Sprintf("partitions the record spreads requests over by session, 1 to %d: how many requests the deployment routes at once "+
-		"(applies when the stream is first created; hermes provision --partitions changes it); default 8 per core of this machine, at least %d (%d here)",
+		"(applies when the stream is first created; hermes provision --partitions changes it); default 4 per core of this machine, at least %d (%d here)",
 		protocol.MaxRequestPartitions, protocol.DefaultRequestPartitions, bus.DefaultPartitions()), func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > protocol.MaxRequestPartitions {

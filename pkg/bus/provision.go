@@ -135,14 +135,14 @@ type Config struct {
 }
 
 // DefaultPartitions sizes the request partitions to this process's cores (GOMAXPROCS, which
-// follows a container's CPU limit): 8 per core, at least protocol.DefaultRequestPartitions and
+// follows a container's CPU limit): 4 per core, at least protocol.DefaultRequestPartitions and
 // at most protocol.MaxRequestPartitions. A partition routes one request at a time; measured on
-// two cores (BENCHMARKS.md, "Throughput and cores"), a core carries about 550 durable requests a
-// second and a request holds its partition up to 5.4 ms under load, so about 3 partitions per
-// core are busy: 8 leave room for faster cores and slower holds, while each partition is a
-// consumer whose upkeep costs the server CPU.
+// two cores with the CPU saturated (BENCHMARKS.md, "Throughput and cores"), about 1.9
+// partitions per core are busy (355 requests a second per core, each holding its partition
+// 5.4 ms), so 4 per core leave room; more cost throughput, each partition being a consumer the
+// server keeps up (and, on a cluster, a replicated one).
 func DefaultPartitions() int {
-	return min(protocol.MaxRequestPartitions, max(protocol.DefaultRequestPartitions, 8*runtime.GOMAXPROCS(0)))
+	return min(protocol.MaxRequestPartitions, max(protocol.DefaultRequestPartitions, 4*runtime.GOMAXPROCS(0)))
 }
 
 // DefaultRecordMaxBytes is the record's byte limit where none is configured.

@@ -1,0 +1,41 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/bench"
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/worker"
+)
+
+// BenchmarkClusterPartitions runs 1-call requests down the durable path of Hermes on a 3-node
+// JetStream cluster on loopback (3 replicas: every store waits for a quorum, so a request holds
+// its partition longer than on one server) with 16 and with 64 request partitions, from
+// 32×GOMAXPROCS clients, beside the same load on one embedded server:
+//
+//	go test -run '^$' -bench ClusterPartitions -benchtime 5s ./internal/bench
+func BenchmarkClusterPartitions(b *testing.B) {
+	for _, cluster := range []bool{false, true} {
+		for _, partitions := range []int{16, 64} {
+			name := fmt.Sprintf("server=one/partitions=%d", partitions)
+			if cluster {
+				name = fmt.Sprintf("server=cluster3/partitions=%d", partitions)
+			}
+			b.Run(name, func(b *testing.B) {
+				cfg := app.SystemConfig{Instance: "bench", Worker: app.WorkerConfig{Concurrency: 64, Pools: worker.Pools{}},
+					Fast: app.FastLaneConfig{Off: true}, Bus: bus.Config{Partitions: partitions}}
+				if cluster {
+					c := bustest.NewCluster(b)
+					cfg.NATSURL, cfg.Bus.Replicas = c.URL(), bustest.ClusterSize
+				}
+				sys := runSystem(b, cfg, "echo", "{}")
+				run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}",
+					RunID: fmt.Sprintf("cp%d-%d", os.Getpid(), runs.Add(1))}).Do)
+			})
+		}
+	}
+}

@@ -29,7 +29,9 @@ func (p *policyLoad) apply() {
 	p.s.applyPolicy("slow_echo", fmt.Sprintf(`{"rate_limit":"%d/h","scope":"tool"}`, rateCount))
 }
 
-// start sends the load until stop closes; done is closed after.
+// start sends the load until stop closes — and, however slow the faults made it, until it made
+// enough for check to tell (an approval and more rate-limited calls than the limit); done is
+// closed after.
 func (p *policyLoad) start(stop <-chan struct{}) (done chan struct{}) {
 	s := p.s
 	done = make(chan struct{})
@@ -39,8 +41,12 @@ func (p *policyLoad) start(stop <-chan struct{}) (done chan struct{}) {
 		post := func(path, body string) (int, []byte) { return s.postAnswered(client, path, body) }
 		for k := 0; ; k++ {
 			select {
-			case <-stop:
+			case <-s.ctx.Done():
 				return
+			case <-stop:
+				if len(p.approvals) > 0 && len(p.limited) > rateCount {
+					return
+				}
 			default:
 			}
 			id := fmt.Sprintf("nem_apr_%03d", k)

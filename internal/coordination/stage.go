@@ -193,6 +193,8 @@ func (s *Stage) propose(ctx context.Context, job *router.Job, key string, calls 
 			}
 		default:
 			c.Hold = &park.Wait{Key: protocol.WakeOnTurn(m.RequestID, c.Call.ToolCallID), At: now.Add(recheckEvery)}
+			callID := c.Call.ToolCallID
+			c.Recheck = func(ctx context.Context) (bool, error) { return s.Store.Holds(ctx, key, m.RequestID, callID) }
 			job.Log.Info("call waits for its turn on a resource", "tool", c.Call.Name, "tool_call_id", c.Call.ToolCallID,
 				"resource", key, "position", o.Position, "held_by", o.HeldBy)
 			if o.Proposed {

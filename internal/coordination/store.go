@@ -415,6 +415,15 @@ func (s *Store) InLine(ctx context.Context, resource, requestID string) (bool, e
 	return slices.ContainsFunc(st.Waiting, func(p Proposal) bool { return p.RequestID == requestID }), nil
 }
 
+// Holds reports whether call (requestID, callID) holds resource now.
+func (s *Store) Holds(ctx context.Context, resource, requestID, callID string) (bool, error) {
+	st, _, err := s.read(ctx, protocol.ResourceToken(resource))
+	if err != nil {
+		return false, err
+	}
+	return st.Holder != nil && st.Holder.RequestID == requestID && st.Holder.CallID == callID, nil
+}
+
 // Claim leases turn t on resource for its call's run (from now), when the turn is still the
 // call's: false when it lapsed meanwhile (the call must propose again).
 func (s *Store) Claim(ctx context.Context, resource string, t *Turn, run time.Duration) (bool, error) {

@@ -312,3 +312,36 @@ func TestTheSweepEndsAnAnsweredHoldersTurn(t *testing.T) {
 		t.Fatalf("after the answer: %v %v", woke, err)
 	}
 }
+
+// Holds says whose the turn is now: what a held call asks once its request is parked, in case
+// its turn came before the park (and its wake-up found nothing to wake).
+func TestHoldsSaysWhoseTurnItIsNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	const key = "order_9"
+	o, _, err := s.Propose(ctx, key, []Proposal{proposal("r1", "c", key), proposal("r1", "d", key)}, time.Minute)
+	if err != nil || o[0].Turn == nil {
+		t.Fatalf("propose: %+v %v", o, err)
+	}
+	holds := func(call string) bool {
+		t.Helper()
+		h, err := s.Holds(ctx, key, "r1", call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if !holds("c") || holds("d") {
+		t.Fatalf("before the release: c holds %t, d holds %t; want c only", holds("c"), holds("d"))
+	}
+	if x, err := s.Release(ctx, key, "r1", "c", o[0].Turn.Fence); err != nil || x == nil || x.Granted == nil {
+		t.Fatalf("release: %+v %v", x, err)
+	}
+	if holds("c") || !holds("d") {
+		t.Fatalf("after the release: c holds %t, d holds %t; want d only", holds("c"), holds("d"))
+	}
+	if h, err := s.Holds(ctx, "order_none", "r1", "c"); err != nil || h {
+		t.Fatalf("a resource nobody proposed for: holds %t, %v", h, err)
+	}
+}

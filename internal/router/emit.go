@@ -17,6 +17,7 @@ import (
 type parker interface {
 	Park(ctx context.Context, w park.Wait, item, subject string, raw []byte) (park.Spot, error)
 	Unpark(ctx context.Context, sp park.Spot) error
+	Wake(ctx context.Context, key string) (int, error)
 }
 
 // busOutlet carries a pipeline's decisions out on the bus: decided results are recorded and
@@ -48,7 +49,7 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 	corr := correlation(job)
 	m := job.Msg
 	batch := make([]bus.Outgoing, 0, len(job.Calls))
-	waits := map[park.Wait]bool{}
+	waits := map[park.Wait][]func(context.Context) (bool, error){}
 	for _, c := range job.Calls {
 		switch {
 		case c.Done:
@@ -57,7 +58,7 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 				return err
 			}
 		case c.Hold != nil:
-			waits[*c.Hold] = true
+			waits[*c.Hold] = append(waits[*c.Hold], c.Recheck)
 		case c.Dispatch != nil:
 			out, err := o.call(ctx, m, corr, c)
 			if err != nil {
@@ -75,9 +76,26 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 			return err
 		}
 	}
-	for w := range waits {
+	for w, checks := range waits {
 		if _, err := o.Park(ctx, job, w); err != nil {
 			return err
+		}
+		// What a call waits for may have come between its stage's look and the park (its
+		// wake-up found nothing parked): asked again now, it wakes the request at once.
+		for _, check := range checks {
+			if check == nil {
+				continue
+			}
+			ready, err := check(ctx)
+			if err != nil {
+				return err
+			}
+			if ready {
+				if _, err := o.lot.Wake(ctx, w.Key); err != nil {
+					return err
+				}
+				break
+			}
 		}
 	}
 	return nil

@@ -51,6 +51,10 @@ type Call struct {
 	// Hold, when set, makes the call wait: it is not dispatched now, and the request is parked
 	// until Hold wakes it, when the pipeline runs again.
 	Hold *park.Wait
+	// Recheck, when set with Hold, is asked once the request is parked: true says what the call
+	// waits for came already (its wake-up may have passed before the park), and the request is
+	// woken at once.
+	Recheck func(ctx context.Context) (bool, error)
 	// Dispatch is what a stage resolved for the tool; set on pending calls by the route stage.
 	Dispatch *protocol.Dispatch
 	// Contract is the tool's contract the call goes under, set by the contract stage (nil:

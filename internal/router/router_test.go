@@ -1,8 +1,10 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -103,6 +105,43 @@ func TestOutletAndAggregation(t *testing.T) {
 	}
 	if answered, _ := b.Answered(ctx, "forged", "s1"); answered {
 		t.Fatal("a forged correlation made a response")
+	}
+}
+
+// A held call whose wait ended between its stage's look and the park (its wake-up found
+// nothing parked: a resource's turn granted as the call before it finished) wakes the request
+// as soon as it is parked, instead of at the wait's deadline; one whose wait goes on stays
+// parked.
+func TestAHeldCallWhoseTurnCameBeforeTheParkIsWoken(t *testing.T) {
+	t.Parallel()
+	r, b := newRouter(t)
+	ctx := t.Context()
+	for _, came := range []bool{true, false} {
+		id := fmt.Sprintf("turn_%t", came)
+		j := job(t, id, "s1", false, "echo", "a", "echo", "b")
+		if err := (&Pipeline{Stages: r.pipeline.Stages[2:], Out: &outlet{}}).Run(ctx, j); err != nil { // route only
+			t.Fatal(err)
+		}
+		hold := park.Wait{Key: protocol.WakeOnTurn(id, "b"), At: time.Now().Add(time.Hour)}
+		j.Calls[1].Dispatch, j.Calls[1].Hold = nil, &hold
+		j.Calls[1].Recheck = func(context.Context) (bool, error) { return came, nil }
+		if err := r.pipeline.Out.Emit(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.lot.Parked(ctx, hold.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 0, false: 1}[came]; n != want {
+			t.Fatalf("turn came before the park: %t; %d parked, want %d", came, n, want)
+		}
+		if !came {
+			continue
+		}
+		woken, err := b.Stream.GetLastMsgForSubject(ctx, b.StoredSubjectRequest("s1"))
+		if err != nil || woken.Header.Get(bus.HeaderWoken) == "" {
+			t.Fatalf("the request was not published again, woken: %v", err)
+		}
 	}
 }
 

@@ -82,23 +82,30 @@ func (o *busOutlet) Emit(ctx context.Context, job *Job) error {
 		}
 		// What a call waits for may have come between its stage's look and the park (its
 		// wake-up found nothing parked): asked again now, it wakes the request at once.
-		for _, check := range checks {
-			if check == nil {
-				continue
-			}
-			ready, err := check(ctx)
-			if err != nil {
+		ready, err := anyReady(ctx, checks)
+		if err != nil {
+			return err
+		}
+		if ready {
+			if _, err := o.lot.Wake(ctx, w.Key); err != nil {
 				return err
-			}
-			if ready {
-				if _, err := o.lot.Wake(ctx, w.Key); err != nil {
-					return err
-				}
-				break
 			}
 		}
 	}
 	return nil
+}
+
+// anyReady asks the held calls' rechecks (nil: none) whether what one waits for came already.
+func anyReady(ctx context.Context, checks []func(context.Context) (bool, error)) (bool, error) {
+	for _, check := range checks {
+		if check == nil {
+			continue
+		}
+		if ready, err := check(ctx); err != nil || ready {
+			return ready, err
+		}
+	}
+	return false, nil
 }
 
 // call is the message that dispatches c, a call of the request m with correlation corr,

@@ -21,10 +21,6 @@ const DefaultPartitionWatch = 10 * time.Second
 // finish and reads the new ones: a router that started while the number changed does not miss
 // the partitions added. Until their consumers exist it goes on reading the ones it has.
 func (r *Router) routeRequests(ctx context.Context, h bus.Handler) error {
-	watch := r.cfg.PartitionWatch
-	if watch <= 0 {
-		watch = DefaultPartitionWatch
-	}
 	n, cons, err := r.cfg.Bus.RequestConsumers(ctx)
 	if err != nil {
 		return err
@@ -36,32 +32,11 @@ func (r *Router) routeRequests(ctx context.Context, h bus.Handler) error {
 			g.Go(func() error { return r.readPartition(gctx, c, h) })
 		}
 		g.Go(func() error {
-			t := time.NewTicker(watch)
-			defer t.Stop()
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-t.C:
-				}
-				m, err := r.cfg.Bus.RefreshPartitions(gctx)
-				if err != nil || m == n {
-					if err != nil && gctx.Err() == nil {
-						r.log.Warn("reading the record's request partitions failed; reading them again later", "err", err)
-					}
-					continue
-				}
-				m, got, err := r.cfg.Bus.RequestConsumers(gctx)
-				if err != nil {
-					if gctx.Err() == nil {
-						r.log.Warn("the record's request partitions changed, but not all have their consumer yet (hermes provision makes them): reading the ones there are", "were", n, "now", m, "err", err)
-					}
-					continue
-				}
-				r.log.Warn("the record's request partitions changed: reading the new ones", "were", n, "now", m)
-				n, next = m, got
-				return errPartitionsChanged
+			var ok bool
+			if n, next, ok = r.awaitPartitions(gctx, n); ok {
+				return errPartitionsChanged // ends this round's readings
 			}
+			return nil
 		})
 		err := g.Wait()
 		if ctx.Err() != nil {
@@ -71,6 +46,42 @@ func (r *Router) routeRequests(ctx context.Context, h bus.Handler) error {
 			return err
 		}
 		cons = next
+	}
+}
+
+// awaitPartitions reads the record's number of request partitions every watch until it is no
+// longer n and every partition of the new number has its consumer, and returns that number and
+// the consumers to read; false when ctx ended first.
+func (r *Router) awaitPartitions(ctx context.Context, n int) (int, []bus.PartitionConsumer, bool) {
+	watch := r.cfg.PartitionWatch
+	if watch <= 0 {
+		watch = DefaultPartitionWatch
+	}
+	t := time.NewTicker(watch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n, nil, false
+		case <-t.C:
+		}
+		if m, err := r.cfg.Bus.RefreshPartitions(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reading the record's request partitions failed; reading them again later", "err", err)
+			}
+			continue
+		} else if m == n {
+			continue
+		}
+		m, cons, err := r.cfg.Bus.RequestConsumers(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("the record's request partitions changed, but not all have their consumer yet (hermes provision makes them): reading the ones there are", "were", n, "now", m, "err", err)
+			}
+			continue
+		}
+		r.log.Warn("the record's request partitions changed: reading the new ones", "were", n, "now", m)
+		return m, cons, true
 	}
 }
 
@@ -103,3 +114,7 @@ func (r *Router) readPartition(ctx context.Context, c bus.PartitionConsumer, h b
 
 // errPartitionsChanged stops a round of routeRequests: the partitions are read again.
 var errPartitionsChanged = errors.New("the request partitions changed")
+
+// Partitions is the number of request partitions this router follows (the record's, as it last
+// read it).
+func (r *Router) Partitions() int { return r.cfg.Bus.Partitions() }

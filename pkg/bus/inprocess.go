@@ -5,12 +5,14 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // inProcessServer hands nats.go in-process connections to an embedded server whose writes do
 // not wait for the server to read them (decoupledConn).
 type inProcessServer struct {
-	s interface{ InProcessConn() (net.Conn, error) }
+	s nats.InProcessConnProvider
 }
 
 func (p inProcessServer) InProcessConn() (net.Conn, error) {
@@ -52,8 +54,8 @@ type pipeWriter struct {
 	cond    *sync.Cond // signalled when queued grows or shrinks, or the conn closes
 	queued  []byte     // written, not yet handed to the pipe
 	sending int        // bytes the writer goroutine holds, handed to the pipe
-	closing bool       // Close was called: no more writes; the sender stops once queued is empty
-	err     error      // the first write error, or net.ErrClosed once closing
+	closing bool       // no more writes: the sender stops once queued is empty
+	err     error      // why there are no more writes: the pipe's write error, or net.ErrClosed
 	sent    chan struct{}
 }
 
@@ -82,9 +84,9 @@ func (d *pipeWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// send hands what is queued to the pipe, in order, until a write fails, or the conn is closing
-// and nothing is left. A failed write closes the pipe: the reader sees the connection end, and
-// nats.go reconnects, as after a broken socket.
+// send hands what is queued to the pipe, in order, until the conn is closing and nothing is
+// left. A failed write closes the pipe: the reader sees the connection end, and nats.go
+// reconnects, as after a broken socket.
 func (d *pipeWriter) send() {
 	defer close(d.sent)
 	var buf []byte
@@ -92,10 +94,10 @@ func (d *pipeWriter) send() {
 		d.mu.Lock()
 		d.sending = 0
 		d.cond.Broadcast()
-		for d.err == nil && !d.closing && len(d.queued) == 0 {
+		for !d.closing && len(d.queued) == 0 {
 			d.cond.Wait()
 		}
-		if len(d.queued) == 0 || (d.err != nil && !d.closing) {
+		if len(d.queued) == 0 {
 			d.mu.Unlock()
 			return
 		}
@@ -103,29 +105,32 @@ func (d *pipeWriter) send() {
 		d.sending = len(buf)
 		d.mu.Unlock()
 		if _, err := d.Conn.Write(buf); err != nil {
-			d.mu.Lock()
-			if d.err == nil {
-				d.err = err
-			}
-			d.queued = nil
-			d.cond.Broadcast()
-			d.mu.Unlock()
+			d.end(err, true)
 			_ = d.Conn.Close()
 			return
 		}
 	}
 }
 
+// end refuses further writes (with err, unless an earlier one was given) and wakes the sender
+// and the writers waiting; drop also drops what is queued.
+func (d *pipeWriter) end(err error, drop bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closing = true
+	if d.err == nil {
+		d.err = err
+	}
+	if drop {
+		d.queued = nil
+	}
+	d.cond.Broadcast()
+}
+
 // Close refuses further writes, waits (at most decoupledDrain) until what was written before
 // reached the server, and closes the pipe.
 func (d *pipeWriter) Close() error {
-	d.mu.Lock()
-	d.closing = true
-	if d.err == nil {
-		d.err = net.ErrClosed
-	}
-	d.cond.Broadcast()
-	d.mu.Unlock()
+	d.end(net.ErrClosed, false)
 	t := time.NewTimer(decoupledDrain)
 	defer t.Stop()
 	select {
@@ -137,13 +142,6 @@ func (d *pipeWriter) Close() error {
 
 // abort closes the pipe without handing over what is queued: nobody holds the connection.
 func (d *pipeWriter) abort() {
-	d.mu.Lock()
-	d.closing = true
-	if d.err == nil {
-		d.err = net.ErrClosed
-	}
-	d.queued = nil
-	d.cond.Broadcast()
-	d.mu.Unlock()
+	d.end(net.ErrClosed, true)
 	_ = d.Conn.Close()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,31 +109,23 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 	if n < 1 || n > protocol.MaxRequestPartitions {
 		return done, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", n, protocol.MaxRequestPartitions)
 	}
-	left, err := b.leftPartitions(ctx)
+	left, err := b.leftPartitions(ctx, before)
 	if err != nil {
 		return done, err
 	}
 	old := append(seq(0, before), left...)
 	if n != before {
-		for i := range idleChecks {
-			if i > 0 && !retry.Sleep(ctx, idleGap) {
-				return done, ctx.Err()
+		err := b.lookAtPartitions(ctx, old, func(p int, info *jetstream.ConsumerInfo) error {
+			if waiting := holding(info); waiting > 0 {
+				return fmt.Errorf("bus: request partition %d holds %d requests not yet routed: stop the gateways, let the routers route them, stop the routers, then change the partitions", p, waiting)
 			}
-			for _, p := range old {
-				info, err := b.requestConsumerInfo(ctx, p)
-				if err != nil || info == nil {
-					if err != nil {
-						return done, err
-					}
-					continue
-				}
-				if waiting := info.NumPending + uint64(info.NumAckPending); waiting > 0 {
-					return done, fmt.Errorf("bus: request partition %d holds %d requests not yet routed: stop the gateways, let the routers route them, stop the routers, then change the partitions", p, waiting)
-				}
-				if info.NumWaiting > 0 {
-					return done, fmt.Errorf("bus: a router reads request partition %d: stop the gateways and the routers before changing the partitions (they take the new number when they start again)", p)
-				}
+			if info.NumWaiting > 0 {
+				return fmt.Errorf("bus: a router reads request partition %d: stop the gateways and the routers before changing the partitions (they take the new number when they start again)", p)
 			}
+			return nil
+		})
+		if err != nil {
+			return done, err
 		}
 		for p := before; p < n; p++ {
 			if err := b.ensureRequestConsumer(ctx, p); err != nil {
@@ -152,7 +146,7 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 		b.partitions.Store(int32(n))
 		repartitionStep("after the transform")
 		for _, p := range old {
-			if info, err := b.requestConsumerInfo(ctx, p); err == nil && info != nil && info.NumPending+uint64(info.NumAckPending) > 0 {
+			if info, err := b.requestConsumerInfo(ctx, p); err == nil && info != nil && holding(info) > 0 {
 				done.Raced = append(done.Raced, p)
 			}
 		}
@@ -164,24 +158,19 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 // dropLeftPartitions deletes the consumers of partitions beyond Partitions that hold no request
 // and that no router reads, and returns those it kept.
 func (b *Bus) dropLeftPartitions(ctx context.Context) ([]int, error) {
-	left, err := b.leftPartitions(ctx)
+	left, err := b.leftPartitions(ctx, b.Partitions())
 	if err != nil {
 		return nil, err
 	}
 	var kept []int
-	for i := range idleChecks {
-		if i > 0 && len(left) > 0 && !retry.Sleep(ctx, idleGap) {
-			return nil, ctx.Err()
+	err = b.lookAtPartitions(ctx, left, func(p int, info *jetstream.ConsumerInfo) error {
+		if (holding(info) > 0 || info.NumWaiting > 0) && !slices.Contains(kept, p) {
+			kept = append(kept, p)
 		}
-		for _, p := range left {
-			info, err := b.requestConsumerInfo(ctx, p)
-			if err != nil {
-				return nil, err
-			}
-			if info != nil && (info.NumPending+uint64(info.NumAckPending) > 0 || info.NumWaiting > 0) && !slices.Contains(kept, p) {
-				kept = append(kept, p)
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range left {
 		if slices.Contains(kept, p) {
@@ -195,16 +184,58 @@ func (b *Bus) dropLeftPartitions(ctx context.Context) ([]int, error) {
 	return kept, nil
 }
 
-// leftPartitions lists the request partitions beyond Partitions whose consumers still exist.
-func (b *Bus) leftPartitions(ctx context.Context) ([]int, error) {
-	n := b.Partitions()
+// lookAtPartitions reads the consumer of each partition of parts idleChecks times, idleGap
+// apart, and gives look each that exists; it stops at look's first error.
+func (b *Bus) lookAtPartitions(ctx context.Context, parts []int, look func(p int, info *jetstream.ConsumerInfo) error) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	for i := range idleChecks {
+		if i > 0 && !retry.Sleep(ctx, idleGap) {
+			return ctx.Err()
+		}
+		for _, p := range parts {
+			info, err := b.requestConsumerInfo(ctx, p)
+			if err != nil {
+				return err
+			}
+			if info == nil {
+				continue
+			}
+			if err := look(p, info); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// holding is how many requests a partition's consumer holds: not yet delivered, or delivered
+// and not yet acknowledged.
+func holding(info *jetstream.ConsumerInfo) uint64 {
+	return info.NumPending + uint64(info.NumAckPending)
+}
+
+// partitionOf is the partition whose consumer is named name; false for any other consumer.
+func partitionOf(name string) (int, bool) {
+	num, ok := strings.CutPrefix(name, requestConsumerPrefix)
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(num)
+	if err != nil || p < 0 || p >= protocol.MaxRequestPartitions || RequestConsumer(p) != name {
+		return 0, false
+	}
+	return p, true
+}
+
+// leftPartitions lists the request partitions from n on whose consumers still exist, in order.
+func (b *Bus) leftPartitions(ctx context.Context, n int) ([]int, error) {
 	names := b.Stream.ConsumerNames(ctx)
 	var left []int
 	for name := range names.Name() {
-		for p := n; p < protocol.MaxRequestPartitions; p++ {
-			if name == RequestConsumer(p) {
-				left = append(left, p)
-			}
+		if p, ok := partitionOf(name); ok && p >= n {
+			left = append(left, p)
 		}
 	}
 	if err := names.Err(); err != nil {
@@ -228,19 +259,12 @@ type PartitionConsumer struct {
 // them.
 func (b *Bus) RequestConsumers(ctx context.Context) (int, []PartitionConsumer, error) {
 	n := b.Partitions()
-	names := b.Stream.ConsumerNames(ctx)
-	exists := map[string]bool{}
-	for name := range names.Name() {
-		exists[name] = true
-	}
-	if err := names.Err(); err != nil {
-		return n, nil, fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.StreamName, err)
+	left, err := b.leftPartitions(ctx, n)
+	if err != nil {
+		return n, nil, err
 	}
 	var out []PartitionConsumer
-	for p := range protocol.MaxRequestPartitions {
-		if p >= n && !exists[RequestConsumer(p)] {
-			continue
-		}
+	for _, p := range append(seq(0, n), left...) {
 		c, err := b.Consumer(ctx, RequestConsumer(p))
 		if p >= n && errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // deleted meanwhile, empty

@@ -66,7 +66,9 @@ func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // shared by every router. It has at most one message in flight, so
 // a partition's requests are handled one after another, in stream order, even across routers
 // and redeliveries.
-func RequestConsumer(p int) string { return "router-requests-" + strconv.Itoa(p) }
+func RequestConsumer(p int) string { return requestConsumerPrefix + strconv.Itoa(p) }
+
+const requestConsumerPrefix = "router-requests-"
 
 // ToolConsumer names the durable consumer shared by every worker running tool's calls of
 // kind: tool_<kind>-<tool> (no kind holds '-').

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -122,7 +123,11 @@ func RunBench(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	defer stopProfiles()
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			fmt.Fprintln(env.Stderr, "hermes bench:", err)
+		}
+	}()
 	rep := &benchReport{Machine: machine(), Started: time.Now().UTC()}
 	load := func(c int) bench.Load { return bench.Load{Concurrency: c, Warmup: *warmup, Duration: *duration} }
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -670,8 +675,8 @@ func benchLanes(sys *System, names string) ([]lane, func(context.Context) (strin
 // contentionProfiles records contended mutexes (every fifth contention event) and blocking
 // (about one event per 10 µs blocked) where a file is named for them, from start on (after the
 // embedded NATS server started: it sets the block profile's rate itself); stop writes each
-// profile to its file and stops recording.
-func contentionProfiles(mutexFile, blockFile string) (start, stop func(), err error) {
+// profile to its file, stops recording, and says which could not be written.
+func contentionProfiles(mutexFile, blockFile string) (start func(), stop func() error, err error) {
 	for _, f := range []string{mutexFile, blockFile} {
 		if f == "" {
 			continue
@@ -688,19 +693,30 @@ func contentionProfiles(mutexFile, blockFile string) (start, stop func(), err er
 			runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
 		}
 	}
-	return start, func() {
+	return start, func() error {
+		var errs []error
 		for _, p := range []struct{ name, file string }{{"mutex", mutexFile}, {"block", blockFile}} {
-			if p.file == "" {
-				continue
+			if p.file != "" {
+				if err := writeProfile(p.name, p.file); err != nil {
+					errs = append(errs, fmt.Errorf("the %s profile: %w", p.name, err))
+				}
 			}
-			f, err := os.Create(p.file)
-			if err != nil {
-				continue
-			}
-			_ = pprof.Lookup(p.name).WriteTo(f, 0)
-			f.Close()
 		}
 		runtime.SetMutexProfileFraction(0)
 		runtime.SetBlockProfileRate(0)
+		return errors.Join(errs...)
 	}, nil
+}
+
+// writeProfile writes the runtime profile name to file.
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,5 +80,4 @@ func benchStreamStores(b *testing.B, syncAlways bool, streams int) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "stores/s")
-	_ = runtime.NumGoroutine
 }

@@ -106,7 +106,8 @@ func TestRepartitionARunningDeployment(t *testing.T) {
 func TestRoutersReadPartitionsAddedWhileTheyRun(t *testing.T) {
 	t.Parallel()
 	s := start(t, options{routers: -1, workers: 1, bus: bus.Config{Partitions: 3}})
-	s.addRouterWith(app.RouterConfig{Instance: "router-watching", PartitionWatch: 100 * time.Millisecond})
+	const watch = 100 * time.Millisecond
+	r := s.addRouterWith(app.RouterConfig{Instance: "router-watching", PartitionWatch: watch})
 	ctx := s.ctx
 	info, err := s.admin.Stream.Info(ctx)
 	if err != nil {
@@ -118,9 +119,10 @@ func TestRoutersReadPartitionsAddedWhileTheyRun(t *testing.T) {
 	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	// The router sees the new number for a while before the partitions added have consumers:
-	// it goes on reading those it has (a router that stopped would fail the test).
-	time.Sleep(10 * 100 * time.Millisecond)
+	// The router sees the new number before the partitions added have consumers, and goes on
+	// reading those it has for three more watches (a router that stopped would fail the test).
+	waitFor(t, "the router to read the new number", func() bool { return r.Partitions() == 7 })
+	time.Sleep(3 * watch)                                                                    // the state under test, not a wait for it
 	if b, err := bus.Provision(ctx, s.js, bus.Config{}); err != nil || b.Partitions() != 7 { // the partitions added get their consumers
 		t.Fatalf("provisioned %v, %v", b, err)
 	}

@@ -342,7 +342,7 @@ func (a *Admitter) recorded(ctx context.Context, session string) (bool, error) {
 	if a.bus == nil {
 		return false, nil
 	}
-	_, err := a.bus.Stream.GetLastMsgForSubject(ctx, protocol.FilterRequestsOf(session))
+	_, err := a.bus.StreamOf(session).GetLastMsgForSubject(ctx, a.bus.Layout().FilterRequestsOf(session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

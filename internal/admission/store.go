@@ -146,15 +146,19 @@ func (a *Admitter) checkStore(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeCheckEvery)
 	defer cancel()
+	fullest, limit, seen := -1.0, int64(0), int64(0)
 	check := func(s jetstream.Stream, what, flag string, record bool) (string, bool) {
 		info, err := s.Info(ctx)
 		if err != nil {
 			return "", false
 		}
 		max, used := info.Config.MaxBytes, info.State.Bytes
-		if record {
-			a.store.limit.Store(max)
-			a.store.seen(int64(used))
+		if record && (fullest < 0 || max > 0 && float64(used)/float64(max) > fullest) {
+			// A record of several streams is as full as its fullest: a request may go to it.
+			fullest, limit, seen = 0, max, int64(used)
+			if max > 0 {
+				fullest = float64(used) / float64(max)
+			}
 		}
 		if maxMsgs := info.Config.MaxMsgs; maxMsgs > 0 && float64(info.State.Msgs) >= bus.IntakeStopsAt*float64(maxMsgs) {
 			return fmt.Sprintf("%s holds %d of its %d messages (--record-max-msgs); new requests are refused until older messages age out, so that accepted ones can finish",
@@ -166,7 +170,19 @@ func (a *Admitter) checkStore(ctx context.Context) {
 		return fmt.Sprintf("%s holds %s of its %s limit (%s); new requests are refused until older messages age out, so that accepted ones can finish",
 			what, bytesText(int64(used)), bytesText(max), flag), true
 	}
-	why, ok := check(a.bus.Stream, "the record", "--record-max-bytes", true)
+	var why string
+	ok := true
+	for _, s := range a.bus.Streams {
+		w, sok := check(s, "the record", "--record-max-bytes", true)
+		ok = ok && sok
+		if why == "" {
+			why = w
+		}
+	}
+	if fullest >= 0 {
+		a.store.limit.Store(limit)
+		a.store.seen(seen)
+	}
 	if ok && why == "" {
 		// The plans unreadable for a moment: the record's answer stands.
 		if plans, err := a.bus.JS.Stream(ctx, bus.KVStream(bus.BucketCalls)); err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -646,12 +647,16 @@ func benchLanes(sys *System, names string) ([]lane, func(context.Context) (strin
 		wg.Wait()
 		// Each session's requests, counted on the subjects requests are recorded on: the fast
 		// lane's, and the partitions' (where the durable path records those it declined).
-		info, err := b.Stream.Info(ctx, jetstream.WithSubjectFilter(protocol.FilterRequests))
-		if err != nil {
-			return "", err
+		stored := map[string]uint64{}
+		for k, s := range b.Streams {
+			info, err := s.Info(ctx, jetstream.WithSubjectFilter(protocol.FilterRequestsIn(k)))
+			if err != nil {
+				return "", err
+			}
+			maps.Copy(stored, info.State.Subjects)
 		}
 		for session, n := range perSession {
-			have := info.State.Subjects[protocol.SubjectFastRecordedRequest(session)] + info.State.Subjects[b.StoredSubjectRequest(session)]
+			have := stored[b.Layout().SubjectFastRecordedRequest(session)] + stored[b.StoredSubjectRequest(session)]
 			if have < n {
 				missing.Add(int64(n - have))
 				firstMissing.CompareAndSwap(nil, "a request of session "+session)

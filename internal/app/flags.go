@@ -44,6 +44,8 @@ type common struct {
 	recordBytes   int64
 	// partitions is what --partitions said; 0 when it was not given (DefaultPartitions).
 	partitions int
+	// streams is what --streams said; 0 when it was not given (1, or the record's).
+	streams    int
 	deadBytes  int64
 	stateBytes int64
 	// seals are the service's --seal-key and --trusted-seals (registerSeals).
@@ -88,6 +90,15 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 		c.partitions = n
 		return nil
 	})
+	fs.Func("streams", fmt.Sprintf("streams the record is kept in, 1 to %d, each session whole in one: on a cluster, their leaders spread the storing over the nodes "+
+		"(applies when the record is first created; the partitions must be a multiple of it); default 1", protocol.MaxRecordStreams), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > protocol.MaxRecordStreams {
+			return fmt.Errorf("must be a number from 1 to %d", protocol.MaxRecordStreams)
+		}
+		c.streams = n
+		return nil
+	})
 	fs.BoolVar(&c.noProvision, "no-provision", os.Getenv("HERMES_NO_PROVISION") == "true",
 		"create or change no stream, bucket or fixed consumer: they were set up by hermes provision, and this service may lack the right to (env HERMES_NO_PROVISION=true)")
 	fs.IntVar(&c.limits.MaxArgumentsBytes, "max-arguments-bytes", protocol.DefaultLimits.MaxArgumentsBytes, "largest arguments of one call, in bytes")
@@ -100,7 +111,7 @@ var serviceRoles = map[string]bus.Role{"router": bus.RoleRouter, "dead-letters":
 
 func (c *common) busConfig() bus.Config {
 	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision,
-		MaxBytes: c.recordBytes, DeadLetterMaxBytes: c.deadBytes, StateMaxBytes: c.stateBytes, Partitions: c.partitions}
+		MaxBytes: c.recordBytes, DeadLetterMaxBytes: c.deadBytes, StateMaxBytes: c.stateBytes, Partitions: c.partitions, Streams: c.streams}
 }
 
 func envOr(name, def string) string {

@@ -98,7 +98,7 @@ func NewGateway(nc *nats.Conn, b *bus.Bus, cfg gateway.Config, chatCfg *ChatConf
 	if chatCfg == nil || chatCfg.LLM == nil {
 		return gs, nil
 	}
-	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
+	pub := b.NewPublisher(protocol.Sender{Role: protocol.RoleGateway, Instance: cfg.Instance})
 	var confirm chat.Approvals
 	if d := g.Decisions(); d != nil {
 		confirm = d

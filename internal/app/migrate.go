@@ -441,7 +441,7 @@ func (m *migration) carryOne(ctx context.Context, data []byte) error {
 	}
 	hdr := nats.Header{}
 	hdr.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	_, err = bus.NewPublisher(m.b.JS, msg.Sender).PublishAs(ctx, protocol.SubjectResponse(msg.RequestID, msg.SessionID), msg, data, carriedMsgID(msg.MsgID), hdr)
+	_, err = m.b.NewPublisher(msg.Sender).PublishAs(ctx, protocol.SubjectResponse(msg.RequestID, msg.SessionID), msg, data, carriedMsgID(msg.MsgID), hdr)
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:

@@ -288,7 +288,7 @@ func TestMigrateDiscardsPendingWorkWhenTold(t *testing.T) {
 		t.Fatalf("left after migrate: %v", got)
 	}
 	// The call given up stays in the record, as history.
-	if _, err := e.b.RecordAt(t.Context(), e.call); err != nil {
+	if _, err := e.b.RecordAt(t.Context(), protocol.StreamName, e.call); err != nil {
 		t.Errorf("the record lost the call: %v", err)
 	}
 	if code, out, errOut := e.migrate(t); code != 0 || !strings.Contains(out, "nothing to do") {

@@ -3,9 +3,9 @@ package app
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermesbus/hermes/internal/metrics"
@@ -33,7 +33,7 @@ func observe(ctx context.Context, service string) (*observer, error) {
 
 // watchBacklog adds the backlog of b's consumers to the metrics.
 func (o *observer) watchBacklog(b *bus.Bus, log *slog.Logger) {
-	o.reg.MustRegister(&metrics.Backlog{Streams: []jetstream.Stream{b.Stream, b.DLQ}, Logger: log})
+	o.reg.MustRegister(&metrics.Backlog{Streams: append(slices.Clone(b.Streams), b.DLQ), Logger: log})
 }
 
 func (o *observer) close() {

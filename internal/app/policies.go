@@ -25,7 +25,7 @@ func policyStage(b *bus.Bus, instance string, log *slog.Logger) (*policies.Book,
 			policies.PoliciesBucket, policies.WindowsBucket, approvals.Bucket)
 	}
 	book := policies.NewBook(kv, log)
-	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: instance})
+	pub := b.NewPublisher(protocol.Sender{Role: protocol.RoleRouter, Instance: instance})
 	store, events := &approvals.Store{KV: apr}, &approvals.Events{Pub: pub}
 	stage := &policies.Stage{Rules: book, Windows: &policies.Windows{KV: windows}, Events: &policies.Events{Pub: pub},
 		Approvals: &approvals.Gate{Store: store, Events: events}}

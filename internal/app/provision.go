@@ -38,6 +38,10 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
+	if c.streams != 0 && c.streams != b.Layout().Streams() {
+		return fmt.Errorf("provision: the record is kept in %d streams; --streams %d applies to a record not yet created (moving sessions between the streams of a record that exists is not done by hermes provision)",
+			b.Layout().Streams(), c.streams)
+	}
 	partitions := fmt.Sprint(b.Partitions())
 	var notes []string
 	if c.partitions != 0 {
@@ -59,7 +63,12 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	si := b.Stream.CachedInfo()
 	var out strings.Builder
 	fmt.Fprintf(&out, "Hermes is set up on %s.\n", nc.ConnectedUrlRedacted())
-	fmt.Fprintf(&out, "  record       stream %s, %d replica(s), kept %s, %s\n", si.Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
+	if n := len(b.Streams); n > 1 {
+		fmt.Fprintf(&out, "  record       %d streams %s to %s (each session whole in one), %d replica(s), kept %s, %s each\n", n, si.Config.Name,
+			b.Streams[n-1].CachedInfo().Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
+	} else {
+		fmt.Fprintf(&out, "  record       stream %s, %d replica(s), kept %s, %s\n", si.Config.Name, si.Config.Replicas, si.Config.MaxAge, limitText(si.Config.MaxBytes, "bytes"))
+	}
 	fmt.Fprintf(&out, "  partitions   %s: requests routed at once, each session's in order\n", partitions)
 	fmt.Fprintf(&out, "  dead letters stream %s\n", b.DLQ.CachedInfo().Config.Name)
 	buckets := []string{bus.BucketCalls, bus.BucketClaims, bus.BucketSessions, bus.BucketParked, bus.BucketTools, bus.BucketContracts}

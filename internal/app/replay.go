@@ -130,7 +130,7 @@ func whatIf(ctx context.Context, env Env, natsURL *natsTarget, file string, filt
 	var rec whatif.Record
 	if _, err := record.Read(ctx, js, filters, from, func(e *record.Entry) error {
 		if e.Err != nil {
-			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(e.Subject, requestSubjects) {
+			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(protocol.CanonicalSubject(e.Subject), requestSubjects) {
 				rec.AddUnreadable()
 			}
 			return nil

@@ -46,7 +46,7 @@ func whatIfPolicies(ctx context.Context, env Env, natsURL *natsTarget, file stri
 	var rec whatif.Policies
 	if _, err := record.Read(ctx, js, filters, from, func(e *record.Entry) error {
 		if e.Err != nil {
-			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(e.Subject, protocol.PrefixRequests) {
+			if (e.Msg != nil && e.Msg.Type == protocol.TypeRequest) || strings.HasPrefix(protocol.CanonicalSubject(e.Subject), protocol.PrefixRequests) {
 				rec.AddUnreadable()
 			}
 			return nil

@@ -192,7 +192,7 @@ func coordinationStage(b *bus.Bus, instance string, log *slog.Logger) (*coordina
 	if kv == nil {
 		return nil, nil, fmt.Errorf("router: the bus has no coordination bucket (%s): open it with app.Connect", coordination.Bucket)
 	}
-	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: instance})
+	pub := b.NewPublisher(protocol.Sender{Role: protocol.RoleRouter, Instance: instance})
 	lot := park.New(b, pub, log)
 	wake := func(ctx context.Context, key string) error {
 		_, err := lot.Wake(ctx, key)

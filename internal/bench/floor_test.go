@@ -124,8 +124,14 @@ func startFloor(b *testing.B) *floor {
 		}
 		return c
 	}
-	must(f.router.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool)) // the router creates it, the worker finds it
-	tools := must(f.worker.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool))
+	first := func(c []jetstream.Consumer, err error) (jetstream.Consumer, error) {
+		if err != nil {
+			return nil, err
+		}
+		return c[0], nil // a record of one stream
+	}
+	must(first(f.router.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool))) // the router creates it, the worker finds it
+	tools := must(first(f.worker.EnsureToolConsumer(ctx, protocol.ActionHTTP, floorTool)))
 	results := must(f.router.Consumer(ctx, bus.ConsumerRouterResults))
 	var wg sync.WaitGroup
 	for p := range f.router.Partitions() { // as the router: one consumer per partition

@@ -20,13 +20,16 @@ import (
 // Letter is one dead letter, as listed by hermes dlq ls.
 type Letter struct {
 	// Seq identifies the letter (its sequence in HERMES_DLQ); hermes dlq retry takes it.
-	Seq        uint64    `json:"seq"`
-	At         time.Time `json:"at"`
-	Consumer   string    `json:"consumer"`
-	Subject    string    `json:"subject"`
-	StreamSeq  uint64    `json:"stream_seq"`
-	Deliveries uint64    `json:"deliveries"`
-	Reason     string    `json:"reason"`
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"`
+	Consumer string    `json:"consumer"`
+	// Stream is the stream the message was given up in (empty on letters written before it
+	// was said: the record's first).
+	Stream     string `json:"stream,omitempty"`
+	Subject    string `json:"subject"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+	Reason     string `json:"reason"`
 	// Type, MsgID, RequestID and SessionID are set when the original message decodes.
 	Type      protocol.Type `json:"type,omitempty"`
 	MsgID     string        `json:"msg_id,omitempty"`
@@ -38,7 +41,7 @@ type Letter struct {
 }
 
 func letterOf(seq uint64, h nats.Header, data []byte) Letter {
-	l := Letter{Seq: seq, Consumer: h.Get(HeaderConsumer), Subject: h.Get(HeaderSubject), Reason: h.Get(HeaderReason), Size: len(data)}
+	l := Letter{Seq: seq, Consumer: h.Get(HeaderConsumer), Stream: h.Get(HeaderStream), Subject: h.Get(HeaderSubject), Reason: h.Get(HeaderReason), Size: len(data)}
 	l.At, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderAt))
 	l.StreamSeq, _ = strconv.ParseUint(h.Get(HeaderStreamSeq), 10, 64)
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
@@ -161,12 +164,13 @@ func Retry(ctx context.Context, b *bus.Bus, seq uint64) (Letter, error) {
 			return l, fmt.Errorf("deadletter: letter %d: %w", seq, err)
 		}
 	}
-	subject := l.Subject
+	// In the stream that keeps the session now (the record may have been given more streams).
+	subject := b.Layout().Place(l.Subject, m.SessionID)
 	switch m.Type {
 	case protocol.TypeRequest:
-		subject = protocol.SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
+		subject = b.Layout().SubjectRequest(m.SessionID) // the stored subject carries the partition, which the stream adds
 	case protocol.TypeToolResult:
-		subject = protocol.SubjectRedrivenResult(m.SessionID) // its call's subject keeps one result
+		subject = b.Layout().SubjectRedrivenResult(m.SessionID) // its call's subject keeps one result
 	}
 	msg := &nats.Msg{Subject: subject, Data: raw.Data, Header: nats.Header{}}
 	redrive := protocol.RedriveID(seq, time.Now().UnixNano())

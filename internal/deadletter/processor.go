@@ -22,9 +22,12 @@ import (
 
 // Headers of a dead letter.
 const (
-	HeaderReason     = "Hermes-Dlq-Reason"
-	HeaderSubject    = "Hermes-Dlq-Subject"
-	HeaderStreamSeq  = "Hermes-Dlq-Stream-Seq"
+	HeaderReason    = "Hermes-Dlq-Reason"
+	HeaderSubject   = "Hermes-Dlq-Subject"
+	HeaderStreamSeq = "Hermes-Dlq-Stream-Seq"
+	// HeaderStream names the stream the message was given up in (of letters written before it
+	// was set: the record's first).
+	HeaderStream     = "Hermes-Dlq-Stream"
 	HeaderDeliveries = "Hermes-Dlq-Deliveries"
 	HeaderConsumer   = "Hermes-Dlq-Consumer"
 	HeaderAt         = "Hermes-Dlq-At"
@@ -57,7 +60,7 @@ func decodeAdvisory(data []byte) (*advisory, error) {
 	if a.Type != typeMaxDeliver && a.Type != typeTerminated {
 		return nil, fmt.Errorf("deadletter: unexpected advisory type %q", a.Type)
 	}
-	if a.Stream != protocol.StreamName || !protocol.ValidToken(a.Consumer, protocol.MaxIDLen) || a.StreamSeq == 0 {
+	if _, record := protocol.RecordStreamIndex(a.Stream); !record || !protocol.ValidToken(a.Consumer, protocol.MaxIDLen) || a.StreamSeq == 0 {
 		return nil, fmt.Errorf("deadletter: advisory names stream %q, consumer %q, sequence %d", a.Stream, a.Consumer, a.StreamSeq)
 	}
 	return &a, nil
@@ -112,7 +115,7 @@ func New(cfg Config) (*Processor, error) {
 		return nil, errors.New("deadletter: Config.Bus and Config.Instance are required")
 	}
 	p := &Processor{cfg: cfg, log: cfg.Logger,
-		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleDeadLetter, Instance: cfg.Instance})}
+		pub: cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleDeadLetter, Instance: cfg.Instance})}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -124,12 +127,13 @@ func New(cfg Config) (*Processor, error) {
 }
 
 // Message is the dead letter of the message consumer gave up at stream sequence streamSeq of
-// its stream after deliveries deliveries, for reason: the original bytes data (nil when they
+// stream after deliveries deliveries, for reason: the original bytes data (nil when they
 // are gone), published on subject, with what names it in headers, and its trace id from orig
 // (nil for none). Its id makes a second letter of the same message a duplicate.
-func Message(consumer, subject string, streamSeq, deliveries uint64, reason string, data []byte, orig nats.Header) *nats.Msg {
+func Message(stream, consumer, subject string, streamSeq, deliveries uint64, reason string, data []byte, orig nats.Header) *nats.Msg {
 	msg := &nats.Msg{Subject: protocol.SubjectDeadLetter(consumer), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDDeadLetter(consumer, streamSeq))
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.MsgIDDeadLetter(stream, consumer, streamSeq))
+	msg.Header.Set(HeaderStream, stream)
 	msg.Header.Set(HeaderReason, reason)
 	msg.Header.Set(HeaderSubject, subject)
 	msg.Header.Set(HeaderStreamSeq, strconv.FormatUint(streamSeq, 10))
@@ -165,7 +169,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 	var origHdr nats.Header
 	// Read from the stream leader: a replica that has not stored the message yet would make
 	// it look aged out, and whoever waits for it would never be answered.
-	raw, err := p.cfg.Bus.RecordAt(ctx, a.StreamSeq)
+	raw, err := p.cfg.Bus.RecordAt(ctx, a.Stream, a.StreamSeq)
 	switch {
 	case err == nil:
 		subject, data, origHdr = raw.Subject, raw.Data, raw.Header
@@ -175,7 +179,7 @@ func (p *Processor) handle(ctx context.Context, d *bus.Delivery) error {
 		return fmt.Errorf("deadletter: fetch %d: %w", a.StreamSeq, err)
 	}
 	reason := a.reason()
-	msg := Message(a.Consumer, subject, a.StreamSeq, a.Deliveries, reason, data, origHdr)
+	msg := Message(a.Stream, a.Consumer, subject, a.StreamSeq, a.Deliveries, reason, data, origHdr)
 	ack, err := p.cfg.Bus.JS.PublishMsg(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("deadletter: publish dead letter: %w", err)

@@ -104,7 +104,7 @@ func New(cfg Config) (*Lane, error) {
 	}
 	l := &Lane{cfg: cfg, sender: cfg.Router.Sender(), log: cfg.Logger, slots: make(chan struct{}, cfg.InFlight),
 		inbox: protocol.FastReplies + "." + hex.EncodeToString(tok[:]), waiting: map[string]chan *nats.Msg{}}
-	l.pub = bus.NewPublisher(cfg.Bus.JS, l.sender)
+	l.pub = cfg.Bus.NewPublisher(l.sender)
 	l.writer = NewWriter(cfg.Bus, l.pub, cfg.Buffer, cfg.Logger)
 	l.writer.waiting = cfg.Metrics.FastRecordWaiting
 	return l, nil

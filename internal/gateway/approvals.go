@@ -15,7 +15,6 @@ import (
 	"github.com/hermesbus/hermes/internal/approvals"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/submit"
-	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -43,7 +42,7 @@ func (g *Gateway) registerApprovals() {
 	kv := g.cfg.Bus.Bucket(approvals.Bucket)
 	store := &approvals.Store{KV: kv}
 	g.approvals = approvalsAPI{store: store, decisions: &approvals.Decisions{Store: store,
-		Events: &approvals.Events{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}}
+		Events: &approvals.Events{Pub: g.cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}}
 	g.approvals.starter = &approvals.Starter{KV: kv, Start: g.run, Log: g.log.With("part", "approvals")}
 	g.mux.HandleFunc("GET /v1/approvals", g.require(auth.PermSubmit, g.handleListApprovals))
 	g.mux.HandleFunc("GET /v1/approvals/{id}", g.require(auth.PermSubmit, g.handleGetApproval))

@@ -85,7 +85,7 @@ func (g *Gateway) registerBlueprints() {
 	if g.approvals.decisions != nil {
 		eng.Approvals = g.approvals.decisions
 	}
-	eng.Events = eventPublisher{bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
+	eng.Events = eventPublisher{g.cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}
 	ended := &wake.Waiters{}
 	eng.Observe = func(r *blueprints.Run) {
 		if r.Status.Final() {

@@ -12,7 +12,6 @@ import (
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/erasure"
 	"github.com/hermesbus/hermes/internal/memory"
-	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -46,7 +45,7 @@ func (g *Gateway) registerMemory() {
 		return
 	}
 	g.memory = &memory.Store{KV: g.cfg.Bus.Bucket(memory.Bucket), JS: g.cfg.Bus.JS, Cache: &memory.Cache{},
-		History: &memory.Recorder{Pub: bus.NewPublisher(g.cfg.Bus.JS, protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}
+		History: &memory.Recorder{Pub: g.cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleGateway, Instance: g.cfg.Instance})}}
 	g.mux.HandleFunc("POST /v1/memory", g.require(auth.PermSubmit, g.handleMemoryWrite))
 	g.mux.HandleFunc("GET /v1/memory", g.require(auth.PermSubmit, g.handleMemoryList))
 	g.mux.HandleFunc("GET /v1/memory/{key}", g.require(auth.PermSubmit, g.handleMemoryGet))

@@ -166,7 +166,7 @@ func (g *Ingress) deadLetter() bus.Middleware {
 			if len(data) > maxLetterData {
 				data = data[:maxLetterData]
 			}
-			letter := deadletter.Message(bus.ConsumerClients, d.Subject, d.StreamSeq, d.NumDelivered, protocol.Shorten(err.Error(), 1024), data, d.Header)
+			letter := deadletter.Message(protocol.ClientStreamName, bus.ConsumerClients, d.Subject, d.StreamSeq, d.NumDelivered, protocol.Shorten(err.Error(), 1024), data, d.Header)
 			if len(data) < len(d.Data) {
 				letter.Header.Set(deadletter.HeaderSize, strconv.Itoa(len(d.Data)))
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -41,11 +42,20 @@ func Erase(ctx context.Context, js jetstream.JetStream, s *Store, owner string, 
 // erased finds nothing: it may be repeated.
 func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sessions []string) (Erasure, error) {
 	out := Erasure{Owner: owner}
-	stream, err := js.Stream(ctx, protocol.StreamName)
+	first, err := js.Stream(ctx, protocol.StreamName)
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: the record: %w", err)
 	}
-	purge := func(filter string) (uint64, error) {
+	layout, err := bus.RecordLayout(first.CachedInfo().Config)
+	if err != nil {
+		return out, fmt.Errorf("memory: erase: %w", err)
+	}
+	// purge removes what filter (of session) matches, from the stream that keeps session.
+	purge := func(session, filter string) (uint64, error) {
+		stream, err := js.Stream(ctx, layout.StreamNameOf(session))
+		if err != nil {
+			return 0, err
+		}
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 		if err != nil {
 			return 0, err
@@ -59,12 +69,13 @@ func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sess
 		}
 		return count, stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
 	}
-	if out.History, err = purge(protocol.SubjectEvent(protocol.EventMemory, HistorySession(owner))); err != nil {
+	history := HistorySession(owner)
+	if out.History, err = purge(history, layout.SubjectEvent(protocol.EventMemory, history)); err != nil {
 		return out, fmt.Errorf("memory: erase the history: %w", err)
 	}
 	for _, session := range sessions {
-		for _, f := range protocol.FilterSession(session) {
-			c, err := purge(f)
+		for _, f := range layout.FilterSession(session) {
+			c, err := purge(session, f)
 			if err != nil {
 				return out, fmt.Errorf("memory: erase session %s: %w", session, err)
 			}

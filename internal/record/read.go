@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermesbus/hermes/pkg/bus"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
@@ -90,14 +92,32 @@ const inactive = 30 * time.Second
 // message) from start, and returns how many it delivered. It ends once it has delivered every
 // matching message that was in the stream when it started, and returns 0, nil at once when none
 // matches. It does not wait for new messages: use [Follow] for those.
+//
+// Filters are written as the record's first stream holds its subjects (protocol's one-stream
+// builders); on a record of several streams each is read where it lies (a session's in the
+// session's stream, one for every session in each), stream after stream, each in its order.
+// A start sequence is a sequence of one stream: it is refused for filters that span several.
 func Read(ctx context.Context, js jetstream.JetStream, filters []string, from Start, h Handler) (int, error) {
 	if err := from.Validate(); err != nil {
 		return 0, err
 	}
-	stream, err := openStream(ctx, js)
+	parts, err := placed(ctx, js, filters, from)
 	if err != nil {
 		return 0, err
 	}
+	total := 0
+	for _, p := range parts {
+		n, err := readStream(ctx, js, p.stream, p.filters, from, h)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// readStream is Read of one stream.
+func readStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filters []string, from Start, h Handler) (int, error) {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("record: stream info: %w", err)
@@ -152,13 +172,61 @@ func Read(ctx context.Context, js jetstream.JetStream, filters []string, from St
 // stored after Follow started, until ctx is done; it then returns nil. ready, when not nil, is
 // called once Follow is sure to see every message stored from then on. Follow rides out
 // disconnects: the ordered consumer resumes after the last message it delivered.
+//
+// On a record of several streams, filters are placed as Read places them, and h is called with
+// one message at a time, each stream's in order.
 func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready func(), h Handler) error {
-	stream, err := openStream(ctx, js)
+	parts, err := placed(ctx, js, filters, Start{})
 	if err != nil {
 		return err
 	}
-	return consume(ctx, js, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters,
-		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive}, ready, h, "follow")
+	return consumeAll(ctx, js, parts, func(p part) jetstream.OrderedConsumerConfig {
+		return jetstream.OrderedConsumerConfig{FilterSubjects: p.filters, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive}
+	}, ready, h, "follow")
+}
+
+// consumeAll runs consume on each part at once, with the ordered consumer cfg makes of it; h is
+// called one message at a time, and ready once every consumer exists. It returns the first
+// error; nil once ctx is done.
+func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg func(part) jetstream.OrderedConsumerConfig, ready func(), h Handler, what string) error {
+	if len(parts) == 1 {
+		return consume(ctx, js, parts[0].stream, cfg(parts[0]), ready, h, what)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	one := func(e *Entry) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return h(e)
+	}
+	var started sync.WaitGroup
+	started.Add(len(parts))
+	errs := make(chan error, len(parts))
+	for _, p := range parts {
+		go func() {
+			var once sync.Once
+			err := consume(ctx, js, p.stream, cfg(p), func() { once.Do(started.Done) }, one, what)
+			once.Do(started.Done)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	go func() {
+		started.Wait()
+		if ready != nil && ctx.Err() == nil {
+			ready()
+		}
+	}()
+	var first error
+	for range parts {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // consume delivers to h every message an ordered consumer configured by cfg reads from stream,
@@ -209,15 +277,85 @@ func startConfig(filters []string, from Start) jetstream.OrderedConsumerConfig {
 	return cfg
 }
 
-func openStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, protocol.StreamName)
+// openStreams opens the record's streams, stream k at index k, and returns its layout.
+func openStreams(ctx context.Context, js jetstream.JetStream) ([]jetstream.Stream, protocol.Layout, error) {
+	first, err := openStream(ctx, js, protocol.StreamName)
+	if err != nil {
+		return nil, protocol.Layout{}, err
+	}
+	l, err := bus.RecordLayout(first.CachedInfo().Config)
+	if err != nil {
+		return nil, l, fmt.Errorf("record: %w", err)
+	}
+	out := []jetstream.Stream{first}
+	for k := 1; k < l.Streams(); k++ {
+		s, err := openStream(ctx, js, protocol.RecordStream(k))
+		if err != nil {
+			return nil, l, err
+		}
+		out = append(out, s)
+	}
+	return out, l, nil
+}
+
+func openStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNoRecord
 	}
 	if err != nil {
-		return nil, fmt.Errorf("record: open stream %s: %w", protocol.StreamName, err)
+		return nil, fmt.Errorf("record: open stream %s: %w", name, err)
 	}
 	return s, nil
+}
+
+// part is what to read of one record stream: filters written for it.
+type part struct {
+	stream  jetstream.Stream
+	filters []string
+}
+
+// placed opens the record and places filters (written as its first stream holds subjects) in
+// the streams that hold what they match: a filter ending in a session id in that session's
+// stream, one ending in a wildcard (every session) in each; none reads every stream whole. It
+// refuses a start sequence for filters that span several streams.
+func placed(ctx context.Context, js jetstream.JetStream, filters []string, from Start) ([]part, error) {
+	streams, l, err := openStreams(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	if len(streams) == 1 {
+		return []part{{streams[0], filters}}, nil
+	}
+	byStream := make([][]string, len(streams))
+	every := len(filters) == 0
+	for _, f := range filters {
+		last := lastToken(f)
+		if last == "*" || last == ">" {
+			for k := range streams {
+				byStream[k] = append(byStream[k], rooted(f, k))
+			}
+			continue
+		}
+		k := l.StreamOf(last)
+		byStream[k] = append(byStream[k], rooted(f, k))
+	}
+	var out []part
+	for k, s := range streams {
+		if every || len(byStream[k]) > 0 {
+			out = append(out, part{s, byStream[k]})
+		}
+	}
+	if from.Seq != 0 && len(out) > 1 {
+		return nil, fmt.Errorf("record: the record is kept in %d streams, each with sequences of its own: start from a sequence in one session's messages, or from a time", len(streams))
+	}
+	return out, nil
+}
+
+// rooted is filter f (of the record's first stream) as record stream k holds it.
+func rooted(f string, k int) string {
+	_, rest, _ := strings.Cut(f, ".")
+	return protocol.RecordRoot(k) + "." + rest
 }
 
 // deleteConsumer removes the reader's consumer at once rather than leaving it to expire.
@@ -228,7 +366,7 @@ func deleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = js.DeleteConsumer(ctx, protocol.StreamName, ci.Name)
+	_ = js.DeleteConsumer(ctx, ci.Stream, ci.Name)
 }
 
 // nextMsg is it's next message from cons; done when none is left to read: while it waited,
@@ -251,4 +389,14 @@ func nextMsg(ctx context.Context, it jetstream.MessagesContext, cons jetstream.C
 			return nil, false, err
 		}
 	}
+}
+
+// SessionStream opens the record stream that holds session's messages, and returns it with the
+// record's layout (which names their subjects there).
+func SessionStream(ctx context.Context, js jetstream.JetStream, session string) (jetstream.Stream, protocol.Layout, error) {
+	streams, l, err := openStreams(ctx, js)
+	if err != nil {
+		return nil, l, err
+	}
+	return streams[l.StreamOf(session)], l, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,13 +41,39 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owne
 	if limit <= 0 {
 		return nil, nil
 	}
-	stream, err := openStream(ctx, js)
+	streams, l, err := openStreams(ctx, js)
 	if err != nil {
 		return nil, err
 	}
+	// Each stream's latest limit sessions, then the latest limit of them all (each session
+	// is in one stream).
+	var all []Session
+	for k, stream := range streams {
+		got, err := recentIn(ctx, js, stream, k, limit, owner)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, got...)
+	}
+	slices.SortStableFunc(all, func(a, b Session) int { return b.LastAt.Compare(a.LastAt) })
+	out := all[:min(limit, len(all))]
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(countConcurrency)
+	for i := range out {
+		g.Go(func() error { return completeSession(gctx, streams[l.StreamOf(out[i].ID)], l, &out[i]) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// recentIn returns up to limit sessions of record stream k (stream), latest first
+// (RecentSessions).
+func recentIn(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, k, limit int, owner string) ([]Session, error) {
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		Description:       "hermes: list recent sessions",
-		FilterSubject:     protocol.FilterRequests,
+		FilterSubject:     protocol.FilterRequestsIn(k),
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
 		HeadersOnly:       true,
@@ -106,14 +133,6 @@ func RecentSessions(ctx context.Context, js jetstream.JetStream, limit int, owne
 	for e := recent.Back(); e != nil; e = e.Prev() {
 		out = append(out, e.Value.(Session))
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(countConcurrency)
-	for i := range out {
-		g.Go(func() error { return completeSession(gctx, stream, &out[i]) })
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 
@@ -122,8 +141,8 @@ const countConcurrency = 8
 
 // completeSession counts s's requests and, for a request published without the request id
 // header, reads its id from the message.
-func completeSession(ctx context.Context, stream jetstream.Stream, s *Session) error {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(protocol.FilterRequestsOf(s.ID)))
+func completeSession(ctx context.Context, stream jetstream.Stream, l protocol.Layout, s *Session) error {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(l.FilterRequestsOf(s.ID)))
 	if err != nil {
 		return fmt.Errorf("record: sessions: count requests of %s: %w", s.ID, err)
 	}

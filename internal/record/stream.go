@@ -13,16 +13,17 @@ import (
 // record (a record recreated since the caller saw it) starts at its end. ready, when not nil,
 // is called once the consumer exists, before the first message; an error returned before ready
 // means nothing was read. Stream rides out disconnects and server restarts as [Follow] does.
+// Filters are placed in the record's streams as [Read] places them.
 func Stream(ctx context.Context, js jetstream.JetStream, filters []string, from Start, ready func(), h Handler) error {
 	if err := from.Validate(); err != nil {
 		return err
 	}
-	stream, err := openStream(ctx, js)
+	parts, err := placed(ctx, js, filters, from)
 	if err != nil {
 		return err
 	}
-	if si := stream.CachedInfo(); si != nil && from.Seq > si.State.LastSeq+1 {
+	if si := parts[0].stream.CachedInfo(); si != nil && from.Seq > si.State.LastSeq+1 {
 		from.Seq = si.State.LastSeq + 1
 	}
-	return consume(ctx, js, stream, startConfig(filters, from), ready, h, "stream")
+	return consumeAll(ctx, js, parts, func(p part) jetstream.OrderedConsumerConfig { return startConfig(p.filters, from) }, ready, h, "stream")
 }

@@ -80,7 +80,7 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 		// A copy on the session's subject (a re-drive): the results are read from the stream
 		// leader, the call's own among them.
 		rec.AtLeast, rec.Held = 0, nil
-	case d.Subject != protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
+	case protocol.CanonicalSubject(d.Subject) != protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
 		// Not on its own call's subject (no Hermes service puts it there): it is not what
 		// was recorded for its call; the record says what was.
 		rec.AtLeast, rec.Held = 0, nil

@@ -113,7 +113,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		cfg: cfg,
-		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance}),
+		pub: cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleRouter, Instance: cfg.Instance}),
 		log: cfg.Logger,
 	}
 	if r.log == nil {
@@ -191,7 +191,7 @@ func (r *Router) Run(ctx context.Context) error {
 			}
 		}
 	}
-	resCons, err := r.cfg.Bus.Consumer(ctx, bus.ConsumerRouterResults)
+	resCons, err := r.cfg.Bus.Consumers(ctx, bus.ConsumerRouterResults)
 	if err != nil {
 		return err
 	}
@@ -199,9 +199,11 @@ func (r *Router) Run(ctx context.Context) error {
 	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.routeRequests(ctx, requests) })
-	g.Go(func() error {
-		return (&bus.Subscriber{Consumer: resCons, Handler: results, Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
-	})
+	for _, c := range resCons { // each record stream's results
+		g.Go(func() error {
+			return (&bus.Subscriber{Consumer: c, Handler: results, Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
+		})
+	}
 	// Timers of parked requests go off wherever a router runs.
 	g.Go(func() error { return r.lot.Run(ctx) })
 	return g.Wait()

@@ -106,7 +106,7 @@ func New(cfg Config) (*Submitter, error) {
 	if cfg.Conn == nil || cfg.Bus == nil || cfg.Sender.Role == "" || cfg.Sender.Instance == "" {
 		return nil, errors.New("submit: Config.Conn, Config.Bus and Config.Sender are required")
 	}
-	s := &Submitter{cfg: cfg, log: cfg.Logger, pub: bus.NewPublisher(cfg.Bus.JS, cfg.Sender), budget: newBudgets(cfg.Budget)}
+	s := &Submitter{cfg: cfg, log: cfg.Logger, pub: cfg.Bus.NewPublisher(cfg.Sender), budget: newBudgets(cfg.Budget)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

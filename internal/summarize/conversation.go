@@ -23,11 +23,11 @@ func Latest(ctx context.Context, js jetstream.JetStream, session string) (*proto
 	if err := protocol.CheckID("session_id", session); err != nil {
 		return nil, 0, err
 	}
-	stream, err := js.Stream(ctx, protocol.StreamName)
+	stream, l, err := record.SessionStream(ctx, js, session)
 	if err != nil {
 		return nil, 0, fmt.Errorf("summarize: %w", err)
 	}
-	raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectEvent(protocol.EventSummary, session))
+	raw, err := stream.GetLastMsgForSubject(ctx, l.SubjectEvent(protocol.EventSummary, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil
 	}
@@ -151,7 +151,7 @@ func ended(ctx context.Context, js jetstream.JetStream, session, requestID strin
 			}
 		}
 	}
-	stream, err := js.Stream(ctx, protocol.StreamName)
+	stream, l, err := record.SessionStream(ctx, js, session)
 	if err != nil {
 		return nil, fmt.Errorf("summarize: %w", err)
 	}
@@ -171,7 +171,7 @@ func ended(ctx context.Context, js jetstream.JetStream, session, requestID strin
 			}
 			res.ErrorCode, res.RecoveryHint = protocol.CodeBadArguments, why
 		} else {
-			raw, err := stream.GetLastMsgForSubject(ctx, protocol.SubjectResult(requestID, c.ID, session))
+			raw, err := stream.GetLastMsgForSubject(ctx, l.SubjectResult(requestID, c.ID, session))
 			switch {
 			case err == nil:
 				if r, ok := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data).Payload.(*protocol.ToolResult); ok {

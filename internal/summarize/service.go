@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +15,7 @@ import (
 )
 
 // Service runs the summarizer of a process: a Summarizer on the bus's summarizer consumer
-// (bus.Bus.SummarizerConsumer), found again when it is missing or fails, until ctx ends.
+// of each record stream (bus.ConsumerSummarizer), found again when it is missing or fails, until ctx ends.
 type Service struct {
 	Bus       *bus.Bus
 	Publisher *bus.Publisher // records the summaries
@@ -46,10 +47,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	service.Consume(ctx, log, "sessions' decisions (for their summaries)", s.Bus.SummarizerConsumer, func(ctx context.Context, c jetstream.Consumer) error {
-		sum := &Summarizer{JS: s.Bus.JS, Consumer: c, Publisher: s.Publisher, LLM: s.LLM, Every: s.Every, Logger: log,
-			RunTimeout: s.RunTimeout, Summarized: s.Summarized}
-		return sum.Run(ctx)
-	})
+	// One summarizer per record stream: each session's decisions are all in one.
+	var wg sync.WaitGroup
+	for k := range s.Bus.Streams {
+		get := func(ctx context.Context) (jetstream.Consumer, error) {
+			return s.Bus.ConsumerIn(ctx, k, bus.ConsumerSummarizer)
+		}
+		wg.Go(func() {
+			service.Consume(ctx, log, "sessions' decisions (for their summaries)", get, func(ctx context.Context, c jetstream.Consumer) error {
+				sum := &Summarizer{JS: s.Bus.JS, Layout: s.Bus.Layout(), Consumer: c, Publisher: s.Publisher, LLM: s.LLM, Every: s.Every, Logger: log,
+					RunTimeout: s.RunTimeout, Summarized: s.Summarized}
+				return sum.Run(ctx)
+			})
+		})
+	}
+	wg.Wait()
 	return nil
 }

@@ -52,6 +52,8 @@ type Summarizer struct {
 	JS        jetstream.JetStream
 	Consumer  jetstream.Consumer
 	Publisher *bus.Publisher
+	// Layout is the record's (bus.Bus.Layout): where each session's summaries are recorded.
+	Layout protocol.Layout
 	// LLM summarizes. Required.
 	LLM Completer
 	// Every is how many messages of a session (the person's, the assistant's and the tools')
@@ -264,7 +266,7 @@ func (s *Summarizer) summarize(ctx context.Context, d *bus.Delivery) (more bool,
 	// other's decision finds its messages covered, or carries on from it).
 	h := nats.Header{}
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(latestSeq, 10))
-	if _, err := s.Publisher.PublishWith(ctx, protocol.SubjectEvent(protocol.EventSummary, session), out, h); err != nil {
+	if _, err := s.Publisher.PublishWith(ctx, s.Layout.SubjectEvent(protocol.EventSummary, session), out, h); err != nil {
 		if bus.IsWrongLastSequence(err) {
 			return true, nil
 		}

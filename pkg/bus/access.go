@@ -132,6 +132,37 @@ func bucketReads(buckets ...string) []string {
 	return out
 }
 
+// recordStreams are the names of every stream a record may have (protocol.RecordStream):
+// permissions name them all, so that a record provisioned, or given more streams, with any
+// number keeps the permissions given.
+func recordStreams() []string {
+	out := make([]string, protocol.MaxRecordStreams)
+	for k := range out {
+		out[k] = protocol.RecordStream(k)
+	}
+	return out
+}
+
+// onRecord returns what f makes of each stream a record may have, in order.
+func onRecord(f func(k int) []string) []string {
+	var out []string
+	for k := range protocol.MaxRecordStreams {
+		out = append(out, f(k)...)
+	}
+	return out
+}
+
+// recordEvents are the subjects of events of kinds in every stream a record may have.
+func recordEvents(kinds ...string) []string {
+	return onRecord(func(k int) []string {
+		var out []string
+		for _, kind := range kinds {
+			out = append(out, protocol.FilterEventsIn(k, kind))
+		}
+		return out
+	})
+}
+
 // ordered lets a role read streams through consumers of its own (ordered consumers, bucket
 // watches), which it creates, pulls from and deletes. The record's are created under a name
 // in the API subject, never by the form that takes the name from the request body (which would
@@ -140,7 +171,7 @@ func ordered(streams ...string) []string {
 	var out []string
 	for _, s := range streams {
 		out = append(out, jsAPI+"CONSUMER.CREATE."+s+".>", jsAPI+"CONSUMER.MSG.NEXT."+s+".*", jsAPI+"CONSUMER.DELETE."+s+".*")
-		if s != protocol.StreamName {
+		if _, record := protocol.RecordStreamIndex(s); !record {
 			out = append(out, jsAPI+"CONSUMER.CREATE."+s)
 		}
 	}
@@ -148,7 +179,9 @@ func ordered(streams ...string) []string {
 	return append(out, "$JS.FC.>")
 }
 
-// consume lets a role fetch from and ack the durable consumers named.
+// consume lets a role fetch from and ack the durable consumers named, of stream ("*": of
+// whichever stream has them — the record's consumers have the same names in each of its
+// streams, and only its streams have them).
 func consume(stream string, consumers ...string) []string {
 	var out []string
 	for _, c := range consumers {
@@ -166,11 +199,24 @@ func writes(buckets ...string) []string {
 	return out
 }
 
-// record subjects, by what is written there.
+// Record subjects, by what is written there, in every stream a record may have.
+func subjRequests() []string {
+	return onRecord(func(k int) []string { return []string{protocol.RecordRoot(k) + ".request.*"} })
+}
+
+func subjFastRecorded() []string {
+	return onRecord(func(k int) []string { return []string{protocol.RecordRoot(k) + ".request.fast.*"} })
+}
+
+func subjResults() []string {
+	return onRecord(func(k int) []string { return []string{protocol.FilterResultsIn(k)} })
+}
+
+func subjResponses() []string {
+	return onRecord(func(k int) []string { return []string{protocol.RecordRoot(k) + ".response.*.*"} })
+}
+
 var (
-	subjRequests  = "hermes.request.*"
-	subjResults   = protocol.FilterResults
-	subjResponses = "hermes.response.*.*"
 	// subjMicro is where NATS micro services are discovered (PING, INFO, STATS).
 	subjMicro = "$SRV.>"
 	// subjAdminInbox is where the admin (and the nats CLI run as it) takes its replies: a
@@ -188,22 +234,26 @@ var (
 )
 
 func subjToolCalls() []string {
-	var out []string
-	for _, k := range protocol.Kinds {
-		out = append(out, protocol.FilterToolCalls(k, "*"))
-	}
-	return out
+	return onRecord(func(s int) []string {
+		var out []string
+		for _, k := range protocol.Kinds {
+			out = append(out, protocol.FilterToolCallsIn(s, k, "*"))
+		}
+		return out
+	})
 }
 
 // toolConsumers lets a role create consumers of tool calls, and only of them: the first router
-// to dispatch a tool a call creates its consumer, or a worker serving the tool started before
-// (the consumer's filter is part of the API subject).
+// to dispatch a tool a call creates its consumers, or a worker serving the tool started before
+// (the consumer's filter is part of the API subject; each record stream has its own).
 func toolConsumers() []string {
-	var out []string
-	for _, k := range protocol.Kinds {
-		out = append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+".*."+protocol.FilterToolCalls(k, "*"))
-	}
-	return out
+	return onRecord(func(s int) []string {
+		var out []string
+		for _, k := range protocol.Kinds {
+			out = append(out, jsAPI+"CONSUMER.CREATE."+protocol.RecordStream(s)+".*."+protocol.FilterToolCallsIn(s, k, "*"))
+		}
+		return out
+	})
 }
 
 // parking lets a role park messages and wake them (package park): an entry is removed by a
@@ -224,14 +274,14 @@ func fixedConsumers() []string {
 	return out
 }
 
-// denyConsumer is what taking from, acking on, creating or deleting consumer name of the
-// record stream publishes.
+// denyConsumer is what taking from, acking on, creating or deleting consumer name of any
+// stream (the record's streams have it) publishes.
 func denyConsumer(name string) []string {
 	var out []string
 	for _, api := range []string{"CONSUMER.CREATE.", "CONSUMER.DELETE.", "CONSUMER.MSG.NEXT."} {
-		out = append(out, jsAPI+api+protocol.StreamName+"."+name)
+		out = append(out, jsAPI+api+"*."+name)
 	}
-	return append(out, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+name+".>", jsAck+protocol.StreamName+"."+name+".>")
+	return append(out, jsAPI+"CONSUMER.CREATE.*."+name+".>", jsAck+"*."+name+".>")
 }
 
 // requestConsumers are the consumers of every request partition a record may have: a record
@@ -263,9 +313,11 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 	case RoleGateway:
 		a.Publish = slices.Concat(reads(),
 			consume(protocol.ClientStreamName, ConsumerClients),
-			consume(protocol.StreamName, ConsumerSummarizer),
-			ordered(protocol.StreamName, KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
-			[]string{subjRequests, protocol.FilterEvents(protocol.EventCancel), protocol.FilterEvents(protocol.EventLLM), protocol.FilterEvents(protocol.EventSummary), protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventBlueprint), protocol.FilterEvents(protocol.EventMemory), subjResults, subjResponses, subjLive, subjTimers,
+			consume("*", ConsumerSummarizer),
+			ordered(append(recordStreams(), KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts))...),
+			subjRequests(), recordEvents(protocol.EventCancel, protocol.EventLLM, protocol.EventSummary, protocol.EventPolicy, protocol.EventBlueprint, protocol.EventMemory),
+			subjResults(), subjResponses(),
+			[]string{subjLive, subjTimers,
 				// the dead letters of external clients' requests it cannot submit, and no other
 				protocol.SubjectDeadLetter(ConsumerClients),
 				// what it asks the routers on the fast lane
@@ -281,15 +333,15 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 	case RoleRouter:
 		a.Publish = slices.Concat(reads(),
 			ordered(KVStream(BucketTools), KVStream(BucketCalls), KVStream(BucketContracts)),
-			consume(protocol.StreamName, append(requestConsumers(), ConsumerRouterResults)...),
+			consume("*", append(requestConsumers(), ConsumerRouterResults)...),
 			consume(protocol.DLQStreamName, ConsumerDeadLetters),
 			consume(protocol.TimerStreamName, ConsumerTimers),
 			toolConsumers(),
 			subjToolCalls(),
-			[]string{subjRequests, subjResults, subjResponses, subjLive, subjTimers, subjDLQ, protocol.FilterEvents(protocol.EventPolicy), protocol.FilterEvents(protocol.EventCoordination),
-				protocol.FilterEvents(protocol.EventFastCall), protocol.FilterFastCalls, protocol.FilterFastRecordedRequests,
-				// the starts of the fast lane's tries, written with its record
-				protocol.FilterEvents(protocol.EventToolStarted)},
+			subjRequests(), subjResults(), subjResponses(), subjFastRecorded(),
+			// the starts of the fast lane's tries, written with its record
+			recordEvents(protocol.EventPolicy, protocol.EventCoordination, protocol.EventFastCall, protocol.EventToolStarted),
+			[]string{subjLive, subjTimers, subjDLQ, protocol.FilterFastCalls},
 			writes(BucketCalls, BucketTools, BucketClaims, BucketSessions, BucketParked),
 			parking())
 		// It shows itself to NATS micro discovery (hermes-router), and answers the gateways'
@@ -305,13 +357,15 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		a.Publish = slices.Concat(metadata(),
 			bucketReads(BucketClaims, BucketTools, BucketContracts),
 			ordered(KVStream(BucketTools), KVStream(BucketContracts)),
-			[]string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*", jsAck + protocol.StreamName + ".*.>"},
+			onRecord(func(k int) []string {
+				return []string{jsAPI + "CONSUMER.MSG.NEXT." + protocol.RecordStream(k) + ".*", jsAck + protocol.RecordStream(k) + ".*.>"}
+			}),
 			toolConsumers(),
-			[]string{protocol.FilterEvents(protocol.EventToolStarted), subjResults},
+			recordEvents(protocol.EventToolStarted), subjResults(),
 			writes(BucketClaims, BucketTools))
 		// It shows itself and its tools to NATS micro discovery (hermes-toolworker; the tools'
 		// endpoints answer their figures).
-		a.Subscribe = append(a.Subscribe, protocol.FilterEvents(protocol.EventCancel), subjMicro, subjWorkerEndpoints, protocol.FilterFastCalls)
+		a.Subscribe = slices.Concat(a.Subscribe, recordEvents(protocol.EventCancel), []string{subjMicro, subjWorkerEndpoints, protocol.FilterFastCalls})
 		// Its answers to the fast lane's calls go where routers take them, and nowhere else:
 		// not allow_responses, which would let it answer into the gateway's inbox the
 		// cancellations it receives name.
@@ -324,7 +378,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		// It finds an owner's sessions through a consumer of its own (never a router's), asks
 		// the stream how many messages each holds, and purges them: the purge API takes its
 		// filter in the request, so whoever may purge may purge anything of the record.
-		a.Publish = slices.Concat(metadata(), ordered(protocol.StreamName), []string{jsAPI + "STREAM.PURGE." + protocol.StreamName})
+		a.Publish = slices.Concat(metadata(), ordered(recordStreams()...), onRecord(func(k int) []string {
+			return []string{jsAPI + "STREAM.PURGE." + protocol.RecordStream(k)}
+		}))
 		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
@@ -371,9 +427,11 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 		fast = append(fast, protocol.FilterFastCallsOf(t))
 		for _, k := range protocol.Kinds {
 			c := ToolConsumer(k, t)
-			next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c)
-			ack = append(ack, jsAck+protocol.StreamName+"."+c+".>")
-			create = append(create, jsAPI+"CONSUMER.CREATE."+protocol.StreamName+"."+c+"."+protocol.FilterToolCalls(k, t))
+			for s, stream := range recordStreams() {
+				next = append(next, jsAPI+"CONSUMER.MSG.NEXT."+stream+"."+c)
+				ack = append(ack, jsAck+stream+"."+c+".>")
+				create = append(create, jsAPI+"CONSUMER.CREATE."+stream+"."+c+"."+protocol.FilterToolCallsIn(s, k, t))
+			}
 			keys = append(keys, KVSubject(BucketTools, protocol.KeyTool(k, t)))
 		}
 	}
@@ -383,9 +441,10 @@ func WorkerAccessFor(user string, tools []string, buckets ...Bucket) (Access, er
 		return Access{}, err
 	}
 	// Each right over every tool gives way to the same right over these tools.
-	narrowed := map[string]*[]string{
-		jsAPI + "CONSUMER.MSG.NEXT." + protocol.StreamName + ".*": &next,
-		jsAck + protocol.StreamName + ".*.>":                      &ack,
+	narrowed := map[string]*[]string{}
+	for _, stream := range recordStreams() {
+		narrowed[jsAPI+"CONSUMER.MSG.NEXT."+stream+".*"] = &next
+		narrowed[jsAck+stream+".*.>"] = &ack
 	}
 	for _, w := range toolConsumers() {
 		narrowed[w] = &create

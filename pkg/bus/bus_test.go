@@ -165,10 +165,11 @@ func TestToolConsumerCreatedLateDoesNotReplayHistory(t *testing.T) {
 		}
 	}
 	publish("before")
-	cons, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "echo")
+	all, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cons := all[0]
 	publish("after")
 	// A second Ensure (another router) must keep the consumer's position.
 	if _, err := b.EnsureToolConsumer(context.Background(), protocol.ActionHTTP, "echo"); err != nil {
@@ -463,7 +464,7 @@ func TestSubscribersShareAPool(t *testing.T) {
 			return nil
 		})
 		go func() {
-			_ = (&bus.Subscriber{Consumer: cons, Handler: h, Concurrency: 8, Pool: func() *bus.Pool { return pool }}).Run(ctx)
+			_ = (&bus.Subscriber{Consumer: cons[0], Handler: h, Concurrency: 8, Pool: func() *bus.Pool { return pool }}).Run(ctx)
 		}()
 		for j := range 5 {
 			m, _ := protocol.NewMessage(protocol.TypeToolCall, &protocol.Dispatch{})

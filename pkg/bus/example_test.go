@@ -20,6 +20,6 @@ func ExampleAccessOf() {
 	fmt.Println(slices.Contains(a.Publish, "hermes.result.>"), slices.Contains(a.Publish, "$JS.API.STREAM.MSG.GET.HERMES"))
 	// Output:
 	// _INBOX_toolworker
-	// [_INBOX_toolworker.> hermes.event.cancel.* $SRV.> hermes.svc.toolworker.> hermes.fast.call.>]
+	// [_INBOX_toolworker.> hermes.event.cancel.* hermes_1.event.cancel.* hermes_2.event.cancel.* hermes_3.event.cancel.* hermes_4.event.cancel.* hermes_5.event.cancel.* hermes_6.event.cancel.* hermes_7.event.cancel.* $SRV.> hermes.svc.toolworker.> hermes.fast.call.>]
 	// true false
 }

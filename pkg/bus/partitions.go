@@ -46,11 +46,16 @@ func transformText(cfg jetstream.StreamConfig) string {
 	return "none"
 }
 
-// ensureRequestConsumer opens (or creates) the consumer of request partition p.
+// partitionStream is the record stream that holds request partition p.
+func (b *Bus) partitionStream(p int) jetstream.Stream {
+	return b.Streams[b.layout.StreamOfPartition(p)]
+}
+
+// ensureRequestConsumer opens (or creates) the consumer of request partition p, in its stream.
 func (b *Bus) ensureRequestConsumer(ctx context.Context, p int) error {
-	spec := b.consumer(RequestConsumer(p), protocol.FilterRequestPartition(p))
+	spec := b.consumer(RequestConsumer(p), b.layout.FilterRequestPartition(p))
 	spec.MaxAckPending = 1
-	_, err := b.ensureConsumerSpec(ctx, b.Stream, spec)
+	_, err := b.ensureConsumerSpec(ctx, b.partitionStream(p), spec)
 	return err
 }
 
@@ -109,6 +114,9 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 	if n < 1 || n > protocol.MaxRequestPartitions {
 		return done, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", n, protocol.MaxRequestPartitions)
 	}
+	if err := b.layout.CheckPartitions(n); err != nil {
+		return done, fmt.Errorf("bus: %w", err)
+	}
 	left, err := b.leftPartitions(ctx, before)
 	if err != nil {
 		return done, err
@@ -133,15 +141,11 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 			}
 		}
 		repartitionStep("before the transform")
-		have, err := b.Stream.Info(ctx)
-		if err != nil {
-			return done, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
-		}
-		cfg := have.Config
-		src, dest := protocol.RequestTransform(n)
-		cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
-		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
-			return done, fmt.Errorf("bus: spread stream %s's requests over %d partitions: %w", protocol.StreamName, n, err)
+		// The first stream's transform is the number every process reads: it changes last.
+		for k := len(b.Streams) - 1; k >= 0; k-- {
+			if err := b.spreadRequests(ctx, k, n); err != nil {
+				return done, err
+			}
 		}
 		b.partitions.Store(int32(n))
 		repartitionStep("after the transform")
@@ -153,6 +157,21 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 	}
 	done.Kept, err = b.dropLeftPartitions(ctx)
 	return done, err
+}
+
+// spreadRequests makes record stream k's transform spread its requests over n partitions.
+func (b *Bus) spreadRequests(ctx context.Context, k, n int) error {
+	have, err := b.Streams[k].Info(ctx)
+	if err != nil {
+		return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+	}
+	cfg := have.Config
+	src, dest := protocol.RequestTransformIn(k, n)
+	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
+	if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("bus: spread stream %s's requests over %d partitions: %w", protocol.RecordStream(k), n, err)
+	}
+	return nil
 }
 
 // dropLeftPartitions deletes the consumers of partitions beyond Partitions that hold no request
@@ -176,7 +195,7 @@ func (b *Bus) dropLeftPartitions(ctx context.Context) ([]int, error) {
 		if slices.Contains(kept, p) {
 			continue
 		}
-		if err := b.Stream.DeleteConsumer(ctx, RequestConsumer(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := b.partitionStream(p).DeleteConsumer(ctx, RequestConsumer(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return kept, fmt.Errorf("bus: delete request partition %d: %w", p, err)
 		}
 	}
@@ -229,17 +248,20 @@ func partitionOf(name string) (int, bool) {
 	return p, true
 }
 
-// leftPartitions lists the request partitions from n on whose consumers still exist, in order.
+// leftPartitions lists the request partitions from n on whose consumers still exist (each in
+// its stream), in order.
 func (b *Bus) leftPartitions(ctx context.Context, n int) ([]int, error) {
-	names := b.Stream.ConsumerNames(ctx)
 	var left []int
-	for name := range names.Name() {
-		if p, ok := partitionOf(name); ok && p >= n {
-			left = append(left, p)
+	for k, s := range b.Streams {
+		names := s.ConsumerNames(ctx)
+		for name := range names.Name() {
+			if p, ok := partitionOf(name); ok && p >= n && b.layout.StreamOfPartition(p) == k {
+				left = append(left, p)
+			}
 		}
-	}
-	if err := names.Err(); err != nil {
-		return nil, fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.StreamName, err)
+		if err := names.Err(); err != nil {
+			return nil, fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.RecordStream(k), err)
+		}
 	}
 	slices.Sort(left)
 	return left, nil
@@ -265,7 +287,7 @@ func (b *Bus) RequestConsumers(ctx context.Context) (int, []PartitionConsumer, e
 	}
 	var out []PartitionConsumer
 	for _, p := range append(seq(0, n), left...) {
-		c, err := b.Consumer(ctx, RequestConsumer(p))
+		c, err := b.consumerOf(ctx, b.partitionStream(p), RequestConsumer(p))
 		if p >= n && errors.Is(err, jetstream.ErrConsumerNotFound) {
 			continue // deleted meanwhile, empty
 		}
@@ -279,7 +301,7 @@ func (b *Bus) RequestConsumers(ctx context.Context) (int, []PartitionConsumer, e
 
 // requestConsumerInfo reads request partition p's consumer; nil when it does not exist.
 func (b *Bus) requestConsumerInfo(ctx context.Context, p int) (*jetstream.ConsumerInfo, error) {
-	c, err := b.Stream.Consumer(ctx, RequestConsumer(p))
+	c, err := b.partitionStream(p).Consumer(ctx, RequestConsumer(p))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, nil
 	}

@@ -132,8 +132,14 @@ type Config struct {
 	// Partitions is how many partitions the record spreads requests over, by session, when it
 	// is first created (1 to protocol.MaxRequestPartitions): how many requests the deployment
 	// routes at once. An existing record keeps its own (a difference is reported in Drift);
-	// Repartition changes it. Default DefaultPartitions.
+	// Repartition changes it. Default DefaultPartitions, rounded up to a multiple of Streams.
 	Partitions int
+	// Streams is how many streams the record is kept in when it is first created (1 to
+	// protocol.MaxRecordStreams; protocol.Layout): each session whole in one, sessions spread
+	// over them, so that on a cluster their leaders, and the work of storing, spread over the
+	// nodes. Partitions must be a multiple of it. An existing record keeps its own (a
+	// difference is reported in Drift). Default 1.
+	Streams int
 }
 
 // DefaultPartitions sizes the request partitions to this process's cores (GOMAXPROCS, which
@@ -186,11 +192,17 @@ func StoreBytes(cfg Config) int64 {
 // record keeps of their request: longer than any request runs.
 const intakeMargin = time.Hour
 
-// Advisories the server publishes when a consumer of the record gives a message up; the
-// dead-letter stream captures them, so none is lost while no processor runs.
-var advisorySubjects = []string{
-	"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + protocol.StreamName + ".*",
-	"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + protocol.StreamName + ".*",
+// advisorySubjects are the advisories the server publishes when a consumer of one of the
+// record's streams gives a message up; the dead-letter stream captures them, so none is lost
+// while no processor runs.
+func advisorySubjects(l protocol.Layout) []string {
+	var out []string
+	for k := range l.Streams() {
+		out = append(out,
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+protocol.RecordStream(k)+".*",
+			"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."+protocol.RecordStream(k)+".*")
+	}
+	return out
 }
 
 // WithDefaults returns c with the defaults of its zero fields filled in.
@@ -238,6 +250,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Partitions == 0 {
 		c.Partitions = DefaultPartitions()
+		if s := max(c.Streams, 1); c.Partitions%s != 0 {
+			c.Partitions += s - c.Partitions%s
+		}
 	}
 	return c
 }
@@ -245,8 +260,11 @@ func (c Config) withDefaults() Config {
 // Bus is a provisioned connection to Hermes' stream, consumers and buckets. It is safe for
 // concurrent use.
 type Bus struct {
-	JS       jetstream.JetStream
+	JS jetstream.JetStream
+	// Stream is the record's first stream (protocol.StreamName), its only one on a record of
+	// one stream; Streams are all of them, stream k at index k (protocol.Layout).
 	Stream   jetstream.Stream
+	Streams  []jetstream.Stream
 	DLQ      jetstream.Stream
 	Calls    jetstream.KeyValue
 	Tools    jetstream.KeyValue
@@ -274,6 +292,80 @@ type Bus struct {
 	// partitions is how many partitions the record spreads requests over (its transform's), as
 	// last read (RefreshPartitions).
 	partitions atomic.Int32
+	// layout is how the record keeps sessions in its streams.
+	layout protocol.Layout
+}
+
+// Layout is how the record keeps sessions in its streams: the subjects of a session's
+// messages, and the stream that holds them.
+func (b *Bus) Layout() protocol.Layout { return b.layout }
+
+// StreamOf returns the record stream that holds session's messages.
+func (b *Bus) StreamOf(session string) jetstream.Stream { return b.Streams[b.layout.StreamOf(session)] }
+
+// metaStreams, in the first record stream's metadata, says how many streams the record has
+// when it has more than one.
+const metaStreams = "hermes.record.streams"
+
+// RecordLayout reads how many streams the record has, and so its layout, from its first
+// stream's configuration (protocol.StreamName).
+func RecordLayout(cfg jetstream.StreamConfig) (protocol.Layout, error) {
+	v, ok := cfg.Metadata[metaStreams]
+	if !ok {
+		return protocol.Layout{}, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return protocol.Layout{}, fmt.Errorf("bus: stream %s says it is one of %q streams: not a number", cfg.Name, v)
+	}
+	l, err := protocol.NewLayout(n)
+	if err != nil {
+		return l, fmt.Errorf("bus: stream %s: %w", cfg.Name, err)
+	}
+	return l, nil
+}
+
+// recordStreamConfig is the configuration of record stream k of a record laid out as l, its
+// requests spread over n partitions.
+func recordStreamConfig(cfg Config, l protocol.Layout, k, n int) jetstream.StreamConfig {
+	src, dest := protocol.RequestTransformIn(k, n)
+	rsrc, rdest := protocol.LiveResponseRepublishIn(k)
+	desc := "Hermes: the record of every message of every session"
+	var meta map[string]string
+	if s := l.Streams(); s > 1 {
+		desc = fmt.Sprintf("Hermes: the record, stream %d of %d (each session whole in one)", k+1, s)
+		if k == 0 {
+			meta = map[string]string{metaStreams: strconv.Itoa(s)}
+		}
+	}
+	share := func(limit int64) int64 { // the record's limits, shared by its streams
+		if limit <= 0 {
+			return limit
+		}
+		return max(limit/int64(l.Streams()), 1)
+	}
+	return jetstream.StreamConfig{
+		Name:             protocol.RecordStream(k),
+		Description:      desc,
+		Subjects:         protocol.StreamSubjectsOf(k),
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dest},
+		Retention:        jetstream.LimitsPolicy,
+		Storage:          jetstream.FileStorage,
+		Discard:          jetstream.DiscardNew,
+		MaxAge:           cfg.MaxAge,
+		MaxBytes:         share(cfg.MaxBytes),
+		MaxMsgs:          share(cfg.MaxMsgs),
+		MaxMsgSize:       8 << 20,
+		Duplicates:       cfg.DuplicateWindow,
+		Replicas:         cfg.Replicas,
+		// Batch reads of a request's results (Results) are direct gets; each checks that
+		// the replica answering has the result it was asked about.
+		AllowDirect: true,
+		// Every response stored is announced to the callers awaiting it; one that lost to
+		// an earlier response is not stored, so never seen.
+		RePublish: &jetstream.RePublish{Source: rsrc, Destination: rdest},
+		Metadata:  meta,
+	}
 }
 
 // Partitions returns how many partitions the record spreads requests over: as the stream was
@@ -282,7 +374,7 @@ func (b *Bus) Partitions() int { return int(b.partitions.Load()) }
 
 // StoredSubjectRequest is the subject the record stores session's requests under.
 func (b *Bus) StoredSubjectRequest(session string) string {
-	return protocol.StoredSubjectRequest(session, b.Partitions())
+	return b.layout.StoredSubjectRequest(session, b.Partitions())
 }
 
 // Provision creates or updates the record stream and the KV buckets, and creates the router's
@@ -294,7 +386,30 @@ func (b *Bus) StoredSubjectRequest(session string) string {
 // held there. Such a bus should be migrated (hermes migrate), which reports that work and
 // removes what it is held in once it is done.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error) {
-	explicitPartitions := cfg.Partitions != 0
+	explicitPartitions, explicitStreams := cfg.Partitions != 0, cfg.Streams != 0
+	if cfg.Streams < 0 || cfg.Streams > protocol.MaxRecordStreams {
+		return nil, fmt.Errorf("bus: %d record streams: there must be 1 to %d", cfg.Streams, protocol.MaxRecordStreams)
+	}
+	var drift []string
+	// How many streams: as the record has them, or as configured for a new one.
+	layout, err := protocol.NewLayout(max(cfg.Streams, 1))
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	if first, err := js.Stream(ctx, protocol.StreamName); err == nil {
+		have, err := RecordLayout(first.CachedInfo().Config)
+		if err != nil {
+			return nil, err
+		}
+		if explicitStreams && have.Streams() != layout.Streams() {
+			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: a record's streams are set when it is created)",
+				have.Streams(), layout.Streams()))
+		}
+		layout = have
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("bus: provision stream %s: %w", protocol.StreamName, err)
+	}
+	cfg.Streams = layout.Streams()
 	cfg = cfg.withDefaults()
 	if err := checkBuckets(cfg.Buckets); err != nil {
 		return nil, err
@@ -302,41 +417,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if cfg.Partitions < 1 || cfg.Partitions > protocol.MaxRequestPartitions {
 		return nil, fmt.Errorf("bus: %d request partitions: there must be 1 to %d", cfg.Partitions, protocol.MaxRequestPartitions)
 	}
+	if err := layout.CheckPartitions(cfg.Partitions); err != nil && explicitPartitions {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
 	// What provisioning creates, it creates only without OpenOnly and NoProvision; what the
 	// bus creates later (tool consumers), only without OpenOnly.
 	runCfg := cfg
 	cfg.OpenOnly = cfg.OpenOnly || cfg.NoProvision
-	var drift []string
-	src, dest := protocol.RequestTransform(cfg.Partitions)
-	rsrc, rdest := protocol.LiveResponseRepublish()
-	stream, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
-		Name:             protocol.StreamName,
-		Description:      "Hermes: the record of every message of every session",
-		Subjects:         protocol.StreamSubjects(),
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dest},
-		Retention:        jetstream.LimitsPolicy,
-		Storage:          jetstream.FileStorage,
-		Discard:          jetstream.DiscardNew,
-		MaxAge:           cfg.MaxAge,
-		MaxBytes:         cfg.MaxBytes,
-		MaxMsgs:          cfg.MaxMsgs,
-		MaxMsgSize:       8 << 20,
-		Duplicates:       cfg.DuplicateWindow,
-		Replicas:         cfg.Replicas,
-		// Batch reads of a request's results (Results) are direct gets; each checks that
-		// the replica answering has the result it was asked about.
-		AllowDirect: true,
-		// Every response stored is announced to the callers awaiting it; one that lost to
-		// an earlier response is not stored, so never seen.
-		RePublish: &jetstream.RePublish{Source: rsrc, Destination: rdest},
-	}, &drift)
+	stream, err := ensureStream(ctx, js, !cfg.OpenOnly, recordStreamConfig(cfg, layout, 0, cfg.Partitions), &drift)
 	if err != nil {
 		return nil, err
 	}
+	src, dest := protocol.RequestTransform(cfg.Partitions)
 	dlq, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:        protocol.DLQStreamName,
 		Description: "Hermes: dead letters, and the advisories that name them",
-		Subjects:    append([]string{protocol.FilterDeadLetters}, advisorySubjects...),
+		Subjects:    append([]string{protocol.FilterDeadLetters}, advisorySubjects(layout)...),
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
@@ -375,7 +471,22 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		drift = append(drift, fmt.Sprintf("stream %s spreads requests over %d partitions, this process was configured with %d (kept as it is: hermes provision --partitions %d changes it, once the routers are stopped)",
 			protocol.StreamName, partitions, cfg.Partitions, cfg.Partitions))
 	}
-	b := &Bus{JS: js, Stream: stream, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg}
+	if err := layout.CheckPartitions(partitions); err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", protocol.StreamName, err)
+	}
+	streams := []jetstream.Stream{stream}
+	for k := 1; k < layout.Streams(); k++ {
+		s, err := ensureStream(ctx, js, !cfg.OpenOnly, recordStreamConfig(cfg, layout, k, partitions), &drift)
+		if err != nil {
+			return nil, err
+		}
+		if n, ok := recordPartitions(s.CachedInfo().Config); !ok || n != partitions {
+			return nil, fmt.Errorf("bus: stream %s spreads requests over other partitions than %s (its subject transform is %s, %s's is %s): run hermes provision --partitions %d",
+				s.CachedInfo().Config.Name, protocol.StreamName, transformText(s.CachedInfo().Config), protocol.StreamName, transformText(stream.CachedInfo().Config), partitions)
+		}
+		streams = append(streams, s)
+	}
+	b := &Bus{JS: js, Stream: stream, Streams: streams, DLQ: dlq, Timers: timers, Drift: drift, cfg: cfg, layout: layout}
 	b.partitions.Store(int32(partitions))
 	for _, kv := range []struct {
 		name       string
@@ -435,8 +546,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if b.ParkedStream, err = js.Stream(ctx, KVStream(BucketParked)); err != nil {
 		return nil, fmt.Errorf("bus: provision bucket %s: %w", BucketParked, err)
 	}
-	if _, err := b.ensureConsumerFilter(ctx, b.Stream, ConsumerRouterResults, protocol.FilterResults); err != nil {
-		return nil, err
+	for k, s := range b.Streams {
+		if _, err := b.ensureConsumerFilter(ctx, s, ConsumerRouterResults, protocol.FilterResultsIn(k)); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.ensureRequestConsumers(ctx); err != nil {
 		return nil, err
@@ -447,24 +560,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	// A summary is tried a few times and then left to the session's next decision: the
 	// summarizer decides, never the server (no decision is given up on, so none becomes a
 	// dead letter).
-	sum := b.consumer(ConsumerSummarizer, protocol.FilterEvents(protocol.EventLLM))
-	sum.MaxDeliver = -1
-	if _, err := b.ensureConsumerSpec(ctx, b.Stream, sum); err != nil && !errors.Is(err, ErrNotProvisioned) {
-		return nil, err
+	for k, s := range b.Streams {
+		sum := b.consumer(ConsumerSummarizer, protocol.FilterEventsIn(k, protocol.EventLLM))
+		sum.MaxDeliver = -1
+		if _, err := b.ensureConsumerSpec(ctx, s, sum); err != nil && !errors.Is(err, ErrNotProvisioned) {
+			return nil, err
+		}
 	}
 	// An advisory is tried until it is handled: giving one up could leave a request that
 	// waits on the dead message without a response. (The processor acks what it can never
 	// handle.)
-	dl := b.consumer(ConsumerDeadLetters, advisorySubjects...)
+	dl := b.consumer(ConsumerDeadLetters, advisorySubjects(layout)...)
 	dl.MaxDeliver = -1
 	c, err := b.ensureConsumerSpec(ctx, b.DLQ, dl)
 	if err != nil {
 		return nil, err
 	}
-	if have := c.CachedInfo().Config; !cfg.OpenOnly && have.MaxDeliver != -1 {
-		have.MaxDeliver = -1
+	if have := c.CachedInfo().Config; !cfg.OpenOnly && (have.MaxDeliver != -1 || !slices.Equal(have.FilterSubjects, dl.FilterSubjects)) {
+		// Each record stream's advisories are read: a record given more streams adds theirs.
+		have.MaxDeliver, have.FilterSubject, have.FilterSubjects = -1, "", dl.FilterSubjects
 		if _, err := b.DLQ.UpdateConsumer(ctx, have); err != nil {
-			return nil, fmt.Errorf("bus: let consumer %s retry without end: %w", ConsumerDeadLetters, err)
+			return nil, fmt.Errorf("bus: let consumer %s read every record stream's advisories and retry without end: %w", ConsumerDeadLetters, err)
 		}
 	}
 	// A work queue's consumer delivers all: what is in it is work not yet done. A timer is
@@ -502,9 +618,23 @@ func planTTL(cfg Config, record jetstream.Stream) time.Duration {
 // Config returns the configuration the bus was provisioned with, defaults applied.
 func (b *Bus) Config() Config { return b.cfg }
 
-// Consumer returns the existing durable consumer name of the record stream.
+// Consumer returns the existing durable consumer name of the record's first stream.
 func (b *Bus) Consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
 	return b.consumerOf(ctx, b.Stream, name)
+}
+
+// Consumers returns the existing durable consumer name of each record stream (those of the
+// router's results, the summarizer's, each tool's), stream k's at index k.
+func (b *Bus) Consumers(ctx context.Context, name string) ([]jetstream.Consumer, error) {
+	out := make([]jetstream.Consumer, 0, len(b.Streams))
+	for _, s := range b.Streams {
+		c, err := b.consumerOf(ctx, s, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // DeadLetterConsumer returns the consumer of dead-letter advisories.
@@ -585,9 +715,12 @@ func (b *Bus) ClientConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	return b.consumerOf(ctx, s, ConsumerClients)
 }
 
-// SummarizerConsumer returns the consumer of the model's decisions the summarizer reads.
-func (b *Bus) SummarizerConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	return b.consumerOf(ctx, b.Stream, ConsumerSummarizer)
+// ConsumerIn returns the existing durable consumer name of record stream k.
+func (b *Bus) ConsumerIn(ctx context.Context, k int, name string) (jetstream.Consumer, error) {
+	if k < 0 || k >= len(b.Streams) {
+		return nil, fmt.Errorf("bus: the record has no stream %d (it has %d)", k, len(b.Streams))
+	}
+	return b.consumerOf(ctx, b.Streams[k], name)
 }
 
 // TimerConsumer returns the consumer of timers that went off.
@@ -603,10 +736,11 @@ func (b *Bus) consumerOf(ctx context.Context, stream jetstream.Stream, name stri
 	return c, nil
 }
 
-// EnsureToolConsumer makes sure the shared consumer of tool's calls of kind exists and is
-// listed in BucketTools, creating both if needed. kind must be one of protocol.Kinds and tool a
-// valid tool name (protocol.CheckToolName). Call it before publishing the first such call.
-func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) (jetstream.Consumer, error) {
+// EnsureToolConsumer makes sure the shared consumers of tool's calls of kind exist — one per
+// record stream, stream k's at index k — and that the tool is listed in BucketTools, creating
+// them if needed. kind must be one of protocol.Kinds and tool a valid tool name
+// (protocol.CheckToolName). Call it before publishing the first such call.
+func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) ([]jetstream.Consumer, error) {
 	if !protocol.KnownKind(kind) {
 		return nil, fmt.Errorf("bus: action kind %q is not one of %v", kind, protocol.Kinds)
 	}
@@ -614,25 +748,60 @@ func (b *Bus) EnsureToolConsumer(ctx context.Context, kind, tool string) (jetstr
 		return nil, fmt.Errorf("bus: %w", err)
 	}
 	name := ToolConsumer(kind, tool)
-	c, err := b.ensureConsumer(ctx, b.Stream, name, protocol.FilterToolCalls(kind, tool))
-	if err != nil {
-		return nil, err
+	out := make([]jetstream.Consumer, 0, len(b.Streams))
+	for k, s := range b.Streams {
+		c, err := b.ensureConsumer(ctx, s, name, protocol.FilterToolCallsIn(k, kind, tool))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	if _, err := b.Tools.Create(ctx, protocol.KeyTool(kind, tool), []byte(name)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("bus: list tool %s (%s): %w", tool, kind, err)
 	}
-	return c, nil
+	return out, nil
 }
 
 // SetToolInFlight makes n the most calls of tool of kind in flight at once across every worker
-// (its consumer's MaxAckPending). n ≤ 0 undoes a bound an earlier n set (the bus's default
+// (its consumers' MaxAckPending). n ≤ 0 undoes a bound an earlier n set (the bus's default
 // again) and leaves any other value as it is. Nothing is written when it is so already, or
 // with OpenOnly.
+//
+// On a record of S streams each stream's consumer holds a share of n (InFlightShares), and
+// together they hold n — but each at least one: a bound below S is held as S.
 func (b *Bus) SetToolInFlight(ctx context.Context, kind, tool string, n int) error {
-	c, err := b.EnsureToolConsumer(ctx, kind, tool)
+	cons, err := b.EnsureToolConsumer(ctx, kind, tool)
 	if err != nil || b.cfg.OpenOnly {
 		return err
 	}
+	shares := InFlightShares(n, len(cons))
+	for k, c := range cons {
+		if err := b.setInFlight(ctx, b.Streams[k], c, tool, shares[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InFlightShares divides a bound of n calls in flight (n ≤ 0: none) among the consumers of
+// streams streams: each at least 1, together n where n ≥ streams.
+func InFlightShares(n, streams int) []int {
+	out := make([]int, streams)
+	for k := range out {
+		if n <= 0 {
+			out[k] = n
+			continue
+		}
+		out[k] = max(1, n/streams)
+		if k < n%streams && n >= streams {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// setInFlight makes n the MaxAckPending of tool's consumer c of stream s (SetToolInFlight).
+func (b *Bus) setInFlight(ctx context.Context, s jetstream.Stream, c jetstream.Consumer, tool string, n int) error {
 	have := c.CachedInfo().Config
 	_, bound := have.Metadata[metaInFlight]
 	switch {
@@ -652,7 +821,7 @@ func (b *Bus) SetToolInFlight(ctx context.Context, kind, tool string, n int) err
 		have.Metadata = maps.Clone(have.Metadata)
 		delete(have.Metadata, metaInFlight)
 	}
-	if _, err := b.Stream.UpdateConsumer(ctx, have); err != nil {
+	if _, err := s.UpdateConsumer(ctx, have); err != nil {
 		return fmt.Errorf("bus: bound the calls of %s in flight to %d: %w", tool, have.MaxAckPending, err)
 	}
 	return nil
@@ -745,7 +914,7 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 			// otherwise would route a session's requests out of order without a word.
 			if have := c.CachedInfo().Config.MaxAckPending; have != 1 {
 				return nil, fmt.Errorf("bus: consumer %s allows %d messages in flight; it must allow 1 to keep each session's order: delete it (nats consumer rm %s %s) and Hermes recreates it",
-					name, have, protocol.StreamName, name)
+					name, have, stream.CachedInfo().Config.Name, name)
 			}
 		}
 		return c, nil

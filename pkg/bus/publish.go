@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,11 +58,22 @@ const (
 type Publisher struct {
 	js     jetstream.JetStream
 	sender protocol.Sender
+	// layout places each record subject in the stream of its session.
+	layout protocol.Layout
 }
 
-// NewPublisher returns a Publisher that stamps every message it publishes with sender.
+// NewPublisher returns a Publisher that stamps every message it publishes with sender, for a
+// record of one stream: Bus.NewPublisher publishes to the record as it is provisioned.
 func NewPublisher(js jetstream.JetStream, sender protocol.Sender) *Publisher {
 	return &Publisher{js: js, sender: sender}
+}
+
+// NewPublisher returns a Publisher that stamps every message it publishes with sender, and
+// publishes each message of a session (a subject of the record, written as its first stream
+// holds them: protocol's one-stream builders) to the record stream that keeps the session
+// (protocol.Layout.Place). It is the one place that decides where a session's messages go.
+func (b *Bus) NewPublisher(sender protocol.Sender) *Publisher {
+	return &Publisher{js: b.JS, sender: sender, layout: b.layout}
 }
 
 // Sender is the role and instance stamped on published messages.
@@ -131,6 +143,10 @@ func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *proto
 }
 
 func (p *Publisher) msg(subject string, m *protocol.Message, data []byte) *nats.Msg {
+	if p.layout.Streams() > 1 {
+		// The session is the last token of every subject of the record.
+		subject = p.layout.Place(subject, subject[strings.LastIndexByte(subject, '.')+1:])
+	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)
 	msg.Header.Set(HeaderType, string(m.Type))

@@ -41,7 +41,7 @@ func (b *Bus) PublishResult(ctx context.Context, p *Publisher, m *protocol.Messa
 	if err != nil {
 		return false, err
 	}
-	subject := protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID)
+	subject := b.layout.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID)
 	for n := 1; ; n++ {
 		msg := p.msg(subject, m, data)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
@@ -122,7 +122,7 @@ func (b *Bus) RedriveAfter(ctx context.Context, requestID, callID, session, tool
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return 0, err
 	}
-	last, err := b.lastRecorded(ctx, protocol.SubjectResult(requestID, callID, session))
+	last, err := b.lastRecorded(ctx, b.layout.SubjectResult(requestID, callID, session))
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return 0, nil

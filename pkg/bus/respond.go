@@ -78,7 +78,7 @@ func (b *Bus) recordResult(ctx context.Context, p *Publisher, m *protocol.Messag
 	earlier := func() (*Recorded, error) {
 		return b.trustedResult(ctx, m.RequestID, res.ToolCallID, m.SessionID, tools)
 	}
-	r, mine, err := b.recordOnce(ctx, p, protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m,
+	r, mine, err := b.recordOnce(ctx, p, b.layout.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID), m,
 		b.resultOf(ctx, m.RequestID, res.ToolCallID, tools), supersede, earlier)
 	if err == nil && tools.err != nil {
 		return nil, false, tools.err
@@ -103,7 +103,7 @@ func (b *Bus) Respond(ctx context.Context, p *Publisher, m *protocol.Message) (b
 	if m.Type != protocol.TypeResponse || m.MsgID == "" {
 		return false, fmt.Errorf("bus: Respond needs a response message with a msg_id, got %s", m.Type)
 	}
-	have, mine, err := b.recordOnce(ctx, p, protocol.SubjectResponse(m.RequestID, m.SessionID), m, responseOf(m.RequestID), nil, nil)
+	have, mine, err := b.recordOnce(ctx, p, b.layout.SubjectResponse(m.RequestID, m.SessionID), m, responseOf(m.RequestID), nil, nil)
 	if err == nil && !mine {
 		// Whoever waits for it may have missed the stream's announcement (the caller of a
 		// request posted again, a gateway reconnecting): this costs one message nobody stores.
@@ -207,7 +207,7 @@ func (b *Bus) recordOnce(ctx context.Context, p *Publisher, subject string, m *p
 		case err == nil:
 			// The same message id was stored within the duplicate window: this write's own
 			// earlier try, or another message under the same id.
-			if have, err = b.recordedAt(ctx, ack.Sequence); err != nil {
+			if have, err = b.recordedAt(ctx, ack.Stream, ack.Sequence); err != nil {
 				return nil, false, err
 			}
 			if bytes.Equal(have.Data, data) {
@@ -328,7 +328,7 @@ func (b *Bus) firstRecorded(ctx context.Context, subject string, valid counts) (
 func (b *Bus) scanRecorded(ctx context.Context, subject string, valid counts, limit int) (*Recorded, error) {
 	seq := uint64(1)
 	for range limit {
-		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
+		raw, err := b.leaderGet(ctx, subjectStream(subject), msgGetRequest{Seq: seq, NextFor: subject})
 		if err != nil {
 			return nil, err
 		}
@@ -359,17 +359,23 @@ type msgGetResponse struct {
 // leader, or returns an error wrapping ErrNotFound. Its Msg is nil when its bytes are no
 // HermesMessage.
 func (b *Bus) lastRecorded(ctx context.Context, subject string) (*Recorded, error) {
-	raw, err := b.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	raw, err := b.leaderGet(ctx, subjectStream(subject), msgGetRequest{LastFor: subject})
 	if err != nil {
 		return nil, err
 	}
 	return recordedOf(raw), nil
 }
 
-// recordedAt reads the message at seq from the stream leader; its Msg is nil when its bytes
-// are no HermesMessage.
-func (b *Bus) recordedAt(ctx context.Context, seq uint64) (*Recorded, error) {
-	raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq})
+// subjectStream is the record stream that holds subject (stream 0 for any subject of none).
+func subjectStream(subject string) string {
+	k, _ := protocol.StreamOfSubject(subject)
+	return protocol.RecordStream(k)
+}
+
+// recordedAt reads the message at seq of the record stream named stream from its leader; its
+// Msg is nil when its bytes are no HermesMessage.
+func (b *Bus) recordedAt(ctx context.Context, stream string, seq uint64) (*Recorded, error) {
+	raw, err := b.leaderGet(ctx, stream, msgGetRequest{Seq: seq})
 	if err != nil {
 		return nil, err
 	}
@@ -384,15 +390,20 @@ func recordedOf(raw *jetstream.RawStreamMsg) *Recorded {
 	return &Recorded{Msg: m, Data: raw.Data, Seq: raw.Sequence}
 }
 
-// RecordAt reads the message stored at seq in the record from the stream leader — never from
-// a replica that has not stored it yet — or returns an error wrapping ErrNotFound.
-func (b *Bus) RecordAt(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
-	return b.leaderGet(ctx, msgGetRequest{Seq: seq})
+// RecordAt reads the message stored at seq in the record stream named stream from the stream
+// leader — never from a replica that has not stored it yet — or returns an error wrapping
+// ErrNotFound. A stream that is none of the record's is refused.
+func (b *Bus) RecordAt(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if k, ok := protocol.RecordStreamIndex(stream); !ok || k >= len(b.Streams) {
+		return nil, fmt.Errorf("bus: %q is none of the record's %d streams", stream, len(b.Streams))
+	}
+	return b.leaderGet(ctx, stream, msgGetRequest{Seq: seq})
 }
 
-// leaderGet reads one message of the record from its stream leader: unlike a direct get,
-// never from a replica that has not caught up, so what was stored before is always seen.
-func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
+// leaderGet reads one message of the record stream named stream from its leader: unlike a
+// direct get, never from a replica that has not caught up, so what was stored before is always
+// seen.
+func (b *Bus) leaderGet(ctx context.Context, stream string, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -402,7 +413,7 @@ func (b *Bus) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawS
 	var resp msgGetResponse
 	// The leader may be changing: no one answers then, or the answer is "not available".
 	err := retry.Do(ctx, leaderRetry, time.Time{}, func() error {
-		reply, err := b.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+protocol.StreamName, body)
+		reply, err := b.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
 			return err
@@ -468,13 +479,13 @@ func (b *Bus) Results(ctx context.Context, requestID, session string, callIDs, n
 	subjects := make([]string, len(callIDs))
 	callOf := make(map[string]string, len(callIDs))
 	for i, id := range callIDs {
-		subjects[i] = protocol.SubjectResult(requestID, id, session)
+		subjects[i] = b.layout.SubjectResult(requestID, id, session)
 		callOf[subjects[i]] = id
 	}
 	err := retry.Do(ctx, leaderRetry, time.Now().Add(5*time.Second), func() error {
 		clear(out)
 		var top uint64
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, b.JS, protocol.StreamName, subjects)
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, b.JS, b.layout.StreamNameOf(session), subjects)
 		if err != nil {
 			return err
 		}
@@ -531,7 +542,7 @@ func (b *Bus) Result(ctx context.Context, requestID, callID, session, tool strin
 }
 
 func (b *Bus) result(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, *protocol.ToolResult, error) {
-	subject := protocol.SubjectResult(requestID, callID, session)
+	subject := b.layout.SubjectResult(requestID, callID, session)
 	valid := b.resultOf(ctx, requestID, callID, tools)
 	r, err := b.lastRecorded(ctx, subject)
 	switch {
@@ -562,12 +573,12 @@ const maxResultScan = 1024
 // the first that counts, or a later one that counts after a dead-letter processor's answer (a
 // re-drive's), looking at most at maxResultScan of them.
 func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session string, tools *toolsOf) (*Recorded, error) {
-	subject := protocol.SubjectResult(requestID, callID, session)
+	subject := b.layout.SubjectResult(requestID, callID, session)
 	valid := b.resultOf(ctx, requestID, callID, tools)
 	var found *Recorded
 	seq := uint64(1)
 	for range maxResultScan {
-		raw, err := b.leaderGet(ctx, msgGetRequest{Seq: seq, NextFor: subject})
+		raw, err := b.leaderGet(ctx, subjectStream(subject), msgGetRequest{Seq: seq, NextFor: subject})
 		if errors.Is(err, ErrNotFound) {
 			break
 		}
@@ -591,13 +602,22 @@ func (b *Bus) trustedResult(ctx context.Context, requestID, callID, session stri
 // wrapping ErrNotFound. session may be empty when the caller does not know it. A message on
 // the response's subject that is not a response of requestID is as good as none.
 func (b *Bus) Response(ctx context.Context, requestID, session string) (*Recorded, *protocol.Response, error) {
-	subject := protocol.FilterResponseOf(requestID)
-	if session != "" {
-		subject = protocol.SubjectResponse(requestID, session)
+	subjects := []string{b.layout.SubjectResponse(requestID, session)}
+	if session == "" { // in whichever stream holds it
+		subjects = subjects[:0]
+		for k := range b.layout.Streams() {
+			subjects = append(subjects, protocol.FilterResponseOfIn(k, requestID))
+		}
 	}
 	// The first response on the subject is the one: it is recorded first, once; what may
 	// follow it there is not a response of this request.
-	r, err := b.firstRecorded(ctx, subject, responseOf(requestID))
+	var r *Recorded
+	var err error
+	for _, subject := range subjects {
+		if r, err = b.firstRecorded(ctx, subject, responseOf(requestID)); !errors.Is(err, ErrNotFound) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -618,7 +638,7 @@ const directGetTimeout = 300 * time.Millisecond
 // replica has not stored it yet, as Response does, from the leader.
 func (b *Bus) AnnouncedResponse(ctx context.Context, requestID, session string) (*protocol.Response, error) {
 	dctx, cancel := context.WithTimeout(ctx, directGetTimeout) // the rest is the leader's
-	raw, err := b.Stream.GetMsg(dctx, 1, jetstream.WithGetMsgSubject(protocol.SubjectResponse(requestID, session)))
+	raw, err := b.StreamOf(session).GetMsg(dctx, 1, jetstream.WithGetMsgSubject(b.layout.SubjectResponse(requestID, session)))
 	cancel()
 	if err == nil {
 		if r := recordedOf(raw); responseOf(requestID)(r) {

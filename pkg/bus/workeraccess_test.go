@@ -40,8 +40,12 @@ func TestWorkerAccessForChecksItsNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Inbox != "_INBOX_crm-worker" || !slices.Equal(a.Subscribe, []string{"_INBOX_crm-worker.>", protocol.FilterEvents(protocol.EventCancel), "$SRV.>", "hermes.svc.toolworker.>",
-		"hermes.fast.call.*.crm_lookup", "hermes.fast.call.*.order_query"}) {
+	var cancels []string
+	for k := range protocol.MaxRecordStreams {
+		cancels = append(cancels, protocol.FilterEventsIn(k, protocol.EventCancel))
+	}
+	if a.Inbox != "_INBOX_crm-worker" || !slices.Equal(a.Subscribe, slices.Concat([]string{"_INBOX_crm-worker.>"}, cancels, []string{"$SRV.>", "hermes.svc.toolworker.>",
+		"hermes.fast.call.*.crm_lookup", "hermes.fast.call.*.order_query"})) {
 		t.Errorf("inbox %q, subscribes %q", a.Inbox, a.Subscribe)
 	}
 	// Its rights over the record's consumers and the tools' keys are those of its tools' and
@@ -50,15 +54,25 @@ func TestWorkerAccessForChecksItsNames(t *testing.T) {
 	for _, tool := range []string{"crm_lookup", "order_query"} {
 		for _, k := range protocol.Kinds {
 			c := bus.ToolConsumer(k, tool)
-			want = append(want, "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+c, "$JS.ACK."+protocol.StreamName+"."+c+".>",
-				"$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+c+"."+protocol.FilterToolCalls(k, tool), "$KV."+bus.BucketTools+"."+k+"."+tool)
+			for s := range protocol.MaxRecordStreams { // each stream a record may have
+				stream := protocol.RecordStream(s)
+				want = append(want, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c, "$JS.ACK."+stream+"."+c+".>",
+					"$JS.API.CONSUMER.CREATE."+stream+"."+c+"."+protocol.FilterToolCallsIn(s, k, tool))
+			}
+			want = append(want, "$KV."+bus.BucketTools+"."+k+"."+tool)
 		}
 	}
 	want = append(want, "$KV."+bus.BucketTools+".mcpstate.>")
 	tooled := func(s string) bool {
-		for _, p := range []string{"$JS.API.CONSUMER.MSG.NEXT." + protocol.StreamName + ".", "$JS.API.CONSUMER.CREATE." + protocol.StreamName + ".", "$JS.ACK." + protocol.StreamName + ".", "$KV." + bus.BucketTools + "."} {
-			if strings.HasPrefix(s, p) {
-				return true
+		if strings.HasPrefix(s, "$KV."+bus.BucketTools+".") {
+			return true
+		}
+		for k := range protocol.MaxRecordStreams {
+			stream := protocol.RecordStream(k)
+			for _, p := range []string{"$JS.API.CONSUMER.MSG.NEXT." + stream + ".", "$JS.API.CONSUMER.CREATE." + stream + ".", "$JS.ACK." + stream + "."} {
+				if strings.HasPrefix(s, p) {
+					return true
+				}
 			}
 		}
 		return false

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -10,8 +9,11 @@ import (
 // Subjects. The session id is always the last token, so one consumer filtering on
 // "hermes.*.<session>" and "hermes.*.*.<session>" reads a session's whole record in order.
 // Builders take ids already validated by a decoder or CheckID; they do not validate again.
+// The record's builders here name the subjects of a record of one stream (stream 0); a record
+// of several keeps each session in one of them, under subjects Layout builds.
 const (
-	// StreamName is the JetStream stream that records every message of every session.
+	// StreamName is the JetStream stream that records every message of every session: the
+	// first record stream, the only one of a record of one (RecordStream).
 	StreamName = "HERMES"
 
 	subjectRoot = "hermes"
@@ -19,17 +21,21 @@ const (
 
 // StreamSubjects are the subjects the record stream captures. Each has a fixed number of
 // tokens, so a publish to a malformed subject is refused by the server rather than recorded.
-func StreamSubjects() []string {
+func StreamSubjects() []string { return StreamSubjectsOf(0) }
+
+// StreamSubjectsOf are the subjects record stream k (RecordStream) captures: those of root k.
+func StreamSubjectsOf(k int) []string {
+	root := RecordRoot(k)
 	s := []string{
-		subjectRoot + ".request.*",
-		FilterFastRecordedRequests,
-		subjectRoot + ".result.*",
-		subjectRoot + ".result.*.*",
-		subjectRoot + ".response.*.*",
-		subjectRoot + ".event.*.*",
+		root + ".request.*",
+		root + ".request.fast.*",
+		root + ".result.*",
+		root + ".result.*.*",
+		root + ".response.*.*",
+		root + ".event.*.*",
 	}
-	for _, k := range Kinds {
-		s = append(s, subjectRoot+".tool_"+k+".*.*")
+	for _, kind := range Kinds {
+		s = append(s, root+".tool_"+kind+".*.*")
 	}
 	return s
 }
@@ -143,14 +149,12 @@ const (
 
 // RequestTransform is the record stream's subject transform for n partitions:
 // hermes.request.<session> is stored as hermes.request.<partition>.<session>.
-func RequestTransform(n int) (source, destination string) {
-	return subjectRoot + ".request.*", fmt.Sprintf("%s.request.{{partition(%d,1)}}.{{wildcard(1)}}", subjectRoot, n)
-}
+func RequestTransform(n int) (source, destination string) { return RequestTransformIn(0, n) }
 
 // RequestPartitionsOf returns the number of partitions a RequestTransform destination spreads
 // requests over, and false for any other destination.
 func RequestPartitionsOf(destination string) (int, bool) {
-	rest, ok := strings.CutPrefix(destination, subjectRoot+".request.{{partition(")
+	rest, ok := strings.CutPrefix(CanonicalSubject(destination), subjectRoot+".request.{{partition(")
 	if !ok {
 		return 0, false
 	}
@@ -204,7 +208,7 @@ func SubjectRedrivenResult(session string) string { return prefixResult + sessio
 
 // IsRedrivenResultSubject reports whether subject is a SubjectRedrivenResult (three tokens).
 func IsRedrivenResultSubject(subject string) bool {
-	rest, ok := strings.CutPrefix(subject, prefixResult)
+	rest, ok := strings.CutPrefix(CanonicalSubject(subject), prefixResult)
 	return ok && !strings.Contains(rest, ".")
 }
 
@@ -231,9 +235,7 @@ const (
 )
 
 // LiveResponseRepublish is the record stream's republish rule: source and destination.
-func LiveResponseRepublish() (source, destination string) {
-	return prefixResponse + "*.*", subjectRoot + ".live.response.{{wildcard(1)}}.{{wildcard(2)}}"
-}
+func LiveResponseRepublish() (source, destination string) { return LiveResponseRepublishIn(0) }
 
 // LiveResponseRequest returns the request_id a SubjectLiveResponse names.
 func LiveResponseRequest(subject string) (string, bool) {
@@ -398,9 +400,14 @@ func RedriveID(seq uint64, nanos int64) string {
 	return strconv.FormatUint(seq, 10) + "-" + strconv.FormatInt(nanos, 10)
 }
 
-// MsgIDDeadLetter identifies the dead letter of the message consumer gave up at stream
-// sequence seq.
-func MsgIDDeadLetter(consumer string, seq uint64) string {
+// MsgIDDeadLetter identifies the dead letter of the message consumer of stream gave up at
+// stream sequence seq. The record's consumers have the same names in each of its streams, so
+// the ids of the second and later record streams name the stream; the others' do not (as they
+// did before a record had more than one).
+func MsgIDDeadLetter(stream, consumer string, seq uint64) string {
+	if k, ok := RecordStreamIndex(stream); ok && k > 0 {
+		consumer = stream + ":" + consumer
+	}
 	return "dlq:" + consumer + ":" + strconv.FormatUint(seq, 10)
 }
 

@@ -69,7 +69,7 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 	if nc == nil {
 		return func() {}, nil
 	}
-	sub, err := nc.Subscribe(protocol.FilterEvents(protocol.EventCancel), func(msg *nats.Msg) {
+	on := func(msg *nats.Msg) {
 		m, err := protocol.Unmarshal(msg.Data)
 		if err != nil || m.Type != protocol.TypeCancel {
 			return
@@ -85,11 +85,23 @@ func (w *Worker) listenForCancels(ctx context.Context) (stop func(), err error) 
 		// Handled here, one event after another: a flood of (forged) events costs a ledger
 		// read per running call of the request each, never a goroutine each.
 		w.stopCancelled(ctx, m.RequestID, by, calls)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: listen for cancellations: %w", err)
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	// Each record stream's sessions' cancellations (one subscription each).
+	var subs []*nats.Subscription
+	stop = func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}
+	for k := range w.cfg.Bus.Layout().Streams() {
+		sub, err := nc.Subscribe(protocol.FilterEventsIn(k, protocol.EventCancel), on)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("worker: listen for cancellations: %w", err)
+		}
+		subs = append(subs, sub)
+	}
+	return stop, nil
 }
 
 // stopCancelled stops each of calls whose claim is marked cancelled; by names who cancelled.

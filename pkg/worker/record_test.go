@@ -62,10 +62,11 @@ func TestAWorkerReadsNoMessageOfTheRecord(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	}()
-	cons, err := admin.EnsureToolConsumer(ctx, protocol.ActionGo, "t")
+	all, err := admin.EnsureToolConsumer(ctx, protocol.ActionGo, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cons := all[0]
 	// dispatch publishes a call and returns once the worker has acknowledged it.
 	dispatch := func(rid, msgID string, hdr nats.Header) {
 		t.Helper()

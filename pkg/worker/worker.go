@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"log/slog"
 	"slices"
 	"sync"
@@ -152,7 +153,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, serving: map[string]bool{}, pools: cfg.Pools.make(),
 		execs: map[string]Executor{}, fixed: map[string][]string{}, sets: map[string]ToolSet{},
-		pub: bus.NewPublisher(cfg.Bus.JS, protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
+		pub: cfg.Bus.NewPublisher(protocol.Sender{Role: protocol.RoleToolWorker, Instance: cfg.Instance})}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
@@ -379,13 +380,21 @@ func (w *Worker) serve(ctx context.Context, kind, tool string) error {
 	// The lease and progress signals follow the consumer's own ack deadline (set when it was
 	// created, possibly by another process with another configuration).
 	lease := w.cfg.Bus.Config().AckWait
-	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+	if info := cons[0].CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		lease = info.Config.AckWait
 	}
 	r := &runner{w: w, kind: kind, ledger: ledger.New(w.cfg.Bus.Claims, w.cfg.Instance, lease)}
-	name := cons.CachedInfo().Name
+	name := cons[0].CachedInfo().Name
 	log := w.log.With("tool", tool, "consumer", name)
-	log.Info("serving tool", "kind", kind)
-	return (&bus.Subscriber{Consumer: cons, Handler: bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool),
-		Concurrency: w.cfg.Concurrency, Progress: lease / 3, Pool: func() *bus.Pool { return w.Pool(tool) }, Logger: log}).Run(ctx)
+	log.Info("serving tool", "kind", kind, "record_streams", len(cons))
+	h := bus.Messages(bus.HandlerFunc(r.handle), log, "hermes.tool "+tool)
+	// One subscriber per record stream; the tool's pool (its bulkhead) bounds them together.
+	g, ctx := errgroup.WithContext(ctx)
+	for _, c := range cons {
+		g.Go(func() error {
+			return (&bus.Subscriber{Consumer: c, Handler: h, Concurrency: w.cfg.Concurrency, Progress: lease / 3,
+				Pool: func() *bus.Pool { return w.Pool(tool) }, Logger: log}).Run(ctx)
+		})
+	}
+	return g.Wait()
 }

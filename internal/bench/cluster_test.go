@@ -39,3 +39,29 @@ func BenchmarkClusterPartitions(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClusterStreams compares a record of one stream with one of several — each stream its
+// own store loop and, on the cluster, its own Raft group whose leader may be another node — on
+// one server and on a 3-node cluster, with the same 24 request partitions: 1-call requests at
+// 32 clients over the durable path.
+func BenchmarkClusterStreams(b *testing.B) {
+	for _, cluster := range []bool{false, true} {
+		for _, streams := range []int{1, 3} {
+			name := fmt.Sprintf("server=one/streams=%d", streams)
+			if cluster {
+				name = fmt.Sprintf("server=cluster3/streams=%d", streams)
+			}
+			b.Run(name, func(b *testing.B) {
+				cfg := app.SystemConfig{Instance: "bench", Worker: app.WorkerConfig{Concurrency: 64, Pools: worker.Pools{}},
+					Fast: app.FastLaneConfig{Off: true}, Bus: bus.Config{Partitions: 24, Streams: streams}}
+				if cluster {
+					c := bustest.NewCluster(b)
+					cfg.NATSURL, cfg.Bus.Replicas = c.URL(), bustest.ClusterSize
+				}
+				sys := runSystem(b, cfg, "echo", "{}")
+				run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}",
+					RunID: fmt.Sprintf("cs%d-%d", os.Getpid(), runs.Add(1))}).Do)
+			})
+		}
+	}
+}

@@ -529,9 +529,11 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "not connected to NATS"})
 		return
 	}
-	if _, err := g.cfg.Bus.Stream.Info(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "stream not reachable"})
-		return
+	for _, s := range g.cfg.Bus.Streams { // each of the record's
+		if _, err := s.Info(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "stream not reachable"})
+			return
+		}
 	}
 	if g.book != nil && !g.book.Following() {
 		// Until then the listings offer nobody a tool.

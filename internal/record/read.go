@@ -185,9 +185,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, filters []string, ready
 	}, ready, h, "follow")
 }
 
-// consumeAll runs consume on each part at once, with the ordered consumer cfg makes of it; h is
-// called one message at a time, and ready once every consumer exists. It returns the first
-// error; nil once ctx is done.
+// consumeAll runs consume on each part at once, with the ordered consumer cfg makes of it. As
+// with one consumer, ready is called once every consumer exists and before the first message,
+// and h with one message at a time; neither after consumeAll returns, and ready not at all when
+// a consumer failed first. It returns the first error; nil once ctx is done.
 func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg func(part) jetstream.OrderedConsumerConfig, ready func(), h Handler, what string) error {
 	if len(parts) == 1 {
 		return consume(ctx, js, parts[0].stream, cfg(parts[0]), ready, h, what)
@@ -195,9 +196,19 @@ func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg f
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
+	opened := make(chan struct{}) // closed once ready has been called (or never will be)
+	failed := false
 	one := func(e *Entry) error {
+		select {
+		case <-opened:
+		case <-ctx.Done():
+			return nil
+		}
 		mu.Lock()
 		defer mu.Unlock()
+		if failed || ctx.Err() != nil {
+			return nil
+		}
 		return h(e)
 	}
 	var started sync.WaitGroup
@@ -207,18 +218,24 @@ func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg f
 		go func() {
 			var once sync.Once
 			err := consume(ctx, js, p.stream, cfg(p), func() { once.Do(started.Done) }, one, what)
-			once.Do(started.Done)
 			if err != nil {
+				mu.Lock()
+				failed = true
+				mu.Unlock()
 				cancel()
 			}
+			once.Do(started.Done)
 			errs <- err
 		}()
 	}
 	go func() {
 		started.Wait()
-		if ready != nil && ctx.Err() == nil {
+		mu.Lock()
+		if ready != nil && !failed && ctx.Err() == nil {
 			ready()
 		}
+		mu.Unlock()
+		close(opened)
 	}()
 	var first error
 	for range parts {
@@ -226,6 +243,8 @@ func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg f
 			first = err
 		}
 	}
+	cancel()
+	<-opened // ready is not called after this returns
 	return first
 }
 
@@ -279,13 +298,9 @@ func startConfig(filters []string, from Start) jetstream.OrderedConsumerConfig {
 
 // openStreams opens the record's streams, stream k at index k, and returns its layout.
 func openStreams(ctx context.Context, js jetstream.JetStream) ([]jetstream.Stream, protocol.Layout, error) {
-	first, err := openStream(ctx, js, protocol.StreamName)
+	first, l, err := openLayout(ctx, js)
 	if err != nil {
-		return nil, protocol.Layout{}, err
-	}
-	l, err := bus.RecordLayout(first.CachedInfo().Config)
-	if err != nil {
-		return nil, l, fmt.Errorf("record: %w", err)
+		return nil, l, err
 	}
 	out := []jetstream.Stream{first}
 	for k := 1; k < l.Streams(); k++ {
@@ -296,6 +311,19 @@ func openStreams(ctx context.Context, js jetstream.JetStream) ([]jetstream.Strea
 		out = append(out, s)
 	}
 	return out, l, nil
+}
+
+// openLayout opens the record's first stream and reads the record's layout from it.
+func openLayout(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, protocol.Layout, error) {
+	first, err := openStream(ctx, js, protocol.StreamName)
+	if err != nil {
+		return nil, protocol.Layout{}, err
+	}
+	l, err := bus.RecordLayout(first.CachedInfo().Config)
+	if err != nil {
+		return nil, l, fmt.Errorf("record: %w", err)
+	}
+	return first, l, nil
 }
 
 func openStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
@@ -394,9 +422,10 @@ func nextMsg(ctx context.Context, it jetstream.MessagesContext, cons jetstream.C
 // SessionStream opens the record stream that holds session's messages, and returns it with the
 // record's layout (which names their subjects there).
 func SessionStream(ctx context.Context, js jetstream.JetStream, session string) (jetstream.Stream, protocol.Layout, error) {
-	streams, l, err := openStreams(ctx, js)
-	if err != nil {
-		return nil, l, err
+	first, l, err := openLayout(ctx, js)
+	if err != nil || l.StreamOf(session) == 0 {
+		return first, l, err
 	}
-	return streams[l.StreamOf(session)], l, nil
+	s, err := openStream(ctx, js, l.StreamNameOf(session))
+	return s, l, err
 }

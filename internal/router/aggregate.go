@@ -75,17 +75,19 @@ func (a *aggregator) handle(ctx context.Context, d *bus.Delivery) error {
 	rec := &answer.Record{RequestID: m.RequestID, SessionID: m.SessionID, CallIDs: callIDs, Names: names, AtLeast: d.StreamSeq,
 		Held: &bus.Recorded{Msg: m, Data: d.Data, Seq: d.StreamSeq}, HeldCall: res.ToolCallID,
 		Cause: cause, Trace: trace, Serial: serial}
+	// A result counts where the session's stream keeps it, and only there.
+	redriven := d.Subject == a.bus.Layout().SubjectRedrivenResult(m.SessionID)
 	switch {
-	case protocol.IsRedrivenResultSubject(d.Subject):
+	case redriven:
 		// A copy on the session's subject (a re-drive): the results are read from the stream
 		// leader, the call's own among them.
 		rec.AtLeast, rec.Held = 0, nil
-	case protocol.CanonicalSubject(d.Subject) != protocol.SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
+	case d.Subject != a.bus.Layout().SubjectResult(m.RequestID, res.ToolCallID, m.SessionID):
 		// Not on its own call's subject (no Hermes service puts it there): it is not what
 		// was recorded for its call; the record says what was.
 		rec.AtLeast, rec.Held = 0, nil
 	}
-	if g := grantOf(m); g != nil && a.release != nil && (rec.Held != nil || protocol.IsRedrivenResultSubject(d.Subject)) {
+	if g := grantOf(m); g != nil && a.release != nil && (rec.Held != nil || redriven) {
 		// The call's result is on the record: its turn on the resource it changed ends, and
 		// the next call in line gets it. (A result not on its own call's subject ends none.)
 		if err := a.release(ctx, g, m.RequestID, res.ToolCallID, m.SessionID, res.Status); err != nil {

@@ -199,9 +199,15 @@ func (r *Router) Run(ctx context.Context) error {
 	results := bus.Messages(r.fastRecorded(bus.HandlerFunc(r.agg.handle)), r.log, "hermes.aggregate")
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.routeRequests(ctx, requests) })
-	for _, c := range resCons { // each record stream's results
+	// Each record stream's results; together no more at once than one stream's would be.
+	var pool func() *bus.Pool
+	if len(resCons) > 1 {
+		shared := bus.NewPool(max(r.cfg.Concurrency, 1))
+		pool = func() *bus.Pool { return shared }
+	}
+	for _, c := range resCons {
 		g.Go(func() error {
-			return (&bus.Subscriber{Consumer: c, Handler: results, Concurrency: r.cfg.Concurrency, Logger: r.log}).Run(ctx)
+			return (&bus.Subscriber{Consumer: c, Handler: results, Concurrency: r.cfg.Concurrency, Pool: pool, Logger: r.log}).Run(ctx)
 		})
 	}
 	// Timers of parked requests go off wherever a router runs.

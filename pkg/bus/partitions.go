@@ -143,7 +143,7 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 		repartitionStep("before the transform")
 		// The first stream's transform is the number every process reads: it changes last.
 		for k := len(b.Streams) - 1; k >= 0; k-- {
-			if err := b.spreadRequests(ctx, k, n); err != nil {
+			if err := spreadRequests(ctx, b.JS, b.Streams[k], k, n); err != nil {
 				return done, err
 			}
 		}
@@ -159,16 +159,16 @@ func (b *Bus) Repartition(ctx context.Context, n int) (Repartitioned, error) {
 	return done, err
 }
 
-// spreadRequests makes record stream k's transform spread its requests over n partitions.
-func (b *Bus) spreadRequests(ctx context.Context, k, n int) error {
-	have, err := b.Streams[k].Info(ctx)
+// spreadRequests makes record stream k's (s's) transform spread its requests over n partitions.
+func spreadRequests(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k, n int) error {
+	have, err := s.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
 	}
 	cfg := have.Config
 	src, dest := protocol.RequestTransformIn(k, n)
 	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
-	if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("bus: spread stream %s's requests over %d partitions: %w", protocol.RecordStream(k), n, err)
 	}
 	return nil

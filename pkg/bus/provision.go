@@ -249,9 +249,15 @@ func (c Config) withDefaults() Config {
 		c.DeadLetterMaxAge = 30 * 24 * time.Hour
 	}
 	if c.Partitions == 0 {
+		// A multiple of the streams (each partition lies in one): rounded up, or down where
+		// up is beyond the most.
+		s := max(c.Streams, 1)
 		c.Partitions = DefaultPartitions()
-		if s := max(c.Streams, 1); c.Partitions%s != 0 {
+		if c.Partitions%s != 0 {
 			c.Partitions += s - c.Partitions%s
+		}
+		if c.Partitions > protocol.MaxRequestPartitions {
+			c.Partitions = protocol.MaxRequestPartitions - protocol.MaxRequestPartitions%s
 		}
 	}
 	return c
@@ -428,6 +434,18 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, err
 	}
+	// The record's layout is its first stream's, whoever created it: another process may have,
+	// with another number of streams, since it was looked at above.
+	if made, err := RecordLayout(stream.CachedInfo().Config); err != nil {
+		return nil, err
+	} else if made.Streams() != layout.Streams() {
+		if explicitStreams {
+			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: a record's streams are set when it is created)",
+				made.Streams(), layout.Streams()))
+		}
+		layout = made
+		runCfg.Streams = made.Streams()
+	}
 	src, dest := protocol.RequestTransform(cfg.Partitions)
 	dlq, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:        protocol.DLQStreamName,
@@ -481,8 +499,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 		if n, ok := recordPartitions(s.CachedInfo().Config); !ok || n != partitions {
-			return nil, fmt.Errorf("bus: stream %s spreads requests over other partitions than %s (its subject transform is %s, %s's is %s): run hermes provision --partitions %d",
-				s.CachedInfo().Config.Name, protocol.StreamName, transformText(s.CachedInfo().Config), protocol.StreamName, transformText(stream.CachedInfo().Config), partitions)
+			// A change of the partitions cut short (Repartition changes the first stream
+			// last): the first stream's number is the record's.
+			if cfg.OpenOnly {
+				return nil, fmt.Errorf("bus: stream %s spreads requests over other partitions than %s (its subject transform is %s, %s's is %s): run hermes provision",
+					s.CachedInfo().Config.Name, protocol.StreamName, transformText(s.CachedInfo().Config), protocol.StreamName, transformText(stream.CachedInfo().Config))
+			}
+			if err := spreadRequests(ctx, js, s, k, partitions); err != nil {
+				return nil, err
+			}
+			drift = append(drift, fmt.Sprintf("stream %s spread requests over other partitions than %s: now over its %d", s.CachedInfo().Config.Name, protocol.StreamName, partitions))
 		}
 		streams = append(streams, s)
 	}

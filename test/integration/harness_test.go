@@ -423,8 +423,15 @@ func (s *system) partitionOf(session string) int {
 	return protocol.RequestPartition(session, s.admin.Partitions())
 }
 
-// stored returns every message stored in the record stream, in order.
-func (s *system) stored() []*jetstream.RawStreamMsg { return s.storedIn(protocol.StreamName) }
+// stored returns every message stored in the record: each stream's in order, stream after
+// stream (each session's messages are in one).
+func (s *system) stored() []*jetstream.RawStreamMsg {
+	var out []*jetstream.RawStreamMsg
+	for k := range s.admin.Layout().Streams() {
+		out = append(out, s.storedIn(protocol.RecordStream(k))...)
+	}
+	return out
+}
 
 // deadLetters returns the dead letters, in order.
 func (s *system) deadLetters() []*jetstream.RawStreamMsg {

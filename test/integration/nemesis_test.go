@@ -45,12 +45,13 @@ func TestNemesis(t *testing.T) {
 }
 
 // TestNemesisCluster is TestNemesis on a 3-node cluster with 3 replicas, where the server fault
-// is a node stopped (the record's leader, the meta leader or another) and restarted.
+// is a node stopped (a record stream's leader, the meta leader or another) and restarted. The
+// record is kept in 3 streams, whose leaders spread over the nodes.
 func TestNemesisCluster(t *testing.T) {
 	long(t, "nemesis on a cluster")
 	c := bustest.NewCluster(t)
 	s := start(t, options{natsURL: c.URL(), routers: -1, workers: 0,
-		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second, Partitions: 5}})
+		bus: bus.Config{Replicas: bustest.ClusterSize, AckWait: 2 * time.Second, Partitions: 6, Streams: 3}})
 	runNemesis(t, s, &nemesis{cluster: c})
 }
 
@@ -184,7 +185,8 @@ func (n *nemesis) inject() {
 			n.counts[f]--
 		}
 	case "poison":
-		subjects := []string{protocol.SubjectRequest("nem_poison"), protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), protocol.SubjectRedrivenResult("nem_poison")}
+		l := n.s.admin.Layout()
+		subjects := []string{l.SubjectRequest("nem_poison"), l.SubjectToolCall(protocol.ActionHTTP, "echo", "nem_poison"), l.SubjectRedrivenResult("nem_poison")}
 		garbage := [][]byte{[]byte("not msgpack"), {0xdd, 0xff, 0xff, 0xff, 0xff}, {}, {0x91, 0x91, 0x91}}
 		msg := &nats.Msg{Subject: subjects[n.rng.IntN(len(subjects))], Data: garbage[n.rng.IntN(len(garbage))]}
 		if _, err := n.s.js.PublishMsg(n.s.ctx, msg); err != nil {
@@ -199,7 +201,8 @@ func (n *nemesis) inject() {
 // two (a request's given-up result, and perhaps its copy or its sibling: given up twice). It
 // hands back anything else at once. It reports whether it gave any up.
 func (n *nemesis) giveUpResult() bool {
-	cons, err := n.s.js.Consumer(n.s.ctx, protocol.StreamName, bus.ConsumerRouterResults)
+	stream := protocol.RecordStream(n.rng.IntN(n.s.admin.Layout().Streams()))
+	cons, err := n.s.js.Consumer(n.s.ctx, stream, bus.ConsumerRouterResults)
 	if err != nil {
 		n.t.Logf("give-up-result: %v (the server may be restarting)", err)
 		return false
@@ -250,7 +253,7 @@ func (n *nemesis) duplicate() {
 		subject = protocol.SubjectRedrivenResult(m.SessionID)
 	}
 	m.MsgID += fmt.Sprintf(":nemesis-%d", n.counts["duplicate"])
-	pub := bus.NewPublisher(n.s.js, m.Sender)
+	pub := n.s.admin.NewPublisher(m.Sender) // to the stream that keeps the session
 	if _, err := pub.Publish(n.s.ctx, subject, m); err != nil {
 		n.t.Logf("duplicate publish: %v (the server may be restarting)", err)
 	}

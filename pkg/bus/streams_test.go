@@ -1,0 +1,166 @@
+package bus_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+func TestARecordKeepsTheStreamsItWasCreatedWith(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Streams: 3, Partitions: 6})
+	if b.Layout().Streams() != 3 || len(b.Streams) != 3 || b.Partitions() != 6 {
+		t.Fatalf("%d streams (%d opened), %d partitions", b.Layout().Streams(), len(b.Streams), b.Partitions())
+	}
+	for k, s := range b.Streams {
+		if name := s.CachedInfo().Config.Name; name != protocol.RecordStream(k) {
+			t.Errorf("stream %d is %s", k, name)
+		}
+	}
+	// Each partition's consumer in the stream that holds its sessions.
+	for p := range 6 {
+		if _, err := b.Streams[p%3].Consumer(ctx, bus.RequestConsumer(p)); err != nil {
+			t.Errorf("partition %d in stream %d: %v", p, p%3, err)
+		}
+	}
+	// A process configured otherwise, or not at all, opens the record as it is.
+	for _, streams := range []int{0, 1, 5} {
+		other, err := bus.Provision(ctx, b.JS, bus.Config{Streams: streams})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.Layout().Streams() != 3 || len(other.Streams) != 3 {
+			t.Errorf("configured with %d: opened %d streams", streams, other.Layout().Streams())
+		}
+		if said := strings.Join(other.Drift, "\n"); (streams == 1 || streams == 5) != strings.Contains(said, "kept in 3 streams") {
+			t.Errorf("configured with %d, drift: %s", streams, said)
+		}
+	}
+	// Partitions that do not divide among the streams are refused, saying why.
+	if _, err := bus.Provision(ctx, b.JS, bus.Config{Partitions: 7}); err == nil || !strings.Contains(err.Error(), "multiple") {
+		t.Errorf("7 partitions over 3 streams: %v", err)
+	}
+	if _, err := b.Repartition(ctx, 8); err == nil || !strings.Contains(err.Error(), "multiple") {
+		t.Errorf("Repartition(8) over 3 streams: %v", err)
+	}
+}
+
+// Two processes creating the record at once with different numbers of streams agree on the one
+// that created it.
+func TestProcessesCreatingTheRecordAtOnceAgreeOnItsStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *bus.Bus, 2)
+	errs := make(chan error, 2)
+	for _, streams := range []int{1, 4} {
+		go func() {
+			b, err := bus.Provision(ctx, js, bus.Config{Streams: streams, Partitions: 16})
+			errs <- err
+			got <- b
+		}()
+	}
+	var layouts []int
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		b := <-got
+		layouts = append(layouts, b.Layout().Streams())
+		if len(b.Streams) != b.Layout().Streams() {
+			t.Errorf("layout of %d streams, %d opened", b.Layout().Streams(), len(b.Streams))
+		}
+	}
+	first, err := js.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := bus.RecordLayout(first.CachedInfo().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range layouts {
+		if n != made.Streams() {
+			t.Errorf("the processes use %v streams; the record was made with %d", layouts, made.Streams())
+		}
+	}
+}
+
+// A change of the partitions cut short — the later streams changed, the first not — is put right
+// by the next provisioning: the first stream's number is the record's.
+func TestAPartitionChangeCutShortIsPutRight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Streams: 2, Partitions: 8})
+	cfg := b.Streams[1].CachedInfo().Config
+	src, dest := protocol.RequestTransformIn(1, 4)
+	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
+	if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Provision(ctx, b.JS, bus.Config{OpenOnly: true}); err == nil || !strings.Contains(err.Error(), "other partitions") {
+		t.Errorf("opened as it is: %v", err)
+	}
+	again, err := bus.Provision(ctx, b.JS, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Partitions() != 8 || !strings.Contains(strings.Join(again.Drift, "\n"), "now over its 8") {
+		t.Errorf("%d partitions, drift %q", again.Partitions(), again.Drift)
+	}
+	info, err := again.Streams[1].Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, want := protocol.RequestTransformIn(1, 8); info.Config.SubjectTransform.Destination != want {
+		t.Errorf("stream %s's transform %s, want %s", protocol.RecordStream(1), info.Config.SubjectTransform.Destination, want)
+	}
+}
+
+func TestTheDefaultPartitionsFitTheStreams(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
+	for _, cores := range []int{1, 2, 5, 32, 64} {
+		runtime.GOMAXPROCS(cores)
+		for streams := 1; streams <= protocol.MaxRecordStreams; streams++ {
+			n := bus.WithDefaults(bus.Config{Streams: streams}).Partitions
+			if n < 1 || n > protocol.MaxRequestPartitions || n%streams != 0 {
+				t.Errorf("%d cores, %d streams: %d partitions by default", cores, streams, n)
+			}
+		}
+	}
+}
+
+func TestInFlightSharesHoldTheBound(t *testing.T) {
+	for _, c := range []struct {
+		n, streams int
+		want       []int
+	}{
+		{10, 1, []int{10}}, {10, 3, []int{4, 3, 3}}, {3, 3, []int{1, 1, 1}}, {1, 3, []int{1, 1, 1}}, {0, 2, []int{0, 0}}, {-1, 2, []int{-1, -1}},
+	} {
+		got := bus.InFlightShares(c.n, c.streams)
+		if len(got) != len(c.want) {
+			t.Fatalf("InFlightShares(%d, %d) = %v", c.n, c.streams, got)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("InFlightShares(%d, %d) = %v, want %v", c.n, c.streams, got, c.want)
+				break
+			}
+		}
+	}
+}

@@ -15,7 +15,8 @@ import (
 // removes. Run it once per deployment with a user that may manage streams; the services can
 // then run with --no-provision and without that right. With --partitions it also changes how
 // many partitions an existing record spreads requests over (bus.Bus.Repartition), which it
-// refuses while routers run or requests wait to be routed.
+// refuses while routers run or requests wait to be routed; with --streams, how many streams it
+// is kept in (bus.Bus.Restream), which it refuses while any service runs or anything waits.
 func RunProvision(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("provision", "hermes provision [flags]", env.Stderr)
 	var c common
@@ -26,9 +27,10 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	}
 	cfg := c.busConfig()
 	cfg.NoProvision = false // provisioning is what this command is for
-	// An existing record keeps its partitions while the bus is opened (a service configured
-	// otherwise must not move sessions); --partitions is applied below, as a migration.
-	cfg.Partitions = 0
+	// An existing record keeps its partitions and streams while the bus is opened (a service
+	// configured otherwise must not move sessions); --partitions and --streams are applied
+	// below, as migrations.
+	cfg.Partitions, cfg.Streams = 0, 0
 	opts, err := c.natsAuth.options()
 	if err != nil {
 		return err
@@ -38,14 +40,17 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	if c.streams != 0 && c.streams != b.Layout().Streams() {
-		return fmt.Errorf("provision: the record is kept in %d streams; --streams %d applies to a record not yet created (moving sessions between the streams of a record that exists is not done by hermes provision)",
-			b.Layout().Streams(), c.streams)
-	}
 	partitions := fmt.Sprint(b.Partitions())
 	var notes []string
-	if c.partitions != 0 {
-		done, err := b.Repartition(ctx, c.partitions)
+	restream := c.streams != 0 && c.streams != b.Layout().Streams()
+	want := c.partitions
+	if restream && want == 0 && b.Partitions()%c.streams != 0 {
+		// Each partition lies in one stream: the default number for these streams.
+		want = bus.WithDefaults(bus.Config{Streams: c.streams}).Partitions
+		notes = append(notes, fmt.Sprintf("%d partitions do not divide among %d streams: the default for them, %d, instead", b.Partitions(), c.streams, want))
+	}
+	repartition := func(b *bus.Bus) error {
+		done, err := b.Repartition(ctx, want)
 		if err != nil {
 			return err
 		}
@@ -58,6 +63,36 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		if len(done.Kept) > 0 {
 			notes = append(notes, fmt.Sprintf("partitions %v, beyond the %d, still hold requests or are read by a router: kept, routers read them until they are empty; run hermes provision --partitions %d again, with the routers stopped, to delete them",
 				done.Kept, done.After, done.After))
+		}
+		return nil
+	}
+	// The partitions change first where the new number fits the streams the record has now,
+	// after the streams otherwise (each partition must lie in one stream, before and after).
+	first := want != 0 && want%b.Layout().Streams() == 0
+	if first {
+		if err := repartition(b); err != nil {
+			return err
+		}
+	} else if restream && b.Partitions()%c.streams != 0 {
+		// Neither number fits the other's streams: through one that fits both.
+		between := lcm(b.Layout().Streams(), c.streams)
+		if _, err := b.Repartition(ctx, between); err != nil {
+			return err
+		}
+	}
+	if restream {
+		done, err := b.Restream(ctx, c.streams)
+		if err != nil {
+			return err
+		}
+		notes = append(notes, fmt.Sprintf("the record is now kept in %d streams (was %d): %d sessions moved, %d messages copied; their sequences changed", done.After, done.Before, done.Sessions, done.Messages))
+		if b, err = bus.Provision(ctx, b.JS, cfg); err != nil { // the record as it is now
+			return err
+		}
+	}
+	if want != 0 && !first {
+		if err := repartition(b); err != nil {
+			return err
 		}
 	}
 	si := b.Stream.CachedInfo()
@@ -97,4 +132,13 @@ func limitText(n int64, unit string) string {
 		return "no limit in " + unit
 	}
 	return fmt.Sprintf("at most %d %s", n, unit)
+}
+
+// lcm is the least common multiple of a and b (both positive).
+func lcm(a, b int) int {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * b
 }

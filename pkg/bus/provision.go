@@ -138,7 +138,7 @@ type Config struct {
 	// protocol.MaxRecordStreams; protocol.Layout): each session whole in one, sessions spread
 	// over them, so that on a cluster their leaders, and the work of storing, spread over the
 	// nodes. Partitions must be a multiple of it. An existing record keeps its own (a
-	// difference is reported in Drift). Default 1.
+	// difference is reported in Drift); Restream changes it. Default 1.
 	Streams int
 }
 
@@ -408,7 +408,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 			return nil, err
 		}
 		if explicitStreams && have.Streams() != layout.Streams() {
-			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: a record's streams are set when it is created)",
+			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: hermes provision --streams changes it, once every service is stopped)",
 				have.Streams(), layout.Streams()))
 		}
 		layout = have
@@ -440,7 +440,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 		return nil, err
 	} else if made.Streams() != layout.Streams() {
 		if explicitStreams {
-			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: a record's streams are set when it is created)",
+			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: hermes provision --streams changes it, once every service is stopped)",
 				made.Streams(), layout.Streams()))
 		}
 		layout = made

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -162,5 +163,97 @@ func TestInFlightSharesHoldTheBound(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// Restream moves each session whole to the stream that keeps it under the new number, in
+// order, and back; the record keeps every message once.
+func TestRestreamMovesSessionsWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 6})
+	const sessions, each = 12, 4
+	publish := func(b *bus.Bus, round string) {
+		pub := b.NewPublisher(protocol.Sender{Role: "test", Instance: "t"})
+		for i := range sessions {
+			for j := range each {
+				m, err := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: "t"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("%s-%d-%d", round, i, j), fmt.Sprintf("r%s%d%d", round, i, j), fmt.Sprintf("s%d", i)
+				if _, err := pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, m.SessionID), m); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// Every session's request ids, in the order its stream holds them; and where they are.
+	read := func(b *bus.Bus) map[string][]string {
+		out := map[string][]string{}
+		for k, s := range b.Streams {
+			info, err := s.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+				raw, err := s.GetMsg(ctx, seq)
+				if err != nil {
+					continue
+				}
+				m, err := protocol.Unmarshal(raw.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.Layout().StreamOf(m.SessionID) != k {
+					t.Errorf("stream %d holds %s of session %s (of stream %d)", k, raw.Subject, m.SessionID, b.Layout().StreamOf(m.SessionID))
+				}
+				out[m.SessionID] = append(out[m.SessionID], m.RequestID)
+			}
+		}
+		return out
+	}
+	publish(b, "a")
+	want := read(b)
+	done, err := b.Restream(ctx, 3)
+	if err != nil || done.Sessions == 0 || done.Messages != done.Sessions*each {
+		t.Fatalf("Restream(3) = %+v, %v", done, err)
+	}
+	b3 := srv.Provision(t, bus.Config{})
+	if b3.Layout().Streams() != 3 {
+		t.Fatalf("reopened: %d streams", b3.Layout().Streams())
+	}
+	if got := read(b3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after Restream(3):\n%v\nwant\n%v", got, want)
+	}
+	publish(b3, "b")
+	want = read(b3)
+	if done, err := b3.Restream(ctx, 1); err != nil || done.Messages == 0 {
+		t.Fatalf("Restream(1) = %+v, %v", done, err)
+	}
+	b1 := srv.Provision(t, bus.Config{})
+	if got := read(b1); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after Restream(1):\n%v\nwant\n%v", got, want)
+	}
+}
+
+// Restream refuses while anything waits to be handled: a request not yet routed would be
+// routed again from its copy, or not at all.
+func TestRestreamWaitsForWorkToBeDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 6})
+	publishRequest(t, b, "waiting")
+	if _, err := b.Restream(ctx, 2); err == nil || !strings.Contains(err.Error(), "not yet handled") {
+		t.Fatalf("Restream with a request waiting: %v", err)
+	}
+	if _, err := b.Restream(ctx, 4); err == nil || !strings.Contains(err.Error(), "multiple") {
+		t.Errorf("Restream(4) over 6 partitions: %v", err)
+	}
+	routeAll(t, b)
+	if done, err := b.Restream(ctx, 2); err != nil || done.After != 2 {
+		t.Fatalf("Restream once routed: %+v, %v", done, err)
 	}
 }

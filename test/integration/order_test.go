@@ -19,7 +19,7 @@ import (
 // a client sending them one after another without waiting for answers would.
 func (s *system) publishRequests(session string, reqs []*protocol.Request) {
 	s.t.Helper()
-	pub := bus.NewPublisher(s.js, protocol.Sender{Role: protocol.RoleClient, Instance: "order-test"})
+	pub := s.admin.NewPublisher(protocol.Sender{Role: protocol.RoleClient, Instance: "order-test"}) // to the stream that keeps the session
 	for _, r := range reqs {
 		r.SessionID = session
 		m, err := protocol.NewMessage(protocol.TypeRequest, r)

@@ -40,22 +40,34 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer nc.Close()
-	partitions := fmt.Sprint(b.Partitions())
+	before := b.Partitions()
 	var notes []string
-	restream := c.streams != 0 && c.streams != b.Layout().Streams()
-	want := c.partitions
-	if restream && want == 0 && b.Partitions()%c.streams != 0 {
-		// Each partition lies in one stream: the default number for these streams.
-		want = bus.WithDefaults(bus.Config{Streams: c.streams}).Partitions
-		notes = append(notes, fmt.Sprintf("%d partitions do not divide among %d streams: the default for them, %d, instead", b.Partitions(), c.streams, want))
+	pending, err := b.Restreaming(ctx)
+	if err != nil {
+		return err
 	}
-	repartition := func(b *bus.Bus) error {
-		done, err := b.Repartition(ctx, want)
-		if err != nil {
+	restream := c.streams != 0 && (c.streams != b.Layout().Streams() || pending != nil)
+	want := c.partitions
+	if restream {
+		// Checked before anything changes: a refusal leaves the record as it was.
+		if pending != nil && pending.After != c.streams {
+			return fmt.Errorf("provision: the record's streams are being changed from %d to %d, unfinished: run hermes provision --streams %d to finish that first", pending.Before, pending.After, pending.After)
+		}
+		if want != 0 && want%c.streams != 0 {
+			return fmt.Errorf("provision: %d partitions do not divide among %d streams: each partition lies in one stream, so give a multiple of %d", want, c.streams, c.streams)
+		}
+		if want == 0 && before%c.streams != 0 {
+			want = bus.WithDefaults(bus.Config{Streams: c.streams}).Partitions
+			notes = append(notes, fmt.Sprintf("%d partitions do not divide among %d streams: the default for them, %d, instead", before, c.streams, want))
+		}
+		if err := b.Quiet(ctx); err != nil {
 			return err
 		}
-		if done.Before != done.After {
-			partitions = fmt.Sprintf("%d (were %d)", done.After, done.Before)
+	}
+	repartition := func(b *bus.Bus, n int) error {
+		done, err := b.Repartition(ctx, n)
+		if err != nil {
+			return err
 		}
 		if len(done.Raced) > 0 {
 			notes = append(notes, fmt.Sprintf("partitions %v were sent requests while the number changed (a gateway still ran): they are routed, but their sessions' order against the requests sent since is not guaranteed", done.Raced))
@@ -67,16 +79,16 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		return nil
 	}
 	// The partitions change first where the new number fits the streams the record has now,
-	// after the streams otherwise (each partition must lie in one stream, before and after).
-	first := want != 0 && want%b.Layout().Streams() == 0
-	if first {
-		if err := repartition(b); err != nil {
+	// after the streams otherwise (each partition must lie in one stream, before and after),
+	// and through a number that fits both where neither fits the other's.
+	first := want != 0 && want%b.Layout().Streams() == 0 && pending == nil
+	switch {
+	case first:
+		if err := repartition(b, want); err != nil {
 			return err
 		}
-	} else if restream && b.Partitions()%c.streams != 0 {
-		// Neither number fits the other's streams: through one that fits both.
-		between := lcm(b.Layout().Streams(), c.streams)
-		if _, err := b.Repartition(ctx, between); err != nil {
+	case restream && pending == nil && before%c.streams != 0:
+		if err := repartition(b, lcm(b.Layout().Streams(), c.streams)); err != nil {
 			return err
 		}
 	}
@@ -85,15 +97,20 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return err
 		}
-		notes = append(notes, fmt.Sprintf("the record is now kept in %d streams (was %d): %d sessions moved, %d messages copied; their sequences changed", done.After, done.Before, done.Sessions, done.Messages))
+		notes = append(notes, fmt.Sprintf("the record is now kept in %d streams (was %d): %d sessions moved, %d messages copied, %d removed from where they were; their sequences changed",
+			done.After, done.Before, done.Sessions, done.Messages, done.Removed))
 		if b, err = bus.Provision(ctx, b.JS, cfg); err != nil { // the record as it is now
 			return err
 		}
 	}
 	if want != 0 && !first {
-		if err := repartition(b); err != nil {
+		if err := repartition(b, want); err != nil {
 			return err
 		}
+	}
+	partitions := fmt.Sprint(b.Partitions())
+	if b.Partitions() != before {
+		partitions = fmt.Sprintf("%d (were %d)", b.Partitions(), before)
 	}
 	si := b.Stream.CachedInfo()
 	var out strings.Builder

@@ -492,6 +492,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err := layout.CheckPartitions(partitions); err != nil {
 		return nil, fmt.Errorf("bus: stream %s: %w", protocol.StreamName, err)
 	}
+	if st, err := restreamOf(stream.CachedInfo().Config); err != nil {
+		return nil, err
+	} else if st != nil {
+		drift = append(drift, fmt.Sprintf("the record's streams are being changed from %d to %d, unfinished (its sessions may be in either): stop every service and run hermes provision --streams %d to finish it",
+			st.From, st.To, st.To))
+	}
 	streams := []jetstream.Stream{stream}
 	for k := 1; k < layout.Streams(); k++ {
 		s, err := ensureStream(ctx, js, !cfg.OpenOnly, recordStreamConfig(cfg, layout, k, partitions), &drift)

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,249 +21,454 @@ import (
 // was stored before and when: <stream>:<sequence>@<RFC 3339 time>.
 const HeaderRestreamed = "Hermes-Restreamed"
 
+// metaRestream, in the record's first stream's metadata, says a change of its number of streams
+// is under way (restreaming, as JSON): a run cut short is finished by the next.
+const metaRestream = "hermes.record.restream"
+
+// restreaming is a change of the record's streams under way.
+type restreaming struct {
+	From, To int
+	// Bytes and Msgs are the record's limits, all its streams together, when it began (-1:
+	// none).
+	Bytes, Msgs int64
+	// Switched: the sessions are copied and the first stream says To; what is left is removing
+	// them from where they were.
+	Switched bool
+}
+
 // Restreamed is what Restream did.
 type Restreamed struct {
 	// Before and After are the numbers of streams.
 	Before, After int
-	// Sessions and Messages count the sessions moved to another stream, and their messages.
-	Sessions, Messages int
+	// Sessions and Messages count the sessions moved to another stream, and the messages
+	// copied; Removed the messages removed from where they were.
+	Sessions, Messages, Removed int
 }
 
-// restreamCopyWait bounds the wait for the acknowledgement of one copied message.
-const restreamCopyWait = 10 * time.Second
+// restreamStep is called after each step of Restream a run may be cut short at ("copied" a
+// message, "switched" the number): tests end a run there.
+var restreamStep = func(string) error { return nil }
+
+// restreamWait bounds the wait for one message while a stream is read, and for the
+// acknowledgement of one copied message.
+const restreamWait = 10 * time.Second
 
 // Restream changes how many streams the record is kept in to n (1 to
 // protocol.MaxRecordStreams): the migration hermes provision --streams runs.
 //
 // Sessions move to other streams, so it is refused while any service reads the record (a
-// durable consumer of a record stream or of the dead letters has a pull waiting) or while
-// anything waits to be handled (a durable consumer holds messages not yet acknowledged): stop
-// every gateway first, let the routers, workers, summarizers and dead-letter processors finish,
-// then stop them. The request partitions must be a multiple of n.
+// durable consumer of a record stream, of the dead letters or of the clients' requests has a
+// pull waiting) or while anything waits to be handled (a durable consumer of the record or the
+// dead letters holds messages not yet acknowledged): stop every gateway first, let the routers,
+// workers, summarizers and dead-letter processors finish, then stop them (Quiet). The request
+// partitions must be a multiple of n.
 //
-// Each moved session's messages are copied, in order, to the stream that keeps it now (each
-// with HeaderRestreamed; the store time is the copy's), the durable consumers of the streams
-// that received copies are deleted (they held nothing: the services create them again, at the
-// end of their streams), the record's first stream is told the new number — from then on every
-// process that opens the record uses it — and the moved sessions are purged from where they were;
-// streams beyond n, emptied, are deleted. A moved message's sequence changes (a client resuming a
-// session's events from a sequence seen before starts again). Run again after a failure, it goes
-// on where it stopped: a session partly copied is copied from where its copy ends.
+// The record's first stream is told first that the change is under way, then: the byte and
+// message limits make room for what each stream will receive, the streams added are made with
+// the record's settings, each moved session's messages are copied, in order, to the stream that
+// keeps it now (each with HeaderRestreamed and an id of its own; its store time and sequence are
+// the copy's), Hermes' durable consumers of the streams that received copies are deleted (they
+// held nothing; the services make them again, at the streams' ends), the first stream is told
+// the new number — from then on every process that opens the record uses it — the moved
+// sessions are removed from where they were, the emptied streams deleted and the limits shared
+// again. Run again after a failure at any step, it finishes the change begun (and only that one).
 func (b *Bus) Restream(ctx context.Context, n int) (Restreamed, error) {
-	done := Restreamed{Before: b.layout.Streams(), After: n}
+	first, err := b.JS.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		return Restreamed{}, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
+	}
+	st, err := restreamOf(first.CachedInfo().Config)
+	if err != nil {
+		return Restreamed{}, err
+	}
+	cur, err := RecordLayout(first.CachedInfo().Config)
+	if err != nil {
+		return Restreamed{}, err
+	}
 	to, err := protocol.NewLayout(n)
 	if err != nil {
-		return done, fmt.Errorf("bus: %w", err)
+		return Restreamed{}, fmt.Errorf("bus: %w", err)
+	}
+	if st != nil && st.To != n {
+		return Restreamed{Before: st.From, After: n}, fmt.Errorf("bus: the record's streams are being changed from %d to %d, unfinished: run hermes provision --streams %d to finish that first", st.From, st.To, st.To)
+	}
+	if st == nil && n == cur.Streams() {
+		return Restreamed{Before: n, After: n}, nil
 	}
 	if err := to.CheckPartitions(b.Partitions()); err != nil {
-		return done, fmt.Errorf("bus: %w: give --partitions with --streams", err)
+		return Restreamed{Before: cur.Streams(), After: n}, fmt.Errorf("bus: %w: change the partitions too (--partitions)", err)
 	}
-	if n == done.Before {
-		return done, nil
+	if err := b.Quiet(ctx); err != nil {
+		return Restreamed{Before: cur.Streams(), After: n}, err
 	}
-	if err := b.quiet(ctx); err != nil {
-		return done, err
+	if st == nil {
+		bytes, msgs, err := recordLimits(ctx, b.JS, cur)
+		if err != nil {
+			return Restreamed{}, err
+		}
+		st = &restreaming{From: cur.Streams(), To: n, Bytes: bytes, Msgs: msgs}
+		if err := b.markRestream(ctx, st, cur); err != nil {
+			return Restreamed{}, err
+		}
 	}
-	// What each stream will receive, so that the byte limits make room for it while the
-	// record's total stays what it was.
-	incoming := map[int]int64{}
-	for k, s := range b.Streams {
-		err := b.eachMoving(ctx, s, k, to, func(msg jetstream.Msg, _ *jetstream.MsgMetadata, _ string, there int) error {
-			incoming[there] += msgBytes(msg)
+	r := &restreamer{b: b, st: st, base: first.CachedInfo().Config, done: Restreamed{Before: st.From, After: st.To}}
+	r.from, _ = protocol.NewLayout(st.From)
+	r.to = to
+	if err := r.run(ctx); err != nil {
+		return r.done, err
+	}
+	return r.done, nil
+}
+
+// Restreaming says which change of the record's streams is under way, unfinished (Restream
+// cut short): nil when none is.
+func (b *Bus) Restreaming(ctx context.Context) (*Restreamed, error) {
+	first, err := b.JS.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
+	}
+	st, err := restreamOf(first.CachedInfo().Config)
+	if st == nil || err != nil {
+		return nil, err
+	}
+	return &Restreamed{Before: st.From, After: st.To}, nil
+}
+
+// restreamer carries out one change of the record's streams.
+type restreamer struct {
+	b        *Bus
+	st       *restreaming
+	from, to protocol.Layout
+	// base is the first stream's configuration: the record's settings, for the streams added.
+	base jetstream.StreamConfig
+	done Restreamed
+}
+
+func (r *restreamer) run(ctx context.Context) error {
+	if !r.st.Switched {
+		if err := r.copyAll(ctx); err != nil {
+			return err
+		}
+		r.st.Switched = true
+		if err := r.b.markRestream(ctx, r.st, r.to); err != nil {
+			return err
+		}
+		if err := restreamStep("switched"); err != nil {
+			return err
+		}
+	}
+	return r.finish(ctx)
+}
+
+// stream opens record stream k; nil when it does not exist.
+func (r *restreamer) stream(ctx context.Context, k int) (jetstream.Stream, error) {
+	s, err := r.b.JS.Stream(ctx, protocol.RecordStream(k))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+	}
+	return s, nil
+}
+
+// copyAll makes room, makes the streams added and copies every moved session to its stream.
+func (r *restreamer) copyAll(ctx context.Context) error {
+	sources := make([]jetstream.Stream, r.from.Streams())
+	for k := range sources {
+		s, err := r.stream(ctx, k)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return fmt.Errorf("bus: stream %s of the record is not there", protocol.RecordStream(k))
+		}
+		sources[k] = s
+	}
+	// What each stream will receive, so that the limits make room for it while the record's
+	// total stays what it was.
+	incoming := map[int][2]int64{}
+	for k, s := range sources {
+		err := eachMoving(ctx, r.b.JS, s, k, r.to, func(msg jetstream.Msg, _ *jetstream.MsgMetadata, _ string, there int) error {
+			in := incoming[there]
+			incoming[there] = [2]int64{in[0] + msgBytes(msg), in[1] + 1}
 			return nil
 		})
 		if err != nil {
-			return done, err
+			return err
 		}
 	}
-	total, err := b.recordLimits(ctx)
-	if err != nil {
-		return done, err
+	// Those that shrink first: the server counts what every stream may hold.
+	for k, s := range sources {
+		if err := r.makeRoom(ctx, s, k, incoming[k], false); err != nil {
+			return err
+		}
 	}
-	if err := b.makeRoom(ctx, to, total, incoming); err != nil {
-		return done, err
-	}
-	// Every stream of both layouts, stream k at index k.
-	streams := append([]jetstream.Stream(nil), b.Streams...)
-	for k := len(streams); k < n; k++ {
-		cfg := recordStreamConfig(b.cfg, to, k, b.Partitions())
-		cfg.MaxBytes, cfg.MaxMsgs = roomFor(total.bytes, n, 0, incoming[k]), total.share(total.msgs, n)
-		s, err := ensureStream(ctx, b.JS, true, cfg, new([]string))
+	targets := make([]jetstream.Stream, r.to.Streams())
+	for k := range targets {
+		if k < len(sources) {
+			targets[k] = sources[k]
+			continue
+		}
+		s, err := r.stream(ctx, k)
 		if err != nil {
-			return done, err
+			return err
 		}
-		streams = append(streams, s)
-	}
-	moved := make([]map[string]bool, len(b.Streams)) // by the stream they leave
-	received := map[int]bool{}
-	for k := range b.Streams {
-		moved[k] = map[string]bool{}
-		msgs, err := b.restreamFrom(ctx, streams, k, to, moved[k])
-		done.Messages += msgs
-		if err != nil {
-			return done, err
-		}
-		for session := range moved[k] {
-			received[to.StreamOf(session)] = true
-		}
-		done.Sessions += len(moved[k])
-	}
-	// The consumers of streams that were here before and received copies would take the
-	// copies for new work: they held nothing, and are made again at the streams' ends.
-	for k := range received {
-		if k < len(b.Streams) {
-			if err := dropDurables(ctx, streams[k]); err != nil {
-				return done, err
-			}
-		}
-	}
-	if err := b.tellStreams(ctx, to); err != nil {
-		return done, err
-	}
-	for k, sessions := range moved {
-		for session := range sessions {
-			for _, f := range b.layout.FilterSession(session) {
-				if err := streams[k].Purge(ctx, jetstream.WithPurgeSubject(f)); err != nil {
-					return done, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
+		if s == nil {
+			cfg := r.streamConfig(k)
+			cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), 0, incoming[k][0])
+			cfg.MaxMsgs = roomFor(r.st.Msgs, r.to.Streams(), 0, incoming[k][1])
+			if s, err = r.b.JS.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return fmt.Errorf("bus: create stream %s: %w%s", cfg.Name, err, storageHint(err))
+			} else if err != nil {
+				if s, err = r.stream(ctx, k); err != nil {
+					return err
 				}
 			}
 		}
+		targets[k] = s
 	}
-	for k := n; k < len(b.Streams); k++ {
-		if err := b.JS.DeleteStream(ctx, protocol.RecordStream(k)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return done, fmt.Errorf("bus: delete stream %s, emptied: %w", protocol.RecordStream(k), err)
+	for k, s := range sources {
+		if err := r.makeRoom(ctx, s, k, incoming[k], true); err != nil {
+			return err
 		}
 	}
-	// The record's limits shared by its streams again.
-	for k := range min(n, len(streams)) {
-		if err := setLimits(ctx, b.JS, streams[k], total.share(total.bytes, n), total.share(total.msgs, n)); err != nil {
-			return done, err
-		}
-	}
-	return done, nil
-}
-
-// limits are the record's limits, all its streams together (-1: none).
-type limits struct{ bytes, msgs int64 }
-
-// share is a stream's share of limit among n streams.
-func (limits) share(limit int64, n int) int64 {
-	if limit <= 0 {
-		return limit
-	}
-	return max(limit/int64(n), 1)
-}
-
-// recordLimits adds up the byte and message limits of the record's streams.
-func (b *Bus) recordLimits(ctx context.Context) (limits, error) {
-	var l limits
-	for _, s := range b.Streams {
-		info, err := s.Info(ctx)
-		if err != nil {
-			return l, fmt.Errorf("bus: read stream %s: %w", s.CachedInfo().Config.Name, err)
-		}
-		for _, p := range []struct {
-			total *int64
-			have  int64
-		}{{&l.bytes, info.Config.MaxBytes}, {&l.msgs, info.Config.MaxMsgs}} {
-			switch {
-			case *p.total < 0:
-			case p.have <= 0:
-				*p.total = -1
-			default:
-				*p.total += p.have
-			}
-		}
-	}
-	return l, nil
-}
-
-// roomFor is the byte limit of a stream of a record of n streams that holds used bytes and will
-// receive incoming: its share of total, or what it will hold, whichever is more.
-func roomFor(total int64, n int, used, incoming int64) int64 {
-	if total <= 0 {
-		return total
-	}
-	return max(total/int64(n), used+incoming+1<<20)
-}
-
-// makeRoom sets the byte limits of the record's streams for a restream to layout to: each that
-// stays its share of total or what it will hold, whichever is more; each that goes, what it holds.
-func (b *Bus) makeRoom(ctx context.Context, to protocol.Layout, total limits, incoming map[int]int64) error {
-	if total.bytes <= 0 {
-		return nil
-	}
-	// Those that shrink first: the server counts what every stream may hold.
-	for pass := range 2 {
-		for k, s := range b.Streams {
-			info, err := s.Info(ctx)
-			if err != nil {
-				return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
-			}
-			room := int64(info.State.Bytes) + 1<<20
-			if k < to.Streams() {
-				room = roomFor(total.bytes, to.Streams(), int64(info.State.Bytes), incoming[k])
-			}
-			if (room < info.Config.MaxBytes) != (pass == 0) {
-				continue
-			}
-			if err := setLimits(ctx, b.JS, s, room, info.Config.MaxMsgs); err != nil {
+	// The consumers of streams that were there before and receive copies would take the
+	// copies for new work: they hold nothing (Quiet), and are made again at the streams' ends.
+	for k := range min(len(sources), len(targets)) {
+		if incoming[k][1] > 0 {
+			if err := dropDurables(ctx, targets[k]); err != nil {
 				return err
 			}
 		}
 	}
+	for k, s := range sources {
+		if err := r.copyFrom(ctx, s, k, targets); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// setLimits sets stream s's byte and message limits.
-func setLimits(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, bytes, msgs int64) error {
+// streamConfig is the configuration of record stream k of the layout to: the record's settings
+// (its first stream's), its own subjects.
+func (r *restreamer) streamConfig(k int) jetstream.StreamConfig {
+	want := recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions())
+	cfg := r.base
+	cfg.Name, cfg.Description, cfg.Subjects, cfg.SubjectTransform, cfg.RePublish = want.Name, want.Description, want.Subjects, want.SubjectTransform, want.RePublish
+	cfg.Metadata = want.Metadata
+	return cfg
+}
+
+// copyFrom copies the messages of source stream k (s) whose sessions layout to keeps elsewhere
+// to their streams, in order. A session already partly copied (a run cut short) is copied from
+// after the last message its copy holds.
+func (r *restreamer) copyFrom(ctx context.Context, s jetstream.Stream, k int, targets []jetstream.Stream) error {
+	after := map[string]uint64{} // per moved session: the last sequence here its copy holds
+	source := protocol.RecordStream(k)
+	return eachMoving(ctx, r.b.JS, s, k, r.to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error {
+		last, seen := after[session]
+		if !seen {
+			var err error
+			if last, err = copiedUpTo(ctx, targets[there], r.to, session, source); err != nil {
+				return err
+			}
+			after[session] = last
+			r.done.Sessions++
+		}
+		if md.Sequence.Stream <= last {
+			return nil
+		}
+		if err := r.b.copyTo(ctx, msg, md, r.to, session); err != nil {
+			return err
+		}
+		r.done.Messages++
+		return restreamStep("copied")
+	})
+}
+
+// copiedUpTo is the sequence in stream source of the last message of session that stream s (of
+// layout to) holds a copy of; 0 when it holds none.
+func copiedUpTo(ctx context.Context, s jetstream.Stream, to protocol.Layout, session, source string) (uint64, error) {
+	var newest *jetstream.RawStreamMsg
+	for _, f := range to.FilterSession(session) {
+		raw, err := s.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bus: read session %s's messages in stream %s: %w", session, s.CachedInfo().Config.Name, err)
+		}
+		if newest == nil || raw.Sequence > newest.Sequence {
+			newest = raw
+		}
+	}
+	if newest == nil {
+		return 0, nil
+	}
+	from, _, _ := strings.Cut(newest.Header.Get(HeaderRestreamed), "@")
+	stream, seq, ok := strings.Cut(from, ":")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || stream != source || err != nil {
+		return 0, nil
+	}
+	return n, nil
+}
+
+// finish removes the moved sessions from where they were, deletes the emptied streams and
+// shares the limits again, then says the change is done.
+func (r *restreamer) finish(ctx context.Context) error {
+	for k := range r.to.Streams() {
+		s, err := r.stream(ctx, k)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return fmt.Errorf("bus: stream %s of the record is not there", protocol.RecordStream(k))
+		}
+		// A request partition's consumer lies in the stream that holds the partition now.
+		if err := dropMisplacedPartitions(ctx, s, k, r.to); err != nil {
+			return err
+		}
+	}
+	for k := range r.from.Streams() {
+		s, err := r.stream(ctx, k)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			continue // deleted by a run cut short after
+		}
+		removed, err := removeMoved(ctx, r.b.JS, s, k, r.from, r.to)
+		r.done.Removed += removed
+		if err != nil {
+			return err
+		}
+		if k < r.to.Streams() {
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+		}
+		if info.State.Msgs > 0 {
+			return fmt.Errorf("bus: stream %s still holds %d messages of sessions kept elsewhere: not deleted", protocol.RecordStream(k), info.State.Msgs)
+		}
+		if err := r.b.JS.DeleteStream(ctx, protocol.RecordStream(k)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bus: delete stream %s, emptied: %w", protocol.RecordStream(k), err)
+		}
+	}
+	// The record's limits shared by its streams again (one that holds more than its share
+	// keeps room for what it holds), each described as what it now is.
+	for k := range r.to.Streams() {
+		s, err := r.stream(ctx, k)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+		}
+		cfg := info.Config
+		cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), int64(info.State.Bytes), 0)
+		cfg.MaxMsgs = roomFor(r.st.Msgs, r.to.Streams(), int64(info.State.Msgs), 0)
+		want := recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions())
+		cfg.Description = want.Description
+		if k == 0 {
+			cfg.Metadata = maps.Clone(cfg.Metadata)
+			delete(cfg.Metadata, metaRestream)
+		}
+		if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
+		}
+	}
+	return nil
+}
+
+// removeMoved removes from source stream k (s) of layout from the messages of the sessions
+// layout to keeps elsewhere, as far as the stream held when it was read, and returns how many.
+func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, from, to protocol.Layout) (int, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("bus: read stream %s: %w", s.CachedInfo().Config.Name, err)
+		return 0, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
 	}
-	cfg := info.Config
-	if cfg.MaxBytes == bytes && cfg.MaxMsgs == msgs {
+	upTo := info.State.LastSeq
+	moved := map[string]bool{}
+	err = eachMoving(ctx, js, s, k, to, func(_ jetstream.Msg, _ *jetstream.MsgMetadata, session string, _ int) error {
+		moved[session] = true
 		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	cfg.MaxBytes, cfg.MaxMsgs = bytes, msgs
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, bytes, msgs, err, storageHint(err))
+	removed := 0
+	for session := range moved {
+		for _, f := range from.FilterSession(session) {
+			purged, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
+			if err != nil {
+				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+			}
+			for _, c := range purged.State.Subjects {
+				removed += int(c)
+			}
+			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(upTo+1)); err != nil {
+				return removed, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
+			}
+		}
 	}
-	return nil
+	return removed, nil
 }
 
-// quiet returns an error naming the first durable consumer of the record (or of the dead
-// letters) that a service reads, or that holds messages not yet handled.
-func (b *Bus) quiet(ctx context.Context) error {
+// Quiet returns an error naming the first durable consumer of the record, of the dead letters
+// or of the clients' requests that a service reads, or of the first two that holds messages
+// not yet handled: nil when every Hermes service is stopped and done.
+func (b *Bus) Quiet(ctx context.Context) error {
+	type look struct {
+		s       jetstream.Stream
+		pending bool // what it holds must be handled first
+	}
+	var looks []look
+	for k := range protocol.MaxRecordStreams {
+		if s, err := b.JS.Stream(ctx, protocol.RecordStream(k)); err == nil {
+			looks = append(looks, look{s, true})
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+		}
+	}
+	looks = append(looks, look{b.DLQ, true})
+	if b.Clients != nil {
+		// Clients' requests not yet taken are taken later, by gateways of the new number.
+		looks = append(looks, look{b.Clients, false})
+	}
 	for i := range idleChecks {
 		if i > 0 && !retry.Sleep(ctx, idleGap) {
 			return ctx.Err()
 		}
-		for _, s := range append(append([]jetstream.Stream(nil), b.Streams...), b.DLQ) {
-			list := s.ListConsumers(ctx)
+		for _, l := range looks {
+			name := l.s.CachedInfo().Config.Name
+			list := l.s.ListConsumers(ctx)
 			for info := range list.Info() {
 				if info.Config.Durable == "" {
 					continue // a reader's own (hermes tail, a web page's events)
 				}
-				name := s.CachedInfo().Config.Name
 				if info.NumWaiting > 0 {
 					return fmt.Errorf("bus: a service reads consumer %s of stream %s: stop every Hermes service before changing the record's streams", info.Name, name)
 				}
-				if waiting := holding(info); waiting > 0 {
-					return fmt.Errorf("bus: consumer %s of stream %s holds %d messages not yet handled: stop the gateways, let the other services finish, stop them, then change the record's streams", info.Name, name, waiting)
+				if waiting := holding(info); waiting > 0 && l.pending {
+					return fmt.Errorf("bus: consumer %s of stream %s holds messages not yet handled (%d): stop the gateways, let the other services finish, stop them, then change the record's streams", info.Name, name, waiting)
 				}
 			}
 			if err := list.Err(); err != nil {
-				return fmt.Errorf("bus: list the consumers of stream %s: %w", s.CachedInfo().Config.Name, err)
+				return fmt.Errorf("bus: list the consumers of stream %s: %w", name, err)
 			}
 		}
 	}
 	return nil
 }
 
-// eachMoving calls f with each message of record stream k whose session layout to keeps in
-// another stream, in order, with that stream's index.
-func (b *Bus) eachMoving(ctx context.Context, s jetstream.Stream, k int, to protocol.Layout, f func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error) error {
+// eachMoving calls f with each message of record stream k (s) whose session layout to keeps in
+// another stream, in order, with that stream's index; what is stored after it began is not read.
+func eachMoving(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, to protocol.Layout, f func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error) error {
 	name := protocol.RecordStream(k)
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -278,7 +484,7 @@ func (b *Bus) eachMoving(ctx context.Context, s jetstream.Stream, k int, to prot
 	}
 	defer func() {
 		if ci := cons.CachedInfo(); ci != nil {
-			_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), name, ci.Name)
+			_ = js.DeleteConsumer(context.WithoutCancel(ctx), name, ci.Name)
 		}
 	}()
 	it, err := cons.Messages()
@@ -287,13 +493,25 @@ func (b *Bus) eachMoving(ctx context.Context, s jetstream.Stream, k int, to prot
 	}
 	defer it.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		wait, cancel := context.WithTimeout(ctx, restreamWait)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Nothing came: what was left to read may have aged out meanwhile.
+			if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("bus: read stream %s: %w", name, err)
 		}
 		md, err := msg.Metadata()
 		if err != nil {
 			return fmt.Errorf("bus: read stream %s: %w", name, err)
+		}
+		if md.Sequence.Stream > last {
+			return nil
 		}
 		subject := msg.Subject()
 		session := subject[strings.LastIndexByte(subject, '.')+1:]
@@ -302,69 +520,15 @@ func (b *Bus) eachMoving(ctx context.Context, s jetstream.Stream, k int, to prot
 				return err
 			}
 		}
-		if md.NumPending == 0 || md.Sequence.Stream >= last {
+		if md.NumPending == 0 || md.Sequence.Stream == last {
 			return nil
 		}
 	}
-}
-
-// restreamFrom copies the messages of stream k whose sessions layout to keeps elsewhere to
-// their streams, in order, noting each session in moved, and returns how many it copied. A
-// session's messages already in its new stream (a run cut short before) are not copied again:
-// its copy goes on from there.
-func (b *Bus) restreamFrom(ctx context.Context, streams []jetstream.Stream, k int, to protocol.Layout, moved map[string]bool) (int, error) {
-	skip := map[string]uint64{} // per moved session: its messages already copied, not yet skipped
-	copied := 0
-	err := b.eachMoving(ctx, streams[k], k, to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error {
-		if !moved[session] {
-			moved[session] = true
-			n, err := countSession(ctx, streams[there], to, session)
-			if err != nil {
-				return err
-			}
-			skip[session] = n
-		}
-		if skip[session] > 0 {
-			skip[session]--
-			return nil
-		}
-		if err := b.copyTo(ctx, msg, md, to, session); err != nil {
-			return err
-		}
-		copied++
-		return nil
-	})
-	return copied, err
-}
-
-// msgBytes is about what a stream counts of msg against its byte limit.
-func msgBytes(msg jetstream.Msg) int64 {
-	n := len(msg.Subject()) + len(msg.Data()) + 64
-	for k, vs := range msg.Headers() {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return int64(n) + int64(len(HeaderRestreamed)) + 64
-}
-
-// countSession is how many messages of session stream s holds, as layout to names them.
-func countSession(ctx context.Context, s jetstream.Stream, to protocol.Layout, session string) (uint64, error) {
-	var n uint64
-	for _, f := range to.FilterSession(session) {
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
-		if err != nil {
-			return 0, fmt.Errorf("bus: count session %s's messages in stream %s: %w", session, s.CachedInfo().Config.Name, err)
-		}
-		for _, c := range info.State.Subjects {
-			n += c
-		}
-	}
-	return n, nil
 }
 
 // copyTo publishes msg (of session) again to the stream layout to keeps the session in, with its
-// headers and HeaderRestreamed. A request is published where requests enter (its stream adds the
+// headers but the server's own (an expected last sequence would be another stream's) and
+// HeaderRestreamed. A request is published where requests enter (its stream adds the
 // partition, the same number of them).
 func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, to protocol.Layout, session string) error {
 	subject := to.Place(msg.Subject(), session)
@@ -372,17 +536,21 @@ func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMe
 		subject = to.SubjectRequest(session)
 	}
 	out := &nats.Msg{Subject: subject, Data: msg.Data(), Header: nats.Header{}}
-	maps.Copy(out.Header, msg.Headers())
+	for k, v := range msg.Headers() {
+		if !strings.HasPrefix(k, "Nats-") || k == jetstream.MsgIDHeader {
+			out.Header[k] = v
+		}
+	}
 	from := md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
 	out.Header.Set(HeaderRestreamed, from+"@"+md.Timestamp.UTC().Format(time.RFC3339Nano))
 	// An id of its own: the stream it goes to may have stored a message under the original's
 	// id within its duplicate window (where the session was before), and a copy of this copy
-	// must not be dropped for it; the same copy made again (a run cut short) is.
+	// must not be dropped for it; the same copy made again is.
 	if id := out.Header.Get(jetstream.MsgIDHeader); id != "" {
 		base, _, _ := strings.Cut(id, ":restream:")
 		out.Header.Set(jetstream.MsgIDHeader, base+":restream:"+from)
 	}
-	pctx, cancel := context.WithTimeout(ctx, restreamCopyWait)
+	pctx, cancel := context.WithTimeout(ctx, restreamWait)
 	defer cancel()
 	if _, err := b.JS.PublishMsg(pctx, out); err != nil {
 		return fmt.Errorf("bus: copy message %d of stream %s to %s: %w", md.Sequence.Stream, md.Stream, subject, err)
@@ -390,19 +558,37 @@ func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMe
 	return nil
 }
 
-// dropDurables deletes the durable consumers of stream s.
-func dropDurables(ctx context.Context, s jetstream.Stream) error {
-	list := s.ListConsumers(ctx)
-	var names []string
-	for info := range list.Info() {
-		if info.Config.Durable != "" {
-			names = append(names, info.Name)
+// msgBytes is about what a stream counts of msg, copied, against its byte limit.
+func msgBytes(msg jetstream.Msg) int64 {
+	n := len(msg.Subject()) + len(msg.Data()) + 128
+	for k, vs := range msg.Headers() {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
 		}
 	}
-	if err := list.Err(); err != nil {
+	return int64(n) + int64(len(HeaderRestreamed))
+}
+
+// hermesConsumer reports whether name is one of the durable consumers Hermes makes on the
+// record's streams.
+func hermesConsumer(name string) bool {
+	_, partition := partitionOf(name)
+	return partition || name == ConsumerRouterResults || name == ConsumerSummarizer || strings.HasPrefix(name, "tool_")
+}
+
+// dropDurables deletes Hermes' durable consumers of stream s.
+func dropDurables(ctx context.Context, s jetstream.Stream) error {
+	names := s.ConsumerNames(ctx)
+	var drop []string
+	for name := range names.Name() {
+		if hermesConsumer(name) {
+			drop = append(drop, name)
+		}
+	}
+	if err := names.Err(); err != nil {
 		return fmt.Errorf("bus: list the consumers of stream %s: %w", s.CachedInfo().Config.Name, err)
 	}
-	for _, name := range names {
+	for _, name := range drop {
 		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("bus: delete consumer %s of stream %s: %w", name, s.CachedInfo().Config.Name, err)
 		}
@@ -410,24 +596,136 @@ func dropDurables(ctx context.Context, s jetstream.Stream) error {
 	return nil
 }
 
-// tellStreams writes layout to's number of streams in the record's first stream: from then on,
-// every process that opens the record uses it.
-func (b *Bus) tellStreams(ctx context.Context, to protocol.Layout) error {
-	info, err := b.Stream.Info(ctx)
+// dropMisplacedPartitions deletes the request partitions' consumers of record stream k (s)
+// whose partitions layout to puts in another stream.
+func dropMisplacedPartitions(ctx context.Context, s jetstream.Stream, k int, to protocol.Layout) error {
+	names := s.ConsumerNames(ctx)
+	var drop []string
+	for name := range names.Name() {
+		if p, ok := partitionOf(name); ok && to.StreamOfPartition(p) != k {
+			drop = append(drop, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.RecordStream(k), err)
+	}
+	for _, name := range drop {
+		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("bus: delete consumer %s of stream %s: %w", name, protocol.RecordStream(k), err)
+		}
+	}
+	return nil
+}
+
+// restreamOf reads the change of streams under way from the first stream's configuration; nil
+// when there is none.
+func restreamOf(cfg jetstream.StreamConfig) (*restreaming, error) {
+	v, ok := cfg.Metadata[metaRestream]
+	if !ok {
+		return nil, nil
+	}
+	var st restreaming
+	if err := json.Unmarshal([]byte(v), &st); err != nil || st.From < 1 || st.To < 1 || st.From > protocol.MaxRecordStreams || st.To > protocol.MaxRecordStreams {
+		return nil, fmt.Errorf("bus: stream %s says a change of its streams is under way, unreadably (%q): remove its metadata %s by hand", cfg.Name, v, metaRestream)
+	}
+	return &st, nil
+}
+
+// markRestream writes st, and the number of streams of layout l, in the first stream's
+// metadata.
+func (b *Bus) markRestream(ctx context.Context, st *restreaming, l protocol.Layout) error {
+	info, err := b.JS.Stream(ctx, protocol.StreamName)
 	if err != nil {
 		return fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
 	}
-	cfg := info.Config
-	want := recordStreamConfig(b.cfg, to, 0, b.Partitions())
+	cfg := info.CachedInfo().Config
 	cfg.Metadata = maps.Clone(cfg.Metadata)
 	if cfg.Metadata == nil {
 		cfg.Metadata = map[string]string{}
 	}
 	delete(cfg.Metadata, metaStreams)
-	maps.Copy(cfg.Metadata, want.Metadata)
-	cfg.Description = want.Description
+	if l.Streams() > 1 {
+		cfg.Metadata[metaStreams] = strconv.Itoa(l.Streams())
+	}
+	data, _ := json.Marshal(st)
+	cfg.Metadata[metaRestream] = string(data)
 	if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("bus: keep the record in %d streams: %w", to.Streams(), err)
+		return fmt.Errorf("bus: note the change of the record's streams in %s: %w", protocol.StreamName, err)
 	}
 	return nil
 }
+
+// recordLimits adds up the byte and message limits of the streams of the record laid out as l
+// (-1: none).
+func recordLimits(ctx context.Context, js jetstream.JetStream, l protocol.Layout) (bytes, msgs int64, err error) {
+	for k := range l.Streams() {
+		s, err := js.Stream(ctx, protocol.RecordStream(k))
+		if err != nil {
+			return 0, 0, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+		}
+		cfg := s.CachedInfo().Config
+		for _, p := range []struct {
+			total *int64
+			have  int64
+		}{{&bytes, cfg.MaxBytes}, {&msgs, cfg.MaxMsgs}} {
+			switch {
+			case *p.total < 0:
+			case p.have <= 0:
+				*p.total = -1
+			default:
+				*p.total += p.have
+			}
+		}
+	}
+	return bytes, msgs, nil
+}
+
+// roomFor is a limit of a stream of a record of n streams whose streams together have total
+// (-1: none) that holds used and will receive incoming: its share of total, or what it will
+// hold and a little more, whichever is more.
+func roomFor(total int64, n int, used, incoming int64) int64 {
+	if total <= 0 {
+		return total
+	}
+	return max(total/int64(n), used+incoming+slack(used+incoming))
+}
+
+// makeRoom sets the limits of source stream k (s) for the change — with grow those that grow,
+// without it those that shrink: one that stays gets its share of the record's, or room for what
+// it holds and will receive, whichever is more; one that goes, no more than it holds.
+func (r *restreamer) makeRoom(ctx context.Context, s jetstream.Stream, k int, incoming [2]int64, grow bool) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+	}
+	cfg := info.Config
+	used := [2]int64{int64(info.State.Bytes), int64(info.State.Msgs)}
+	for i, p := range []*int64{&cfg.MaxBytes, &cfg.MaxMsgs} {
+		total := r.st.Bytes
+		if i == 1 {
+			total = r.st.Msgs
+		}
+		want := *p
+		switch {
+		case total <= 0:
+		case k < r.to.Streams():
+			want = roomFor(total, r.to.Streams(), used[i], incoming[i])
+		case *p > 0:
+			want = min(*p, used[i]+slack(used[i]))
+		}
+		if grows := want > *p || want <= 0 && *p > 0; grows == grow {
+			*p = want
+		}
+	}
+	if cfg.MaxBytes == info.Config.MaxBytes && cfg.MaxMsgs == info.Config.MaxMsgs {
+		return nil
+	}
+	if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
+	}
+	return nil
+}
+
+// slack is the room kept above n (bytes or messages) a stream will hold: a sixty-fourth, at
+// least 16.
+func slack(n int64) int64 { return max(n/64, 16) }

@@ -2,11 +2,14 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermesbus/hermes/pkg/bus"
@@ -174,55 +177,26 @@ func TestRestreamMovesSessionsWhole(t *testing.T) {
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 6})
 	const sessions, each = 12, 4
-	publish := func(b *bus.Bus, round string) {
-		pub := b.NewPublisher(protocol.Sender{Role: "test", Instance: "t"})
-		for i := range sessions {
-			for j := range each {
-				m, err := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: "t"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("%s-%d-%d", round, i, j), fmt.Sprintf("r%s%d%d", round, i, j), fmt.Sprintf("s%d", i)
-				if _, err := pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, m.SessionID), m); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	// Every session's request ids, in the order its stream holds them; and where they are.
-	read := func(b *bus.Bus) map[string][]string {
-		out := map[string][]string{}
-		for k, s := range b.Streams {
-			info, err := s.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-				raw, err := s.GetMsg(ctx, seq)
-				if err != nil {
-					continue
-				}
-				m, err := protocol.Unmarshal(raw.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if b.Layout().StreamOf(m.SessionID) != k {
-					t.Errorf("stream %d holds %s of session %s (of stream %d)", k, raw.Subject, m.SessionID, b.Layout().StreamOf(m.SessionID))
-				}
-				out[m.SessionID] = append(out[m.SessionID], m.RequestID)
-			}
-		}
-		return out
-	}
+	publish := func(b *bus.Bus, round string) { publishEvents(t, b, round, sessions, each) }
+	read := func(b *bus.Bus) map[string][]string { return readSessions(t, b) }
 	publish(b, "a")
 	want := read(b)
 	done, err := b.Restream(ctx, 3)
-	if err != nil || done.Sessions == 0 || done.Messages != done.Sessions*each {
+	if err != nil || done.Sessions == 0 || done.Messages != done.Sessions*(each+1) { // and a summary each
 		t.Fatalf("Restream(3) = %+v, %v", done, err)
 	}
 	b3 := srv.Provision(t, bus.Config{})
 	if b3.Layout().Streams() != 3 {
 		t.Fatalf("reopened: %d streams", b3.Layout().Streams())
+	}
+	// Each partition's consumer where its partition is now, and nowhere else.
+	for k, s := range b3.Streams {
+		for p := range 6 {
+			_, err := s.Consumer(ctx, bus.RequestConsumer(p))
+			if (err == nil) != (p%3 == k) {
+				t.Errorf("partition %d's consumer in stream %d: %v", p, k, err)
+			}
+		}
 	}
 	if got := read(b3); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after Restream(3):\n%v\nwant\n%v", got, want)
@@ -255,5 +229,140 @@ func TestRestreamWaitsForWorkToBeDone(t *testing.T) {
 	routeAll(t, b)
 	if done, err := b.Restream(ctx, 2); err != nil || done.After != 2 {
 		t.Fatalf("Restream once routed: %+v, %v", done, err)
+	}
+}
+
+// publishEvents records each events of sessions sessions, and a summary of each (written once,
+// with an expected last subject sequence, as summaries are).
+func publishEvents(t *testing.T, b *bus.Bus, round string, sessions, each int) {
+	t.Helper()
+	ctx := context.Background()
+	pub := b.NewPublisher(protocol.Sender{Role: "test", Instance: "t"})
+	for i := range sessions {
+		for j := range each {
+			m, err := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("%s-%d-%d", round, i, j), fmt.Sprintf("r%s%d%d", round, i, j), fmt.Sprintf("s%d", i)
+			if _, err := pub.Publish(ctx, protocol.SubjectEvent(protocol.EventCancel, m.SessionID), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, _ := protocol.NewMessage(protocol.TypeCancel, &protocol.Cancel{By: "t"})
+		m.MsgID, m.RequestID, m.SessionID = fmt.Sprintf("%s-%d-sum", round, i), fmt.Sprintf("r%s%dsum", round, i), fmt.Sprintf("s%d", i)
+		data, err := protocol.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject := b.Layout().SubjectEvent(protocol.EventSummary, m.SessionID)
+		last, err := b.StreamOf(m.SessionID).GetLastMsgForSubject(ctx, subject)
+		seq := uint64(0)
+		if err == nil {
+			seq = last.Sequence
+		}
+		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: {m.MsgID}, jetstream.ExpectedLastSubjSeqHeader: {fmt.Sprint(seq)}}}
+		if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readSessions returns every session's request ids, in the order its stream holds them,
+// checking that each is in the stream that keeps its session.
+func readSessions(t *testing.T, b *bus.Bus) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string][]string{}
+	for k, s := range b.Streams {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+			raw, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				continue
+			}
+			m, err := protocol.Unmarshal(raw.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Layout().StreamOf(m.SessionID) != k {
+				t.Errorf("stream %d holds %s of session %s (of stream %d)", k, raw.Subject, m.SessionID, b.Layout().StreamOf(m.SessionID))
+			}
+			out[m.SessionID] = append(out[m.SessionID], m.RequestID)
+		}
+	}
+	return out
+}
+
+// A change of the record's streams cut short — while it copies, and once it switched — is
+// finished by the next run: every message once, in order, each session in its stream; the
+// streams added have the record's settings, and the record's limits are shared.
+func TestARestreamCutShortIsFinished(t *testing.T) {
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 6, MaxAge: 720 * time.Hour, MaxMsgs: 300})
+	publishEvents(t, b, "a", 12, 4)
+	publishEvents(t, b, "b", 12, 1) // a second summary of each: written on the first
+	want := fmt.Sprint(readSessions(t, b))
+	cut := errors.New("cut short")
+	copies := 0
+	bus.OnRestreamStep(t.Cleanup, func(step string) error {
+		if step == "copied" {
+			if copies++; copies == 7 {
+				return cut
+			}
+		}
+		if step == "switched" && copies < 1000 {
+			copies = 1000
+			return cut
+		}
+		return nil
+	})
+	for run := range 2 {
+		if _, err := b.Restream(ctx, 3); !errors.Is(err, cut) {
+			t.Fatalf("run %d: %v, want it cut short", run, err)
+		}
+		if p, err := b.Restreaming(ctx); err != nil || p == nil || p.Before != 1 || p.After != 3 {
+			t.Fatalf("run %d: under way %+v, %v", run, p, err)
+		}
+		if _, err := b.Restream(ctx, 2); err == nil || !strings.Contains(err.Error(), "unfinished") {
+			t.Fatalf("another change while one is unfinished: %v", err)
+		}
+		reopened := srv.Provision(t, bus.Config{})
+		if !strings.Contains(strings.Join(reopened.Drift, "\n"), "unfinished") {
+			t.Errorf("run %d: opening the record says nothing of the change under way: %q", run, reopened.Drift)
+		}
+	}
+	if _, err := b.Restream(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	b3 := srv.Provision(t, bus.Config{})
+	if p, _ := b3.Restreaming(ctx); p != nil || b3.Layout().Streams() != 3 {
+		t.Fatalf("%d streams, under way %+v", b3.Layout().Streams(), p)
+	}
+	if got := fmt.Sprint(readSessions(t, b3)); got != want {
+		t.Fatalf("after the change:\n%s\nwant\n%s", got, want)
+	}
+	var msgs int64
+	for _, s := range b3.Streams {
+		cfg := s.CachedInfo().Config
+		if cfg.MaxAge != 720*time.Hour {
+			t.Errorf("stream %s keeps messages %s, the record %s", cfg.Name, cfg.MaxAge, 720*time.Hour)
+		}
+		msgs += cfg.MaxMsgs
+	}
+	if msgs < 300 || msgs > 330 {
+		t.Errorf("the streams keep %d messages together; the record kept 300", msgs)
+	}
+	// And back to one, its message limit tight.
+	if _, err := b3.Restream(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	b1 := srv.Provision(t, bus.Config{})
+	if got := fmt.Sprint(readSessions(t, b1)); got != want || len(b1.Streams) != 1 {
+		t.Fatalf("back to one stream (%d):\n%s\nwant\n%s", len(b1.Streams), got, want)
 	}
 }

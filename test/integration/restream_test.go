@@ -74,6 +74,10 @@ func TestRestreamADeployment(t *testing.T) {
 		t.Fatalf("restreaming under running services: %v, want it refused", err)
 	}
 	stop()
+	if _, err := s.admin.Restream(s.ctx, 3); err == nil || !strings.Contains(err.Error(), "gateway-clients") {
+		t.Fatalf("restreaming under a running gateway: %v, want it refused", err)
+	}
+	s.gwStop()
 	done, err := s.admin.Restream(s.ctx, 3)
 	if err != nil || done.Before != 1 || done.After != 3 || done.Sessions == 0 || done.Messages == 0 {
 		t.Fatalf("restreaming with the services stopped: %+v, %v", done, err)
@@ -82,6 +86,7 @@ func TestRestreamADeployment(t *testing.T) {
 	if s.admin.Layout().Streams() != 3 {
 		t.Fatalf("the record reopened has %d streams, want 3", s.admin.Layout().Streams())
 	}
+	s.startGateway("gateway-2")
 	stop = run()
 	send("b")
 	check := func(rounds ...string) {
@@ -118,6 +123,7 @@ func TestRestreamADeployment(t *testing.T) {
 	check("a", "b")
 	// And back to one stream.
 	stop()
+	s.gwStop()
 	if done, err := s.admin.Restream(s.ctx, 1); err != nil || done.Before != 3 || done.After != 1 {
 		t.Fatalf("back to one stream: %+v, %v", done, err)
 	}

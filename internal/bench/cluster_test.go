@@ -42,8 +42,8 @@ func BenchmarkClusterPartitions(b *testing.B) {
 
 // BenchmarkClusterStreams compares a record of one stream with one of several — each stream its
 // own store loop and, on the cluster, its own Raft group whose leader may be another node — on
-// one server and on a 3-node cluster, with the same 24 request partitions: 1-call requests at
-// 32 clients over the durable path.
+// one server and on a 3-node cluster, with the same 24 request partitions: 1-call requests from
+// 32×GOMAXPROCS clients over the durable path.
 func BenchmarkClusterStreams(b *testing.B) {
 	for _, cluster := range []bool{false, true} {
 		for _, streams := range []int{1, 3} {

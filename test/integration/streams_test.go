@@ -84,17 +84,83 @@ func TestARecordOfSeveralStreams(t *testing.T) {
 			}
 		}
 	}
+	// The whole record read (hermes replay), and what the what-if replay reads of it: every
+	// stream, each in its order; a start sequence only within one session.
+	total := 0
+	for k := range streams {
+		total += len(s.storedIn(protocol.RecordStream(k)))
+	}
+	if n, err := record.Read(ctx, s.js, nil, record.Start{}, func(*record.Entry) error { return nil }); err != nil || n != total {
+		t.Errorf("the whole record read: %d messages, %v; want %d", n, err, total)
+	}
+	requests := 0
+	filters := append([]string{protocol.FilterRequests, protocol.FilterResults}, protocol.FiltersAllToolCalls()...)
+	if _, err := record.Read(ctx, s.js, filters, record.Start{}, func(e *record.Entry) error {
+		if e.Msg != nil && e.Msg.Type == protocol.TypeRequest {
+			requests++
+		}
+		return nil
+	}); err != nil || requests != 2*len(sessions) {
+		t.Errorf("the requests of every session: %d, %v; want %d", requests, err, 2*len(sessions))
+	}
+	if _, err := record.Read(ctx, s.js, nil, record.Start{Seq: 2}, func(*record.Entry) error { return nil }); err == nil {
+		t.Error("a start sequence over every stream was taken")
+	}
+	// Following every session (hermes tail), and one session from a sequence (its events
+	// page): what is stored from then on, in each stream.
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan string, 64)
+	ready := make(chan struct{})
+	go func() {
+		_ = record.Follow(fctx, s.js, nil, func() { close(ready) }, func(e *record.Entry) error {
+			if e.Msg != nil && e.Msg.Type == protocol.TypeResponse {
+				followed <- e.Msg.SessionID
+			}
+			return nil
+		})
+	}()
+	<-ready
+	last := sessions[len(sessions)-1]
+	var from uint64
+	_, _ = record.ReadSession(ctx, s.js, last, record.Start{}, func(e *record.Entry) error { from = e.Seq; return nil })
+	streamed := make(chan protocol.Type, 64)
+	go func() {
+		_ = record.Stream(fctx, s.js, protocol.FilterSession(last), record.Start{Seq: from + 1}, nil, func(e *record.Entry) error {
+			if e.Msg != nil {
+				streamed <- e.Msg.Type
+			}
+			return nil
+		})
+	}()
+	for _, session := range []string{sessions[0], last} {
+		req := request(session+"_r9", "", call("c1", "echo", map[string]any{"n": 9}))
+		req["session_id"] = session
+		s.route(req)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		select {
+		case id := <-followed:
+			got[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("followed the responses of %v; want %s and %s", got, sessions[0], last)
+		}
+	}
+	if first := <-streamed; first != protocol.TypeRequest {
+		t.Errorf("session %s streamed from after its last message: first %s, want its new request", last, first)
+	}
+	stop()
 	// The sessions listed, from every stream, latest first.
 	recent, err := record.RecentSessions(ctx, s.js, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recent) != len(sessions) || recent[0].ID != sessions[len(sessions)-1] {
-		t.Errorf("recent sessions %d (first %v), want %d (first %s)", len(recent), recent[0], len(sessions), sessions[len(sessions)-1])
+	if len(recent) != len(sessions) || recent[0].ID != last {
+		t.Errorf("recent sessions %d (first %v), want %d (first %s)", len(recent), recent[0], len(sessions), last)
 	}
 	for _, r := range recent {
-		if r.Requests != 2 {
-			t.Errorf("session %s: %d requests, want 2", r.ID, r.Requests)
+		if want := map[bool]uint64{true: 3, false: 2}[r.ID == sessions[0] || r.ID == last]; r.Requests != want {
+			t.Errorf("session %s: %d requests, want %d", r.ID, r.Requests, want)
 		}
 	}
 	// A call given up in a stream beyond the first becomes a dead letter that names it.

@@ -46,6 +46,9 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	if pending != nil && c.streams == 0 && c.partitions != 0 {
+		return fmt.Errorf("provision: the record's streams are being changed from %d to %d, unfinished: run hermes provision --streams %d to finish that first", pending.Before, pending.After, pending.After)
+	}
 	restream := c.streams != 0 && (c.streams != b.Layout().Streams() || pending != nil)
 	want := c.partitions
 	if restream {

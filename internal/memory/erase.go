@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,40 +47,57 @@ func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sess
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: the record: %w", err)
 	}
-	layout, err := bus.RecordLayout(first.CachedInfo().Config)
+	// While the record's streams change, a session may be in either layout's stream: both
+	// are purged.
+	layouts, err := bus.RecordLayouts(first.CachedInfo().Config)
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: %w", err)
 	}
-	// purge removes what filter (of session) matches, from the stream that keeps session.
-	purge := func(session, filter string) (uint64, error) {
-		stream, err := js.Stream(ctx, layout.StreamNameOf(session))
-		if err != nil {
-			return 0, err
+	// purge removes what filter (of session, in layout l) matches, from the stream that keeps
+	// session there.
+	purge := func(l protocol.Layout, session string, filters ...string) (uint64, error) {
+		stream, err := js.Stream(ctx, l.StreamNameOf(session))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return 0, nil // a stream of a change not made yet
 		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 		if err != nil {
 			return 0, err
 		}
 		var count uint64
-		for _, c := range info.State.Subjects {
-			count += c
+		for _, filter := range filters {
+			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+			if err != nil {
+				return count, err
+			}
+			var n uint64
+			for _, c := range info.State.Subjects {
+				n += c
+			}
+			if n == 0 {
+				continue
+			}
+			if err := stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+				return count, err
+			}
+			count += n
 		}
-		if count == 0 {
-			return 0, nil
-		}
-		return count, stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
+		return count, nil
 	}
 	history := HistorySession(owner)
-	if out.History, err = purge(history, layout.SubjectEvent(protocol.EventMemory, history)); err != nil {
-		return out, fmt.Errorf("memory: erase the history: %w", err)
+	for _, l := range layouts {
+		n, err := purge(l, history, l.SubjectEvent(protocol.EventMemory, history))
+		out.History += n
+		if err != nil {
+			return out, fmt.Errorf("memory: erase the history: %w", err)
+		}
 	}
 	for _, session := range sessions {
-		for _, f := range layout.FilterSession(session) {
-			c, err := purge(session, f)
+		for _, l := range layouts {
+			c, err := purge(l, session, l.FilterSession(session)...)
+			out.SessionMessages += c
 			if err != nil {
 				return out, fmt.Errorf("memory: erase session %s: %w", session, err)
 			}
-			out.SessionMessages += c
 		}
 		out.Sessions = append(out.Sessions, session)
 	}

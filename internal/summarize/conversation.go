@@ -16,9 +16,9 @@ import (
 )
 
 // Latest is session's latest summary and the stream sequence it is stored at; nil and 0 when
-// it has none (or the record no longer holds it). A summary that cannot be read, or that
-// claims to cover what was stored after it, is taken as none (its sequence is still returned:
-// the next summary is written on it).
+// it has none (or the record no longer holds it). A summary that cannot be read, that claims
+// to cover what was stored after it, or that was moved from another stream, is taken as none
+// (its sequence is still returned: the next summary is written on it).
 func Latest(ctx context.Context, js jetstream.JetStream, session string) (*protocol.LLMSummary, uint64, error) {
 	if err := protocol.CheckID("session_id", session); err != nil {
 		return nil, 0, err
@@ -36,7 +36,10 @@ func Latest(ctx context.Context, js jetstream.JetStream, session string) (*proto
 	}
 	e := record.Decode(raw.Sequence, raw.Subject, raw.Time, raw.Data)
 	s, ok := e.Payload.(*protocol.LLMSummary)
-	if !ok || e.Msg.SessionID != session || s.Through >= raw.Sequence {
+	// A summary moved to another stream of the record (bus.Restream) names sequences of the
+	// stream it was in: it covers nothing here, and the session is summarized afresh.
+	moved := raw.Header.Get(bus.HeaderRestreamed) != ""
+	if !ok || moved || e.Msg.SessionID != session || s.Through >= raw.Sequence {
 		return nil, raw.Sequence, nil
 	}
 	return s, raw.Sequence, nil

@@ -31,6 +31,9 @@ type restreaming struct {
 	// Bytes and Msgs are the record's limits, all its streams together, when it began (-1:
 	// none).
 	Bytes, Msgs int64
+	// Upto is, per source stream (by index), the last sequence its copy reads: what is
+	// removed from it once copied, and no more.
+	Upto []uint64 `json:",omitempty"`
 	// Switched: the sessions are copied and the first stream says To; what is left is removing
 	// them from where they were.
 	Switched bool
@@ -134,6 +137,30 @@ func (b *Bus) Restreaming(ctx context.Context) (*Restreamed, error) {
 	return &Restreamed{Before: st.From, After: st.To}, nil
 }
 
+// RecordLayouts are the layouts the record's sessions may be kept in, read from its first
+// stream's configuration: its own, and while a change of its streams is under way, the other
+// one too (a session may then be in either).
+func RecordLayouts(cfg jetstream.StreamConfig) ([]protocol.Layout, error) {
+	l, err := RecordLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := []protocol.Layout{l}
+	st, err := restreamOf(cfg)
+	if err != nil || st == nil {
+		return out, err
+	}
+	other := st.To
+	if other == l.Streams() {
+		other = st.From
+	}
+	ol, err := protocol.NewLayout(other)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	return append(out, ol), nil
+}
+
 // restreamer carries out one change of the record's streams.
 type restreamer struct {
 	b        *Bus
@@ -142,12 +169,29 @@ type restreamer struct {
 	// base is the first stream's configuration: the record's settings, for the streams added.
 	base jetstream.StreamConfig
 	done Restreamed
+	// into counts the copies this run stored, by stream name.
+	into map[string]int
 }
 
 func (r *restreamer) run(ctx context.Context) error {
 	if !r.st.Switched {
 		if err := r.copyAll(ctx); err != nil {
 			return err
+		}
+		// Nothing may have been stored in a source since its copy was bounded: it would be
+		// neither copied nor removed.
+		if err := r.b.Quiet(ctx); err != nil {
+			return err
+		}
+		for k, upto := range r.st.Upto {
+			s, err := r.b.JS.Stream(ctx, protocol.RecordStream(k))
+			if err != nil {
+				return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+			}
+			// (A source that keeps sessions receives copies too: those are after it.)
+			if last, want := s.CachedInfo().State.LastSeq, upto+uint64(r.into[protocol.RecordStream(k)]); last != want {
+				return fmt.Errorf("bus: stream %s was written during the change (its last message is %d, %d expected): something still writes to the record; stop it and run again", protocol.RecordStream(k), last, want)
+			}
 		}
 		r.st.Switched = true
 		if err := r.b.markRestream(ctx, r.st, r.to); err != nil {
@@ -185,11 +229,23 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 		}
 		sources[k] = s
 	}
+	// How far each source is copied (and later removed): as it is now.
+	r.st.Upto = make([]uint64, len(sources))
+	for k, s := range sources {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+		}
+		r.st.Upto[k] = info.State.LastSeq
+	}
+	if err := r.b.markRestream(ctx, r.st, r.from); err != nil {
+		return err
+	}
 	// What each stream will receive, so that the limits make room for it while the record's
 	// total stays what it was.
 	incoming := map[int][2]int64{}
 	for k, s := range sources {
-		err := eachMoving(ctx, r.b.JS, s, k, r.to, func(msg jetstream.Msg, _ *jetstream.MsgMetadata, _ string, there int) error {
+		err := eachMoving(ctx, r.b.JS, s, k, r.st.Upto[k], r.to, func(msg jetstream.Msg, _ *jetstream.MsgMetadata, _ string, there int) error {
 			in := incoming[there]
 			incoming[there] = [2]int64{in[0] + msgBytes(msg), in[1] + 1}
 			return nil
@@ -214,6 +270,11 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if s != nil { // made by a run cut short
+			if err := r.makeRoom(ctx, s, k, incoming[k], true); err != nil {
+				return err
+			}
+		}
 		if s == nil {
 			cfg := r.streamConfig(k)
 			cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), 0, incoming[k][0])
@@ -235,7 +296,7 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 	}
 	// The consumers of streams that were there before and receive copies would take the
 	// copies for new work: they hold nothing (Quiet), and are made again at the streams' ends.
-	for k := range min(len(sources), len(targets)) {
+	for k := range targets {
 		if incoming[k][1] > 0 {
 			if err := dropDurables(ctx, targets[k]); err != nil {
 				return err
@@ -266,11 +327,11 @@ func (r *restreamer) streamConfig(k int) jetstream.StreamConfig {
 func (r *restreamer) copyFrom(ctx context.Context, s jetstream.Stream, k int, targets []jetstream.Stream) error {
 	after := map[string]uint64{} // per moved session: the last sequence here its copy holds
 	source := protocol.RecordStream(k)
-	return eachMoving(ctx, r.b.JS, s, k, r.to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error {
+	return eachMoving(ctx, r.b.JS, s, k, r.st.Upto[k], r.to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error {
 		last, seen := after[session]
 		if !seen {
 			var err error
-			if last, err = copiedUpTo(ctx, targets[there], r.to, session, source); err != nil {
+			if last, err = r.b.copiedUpTo(ctx, targets[there], r.to, session, source); err != nil {
 				return err
 			}
 			after[session] = last
@@ -279,25 +340,32 @@ func (r *restreamer) copyFrom(ctx context.Context, s jetstream.Stream, k int, ta
 		if md.Sequence.Stream <= last {
 			return nil
 		}
-		if err := r.b.copyTo(ctx, msg, md, r.to, session); err != nil {
+		stream, err := r.b.copyTo(ctx, msg, md, r.to, session)
+		if err != nil {
 			return err
 		}
+		if r.into == nil {
+			r.into = map[string]int{}
+		}
+		r.into[stream]++
 		r.done.Messages++
 		return restreamStep("copied")
 	})
 }
 
 // copiedUpTo is the sequence in stream source of the last message of session that stream s (of
-// layout to) holds a copy of; 0 when it holds none.
-func copiedUpTo(ctx context.Context, s jetstream.Stream, to protocol.Layout, session, source string) (uint64, error) {
+// layout to) holds a copy of, read from its leader; 0 when it holds none. A session whose newest
+// message there is no copy from source was written there during the change: an error.
+func (b *Bus) copiedUpTo(ctx context.Context, s jetstream.Stream, to protocol.Layout, session, source string) (uint64, error) {
+	name := s.CachedInfo().Config.Name
 	var newest *jetstream.RawStreamMsg
 	for _, f := range to.FilterSession(session) {
-		raw, err := s.GetLastMsgForSubject(ctx, f)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		raw, err := b.leaderGet(ctx, name, msgGetRequest{LastFor: f})
+		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("bus: read session %s's messages in stream %s: %w", session, s.CachedInfo().Config.Name, err)
+			return 0, fmt.Errorf("bus: read session %s's messages in stream %s: %w", session, name, err)
 		}
 		if newest == nil || raw.Sequence > newest.Sequence {
 			newest = raw
@@ -310,7 +378,7 @@ func copiedUpTo(ctx context.Context, s jetstream.Stream, to protocol.Layout, ses
 	stream, seq, ok := strings.Cut(from, ":")
 	n, err := strconv.ParseUint(seq, 10, 64)
 	if !ok || stream != source || err != nil {
-		return 0, nil
+		return 0, fmt.Errorf("bus: stream %s holds a message of session %s that is no copy from %s (sequence %d): something wrote to the record during the change", name, session, source, newest.Sequence)
 	}
 	return n, nil
 }
@@ -339,7 +407,11 @@ func (r *restreamer) finish(ctx context.Context) error {
 		if s == nil {
 			continue // deleted by a run cut short after
 		}
-		removed, err := removeMoved(ctx, r.b.JS, s, k, r.from, r.to)
+		upto := uint64(0)
+		if k < len(r.st.Upto) {
+			upto = r.st.Upto[k]
+		}
+		removed, err := removeMoved(ctx, r.b.JS, s, k, upto, r.from, r.to)
 		r.done.Removed += removed
 		if err != nil {
 			return err
@@ -358,43 +430,69 @@ func (r *restreamer) finish(ctx context.Context) error {
 			return fmt.Errorf("bus: delete stream %s, emptied: %w", protocol.RecordStream(k), err)
 		}
 	}
-	// The record's limits shared by its streams again (one that holds more than its share
-	// keeps room for what it holds), each described as what it now is.
-	for k := range r.to.Streams() {
+	// The record's limits shared by its streams again: each what it holds and an even share
+	// of the room left. Each is described as what it now is; the first last, which says the
+	// change is done.
+	infos := make([]*jetstream.StreamInfo, r.to.Streams())
+	var usedBytes, usedMsgs int64
+	for k := range infos {
 		s, err := r.stream(ctx, k)
 		if err != nil {
 			return err
 		}
-		info, err := s.Info(ctx)
-		if err != nil {
+		if infos[k], err = s.Info(ctx); err != nil {
 			return fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
 		}
-		cfg := info.Config
-		cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), int64(info.State.Bytes), 0)
-		cfg.MaxMsgs = roomFor(r.st.Msgs, r.to.Streams(), int64(info.State.Msgs), 0)
-		want := recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions())
-		cfg.Description = want.Description
-		if k == 0 {
-			cfg.Metadata = maps.Clone(cfg.Metadata)
-			delete(cfg.Metadata, metaRestream)
+		usedBytes += int64(infos[k].State.Bytes)
+		usedMsgs += int64(infos[k].State.Msgs)
+	}
+	share := func(total, used, all int64) int64 {
+		if total <= 0 {
+			return total
 		}
-		if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
+		return used + max(slack(used), (total-all)/int64(r.to.Streams()))
+	}
+	// Those that shrink first (the server counts what every stream may hold), then the others;
+	// the first stream is told last that the change is done.
+	for _, grow := range []bool{false, true} {
+		for k, info := range infos {
+			cfg := info.Config
+			cfg.MaxBytes = share(r.st.Bytes, int64(info.State.Bytes), usedBytes)
+			cfg.MaxMsgs = share(r.st.Msgs, int64(info.State.Msgs), usedMsgs)
+			cfg.Description = recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions()).Description
+			grows := cfg.MaxBytes > info.Config.MaxBytes || cfg.MaxMsgs > info.Config.MaxMsgs
+			if grows != grow {
+				continue
+			}
+			if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
+			}
 		}
+	}
+	first, err := r.b.JS.Stream(ctx, protocol.StreamName)
+	if err != nil {
+		return fmt.Errorf("bus: read stream %s: %w", protocol.StreamName, err)
+	}
+	cfg := first.CachedInfo().Config
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	delete(cfg.Metadata, metaRestream)
+	if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("bus: note in %s that the change of its streams is done: %w", protocol.StreamName, err)
 	}
 	return nil
 }
 
 // removeMoved removes from source stream k (s) of layout from the messages of the sessions
-// layout to keeps elsewhere, as far as the stream held when it was read, and returns how many.
-func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, from, to protocol.Layout) (int, error) {
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
-	}
-	upTo := info.State.LastSeq
+// layout to keeps elsewhere, up to sequence upto (what was copied), and returns how many. One
+// stored after upto was not copied: it is left, and named in the error.
+func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, upto uint64, from, to protocol.Layout) (int, error) {
 	moved := map[string]bool{}
-	err = eachMoving(ctx, js, s, k, to, func(_ jetstream.Msg, _ *jetstream.MsgMetadata, session string, _ int) error {
+	var late *jetstream.MsgMetadata
+	err := eachMoving(ctx, js, s, k, 0, to, func(_ jetstream.Msg, md *jetstream.MsgMetadata, session string, _ int) error {
+		if md.Sequence.Stream > upto {
+			late = md
+			return nil
+		}
 		moved[session] = true
 		return nil
 	})
@@ -409,12 +507,15 @@ func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
 			}
 			for _, c := range purged.State.Subjects {
-				removed += int(c)
+				removed += int(c) // those after upto too, when there are: the error below says so
 			}
-			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(upTo+1)); err != nil {
+			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(upto+1)); err != nil {
 				return removed, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
 			}
 		}
+	}
+	if late != nil {
+		return removed, fmt.Errorf("bus: stream %s holds a message of a moved session stored during the change (sequence %d), not copied: left there; copy it by hand or erase it", protocol.RecordStream(k), late.Sequence.Stream)
 	}
 	return removed, nil
 }
@@ -466,16 +567,20 @@ func (b *Bus) Quiet(ctx context.Context) error {
 	return nil
 }
 
-// eachMoving calls f with each message of record stream k (s) whose session layout to keeps in
-// another stream, in order, with that stream's index; what is stored after it began is not read.
-func eachMoving(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, to protocol.Layout, f func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error) error {
+// eachMoving calls f with each message of record stream k (s) up to sequence upto (0: its last
+// when it begins) whose session layout to keeps in another stream, in order, with that stream's
+// index.
+func eachMoving(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, upto uint64, to protocol.Layout, f func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, there int) error) error {
 	name := protocol.RecordStream(k)
 	info, err := s.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("bus: read stream %s: %w", name, err)
 	}
 	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
+	if upto != 0 {
+		last = min(last, upto)
+	}
+	if info.State.Msgs == 0 || info.State.FirstSeq > last {
 		return nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
@@ -530,7 +635,7 @@ func eachMoving(ctx context.Context, js jetstream.JetStream, s jetstream.Stream,
 // headers but the server's own (an expected last sequence would be another stream's) and
 // HeaderRestreamed. A request is published where requests enter (its stream adds the
 // partition, the same number of them).
-func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, to protocol.Layout, session string) error {
+func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, to protocol.Layout, session string) (stream string, err error) {
 	subject := to.Place(msg.Subject(), session)
 	if c := protocol.CanonicalSubject(msg.Subject()); strings.HasPrefix(c, protocol.PrefixRequests) && !strings.HasPrefix(c, protocol.PrefixRequests+"fast.") {
 		subject = to.SubjectRequest(session)
@@ -552,10 +657,14 @@ func (b *Bus) copyTo(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMe
 	}
 	pctx, cancel := context.WithTimeout(ctx, restreamWait)
 	defer cancel()
-	if _, err := b.JS.PublishMsg(pctx, out); err != nil {
-		return fmt.Errorf("bus: copy message %d of stream %s to %s: %w", md.Sequence.Stream, md.Stream, subject, err)
+	ack, err := b.JS.PublishMsg(pctx, out)
+	if err != nil {
+		return "", fmt.Errorf("bus: copy message %d of stream %s to %s: %w", md.Sequence.Stream, md.Stream, subject, err)
 	}
-	return nil
+	if ack.Duplicate {
+		return "", nil // stored by a run cut short, after its copy was bounded
+	}
+	return ack.Stream, nil
 }
 
 // msgBytes is about what a stream counts of msg, copied, against its byte limit.
@@ -625,7 +734,8 @@ func restreamOf(cfg jetstream.StreamConfig) (*restreaming, error) {
 		return nil, nil
 	}
 	var st restreaming
-	if err := json.Unmarshal([]byte(v), &st); err != nil || st.From < 1 || st.To < 1 || st.From > protocol.MaxRecordStreams || st.To > protocol.MaxRecordStreams {
+	if err := json.Unmarshal([]byte(v), &st); err != nil || st.From < 1 || st.To < 1 || st.From > protocol.MaxRecordStreams || st.To > protocol.MaxRecordStreams ||
+		st.From == st.To || st.Bytes == 0 || st.Bytes < -1 || st.Msgs == 0 || st.Msgs < -1 || len(st.Upto) > st.From {
 		return nil, fmt.Errorf("bus: stream %s says a change of its streams is under way, unreadably (%q): remove its metadata %s by hand", cfg.Name, v, metaRestream)
 	}
 	return &st, nil

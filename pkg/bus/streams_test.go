@@ -366,3 +366,30 @@ func TestARestreamCutShortIsFinished(t *testing.T) {
 		t.Fatalf("back to one stream (%d):\n%s\nwant\n%s", len(b1.Streams), got, want)
 	}
 }
+
+// Something that writes to the record during a change (a service left running) is found
+// before the switch: the run stops, nothing is lost, and the next run copies what was written.
+func TestARestreamFindsWritesDuringIt(t *testing.T) {
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 6})
+	publishEvents(t, b, "a", 12, 3)
+	wrote := false
+	bus.OnRestreamStep(t.Cleanup, func(step string) error {
+		if step == "copied" && !wrote {
+			wrote = true
+			publishEvents(t, b, "late", 12, 1) // b: the layout of one stream
+		}
+		return nil
+	})
+	if _, err := b.Restream(ctx, 3); err == nil || !strings.Contains(err.Error(), "written during the change") {
+		t.Fatalf("a write during the change: %v", err)
+	}
+	want := fmt.Sprint(readSessions(t, b))
+	if _, err := b.Restream(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(readSessions(t, srv.Provision(t, bus.Config{}))); got != want {
+		t.Fatalf("after the change:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -7,9 +7,6 @@ func OnRepartitionStep(cleanup func(func()), f func(step string)) {
 	cleanup(func() { repartitionStep = func(string) {} })
 }
 
-// OnRestreamStep makes Restream call f after each step a run may be cut short at ("copied",
-// "switched"); an error f returns ends the run there. Until the test ends.
-func OnRestreamStep(cleanup func(func()), f func(step string) error) {
-	restreamStep = f
-	cleanup(func() { restreamStep = func(string) error { return nil } })
-}
+// OnRestreamStep makes b's Restream call f after each step a run may be cut short at
+// ("copied", "switched"); an error f returns ends the run there.
+func OnRestreamStep(b *Bus, f func(step string) error) { b.onRestreamStep = f }

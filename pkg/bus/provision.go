@@ -300,6 +300,8 @@ type Bus struct {
 	partitions atomic.Int32
 	// layout is how the record keeps sessions in its streams.
 	layout protocol.Layout
+	// onRestreamStep, set by tests, hears of each step of Restream (restreamStep).
+	onRestreamStep func(step string) error
 }
 
 // Layout is how the record keeps sessions in its streams: the subjects of a session's

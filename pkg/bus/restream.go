@@ -48,10 +48,6 @@ type Restreamed struct {
 	Sessions, Messages, Removed int
 }
 
-// restreamStep is called after each step of Restream a run may be cut short at ("copied" a
-// message, "switched" the number): tests end a run there.
-var restreamStep = func(string) error { return nil }
-
 // restreamWait bounds the wait for one message while a stream is read, and for the
 // acknowledgement of one copied message.
 const restreamWait = 10 * time.Second
@@ -161,6 +157,15 @@ func RecordLayouts(cfg jetstream.StreamConfig) ([]protocol.Layout, error) {
 	return append(out, ol), nil
 }
 
+// restreamStep is called after each step of Restream a run may be cut short at ("copied" a
+// message, "switched" the number): tests end a run there (Bus.onRestreamStep).
+func (b *Bus) restreamStep(step string) error {
+	if b.onRestreamStep == nil {
+		return nil
+	}
+	return b.onRestreamStep(step)
+}
+
 // restreamer carries out one change of the record's streams.
 type restreamer struct {
 	b        *Bus
@@ -197,7 +202,7 @@ func (r *restreamer) run(ctx context.Context) error {
 		if err := r.b.markRestream(ctx, r.st, r.to); err != nil {
 			return err
 		}
-		if err := restreamStep("switched"); err != nil {
+		if err := r.b.restreamStep("switched"); err != nil {
 			return err
 		}
 	}
@@ -349,7 +354,7 @@ func (r *restreamer) copyFrom(ctx context.Context, s jetstream.Stream, k int, ta
 		}
 		r.into[stream]++
 		r.done.Messages++
-		return restreamStep("copied")
+		return r.b.restreamStep("copied")
 	})
 }
 

@@ -301,6 +301,7 @@ func readSessions(t *testing.T, b *bus.Bus) map[string][]string {
 // finished by the next run: every message once, in order, each session in its stream; the
 // streams added have the record's settings, and the record's limits are shared.
 func TestARestreamCutShortIsFinished(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 6, MaxAge: 720 * time.Hour, MaxMsgs: 300})
@@ -309,7 +310,7 @@ func TestARestreamCutShortIsFinished(t *testing.T) {
 	want := fmt.Sprint(readSessions(t, b))
 	cut := errors.New("cut short")
 	copies := 0
-	bus.OnRestreamStep(t.Cleanup, func(step string) error {
+	bus.OnRestreamStep(b, func(step string) error {
 		if step == "copied" {
 			if copies++; copies == 7 {
 				return cut
@@ -370,12 +371,13 @@ func TestARestreamCutShortIsFinished(t *testing.T) {
 // Something that writes to the record during a change (a service left running) is found
 // before the switch: the run stops, nothing is lost, and the next run copies what was written.
 func TestARestreamFindsWritesDuringIt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 6})
 	publishEvents(t, b, "a", 12, 3)
 	wrote := false
-	bus.OnRestreamStep(t.Cleanup, func(step string) error {
+	bus.OnRestreamStep(b, func(step string) error {
 		if step == "copied" && !wrote {
 			wrote = true
 			publishEvents(t, b, "late", 12, 1) // b: the layout of one stream

@@ -35,6 +35,10 @@ func Erase(ctx context.Context, js jetstream.JetStream, s *Store, owner string, 
 	return out, err
 }
 
+// ErrRecordChanging is returned by EraseRecord while the record's streams are being changed
+// (hermes provision --streams): the erasure is to be tried again once the change is over.
+var ErrRecordChanging = errors.New("memory: erase: the record's streams are being changed; the erasure is tried again when the change is over")
+
 // EraseRecord removes from the record what is kept there about owner: its memory history (its
 // HistorySession: the values it ever had, its archived intents' contexts), and, given
 // sessions, every message of those sessions. The record is Hermes' proof of what happened, so
@@ -47,19 +51,20 @@ func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sess
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: the record: %w", err)
 	}
-	// While the record's streams change, a session may be in either layout's stream: both
-	// are purged.
+	// While the record's streams change, a session's messages are being copied from one
+	// stream to another: an erasure then would miss the copies still to come. It waits for the
+	// change to end (the eraser tries again later).
 	layouts, err := bus.RecordLayouts(first.CachedInfo().Config)
 	if err != nil {
 		return out, fmt.Errorf("memory: erase: %w", err)
 	}
-	// purge removes what filter (of session, in layout l) matches, from the stream that keeps
+	if len(layouts) > 1 {
+		return out, ErrRecordChanging
+	}
+	// purge removes what filters (of session, in layout l) match, from the stream that keeps
 	// session there.
 	purge := func(l protocol.Layout, session string, filters ...string) (uint64, error) {
 		stream, err := js.Stream(ctx, l.StreamNameOf(session))
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return 0, nil // a stream of a change not made yet
-		}
 		if err != nil {
 			return 0, err
 		}
@@ -83,23 +88,24 @@ func EraseRecord(ctx context.Context, js jetstream.JetStream, owner string, sess
 		}
 		return count, nil
 	}
-	history := HistorySession(owner)
-	for _, l := range layouts {
-		n, err := purge(l, history, l.SubjectEvent(protocol.EventMemory, history))
-		out.History += n
-		if err != nil {
-			return out, fmt.Errorf("memory: erase the history: %w", err)
-		}
+	l, history := layouts[0], HistorySession(owner)
+	if out.History, err = purge(l, history, l.SubjectEvent(protocol.EventMemory, history)); err != nil {
+		return out, fmt.Errorf("memory: erase the history: %w", err)
 	}
 	for _, session := range sessions {
-		for _, l := range layouts {
-			c, err := purge(l, session, l.FilterSession(session)...)
-			out.SessionMessages += c
-			if err != nil {
-				return out, fmt.Errorf("memory: erase session %s: %w", session, err)
-			}
+		c, err := purge(l, session, l.FilterSession(session)...)
+		out.SessionMessages += c
+		if err != nil {
+			return out, fmt.Errorf("memory: erase session %s: %w", session, err)
 		}
 		out.Sessions = append(out.Sessions, session)
+	}
+	// A change begun meanwhile may have copied what was purged here before it was: tried
+	// again once the change is over.
+	if info, err := first.Info(ctx); err != nil {
+		return out, fmt.Errorf("memory: erase: the record: %w", err)
+	} else if now, err := bus.RecordLayouts(info.Config); err != nil || len(now) > 1 || now[0] != layouts[0] {
+		return out, ErrRecordChanging
 	}
 	return out, nil
 }

@@ -209,7 +209,11 @@ func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg f
 		if failed || ctx.Err() != nil {
 			return nil
 		}
-		return h(e)
+		if err := h(e); err != nil {
+			failed = true // no other stream's message after it
+			return err
+		}
+		return nil
 	}
 	var started sync.WaitGroup
 	started.Add(len(parts))
@@ -237,9 +241,10 @@ func consumeAll(ctx context.Context, js jetstream.JetStream, parts []part, cfg f
 		mu.Unlock()
 		close(opened)
 	}()
+	// The first error that is not the others' ending because of it.
 	var first error
 	for range parts {
-		if err := <-errs; err != nil && first == nil {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			first = err
 		}
 	}

@@ -183,9 +183,9 @@ func (r *restreamer) run(ctx context.Context) error {
 		if err := r.copyAll(ctx); err != nil {
 			return err
 		}
-		// Nothing may have been stored in a source since its copy was bounded: it would be
-		// neither copied nor removed.
-		if err := r.b.Quiet(ctx); err != nil {
+		// Nothing may read the record, nor have been stored in a source since its copy was
+		// bounded (it would be neither copied nor removed).
+		if err := r.b.quiet(ctx, false); err != nil {
 			return err
 		}
 		for k, upto := range r.st.Upto {
@@ -412,11 +412,11 @@ func (r *restreamer) finish(ctx context.Context) error {
 		if s == nil {
 			continue // deleted by a run cut short after
 		}
-		upto := uint64(0)
+		upto := uint64(0) // no bound noted: every message there now was copied
 		if k < len(r.st.Upto) {
 			upto = r.st.Upto[k]
 		}
-		removed, err := removeMoved(ctx, r.b.JS, s, k, upto, r.from, r.to)
+		removed, err := r.removeMoved(ctx, s, k, upto)
 		r.done.Removed += removed
 		if err != nil {
 			return err
@@ -465,8 +465,8 @@ func (r *restreamer) finish(ctx context.Context) error {
 			cfg.MaxBytes = share(r.st.Bytes, int64(info.State.Bytes), usedBytes)
 			cfg.MaxMsgs = share(r.st.Msgs, int64(info.State.Msgs), usedMsgs)
 			cfg.Description = recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions()).Description
-			grows := cfg.MaxBytes > info.Config.MaxBytes || cfg.MaxMsgs > info.Config.MaxMsgs
-			if grows != grow {
+			// Only bytes are reserved: what grows is what grows in bytes.
+			if grows := cfg.MaxBytes > info.Config.MaxBytes || cfg.MaxBytes <= 0 && info.Config.MaxBytes > 0; grows != grow {
 				continue
 			}
 			if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
@@ -487,18 +487,29 @@ func (r *restreamer) finish(ctx context.Context) error {
 	return nil
 }
 
-// removeMoved removes from source stream k (s) of layout from the messages of the sessions
-// layout to keeps elsewhere, up to sequence upto (what was copied), and returns how many. One
-// stored after upto was not copied: it is left, and named in the error.
-func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, k int, upto uint64, from, to protocol.Layout) (int, error) {
+// removeMoved removes from source stream k (s) the messages of the sessions the new layout keeps
+// elsewhere, and returns how many. Those stored after upto (0: none are), after their copy was
+// bounded — written with the old layout after the change switched — are copied first: newer than
+// any copy, they follow them.
+func (r *restreamer) removeMoved(ctx context.Context, s jetstream.Stream, k int, upto uint64) (int, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+	}
+	last := info.State.LastSeq
+	if upto == 0 {
+		upto = last
+	}
 	moved := map[string]bool{}
-	var late *jetstream.MsgMetadata
-	err := eachMoving(ctx, js, s, k, 0, to, func(_ jetstream.Msg, md *jetstream.MsgMetadata, session string, _ int) error {
-		if md.Sequence.Stream > upto {
-			late = md
+	err = eachMoving(ctx, r.b.JS, s, k, last, r.to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, _ int) error {
+		moved[session] = true
+		if md.Sequence.Stream <= upto {
 			return nil
 		}
-		moved[session] = true
+		if _, err := r.b.copyTo(ctx, msg, md, r.to, session); err != nil {
+			return err
+		}
+		r.done.Messages++
 		return nil
 	})
 	if err != nil {
@@ -506,21 +517,20 @@ func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 	}
 	removed := 0
 	for session := range moved {
-		for _, f := range from.FilterSession(session) {
-			purged, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
+		for _, f := range r.from.FilterSession(session) {
+			before, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
 			if err != nil {
 				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
 			}
-			for _, c := range purged.State.Subjects {
-				removed += int(c) // those after upto too, when there are: the error below says so
-			}
-			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(upto+1)); err != nil {
+			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(last+1)); err != nil {
 				return removed, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
 			}
+			after, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
+			if err != nil {
+				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
+			}
+			removed += int(before.State.Msgs - after.State.Msgs)
 		}
-	}
-	if late != nil {
-		return removed, fmt.Errorf("bus: stream %s holds a message of a moved session stored during the change (sequence %d), not copied: left there; copy it by hand or erase it", protocol.RecordStream(k), late.Sequence.Stream)
 	}
 	return removed, nil
 }
@@ -528,7 +538,10 @@ func removeMoved(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 // Quiet returns an error naming the first durable consumer of the record, of the dead letters
 // or of the clients' requests that a service reads, or of the first two that holds messages
 // not yet handled: nil when every Hermes service is stopped and done.
-func (b *Bus) Quiet(ctx context.Context) error {
+func (b *Bus) Quiet(ctx context.Context) error { return b.quiet(ctx, true) }
+
+// quiet is Quiet; without pending, it looks only for services reading.
+func (b *Bus) quiet(ctx context.Context, pending bool) error {
 	type look struct {
 		s       jetstream.Stream
 		pending bool // what it holds must be handled first
@@ -560,7 +573,10 @@ func (b *Bus) Quiet(ctx context.Context) error {
 				if info.NumWaiting > 0 {
 					return fmt.Errorf("bus: a service reads consumer %s of stream %s: stop every Hermes service before changing the record's streams", info.Name, name)
 				}
-				if waiting := holding(info); waiting > 0 && l.pending {
+				// What Hermes' own consumers hold is work; another's (an operator's reader) is not
+				// Hermes' to wait for.
+				ours := hermesConsumer(info.Name) || info.Name == ConsumerDeadLetters
+				if waiting := holding(info); waiting > 0 && l.pending && pending && ours {
 					return fmt.Errorf("bus: consumer %s of stream %s holds messages not yet handled (%d): stop the gateways, let the other services finish, stop them, then change the record's streams", info.Name, name, waiting)
 				}
 			}
@@ -815,22 +831,24 @@ func (r *restreamer) makeRoom(ctx context.Context, s jetstream.Stream, k int, in
 	}
 	cfg := info.Config
 	used := [2]int64{int64(info.State.Bytes), int64(info.State.Msgs)}
+	var want [2]int64
 	for i, p := range []*int64{&cfg.MaxBytes, &cfg.MaxMsgs} {
 		total := r.st.Bytes
 		if i == 1 {
 			total = r.st.Msgs
 		}
-		want := *p
+		want[i] = *p
 		switch {
 		case total <= 0:
 		case k < r.to.Streams():
-			want = roomFor(total, r.to.Streams(), used[i], incoming[i])
+			want[i] = roomFor(total, r.to.Streams(), used[i], incoming[i])
 		case *p > 0:
-			want = min(*p, used[i]+slack(used[i]))
+			want[i] = min(*p, used[i]+slack(used[i]))
 		}
-		if grows := want > *p || want <= 0 && *p > 0; grows == grow {
-			*p = want
-		}
+	}
+	// Only bytes are reserved: what grows is what grows in bytes.
+	if grows := want[0] > cfg.MaxBytes || want[0] <= 0 && cfg.MaxBytes > 0; grows == grow {
+		cfg.MaxBytes, cfg.MaxMsgs = want[0], want[1]
 	}
 	if cfg.MaxBytes == info.Config.MaxBytes && cfg.MaxMsgs == info.Config.MaxMsgs {
 		return nil

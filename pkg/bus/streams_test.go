@@ -395,3 +395,35 @@ func TestARestreamFindsWritesDuringIt(t *testing.T) {
 		t.Fatalf("after the change:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A write with the old layout after the change switched (a process that opened the record
+// before) is copied to its session's new stream, after the session's copies: nothing is lost,
+// and the change finishes.
+func TestARestreamCopiesWhatComesAfterTheSwitch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{Partitions: 6})
+	publishEvents(t, b, "a", 12, 2)
+	bus.OnRestreamStep(b, func(step string) error {
+		if step == "switched" {
+			publishEvents(t, b, "late", 12, 1) // b: the layout of one stream
+		}
+		return nil
+	})
+	if _, err := b.Restream(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	all := map[string][]string{}
+	for i := range 12 {
+		all[fmt.Sprintf("s%d", i)] = []string{fmt.Sprintf("ra%d0", i), fmt.Sprintf("ra%d1", i), fmt.Sprintf("ra%dsum", i), fmt.Sprintf("rlate%d0", i), fmt.Sprintf("rlate%dsum", i)}
+	}
+	want := fmt.Sprint(all)
+	b3 := srv.Provision(t, bus.Config{})
+	if p, _ := b3.Restreaming(ctx); p != nil {
+		t.Fatalf("the change is not over: %+v", p)
+	}
+	if got := fmt.Sprint(readSessions(t, b3)); got != want {
+		t.Fatalf("after the change:\n%s\nwant\n%s", got, want)
+	}
+}

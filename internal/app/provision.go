@@ -46,16 +46,14 @@ func RunProvision(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if pending != nil && c.streams == 0 && c.partitions != 0 {
+	// Checked before anything changes: a refusal leaves the record as it was. A change of the
+	// streams left unfinished is finished first, and only by --streams naming its number.
+	if pending != nil && (c.streams == 0 && c.partitions != 0 || c.streams != 0 && c.streams != pending.After) {
 		return fmt.Errorf("provision: the record's streams are being changed from %d to %d, unfinished: run hermes provision --streams %d to finish that first", pending.Before, pending.After, pending.After)
 	}
 	restream := c.streams != 0 && (c.streams != b.Layout().Streams() || pending != nil)
 	want := c.partitions
 	if restream {
-		// Checked before anything changes: a refusal leaves the record as it was.
-		if pending != nil && pending.After != c.streams {
-			return fmt.Errorf("provision: the record's streams are being changed from %d to %d, unfinished: run hermes provision --streams %d to finish that first", pending.Before, pending.After, pending.After)
-		}
 		if want != 0 && want%c.streams != 0 {
 			return fmt.Errorf("provision: %d partitions do not divide among %d streams: each partition lies in one stream, so give a multiple of %d", want, c.streams, c.streams)
 		}

@@ -15,12 +15,7 @@ import (
 
 func TestProvisionChangesThePartitions(t *testing.T) {
 	srv := bustest.NewServer(t)
-	provision := func(args ...string) (string, error) {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		err := RunProvision(t.Context(), append([]string{"--nats", srv.URL}, args...), Env{Stdout: &out, Stderr: &errOut})
-		return out.String() + errOut.String(), err
-	}
+	provision := func(args ...string) (string, error) { return runProvision(t, srv, args...) }
 	if out, err := provision("--partitions", "5"); err != nil || !strings.Contains(out, "partitions   5") {
 		t.Fatalf("provision --partitions 5: %v\n%s", err, out)
 	}
@@ -51,12 +46,7 @@ func TestProvisionChangesThePartitions(t *testing.T) {
 
 func TestProvisionChangesTheStreams(t *testing.T) {
 	srv := bustest.NewServer(t)
-	provision := func(args ...string) (string, error) {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		err := RunProvision(t.Context(), append([]string{"--nats", srv.URL}, args...), Env{Stdout: &out, Stderr: &errOut})
-		return out.String() + errOut.String(), err
-	}
+	provision := func(args ...string) (string, error) { return runProvision(t, srv, args...) }
 	if out, err := provision("--partitions", "16"); err != nil || !strings.Contains(out, "stream HERMES,") {
 		t.Fatalf("provision: %v\n%s", err, out)
 	}
@@ -76,4 +66,12 @@ func TestProvisionChangesTheStreams(t *testing.T) {
 	if err != nil || !strings.Contains(out, "stream HERMES,") || !strings.Contains(out, "partitions   7 (were ") {
 		t.Fatalf("provision --streams 1 --partitions 7: %v\n%s", err, out)
 	}
+}
+
+// runProvision runs hermes provision against srv with args, and returns what it printed.
+func runProvision(t *testing.T, srv *bustest.Server, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := RunProvision(t.Context(), append([]string{"--nats", srv.URL}, args...), Env{Stdout: &out, Stderr: &errOut})
+	return out.String() + errOut.String(), err
 }

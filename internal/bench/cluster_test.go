@@ -21,23 +21,34 @@ import (
 func BenchmarkClusterPartitions(b *testing.B) {
 	for _, cluster := range []bool{false, true} {
 		for _, partitions := range []int{16, 64} {
-			name := fmt.Sprintf("server=one/partitions=%d", partitions)
-			if cluster {
-				name = fmt.Sprintf("server=cluster3/partitions=%d", partitions)
-			}
-			b.Run(name, func(b *testing.B) {
-				cfg := app.SystemConfig{Instance: "bench", Worker: app.WorkerConfig{Concurrency: 64, Pools: worker.Pools{}},
-					Fast: app.FastLaneConfig{Off: true}, Bus: bus.Config{Partitions: partitions}}
-				if cluster {
-					c := bustest.NewCluster(b)
-					cfg.NATSURL, cfg.Bus.Replicas = c.URL(), bustest.ClusterSize
-				}
-				sys := runSystem(b, cfg, "echo", "{}")
-				run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}",
-					RunID: fmt.Sprintf("cp%d-%d", os.Getpid(), runs.Add(1))}).Do)
+			b.Run(fmt.Sprintf("server=%s/partitions=%d", serverName(cluster), partitions), func(b *testing.B) {
+				durableOn(b, cluster, bus.Config{Partitions: partitions}, "cp")
 			})
 		}
 	}
+}
+
+// serverName names the server a cluster benchmark runs on.
+func serverName(cluster bool) string {
+	if cluster {
+		return "cluster3"
+	}
+	return "one"
+}
+
+// durableOn runs 1-call requests from 32×GOMAXPROCS clients down the durable path of Hermes
+// with the record set up as bc, on a 3-node cluster on loopback (3 replicas) or one embedded
+// server; prefix names the benchmark's requests.
+func durableOn(b *testing.B, cluster bool, bc bus.Config, prefix string) {
+	cfg := app.SystemConfig{Instance: "bench", Worker: app.WorkerConfig{Concurrency: 64, Pools: worker.Pools{}},
+		Fast: app.FastLaneConfig{Off: true}, Bus: bc}
+	if cluster {
+		c := bustest.NewCluster(b)
+		cfg.NATSURL, cfg.Bus.Replicas = c.URL(), bustest.ClusterSize
+	}
+	sys := runSystem(b, cfg, "echo", "{}")
+	run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}",
+		RunID: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), runs.Add(1))}).Do)
 }
 
 // BenchmarkClusterStreams compares a record of one stream with one of several — each stream its
@@ -47,20 +58,8 @@ func BenchmarkClusterPartitions(b *testing.B) {
 func BenchmarkClusterStreams(b *testing.B) {
 	for _, cluster := range []bool{false, true} {
 		for _, streams := range []int{1, 3} {
-			name := fmt.Sprintf("server=one/streams=%d", streams)
-			if cluster {
-				name = fmt.Sprintf("server=cluster3/streams=%d", streams)
-			}
-			b.Run(name, func(b *testing.B) {
-				cfg := app.SystemConfig{Instance: "bench", Worker: app.WorkerConfig{Concurrency: 64, Pools: worker.Pools{}},
-					Fast: app.FastLaneConfig{Off: true}, Bus: bus.Config{Partitions: 24, Streams: streams}}
-				if cluster {
-					c := bustest.NewCluster(b)
-					cfg.NATSURL, cfg.Bus.Replicas = c.URL(), bustest.ClusterSize
-				}
-				sys := runSystem(b, cfg, "echo", "{}")
-				run(b, 32, (&bench.Hermes{Client: bench.NewClient(64), URL: sys.GatewayURL, Key: sys.Key.Key, Tool: "echo", Calls: 1, Args: "{}",
-					RunID: fmt.Sprintf("cs%d-%d", os.Getpid(), runs.Add(1))}).Do)
+			b.Run(fmt.Sprintf("server=%s/streams=%d", serverName(cluster), streams), func(b *testing.B) {
+				durableOn(b, cluster, bus.Config{Partitions: 24, Streams: streams}, "cs")
 			})
 		}
 	}

@@ -363,15 +363,15 @@ func placed(ctx context.Context, js jetstream.JetStream, filters []string, from 
 	byStream := make([][]string, len(streams))
 	every := len(filters) == 0
 	for _, f := range filters {
-		last := lastToken(f)
+		last := protocol.SessionOfSubject(f)
 		if last == "*" || last == ">" {
 			for k := range streams {
-				byStream[k] = append(byStream[k], rooted(f, k))
+				byStream[k] = append(byStream[k], protocol.InStream(f, k))
 			}
 			continue
 		}
 		k := l.StreamOf(last)
-		byStream[k] = append(byStream[k], rooted(f, k))
+		byStream[k] = append(byStream[k], protocol.InStream(f, k))
 	}
 	var out []part
 	for k, s := range streams {
@@ -383,12 +383,6 @@ func placed(ctx context.Context, js jetstream.JetStream, filters []string, from 
 		return nil, fmt.Errorf("record: the record is kept in %d streams, each with sequences of its own: start from a sequence in one session's messages, or from a time", len(streams))
 	}
 	return out, nil
-}
-
-// rooted is filter f (of the record's first stream) as record stream k holds it.
-func rooted(f string, k int) string {
-	_, rest, _ := strings.Cut(f, ".")
-	return protocol.RecordRoot(k) + "." + rest
 }
 
 // deleteConsumer removes the reader's consumer at once rather than leaving it to expire.

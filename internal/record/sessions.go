@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -114,7 +113,7 @@ func recentIn(ctx context.Context, js jetstream.JetStream, stream jetstream.Stre
 			if owner != "" && msg.Headers().Get(bus.HeaderOwner) != owner {
 				continue
 			}
-			s := Session{ID: lastToken(msg.Subject()), LastRequestID: msg.Headers().Get(bus.HeaderRequestID),
+			s := Session{ID: protocol.SessionOfSubject(msg.Subject()), LastRequestID: msg.Headers().Get(bus.HeaderRequestID),
 				LastSeq: md.Sequence.Stream, LastAt: md.Timestamp.UTC()}
 			if e, ok := byID[s.ID]; ok {
 				recent.Remove(e)
@@ -159,9 +158,4 @@ func completeSession(ctx context.Context, stream jetstream.Stream, l protocol.La
 		}
 	}
 	return nil
-}
-
-// lastToken is the last token of subject: in the record's layout, the session id.
-func lastToken(subject string) string {
-	return subject[strings.LastIndexByte(subject, '.')+1:]
 }

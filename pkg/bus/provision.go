@@ -404,16 +404,21 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	if first, err := js.Stream(ctx, protocol.StreamName); err == nil {
-		have, err := RecordLayout(first.CachedInfo().Config)
-		if err != nil {
-			return nil, err
-		}
+	// keep makes the record's layout the one used, saying so where this process was configured
+	// otherwise.
+	keep := func(have protocol.Layout) {
 		if explicitStreams && have.Streams() != layout.Streams() {
 			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: hermes provision --streams changes it, once every service is stopped)",
 				have.Streams(), layout.Streams()))
 		}
 		layout = have
+	}
+	if first, err := js.Stream(ctx, protocol.StreamName); err == nil {
+		have, err := RecordLayout(first.CachedInfo().Config)
+		if err != nil {
+			return nil, err
+		}
+		keep(have)
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("bus: provision stream %s: %w", protocol.StreamName, err)
 	}
@@ -438,16 +443,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, e
 	}
 	// The record's layout is its first stream's, whoever created it: another process may have,
 	// with another number of streams, since it was looked at above.
-	if made, err := RecordLayout(stream.CachedInfo().Config); err != nil {
+	made, err := RecordLayout(stream.CachedInfo().Config)
+	if err != nil {
 		return nil, err
-	} else if made.Streams() != layout.Streams() {
-		if explicitStreams {
-			drift = append(drift, fmt.Sprintf("the record is kept in %d streams, this process was configured with %d (kept as it is: hermes provision --streams changes it, once every service is stopped)",
-				made.Streams(), layout.Streams()))
-		}
-		layout = made
-		runCfg.Streams = made.Streams()
 	}
+	keep(made)
+	runCfg.Streams = layout.Streams()
 	src, dest := protocol.RequestTransform(cfg.Partitions)
 	dlq, err := ensureStream(ctx, js, !cfg.OpenOnly, jetstream.StreamConfig{
 		Name:        protocol.DLQStreamName,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -144,8 +143,7 @@ func (p *Publisher) publishEncoded(ctx context.Context, subject string, m *proto
 
 func (p *Publisher) msg(subject string, m *protocol.Message, data []byte) *nats.Msg {
 	if p.layout.Streams() > 1 {
-		// The session is the last token of every subject of the record.
-		subject = p.layout.Place(subject, subject[strings.LastIndexByte(subject, '.')+1:])
+		subject = p.layout.Place(subject, protocol.SessionOfSubject(subject))
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.MsgID)

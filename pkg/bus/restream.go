@@ -110,7 +110,7 @@ func (b *Bus) Restream(ctx context.Context, n int) (Restreamed, error) {
 			return Restreamed{}, err
 		}
 	}
-	r := &restreamer{b: b, st: st, base: first.CachedInfo().Config, done: Restreamed{Before: st.From, After: st.To}}
+	r := &restreamer{b: b, st: st, base: first.CachedInfo().Config, done: Restreamed{Before: st.From, After: st.To}, into: map[string]int{}}
 	r.from, _ = protocol.NewLayout(st.From)
 	r.to = to
 	if err := r.run(ctx); err != nil {
@@ -279,20 +279,15 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 			if err := r.makeRoom(ctx, s, k, incoming[k], true); err != nil {
 				return err
 			}
+			targets[k] = s
+			continue
 		}
-		if s == nil {
-			cfg := r.streamConfig(k)
-			cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), 0, incoming[k][0])
-			cfg.MaxMsgs = roomFor(r.st.Msgs, r.to.Streams(), 0, incoming[k][1])
-			if s, err = r.b.JS.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				return fmt.Errorf("bus: create stream %s: %w%s", cfg.Name, err, storageHint(err))
-			} else if err != nil {
-				if s, err = r.stream(ctx, k); err != nil {
-					return err
-				}
-			}
+		cfg := r.streamConfig(k)
+		cfg.MaxBytes = roomFor(r.st.Bytes, r.to.Streams(), 0, incoming[k][0])
+		cfg.MaxMsgs = roomFor(r.st.Msgs, r.to.Streams(), 0, incoming[k][1])
+		if targets[k], err = r.b.JS.CreateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bus: create stream %s: %w%s", cfg.Name, err, storageHint(err))
 		}
-		targets[k] = s
 	}
 	for k, s := range sources {
 		if err := r.makeRoom(ctx, s, k, incoming[k], true); err != nil {
@@ -303,7 +298,7 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 	// copies for new work: they hold nothing (Quiet), and are made again at the streams' ends.
 	for k := range targets {
 		if incoming[k][1] > 0 {
-			if err := dropDurables(ctx, targets[k]); err != nil {
+			if err := deleteConsumers(ctx, targets[k], hermesConsumer); err != nil {
 				return err
 			}
 		}
@@ -348,9 +343,6 @@ func (r *restreamer) copyFrom(ctx context.Context, s jetstream.Stream, k int, ta
 		stream, err := r.b.copyTo(ctx, msg, md, r.to, session)
 		if err != nil {
 			return err
-		}
-		if r.into == nil {
-			r.into = map[string]int{}
 		}
 		r.into[stream]++
 		r.done.Messages++
@@ -400,7 +392,11 @@ func (r *restreamer) finish(ctx context.Context) error {
 			return fmt.Errorf("bus: stream %s of the record is not there", protocol.RecordStream(k))
 		}
 		// A request partition's consumer lies in the stream that holds the partition now.
-		if err := dropMisplacedPartitions(ctx, s, k, r.to); err != nil {
+		misplaced := func(name string) bool {
+			p, ok := partitionOf(name)
+			return ok && r.to.StreamOfPartition(p) != k
+		}
+		if err := deleteConsumers(ctx, s, misplaced); err != nil {
 			return err
 		}
 	}
@@ -465,12 +461,11 @@ func (r *restreamer) finish(ctx context.Context) error {
 			cfg.MaxBytes = share(r.st.Bytes, int64(info.State.Bytes), usedBytes)
 			cfg.MaxMsgs = share(r.st.Msgs, int64(info.State.Msgs), usedMsgs)
 			cfg.Description = recordStreamConfig(r.b.cfg, r.to, k, r.b.Partitions()).Description
-			// Only bytes are reserved: what grows is what grows in bytes.
-			if grows := cfg.MaxBytes > info.Config.MaxBytes || cfg.MaxBytes <= 0 && info.Config.MaxBytes > 0; grows != grow {
+			if growsInBytes(cfg.MaxBytes, info.Config.MaxBytes) != grow {
 				continue
 			}
-			if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
+			if err := r.setLimits(ctx, cfg); err != nil {
+				return err
 			}
 		}
 	}
@@ -501,8 +496,10 @@ func (r *restreamer) removeMoved(ctx context.Context, s jetstream.Stream, k int,
 		upto = last
 	}
 	moved := map[string]bool{}
+	removed := 0 // every message of a moved session up to last: what the purges below remove
 	err = eachMoving(ctx, r.b.JS, s, k, last, r.to, func(msg jetstream.Msg, md *jetstream.MsgMetadata, session string, _ int) error {
 		moved[session] = true
+		removed++
 		if md.Sequence.Stream <= upto {
 			return nil
 		}
@@ -515,21 +512,11 @@ func (r *restreamer) removeMoved(ctx context.Context, s jetstream.Stream, k int,
 	if err != nil {
 		return 0, err
 	}
-	removed := 0
 	for session := range moved {
 		for _, f := range r.from.FilterSession(session) {
-			before, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
-			if err != nil {
-				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
-			}
 			if err := s.Purge(ctx, jetstream.WithPurgeSubject(f), jetstream.WithPurgeSequence(last+1)); err != nil {
-				return removed, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
+				return 0, fmt.Errorf("bus: remove session %s from stream %s: %w", session, protocol.RecordStream(k), err)
 			}
-			after, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
-			if err != nil {
-				return removed, fmt.Errorf("bus: read stream %s: %w", protocol.RecordStream(k), err)
-			}
-			removed += int(before.State.Msgs - after.State.Msgs)
 		}
 	}
 	return removed, nil
@@ -639,8 +626,7 @@ func eachMoving(ctx context.Context, js jetstream.JetStream, s jetstream.Stream,
 		if md.Sequence.Stream > last {
 			return nil
 		}
-		subject := msg.Subject()
-		session := subject[strings.LastIndexByte(subject, '.')+1:]
+		session := protocol.SessionOfSubject(msg.Subject())
 		if there := to.StreamOf(session); there != k {
 			if err := f(msg, md, session, there); err != nil {
 				return err
@@ -706,42 +692,22 @@ func hermesConsumer(name string) bool {
 	return partition || name == ConsumerRouterResults || name == ConsumerSummarizer || strings.HasPrefix(name, "tool_")
 }
 
-// dropDurables deletes Hermes' durable consumers of stream s.
-func dropDurables(ctx context.Context, s jetstream.Stream) error {
+// deleteConsumers deletes the consumers of stream s whose names which picks.
+func deleteConsumers(ctx context.Context, s jetstream.Stream, which func(name string) bool) error {
+	name := s.CachedInfo().Config.Name
 	names := s.ConsumerNames(ctx)
 	var drop []string
-	for name := range names.Name() {
-		if hermesConsumer(name) {
-			drop = append(drop, name)
+	for c := range names.Name() {
+		if which(c) {
+			drop = append(drop, c)
 		}
 	}
 	if err := names.Err(); err != nil {
-		return fmt.Errorf("bus: list the consumers of stream %s: %w", s.CachedInfo().Config.Name, err)
+		return fmt.Errorf("bus: list the consumers of stream %s: %w", name, err)
 	}
-	for _, name := range drop {
-		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("bus: delete consumer %s of stream %s: %w", name, s.CachedInfo().Config.Name, err)
-		}
-	}
-	return nil
-}
-
-// dropMisplacedPartitions deletes the request partitions' consumers of record stream k (s)
-// whose partitions layout to puts in another stream.
-func dropMisplacedPartitions(ctx context.Context, s jetstream.Stream, k int, to protocol.Layout) error {
-	names := s.ConsumerNames(ctx)
-	var drop []string
-	for name := range names.Name() {
-		if p, ok := partitionOf(name); ok && to.StreamOfPartition(p) != k {
-			drop = append(drop, name)
-		}
-	}
-	if err := names.Err(); err != nil {
-		return fmt.Errorf("bus: list the consumers of stream %s: %w", protocol.RecordStream(k), err)
-	}
-	for _, name := range drop {
-		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("bus: delete consumer %s of stream %s: %w", name, protocol.RecordStream(k), err)
+	for _, c := range drop {
+		if err := s.DeleteConsumer(ctx, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("bus: delete consumer %s of stream %s: %w", c, name, err)
 		}
 	}
 	return nil
@@ -846,13 +812,19 @@ func (r *restreamer) makeRoom(ctx context.Context, s jetstream.Stream, k int, in
 			want[i] = min(*p, used[i]+slack(used[i]))
 		}
 	}
-	// Only bytes are reserved: what grows is what grows in bytes.
-	if grows := want[0] > cfg.MaxBytes || want[0] <= 0 && cfg.MaxBytes > 0; grows == grow {
-		cfg.MaxBytes, cfg.MaxMsgs = want[0], want[1]
-	}
-	if cfg.MaxBytes == info.Config.MaxBytes && cfg.MaxMsgs == info.Config.MaxMsgs {
+	if growsInBytes(want[0], cfg.MaxBytes) != grow || want[0] == cfg.MaxBytes && want[1] == cfg.MaxMsgs {
 		return nil
 	}
+	cfg.MaxBytes, cfg.MaxMsgs = want[0], want[1]
+	return r.setLimits(ctx, cfg)
+}
+
+// growsInBytes reports whether a byte limit set to now from was lets a stream hold more: only
+// bytes are reserved on the server, so only they decide which limits change first.
+func growsInBytes(now, was int64) bool { return now > was || now <= 0 && was > 0 }
+
+// setLimits updates a stream of the record to cfg, its limits changed.
+func (r *restreamer) setLimits(ctx context.Context, cfg jetstream.StreamConfig) error {
 	if _, err := r.b.JS.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("bus: set stream %s's limits to %d bytes, %d messages: %w%s", cfg.Name, cfg.MaxBytes, cfg.MaxMsgs, err, storageHint(err))
 	}

@@ -29,6 +29,10 @@ const (
 // that decides a record subject's stream. The zero Layout is a record of one stream.
 type Layout struct{ streams int }
 
+// one is the layout of a record of one stream, whose subjects the package's free builders
+// name.
+var one Layout
+
 // NewLayout returns the layout of a record of streams streams.
 func NewLayout(streams int) (Layout, error) {
 	if streams < 1 || streams > MaxRecordStreams {
@@ -244,10 +248,19 @@ func StreamOfSubject(subject string) (int, bool) {
 
 // Place returns a record subject of session (of any stream, or as stream 0 would hold it) as
 // this layout keeps it: in the session's stream. Any other subject is returned as it is.
-func (l Layout) Place(subject, session string) string {
+func (l Layout) Place(subject, session string) string { return InStream(subject, l.StreamOf(session)) }
+
+// InStream returns a record subject (or filter) of any stream as record stream k holds it; any
+// other subject is returned as it is.
+func InStream(subject string, k int) string {
 	if _, ok := StreamOfSubject(subject); !ok {
 		return subject
 	}
 	_, rest, _ := strings.Cut(subject, ".")
-	return l.root(session) + "." + rest
+	return RecordRoot(k) + "." + rest
+}
+
+// SessionOfSubject returns the session a record subject (or filter) names: its last token.
+func SessionOfSubject(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
 }

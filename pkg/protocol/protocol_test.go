@@ -222,9 +222,6 @@ func TestResultAndResponseSubjects(t *testing.T) {
 	if SubjectResult("r1", "c1", "s1") == SubjectResult("r1c", "1", "s1") || SubjectResult("r", "1_c", "s") == SubjectResult("r_1", "c", "s") {
 		t.Error("two calls share a result subject")
 	}
-	if !IsRedrivenResultSubject(SubjectRedrivenResult("s1")) || IsRedrivenResultSubject(res) {
-		t.Error("IsRedrivenResultSubject")
-	}
 	live := SubjectLiveResponse("r1", "s1")
 	if in(StreamSubjects(), live) || !subjectMatches(FilterLiveResponses, live) {
 		t.Errorf("live response %s", live)

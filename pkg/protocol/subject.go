@@ -9,8 +9,9 @@ import (
 // Subjects. The session id is always the last token, so one consumer filtering on
 // "hermes.*.<session>" and "hermes.*.*.<session>" reads a session's whole record in order.
 // Builders take ids already validated by a decoder or CheckID; they do not validate again.
-// The record's builders here name the subjects of a record of one stream (stream 0); a record
-// of several keeps each session in one of them, under subjects Layout builds.
+// The record's builders here name the subjects of a record of one stream (stream 0: the zero
+// Layout's); a record of several keeps each session in one of them, under subjects its Layout
+// builds.
 const (
 	// StreamName is the JetStream stream that records every message of every session: the
 	// first record stream, the only one of a record of one (RecordStream).
@@ -42,7 +43,7 @@ func StreamSubjectsOf(k int) []string {
 
 // SubjectRequest is where a request of session enters the bus. The stream stores it under
 // StoredSubjectRequest: its subject transform adds the session's partition.
-func SubjectRequest(session string) string { return subjectRoot + ".request." + session }
+func SubjectRequest(session string) string { return one.SubjectRequest(session) }
 
 // External clients' requests: an external NATS client may publish on
 // hermes.client.<user>.<session> alone, its own NATS user's name in the subject (the server
@@ -176,20 +177,20 @@ func RequestPartition(session string, n int) int {
 
 // StoredSubjectRequest is the subject a record of n partitions stores session's requests under.
 func StoredSubjectRequest(session string, n int) string {
-	return PrefixRequests + strconv.Itoa(RequestPartition(session, n)) + "." + session
+	return one.StoredSubjectRequest(session, n)
 }
 
 // PrefixRequests starts the stored subject of every request.
 const PrefixRequests = subjectRoot + ".request."
 
 // FilterRequestPartition matches the stored requests of partition p.
-func FilterRequestPartition(p int) string { return PrefixRequests + strconv.Itoa(p) + ".*" }
+func FilterRequestPartition(p int) string { return one.FilterRequestPartition(p) }
 
 // SubjectToolCall is where calls of tool in session are dispatched when their action is of
 // kind: hermes.tool_<kind>.<tool>.<session>. Each kind has subjects and consumers of its own,
 // so a worker pulls only calls of the kinds it runs.
 func SubjectToolCall(kind, tool, session string) string {
-	return subjectRoot + ".tool_" + kind + "." + tool + "." + session
+	return one.SubjectToolCall(kind, tool, session)
 }
 
 // SubjectResult is where the one result of call callID of requestID (of session) is recorded:
@@ -197,30 +198,24 @@ func SubjectToolCall(kind, tool, session string) string {
 // ':', so that the session stays the fourth and last token. The record holds at most one message
 // on it: it is written with an expected last subject sequence of 0, so the first result wins.
 func SubjectResult(requestID, callID, session string) string {
-	return prefixResult + requestID + ":" + callID + "." + session
+	return one.SubjectResult(requestID, callID, session)
 }
 
 // SubjectRedrivenResult is where a result given another round of aggregation (a re-drive of a
 // dead letter) is published again: hermes.result.<session>, so that its call's subject
 // (SubjectResult) keeps the one result recorded for the call. What is published there is never
 // taken for its call's result: it only makes the routers aggregate the request again.
-func SubjectRedrivenResult(session string) string { return prefixResult + session }
-
-// IsRedrivenResultSubject reports whether subject is a SubjectRedrivenResult (three tokens).
-func IsRedrivenResultSubject(subject string) bool {
-	rest, ok := strings.CutPrefix(CanonicalSubject(subject), prefixResult)
-	return ok && !strings.Contains(rest, ".")
-}
+func SubjectRedrivenResult(session string) string { return one.SubjectRedrivenResult(session) }
 
 // SubjectResponse is where the one response to requestID (of session) is recorded:
 // hermes.response.<request_id>.<session>. The record holds at most one message on it: it is
 // written with an expected last subject sequence of 0, so the first response wins.
 func SubjectResponse(requestID, session string) string {
-	return prefixResponse + requestID + "." + session
+	return one.SubjectResponse(requestID, session)
 }
 
 // FilterResponseOf matches the response of requestID, whatever its session.
-func FilterResponseOf(requestID string) string { return prefixResponse + requestID + ".*" }
+func FilterResponseOf(requestID string) string { return FilterResponseOfIn(0, requestID) }
 
 // Live responses: the record stream republishes every response it stores to
 // hermes.live.response.<request_id>.<session>, outside the stream, for callers awaiting one. A
@@ -280,9 +275,7 @@ const (
 )
 
 // SubjectEvent carries other events of session, e.g. EventToolStarted.
-func SubjectEvent(kind, session string) string {
-	return subjectRoot + ".event." + kind + "." + session
-}
+func SubjectEvent(kind, session string) string { return one.SubjectEvent(kind, session) }
 
 // Filters for consumers and subscriptions.
 const (
@@ -297,27 +290,17 @@ const FilterResults = prefixResult + ">"
 
 // FilterToolCalls matches every call of tool of kind, whatever the session; "*" for tool
 // matches every tool of the kind.
-func FilterToolCalls(kind, tool string) string {
-	return subjectRoot + ".tool_" + kind + "." + tool + ".*"
-}
+func FilterToolCalls(kind, tool string) string { return FilterToolCallsIn(0, kind, tool) }
 
 // FiltersAllToolCalls match every tool call of every kind: those dispatched on the bus, and
 // those the fast lane recorded (EventFastCall).
-func FiltersAllToolCalls() []string {
-	var out []string
-	for _, k := range Kinds {
-		out = append(out, FilterToolCalls(k, "*"))
-	}
-	return append(out, FilterEvents(EventFastCall))
-}
+func FiltersAllToolCalls() []string { return FiltersAllToolCallsIn(0) }
 
 // FilterEvents matches every event of kind, whatever the session.
-func FilterEvents(kind string) string { return subjectRoot + ".event." + kind + ".*" }
+func FilterEvents(kind string) string { return FilterEventsIn(0, kind) }
 
 // FilterSession returns the filters that together match every message of session.
-func FilterSession(session string) []string {
-	return []string{subjectRoot + ".*." + session, subjectRoot + ".*.*." + session}
-}
+func FilterSession(session string) []string { return one.FilterSession(session) }
 
 // Deterministic message ids: the same logical message always gets the same id, so a retried
 // publish is dropped by the stream's duplicate window.
@@ -500,12 +483,12 @@ const FilterFastRecordedRequests = subjectRoot + ".request.fast.*"
 
 // SubjectFastRecordedRequest is where the fast lane records a request of session it answered.
 func SubjectFastRecordedRequest(session string) string {
-	return subjectRoot + ".request.fast." + session
+	return one.SubjectFastRecordedRequest(session)
 }
 
 // FilterRequestsOf matches every recorded request of session: a partition's and the fast
 // lane's.
-func FilterRequestsOf(session string) string { return subjectRoot + ".request.*." + session }
+func FilterRequestsOf(session string) string { return one.FilterRequestsOf(session) }
 
 // SubjectFastRequest is where a gateway asks a router to answer a request of session on the
 // fast lane.

@@ -392,10 +392,11 @@ func recordedOf(raw *jetstream.RawStreamMsg) *Recorded {
 
 // RecordAt reads the message stored at seq in the record stream named stream from the stream
 // leader — never from a replica that has not stored it yet — or returns an error wrapping
-// ErrNotFound. A stream that is none of the record's is refused.
+// ErrNotFound. A stream that is none of the record's holds nothing of it (one a change of the
+// record's streams deleted, an advisory from before): ErrNotFound too, never to be retried.
 func (b *Bus) RecordAt(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	if k, ok := protocol.RecordStreamIndex(stream); !ok || k >= len(b.Streams) {
-		return nil, fmt.Errorf("bus: %q is none of the record's %d streams", stream, len(b.Streams))
+		return nil, fmt.Errorf("%w: %q is none of the record's %d streams", ErrNotFound, stream, len(b.Streams))
 	}
 	return b.leaderGet(ctx, stream, msgGetRequest{Seq: seq})
 }

@@ -427,3 +427,16 @@ func TestARestreamCopiesWhatComesAfterTheSwitch(t *testing.T) {
 		t.Fatalf("after the change:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A message of a stream the record does not have (one a change of its streams deleted, named
+// by an advisory from before) is gone, not an error to try again.
+func TestRecordAtAStreamTheRecordHasNot(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	b := srv.Provision(t, bus.Config{})
+	for _, stream := range []string{protocol.RecordStream(2), protocol.DLQStreamName} {
+		if _, err := b.RecordAt(context.Background(), stream, 1); !errors.Is(err, bus.ErrNotFound) {
+			t.Errorf("RecordAt(%s): %v, want ErrNotFound", stream, err)
+		}
+	}
+}

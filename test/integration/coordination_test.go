@@ -365,6 +365,18 @@ func TestTheSeedsTwoChangesOfOneOrder(t *testing.T) {
 			t.Fatalf("register %s: %d %s", name, code, body)
 		}
 	}
+	// A router sees a contract when its watch delivers it: the conflict is found only between
+	// calls routed under both.
+	waitFor(t, "every router follows both contracts", func() bool {
+		for _, r := range s.routers {
+			for name := range contracts {
+				if c, err := r.Contract(name); err != nil || c == nil {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	data, err := os.ReadFile(seedPath("state-coordination.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func (c *common) register(fs *flag.FlagSet, role string) {
 
 // serviceRoles are the NATS roles of the services, by the name register is given: each
 // connects with its role's inbox unless --nats-inbox says otherwise.
-var serviceRoles = map[string]bus.Role{"router": bus.RoleRouter, "dead-letters": bus.RoleRouter, "toolworker": bus.RoleWorker, "gateway": bus.RoleGateway, "eraser": bus.RoleEraser}
+var serviceRoles = map[string]bus.Role{"router": bus.RoleRouter, "dead-letters": bus.RoleRouter, "toolworker": bus.RoleWorker, "gateway": bus.RoleGateway, "eraser": bus.RoleEraser, "audit": bus.RoleAuditor}
 
 func (c *common) busConfig() bus.Config {
 	return bus.Config{Replicas: c.replicas, StateTTL: c.stateTTL, MaxMsgs: c.recordMaxMsgs, NoProvision: c.noProvision,

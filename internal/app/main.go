@@ -30,6 +30,7 @@ var Commands = map[string]Command{
 	"seal-key":     RunSealKey,
 	"dead-letters": RunDeadLetters,
 	"eraser":       RunEraser,
+	"audit":        RunAudit,
 	"cancel":       RunCancel,
 	"approvals":    RunApprovals,
 	"coordination": RunCoordination,
@@ -80,6 +81,8 @@ Commands:
               --dead-letters to run it beside them; the router does by default)
   eraser      run the eraser alone: it erases from the record what owners ask to have erased
               (DELETE /v1/memory); hermes up runs one
+  audit       project the record into PostgreSQL (--postgres DSN): requests, steps, policy
+              decisions, approvals, blueprint runs, the model's choices; never a value
   tail        print the live message flow, of every session or one (--session S), until Ctrl-C
   replay      print a session's recorded history (--session S), or what a new routes file
               would route differently (--routes FILE; exit 1 when anything would change)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermesbus/hermes/internal/audit"
 	"github.com/hermesbus/hermes/internal/auth"
 	"github.com/hermesbus/hermes/internal/blueprints"
 	"github.com/hermesbus/hermes/internal/demotools"
@@ -80,6 +81,9 @@ type SystemConfig struct {
 	// no model. Chat, when set, is used instead (a model configured by the caller).
 	LLM  llmFlags
 	Chat *ChatConfig
+	// Audit, when it names a database, runs the audit service beside the others: the record
+	// projected into PostgreSQL (hermes up --audit-postgres).
+	Audit AuditConfig
 }
 
 // System is a started SystemConfig. Run it, then it cleans up after itself.
@@ -147,7 +151,7 @@ func StartSystem(ctx context.Context, cfg SystemConfig) (_ *System, err error) {
 	}
 	sys.cleanup = append(sys.cleanup, obs.close)
 	u := &upper{sys: sys, cfg: cfg, ctx: ctx, log: log, obs: obs, roleOpts: map[bus.Role][]nats.Option{}}
-	for _, step := range []func() error{u.nats, u.demoTools, u.provision, u.sealKeys, u.router, u.deadLetters, u.eraser, u.workers, u.gateway, u.meetingTools} {
+	for _, step := range []func() error{u.nats, u.demoTools, u.provision, u.sealKeys, u.router, u.deadLetters, u.eraser, u.audit, u.workers, u.gateway, u.meetingTools} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -385,6 +389,24 @@ func (u *upper) eraser() error {
 	}
 	u.sys.services.Add(service.Back, service.Func("eraser", e.Run))
 	u.sys.Services = append(u.sys.Services, "eraser (erases what owners ask: DELETE /v1/memory, hermes memory erasure)")
+	return nil
+}
+
+// audit builds the audit service, when a database is named for it.
+func (u *upper) audit() error {
+	if u.cfg.Audit.DSN == "" {
+		return nil
+	}
+	_, ab, err := u.conn("audit", bus.RoleAuditor)
+	if err != nil {
+		return err
+	}
+	s, err := u.cfg.Audit.service(ab, audit.NewMetrics(u.obs.reg), u.log)
+	if err != nil {
+		return err
+	}
+	u.sys.services.Add(service.Back, s)
+	u.sys.Services = append(u.sys.Services, "audit (the record projected into PostgreSQL)")
 	return nil
 }
 

@@ -40,6 +40,8 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	wf.register(fs)
 	var ff fastFlags
 	ff.register(fs, true)
+	var af auditFlags
+	af.register(fs, "audit-postgres")
 	routesPath := fs.String("routes", envOr("HERMES_ROUTES", defaultRoutes), "routes file (env HERMES_ROUTES)")
 	data := fs.String("data", "hermes-data", "JetStream store directory of the embedded server, and where the admin key is kept (admin.key)")
 	natsListen := fs.String("nats-listen", natsListenAddr, "where local clients (hermes tail, replay, dlq, more workers) reach the embedded server; if the default is taken, a free loopback port; \"\" for in-process clients only")
@@ -123,7 +125,7 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 		HTTPAddr: gf.addr, DemoAddr: *demoAddr, DemoGRPCAddr: *demoGRPC, Routes: table, RoutesPath: *routesPath, WatchRoutes: isFile,
 		ToolWorkers: 1, Worker: wc, Gateway: gf.config("", c.limits), Bus: c.busConfig(),
 		Limits: c.limits, Instance: c.instance, Logger: log, KeyFile: filepath.Join(*data, adminKeyFile), OIDC: gf.oidc,
-		Contracts: *contracts, Policies: startPolicies, Blueprints: startBlueprints, LLM: gf.llm, Trust: trusted,
+		Contracts: *contracts, Policies: startPolicies, Blueprints: startBlueprints, LLM: gf.llm, Trust: trusted, Audit: af.AuditConfig,
 	})
 	if err != nil {
 		return err
@@ -180,7 +182,7 @@ func printBanner(env Env, sys *System, demo, natsDesc, routesDesc string, tools 
 	fmt.Fprintf(&b, "  NATS        %s\n", natsDesc)
 	nkey := ""
 	if admin := sys.Seeds[bus.RoleAdmin]; admin != "" {
-		fmt.Fprintf(&b, "  NATS users  admin, gateway, router, toolworker, eraser, client: each allowed only what its role needs;\n              their nkey seeds in %s (--nats-nkey)\n", filepath.Dir(admin))
+		fmt.Fprintf(&b, "  NATS users  admin, gateway, router, toolworker, eraser, auditor, client: each allowed only what its role needs;\n              their nkey seeds in %s (--nats-nkey)\n", filepath.Dir(admin))
 		nkey = " --nats-nkey " + admin
 	}
 	fmt.Fprintf(&b, "  routes      %s (%d tools)\n", routesDesc, tools)

@@ -1,6 +1,3 @@
-// Package audit projects the record into tables of PostgreSQL, for operators and auditors who
-// live in SQL: requests, their steps, who decided what. It keeps what happened, never what was
-// said: of a call's arguments and of its result only a Digest.
 package audit
 
 import (

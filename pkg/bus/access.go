@@ -44,10 +44,16 @@ const (
 	// service that may purge it, and all it may do besides is read the record's sessions and
 	// the buckets it is given (the erasures'). It publishes no message.
 	RoleEraser Role = "eraser"
+	// RoleAuditor is the audit service (hermes audit): it projects the record into PostgreSQL
+	// through a durable consumer of its own on each record stream (ConsumerAudit), which it
+	// creates, takes from and acks; all it may do besides is read the streams' and consumers'
+	// information. It publishes no message, reads no bucket, gets no message of the record
+	// but those its consumers deliver, and cannot touch any other consumer.
+	RoleAuditor Role = "auditor"
 )
 
 // Roles lists every role, in the order the permission table shows them.
-var Roles = []Role{RoleAdmin, RoleGateway, RoleRouter, RoleWorker, RoleClient, RoleEraser}
+var Roles = []Role{RoleAdmin, RoleGateway, RoleRouter, RoleWorker, RoleClient, RoleEraser, RoleAuditor}
 
 // ParseRole returns the role named s.
 func ParseRole(s string) (Role, error) {
@@ -265,10 +271,11 @@ func parking() []string {
 }
 
 // fixedConsumers are the API subjects that would create, change, delete, take from or ack the
-// routers' consumers: denied to roles that read the record through consumers of their own.
+// routers' consumers and the audit's: denied to roles that read the record through consumers of
+// their own.
 func fixedConsumers() []string {
 	var out []string
-	for _, c := range append(requestConsumers(), ConsumerRouterResults) {
+	for _, c := range append(requestConsumers(), ConsumerRouterResults, ConsumerAudit) {
 		out = append(out, denyConsumer(c)...)
 	}
 	return out
@@ -349,6 +356,9 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 		a.Subscribe = append(a.Subscribe, subjMicro, protocol.FilterFastRequests, protocol.FastReplies+".>")
 		a.Responses = true
 		a.Publish = append(a.Publish, subjAdminInbox)
+		// It creates tools' consumers under any name: never the audit's, which the audit
+		// would then keep as it is, reading tool calls only.
+		a.DenyPublish = denyConsumer(ConsumerAudit)
 	case RoleWorker:
 		// A worker reads the buckets its ledger, routes and contracts need, and no message of
 		// the record but the calls its consumers deliver: the ledger says which calls are
@@ -382,6 +392,12 @@ func AccessOf(role Role, user string, buckets ...Bucket) (Access, error) {
 			return []string{jsAPI + "STREAM.PURGE." + protocol.RecordStream(k)}
 		}))
 		a.DenyPublish = append(fixedConsumers(), denyConsumer(ConsumerSummarizer)...)
+	case RoleAuditor:
+		// It reads everything of each record stream through its own consumer, made with the
+		// stream's every subject as its filter (AuditConsumer), under that name alone.
+		a.Publish = slices.Concat(metadata(), onRecord(func(k int) []string {
+			return []string{jsAPI + "CONSUMER.CREATE." + protocol.RecordStream(k) + "." + ConsumerAudit + ".>"}
+		}), consume("*", ConsumerAudit))
 	case RoleClient:
 		if err := protocol.CheckID("NATS user", user); err != nil {
 			return Access{}, err

@@ -53,6 +53,19 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 	}
 	// Only gateways (tools:admin callers through /api/v1/tools) and admin register contracts.
 	contracts := pub("register a contract", "$KV."+bus.BucketContracts+".order_query")
+	// The audit's consumer of record stream k is the auditor's alone: no other role may take
+	// from it, ack it, make it (with any filter: one made first would be kept as it is) or
+	// delete it.
+	audit := func(k int) []attempt {
+		stream := protocol.RecordStream(k)
+		return []attempt{
+			pub("take the audit's messages", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+bus.ConsumerAudit),
+			pub("ack the audit's messages", "$JS.ACK."+stream+"."+bus.ConsumerAudit+".1.1.1.1.1"),
+			pub("make the audit's consumer", "$JS.API.CONSUMER.CREATE."+stream+"."+bus.ConsumerAudit+"."+protocol.RecordRoot(k)+".>"),
+			pub("make the audit's consumer on tool calls", "$JS.API.CONSUMER.CREATE."+stream+"."+bus.ConsumerAudit+"."+protocol.FilterToolCallsIn(k, protocol.ActionHTTP, "echo")),
+			pub("delete the audit's consumer", "$JS.API.CONSUMER.DELETE."+stream+"."+bus.ConsumerAudit),
+		}
+	}
 	cases := map[bus.Role][]attempt{
 		bus.RoleClient: append(append([]attempt{
 			pub("publish a request past the gateways", protocol.SubjectRequest("s1")),
@@ -88,7 +101,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read a router's replies", bus.RoleInbox(bus.RoleRouter)+".>"),
 			sub("read a worker's replies", bus.RoleInbox(bus.RoleWorker)+".>"),
 			sub("read a client's replies", bus.ClientInbox("client")+".>"),
-		}, forged[:1]...), admin...),
+		}, slices.Concat(forged[:1], audit(0), audit(1))...), admin...),
 		bus.RoleRouter: append([]attempt{
 			pub("own a session", "$KV."+appOwners+".s1"),
 			pub("sign a browser in", "$KV."+appSignins+".x"),
@@ -101,7 +114,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read one of a gateway's replies", bus.RoleInbox(bus.RoleGateway)+".abc.1"),
 			sub("read a worker's replies", bus.RoleInbox(bus.RoleWorker)+".>"),
 			contracts,
-		}, admin...),
+		}, slices.Concat(audit(0), audit(1), admin)...),
 		bus.RoleWorker: append(append([]attempt{
 			pub("take the clients' requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.ClientStreamName+"."+bus.ConsumerClients),
 			pub("publish a request", protocol.SubjectRequest("s1")),
@@ -131,7 +144,7 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read a gateway's replies", bus.RoleInbox(bus.RoleGateway)+".>"),
 			sub("read every inbox", "*.>"),
 			contracts,
-		}, forged...), admin...),
+		}, slices.Concat(forged, audit(0), audit(1))...), admin...),
 		// The eraser purges the record (asked erasures), and does nothing else.
 		bus.RoleEraser: append(append([]attempt{
 			pub("publish a request", protocol.SubjectRequest("s1")),
@@ -148,7 +161,40 @@ func TestEachUserIsRefusedWhatItMustNotDo(t *testing.T) {
 			sub("read replies under the shared inbox", "_INBOX.>"),
 			sub("read a gateway's replies", bus.RoleInbox(bus.RoleGateway)+".>"),
 			contracts,
-		}, forged...), slices.DeleteFunc(slices.Clone(admin), func(a attempt) bool { return a.what == "purge the record" })...),
+		}, slices.Concat(forged, audit(0), audit(1))...), slices.DeleteFunc(slices.Clone(admin), func(a attempt) bool { return a.what == "purge the record" })...),
+		// The auditor reads the record through its own consumers (TestTheAuditorReadsTheRecord),
+		// and does nothing else.
+		bus.RoleAuditor: append(append([]attempt{
+			pub("publish a request", protocol.SubjectRequest("s1")),
+			pub("record a result", protocol.SubjectResult("r1", "c1", "s1")),
+			pub("cancel a request", protocol.SubjectEvent(protocol.EventCancel, "s1")),
+			pub("record a summary", protocol.SubjectEvent(protocol.EventSummary, "s1")),
+			pub("start a tool", protocol.SubjectEvent(protocol.EventToolStarted, "s1")),
+			pub("record a plan", "$KV."+bus.BucketCalls+".r1"),
+			pub("read the API keys", "$JS.API.DIRECT.GET."+bus.KVStream(appKeys)),
+			pub("read the plans from the leader", "$JS.API.STREAM.MSG.GET."+bus.KVStream(bus.BucketCalls)),
+			pub("read a claim by a direct get", "$JS.API.DIRECT.GET."+bus.KVStream(bus.BucketClaims)+".$KV."+bus.BucketClaims+".r1.c1"),
+			pub("watch the plans", "$JS.API.CONSUMER.CREATE."+bus.KVStream(bus.BucketCalls)),
+			pub("read the record by direct gets", "$JS.API.DIRECT.GET."+protocol.StreamName),
+			pub("read a session's last message by a direct get", "$JS.API.DIRECT.GET."+protocol.RecordStream(1)+".hermes_1.request.s1"),
+			pub("read any message of the record from the leader", "$JS.API.STREAM.MSG.GET."+protocol.StreamName),
+			pub("take a router's requests", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.RequestConsumer(0)),
+			pub("ack a router's message", "$JS.ACK."+protocol.StreamName+"."+bus.RequestConsumer(0)+".1.1.1.1.1"),
+			pub("take the summarizer's decisions", "$JS.API.CONSUMER.MSG.NEXT."+protocol.StreamName+"."+bus.ConsumerSummarizer),
+			pub("take over a router's consumer", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+bus.RequestConsumer(3)+"."+protocol.FilterRequestPartition(3)),
+			pub("make a consumer of another name", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+".evil."+protocol.RecordRoot(0)+".>"),
+			pub("make its consumer with the filter in the request body", "$JS.API.CONSUMER.CREATE."+protocol.StreamName+"."+bus.ConsumerAudit),
+			pub("make its consumer of a bucket", "$JS.API.CONSUMER.CREATE."+bus.KVStream(appKeys)+"."+bus.ConsumerAudit+".$KV."+appKeys+".>"),
+			pub("delete its consumer", "$JS.API.CONSUMER.DELETE."+protocol.StreamName+"."+bus.ConsumerAudit),
+			pub("delete its consumer of another stream", "$JS.API.CONSUMER.DELETE."+protocol.RecordStream(1)+"."+bus.ConsumerAudit),
+			pub("delete another stream of the record", "$JS.API.STREAM.DELETE."+protocol.RecordStream(1)),
+			pub("answer discovery", "_INBOX.x"),
+			sub("receive responses", protocol.FilterLiveResponses),
+			sub("watch the record", "hermes.>"),
+			sub("read replies under the shared inbox", "_INBOX.>"),
+			sub("read a gateway's replies", bus.RoleInbox(bus.RoleGateway)+".>"),
+			contracts,
+		}, forged...), admin...),
 	}
 	for _, role := range bus.Roles {
 		if role == bus.RoleAdmin {

@@ -899,6 +899,8 @@ func consumerDescription(name string) string {
 		return "Hermes: gateways take external clients' requests, one at a time"
 	case name == ConsumerSummarizer:
 		return "Hermes: the summarizer takes the model's turns, to keep long sessions short"
+	case name == ConsumerAudit:
+		return "Hermes: the audit service takes every message of the record, to project it into PostgreSQL"
 	case strings.HasPrefix(name, "router-requests-"):
 		return "Hermes: routers take the requests of partition " + strings.TrimPrefix(name, "router-requests-") + ", one at a time (each session in order)"
 	case strings.HasPrefix(name, "tool_"):
@@ -960,12 +962,18 @@ func (b *Bus) ensureConsumerSpec(ctx context.Context, stream jetstream.Stream, s
 	if b.cfg.OpenOnly {
 		return nil, fmt.Errorf("%w: consumer %s (run hermes provision)", ErrNotProvisioned, name)
 	}
-	c, err = stream.CreateConsumer(ctx, spec)
+	return createConsumer(ctx, stream, spec)
+}
+
+// createConsumer creates the durable consumer spec describes in stream, or opens the one
+// another process created meanwhile (kept as it is).
+func createConsumer(ctx context.Context, stream jetstream.Stream, spec jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := stream.CreateConsumer(ctx, spec)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
-		c, err = stream.Consumer(ctx, name) // created concurrently by another process
+		c, err = stream.Consumer(ctx, spec.Durable) // created concurrently by another process
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)
+		return nil, fmt.Errorf("bus: create consumer %s: %w", spec.Durable, err)
 	}
 	return c, nil
 }

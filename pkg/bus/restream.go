@@ -58,19 +58,20 @@ const restreamWait = 10 * time.Second
 // Sessions move to other streams, so it is refused while any service reads the record (a
 // durable consumer of a record stream, of the dead letters or of the clients' requests has a
 // pull waiting) or while anything waits to be handled (a durable consumer of the record or the
-// dead letters holds messages not yet acknowledged): stop every gateway first, let the routers,
-// workers, summarizers and dead-letter processors finish, then stop them (Quiet). The request
-// partitions must be a multiple of n.
+// dead letters, but the audit's, holds messages not yet acknowledged): stop every gateway
+// first, let the routers, workers, summarizers and dead-letter processors finish, then stop
+// them and the audit (Quiet). The request partitions must be a multiple of n.
 //
 // The record's first stream is told first that the change is under way, then: the byte and
 // message limits make room for what each stream will receive, the streams added are made with
 // the record's settings, each moved session's messages are copied, in order, to the stream that
 // keeps it now (each with HeaderRestreamed and an id of its own; its store time and sequence are
 // the copy's), Hermes' durable consumers of the streams that received copies are deleted (they
-// held nothing; the services make them again, at the streams' ends), the first stream is told
-// the new number — from then on every process that opens the record uses it — the moved
-// sessions are removed from where they were, the emptied streams deleted and the limits shared
-// again. Run again after a failure at any step, it finishes the change begun (and only that one).
+// held nothing; the services make them again, at the streams' ends; the audit's stay, and read
+// the copies too), the first stream is told the new number — from then on every process that
+// opens the record uses it — the moved sessions are removed from where they were, the emptied
+// streams deleted and the limits shared again. Run again after a failure at any step, it
+// finishes the change begun (and only that one).
 func (b *Bus) Restream(ctx context.Context, n int) (Restreamed, error) {
 	first, err := b.JS.Stream(ctx, protocol.StreamName)
 	if err != nil {
@@ -296,6 +297,7 @@ func (r *restreamer) copyAll(ctx context.Context) error {
 	}
 	// The consumers of streams that were there before and receive copies would take the
 	// copies for new work: they hold nothing (Quiet), and are made again at the streams' ends.
+	// The audit's are kept: they read the copies, harmlessly (hermesConsumer).
 	for k := range targets {
 		if incoming[k][1] > 0 {
 			if err := deleteConsumers(ctx, targets[k], hermesConsumer); err != nil {
@@ -686,7 +688,14 @@ func msgBytes(msg jetstream.Msg) int64 {
 }
 
 // hermesConsumer reports whether name is one of the durable consumers Hermes makes on the
-// record's streams.
+// record's streams for its work: those a change of the record's streams waits for (Quiet) and
+// deletes where copies arrive. The audit's (ConsumerAudit) is none: it holds no work, and what
+// it writes is idempotent, so a change leaves it as it is, however far behind it is. It reads
+// the copies its stream receives as anything new (those it had read before are read again,
+// harmlessly: HeaderRestreamed says they are copies); what it had not read of a session moved
+// away it reads in the copy; one on a stream the change deletes goes with the stream, and the
+// audit makes one on each stream added, from the stream's first message. (A running audit
+// holds the change up, as any service reading does.)
 func hermesConsumer(name string) bool {
 	_, partition := partitionOf(name)
 	return partition || name == ConsumerRouterResults || name == ConsumerSummarizer || strings.HasPrefix(name, "tool_")

@@ -138,6 +138,10 @@ func (h *Hold) Fresh() bool { return h.fresh }
 // Attempt is the number of the try this hold is for, from 1.
 func (h *Hold) Attempt() int { return h.c.Attempt }
 
+// LastErrorCode is the error code of the call's last failed try before this one, as its holder
+// released it ("" when none failed, or none said why).
+func (h *Hold) LastErrorCode() string { return h.c.LastErrorCode }
+
 // Lost reports whether a renewal found the claim taken over: this worker was presumed dead.
 func (h *Hold) Lost() bool { return h.lost }
 

@@ -116,6 +116,9 @@ func (m *Message) DecodeToolStarted() (*ToolStarted, error) {
 	if err := CheckID("tool_call_id", s.ToolCallID); err != nil {
 		return nil, err
 	}
+	if len(s.Retrying) > MaxErrorCodeBytes || !Printable(s.Retrying) {
+		return nil, fieldErr("retrying", fmt.Sprintf("an error code is at most %d printable bytes", MaxErrorCodeBytes))
+	}
 	return &s, nil
 }
 

@@ -340,6 +340,9 @@ type ToolStarted struct {
 	Name       string    `msgpack:"name" json:"name"`
 	Attempt    int       `msgpack:"attempt" json:"attempt"`
 	StartedAt  time.Time `msgpack:"started_at" json:"started_at"`
+	// Retrying, on a try after a failed one, is the error code the try before it failed with
+	// (when its worker said): what retries are for.
+	Retrying string `msgpack:"retrying,omitempty" json:"retrying,omitempty"`
 }
 
 // Cancel is the payload of a cancel message: the request was cancelled. Calls that had not

@@ -378,7 +378,7 @@ func TestClusterDeployment(t *testing.T) {
 		}
 		urls = append(urls, "tls://"+n+":4222")
 	}
-	for _, name := range []string{"router", "toolworker", "gateway", "eraser"} {
+	for _, name := range []string{"router", "toolworker", "gateway", "eraser", "audit"} {
 		svc := compose.Services[name]
 		if got := svc.Environment[bus.EnvURL]; got != strings.Join(urls, ",") {
 			t.Errorf("%s: %s=%q, want every node", name, bus.EnvURL, got)
@@ -411,7 +411,7 @@ func TestComposeCommandsParse(t *testing.T) {
 	if err := yaml.Unmarshal(data, &compose); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"provision", "demo-tools", "router", "toolworker", "gateway", "eraser"} {
+	for _, name := range []string{"provision", "demo-tools", "router", "toolworker", "gateway", "eraser", "audit"} {
 		cmd := compose.Services[name].Command
 		if len(cmd) > 0 && cmd[0] == "hermes" {
 			cmd = cmd[1:]

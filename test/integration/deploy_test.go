@@ -32,14 +32,14 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	t.Parallel()
 	dir := madeAuth(t)
 	auth := filepath.Join(dir, "auth")
-	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "eraser.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",
+	for _, f := range []string{"admin.nk", "gateway.nk", "router.nk", "toolworker.nk", "eraser.nk", "auditor.nk", "crm.nk", "auth.conf", "ca.pem", "server-cert.pem", "server-key.pem",
 		"router.seal", "gateway.seal", "toolworker.seal", "trusted-seals"} {
 		if _, err := os.Stat(filepath.Join(auth, f)); err != nil {
 			t.Fatalf("nats-auth wrote no %s: %v", f, err)
 		}
 	}
-	if entries, _ := os.ReadDir(auth); len(entries) != 14 {
-		t.Fatalf("nats-auth wrote %d files, want those 14 (no CA key)", len(entries))
+	if entries, _ := os.ReadDir(auth); len(entries) != 15 {
+		t.Fatalf("nats-auth wrote %d files, want those 15 (no CA key)", len(entries))
 	}
 	if st, _ := os.Stat(filepath.Join(auth, "router.seal")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("a seal key is mode %v", st.Mode().Perm())
@@ -60,7 +60,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	}
 
 	opts := loadDeployConf(t, "../../deploy/nats.conf", dir)
-	if len(opts.Nkeys) != 6 || opts.TLSConfig == nil {
+	if len(opts.Nkeys) != 7 || opts.TLSConfig == nil {
 		t.Fatalf("deploy/nats.conf: %d users, TLS %v", len(opts.Nkeys), opts.TLSConfig != nil)
 	}
 	var refusals sync.Map
@@ -97,6 +97,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 		"toolworker": protocol.SubjectToolCall(protocol.ActionHTTP, "echo", "s1"),
 		"crm":        protocol.SubjectResult("r1", "c1", "s1"),
 		"eraser":     "$JS.API.STREAM.PURGE." + protocol.DLQStreamName,
+		"auditor":    protocol.SubjectRequest("s1"),
 	} {
 		creds := bus.Credentials{NKeyFile: filepath.Join(auth, role+".nk"), CAFile: ca}
 		// Without the inbox its permissions name, a user is refused at once.
@@ -136,7 +137,7 @@ func TestDeployConfigLetsInOnlyHermesUsers(t *testing.T) {
 	// The cluster's nodes: the same users, TLS to clients and between the nodes.
 	for n := 1; n <= 3; n++ {
 		o := loadDeployConf(t, filepath.Join("../../deploy/nats-cluster", "nats-"+string(rune('0'+n))+".conf"), dir)
-		if len(o.Nkeys) != 6 || o.TLSConfig == nil || o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+		if len(o.Nkeys) != 7 || o.TLSConfig == nil || o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 			t.Fatalf("nats-%d.conf: %d users, TLS %v, route TLS %v", n, len(o.Nkeys), o.TLSConfig != nil, o.Cluster.TLSConfig != nil)
 		}
 	}
@@ -207,7 +208,7 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 	if err := yaml.Unmarshal(data, &compose); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"provision": "admin", "router": "router", "toolworker": "toolworker", "gateway": "gateway", "demo-tools": "toolworker"}
+	want := map[string]string{"provision": "admin", "router": "router", "toolworker": "toolworker", "gateway": "gateway", "demo-tools": "toolworker", "audit": "auditor"}
 	for name, svc := range compose.Services {
 		if strings.HasPrefix(name, "nats") && len(svc.Ports) > 0 {
 			t.Errorf("%s: NATS service %s publishes %v", file, name, svc.Ports)
@@ -249,7 +250,7 @@ func checkComposeAuth(t *testing.T, file, auth string) {
 			t.Errorf("%s: %s: HERMES_NO_PROVISION=%q", file, name, env["HERMES_NO_PROVISION"])
 		}
 	}
-	if missing := slices.DeleteFunc([]string{"provision", "router", "toolworker", "gateway"}, func(n string) bool {
+	if missing := slices.DeleteFunc([]string{"provision", "router", "toolworker", "gateway", "audit"}, func(n string) bool {
 		_, ok := compose.Services[n]
 		return ok
 	}); len(missing) > 0 {

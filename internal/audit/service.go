@@ -1,0 +1,297 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermesbus/hermes/pkg/bus"
+	"github.com/hermesbus/hermes/pkg/retry"
+)
+
+// Defaults of a Service.
+const (
+	DefaultBatch  = 500
+	DefaultLinger = 50 * time.Millisecond
+)
+
+// Service projects the record into PostgreSQL: the audit's durable consumer of each record
+// stream (bus.ConsumerAudit) delivers every message, in the stream's order; the messages are
+// written in batches, one transaction each, and acknowledged once it commits, so a crash
+// loses nothing (what was not acknowledged comes again, and writing it again changes
+// nothing). While the database is unreachable it says so, tries again with backoff, and holds
+// what it read: the record goes on without it, and it catches up when the database returns.
+// Any number may run against one database; each message is written by one of them at a time.
+type Service struct {
+	// Bus reads the record (connected as the bus role auditor) and checks results' seals.
+	Bus *bus.Bus
+	// DSN is PostgreSQL's connection string, a URL or key=value pairs; its password, if it
+	// holds one, is never logged (PGPASSWORD and ~/.pgpass are read as libpq reads them).
+	DSN string
+	// Batch bounds the messages of one transaction (default DefaultBatch); Linger is how long
+	// a batch waits to fill once its first message is in (default DefaultLinger).
+	Batch  int
+	Linger time.Duration
+	// Metrics, when set, hears the audit's figures (NewMetrics).
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// Name names the service.
+func (s *Service) Name() string { return "audit" }
+
+// Validate says what is wrong with s's configuration: the database's address is parsed, not
+// dialled (an unreachable database is waited for).
+func (s *Service) Validate() error {
+	if s.Bus == nil {
+		return errors.New("audit: Bus is required")
+	}
+	if s.Batch < 0 || s.Batch > 10000 {
+		return fmt.Errorf("audit: a batch of %d messages: give 1 to 10000 (0: %d)", s.Batch, DefaultBatch)
+	}
+	if s.Linger < 0 {
+		return fmt.Errorf("audit: linger %s is negative", s.Linger)
+	}
+	_, err := s.poolConfig()
+	return err
+}
+
+func (s *Service) poolConfig() (*pgxpool.Config, error) {
+	if s.DSN == "" {
+		return nil, errors.New("audit: no PostgreSQL connection string (--postgres, or HERMES_AUDIT_POSTGRES)")
+	}
+	cfg, err := pgxpool.ParseConfig(s.DSN)
+	if err != nil {
+		// pgx's parse errors show the string with its password masked.
+		return nil, fmt.Errorf("audit: the PostgreSQL connection string: %w", err)
+	}
+	cfg.MaxConns = max(4, int32(2*len(s.Bus.Streams)))
+	return cfg, nil
+}
+
+// Where names the database a configuration connects to, without its password.
+func Where(cfg *pgxpool.Config) string {
+	c := cfg.ConnConfig
+	return fmt.Sprintf("postgres://%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}
+
+// Run projects the record until ctx ends. It returns an error only for what waiting cannot
+// mend: a configuration it cannot use, a database whose schema is newer than it knows.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := s.Metrics
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	cfg, _ := s.poolConfig()
+	where := Where(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects when first used
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", where, err)
+	}
+	defer pool.Close()
+	for n := 0; ; n++ {
+		from, to, err := Migrate(ctx, pool)
+		if err == nil {
+			m.Up.Set(1)
+			log.Info("audit database ready", "db", where, "schema_was", from, "schema", to)
+			break
+		}
+		m.Up.Set(0)
+		if errors.Is(err, ErrSchemaNewer) {
+			return err
+		}
+		d := backoff(n)
+		log.Warn("audit database unreachable; trying again", "db", where, "in", d, "err", err)
+		if !retry.Sleep(ctx, d) {
+			return nil
+		}
+	}
+	st := &store{pool: pool, trust: s.Bus, redriven: s.Bus.Layout().SubjectRedrivenResult}
+	var wg sync.WaitGroup
+	for k := range s.Bus.Streams {
+		p := &projector{Service: s, k: k, st: st, m: m, log: log.With("stream", s.Bus.Streams[k].CachedInfo().Config.Name), where: where}
+		wg.Go(func() { p.run(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// backoff is the wait before try n+1 of something that failed n+1 times: 1 s doubling to 30 s.
+func backoff(n int) time.Duration {
+	return min(time.Second<<min(n, 5), 30*time.Second)
+}
+
+// projector projects one record stream.
+type projector struct {
+	*Service
+	k     int
+	st    *store
+	m     *Metrics
+	log   *slog.Logger
+	where string
+	// consumer is the stream's audit consumer, once found (for the lag).
+	consumer atomic.Pointer[jetstream.Consumer]
+	// holding is the stored time (Unix nanoseconds) of the oldest message held unwritten; 0
+	// when none is.
+	holding atomic.Int64
+}
+
+func (p *projector) stream() string { return p.Bus.Streams[p.k].CachedInfo().Config.Name }
+
+func (p *projector) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { p.watchLag(ctx) })
+	defer wg.Wait()
+	for n := 0; ctx.Err() == nil; n++ {
+		c, err := p.Bus.AuditConsumer(ctx, p.k)
+		if err == nil {
+			p.consumer.Store(&c)
+			err = p.consume(ctx, c)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := backoff(n)
+		p.log.Warn("audit: reading the record stopped; reading again", "in", d, "err", err)
+		if !retry.Sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+// consume reads batches from c and writes them until ctx ends or the consumer fails.
+func (p *projector) consume(ctx context.Context, c jetstream.Consumer) error {
+	size := p.Batch
+	if size <= 0 {
+		size = DefaultBatch
+	}
+	linger := p.Linger
+	if linger <= 0 {
+		linger = DefaultLinger
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(size))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	batch := make([]jetstream.Msg, 0, size)
+	for {
+		first, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return err
+		}
+		batch = append(batch[:0], first)
+		deadline := time.Now().Add(linger)
+		for len(batch) < size {
+			wait := time.Until(deadline)
+			if wait <= 0 {
+				break
+			}
+			msg, err := it.Next(jetstream.NextMaxWait(wait))
+			if err != nil {
+				if !errors.Is(err, nats.ErrTimeout) {
+					p.log.Debug("audit: the batch ends early", "err", err)
+				}
+				break
+			}
+			batch = append(batch, msg)
+		}
+		if !p.commit(ctx, batch) {
+			return ctx.Err()
+		}
+	}
+}
+
+// commit writes batch until it is written, then acknowledges it; false when ctx ended first
+// (what was not acknowledged is delivered again).
+func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
+	recs := make([]Record, 0, len(batch))
+	for _, msg := range batch {
+		r := Record{Stream: p.stream(), Subject: msg.Subject(), Data: msg.Data()}
+		if md, err := msg.Metadata(); err == nil {
+			r.Seq, r.Stored = md.Sequence.Stream, md.Timestamp
+		}
+		recs = append(recs, r)
+	}
+	p.holding.Store(recs[0].Stored.UnixNano())
+	defer p.holding.Store(0)
+	lastProgress := time.Now()
+	for n := 0; ; n++ {
+		start := time.Now()
+		w, err := p.st.write(ctx, recs)
+		if err == nil {
+			p.m.Batches.WithLabelValues("ok").Observe(time.Since(start).Seconds())
+			p.m.Up.Set(1)
+			p.m.Records.WithLabelValues("projected").Add(float64(w.projected))
+			p.m.Records.WithLabelValues("error").Add(float64(w.failed))
+			if w.failed > 0 {
+				p.log.Warn("audit: records it could not project are in hermes_audit_errors", "count", w.failed)
+			}
+			if n > 0 {
+				p.log.Info("audit database takes writes again", "db", p.where)
+			}
+			for _, msg := range batch {
+				_ = msg.Ack() // lost: delivered again, and written again to no effect
+			}
+			return true
+		}
+		p.m.Batches.WithLabelValues("retry").Observe(time.Since(start).Seconds())
+		if ctx.Err() != nil {
+			return false
+		}
+		p.m.Up.Set(0)
+		d := backoff(n)
+		p.log.Warn("audit: writing to the database failed; trying again", "db", p.where, "messages", len(batch), "in", d, "err", err)
+		// Held while the database is away: kept from being delivered to another meanwhile.
+		if time.Since(lastProgress) > 20*time.Second {
+			for _, msg := range batch {
+				_ = msg.InProgress()
+			}
+			lastProgress = time.Now()
+		}
+		if !retry.Sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+// watchLag reads the consumer's backlog every few seconds, for the metrics.
+func (p *projector) watchLag(ctx context.Context) {
+	name := p.stream()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		if held := p.holding.Load(); held > 0 {
+			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(time.Unix(0, held)).Seconds())
+		} else {
+			p.m.LagSeconds.WithLabelValues(name).Set(0)
+		}
+		if c := p.consumer.Load(); c != nil {
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if info, err := (*c).Info(ictx); err == nil {
+				p.m.Lag.WithLabelValues(name).Set(float64(info.NumPending) + float64(info.NumAckPending))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
+)
+
+// Trust checks the seals of recorded results (bus.Bus): a result counts for its call only when
+// a key trusted for the call's tool sealed it. Without keys every result counts.
+type Trust interface {
+	ResultKeys() protocol.ResultKeys
+	VerifyResult(m *protocol.Message, res *protocol.ToolResult, tool string) error
+}
+
+// store writes the projections of records into PostgreSQL.
+type store struct {
+	pool  *pgxpool.Pool
+	trust Trust
+	// redriven is where a session's re-driven results are published (protocol.Layout).
+	redriven func(session string) string
+}
+
+// written says what a batch became.
+type written struct {
+	// projected counts the records projected; failed those that became audit_errors rows.
+	projected, failed int
+}
+
+// write projects recs and writes them in one transaction, with each stream's progress. A
+// record the database refuses (a value it cannot hold) is written alone, and becomes an
+// audit_errors row when it is refused again; any other failure (the database unreachable, a
+// restart) is returned, nothing of the batch written, to be tried again.
+func (s *store) write(ctx context.Context, recs []Record) (written, error) {
+	ps := make([]projection, len(recs))
+	for i, r := range recs {
+		ps[i] = project(r, s.redriven)
+	}
+	if err := s.settleResults(ctx, ps); err != nil {
+		return written{}, err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps) })
+	if err == nil {
+		return count(ps), nil
+	}
+	if retryable(err) {
+		return written{}, err
+	}
+	// One record's values were refused: find which, and keep the reason.
+	for i := range ps {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) })
+		if err == nil {
+			continue
+		}
+		if retryable(err) {
+			return written{}, err
+		}
+		ps[i] = ps[i].failed("the database refused its rows: " + err.Error())
+		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err != nil {
+			return written{}, fmt.Errorf("audit: record the error of %s %d: %w", ps[i].rec.Stream, ps[i].rec.Seq, err)
+		}
+	}
+	return count(ps), nil
+}
+
+func count(ps []projection) written {
+	var w written
+	for _, p := range ps {
+		if len(p.stmts) == 1 && p.stmts[0].sql == sqlError {
+			w.failed++
+		} else {
+			w.projected++
+		}
+	}
+	return w
+}
+
+// send sends the statements of ps, and the progress they make per stream, in one round trip.
+func send(ctx context.Context, tx pgx.Tx, ps []projection) error {
+	var b pgx.Batch
+	type mark struct {
+		seq    uint64
+		stored time.Time
+	}
+	progress := map[string]mark{}
+	for _, p := range ps {
+		for _, st := range p.stmts {
+			b.Queue(st.sql, st.args...)
+		}
+		m := progress[p.rec.Stream]
+		if p.rec.Seq > m.seq {
+			m.seq = p.rec.Seq
+		}
+		if p.rec.Stored.After(m.stored) {
+			m.stored = p.rec.Stored
+		}
+		progress[p.rec.Stream] = m
+	}
+	for stream, m := range progress {
+		b.Queue(sqlProgress, stream, int64(m.seq), ts(m.stored))
+	}
+	return tx.SendBatch(ctx, &b).Close()
+}
+
+// retryable reports whether err may not happen again: the connection, the server's state or
+// resources, a conflict with another transaction — not a value the database refuses.
+func retryable(err error) bool {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return true
+	}
+	switch pg.Code[:2] {
+	case "22", "23": // data exception, integrity constraint violation
+		return false
+	}
+	return true
+}
+
+// callKey names a call of a request.
+type callKey struct{ request, call string }
+
+// settleResults decides which results count (their seals), turning the others into
+// audit_errors rows. A result sealed by a key trusted with some tools only is checked against
+// its call's tool as the dispatch named it: in the batch, or in the rows written before.
+func (s *store) settleResults(ctx context.Context, ps []projection) error {
+	keys := s.trust != nil && s.trust.ResultKeys() != nil
+	tools := map[callKey]string{}
+	var need []callKey
+	if keys {
+		for _, p := range ps {
+			for _, st := range p.stmts {
+				if st.sql == sqlDispatch {
+					tools[callKey{st.args[0].(string), st.args[1].(string)}] = st.args[2].(string)
+				}
+			}
+		}
+		for _, p := range ps {
+			if r := p.result; r != nil {
+				k := callKey{r.msg.RequestID, r.res.ToolCallID}
+				if _, ok := tools[k]; !ok {
+					need = append(need, k)
+				}
+			}
+		}
+	}
+	if len(need) > 0 {
+		reqs, calls := make([]string, len(need)), make([]string, len(need))
+		for i, k := range need {
+			reqs[i], calls[i] = k.request, k.call
+		}
+		rows, err := s.pool.Query(ctx, sqlToolsOf, reqs, calls)
+		if err != nil {
+			return fmt.Errorf("audit: read the tools of results' calls: %w", err)
+		}
+		for rows.Next() {
+			var k callKey
+			var tool *string
+			if err := rows.Scan(&k.request, &k.call, &tool); err != nil {
+				rows.Close()
+				return err
+			}
+			if tool != nil {
+				tools[k] = *tool
+			}
+		}
+		if rows.Close(); rows.Err() != nil {
+			return fmt.Errorf("audit: read the tools of results' calls: %w", rows.Err())
+		}
+	}
+	for i := range ps {
+		r := ps[i].result
+		if r == nil {
+			continue
+		}
+		if keys {
+			if err := s.trust.VerifyResult(r.msg, r.res, tools[callKey{r.msg.RequestID, r.res.ToolCallID}]); err != nil {
+				ps[i] = ps[i].failed("a result that does not count for its call: " + err.Error())
+				continue
+			}
+		}
+		ps[i].counted(r)
+		ps[i].result = nil
+	}
+	return nil
+}

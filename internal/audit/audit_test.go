@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 // newStore makes an empty database for t, migrated, and a store on it.
-func newStore(t *testing.T, trust Trust) (*store, *pgxpool.Pool) {
+func newStore(t testing.TB, trust Trust) (*store, *pgxpool.Pool) {
 	t.Helper()
 	dsn := pgtest.Shared(t).Database(t)
 	ctx := context.Background()
@@ -40,13 +40,13 @@ func newStore(t *testing.T, trust Trust) (*store, *pgxpool.Pool) {
 
 // records builds the record's messages in order, as a stream stores them.
 type records struct {
-	t    *testing.T
+	t    testing.TB
 	seq  uint64
 	recs []Record
 	at   time.Time
 }
 
-func newRecords(t *testing.T) *records {
+func newRecords(t testing.TB) *records {
 	return &records{t: t, at: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)}
 }
 

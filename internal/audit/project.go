@@ -93,7 +93,7 @@ func (p *projection) message(m *protocol.Message, redriven func(string) string) 
 		if err != nil {
 			return err
 		}
-		p.add(sqlStarted, m.RequestID, s.ToolCallID, text(s.Name, 0), ts(s.StartedAt), s.Attempt)
+		p.add(sqlStarted, m.RequestID, s.ToolCallID, text(s.Name, 0), ts(s.StartedAt), s.Attempt, protocol.IsSandboxSession(m.SessionID))
 		if s.Attempt > 1 {
 			p.add(sqlRetry, m.RequestID, s.ToolCallID, s.Attempt, text(s.Name, 0), text(s.Retrying, 128), ts(s.StartedAt))
 		}
@@ -179,7 +179,7 @@ func callerOf(m *protocol.Message) [4]any {
 func (p *projection) request(m *protocol.Message, r *protocol.Request) {
 	c := callerOf(m)
 	p.add(sqlRequest, r.RequestID, r.Session(), text(r.Intent, 0), ts(m.CreatedAt), len(r.ToolCalls), r.Serial,
-		c[0], c[1], c[2], c[3], text(r.Run, 0), text(r.Approval, 0), p.rec.Stream, int64(p.rec.Seq))
+		c[0], c[1], c[2], c[3], text(r.Run, 0), text(r.Approval, 0), p.rec.Stream, int64(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
 }
 
 func (p *projection) dispatch(m *protocol.Message, d *protocol.Dispatch) {
@@ -192,7 +192,8 @@ func (p *projection) dispatch(m *protocol.Message, d *protocol.Dispatch) {
 	}
 	args := digestJSON(d.Call.Arguments)
 	fast := strings.Contains(p.rec.Subject, ".event."+protocol.EventFastCall+".")
-	p.add(sqlDispatch, m.RequestID, d.Call.ToolCallID, d.Call.Name, text(d.Route, 0), d.Action.Kind, fast, ts(m.CreatedAt), version, args, tx, fence)
+	p.add(sqlDispatch, m.RequestID, d.Call.ToolCallID, d.Call.Name, text(d.Route, 0), d.Action.Kind, fast, ts(m.CreatedAt), version, args, tx, fence,
+		protocol.IsSandboxSession(m.SessionID))
 	if d.Policy != nil {
 		p.policy("dispatch:"+m.RequestID+":"+d.Call.ToolCallID, m.RequestID, d.Call.ToolCallID, d.Call.Name, d.Policy, m.CreatedAt)
 	}
@@ -211,7 +212,7 @@ func (p *projection) counted(r *resultOf) {
 	dead := m.Sender.Role == protocol.RoleDeadLetter
 	p.add(sqlResult, m.RequestID, res.ToolCallID, text(res.Name, 0), text(res.Route, 0), ts(m.CreatedAt), res.Attempts, res.Status,
 		text(res.ErrorCode, 128), text(res.ErrorOrigin, 32), text(res.ToolErrorCode, 128), res.ExecutionTimeMS, version,
-		digestJSON(res.Content), tx, fence, dead, int64(p.rec.Seq))
+		digestJSON(res.Content), tx, fence, dead, int64(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
 	if res.Policy != nil {
 		p.policy("result:"+m.RequestID+":"+res.ToolCallID, m.RequestID, res.ToolCallID, res.Name, res.Policy, m.CreatedAt)
 	}

@@ -116,7 +116,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 		d := backoff(n)
-		log.Warn("audit database unreachable; trying again", "db", where, "in", d, "err", err)
+		log.Warn("audit database unreachable; trying again", "db", where, "in", d.String(), "err", err)
 		if !retry.Sleep(ctx, d) {
 			return nil
 		}
@@ -147,8 +147,8 @@ type projector struct {
 	// consumer is the stream's audit consumer, once found (for the lag).
 	consumer atomic.Pointer[jetstream.Consumer]
 	// holding is the stored time (Unix nanoseconds) of the oldest message held unwritten; 0
-	// when none is.
-	holding atomic.Int64
+	// when none is. wrote is when the last batch was written.
+	holding, wrote atomic.Int64
 }
 
 func (p *projector) stream() string { return p.Bus.Streams[p.k].CachedInfo().Config.Name }
@@ -167,7 +167,7 @@ func (p *projector) run(ctx context.Context) {
 			return
 		}
 		d := backoff(n)
-		p.log.Warn("audit: reading the record stopped; reading again", "in", d, "err", err)
+		p.log.Warn("audit: reading the record stopped; reading again", "in", d.String(), "err", err)
 		if !retry.Sleep(ctx, d) {
 			return
 		}
@@ -230,7 +230,6 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 	}
 	p.holding.Store(recs[0].Stored.UnixNano())
 	defer p.holding.Store(0)
-	lastProgress := time.Now()
 	for n := 0; ; n++ {
 		start := time.Now()
 		w, err := p.st.write(ctx, recs)
@@ -248,6 +247,14 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 			for _, msg := range batch {
 				_ = msg.Ack() // lost: delivered again, and written again to no effect
 			}
+			// The lag as this batch leaves it: what the stream holds beyond it, and how old
+			// its oldest message was when its row was written.
+			name := p.stream()
+			if md, err := batch[len(batch)-1].Metadata(); err == nil {
+				p.m.Lag.WithLabelValues(name).Set(float64(md.NumPending))
+			}
+			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(recs[0].Stored).Seconds())
+			p.wrote.Store(time.Now().UnixNano())
 			return true
 		}
 		p.m.Batches.WithLabelValues("retry").Observe(time.Since(start).Seconds())
@@ -255,14 +262,12 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 			return false
 		}
 		p.m.Up.Set(0)
-		d := backoff(n)
-		p.log.Warn("audit: writing to the database failed; trying again", "db", p.where, "messages", len(batch), "in", d, "err", err)
-		// Held while the database is away: kept from being delivered to another meanwhile.
-		if time.Since(lastProgress) > 20*time.Second {
-			for _, msg := range batch {
-				_ = msg.InProgress()
-			}
-			lastProgress = time.Now()
+		// At most a third of the consumer's ack wait (30 s) between tries: the batch is held
+		// meanwhile, kept from being delivered to another audit.
+		d := min(backoff(n), 8*time.Second)
+		p.log.Warn("audit: writing to the database failed; trying again", "db", p.where, "messages", len(batch), "in", d.String(), "err", err)
+		for _, msg := range batch {
+			_ = msg.InProgress()
 		}
 		if !retry.Sleep(ctx, d) {
 			return false
@@ -278,8 +283,8 @@ func (p *projector) watchLag(ctx context.Context) {
 	for {
 		if held := p.holding.Load(); held > 0 {
 			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(time.Unix(0, held)).Seconds())
-		} else {
-			p.m.LagSeconds.WithLabelValues(name).Set(0)
+		} else if time.Since(time.Unix(0, p.wrote.Load())) > 2*time.Second {
+			p.m.LagSeconds.WithLabelValues(name).Set(0) // nothing held, nothing written lately: caught up
 		}
 		if c := p.consumer.Load(); c != nil {
 			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -6,9 +6,10 @@ package audit
 // approval's decision). Replaying the record leaves the same rows.
 
 const sqlRequest = `INSERT INTO hermes_requests AS r (request_id, session_id, intent, created_at, calls, serial,
-	caller_id, caller_name, caller_role, end_user, run_id, approval_id, stream, seq)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+	caller_id, caller_name, caller_role, end_user, run_id, approval_id, stream, seq, sandbox)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (request_id) DO UPDATE SET
+	sandbox = r.sandbox OR excluded.sandbox,
 	session_id = coalesce(r.session_id, excluded.session_id),
 	intent = coalesce(r.intent, excluded.intent),
 	created_at = least(r.created_at, excluded.created_at),
@@ -47,9 +48,10 @@ ON CONFLICT (request_id) DO UPDATE SET
 
 // sqlDispatch: the router's dispatch of a call (again, when re-driven: the first stands).
 const sqlDispatch = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, route, action_kind, fast_lane,
-	dispatched_at, contract_version, arguments_summary, tx, fence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	dispatched_at, contract_version, arguments_summary, tx, fence, sandbox)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
+	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = excluded.tool_name,
 	route = coalesce(s.route, excluded.route),
 	action_kind = coalesce(s.action_kind, excluded.action_kind),
@@ -61,9 +63,10 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	fence = coalesce(s.fence, excluded.fence)`
 
 // sqlStarted: a try of a call began.
-const sqlStarted = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, start_time, attempts)
-VALUES ($1, $2, $3, $4, $5)
+const sqlStarted = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, start_time, attempts, sandbox)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
+	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = coalesce(s.tool_name, excluded.tool_name),
 	start_time = least(s.start_time, excluded.start_time),
 	attempts = greatest(s.attempts, excluded.attempts)`
@@ -76,9 +79,10 @@ ON CONFLICT (request_id, tool_call_id, attempt) DO NOTHING`
 // sqlResult: a call's result that counts — the first on its subject, or a re-driven call's own
 // after the dead-letter processor's answer.
 const sqlResult = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, route, end_time, attempts, status,
-	error_code, error_origin, tool_error_code, execution_ms, contract_version, result_summary, tx, fence, dead_answer, result_seq)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+	error_code, error_origin, tool_error_code, execution_ms, contract_version, result_summary, tx, fence, dead_answer, result_seq, sandbox)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
+	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = coalesce(s.tool_name, excluded.tool_name),
 	route = coalesce(s.route, excluded.route),
 	end_time = excluded.end_time,

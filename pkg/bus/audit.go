@@ -18,7 +18,7 @@ const ConsumerAudit = "audit"
 
 // The audit's consumers' bounds: time to write a batch of rows, and batches of rows in flight.
 const (
-	auditAckWait       = 2 * time.Minute
+	auditAckWait       = 30 * time.Second
 	auditMaxAckPending = 4096
 )
 
@@ -26,7 +26,8 @@ const (
 // len(b.Streams)), creating it when missing, whatever Config.NoProvision and Config.OpenOnly say:
 // it is the audit service's own, made by it as tools' consumers are made by their services. It
 // reads every subject of the stream (protocol.RecordRoot(k) + ".>") from the first message the
-// stream still holds, explicitly acked within two minutes, 4096 unacked at most, and is
+// stream still holds, explicitly acked within 30 seconds (what a killed audit held comes again
+// then), 4096 unacked at most, and is
 // delivered again without end: the audit decides what it cannot project, never the server, so
 // nothing it reads becomes a dead letter. An existing one is kept as it is.
 //

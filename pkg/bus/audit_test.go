@@ -35,7 +35,7 @@ func TestAuditConsumer(t *testing.T) {
 			FilterSubject: protocol.RecordRoot(k) + ".>",
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       2 * time.Minute,
+			AckWait:       30 * time.Second,
 			MaxDeliver:    -1,
 			MaxAckPending: 4096,
 			Replicas:      0, // the stream's

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hermesbus/hermes/internal/app"
+	"github.com/hermesbus/hermes/internal/audit/pgtest"
 	"github.com/hermesbus/hermes/pkg/bus/bustest"
 )
 
@@ -26,7 +27,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(app.Main(args))
 	}
-	os.Exit(bustest.Main(m))
+	code := bustest.Main(m)
+	pgtest.Close() // the audit tests' PostgreSQL, if one was started
+	os.Exit(code)
 }
 
 // child is a Hermes process started by a test.

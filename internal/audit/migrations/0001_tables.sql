@@ -24,6 +24,8 @@ CREATE TABLE hermes_requests (
     cancelled_by  text,
     cancel_reason text,
     cancelled_at  timestamptz,
+    -- a trial of the contract sandbox (its session is sandbox-<tool>), not a caller's.
+    sandbox       boolean NOT NULL DEFAULT false,
     -- where the record keeps the request.
     stream        text,
     seq           bigint
@@ -40,6 +42,8 @@ CREATE TABLE hermes_steps (
     route             text,
     action_kind       text,
     fast_lane         boolean NOT NULL DEFAULT false,
+    -- a trial call of the contract sandbox, not a caller's.
+    sandbox           boolean NOT NULL DEFAULT false,
     dispatched_at     timestamptz,
     start_time        timestamptz,
     end_time          timestamptz,

@@ -63,6 +63,9 @@ func RunAudit(ctx context.Context, args []string, env Env) error {
 	if f.DSN == "" {
 		return fmt.Errorf("hermes audit: --postgres (or HERMES_AUDIT_POSTGRES) names the database to write to")
 	}
+	if err := audit.CheckDSN(f.DSN); err != nil {
+		return err
+	}
 	var t trust
 	if *trusted != "" {
 		if t, err = readTrust(*trusted); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hermesbus/hermes/examples"
+	"github.com/hermesbus/hermes/internal/audit"
 	"github.com/hermesbus/hermes/internal/demotools"
 	"github.com/hermesbus/hermes/pkg/bus"
 )
@@ -115,6 +116,11 @@ func RunUp(ctx context.Context, args []string, env Env) error {
 	startBlueprints, err := readStartBlueprints(*blueprintsFrom, *demoAddr != "")
 	if err != nil {
 		return err
+	}
+	if af.DSN != "" {
+		if err := audit.CheckDSN(af.DSN); err != nil {
+			return fmt.Errorf("--audit-postgres: %w", err)
+		}
 	}
 	fast, err := ff.router()
 	if err != nil {

@@ -65,15 +65,30 @@ func (s *Service) Validate() error {
 }
 
 func (s *Service) poolConfig() (*pgxpool.Config, error) {
-	if s.DSN == "" {
+	cfg, err := parseDSN(s.DSN)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = max(4, int32(2*len(s.Bus.Streams)))
+	return cfg, nil
+}
+
+// CheckDSN says what is wrong with a PostgreSQL connection string, if anything, without
+// dialling it (and without its password).
+func CheckDSN(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
+}
+
+func parseDSN(dsn string) (*pgxpool.Config, error) {
+	if dsn == "" {
 		return nil, errors.New("audit: no PostgreSQL connection string (--postgres, or HERMES_AUDIT_POSTGRES)")
 	}
-	cfg, err := pgxpool.ParseConfig(s.DSN)
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's parse errors show the string with its password masked.
 		return nil, fmt.Errorf("audit: the PostgreSQL connection string: %w", err)
 	}
-	cfg.MaxConns = max(4, int32(2*len(s.Bus.Streams)))
 	return cfg, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hermesbus/hermes/internal/audit/pgtest"
@@ -22,8 +23,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testStore is a store writing through a pool.
+type testStore struct {
+	*store
+	db DB
+}
+
+func (s *testStore) write(ctx context.Context, recs []Record) (written, error) {
+	return s.store.write(ctx, s.db, recs)
+}
+
 // newStore makes an empty database for t, migrated, and a store on it.
-func newStore(t testing.TB, trust Trust) (*store, *pgxpool.Pool) {
+func newStore(t testing.TB, trust Trust) (*testStore, *pgxpool.Pool) {
 	t.Helper()
 	dsn := pgtest.Shared(t).Database(t)
 	ctx := context.Background()
@@ -35,7 +46,7 @@ func newStore(t testing.TB, trust Trust) (*store, *pgxpool.Pool) {
 	if _, _, err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	return &store{pool: pool, trust: trust, redriven: protocol.SubjectRedrivenResult}, pool
+	return &testStore{store: &store{trust: trust, redriven: protocol.SubjectRedrivenResult}, db: pool}, pool
 }
 
 // records builds the record's messages in order, as a stream stores them.
@@ -166,7 +177,7 @@ func dump(t *testing.T, pool *pgxpool.Pool, skip ...string) string {
 	return b.String()
 }
 
-func write(t *testing.T, s *store, recs []Record) written {
+func write(t *testing.T, s *testStore, recs []Record) written {
 	t.Helper()
 	w, err := s.write(context.Background(), recs)
 	if err != nil {
@@ -388,5 +399,32 @@ func TestMigrationsAreNumbered(t *testing.T) {
 	m, err := migrations()
 	if err != nil || len(m) == 0 {
 		t.Fatal(m, err)
+	}
+}
+
+func TestMigrateRefusesADatabaseNotInUTF8(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE latin_audit ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS latin_audit WITH (FORCE)") })
+	pool, err := pgxpool.New(ctx, srv.DSN("latin_audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	_, _, err = Migrate(ctx, pool)
+	if !errors.Is(err, ErrEncoding) || !strings.Contains(err.Error(), "SQL_ASCII") {
+		t.Fatalf("Migrate on a SQL_ASCII database: %v, want ErrEncoding naming it", err)
+	}
+	var tables int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'hermes_%'").Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d tables made in a database refused (%v)", tables, err)
 	}
 }

@@ -3,6 +3,8 @@ package audit
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -69,7 +71,7 @@ func (p projection) failed(reason string) projection {
 }
 
 func errorRow(rec Record, reason string) stmt {
-	return stmt{sqlError, []any{rec.Stream, int64(rec.Seq), text(rec.Subject, 512), len(rec.Data), text(reason, 2048)}}
+	return stmt{sqlError, []any{rec.Stream, clampU(rec.Seq), text(rec.Subject, 512), len(rec.Data), text(reason, 2048)}}
 }
 
 func (p *projection) add(sql string, args ...any) { p.stmts = append(p.stmts, stmt{sql, args}) }
@@ -93,9 +95,9 @@ func (p *projection) message(m *protocol.Message, redriven func(string) string) 
 		if err != nil {
 			return err
 		}
-		p.add(sqlStarted, m.RequestID, s.ToolCallID, text(s.Name, 0), ts(s.StartedAt), s.Attempt, protocol.IsSandboxSession(m.SessionID))
+		p.add(sqlStarted, m.RequestID, s.ToolCallID, toolName(s.Name), ts(s.StartedAt), s.Attempt, protocol.IsSandboxSession(m.SessionID))
 		if s.Attempt > 1 {
-			p.add(sqlRetry, m.RequestID, s.ToolCallID, s.Attempt, text(s.Name, 0), text(s.Retrying, 128), ts(s.StartedAt))
+			p.add(sqlRetry, m.RequestID, s.ToolCallID, s.Attempt, toolName(s.Name), text(s.Retrying, 128), ts(s.StartedAt))
 		}
 	case protocol.TypeToolResult:
 		if redriven != nil && p.rec.Subject == redriven(m.SessionID) {
@@ -152,7 +154,11 @@ func (p *projection) message(m *protocol.Message, redriven func(string) string) 
 		if len(e.SuggestedOrder) > 0 {
 			order = e.SuggestedOrder
 		}
-		p.add(sqlCoordination, m.RequestID, e.ToolCallID, e.Op, int64(e.Fence), e.Tool, e.Tx, e.Position, text(e.HeldBy, 0), order, text(e.Reason, 0), ts(e.At))
+		reason := text(e.Reason, 0)
+		if e.Op == protocol.CoordConflict {
+			reason = nil // it names the resource, whose key holds arguments' values
+		}
+		p.add(sqlCoordination, m.RequestID, e.ToolCallID, e.Op, clampU(e.Fence), e.Tool, e.Tx, e.Position, text(e.HeldBy, 0), order, reason, ts(e.At))
 	case protocol.TypeLLMDecision:
 		d, err := m.DecodeLLMDecision()
 		if err != nil {
@@ -178,8 +184,17 @@ func callerOf(m *protocol.Message) [4]any {
 
 func (p *projection) request(m *protocol.Message, r *protocol.Request) {
 	c := callerOf(m)
-	p.add(sqlRequest, r.RequestID, r.Session(), text(r.Intent, 0), ts(m.CreatedAt), len(r.ToolCalls), r.Serial,
-		c[0], c[1], c[2], c[3], text(r.Run, 0), text(r.Approval, 0), p.rec.Stream, int64(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
+	intent := text(r.Intent, 0)
+	if r.Recall {
+		// A door's request made for a conversation (the chat loop, MCP): its intent is the
+		// person's own words, which the audit does not keep.
+		intent = nil
+	}
+	p.add(sqlRequest, r.RequestID, r.Session(), intent, ts(m.CreatedAt), len(r.ToolCalls), r.Serial,
+		c[0], c[1], c[2], c[3], text(r.Run, 0), text(r.Approval, 0), p.rec.Stream, clampU(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
+	for _, call := range r.ToolCalls {
+		p.add(sqlCall, r.RequestID, call.ToolCallID, call.Name, digestJSON(call.Arguments), protocol.IsSandboxSession(m.SessionID))
+	}
 }
 
 func (p *projection) dispatch(m *protocol.Message, d *protocol.Dispatch) {
@@ -188,7 +203,7 @@ func (p *projection) dispatch(m *protocol.Message, d *protocol.Dispatch) {
 		version = d.Contract.Version
 	}
 	if g := d.Grant; g != nil {
-		tx, fence = g.Tx, int64(g.Fence)
+		tx, fence = g.Tx, clampU(g.Fence)
 	}
 	args := digestJSON(d.Call.Arguments)
 	fast := strings.Contains(p.rec.Subject, ".event."+protocol.EventFastCall+".")
@@ -207,29 +222,29 @@ func (p *projection) counted(r *resultOf) {
 		version = res.ContractVersion
 	}
 	if g := res.Grant; g != nil {
-		tx, fence = g.Tx, int64(g.Fence)
+		tx, fence = g.Tx, clampU(g.Fence)
 	}
 	dead := m.Sender.Role == protocol.RoleDeadLetter
-	p.add(sqlResult, m.RequestID, res.ToolCallID, text(res.Name, 0), text(res.Route, 0), ts(m.CreatedAt), res.Attempts, res.Status,
+	p.add(sqlResult, m.RequestID, res.ToolCallID, toolName(res.Name), text(res.Route, 256), ts(m.CreatedAt), res.Attempts, res.Status,
 		text(res.ErrorCode, 128), text(res.ErrorOrigin, 32), text(res.ToolErrorCode, 128), res.ExecutionTimeMS, version,
-		digestJSON(res.Content), tx, fence, dead, int64(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
+		digestJSON(res.Content), tx, fence, dead, clampU(p.rec.Seq), protocol.IsSandboxSession(m.SessionID))
 	if res.Policy != nil {
-		p.policy("result:"+m.RequestID+":"+res.ToolCallID, m.RequestID, res.ToolCallID, res.Name, res.Policy, m.CreatedAt)
+		p.policy("result:"+m.RequestID+":"+res.ToolCallID, m.RequestID, res.ToolCallID, clean(protocol.Shorten(res.Name, protocol.MaxToolNameLen)), res.Policy, m.CreatedAt)
 	}
 }
 
 // policy adds a decision of a tool's policy, and the approval it asks for or decides.
 func (p *projection) policy(key, requestID, callID, tool string, d *protocol.PolicyDecision, at time.Time) {
-	p.add(sqlPolicy, text(key, 0), requestID, callID, text(tool, 0), text(d.Decision, 64), text(d.Rule, 0), text(d.Source, 0), d.Version,
+	p.add(sqlPolicy, clean(protocol.Shorten(key, 512)), requestID, callID, toolName(tool), clean(protocol.Shorten(d.Decision, 64)), text(d.Rule, 0), text(d.Source, 0), d.Version,
 		text(d.Reason, 0), text(d.ApprovalID, 0), text(d.By, 0), ts(at))
 	if d.ApprovalID == "" {
 		return
 	}
 	switch d.Decision {
 	case protocol.PolicyParked:
-		p.add(sqlApprovalAsked, text(d.ApprovalID, 0), requestID, callID, text(tool, 0), text(d.Rule, 0), ts(at))
+		p.add(sqlApprovalAsked, text(d.ApprovalID, 256), requestID, callID, toolName(tool), text(d.Rule, 0), ts(at))
 	case protocol.PolicyApproved, protocol.PolicyRejected, protocol.PolicyExpired:
-		p.add(sqlApprovalDecided, text(d.ApprovalID, 0), requestID, callID, text(tool, 0), d.Decision, text(d.By, 0), ts(at))
+		p.add(sqlApprovalDecided, text(d.ApprovalID, 256), requestID, callID, toolName(tool), d.Decision, text(d.By, 0), ts(at))
 	}
 }
 
@@ -247,7 +262,7 @@ func (p *projection) blueprint(e *protocol.BlueprintStep) {
 	if e.Status == "running" {
 		started = ts(e.At)
 	}
-	p.add(sqlStep, e.RunID, text(e.Step, 0), text(e.Tool, 0), text(e.Status, 64), text(e.RequestID, 0), text(e.ToolCallID, 0),
+	p.add(sqlStep, e.RunID, clean(protocol.Shorten(e.Step, 256)), text(e.Tool, 0), text(e.Status, 64), text(e.RequestID, 0), text(e.ToolCallID, 0),
 		text(e.ApprovalID, 0), text(e.ErrorCode, 128), cond, condResult, started, ts(e.At), e.DurationMS)
 }
 
@@ -293,8 +308,30 @@ func (p *projection) decision(m *protocol.Message, d *protocol.LLMDecision) {
 	}
 	p.add(sqlDecision, d.Run, d.Turn, m.RequestID, m.SessionID, text(d.Backend, 0), text(d.Model, 0), d.FellBack, d.Tries, offered, d.Prefiltered,
 		jsonOf(candidates), jsonOf(chosen), len(d.Chosen) == 0 && d.Answer != "", jsonOf(warnings), domain, confidence, clarify,
-		d.Usage.Prompt, d.Usage.Completion, d.LatencyMS, text(d.Error, 1024), ts(m.CreatedAt))
+		d.Usage.Prompt, d.Usage.Completion, d.LatencyMS, llmFailure(d.Error), ts(m.CreatedAt))
 }
+
+// httpStatus finds an HTTP error status in an error's words.
+var httpStatus = regexp.MustCompile(`\b[45][0-9][0-9]\b`)
+
+// llmFailure is what the audit keeps of why a model gave no choice: that it failed, and the
+// HTTP status its backend answered when the error names one — not the error's words, which
+// may quote the backend's answer (and so the conversation). NULL when it did not fail.
+func llmFailure(err string) any {
+	if err == "" {
+		return nil
+	}
+	if code := httpStatus.FindString(err); code != "" {
+		return "failed (HTTP " + code + ")"
+	}
+	return "failed"
+}
+
+// toolName is a tool's name as the audit keeps it: at most protocol.MaxToolNameLen bytes.
+func toolName(s string) any { return text(s, protocol.MaxToolNameLen) }
+
+// clampU is n as PostgreSQL's bigint holds it.
+func clampU(n uint64) int64 { return int64(min(n, math.MaxInt64)) }
 
 // digestJSON is the digest of a JSON value as JSON; NULL for none.
 func digestJSON(v json.RawMessage) any {

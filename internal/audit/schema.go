@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 //go:embed migrations/*.sql
@@ -67,7 +69,8 @@ const migrationLock = 0x4845524d4553 // "HERMES"
 // Migrate brings the database's schema to SchemaVersion: each missing migration runs in a
 // transaction of its own, which also records it in hermes_audit_schema, under an advisory
 // lock. A database whose schema is newer than this Hermes knows is refused (an older audit
-// service would write rows the newer schema does not expect). It returns the version found
+// service would write rows the newer schema does not expect), and so is one whose encoding is
+// not UTF8 (ErrEncoding). It returns the version found
 // and the version now.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (from, to int, err error) {
 	steps, err := migrations()
@@ -85,6 +88,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (from, to int, err error) 
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrationLock))
 	}()
+	var encoding string
+	if err := conn.QueryRow(ctx, "SHOW server_encoding").Scan(&encoding); err != nil {
+		return 0, 0, fmt.Errorf("audit: read the database's encoding: %w", err)
+	}
+	if encoding != "UTF8" {
+		return 0, 0, fmt.Errorf("%w: it is %s; create the database WITH ENCODING 'UTF8'", ErrEncoding, protocol.Shorten(encoding, 64))
+	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS hermes_audit_schema (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +31,8 @@ const (
 // loses nothing (what was not acknowledged comes again, and writing it again changes
 // nothing). While the database is unreachable it says so, tries again with backoff, and holds
 // what it read: the record goes on without it, and it catches up when the database returns.
-// Any number may run against one database; each message is written by one of them at a time.
+// Any number may run against one database: one writes each stream at a time (the stream's
+// advisory lock), the others stand by and take over when it stops.
 type Service struct {
 	// Bus reads the record (connected as the bus role auditor) and checks results' seals.
 	Bus *bus.Bus
@@ -69,7 +72,10 @@ func (s *Service) poolConfig() (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = max(4, int32(2*len(s.Bus.Streams)))
+	cfg.MaxConns = 2 // migrations; each stream writes through a connection of its own
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
 	return cfg, nil
 }
 
@@ -127,7 +133,7 @@ func (s *Service) Run(ctx context.Context) error {
 			break
 		}
 		m.Up.Set(0)
-		if errors.Is(err, ErrSchemaNewer) {
+		if errors.Is(err, ErrSchemaNewer) || errors.Is(err, ErrEncoding) {
 			return err
 		}
 		d := backoff(n)
@@ -136,10 +142,11 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	st := &store{pool: pool, trust: s.Bus, redriven: s.Bus.Layout().SubjectRedrivenResult}
+	st := &store{trust: s.Bus, redriven: s.Bus.Layout().SubjectRedrivenResult}
 	var wg sync.WaitGroup
 	for k := range s.Bus.Streams {
-		p := &projector{Service: s, k: k, st: st, m: m, log: log.With("stream", s.Bus.Streams[k].CachedInfo().Config.Name), where: where}
+		name := s.Bus.Streams[k].CachedInfo().Config.Name
+		p := &projector{Service: s, k: k, name: name, st: st, m: m, log: log.With("stream", name), where: where, conn: cfg.ConnConfig}
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Wait()
@@ -151,14 +158,21 @@ func backoff(n int) time.Duration {
 	return min(time.Second<<min(n, 5), 30*time.Second)
 }
 
-// projector projects one record stream.
+// projector projects one record stream. It writes through a connection of its own that holds
+// the stream's advisory lock (lockKey): of the audits that share a database, one writes each
+// stream at a time, in the stream's order, and the others stand by.
 type projector struct {
 	*Service
 	k     int
+	name  string // the stream's
 	st    *store
 	m     *Metrics
 	log   *slog.Logger
 	where string
+	// conn configures the connections it writes through; db is the one that holds the lock,
+	// nil when none does.
+	conn *pgx.ConnConfig
+	db   *pgx.Conn
 	// consumer is the stream's audit consumer, once found (for the lag).
 	consumer atomic.Pointer[jetstream.Consumer]
 	// holding is the stored time (Unix nanoseconds) of the oldest message held unwritten; 0
@@ -166,30 +180,110 @@ type projector struct {
 	holding, wrote atomic.Int64
 }
 
-func (p *projector) stream() string { return p.Bus.Streams[p.k].CachedInfo().Config.Name }
+func (p *projector) stream() string { return p.name }
+
+// The advisory lock of a stream: lockClass ("HRMS") and the stream's FNV-1a hash.
+const lockClass = 0x48524d53
+
+func lockKey(stream string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(stream))
+	return int32(h.Sum32())
+}
+
+// Stand-by and try bounds.
+const (
+	// standBy is how often an audit that another holds a stream's lock against asks again.
+	standBy = 5 * time.Second
+	// tryTimeout bounds one write of a batch (connecting included): well within the
+	// consumer's ack wait, so a batch held through a slow database stays this audit's.
+	tryTimeout = 10 * time.Second
+)
+
+// lock makes sure p writes through a live connection that holds the stream's lock: false when
+// another audit holds it (p stands by), an error when the database cannot be reached.
+func (p *projector) lock(ctx context.Context) (bool, error) {
+	if p.db != nil && !p.db.IsClosed() {
+		return true, nil
+	}
+	p.unlock()
+	ctx, cancel := context.WithTimeout(ctx, tryTimeout)
+	defer cancel()
+	db, err := pgx.ConnectConfig(ctx, p.conn)
+	if err != nil {
+		return false, err
+	}
+	var got bool
+	if err := db.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), lockKey(p.stream())).Scan(&got); err != nil || !got {
+		_ = db.Close(ctx)
+		return false, err
+	}
+	p.db = db
+	return true, nil
+}
+
+// unlock closes p's connection, which gives its lock back.
+func (p *projector) unlock() {
+	if p.db != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = p.db.Close(ctx)
+		cancel()
+		p.db = nil
+	}
+}
 
 func (p *projector) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watchLag(ctx) })
 	defer wg.Wait()
+	defer p.unlock()
+	standing := false
 	for n := 0; ctx.Err() == nil; n++ {
-		c, err := p.Bus.AuditConsumer(ctx, p.k)
+		began := time.Now().UnixNano()
+		got, err := p.lock(ctx)
+		if err == nil && !got {
+			if !standing {
+				p.log.Info("audit: another audit writes this stream; standing by", "db", p.where)
+				standing = true
+			}
+			if !retry.Sleep(ctx, standBy) {
+				return
+			}
+			n = -1
+			continue
+		}
+		if standing && got {
+			p.log.Info("audit: writing this stream", "db", p.where)
+			standing = false
+		}
 		if err == nil {
-			p.consumer.Store(&c)
-			err = p.consume(ctx, c)
+			var c jetstream.Consumer
+			if c, err = p.Bus.AuditConsumer(ctx, p.k); err == nil {
+				p.consumer.Store(&c)
+				err = p.consume(ctx, c)
+			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		if p.wrote.Load() > began {
+			n = 0 // it wrote since it last began: a first failure again
+		}
 		d := backoff(n)
-		p.log.Warn("audit: reading the record stopped; reading again", "in", d.String(), "err", err)
+		p.log.Warn("audit: projecting stopped; starting again", "in", d.String(), "err", err)
 		if !retry.Sleep(ctx, d) {
 			return
 		}
 	}
 }
 
-// consume reads batches from c and writes them until ctx ends or the consumer fails.
+// errLockLost says another audit took the stream over while this one could not reach the
+// database: the batch it held is given back.
+var errLockLost = errors.New("audit: another audit writes this stream now")
+
+// consume fetches batches from c and writes them until ctx ends, the consumer fails, or
+// another audit takes the stream over. A batch is fetched only once the one before is written:
+// nothing waits unheld in a buffer.
 func (p *projector) consume(ctx context.Context, c jetstream.Consumer) error {
 	size := p.Batch
 	if size <= 0 {
@@ -199,42 +293,57 @@ func (p *projector) consume(ctx context.Context, c jetstream.Consumer) error {
 	if linger <= 0 {
 		linger = DefaultLinger
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(size))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
 	batch := make([]jetstream.Msg, 0, size)
 	for {
-		first, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		batch = append(batch[:0], first)
-		deadline := time.Now().Add(linger)
-		for len(batch) < size {
-			wait := time.Until(deadline)
-			if wait <= 0 {
-				break
+		// The first message of a batch is waited for as long as it takes (in turns of 30 s);
+		// the rest for linger at most (all at once when the stream holds them).
+		batch = batch[:0]
+		for len(batch) == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			msg, err := it.Next(jetstream.NextMaxWait(wait))
+			turn, cancel := context.WithTimeout(ctx, 30*time.Second) // Fetch takes a context or a wait, not both
+			first, err := c.Fetch(1, jetstream.FetchContext(turn))   // a Fetch of more waits for all of them
 			if err != nil {
-				if !errors.Is(err, nats.ErrTimeout) {
-					p.log.Debug("audit: the batch ends early", "err", err)
-				}
-				break
+				cancel()
+				return err
 			}
-			batch = append(batch, msg)
+			for msg := range first.Messages() {
+				batch = append(batch, msg)
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				return err // the consumer deleted, or the connection lost: opened again
+			}
+			if len(batch) == 0 {
+				// A turn with nothing: the consumer must still be there (a pull on one
+				// deleted meanwhile may wait unanswered).
+				if _, err := c.Info(ctx); err != nil {
+					return err
+				}
+			}
 		}
-		if !p.commit(ctx, batch) {
-			return ctx.Err()
+		if len(batch) < size {
+			more, err := c.Fetch(size-len(batch), jetstream.FetchMaxWait(linger))
+			if err == nil {
+				for msg := range more.Messages() {
+					batch = append(batch, msg)
+				}
+			}
+		}
+		if err := p.commit(ctx, batch); err != nil {
+			return err
 		}
 	}
 }
 
-// commit writes batch until it is written, then acknowledges it; false when ctx ended first
-// (what was not acknowledged is delivered again).
-func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
+// commit writes batch until it is written, then acknowledges it. A write is let finish when ctx
+// ends during it; after that, or when another audit took the stream over meanwhile, the batch
+// is left (delivered again) and the reason returned.
+func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 	recs := make([]Record, 0, len(batch))
 	for _, msg := range batch {
 		r := Record{Stream: p.stream(), Subject: msg.Subject(), Data: msg.Data()}
@@ -247,7 +356,7 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 	defer p.holding.Store(0)
 	for n := 0; ; n++ {
 		start := time.Now()
-		w, err := p.st.write(ctx, recs)
+		w, err := p.try(ctx, recs)
 		if err == nil {
 			p.m.Batches.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 			p.m.Up.Set(1)
@@ -270,11 +379,17 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 			}
 			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(recs[0].Stored).Seconds())
 			p.wrote.Store(time.Now().UnixNano())
-			return true
+			return nil
 		}
 		p.m.Batches.WithLabelValues("retry").Observe(time.Since(start).Seconds())
+		if errors.Is(err, errLockLost) {
+			for _, msg := range batch {
+				_ = msg.Nak() // to the audit that writes the stream now
+			}
+			return err
+		}
 		if ctx.Err() != nil {
-			return false
+			return ctx.Err()
 		}
 		p.m.Up.Set(0)
 		// At most a third of the consumer's ack wait (30 s) between tries: the batch is held
@@ -285,9 +400,29 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) bool {
 			_ = msg.InProgress()
 		}
 		if !retry.Sleep(ctx, d) {
-			return false
+			return ctx.Err()
 		}
 	}
+}
+
+// try writes recs once, through the connection that holds the stream's lock, within
+// tryTimeout; a write begun is let finish when ctx ends. errLockLost: another audit holds the
+// lock now.
+func (p *projector) try(ctx context.Context, recs []Record) (written, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
+	defer cancel()
+	got, err := p.lock(wctx)
+	switch {
+	case err != nil:
+		return written{}, err
+	case !got:
+		return written{}, errLockLost
+	}
+	w, err := p.st.write(wctx, p.db, recs)
+	if err != nil && (p.db.IsClosed() || wctx.Err() != nil) {
+		p.unlock() // a connection cut, or one that does not answer: the next try dials anew
+	}
+	return w, err
 }
 
 // watchLag reads the consumer's backlog every few seconds, for the metrics.

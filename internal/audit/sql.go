@@ -46,11 +46,23 @@ ON CONFLICT (request_id) DO UPDATE SET
 	cancel_reason = coalesce(r.cancel_reason, excluded.cancel_reason),
 	cancelled_at = least(r.cancelled_at, excluded.cancelled_at)`
 
+// sqlCall: a call as its request asks for it, before anything happens to it (a call parked,
+// refused or not routed has no dispatch). The request and the dispatch name the call's tool
+// (requested); what a worker says of it (a start, a result) names it only until they do.
+const sqlCall = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, arguments_summary, sandbox, requested)
+VALUES ($1, $2, $3, $4, $5, true)
+ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
+	tool_name = excluded.tool_name,
+	requested = true,
+	arguments_summary = coalesce(s.arguments_summary, excluded.arguments_summary),
+	sandbox = s.sandbox OR excluded.sandbox`
+
 // sqlDispatch: the router's dispatch of a call (again, when re-driven: the first stands).
 const sqlDispatch = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, route, action_kind, fast_lane,
-	dispatched_at, contract_version, arguments_summary, tx, fence, sandbox)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	dispatched_at, contract_version, arguments_summary, tx, fence, sandbox, requested)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, true)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
+	requested = true,
 	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = excluded.tool_name,
 	route = coalesce(s.route, excluded.route),
@@ -63,13 +75,13 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	fence = coalesce(s.fence, excluded.fence)`
 
 // sqlStarted: a try of a call began.
-const sqlStarted = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, start_time, attempts, sandbox)
+const sqlStarted = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, start_time, tries, sandbox)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = coalesce(s.tool_name, excluded.tool_name),
 	start_time = least(s.start_time, excluded.start_time),
-	attempts = greatest(s.attempts, excluded.attempts)`
+	tries = greatest(s.tries, excluded.tries)`
 
 // sqlRetry: a try that retries a failed one.
 const sqlRetry = `INSERT INTO hermes_retries (request_id, tool_call_id, attempt, tool_name, error_code, at)
@@ -77,7 +89,8 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (request_id, tool_call_id, attempt) DO NOTHING`
 
 // sqlResult: a call's result that counts — the first on its subject, or a re-driven call's own
-// after the dead-letter processor's answer.
+// after the dead-letter processor's answer — whatever order they are written in: a tool's
+// result wins over the dead-letter processor's, and of two alike the one recorded first.
 const sqlResult = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, route, end_time, attempts, status,
 	error_code, error_origin, tool_error_code, execution_ms, contract_version, result_summary, tx, fence, dead_answer, result_seq, sandbox)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
@@ -98,7 +111,8 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	fence = coalesce(s.fence, excluded.fence),
 	dead_answer = excluded.dead_answer,
 	result_seq = excluded.result_seq
-WHERE s.result_seq IS NULL OR (s.dead_answer AND NOT excluded.dead_answer)`
+WHERE s.result_seq IS NULL OR (s.dead_answer AND NOT excluded.dead_answer)
+	OR (s.dead_answer = excluded.dead_answer AND excluded.result_seq < s.result_seq)`
 
 const sqlPolicy = `INSERT INTO hermes_policy_decisions (key, request_id, tool_call_id, tool_name, decision, rule, source, version,
 	reason, approval_id, decided_by, at)
@@ -139,7 +153,8 @@ ON CONFLICT (run_id) DO UPDATE SET
 	transfer_to = excluded.transfer_to,
 	duration_ms = excluded.duration_ms`
 
-// sqlStep: a blueprint step's latest event decides its status.
+// sqlStep: a blueprint step's latest event decides its status (of two at the same time, the
+// one that ends it).
 const sqlStep = `INSERT INTO hermes_blueprint_steps AS s (run_id, step, tool_name, status, request_id, tool_call_id, approval_id,
 	error_code, condition, condition_result, started_at, updated_at, duration_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
@@ -155,7 +170,8 @@ ON CONFLICT (run_id, step) DO UPDATE SET
 	started_at = least(s.started_at, excluded.started_at),
 	updated_at = excluded.updated_at,
 	duration_ms = excluded.duration_ms
-WHERE s.updated_at IS NULL OR excluded.updated_at >= s.updated_at`
+WHERE s.updated_at IS NULL OR excluded.updated_at > s.updated_at
+	OR (excluded.updated_at = s.updated_at AND excluded.status <> 'running')`
 
 const sqlCoordination = `INSERT INTO hermes_coordination (request_id, tool_call_id, op, fence, tool_name, tx, position, held_by,
 	suggested_order, reason, at)
@@ -179,8 +195,9 @@ ON CONFLICT (stream) DO UPDATE SET
 	stored_at = greatest(p.stored_at, excluded.stored_at),
 	updated_at = now()`
 
-// sqlToolsOf reads the tools of calls ($1 request ids, $2 call ids, pairwise) from their
-// dispatches: a result sealed by a key trusted with some tools only counts for those.
+// sqlToolsOf reads the tools of calls ($1 request ids, $2 call ids, pairwise) as their
+// requests and dispatches name them: a result sealed by a key trusted with some tools only
+// counts for those.
 const sqlToolsOf = `SELECT s.request_id, s.tool_call_id, s.tool_name FROM hermes_steps s
 JOIN unnest($1::text[], $2::text[]) AS c(request_id, tool_call_id) USING (request_id, tool_call_id)
-WHERE s.dispatched_at IS NOT NULL`
+WHERE s.requested`

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,9 +19,21 @@ type Trust interface {
 	VerifyResult(m *protocol.Message, res *protocol.ToolResult, tool string) error
 }
 
+// DB is what the audit writes through: a connection (the one that holds its stream's lock), or
+// a pool.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+var (
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = (*pgxpool.Pool)(nil)
+)
+
 // store writes the projections of records into PostgreSQL.
 type store struct {
-	pool  *pgxpool.Pool
 	trust Trust
 	// redriven is where a session's re-driven results are published (protocol.Layout).
 	redriven func(session string) string
@@ -34,40 +45,57 @@ type written struct {
 	projected, failed int
 }
 
-// write projects recs and writes them in one transaction, with each stream's progress. A
-// record the database refuses (a value it cannot hold) is written alone, and becomes an
-// audit_errors row when it is refused again; any other failure (the database unreachable, a
-// restart) is returned, nothing of the batch written, to be tried again.
-func (s *store) write(ctx context.Context, recs []Record) (written, error) {
+// isolateTries is how often a record is written alone before a healthy database's refusal of
+// it is taken for its own.
+const isolateTries = 3
+
+// write projects recs and writes them through db in one transaction, with each stream's
+// progress. When the batch fails and the database answers (a value it refuses, a key too long
+// for its index, a number out of range: the record's own doing), each record is written alone,
+// and one refused isolateTries times becomes an audit_errors row with the reason; so no record
+// stops its stream. When the database does not answer, the error is returned and nothing of
+// the batch is written, to be tried again.
+func (s *store) write(ctx context.Context, db DB, recs []Record) (written, error) {
 	ps := make([]projection, len(recs))
 	for i, r := range recs {
 		ps[i] = project(r, s.redriven)
 	}
-	if err := s.settleResults(ctx, ps); err != nil {
+	if err := s.settleResults(ctx, db, ps); err != nil {
 		return written{}, err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps) })
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps) })
 	if err == nil {
 		return count(ps), nil
 	}
-	if retryable(err) {
+	if !healthy(ctx, db) {
 		return written{}, err
 	}
-	// One record's values were refused: find which, and keep the reason.
 	for i := range ps {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) })
+		var err error
+		for range isolateTries {
+			if err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err == nil {
+				break
+			}
+		}
 		if err == nil {
 			continue
 		}
-		if retryable(err) {
+		if !healthy(ctx, db) {
 			return written{}, err
 		}
 		ps[i] = ps[i].failed("the database refused its rows: " + err.Error())
-		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err != nil {
+		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err != nil {
 			return written{}, fmt.Errorf("audit: record the error of %s %d: %w", ps[i].rec.Stream, ps[i].rec.Seq, err)
 		}
 	}
 	return count(ps), nil
+}
+
+// healthy reports whether the database answers through db: a write that failed while it does
+// was refused for what it holds (or lost a passing conflict, which a try alone gets past).
+func healthy(ctx context.Context, db DB) bool {
+	_, err := db.Exec(ctx, "SELECT 1")
+	return err == nil
 }
 
 func count(ps []projection) written {
@@ -109,34 +137,20 @@ func send(ctx context.Context, tx pgx.Tx, ps []projection) error {
 	return tx.SendBatch(ctx, &b).Close()
 }
 
-// retryable reports whether err may not happen again: the connection, the server's state or
-// resources, a conflict with another transaction — not a value the database refuses.
-func retryable(err error) bool {
-	var pg *pgconn.PgError
-	if !errors.As(err, &pg) {
-		return true
-	}
-	switch pg.Code[:2] {
-	case "22", "23": // data exception, integrity constraint violation
-		return false
-	}
-	return true
-}
-
 // callKey names a call of a request.
 type callKey struct{ request, call string }
 
 // settleResults decides which results count (their seals), turning the others into
 // audit_errors rows. A result sealed by a key trusted with some tools only is checked against
 // its call's tool as the dispatch named it: in the batch, or in the rows written before.
-func (s *store) settleResults(ctx context.Context, ps []projection) error {
+func (s *store) settleResults(ctx context.Context, db DB, ps []projection) error {
 	keys := s.trust != nil && s.trust.ResultKeys() != nil
 	tools := map[callKey]string{}
 	var need []callKey
 	if keys {
 		for _, p := range ps {
 			for _, st := range p.stmts {
-				if st.sql == sqlDispatch {
+				if st.sql == sqlDispatch || st.sql == sqlCall {
 					tools[callKey{st.args[0].(string), st.args[1].(string)}] = st.args[2].(string)
 				}
 			}
@@ -155,7 +169,7 @@ func (s *store) settleResults(ctx context.Context, ps []projection) error {
 		for i, k := range need {
 			reqs[i], calls[i] = k.request, k.call
 		}
-		rows, err := s.pool.Query(ctx, sqlToolsOf, reqs, calls)
+		rows, err := db.Query(ctx, sqlToolsOf, reqs, calls)
 		if err != nil {
 			return fmt.Errorf("audit: read the tools of results' calls: %w", err)
 		}
@@ -180,7 +194,13 @@ func (s *store) settleResults(ctx context.Context, ps []projection) error {
 			continue
 		}
 		if keys {
-			if err := s.trust.VerifyResult(r.msg, r.res, tools[callKey{r.msg.RequestID, r.res.ToolCallID}]); err != nil {
+			tool, known := tools[callKey{r.msg.RequestID, r.res.ToolCallID}]
+			if signer, ok := s.trust.ResultKeys().Signer(r.msg); !known && ok && !signer.AnyTool() {
+				ps[i] = ps[i].failed("a result that does not count for its call: its call's tool is unknown (its request is not in the audit), " +
+					"and key " + protocol.Shorten(r.msg.Seal.KeyID, 64) + " may seal results of some tools only")
+				continue
+			}
+			if err := s.trust.VerifyResult(r.msg, r.res, tool); err != nil {
 				ps[i] = ps[i].failed("a result that does not count for its call: " + err.Error())
 				continue
 			}

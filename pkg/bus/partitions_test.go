@@ -196,9 +196,10 @@ func TestRepartitionLosesNothingAGatewaySendsMeanwhile(t *testing.T) {
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 4})
 	grown := sessionIn(t, 6, 8, "grown")
+	var stored string
 	bus.OnRepartitionStep(t.Cleanup, func(step string) {
 		if step == "after the transform" {
-			publishRequest(t, b, grown) // stored in partition 6, just added
+			stored = publishRequest(t, b, grown) // stored in partition 6, just added
 		}
 	})
 	done, err := b.Repartition(ctx, 8)
@@ -206,7 +207,7 @@ func TestRepartitionLosesNothingAGatewaySendsMeanwhile(t *testing.T) {
 		t.Fatalf("Repartition(8) = %+v, %v", done, err)
 	}
 	if n := pending(t, b, 6); n != 1 {
-		t.Fatalf("the request sent into partition 6 as it was added waits there %d times, want 1 (lost: its consumer began after it)", n)
+		t.Fatalf("the request sent into partition 6 as it was added (stored as %s) waits there %d times, want 1 (lost: its consumer began after it)", stored, n)
 	}
 	routeAll(t, b)
 

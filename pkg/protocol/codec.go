@@ -261,8 +261,19 @@ func (r *ToolResult) Validate(field string) error {
 			return err
 		}
 	}
+	if len(r.Retried) > MaxRetriedCodes {
+		return fieldErr(joinField(field, "retried"), fmt.Sprintf("at most %d codes", MaxRetriedCodes))
+	}
+	for _, c := range r.Retried {
+		if len(c) > MaxErrorCodeBytes || !Printable(c) {
+			return fieldErr(joinField(field, "retried"), fmt.Sprintf("an error code is at most %d printable bytes", MaxErrorCodeBytes))
+		}
+	}
 	return nil
 }
+
+// MaxRetriedCodes bounds ToolResult.Retried: a route tries a call at most 10 times.
+const MaxRetriedCodes = 16
 
 // Validate checks a response's ids, status and results.
 func (r *Response) Validate() error {

@@ -185,6 +185,10 @@ type ToolResult struct {
 	// SuggestedOrder, on a CONFLICT_RESOLVE_REQUIRED result, lists the conflicting calls'
 	// tools in the order their contracts' precedence puts them.
 	SuggestedOrder []string `json:"suggested_order,omitempty" msgpack:"suggested_order,omitempty"`
+	// Retried, on a result a worker answered on the fast lane after more than one try, are the
+	// error codes the tries before the last failed with, in order: the record's starts of those
+	// tries say them (ToolStarted.Retrying). Kept in the record, never in a response.
+	Retried []string `json:"-" msgpack:"retried,omitempty"`
 }
 
 // PolicyDecision is what a tool's policy decided about one call (package policy), as the

@@ -50,6 +50,10 @@ type fastAnswer struct {
 	res   protocol.ToolResult
 	ok    bool
 	tries int
+	// began is when the first try began, and codes what each try without an answer failed
+	// with ("" when it was not judged): the durable path that takes the call over records them.
+	began time.Time
+	codes []string
 	at    time.Time
 	size  int
 }
@@ -113,9 +117,12 @@ func (f *fastLane) remember(key string, res protocol.ToolResult) {
 	f.keep(key, fastAnswer{res: res, ok: true, tries: res.Attempts})
 }
 
-// tried keeps that the call of key was tried n times here without an answer: the durable path
-// that takes it over goes on counting from there.
-func (f *fastLane) tried(key string, n int) { f.keep(key, fastAnswer{tries: n}) }
+// tried keeps that the call of key was tried here without an answer, from began, each try
+// failing with its code of codes: the durable path that takes it over goes on counting from
+// there.
+func (f *fastLane) tried(key string, began time.Time, codes []string) {
+	f.keep(key, fastAnswer{tries: len(codes), began: began, codes: codes})
+}
 
 func (f *fastLane) keep(key string, a fastAnswer) {
 	res := a.res
@@ -308,6 +315,8 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 	until := time.Now().Add(within)
 	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
 	var out Outcome
+	var retried []string // the codes of the failed tries before the last
+	firstTry := time.Now().UTC()
 	attempt := 1
 	for ; ; attempt++ {
 		var waited time.Duration
@@ -324,7 +333,7 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 		w.obs.Finished(tool, time.Since(began))
 		if err != nil || errors.Is(context.Cause(ctx), ErrCancelled) {
 			// Not judged (shutdown, a panic) or cancelled: the durable path decides.
-			w.fast.tried(key, attempt)
+			w.fast.tried(key, firstTry, append(retried, ""))
 			return []byte("the try was not judged"), protocol.FastRetry
 		}
 		if out.Result.Status == protocol.ResultOK || !out.Retryable || attempt >= maxAttempts {
@@ -335,19 +344,22 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 			// The next try would come after the router stopped waiting: the durable path
 			// tries it again, counting on from these tries.
 			w.obs.Retrying(tool, out.Result.ErrorCode)
-			w.fast.tried(key, attempt)
+			retried = append(retried, protocol.Shorten(out.Result.ErrorCode, protocol.MaxErrorCodeBytes))
+			w.fast.tried(key, firstTry, retried)
 			return []byte(out.Result.ErrorCode), protocol.FastRetry
 		}
 		w.obs.Retrying(tool, out.Result.ErrorCode)
+		retried = append(retried, protocol.Shorten(out.Result.ErrorCode, protocol.MaxErrorCodeBytes))
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():
-			w.fast.tried(key, attempt)
+			w.fast.tried(key, firstTry, retried)
 			return []byte("stopping"), protocol.FastRetry
 		}
 	}
 	res := out.Result
 	res.ToolCallID, res.Name, res.Route, res.Attempts = disp.Call.ToolCallID, tool, disp.Route, attempt
+	res.Retried = retried
 	hermesCode(&res)
 	data, outcome := w.fastResult(m, res)
 	if outcome == protocol.FastAnswered {

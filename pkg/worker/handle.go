@@ -99,7 +99,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		if n := w.fast.running(fastKey); n > 0 {
 			// It runs here on the fast lane, whose router gave it to the durable path: that
 			// try is this delivery's, and its start is recorded now, after the request.
-			if err := w.publishStarted(ctx, m, disp, n, ""); err != nil {
+			if err := w.publishStarted(ctx, m, disp, n, "", time.Now()); err != nil {
 				log.Warn("could not record the start of the fast lane's try", "err", err)
 			}
 		}
@@ -113,14 +113,28 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		res := fast.res
 		return r.finishHolding(ctx, h, m, &res, redrive, log)
 	}
-	// Tries made here on the fast lane count among the call's.
+	// Tries made here on the fast lane count among the call's: their starts, which its router
+	// never recorded (it had no answer), are recorded now, before this try's.
 	attempt := h.Attempt() + fast.tries
+	retrying := h.LastErrorCode()
+	if h.Attempt() == 0 && fast.tries > 0 {
+		for i := range fast.tries {
+			code := ""
+			if i > 0 {
+				code = fast.codes[i-1]
+			}
+			if err := w.publishStarted(ctx, m, disp, i+1, code, fast.began); err != nil {
+				log.Warn("could not record the start of the fast lane's try", "err", err)
+			}
+		}
+		retrying = fast.codes[fast.tries-1]
+	}
 	var waited time.Duration
 	if attempt == 1 && !m.CreatedAt.IsZero() {
 		waited = max(time.Since(m.CreatedAt), 0)
 	}
 	maxAttempts := max(disp.Action.Retry.MaxAttempts, 1)
-	if err := w.publishStarted(ctx, m, disp, attempt, h.LastErrorCode()); err != nil {
+	if err := w.publishStarted(ctx, m, disp, attempt, retrying, time.Now()); err != nil {
 		h.Release(context.WithoutCancel(ctx), "")
 		return err
 	}
@@ -256,14 +270,14 @@ func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp
 		Timeout: time.Duration(max(disp.Action.TimeoutMS, 1)) * time.Millisecond, MaxResultBytes: w.cfg.MaxResultBytes})
 }
 
-// publishStarted records the start of try attempt of disp's call; retrying is the error code
-// the try before it failed with ("" for a first try, or when unknown).
-func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, disp *protocol.Dispatch, attempt int, retrying string) error {
+// publishStarted records the start of try attempt of disp's call, at; retrying is the error
+// code the try before it failed with ("" for a first try, or when unknown).
+func (w *Worker) publishStarted(ctx context.Context, cause *protocol.Message, disp *protocol.Dispatch, attempt int, retrying string, at time.Time) error {
 	if attempt <= 1 {
 		retrying = ""
 	}
 	out, err := protocol.NewMessage(protocol.TypeToolStarted, &protocol.ToolStarted{
-		ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Attempt: attempt, StartedAt: time.Now().UTC(), Retrying: retrying})
+		ToolCallID: disp.Call.ToolCallID, Name: disp.Call.Name, Attempt: attempt, StartedAt: at.UTC(), Retrying: retrying})
 	if err != nil {
 		return bus.Permanent(err)
 	}

@@ -12,7 +12,7 @@ CREATE TABLE hermes_requests (
     -- why a request failed as a whole (its response's error code).
     error_code    text,
     responded_at  timestamptz,
-    calls         integer,
+    calls         bigint,
     serial        boolean,
     caller_id     text,
     caller_name   text,
@@ -44,17 +44,21 @@ CREATE TABLE hermes_steps (
     fast_lane         boolean NOT NULL DEFAULT false,
     -- a trial call of the contract sandbox, not a caller's.
     sandbox           boolean NOT NULL DEFAULT false,
+    -- the request or the dispatch named the tool (tool_name): not only a worker.
+    requested         boolean NOT NULL DEFAULT false,
     dispatched_at     timestamptz,
     start_time        timestamptz,
     end_time          timestamptz,
-    attempts          integer,
+    -- tries the call's result counts; tries: those whose start is recorded.
+    attempts          bigint,
+    tries             bigint,
     -- ok or error once the call has its result; NULL until then.
     status            text,
     error_code        text,
     error_origin      text,
     tool_error_code   text,
     execution_ms      bigint,
-    contract_version  integer,
+    contract_version  bigint,
     arguments_summary jsonb,
     result_summary    jsonb,
     -- the transaction and fencing token of the call's turn on the resource it changes.
@@ -72,7 +76,7 @@ CREATE INDEX hermes_steps_tool ON hermes_steps (tool_name, end_time);
 CREATE TABLE hermes_retries (
     request_id   text NOT NULL,
     tool_call_id text NOT NULL,
-    attempt      integer NOT NULL,
+    attempt      bigint NOT NULL,
     tool_name    text,
     error_code   text,
     at           timestamptz,
@@ -90,7 +94,7 @@ CREATE TABLE hermes_policy_decisions (
     decision     text NOT NULL,
     rule         text,
     source       text,
-    version      integer,
+    version      bigint,
     reason       text,
     approval_id  text,
     decided_by   text,
@@ -118,7 +122,7 @@ CREATE INDEX hermes_approvals_decided ON hermes_approvals (decided_at);
 CREATE TABLE hermes_blueprint_runs (
     run_id      text PRIMARY KEY,
     blueprint   text,
-    version     integer,
+    version     bigint,
     -- running until the run ends: succeeded, failed or transferred.
     status      text NOT NULL DEFAULT 'running',
     started_at  timestamptz,
@@ -154,7 +158,7 @@ CREATE TABLE hermes_coordination (
     fence           bigint NOT NULL,
     tool_name       text,
     tx              text,
-    position        integer,
+    position        bigint,
     held_by         text,
     suggested_order text[],
     reason          text,
@@ -166,13 +170,13 @@ CREATE INDEX hermes_coordination_tx ON hermes_coordination (tx);
 -- The agent loop's turns: which tools the model was offered and ranked, what it chose.
 CREATE TABLE hermes_llm_decisions (
     run               text NOT NULL,
-    turn              integer NOT NULL,
+    turn              bigint NOT NULL,
     request_id        text,
     session_id        text,
     backend           text,
     model             text,
     fell_back         boolean,
-    tries             integer,
+    tries             bigint,
     offered           text[],
     prefiltered       boolean,
     -- [{name, score, similarity}], best first.
@@ -198,7 +202,7 @@ CREATE TABLE hermes_audit_errors (
     stream  text NOT NULL,
     seq     bigint NOT NULL,
     subject text,
-    size    integer,
+    size    bigint,
     reason  text NOT NULL,
     seen_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (stream, seq)

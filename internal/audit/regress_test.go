@@ -30,7 +30,7 @@ func poison(t *testing.T, recs []Record) {
 	for try := range 2 {
 		w, err := s.write(context.Background(), recs)
 		if err != nil {
-			t.Errorf("try %d: write failed, retryable=%v: commit retries this batch forever, and the stream's audit stalls: %v", try, retryable(err), err)
+			t.Errorf("try %d: write failed: commit retries this batch forever, and the stream's audit stalls: %v", try, err)
 			continue
 		}
 		t.Logf("written %+v", w)
@@ -42,7 +42,7 @@ func poison(t *testing.T, recs []Record) {
 
 // A worker's tool_started whose attempt does not fit PostgreSQL's integer: pgx refuses to
 // encode it, a client-side error that is no PgError, so retryable says "try again".
-func TestReviewIntOverflowStallsTheStream(t *testing.T) {
+func TestRegressionIntOverflowStallsTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: "get_policy", Attempt: 1 << 33, StartedAt: r.at})
@@ -51,7 +51,7 @@ func TestReviewIntOverflowStallsTheStream(t *testing.T) {
 
 // A tool_started naming a tool by a long, incompressible name: hermes_steps_tool (a btree on
 // tool_name) cannot hold it; PostgreSQL says 54000, which retryable takes for transient.
-func TestReviewLongToolNameStallsTheStream(t *testing.T) {
+func TestRegressionLongToolNameStallsTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: randomPrintable(3000), Attempt: 1, StartedAt: r.at})
@@ -60,7 +60,7 @@ func TestReviewLongToolNameStallsTheStream(t *testing.T) {
 
 // A blueprint step named by 3000 printable bytes (DecodeBlueprintStep allows 4096): the primary
 // key's btree cannot hold it.
-func TestReviewLongBlueprintStepStallsTheStream(t *testing.T) {
+func TestRegressionLongBlueprintStepStallsTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "renewal", Version: 1,
 		Step: randomPrintable(3000), Tool: "get_policy", Status: "running", At: r.at})
@@ -69,7 +69,7 @@ func TestReviewLongBlueprintStepStallsTheStream(t *testing.T) {
 
 // A policy event with a long msg id (the envelope bounds none): it is hermes_policy_decisions'
 // key.
-func TestReviewLongMsgIDStallsTheStream(t *testing.T) {
+func TestRegressionLongMsgIDStallsTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "req-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c2", Tool: "send_email",
 		Decision: protocol.PolicyDecision{Decision: protocol.PolicyParked, Rule: "confirm_required", Source: "policy", Version: 3}, At: r.at},
@@ -81,7 +81,7 @@ func TestReviewLongMsgIDStallsTheStream(t *testing.T) {
 // the result that counts says 2 tries (a worker presumed dead answers after the takeover's
 // start; or a dead-letter answer, whose attempts are the ledger's): sqlResult sets attempts,
 // sqlStarted takes the greatest, so the second pass changes the row.
-func TestReviewReplayChangesAttempts(t *testing.T) {
+func TestRegressionReplayChangesAttempts(t *testing.T) {
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1", protocol.ToolStarted{ToolCallID: "c1", Name: "t", Attempt: 3, StartedAt: r.at})
@@ -99,7 +99,7 @@ func TestReviewReplayChangesAttempts(t *testing.T) {
 // the first on the subject counts. Written out of order — an ack lost and the earlier batch
 // redelivered after the later one committed, or two audits sharing the consumer — the later
 // one counts instead: the rows depend on the order of writing, not on the record.
-func TestReviewResultFirstWinsDependsOnWriteOrder(t *testing.T) {
+func TestRegressionResultFirstWinsDependsOnWriteOrder(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.result.req-1:c1.sess-1", protocol.TypeToolResult, "req-1", "sess-1", protocol.ToolResult{ToolCallID: "c1", Name: "t",
 		Status: protocol.ResultOK, Attempts: 1, Content: json.RawMessage(`{}`)})
@@ -119,7 +119,7 @@ func TestReviewResultFirstWinsDependsOnWriteOrder(t *testing.T) {
 
 // A blueprint step's events at the same instant: "latest by time" with >= lets the one written
 // last win, so a redelivered "running" overwrites "succeeded".
-func TestReviewBlueprintStepTieDependsOnWriteOrder(t *testing.T) {
+func TestRegressionBlueprintStepTieDependsOnWriteOrder(t *testing.T) {
 	r := newRecords(t)
 	at := r.at
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "b", Version: 1,
@@ -140,7 +140,7 @@ func TestReviewBlueprintStepTieDependsOnWriteOrder(t *testing.T) {
 // when no dispatch row is there — the dispatch in a batch another audit holds, or a call the
 // router answered itself (NO_ROUTE, a policy refusal: never dispatched) — VerifyResult is given
 // tool "" and checks the result against its own name: the forgery counts.
-func TestReviewForgedResultCountsWithoutItsDispatch(t *testing.T) {
+func TestRegressionForgedResultCountsWithoutItsDispatch(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
 	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
@@ -166,7 +166,7 @@ func TestReviewForgedResultCountsWithoutItsDispatch(t *testing.T) {
 
 // An LLM decision's error is kept (text(d.Error, 1024)): whatever the backend's error says,
 // e.g. an answer that did not parse, quoted.
-func TestReviewDecisionErrorKeepsWords(t *testing.T) {
+func TestRegressionDecisionErrorKeepsWords(t *testing.T) {
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
@@ -182,7 +182,7 @@ var _ = time.Second
 // A conflict's reason, as coordination.Stage.conflict writes it, names the resource key, which
 // is an argument's value (contract resource_key: "policy:{policy_no}"): the audit drops
 // Resource, but keeps Reason, and with it the value.
-func TestReviewConflictReasonCarriesTheResourceKey(t *testing.T) {
+func TestRegressionConflictReasonCarriesTheResourceKey(t *testing.T) {
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	key := "policy:" + secret
@@ -197,10 +197,17 @@ func TestReviewConflictReasonCarriesTheResourceKey(t *testing.T) {
 }
 
 // A digest keeps an object's keys that look like names: a map keyed by data (an account, a
-// token) is a value kept.
-func TestReviewDigestKeepsKeysThatAreData(t *testing.T) {
-	d := DigestOf([]byte(`{"` + secret + `": {"balance": 12}}`))
-	if strings.Contains(strings.Join(d.Fields, ","), secret) {
-		t.Errorf("the digest keeps a key that is a value: %+v", d)
+
+// A chat request's intent is the person's last message (chat.go: Request{Intent: intent}),
+// the very words the audit drops from the model's decision (Input): kept verbatim.
+func TestRegressionChatIntentKeepsThePersonsWords(t *testing.T) {
+	s, pool := newStore(t, nil)
+	r := newRecords(t)
+	words := "my card is " + secret
+	r.add("hermes.request.1.sess-1", protocol.TypeRequest, "run-9-1", "sess-1", protocol.Request{RequestID: "run-9-1", SessionID: "sess-1", Intent: words, Recall: true,
+		ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: []byte(`{}`)}}})
+	write(t, s, r.recs)
+	if all := dump(t, pool); strings.Contains(all, secret) {
+		t.Errorf("the person's words reached hermes_requests.intent")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -97,7 +98,7 @@ func (p *projection) message(m *protocol.Message, redriven func(string) string) 
 		}
 		p.add(sqlStarted, m.RequestID, s.ToolCallID, toolName(s.Name), ts(s.StartedAt), s.Attempt, protocol.IsSandboxSession(m.SessionID))
 		if s.Attempt > 1 {
-			p.add(sqlRetry, m.RequestID, s.ToolCallID, s.Attempt, toolName(s.Name), text(s.Retrying, 128), ts(s.StartedAt))
+			p.add(sqlRetry, m.RequestID, s.ToolCallID, s.Attempt, toolName(s.Name), text(s.Retrying, 128), ts(s.StartedAt), protocol.IsSandboxSession(m.SessionID))
 		}
 	case protocol.TypeToolResult:
 		if redriven != nil && p.rec.Subject == redriven(m.SessionID) {
@@ -235,8 +236,10 @@ func (p *projection) counted(r *resultOf) {
 
 // policy adds a decision of a tool's policy, and the approval it asks for or decides.
 func (p *projection) policy(key, requestID, callID, tool string, d *protocol.PolicyDecision, at time.Time) {
-	p.add(sqlPolicy, clean(protocol.Shorten(key, 512)), requestID, callID, toolName(tool), clean(protocol.Shorten(d.Decision, 64)), text(d.Rule, 0), text(d.Source, 0), d.Version,
-		text(d.Reason, 0), text(d.ApprovalID, 0), text(d.By, 0), ts(at))
+	// No reason: an approver's, or a person's answer to a chat's confirmation, is their words,
+	// which may hold what the call was about; the rule, the decision and who made it stay.
+	p.add(sqlPolicy, clean(protocol.Shorten(key, 512)), requestID, callID, toolName(tool), clean(protocol.Shorten(d.Decision, 64)), text(d.Rule, 256), text(d.Source, 64), d.Version,
+		text(d.ApprovalID, 0), text(d.By, 0), ts(at))
 	if d.ApprovalID == "" {
 		return
 	}
@@ -283,24 +286,39 @@ type warning struct {
 }
 
 func (p *projection) decision(m *protocol.Message, d *protocol.LLMDecision) {
+	// A name the model wrote is kept only when it names a tool it was offered: any other is its
+	// words.
+	offeredName := func(name string) string {
+		if slices.Contains(d.Offered, name) {
+			return clean(protocol.Shorten(name, protocol.MaxToolNameLen))
+		}
+		if name == "" {
+			return ""
+		}
+		return notOffered
+	}
 	chosen := make([]chosenCall, 0, len(d.Chosen))
 	for _, c := range d.Chosen {
-		chosen = append(chosen, chosenCall{ID: clean(c.ID), Name: clean(c.Name), Client: c.Client, Arguments: DigestOf([]byte(c.Arguments))})
+		chosen = append(chosen, chosenCall{ID: clean(protocol.Shorten(c.ID, 128)), Name: offeredName(c.Name), Client: c.Client, Arguments: DigestOf([]byte(c.Arguments))})
 	}
 	warnings := make([]warning, 0, len(d.Warnings))
 	for _, w := range d.Warnings {
-		warnings = append(warnings, warning{Kind: clean(w.Kind), Tool: clean(w.Tool), Field: clean(w.Field)})
+		field := ""
+		if w.Field != "" && isName(w.Field) {
+			field = w.Field
+		}
+		warnings = append(warnings, warning{Kind: clean(protocol.Shorten(w.Kind, 64)), Tool: offeredName(w.Tool), Field: field})
 	}
 	candidates := d.Candidates
 	if candidates == nil {
 		candidates = []protocol.LLMCandidate{}
 	}
 	for i := range candidates {
-		candidates[i].Name = clean(candidates[i].Name)
+		candidates[i].Name = clean(protocol.Shorten(candidates[i].Name, protocol.MaxToolNameLen))
 	}
 	offered := make([]string, 0, len(d.Offered))
 	for _, o := range d.Offered {
-		offered = append(offered, clean(o))
+		offered = append(offered, clean(protocol.Shorten(o, protocol.MaxToolNameLen)))
 	}
 	var domain, confidence, clarify any
 	if in := d.Intent; in != nil {
@@ -310,6 +328,9 @@ func (p *projection) decision(m *protocol.Message, d *protocol.LLMDecision) {
 		jsonOf(candidates), jsonOf(chosen), len(d.Chosen) == 0 && d.Answer != "", jsonOf(warnings), domain, confidence, clarify,
 		d.Usage.Prompt, d.Usage.Completion, d.LatencyMS, llmFailure(d.Error), ts(m.CreatedAt))
 }
+
+// notOffered stands for a tool name a model wrote that names no tool it was offered.
+const notOffered = "(not offered)"
 
 // httpStatus finds an HTTP error status in an error's words.
 var httpStatus = regexp.MustCompile(`\b[45][0-9][0-9]\b`)

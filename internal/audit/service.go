@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,8 +33,9 @@ const (
 // stream (bus.ConsumerAudit) delivers every message, in the stream's order; the messages are
 // written in batches, one transaction each, and acknowledged once it commits, so a crash
 // loses nothing (what was not acknowledged comes again, and writing it again changes
-// nothing). While the database is unreachable it says so, tries again with backoff, and holds
-// what it read: the record goes on without it, and it catches up when the database returns.
+// nothing). While the database is unreachable it says so, holds the batch it read for a few
+// tries, gives it back, and tries to connect again with backoff: the record goes on without it,
+// and it catches up when the database returns.
 // Any number may run against one database: one writes each stream at a time (the stream's
 // advisory lock), the others stand by and take over when it stops.
 type Service struct {
@@ -92,10 +97,35 @@ func parseDSN(dsn string) (*pgxpool.Config, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors show the string with its password masked.
-		return nil, fmt.Errorf("audit: the PostgreSQL connection string: %w", err)
+		return nil, fmt.Errorf("audit: the PostgreSQL connection string: %s", parseProblem(err))
 	}
 	return cfg, nil
+}
+
+// parseProblem says what pgx found wrong with a connection string without quoting the string:
+// its masking of passwords is best effort (a blank around '=', a URL it cannot parse).
+func parseProblem(err error) string {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return "cannot be parsed"
+	}
+	bare := *pce
+	bare.ConnString = ""
+	msg := bare.Error() // "cannot parse ``: MSG" or "cannot parse ``: MSG (INNER)"
+	if inner := errors.Unwrap(pce); inner != nil {
+		msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+		var ue *url.Error
+		var ne *strconv.NumError
+		switch {
+		case errors.As(inner, &ue): // it quotes the URL
+			msg += " (" + ue.Err.Error() + ")"
+		case errors.As(inner, &ne): // a number's field: a port, a timeout
+			msg += " (" + ne.Err.Error() + ")"
+		case !strings.ContainsAny(inner.Error(), "\"'`"): // quoting nothing of the string
+			msg += " (" + inner.Error() + ")"
+		}
+	}
+	return "cannot be parsed: " + strings.TrimPrefix(msg, "cannot parse ``: ")
 }
 
 // Where names the database a configuration connects to, without its password.
@@ -146,7 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for k := range s.Bus.Streams {
 		name := s.Bus.Streams[k].CachedInfo().Config.Name
-		p := &projector{Service: s, k: k, name: name, st: st, m: m, log: log.With("stream", name), where: where, conn: cfg.ConnConfig}
+		p := &projector{Service: s, k: k, name: name, st: st, m: m, log: log.With("stream", name), where: where, conn: lockConnConfig(cfg.ConnConfig)}
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Wait()
@@ -220,6 +250,23 @@ func (p *projector) lock(ctx context.Context) (bool, error) {
 	}
 	p.db = db
 	return true, nil
+}
+
+// lockConnConfig is the configuration of a projector's connection: base's, with the server told
+// to notice a client gone silent within about half a minute (TCP keepalives and a user timeout,
+// unless base sets them), so that the stream's lock it holds does not outlive it for the
+// operating system's default of some two hours.
+func lockConnConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
+	c := base.Copy()
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
+	for k, v := range map[string]string{"tcp_keepalives_idle": "15", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"} {
+		if _, set := c.RuntimeParams[k]; !set {
+			c.RuntimeParams[k] = v
+		}
+	}
+	return c
 }
 
 // unlock closes p's connection, which gives its lock back.
@@ -382,14 +429,25 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 			return nil
 		}
 		p.m.Batches.WithLabelValues("retry").Observe(time.Since(start).Seconds())
-		if errors.Is(err, errLockLost) {
+		giveBack := func() {
 			for _, msg := range batch {
-				_ = msg.Nak() // to the audit that writes the stream now
+				_ = msg.Nak() // delivered again: to the audit that writes the stream then
 			}
+		}
+		if errors.Is(err, errLockLost) {
+			giveBack()
 			return err
 		}
 		if ctx.Err() != nil {
+			giveBack()
 			return ctx.Err()
+		}
+		if n+1 >= holdTries {
+			// Held no longer: an audit standing by, which may reach the database, takes the
+			// stream over and this batch with it; this one tries again later, from its lock.
+			giveBack()
+			p.unlock()
+			return fmt.Errorf("audit: %d tries to write a batch failed; gave it back: %w", holdTries, err)
 		}
 		p.m.Up.Set(0)
 		// At most a third of the consumer's ack wait (30 s) between tries: the batch is held
@@ -400,10 +458,15 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 			_ = msg.InProgress()
 		}
 		if !retry.Sleep(ctx, d) {
+			giveBack()
 			return ctx.Err()
 		}
 	}
 }
+
+// holdTries is how many tries of a batch an audit makes before it gives the batch back (7 s of
+// waits between them, each try at most tryTimeout).
+const holdTries = 4
 
 // try writes recs once, through the connection that holds the stream's lock, within
 // tryTimeout; a write begun is let finish when ctx ends. errLockLost: another audit holds the
@@ -431,17 +494,19 @@ func (p *projector) watchLag(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
-		if held := p.holding.Load(); held > 0 {
-			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(time.Unix(0, held)).Seconds())
-		} else if time.Since(time.Unix(0, p.wrote.Load())) > 2*time.Second {
-			p.m.LagSeconds.WithLabelValues(name).Set(0) // nothing held, nothing written lately: caught up
-		}
+		backlog := -1.0 // unknown
 		if c := p.consumer.Load(); c != nil {
 			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			if info, err := (*c).Info(ictx); err == nil {
-				p.m.Lag.WithLabelValues(name).Set(float64(info.NumPending) + float64(info.NumAckPending))
+				backlog = float64(info.NumPending) + float64(info.NumAckPending)
+				p.m.Lag.WithLabelValues(name).Set(backlog)
 			}
 			cancel()
+		}
+		if held := p.holding.Load(); held > 0 {
+			p.m.LagSeconds.WithLabelValues(name).Set(time.Since(time.Unix(0, held)).Seconds())
+		} else if backlog == 0 && time.Since(time.Unix(0, p.wrote.Load())) > 2*time.Second {
+			p.m.LagSeconds.WithLabelValues(name).Set(0) // nothing held, nothing left: caught up
 		}
 		select {
 		case <-ctx.Done():

@@ -148,3 +148,24 @@ func TestServiceProjectsTheRecordAsItGrows(t *testing.T) {
 		t.Fatal("Run did not return once stopped")
 	}
 }
+
+// parseDSN's errors must not carry the password, whatever shape the connection string has
+// (libpq accepts blanks around '=' and escaped quotes in values).
+func TestAConnectionStringsErrorHidesItsPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"host=localhost password = hunter2 sslmode=bogus",
+		"host=localhost password='a\\'hunter2' sslmode=bogus",
+		"host=localhost password=hunter2 sslmode=bogus",
+		"postgres://u:hunter2@localhost/db?sslmode=bogus",
+		"postgres://u:hunter2%zz@localhost/db",
+	} {
+		err := CheckDSN(dsn)
+		if err == nil {
+			t.Errorf("%q: accepted", dsn)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: the error shows the password: %v", dsn, err)
+		}
+	}
+}

@@ -65,14 +65,19 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	requested = true,
 	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = excluded.tool_name,
-	route = coalesce(s.route, excluded.route),
-	action_kind = coalesce(s.action_kind, excluded.action_kind),
+	route = CASE WHEN ` + firstDispatch + ` THEN coalesce(excluded.route, s.route) ELSE coalesce(s.route, excluded.route) END,
+	action_kind = CASE WHEN ` + firstDispatch + ` THEN coalesce(excluded.action_kind, s.action_kind) ELSE coalesce(s.action_kind, excluded.action_kind) END,
 	fast_lane = s.fast_lane OR excluded.fast_lane,
 	dispatched_at = least(s.dispatched_at, excluded.dispatched_at),
-	contract_version = coalesce(s.contract_version, excluded.contract_version),
+	contract_version = CASE WHEN ` + firstDispatch + ` THEN coalesce(excluded.contract_version, s.contract_version) ELSE coalesce(s.contract_version, excluded.contract_version) END,
 	arguments_summary = coalesce(s.arguments_summary, excluded.arguments_summary),
-	tx = coalesce(s.tx, excluded.tx),
-	fence = coalesce(s.fence, excluded.fence)`
+	tx = CASE WHEN ` + firstDispatch + ` THEN coalesce(excluded.tx, s.tx) ELSE coalesce(s.tx, excluded.tx) END,
+	fence = CASE WHEN ` + firstDispatch + ` THEN coalesce(excluded.fence, s.fence) ELSE coalesce(s.fence, excluded.fence) END`
+
+// firstDispatch holds, in sqlDispatch's update, when the dispatch written is the first of its
+// call (the earliest) and no result said its own route and grant yet: whatever order two
+// dispatches of a call are written in, the first stands, and a counted result's grant over both.
+const firstDispatch = `(s.result_seq IS NULL AND (s.dispatched_at IS NULL OR excluded.dispatched_at < s.dispatched_at))`
 
 // sqlStarted: a try of a call began.
 const sqlStarted = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, start_time, tries, sandbox)
@@ -84,20 +89,21 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	tries = greatest(s.tries, excluded.tries)`
 
 // sqlRetry: a try that retries a failed one.
-const sqlRetry = `INSERT INTO hermes_retries (request_id, tool_call_id, attempt, tool_name, error_code, at)
-VALUES ($1, $2, $3, $4, $5, $6)
+const sqlRetry = `INSERT INTO hermes_retries (request_id, tool_call_id, attempt, tool_name, error_code, at, sandbox)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (request_id, tool_call_id, attempt) DO NOTHING`
 
 // sqlResult: a call's result that counts — the first on its subject, or a re-driven call's own
 // after the dead-letter processor's answer — whatever order they are written in: a tool's
-// result wins over the dead-letter processor's, and of two alike the one recorded first.
+// result wins over the dead-letter processor's, and of two alike the one recorded first; the
+// route, contract version and grant it names are the step's.
 const sqlResult = `INSERT INTO hermes_steps AS s (request_id, tool_call_id, tool_name, route, end_time, attempts, status,
 	error_code, error_origin, tool_error_code, execution_ms, contract_version, result_summary, tx, fence, dead_answer, result_seq, sandbox)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	sandbox = s.sandbox OR excluded.sandbox,
 	tool_name = coalesce(s.tool_name, excluded.tool_name),
-	route = coalesce(s.route, excluded.route),
+	route = coalesce(excluded.route, s.route),
 	end_time = excluded.end_time,
 	attempts = excluded.attempts,
 	status = excluded.status,
@@ -105,18 +111,18 @@ ON CONFLICT (request_id, tool_call_id) DO UPDATE SET
 	error_origin = excluded.error_origin,
 	tool_error_code = excluded.tool_error_code,
 	execution_ms = excluded.execution_ms,
-	contract_version = coalesce(s.contract_version, excluded.contract_version),
+	contract_version = coalesce(excluded.contract_version, s.contract_version),
 	result_summary = excluded.result_summary,
-	tx = coalesce(s.tx, excluded.tx),
-	fence = coalesce(s.fence, excluded.fence),
+	tx = coalesce(excluded.tx, s.tx),
+	fence = coalesce(excluded.fence, s.fence),
 	dead_answer = excluded.dead_answer,
 	result_seq = excluded.result_seq
 WHERE s.result_seq IS NULL OR (s.dead_answer AND NOT excluded.dead_answer)
 	OR (s.dead_answer = excluded.dead_answer AND excluded.result_seq < s.result_seq)`
 
 const sqlPolicy = `INSERT INTO hermes_policy_decisions (key, request_id, tool_call_id, tool_name, decision, rule, source, version,
-	reason, approval_id, decided_by, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	approval_id, decided_by, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (key) DO NOTHING`
 
 const sqlApprovalAsked = `INSERT INTO hermes_approvals AS a (approval_id, request_id, tool_call_id, tool_name, rule, asked_at)
@@ -128,7 +134,8 @@ ON CONFLICT (approval_id) DO UPDATE SET
 	rule = coalesce(a.rule, excluded.rule),
 	asked_at = least(a.asked_at, excluded.asked_at)`
 
-// sqlApprovalDecided: the first decision of an approval is its decision.
+// sqlApprovalDecided: the first decision of an approval (the earliest, whatever order they are
+// written in) is its decision.
 const sqlApprovalDecided = `INSERT INTO hermes_approvals AS a (approval_id, request_id, tool_call_id, tool_name, status, decided_by, decided_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (approval_id) DO UPDATE SET
@@ -138,7 +145,8 @@ ON CONFLICT (approval_id) DO UPDATE SET
 	status = excluded.status,
 	decided_by = excluded.decided_by,
 	decided_at = excluded.decided_at
-WHERE a.decided_at IS NULL`
+WHERE a.decided_at IS NULL OR excluded.decided_at < a.decided_at
+	OR (excluded.decided_at = a.decided_at AND excluded.status < a.status)`
 
 const sqlRunSeen = `INSERT INTO hermes_blueprint_runs AS r (run_id, blueprint, version, started_at)
 VALUES ($1, $2, $3, $4)
@@ -159,19 +167,24 @@ const sqlStep = `INSERT INTO hermes_blueprint_steps AS s (run_id, step, tool_nam
 	error_code, condition, condition_result, started_at, updated_at, duration_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 ON CONFLICT (run_id, step) DO UPDATE SET
-	tool_name = coalesce(excluded.tool_name, s.tool_name),
-	status = excluded.status,
-	request_id = coalesce(excluded.request_id, s.request_id),
-	tool_call_id = coalesce(excluded.tool_call_id, s.tool_call_id),
-	approval_id = coalesce(excluded.approval_id, s.approval_id),
-	error_code = excluded.error_code,
-	condition = coalesce(excluded.condition, s.condition),
-	condition_result = coalesce(excluded.condition_result, s.condition_result),
+	tool_name = coalesce(s.tool_name, excluded.tool_name),
+	request_id = coalesce(s.request_id, excluded.request_id),
+	tool_call_id = coalesce(s.tool_call_id, excluded.tool_call_id),
+	approval_id = coalesce(s.approval_id, excluded.approval_id),
+	condition = coalesce(s.condition, excluded.condition),
+	condition_result = coalesce(s.condition_result, excluded.condition_result),
 	started_at = least(s.started_at, excluded.started_at),
-	updated_at = excluded.updated_at,
-	duration_ms = excluded.duration_ms
-WHERE s.updated_at IS NULL OR excluded.updated_at > s.updated_at
-	OR (excluded.updated_at = s.updated_at AND excluded.status <> 'running')`
+	status = CASE WHEN ` + laterStep + ` THEN excluded.status ELSE s.status END,
+	error_code = CASE WHEN ` + laterStep + ` THEN excluded.error_code ELSE s.error_code END,
+	duration_ms = CASE WHEN ` + laterStep + ` THEN excluded.duration_ms ELSE s.duration_ms END,
+	updated_at = CASE WHEN ` + laterStep + ` THEN excluded.updated_at ELSE s.updated_at END`
+
+// laterStep holds, in sqlStep's update, when the event written is a later one of its step than
+// the row's (or, at the same instant, one that ends it): its status stands, whatever order the
+// events are written in; what any event says once (its request, its start) is kept.
+const laterStep = `(s.updated_at IS NULL OR excluded.updated_at > s.updated_at
+	OR (excluded.updated_at = s.updated_at AND excluded.status <> 'running'
+		AND (s.status = 'running' OR excluded.status < s.status)))`
 
 const sqlCoordination = `INSERT INTO hermes_coordination (request_id, tool_call_id, op, fence, tool_name, tx, position, held_by,
 	suggested_order, reason, at)

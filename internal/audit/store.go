@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,32 +64,61 @@ func (s *store) write(ctx context.Context, db DB, recs []Record) (written, error
 	if err := s.settleResults(ctx, db, ps); err != nil {
 		return written{}, err
 	}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps) })
-	if err == nil {
-		return count(ps), nil
-	}
-	if !healthy(ctx, db) {
+	if err := isolate(ctx, db, ps); err != nil {
 		return written{}, err
 	}
-	for i := range ps {
-		var err error
-		for range isolateTries {
-			if err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err == nil {
-				break
-			}
+	return count(ps), nil
+}
+
+// isolate writes ps in one transaction; when the database refuses it while it answers, it
+// writes each half the same way, in order, until a record it refuses stands alone and becomes an
+// error row: some 2·log2(len(ps)) transactions for one such record in a batch, not one per record
+// (which a database a few milliseconds away would not finish within a try).
+func isolate(ctx context.Context, db DB, ps []projection) error {
+	write := func() error { return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps) }) }
+	err := write()
+	if err == nil {
+		return nil
+	}
+	if !healthy(ctx, db) {
+		return err
+	}
+	if len(ps) > 1 {
+		mid := len(ps) / 2
+		if err := isolate(ctx, db, ps[:mid]); err != nil {
+			return err
 		}
-		if err == nil {
-			continue
-		}
-		if !healthy(ctx, db) {
-			return written{}, err
-		}
-		ps[i] = ps[i].failed("the database refused its rows: " + err.Error())
-		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps[i:i+1]) }); err != nil {
-			return written{}, fmt.Errorf("audit: record the error of %s %d: %w", ps[i].rec.Stream, ps[i].rec.Seq, err)
+		return isolate(ctx, db, ps[mid:])
+	}
+	for range isolateTries - 1 { // alone, a passing conflict is got past
+		if err = write(); err == nil {
+			return nil
 		}
 	}
-	return count(ps), nil
+	if !healthy(ctx, db) {
+		return err
+	}
+	ps[0] = ps[0].failed(refusal(err))
+	if err := write(); err != nil {
+		return fmt.Errorf("audit: record the error of %s %d: %w", ps[0].rec.Stream, ps[0].rec.Seq, err)
+	}
+	return nil
+}
+
+// refusal says why the database refused a record's rows without quoting them: PostgreSQL's
+// messages, and the driver's, quote the value they refused.
+func refusal(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return "the database refused its rows: the driver could not send one of its values"
+	}
+	out := "the database refused its rows: SQLSTATE " + pe.Code
+	for _, f := range []struct{ name, v string }{{"table", pe.TableName}, {"column", pe.ColumnName}, {"constraint", pe.ConstraintName}} {
+		if f.v != "" {
+			out += ", " + f.name + " " + protocol.Shorten(f.v, 64)
+		}
+	}
+	return out
 }
 
 // healthy reports whether the database answers through db: a write that failed while it does

@@ -80,6 +80,8 @@ CREATE TABLE hermes_retries (
     tool_name    text,
     error_code   text,
     at           timestamptz,
+    -- a retry of a call the contract sandbox tried, not a caller's
+    sandbox      boolean NOT NULL DEFAULT false,
     PRIMARY KEY (request_id, tool_call_id, attempt)
 );
 CREATE INDEX hermes_retries_at ON hermes_retries (at);
@@ -95,7 +97,6 @@ CREATE TABLE hermes_policy_decisions (
     rule         text,
     source       text,
     version      bigint,
-    reason       text,
     approval_id  text,
     decided_by   text,
     at           timestamptz

@@ -58,60 +58,83 @@ func farProxy(t *testing.T, target string, delay time.Duration) string {
 	return ln.Addr().String()
 }
 
-// farBatch is a batch of n records, tool starts of n-1 calls and, at poison, one whose time
-// PostgreSQL cannot hold (year 300000: timestamp out of range).
-func farBatch(t *testing.T, n, poison int) []Record {
+// farBatch is a batch of n records, tool starts of n calls, every one whose index is refused
+// is made one the database refuses (its request id starts "refused-": see refuseSome).
+func farBatch(t *testing.T, n int, refused func(int) bool) []Record {
 	r := newRecords(t)
 	for i := range n {
-		at := r.at
-		if i == poison {
-			at = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
+		req := fmt.Sprintf("req-%d", i)
+		if refused(i) {
+			req = fmt.Sprintf("refused-%d", i)
 		}
-		r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, fmt.Sprintf("req-%d", i), "sess-1",
-			protocol.ToolStarted{ToolCallID: "c1", Name: "t", Attempt: 1, StartedAt: at})
+		r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, req, "sess-1",
+			protocol.ToolStarted{ToolCallID: "c1", Name: "t", Attempt: 1, StartedAt: r.at})
 	}
 	return r.recs
 }
 
-// A record PostgreSQL refuses becomes an audit_errors row within one try (10 s) of a full batch,
-// through a database some milliseconds away: the batch is written again in halves, not one
-// record at a time (500 transactions of three round trips each would not finish).
-func TestARefusedRecordInAFullBatchOfAFarDatabase(t *testing.T) {
-	srv := pgtest.Shared(t)
-	dsn := srv.Database(t)
-	u, _ := url.Parse(dsn)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
+// refuseSome makes the database refuse the steps of requests whose id starts "refused-" (a
+// constraint of the test's: what the projection writes holds no value PostgreSQL refuses).
+func refuseSome(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE hermes_steps ADD CONSTRAINT test_refused CHECK (request_id NOT LIKE 'refused-%')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	pool.Close()
-	proxied := *u
-	proxied.Host = farProxy(t, u.Host, 6*time.Millisecond)
-	conn, err := pgx.Connect(ctx, proxied.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	st := &store{redriven: protocol.SubjectRedrivenResult}
-	recs := farBatch(t, DefaultBatch, DefaultBatch/2)
-	for try := range 2 {
-		wctx, cancel := context.WithTimeout(ctx, tryTimeout) // as projector.try
-		began := time.Now()
-		w, err := st.write(wctx, conn, recs)
-		cancel()
-		t.Logf("try %d: %+v, %v, in %s", try, w, err, time.Since(began).Round(time.Millisecond))
-		if err != nil {
-			t.Errorf("try %d: the batch with one poison record is not written within a try (%v): commit retries it forever", try, err)
-		}
-		if conn.IsClosed() {
-			conn, err = pgx.Connect(ctx, proxied.String())
+}
+
+// Records PostgreSQL refuses become audit_errors rows, and the rest of their batch is written,
+// through a database some milliseconds away, with a full batch: it is written again in halves,
+// each transaction bounded on its own — not one record at a time (500 transactions of three
+// round trips each), and not within one try's bound (many refused records take longer).
+func TestRefusedRecordsInAFullBatchOfAFarDatabase(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		refused func(int) bool
+		want    int
+	}{
+		{"one", func(i int) bool { return i == DefaultBatch/2 }, 1},
+		{"one in 16", func(i int) bool { return i%16 == 7 }, DefaultBatch / 16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if testing.Short() && c.want > 1 {
+				t.Skip("some 15 s")
+			}
+			srv := pgtest.Shared(t)
+			dsn := srv.Database(t)
+			u, _ := url.Parse(dsn)
+			ctx := context.Background()
+			pool, err := pgxpool.New(ctx, dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
-		}
+			defer pool.Close()
+			if _, _, err := Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			refuseSome(t, pool)
+			proxied := *u
+			proxied.Host = farProxy(t, u.Host, 6*time.Millisecond)
+			conn, err := pgx.Connect(ctx, proxied.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			st := &store{redriven: protocol.SubjectRedrivenResult}
+			recs := farBatch(t, DefaultBatch, c.refused)
+			wctx, cancel := context.WithTimeout(ctx, tryTimeout) // as projector.try
+			defer cancel()
+			began := time.Now()
+			w, err := st.write(wctx, conn, recs)
+			t.Logf("%+v, %v, in %s", w, err, time.Since(began).Round(time.Millisecond))
+			if err != nil || w.failed != c.want || w.projected != DefaultBatch-c.want {
+				t.Fatalf("written %+v (%v), want %d refused and the rest written", w, err, c.want)
+			}
+			var steps, errs int
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM hermes_steps`).Scan(&steps)
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM hermes_audit_errors WHERE reason LIKE 'the database refused its rows: SQLSTATE 23514%'`).Scan(&errs)
+			if steps != DefaultBatch-c.want || errs != c.want {
+				t.Fatalf("%d steps and %d error rows, want %d and %d", steps, errs, DefaultBatch-c.want, c.want)
+			}
+		})
 	}
 }

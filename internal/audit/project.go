@@ -145,6 +145,9 @@ func (p *projection) message(m *protocol.Message, redriven func(string) string) 
 		if err != nil {
 			return err
 		}
+		if e.At.IsZero() {
+			e.At = m.CreatedAt // a step's time orders its events: never none
+		}
 		p.blueprint(e)
 	case protocol.TypeCoordination:
 		e, err := m.DecodeCoordination()
@@ -372,7 +375,7 @@ func jsonOf(v any) string {
 
 // ts is t for PostgreSQL, NULL when zero.
 func ts(t time.Time) any {
-	if t.IsZero() {
+	if t.IsZero() || t.Year() < 1 || t.Year() > 294275 { // beyond what timestamptz holds
 		return nil
 	}
 	return t.UTC()

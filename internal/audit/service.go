@@ -176,7 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for k := range s.Bus.Streams {
 		name := s.Bus.Streams[k].CachedInfo().Config.Name
-		p := &projector{Service: s, k: k, name: name, st: st, m: m, log: log.With("stream", name), where: where, conn: lockConnConfig(cfg.ConnConfig)}
+		p := &projector{Service: s, k: k, name: name, st: st, m: m, log: log.With("stream", name), where: where, conn: cfg.ConnConfig}
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Wait()
@@ -243,6 +243,9 @@ func (p *projector) lock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	for _, set := range keepalives {
+		_, _ = db.Exec(ctx, set)
+	}
 	var got bool
 	if err := db.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), lockKey(p.stream())).Scan(&got); err != nil || !got {
 		_ = db.Close(ctx)
@@ -252,22 +255,11 @@ func (p *projector) lock(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// lockConnConfig is the configuration of a projector's connection: base's, with the server told
-// to notice a client gone silent within about half a minute (TCP keepalives and a user timeout,
-// unless base sets them), so that the stream's lock it holds does not outlive it for the
-// operating system's default of some two hours.
-func lockConnConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
-	c := base.Copy()
-	if c.RuntimeParams == nil {
-		c.RuntimeParams = map[string]string{}
-	}
-	for k, v := range map[string]string{"tcp_keepalives_idle": "15", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"} {
-		if _, set := c.RuntimeParams[k]; !set {
-			c.RuntimeParams[k] = v
-		}
-	}
-	return c
-}
+// keepalives tell the server to notice a client gone silent within about half a minute, so
+// that the stream's lock a projector holds does not outlive it for the operating system's
+// default of some two hours. Set once connected, not at the start (a pooler such as PgBouncer
+// refuses startup parameters it does not know), and let fail: an older server lacks the last.
+var keepalives = []string{"SET tcp_keepalives_idle = 15", "SET tcp_keepalives_interval = 5", "SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000"}
 
 // unlock closes p's connection, which gives its lock back.
 func (p *projector) unlock() {
@@ -403,7 +395,9 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 	defer p.holding.Store(0)
 	for n := 0; ; n++ {
 		start := time.Now()
+		held := keepHeld(batch)
 		w, err := p.try(ctx, recs)
+		held()
 		if err == nil {
 			p.m.Batches.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 			p.m.Up.Set(1)
@@ -464,13 +458,35 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 	}
 }
 
+// keepHeld tells the consumer every 10 s, until the function it returns is called, that batch is
+// still being written (a try that looks for refused records may outlast the ack wait).
+func keepHeld(batch []jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for _, msg := range batch {
+					_ = msg.InProgress()
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
 // holdTries is how many tries of a batch an audit makes before it gives the batch back (7 s of
 // waits between them, each try at most tryTimeout).
 const holdTries = 4
 
 // try writes recs once, through the connection that holds the stream's lock, within
-// tryTimeout; a write begun is let finish when ctx ends. errLockLost: another audit holds the
-// lock now.
+// tryTimeout (looking for records the database refuses, each transaction within it); a write
+// begun is let finish when ctx ends. errLockLost: another audit holds the lock now.
 func (p *projector) try(ctx context.Context, recs []Record) (written, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
 	defer cancel()

@@ -64,45 +64,90 @@ func (s *store) write(ctx context.Context, db DB, recs []Record) (written, error
 	if err := s.settleResults(ctx, db, ps); err != nil {
 		return written{}, err
 	}
-	if err := isolate(ctx, db, ps); err != nil {
-		return written{}, err
+	err := writeAll(ctx, db, ps)
+	if err != nil {
+		if !refused(err) || !healthy(ctx, db) {
+			return written{}, err // the database's trouble, not the records': tried again
+		}
+		// Some record is refused. It is found by halves, each transaction bounded on its own:
+		// ctx's bound is for a batch, and finding several such records in a database some
+		// milliseconds away takes longer (the service keeps the batch its own meanwhile).
+		if err := isolate(context.WithoutCancel(ctx), db, ps); err != nil {
+			return written{}, err
+		}
 	}
 	return count(ps), nil
 }
 
-// isolate writes ps in one transaction; when the database refuses it while it answers, it
-// writes each half the same way, in order, until a record it refuses stands alone and becomes an
-// error row: some 2·log2(len(ps)) transactions for one such record in a batch, not one per record
-// (which a database a few milliseconds away would not finish within a try).
-func isolate(ctx context.Context, db DB, ps []projection) error {
-	write := func() error { return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps) }) }
-	err := write()
-	if err == nil {
-		return nil
-	}
-	if !healthy(ctx, db) {
-		return err
-	}
+// writeAll writes ps in one transaction.
+func writeAll(ctx context.Context, db DB, ps []projection) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return send(ctx, tx, ps) })
+}
+
+// isolateTimeout bounds each transaction, and each check of the database's health, while a
+// batch's refused records are looked for.
+const isolateTimeout = 10 * time.Second
+
+// bounded runs f with base bounded by isolateTimeout.
+func bounded(base context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(base, isolateTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// isolate writes ps, which the database refused as one transaction while it answered, in
+// halves, in order, splitting each half it refuses again, until a record it refuses stands
+// alone and becomes an error row: some 2·log2(len(ps)) transactions for each such record, not
+// one per record.
+func isolate(base context.Context, db DB, ps []projection) error {
+	isHealthy := func() bool { return bounded(base, func(ctx context.Context) error { return ping(ctx, db) }) == nil }
 	if len(ps) > 1 {
 		mid := len(ps) / 2
-		if err := isolate(ctx, db, ps[:mid]); err != nil {
-			return err
+		for _, half := range [][]projection{ps[:mid], ps[mid:]} {
+			err := bounded(base, func(ctx context.Context) error { return writeAll(ctx, db, half) })
+			if err == nil {
+				continue
+			}
+			if !refused(err) || !isHealthy() {
+				return err
+			}
+			if err := isolate(base, db, half); err != nil {
+				return err
+			}
 		}
-		return isolate(ctx, db, ps[mid:])
+		return nil
 	}
+	var err error
 	for range isolateTries - 1 { // alone, a passing conflict is got past
-		if err = write(); err == nil {
+		if err = bounded(base, func(ctx context.Context) error { return writeAll(ctx, db, ps) }); err == nil {
 			return nil
 		}
-	}
-	if !healthy(ctx, db) {
-		return err
+		if !refused(err) || !isHealthy() {
+			return err
+		}
 	}
 	ps[0] = ps[0].failed(refusal(err))
-	if err := write(); err != nil {
+	if err := bounded(base, func(ctx context.Context) error { return writeAll(ctx, db, ps) }); err != nil {
 		return fmt.Errorf("audit: record the error of %s %d: %w", ps[0].rec.Stream, ps[0].rec.Seq, err)
 	}
 	return nil
+}
+
+// refused reports whether err is the database refusing what it was sent — a value out of its
+// range, a constraint, a limit — or the driver unable to send it, rather than the database's
+// own trouble (a timeout, a deadlock, a restart, a full disk), which a later try gets past.
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		var conn *pgconn.ConnectError
+		return !errors.As(err, &conn) && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, context.Canceled) && !pgconn.SafeToRetry(err)
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "54": // data exception, integrity constraint, program limit
+		return true
+	}
+	return false
 }
 
 // refusal says why the database refused a record's rows without quoting them: PostgreSQL's
@@ -123,9 +168,11 @@ func refusal(err error) string {
 
 // healthy reports whether the database answers through db: a write that failed while it does
 // was refused for what it holds (or lost a passing conflict, which a try alone gets past).
-func healthy(ctx context.Context, db DB) bool {
+func healthy(ctx context.Context, db DB) bool { return ping(ctx, db) == nil }
+
+func ping(ctx context.Context, db DB) error {
 	_, err := db.Exec(ctx, "SELECT 1")
-	return err == nil
+	return err
 }
 
 func count(ps []projection) written {

@@ -117,7 +117,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	// never recorded (it had no answer), are recorded now, before this try's.
 	attempt := h.Attempt() + fast.tries
 	retrying := h.LastErrorCode()
-	if h.Attempt() == 0 && fast.tries > 0 {
+	if h.Attempt() == 1 && fast.tries > 0 { // the call's first claim: its tries were the fast lane's
 		for i := range fast.tries {
 			code := ""
 			if i > 0 {

@@ -23,6 +23,8 @@ type AuditConfig struct {
 	// Batch and Linger are audit.Service's (0: its defaults).
 	Batch  int
 	Linger time.Duration
+	// NoIntents is audit.Service's.
+	NoIntents bool
 }
 
 // auditFlags are AuditConfig's flags.
@@ -35,11 +37,12 @@ func (f *auditFlags) register(fs *flag.FlagSet, dsnFlag string) {
 		"its password is better given by PGPASSWORD or ~/.pgpass than here (env HERMES_AUDIT_POSTGRES)")
 	fs.IntVar(&f.Batch, "audit-batch", audit.DefaultBatch, "most messages the audit writes in one transaction")
 	fs.DurationVar(&f.Linger, "audit-linger", audit.DefaultLinger, "how long the audit waits for a batch to fill once its first message is in")
+	fs.BoolVar(&f.NoIntents, "audit-no-intents", false, "keep no request's intent in hermes_requests (by default a native request's is kept as its caller wrote it, at most 512 bytes; a chat's or MCP's never)")
 }
 
 // service builds the audit service on b (connected as the bus role auditor).
 func (f *AuditConfig) service(b *bus.Bus, m *audit.Metrics, log *slog.Logger) (*audit.Service, error) {
-	s := &audit.Service{Bus: b, DSN: f.DSN, Batch: f.Batch, Linger: f.Linger, Metrics: m, Logger: orDiscard(log).With("service", "audit")}
+	s := &audit.Service{Bus: b, DSN: f.DSN, Batch: f.Batch, Linger: f.Linger, NoIntents: f.NoIntents, Metrics: m, Logger: orDiscard(log).With("service", "audit")}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}

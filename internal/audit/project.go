@@ -34,6 +34,8 @@ type stmt struct {
 type projection struct {
 	rec   Record
 	stmts []stmt
+	// noIntent leaves requests' intents out (Service.NoIntents).
+	noIntent bool
 	// result is set for a tool_result, whose seal is checked before it counts.
 	result *resultOf
 }
@@ -53,8 +55,8 @@ var decodeLimits = protocol.Limits{MaxToolCalls: protocol.MaxElements, MaxArgume
 // project turns rec into statements. Messages the audit keeps nothing of (memory, summaries,
 // a re-driven result, which repeats its call's) project to none; a message that cannot be
 // read projects to an audit_errors row.
-func project(rec Record, redriven func(session string) string) projection {
-	p := projection{rec: rec}
+func project(rec Record, redriven func(session string) string, noIntent bool) projection {
+	p := projection{rec: rec, noIntent: noIntent}
 	m, err := protocol.Unmarshal(rec.Data)
 	if err != nil {
 		return p.failed("undecodable message: " + err.Error())
@@ -188,8 +190,8 @@ func callerOf(m *protocol.Message) [4]any {
 
 func (p *projection) request(m *protocol.Message, r *protocol.Request) {
 	c := callerOf(m)
-	intent := text(r.Intent, 0)
-	if r.Recall {
+	intent := text(r.Intent, MaxIntentBytes)
+	if r.Recall || p.noIntent {
 		// A door's request made for a conversation (the chat loop, MCP): its intent is the
 		// person's own words, which the audit does not keep.
 		intent = nil
@@ -331,6 +333,9 @@ func (p *projection) decision(m *protocol.Message, d *protocol.LLMDecision) {
 		jsonOf(candidates), jsonOf(chosen), len(d.Chosen) == 0 && d.Answer != "", jsonOf(warnings), domain, confidence, clarify,
 		d.Usage.Prompt, d.Usage.Completion, d.LatencyMS, llmFailure(d.Error), ts(m.CreatedAt))
 }
+
+// MaxIntentBytes bounds the intent kept of a request.
+const MaxIntentBytes = 512
 
 // notOffered stands for a tool name a model wrote that names no tool it was offered.
 const notOffered = "(not offered)"

@@ -20,7 +20,7 @@ func FuzzProject(f *testing.F) {
 	}
 	f.Add("hermes.request.1.x", []byte("\x00\xff"))
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
-		p := project(Record{Stream: protocol.StreamName, Seq: 1, Subject: subject, Data: data}, protocol.SubjectRedrivenResult)
+		p := project(Record{Stream: protocol.StreamName, Seq: 1, Subject: subject, Data: data}, protocol.SubjectRedrivenResult, false)
 		if p.result != nil {
 			(&p).counted(p.result)
 		}

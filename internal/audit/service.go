@@ -48,6 +48,10 @@ type Service struct {
 	// a batch waits to fill once its first message is in (default DefaultLinger).
 	Batch  int
 	Linger time.Duration
+	// NoIntents leaves the intent of every request out of hermes_requests. Otherwise a
+	// native request's intent is kept as its caller wrote it (at most MaxIntentBytes), as the
+	// seed's table has it; a chat's or MCP's never (a person's words).
+	NoIntents bool
 	// Metrics, when set, hears the audit's figures (NewMetrics).
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -172,7 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	st := &store{trust: s.Bus, redriven: s.Bus.Layout().SubjectRedrivenResult}
+	st := &store{trust: s.Bus, redriven: s.Bus.Layout().SubjectRedrivenResult, noIntent: s.NoIntents}
 	var wg sync.WaitGroup
 	for k := range s.Bus.Streams {
 		name := s.Bus.Streams[k].CachedInfo().Config.Name

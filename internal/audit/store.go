@@ -38,6 +38,8 @@ type store struct {
 	trust Trust
 	// redriven is where a session's re-driven results are published (protocol.Layout).
 	redriven func(session string) string
+	// noIntent leaves requests' intents out.
+	noIntent bool
 }
 
 // written says what a batch became.
@@ -59,7 +61,7 @@ const isolateTries = 3
 func (s *store) write(ctx context.Context, db DB, recs []Record) (written, error) {
 	ps := make([]projection, len(recs))
 	for i, r := range recs {
-		ps[i] = project(r, s.redriven)
+		ps[i] = project(r, s.redriven, s.noIntent)
 	}
 	if err := s.settleResults(ctx, db, ps); err != nil {
 		return written{}, err

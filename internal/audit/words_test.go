@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -37,5 +39,28 @@ func TestAModelsMadeUpToolNameIsNotKept(t *testing.T) {
 	write(t, s, r.recs)
 	if all := dump(t, pool); strings.Contains(all, secret) || !strings.Contains(all, notOffered) {
 		t.Errorf("the model's text reached hermes_llm_decisions.chosen / warnings:\n%s", all)
+	}
+}
+
+// A native request's intent is kept as its caller wrote it, bounded; with NoIntents, none is.
+func TestAnIntentIsKeptBoundedOrNotAtAll(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		s, pool := newStore(t, nil)
+		s.noIntent = drop
+		r := newRecords(t)
+		long := "renew policy " + strings.Repeat("x", 2*MaxIntentBytes)
+		r.add("hermes.request.1.sess-1", protocol.TypeRequest, "req-1", "sess-1", protocol.Request{RequestID: "req-1", SessionID: "sess-1", Intent: long,
+			ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: json.RawMessage(`{}`)}}})
+		write(t, s, r.recs)
+		var intent *string
+		if err := pool.QueryRow(context.Background(), `SELECT intent FROM hermes_requests WHERE request_id = 'req-1'`).Scan(&intent); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case drop && intent != nil:
+			t.Errorf("NoIntents kept %q", *intent)
+		case !drop && (intent == nil || len(*intent) > MaxIntentBytes || !strings.HasPrefix(*intent, "renew policy")):
+			t.Errorf("the intent kept: %v", intent)
+		}
 	}
 }

@@ -112,9 +112,9 @@ func (f *fastLane) running(key string) int {
 	return 0
 }
 
-// remember keeps res as the answer to the call of key.
-func (f *fastLane) remember(key string, res protocol.ToolResult) {
-	f.keep(key, fastAnswer{res: res, ok: true, tries: res.Attempts})
+// remember keeps res as the answer to the call of key, whose first try began then.
+func (f *fastLane) remember(key string, res protocol.ToolResult, began time.Time) {
+	f.keep(key, fastAnswer{res: res, ok: true, tries: res.Attempts, began: began, codes: res.Retried})
 }
 
 // tried keeps that the call of key was tried here without an answer, from began, each try
@@ -363,7 +363,7 @@ func (w *Worker) runFast(ctx context.Context, kind, tool string, data []byte, wi
 	hermesCode(&res)
 	data, outcome := w.fastResult(m, res)
 	if outcome == protocol.FastAnswered {
-		w.fast.remember(key, res)
+		w.fast.remember(key, res, firstTry)
 		w.obs.Recorded(&res)
 	}
 	return data, outcome

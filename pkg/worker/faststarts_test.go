@@ -18,9 +18,19 @@ import (
 	"github.com/hermesbus/hermes/pkg/worker"
 )
 
-// A call tried once on the fast lane (failing with BUSY) and then taken over by the durable
-// path: the record says try 1 (the fast lane's) and try 2 retrying what try 1 failed with.
+// A call tried on the fast lane, its first try failing (BUSY): the record says try 1 and try 2
+// retrying what try 1 failed with, whether the durable path takes the call over from the fast
+// lane (its router waited too little for a second try) or records the fast lane's answer that
+// no router recorded (its router gave up on it).
 func TestTheFastLanesTriesReachTheRecord(t *testing.T) {
+	for _, c := range []struct {
+		within, outcome string
+	}{{"100ms", protocol.FastRetry}, {"5s", protocol.FastAnswered}} {
+		t.Run(c.outcome, func(t *testing.T) { fastTriesReachTheRecord(t, c.within, c.outcome) })
+	}
+}
+
+func fastTriesReachTheRecord(t *testing.T, within, outcome string) {
 	b := bustest.NewServer(t).Provision(t, bus.Config{})
 	var tries atomic.Int64
 	funcs, _ := worker.NewFuncs(map[string]worker.Func{"t": func(_ context.Context, args json.RawMessage) (any, error) {
@@ -80,7 +90,7 @@ func TestTheFastLanesTriesReachTheRecord(t *testing.T) {
 	var reply *nats.Msg
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		reply, err = nc.RequestMsg(&nats.Msg{Subject: protocol.SubjectFastCall(protocol.ActionGo, "t"), Data: data,
-			Header: nats.Header{bus.HeaderFastWithin: []string{"100ms"}}}, 2*time.Second)
+			Header: nats.Header{bus.HeaderFastWithin: []string{within}}}, 10*time.Second)
 		if err == nil {
 			break
 		}
@@ -88,10 +98,10 @@ func TestTheFastLanesTriesReachTheRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := reply.Header.Get(bus.HeaderFast); got != protocol.FastRetry {
+	if got := reply.Header.Get(bus.HeaderFast); got != outcome {
 		t.Fatalf("fast outcome %q (%s)", got, reply.Data)
 	}
-	// The durable path takes the same call over.
+	// The durable path takes the same call over (no router recorded an answer).
 	pub := bus.NewPublisher(b.JS, protocol.Sender{Role: protocol.RoleRouter, Instance: "test-router"})
 	if _, err := pub.Publish(t.Context(), protocol.SubjectToolCall(protocol.ActionGo, "t", "s"), m); err != nil {
 		t.Fatal(err)

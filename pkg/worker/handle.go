@@ -111,6 +111,9 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 		// its result, recorded now, and it is not run again.
 		log.Info("call answered on the fast lane; recording that answer")
 		res := fast.res
+		if h.Attempt() == 1 { // its tries' starts, which its router may not have recorded
+			w.publishFastStarts(ctx, m, disp, fast, log)
+		}
 		return r.finishHolding(ctx, h, m, &res, redrive, log)
 	}
 	// Tries made here on the fast lane count among the call's: their starts, which its router
@@ -118,15 +121,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	attempt := h.Attempt() + fast.tries
 	retrying := h.LastErrorCode()
 	if h.Attempt() == 1 && fast.tries > 0 { // the call's first claim: its tries were the fast lane's
-		for i := range fast.tries {
-			code := ""
-			if i > 0 {
-				code = fast.codes[i-1]
-			}
-			if err := w.publishStarted(ctx, m, disp, i+1, code, fast.began); err != nil {
-				log.Warn("could not record the start of the fast lane's try", "err", err)
-			}
-		}
+		w.publishFastStarts(ctx, m, disp, fast, log)
 		retrying = fast.codes[fast.tries-1]
 	}
 	var waited time.Duration
@@ -268,6 +263,21 @@ func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp
 	return exec.Execute(ctx, &Call{RequestID: m.RequestID, SessionID: m.SessionID, Trace: m.Trace,
 		Attempt: attempt, MaxAttempts: maxAttempts, Dispatch: disp,
 		Timeout: time.Duration(max(disp.Action.TimeoutMS, 1)) * time.Millisecond, MaxResultBytes: w.cfg.MaxResultBytes})
+}
+
+// publishStarted records the starts of the tries a call had on this worker's fast lane,
+// 1 to fast.tries, each retrying what the one before failed with (fast.codes). Recorded by the
+// router already (it took the answer), they are the same messages, and stored once.
+func (w *Worker) publishFastStarts(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, fast fastAnswer, log *slog.Logger) {
+	for i := range fast.tries {
+		code := ""
+		if i > 0 && i-1 < len(fast.codes) {
+			code = fast.codes[i-1]
+		}
+		if err := w.publishStarted(ctx, m, disp, i+1, code, fast.began); err != nil {
+			log.Warn("could not record the start of the fast lane's try", "err", err)
+		}
+	}
 }
 
 // publishStarted records the start of try attempt of disp's call, at; retrying is the error

@@ -24,6 +24,13 @@ import (
 
 // auditRows waits (up to two minutes) until the audit wrote n answered requests, and returns
 // when it saw them.
+// TestMain stops the audit benchmarks' PostgreSQL, if one was started, once they end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Close()
+	os.Exit(code)
+}
+
 func auditRows(b *testing.B, db *pgxpool.Pool, prefix string, n int) time.Time {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)

@@ -1,51 +1,14 @@
 package audit
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/hermesbus/hermes/internal/audit/pgtest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
-
-func readmeQueries(t *testing.T) map[string]string {
-	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile("(?s)<!-- audit-query: ([^>]+?) -->\n```sql\n(.*?)```")
-	out := map[string]string{}
-	for _, m := range re.FindAllStringSubmatch(string(data), -1) {
-		out[m[1]] = m[2]
-	}
-	return out
-}
-
-func queryRows(t *testing.T, pool *pgxpool.Pool, sql string) []string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), sql)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, sql)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		v, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, strings.TrimSpace(fmt.Sprintln(v...)))
-	}
-	return out
-}
 
 // The contract sandbox's trial calls are not callers': "retries by error code" leaves a trial
 // that retries out (hermes_retries.sandbox), as the failure rate leaves its calls out.
@@ -57,7 +20,7 @@ func TestTheRetriesQueryLeavesTheSandboxOut(t *testing.T) {
 	r.add("hermes.event.tool_started."+sess, protocol.TypeToolStarted, "sandbox-get_policy-1", sess, protocol.ToolStarted{ToolCallID: "c1", Name: "get_policy",
 		Attempt: 2, StartedAt: r.at, Retrying: "TOOL_HTTP_5XX"})
 	write(t, s, r.recs)
-	if got := queryRows(t, pool, readmeQueries(t)["retries by error code"]); len(got) != 0 {
+	if got := pgtest.Rows(t, pool, pgtest.READMEQueries(t, "../../README.md")["retries by error code"]); len(got) != 0 {
 		t.Errorf("retries by error code counts the sandbox's trial: %q", got)
 	}
 }
@@ -82,8 +45,8 @@ func TestTheFailureRateCountsAnApprovedCallOnce(t *testing.T) {
 	if w := write(t, s, r.recs); w.failed != 0 {
 		t.Fatalf("%+v", w)
 	}
-	got := queryRows(t, pool, readmeQueries(t)["failure rate by tool, last 24 h"])
-	if len(got) != 1 || !strings.HasPrefix(got[0], "send_email 1 0") {
+	got := pgtest.Rows(t, pool, pgtest.READMEQueries(t, "../../README.md")["failure rate by tool, last 24 h"])
+	if len(got) != 1 || !strings.HasPrefix(got[0], "send_email | 1 | 0") {
 		t.Errorf("failure rate by tool: %q; one call, approved and run, that did not fail", got)
 	}
 }

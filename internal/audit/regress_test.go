@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
@@ -40,36 +39,36 @@ func poison(t *testing.T, recs []Record) {
 	t.Logf("%d audit_errors rows", n)
 }
 
-// A worker's tool_started whose attempt does not fit PostgreSQL's integer: pgx refuses to
-// encode it, a client-side error that is no PgError, so retryable says "try again".
-func TestRegressionIntOverflowStallsTheStream(t *testing.T) {
+// A worker's tool_started whose attempt does not fit a 32-bit integer: the columns are bigint,
+// and the batch is written, not retried for ever.
+func TestAnAttemptBeyondInt32DoesNotStallTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: "get_policy", Attempt: 1 << 33, StartedAt: r.at})
 	poison(t, r.recs)
 }
 
-// A tool_started naming a tool by a long, incompressible name: hermes_steps_tool (a btree on
-// tool_name) cannot hold it; PostgreSQL says 54000, which retryable takes for transient.
-func TestRegressionLongToolNameStallsTheStream(t *testing.T) {
+// A tool_started naming a tool by a long, incompressible name, more than the btree on
+// tool_name holds: the name is cut, and the batch is written.
+func TestALongToolNameDoesNotStallTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: randomPrintable(3000), Attempt: 1, StartedAt: r.at})
 	poison(t, r.recs)
 }
 
-// A blueprint step named by 3000 printable bytes (DecodeBlueprintStep allows 4096): the primary
-// key's btree cannot hold it.
-func TestRegressionLongBlueprintStepStallsTheStream(t *testing.T) {
+// A blueprint step named by 3000 printable bytes (DecodeBlueprintStep allows 4096), more than
+// the primary key's btree holds: the name is cut, and the batch is written.
+func TestALongBlueprintStepDoesNotStallTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "renewal", Version: 1,
 		Step: randomPrintable(3000), Tool: "get_policy", Status: "running", At: r.at})
 	poison(t, r.recs)
 }
 
-// A policy event with a long msg id (the envelope bounds none): it is hermes_policy_decisions'
-// key.
-func TestRegressionLongMsgIDStallsTheStream(t *testing.T) {
+// A policy event with a long msg id (the envelope bounds none), hermes_policy_decisions' key:
+// the key is cut, and the batch is written.
+func TestALongMsgIDDoesNotStallTheStream(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "req-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c2", Tool: "send_email",
 		Decision: protocol.PolicyDecision{Decision: protocol.PolicyParked, Rule: "confirm_required", Source: "policy", Version: 3}, At: r.at},
@@ -77,11 +76,10 @@ func TestRegressionLongMsgIDStallsTheStream(t *testing.T) {
 	poison(t, r.recs)
 }
 
-// Replaying the record must leave the same rows. A call's last try starts (attempt 3) before
-// the result that counts says 2 tries (a worker presumed dead answers after the takeover's
-// start; or a dead-letter answer, whose attempts are the ledger's): sqlResult sets attempts,
-// sqlStarted takes the greatest, so the second pass changes the row.
-func TestRegressionReplayChangesAttempts(t *testing.T) {
+// Replaying the record leaves the same rows, even where a call's last try starts (attempt 3)
+// before the result that counts says 2 tries (a worker presumed dead answers after the
+// takeover's start): the result's attempts and the starts seen (tries) are columns of their own.
+func TestAReplayKeepsAttemptsAndTries(t *testing.T) {
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1", protocol.ToolStarted{ToolCallID: "c1", Name: "t", Attempt: 3, StartedAt: r.at})
@@ -96,10 +94,9 @@ func TestRegressionReplayChangesAttempts(t *testing.T) {
 }
 
 // Two results of one call (the worker presumed dead and the one that took over, both genuine):
-// the first on the subject counts. Written out of order — an ack lost and the earlier batch
-// redelivered after the later one committed, or two audits sharing the consumer — the later
-// one counts instead: the rows depend on the order of writing, not on the record.
-func TestRegressionResultFirstWinsDependsOnWriteOrder(t *testing.T) {
+// the first on the subject counts, in either write order (an earlier batch redelivered after a
+// later one committed).
+func TestTheFirstResultCountsInAnyWriteOrder(t *testing.T) {
 	r := newRecords(t)
 	r.add("hermes.result.req-1:c1.sess-1", protocol.TypeToolResult, "req-1", "sess-1", protocol.ToolResult{ToolCallID: "c1", Name: "t",
 		Status: protocol.ResultOK, Attempts: 1, Content: json.RawMessage(`{}`)})
@@ -117,9 +114,9 @@ func TestRegressionResultFirstWinsDependsOnWriteOrder(t *testing.T) {
 	}
 }
 
-// A blueprint step's events at the same instant: "latest by time" with >= lets the one written
-// last win, so a redelivered "running" overwrites "succeeded".
-func TestRegressionBlueprintStepTieDependsOnWriteOrder(t *testing.T) {
+// A blueprint step's events at the same instant: the one that ends the step stands, in either
+// write order (a redelivered "running" does not overwrite "succeeded").
+func TestABlueprintStepsEndStandsAtATie(t *testing.T) {
 	r := newRecords(t)
 	at := r.at
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "b", Version: 1,
@@ -136,11 +133,9 @@ func TestRegressionBlueprintStepTieDependsOnWriteOrder(t *testing.T) {
 }
 
 // A key trusted with send_email only seals a result naming send_email for call c1, a
-// get_policy call. With the dispatch written first it is refused (TestAForgedResultDoesNotCount);
-// when no dispatch row is there — the dispatch in a batch another audit holds, or a call the
-// router answered itself (NO_ROUTE, a policy refusal: never dispatched) — VerifyResult is given
-// tool "" and checks the result against its own name: the forgery counts.
-func TestRegressionForgedResultCountsWithoutItsDispatch(t *testing.T) {
+// get_policy call, with no dispatch written (a call the router answered itself, never
+// dispatched): the request names the call's tool, and the forgery does not count.
+func TestAForgedResultDoesNotCountWithoutItsDispatch(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
 	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
@@ -164,50 +159,47 @@ func TestRegressionForgedResultCountsWithoutItsDispatch(t *testing.T) {
 	}
 }
 
-// An LLM decision's error is kept (text(d.Error, 1024)): whatever the backend's error says,
-// e.g. an answer that did not parse, quoted.
-func TestRegressionDecisionErrorKeepsWords(t *testing.T) {
+// secretStaysOut writes what add records and fails t if the secret reached any table; it
+// returns every row, as text.
+func secretStaysOut(t *testing.T, where string, add func(r *records)) string {
+	t.Helper()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
-	r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
-		Error: `the answer did not parse: {"name":"get_policy","arguments":{"card":"` + secret + `"`})
+	add(r)
 	write(t, s, r.recs)
-	if all := dump(t, pool); strings.Contains(all, secret) {
-		t.Errorf("a value reached the database through hermes_llm_decisions.error")
+	all := dump(t, pool)
+	if strings.Contains(all, secret) {
+		t.Errorf("a value reached the database through %s", where)
 	}
+	return all
 }
 
-var _ = time.Second
+// An LLM decision's error keeps only the HTTP status it names, never the backend's words (an
+// answer that did not parse, quoted).
+func TestADecisionsErrorKeepsNoWords(t *testing.T) {
+	secretStaysOut(t, "hermes_llm_decisions.error", func(r *records) {
+		r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
+			Error: `the answer did not parse: {"name":"get_policy","arguments":{"card":"` + secret + `"`})
+	})
+}
 
 // A conflict's reason, as coordination.Stage.conflict writes it, names the resource key, which
-// is an argument's value (contract resource_key: "policy:{policy_no}"): the audit drops
-// Resource, but keeps Reason, and with it the value.
-func TestRegressionConflictReasonCarriesTheResourceKey(t *testing.T) {
-	s, pool := newStore(t, nil)
-	r := newRecords(t)
-	key := "policy:" + secret
-	msg := "2 calls of this request change " + protocol.Shorten(key, 64) + " (renew_policy, cancel_policy): their order must be decided first"
-	r.add("hermes.event.coordination.sess-1", protocol.TypeCoordination, "req-1", "sess-1", protocol.CoordinationEvent{
-		Op: protocol.CoordConflict, ToolCallID: "c1", Tool: "renew_policy", Resource: key, Tx: protocol.TxID("req-1", key),
-		SuggestedOrder: []string{"renew_policy", "cancel_policy"}, Reason: msg, At: r.at})
-	write(t, s, r.recs)
-	if all := dump(t, pool); strings.Contains(all, secret) {
-		t.Errorf("an argument's value reached hermes_coordination.reason")
-	}
+// is an argument's value (contract resource_key: "policy:{policy_no}"): it is not kept.
+func TestAConflictsReasonIsNotKept(t *testing.T) {
+	secretStaysOut(t, "hermes_coordination.reason", func(r *records) {
+		key := "policy:" + secret
+		msg := "2 calls of this request change " + protocol.Shorten(key, 64) + " (renew_policy, cancel_policy): their order must be decided first"
+		r.add("hermes.event.coordination.sess-1", protocol.TypeCoordination, "req-1", "sess-1", protocol.CoordinationEvent{
+			Op: protocol.CoordConflict, ToolCallID: "c1", Tool: "renew_policy", Resource: key, Tx: protocol.TxID("req-1", key),
+			SuggestedOrder: []string{"renew_policy", "cancel_policy"}, Reason: msg, At: r.at})
+	})
 }
 
-// A digest keeps an object's keys that look like names: a map keyed by data (an account, a
-
-// A chat request's intent is the person's last message (chat.go: Request{Intent: intent}),
-// the very words the audit drops from the model's decision (Input): kept verbatim.
-func TestRegressionChatIntentKeepsThePersonsWords(t *testing.T) {
-	s, pool := newStore(t, nil)
-	r := newRecords(t)
-	words := "my card is " + secret
-	r.add("hermes.request.1.sess-1", protocol.TypeRequest, "run-9-1", "sess-1", protocol.Request{RequestID: "run-9-1", SessionID: "sess-1", Intent: words, Recall: true,
-		ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: []byte(`{}`)}}})
-	write(t, s, r.recs)
-	if all := dump(t, pool); strings.Contains(all, secret) {
-		t.Errorf("the person's words reached hermes_requests.intent")
-	}
+// A chat request's intent is the person's last message (chat.go: Request{Intent: intent}): it
+// is not kept, as the model's decision's input is not.
+func TestAChatIntentIsNotKept(t *testing.T) {
+	secretStaysOut(t, "hermes_requests.intent", func(r *records) {
+		r.add("hermes.request.1.sess-1", protocol.TypeRequest, "run-9-1", "sess-1", protocol.Request{RequestID: "run-9-1", SessionID: "sess-1",
+			Intent: "my card is " + secret, Recall: true, ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: []byte(`{}`)}}})
+	})
 }

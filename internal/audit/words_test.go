@@ -14,31 +14,26 @@ import (
 // approvals.Decided records as the policy event's reason: the audit keeps no reason, as it
 // keeps no chat request's intent.
 func TestAPersonsWordsStayOutOfPolicyDecisions(t *testing.T) {
-	s, pool := newStore(t, nil)
-	r := newRecords(t)
-	r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "run-9-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c1", Tool: "send_email",
-		Decision: protocol.PolicyDecision{Decision: protocol.PolicyRejected, Rule: "confirm_required", Source: "policy", Version: 1, ApprovalID: "apr-1",
-			By: "key:k1", Reason: "the person answered something else: " + protocol.Shorten("no, my card is "+secret, 200)}, At: r.at})
-	write(t, s, r.recs)
-	if all := dump(t, pool); strings.Contains(all, secret) {
-		t.Errorf("a person's words reached hermes_policy_decisions.reason")
-	}
+	secretStaysOut(t, "hermes_policy_decisions", func(r *records) {
+		r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "run-9-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c1", Tool: "send_email",
+			Decision: protocol.PolicyDecision{Decision: protocol.PolicyRejected, Rule: "confirm_required", Source: "policy", Version: 1, ApprovalID: "apr-1",
+				By: "key:k1", Reason: "the person answered something else: " + protocol.Shorten("no, my card is "+secret, 200)}, At: r.at})
+	})
 }
 
 // A model that calls a tool it was not offered names it as it likes (agent.loop: Chosen
 // Name: cutText(c.Function.Name), up to 16 KiB; the unknown_tool warning's Tool): the audit
 // keeps such a name as "(not offered)", never the model's text.
 func TestAModelsMadeUpToolNameIsNotKept(t *testing.T) {
-	s, pool := newStore(t, nil)
-	r := newRecords(t)
-	name := "the card number is " + secret
-	r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
-		Offered:  []string{"get_policy"},
-		Chosen:   []protocol.LLMCall{{ID: "c1", Name: name, Arguments: `{}`}},
-		Warnings: []protocol.LLMWarning{{Kind: protocol.WarnUnknownTool, Tool: protocol.Shorten(name, 128), CallID: "c1", Message: "unknown tool"}}})
-	write(t, s, r.recs)
-	if all := dump(t, pool); strings.Contains(all, secret) || !strings.Contains(all, notOffered) {
-		t.Errorf("the model's text reached hermes_llm_decisions.chosen / warnings:\n%s", all)
+	all := secretStaysOut(t, "hermes_llm_decisions.chosen / warnings", func(r *records) {
+		name := "the card number is " + secret
+		r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
+			Offered:  []string{"get_policy"},
+			Chosen:   []protocol.LLMCall{{ID: "c1", Name: name, Arguments: `{}`}},
+			Warnings: []protocol.LLMWarning{{Kind: protocol.WarnUnknownTool, Tool: protocol.Shorten(name, 128), CallID: "c1", Message: "unknown tool"}}})
+	})
+	if !strings.Contains(all, notOffered) {
+		t.Errorf("the made-up name is not kept as %q:\n%s", notOffered, all)
 	}
 }
 

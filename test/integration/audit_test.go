@@ -7,15 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,62 +29,10 @@ import (
 // never reach the audit's database.
 const auditSecret = "audit-secret-4111111111111111"
 
-// readmeQueries are the README's audit queries, by the name in their marker.
-func readmeQueries(t *testing.T) map[string]string {
-	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile("(?s)<!-- audit-query: ([^>]+?) -->\n```sql\n(.*?)```")
-	out := map[string]string{}
-	for _, m := range re.FindAllStringSubmatch(string(data), -1) {
-		out[m[1]] = m[2]
-	}
-	if len(out) != 5 {
-		t.Fatalf("the README has %d audit queries, want 5: %v", len(out), slices.Collect(func(yield func(string) bool) {
-			for k := range out {
-				if !yield(k) {
-					return
-				}
-			}
-		}))
-	}
-	return out
-}
-
 // query runs sql and returns its rows as text, one line per row.
 func query(t *testing.T, db *pgxpool.Pool, sql string, args ...any) []string {
 	t.Helper()
-	rows, err := db.Query(context.Background(), sql, args...)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, sql)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cells []string
-		for _, v := range vals {
-			switch v := v.(type) {
-			case pgtype.Numeric:
-				f, _ := v.Float64Value()
-				cells = append(cells, fmt.Sprint(f.Float64))
-			case pgtype.Interval:
-				cells = append(cells, (time.Duration(v.Microseconds) * time.Microsecond).String())
-			default:
-				cells = append(cells, fmt.Sprint(v))
-			}
-		}
-		out = append(out, strings.Join(cells, " | "))
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	return out
+	return pgtest.Rows(t, db, sql, args...)
 }
 
 // auditDump is every row the audit wrote, as text, in a fixed order, without the times of the
@@ -209,7 +154,7 @@ func TestAuditTrailOfADemoRun(t *testing.T) {
 	}
 
 	// The README's queries, as an operator runs them.
-	queries := readmeQueries(t)
+	queries := pgtest.READMEQueries(t, "../../README.md")
 	results := map[string][]string{}
 	for name, sql := range queries {
 		sql = strings.ReplaceAll(sql, ":'request_id'", "'audit-1'")

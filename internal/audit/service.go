@@ -214,8 +214,6 @@ type projector struct {
 	holding, wrote atomic.Int64
 }
 
-func (p *projector) stream() string { return p.name }
-
 // The advisory lock of a stream: lockClass ("HRMS") and the stream's FNV-1a hash.
 const lockClass = 0x48524d53
 
@@ -251,7 +249,7 @@ func (p *projector) lock(ctx context.Context) (bool, error) {
 		_, _ = db.Exec(ctx, set)
 	}
 	var got bool
-	if err := db.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), lockKey(p.stream())).Scan(&got); err != nil || !got {
+	if err := db.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), lockKey(p.name)).Scan(&got); err != nil || !got {
 		_ = db.Close(ctx)
 		return false, err
 	}
@@ -389,7 +387,7 @@ func (p *projector) consume(ctx context.Context, c jetstream.Consumer) error {
 func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 	recs := make([]Record, 0, len(batch))
 	for _, msg := range batch {
-		r := Record{Stream: p.stream(), Subject: msg.Subject(), Data: msg.Data()}
+		r := Record{Stream: p.name, Subject: msg.Subject(), Data: msg.Data()}
 		if md, err := msg.Metadata(); err == nil {
 			r.Seq, r.Stored = md.Sequence.Stream, md.Timestamp
 		}
@@ -418,7 +416,7 @@ func (p *projector) commit(ctx context.Context, batch []jetstream.Msg) error {
 			}
 			// The lag as this batch leaves it: what the stream holds beyond it, and how old
 			// its oldest message was when its row was written.
-			name := p.stream()
+			name := p.name
 			if md, err := batch[len(batch)-1].Metadata(); err == nil {
 				p.m.Lag.WithLabelValues(name).Set(float64(md.NumPending))
 			}
@@ -510,7 +508,7 @@ func (p *projector) try(ctx context.Context, recs []Record) (written, error) {
 
 // watchLag reads the consumer's backlog every few seconds, for the metrics.
 func (p *projector) watchLag(ctx context.Context) {
-	name := p.stream()
+	name := p.name
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {

@@ -102,7 +102,11 @@ func bounded(base context.Context, f func(context.Context) error) error {
 // alone and becomes an error row: some 2·log2(len(ps)) transactions for each such record, not
 // one per record.
 func isolate(base context.Context, db DB, ps []projection) error {
-	isHealthy := func() bool { return bounded(base, func(ctx context.Context) error { return ping(ctx, db) }) == nil }
+	isHealthy := func() bool {
+		ctx, cancel := context.WithTimeout(base, isolateTimeout)
+		defer cancel()
+		return healthy(ctx, db)
+	}
 	if len(ps) > 1 {
 		mid := len(ps) / 2
 		for _, half := range [][]projection{ps[:mid], ps[mid:]} {
@@ -170,11 +174,9 @@ func refusal(err error) string {
 
 // healthy reports whether the database answers through db: a write that failed while it does
 // was refused for what it holds (or lost a passing conflict, which a try alone gets past).
-func healthy(ctx context.Context, db DB) bool { return ping(ctx, db) == nil }
-
-func ping(ctx context.Context, db DB) error {
+func healthy(ctx context.Context, db DB) bool {
 	_, err := db.Exec(ctx, "SELECT 1")
-	return err
+	return err == nil
 }
 
 func count(ps []projection) written {

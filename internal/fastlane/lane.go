@@ -490,12 +490,8 @@ func (e *emitter) ask(ctx context.Context, job *router.Job, i int, c *router.Cal
 	// The start of each try the answer took, as the worker would record it on the durable
 	// path (its instance named): written after the call, before the result.
 	for attempt := 1; attempt <= max(res.Attempts, 1); attempt++ {
-		retrying := ""
-		if attempt >= 2 && attempt-2 < len(res.Retried) {
-			retrying = res.Retried[attempt-2] // what the try before it failed with
-		}
 		st, err := protocol.NewMessage(protocol.TypeToolStarted, &protocol.ToolStarted{ToolCallID: c.Call.ToolCallID, Name: c.Call.Name,
-			Attempt: attempt, StartedAt: sent, Retrying: retrying})
+			Attempt: attempt, StartedAt: sent, Retrying: protocol.RetriedBefore(res.Retried, attempt)})
 		if err != nil {
 			return fmt.Errorf("%w: %v", errDeclined, err)
 		}

@@ -275,6 +275,16 @@ func (r *ToolResult) Validate(field string) error {
 // MaxRetriedCodes bounds ToolResult.Retried: a route tries a call at most 10 times.
 const MaxRetriedCodes = 16
 
+// RetriedBefore is the code try attempt retries, of codes, the codes the tries failed with in
+// order (ToolResult.Retried): what the try before it failed with ("" for a first try, or one
+// codes does not reach).
+func RetriedBefore(codes []string, attempt int) string {
+	if attempt < 2 || attempt-2 >= len(codes) {
+		return ""
+	}
+	return codes[attempt-2]
+}
+
 // Validate checks a response's ids, status and results.
 func (r *Response) Validate() error {
 	if err := CheckID("request_id", r.RequestID); err != nil {

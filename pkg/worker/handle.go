@@ -122,7 +122,7 @@ func (r *runner) handle(ctx context.Context, d *bus.Delivery) error {
 	retrying := h.LastErrorCode()
 	if h.Attempt() == 1 && fast.tries > 0 { // the call's first claim: its tries were the fast lane's
 		w.publishFastStarts(ctx, m, disp, fast, log)
-		retrying = fast.codes[fast.tries-1]
+		retrying = protocol.RetriedBefore(fast.codes, attempt)
 	}
 	var waited time.Duration
 	if attempt == 1 && !m.CreatedAt.IsZero() {
@@ -269,12 +269,8 @@ func (w *Worker) try(ctx context.Context, kind string, m *protocol.Message, disp
 // 1 to fast.tries, each retrying what the one before failed with (fast.codes). Recorded by the
 // router already (it took the answer), they are the same messages, and stored once.
 func (w *Worker) publishFastStarts(ctx context.Context, m *protocol.Message, disp *protocol.Dispatch, fast fastAnswer, log *slog.Logger) {
-	for i := range fast.tries {
-		code := ""
-		if i > 0 && i-1 < len(fast.codes) {
-			code = fast.codes[i-1]
-		}
-		if err := w.publishStarted(ctx, m, disp, i+1, code, fast.began); err != nil {
+	for attempt := 1; attempt <= fast.tries; attempt++ {
+		if err := w.publishStarted(ctx, m, disp, attempt, protocol.RetriedBefore(fast.codes, attempt), fast.began); err != nil {
 			log.Warn("could not record the start of the fast lane's try", "err", err)
 		}
 	}

@@ -132,11 +132,12 @@ func TestAnAuditThatLostItsDatabaseGivesItsBatchBack(t *testing.T) {
 		_ = (&Service{Bus: b, DSN: dsn, Logger: logger("B")}).Run(ctxB)
 	}()
 	defer func() { stopB(); <-doneB }()
-	time.Sleep(time.Second) // B stands by
 
-	proxy.cut() // A's session ends: the locks are free; A cannot reach the database any more
+	// A's session ends: the locks are free, and A cannot reach the database any more. A's
+	// pull, waiting, takes req-2 (and perhaps req-3) before B, which asks for the lock every
+	// 5 s, takes the stream over.
+	proxy.cut()
 	publish("req-2")
-	time.Sleep(7 * time.Second) // B takes the streams over (it asks every 5 s)
 	publish("req-3")
 	waitFor("B to write req-3", 30*time.Second, func() bool { return has("req-3") })
 

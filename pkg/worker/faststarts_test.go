@@ -115,7 +115,16 @@ func fastTriesReachTheRecord(t *testing.T, within, outcome string) {
 	if res == nil {
 		t.Fatal("no result")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The starts are published before the result, on another path to this subscriber: wait
+	// for both to arrive.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(starts)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Attempt < starts[j].Attempt })

@@ -55,7 +55,13 @@ func TestBrowserApprovesAParkedCall(t *testing.T) {
 
 	b.clickLive("Deny without a reason", fmt.Sprintf(`#approvals-list li[data-approval=%q] .apr-deny`, ids[1]))
 	b.waitJS("a reason asked for", listed(ids[1])+`.textContent.includes('Say why') && `+listed(ids[1])+`.querySelector('.apr-reason').getAttribute('aria-invalid') === 'true'`)
-	b.do("type a reason", chromedp.SetValue(chromedp.CSS(fmt.Sprintf(`#approvals-list li[data-approval=%q] .apr-reason`, ids[1])), "not this week"))
+	// The list redraws whenever an approval comes or changes — here a fourth call parks while
+	// the reason waits to be sent — and keeps what was typed.
+	b.typeLive("type a reason", fmt.Sprintf(`#approvals-list li[data-approval=%q] .apr-reason`, ids[1]), "not this week")
+	if res := s.routeOne(keys["ann"], "ui_apr_4", session, "record", `{"n":4}`); res.Policy == nil || res.Policy.ApprovalID == "" {
+		t.Fatalf("call 4 not parked: %+v", res)
+	}
+	b.waitJS("the list redrawn with the fourth", `document.querySelectorAll('#approvals-list li').length === 4`)
 	b.clickLive("Deny", fmt.Sprintf(`#approvals-list li[data-approval=%q] .apr-deny`, ids[1]))
 	b.waitJS("denied with its reason", listed(ids[1])+`.querySelector('.approval').dataset.state === 'denied' && `+listed(ids[1])+`.textContent.includes('not this week') && `+
 		under("ui_apr_2")+`.dataset.state === 'denied'`)

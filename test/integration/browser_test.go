@@ -175,6 +175,17 @@ func (b *browser) clickLive(what, selector string) {
 	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.click(); return true; })()`)
 }
 
+// typeLive gives the input selector names text in the page itself, with the input event a
+// keystroke fires, for the reason clickLive clicks there: a value set on a node the view has
+// just replaced would land on no input anyone sees.
+func (b *browser) typeLive(what, selector, text string) {
+	b.t.Helper()
+	sel, _ := json.Marshal(selector)
+	val, _ := json.Marshal(text)
+	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.value = `+string(val)+
+		`; e.dispatchEvent(new Event('input', {bubbles: true})); return true; })()`)
+}
+
 func evalJS[T any](b *browser, expr string) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)

@@ -339,7 +339,7 @@ func TestBrowserSendAndWatch(t *testing.T) {
 	s.route(map[string]any{"request_id": "req_other_1", "session_id": "sess_other", "intent": "x",
 		"tool_calls": []map[string]any{call("c1", "echo", map[string]any{"n": 1})}})
 	b.waitJS("sess_other listed first", `(document.querySelector('.session-item') || {dataset: {}}).dataset.session === 'sess_other'`)
-	b.do("open sess_other", chromedp.Click(chromedp.CSS(`.session-item[data-session="sess_other"]`)))
+	b.clickLive("open sess_other", `.session-item[data-session="sess_other"]`)
 	b.waitJS("sess_other open", `location.hash === '#session=sess_other' && `+jsReqStatus("req_other_1")+` === 'success'`)
 	b.do("back", chromedp.NavigateBack())
 	b.waitJS("back in sess_ui", jsReqStatus("req_ui_1")+` === 'partial_success' && !`+jsReq("req_other_1"))

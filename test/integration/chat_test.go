@@ -832,8 +832,9 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 		return decisionsOf(entries)[0], text
 	}
 
-	// The tools' vectors take 3 s to come (asked for ahead, or by the first message).
-	up := startChat(t, "chat-prefilter-meaning", script(0, 3000), semantic)
+	// The tools' vectors take 8 s to come (asked for ahead, or by the first message): long
+	// enough that the first message comes before them on a loaded machine too.
+	up := startChat(t, "chat-prefilter-meaning", script(0, 8000), semantic)
 	// The first message builds the tools' index, whose vectors are asked for meanwhile: it is
 	// ranked by words, and says why.
 	d, text := ask(up, "sess_pf_first", "明天出门要带伞吗，会下雨吗")
@@ -841,7 +842,7 @@ func TestChatPrefiltersByMeaning(t *testing.T) {
 		!strings.Contains(text, "[警告]     "+d.Run+"-1 仅用词法粗筛: ") {
 		t.Errorf("while the vectors come: %+v", d)
 	}
-	waitFor(t, "the tools' vectors", func() bool {
+	waitForWithin(t, "the tools' vectors", time.Minute, func() bool {
 		n, _ := up.model.Embedded()
 		return n >= 13 // the examples' 10 contracts and the 3 meeting tools
 	})

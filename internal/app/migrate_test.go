@@ -159,6 +159,7 @@ func (e *earlierBus) left(t *testing.T) []string {
 // piece; records the earlier version's responses where this version reads them; removes it all
 // once the work is done; and is a no-op run again. --dry-run changes nothing.
 func TestMigrateRemovesTheEarlierLayoutsOnceDrained(t *testing.T) {
+	t.Parallel()
 	e := newEarlierBus(t)
 	ctx := t.Context()
 	all := e.left(t)
@@ -261,6 +262,7 @@ func TestMigrateRemovesTheEarlierLayoutsOnceDrained(t *testing.T) {
 // With --discard-pending hermes migrate removes the earlier layouts although work is pending
 // in them, naming what is given up.
 func TestMigrateDiscardsPendingWorkWhenTold(t *testing.T) {
+	t.Parallel()
 	e := newEarlierBus(t)
 	provision := func() string {
 		t.Helper()
@@ -302,6 +304,7 @@ func TestMigrateDiscardsPendingWorkWhenTold(t *testing.T) {
 // A bus this version set up holds nothing of the earlier layouts: hermes migrate says so and
 // changes nothing.
 func TestMigrateOnABusWithoutEarlierLayouts(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	srv.Provision(t, withBuckets(bus.Config{}))
 	var out, errOut bytes.Buffer

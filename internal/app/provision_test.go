@@ -14,6 +14,7 @@ import (
 )
 
 func TestProvisionChangesThePartitions(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	provision := func(args ...string) (string, error) { return runProvision(t, srv, args...) }
 	if out, err := provision("--partitions", "5"); err != nil || !strings.Contains(out, "partitions   5") {
@@ -45,6 +46,7 @@ func TestProvisionChangesThePartitions(t *testing.T) {
 }
 
 func TestProvisionChangesTheStreams(t *testing.T) {
+	t.Parallel()
 	srv := bustest.NewServer(t)
 	provision := func(args ...string) (string, error) { return runProvision(t, srv, args...) }
 	if out, err := provision("--partitions", "16"); err != nil || !strings.Contains(out, "stream HERMES,") {

@@ -14,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hermesbus/hermes/internal/audit/pgtest"
+	"github.com/hermesbus/hermes/pkg/bus/bustest"
 	"github.com/hermesbus/hermes/pkg/protocol"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := bustest.Main(m) // under -short, the parallel tests run four at once per CPU
 	pgtest.Close()
 	os.Exit(code)
 }
@@ -187,6 +188,7 @@ func write(t *testing.T, s *testStore, recs []Record) written {
 }
 
 func TestProjectionKeepsWhatHappenedAndNoValue(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	demo(r, func(*protocol.Message) {})
@@ -265,6 +267,7 @@ func TestProjectionKeepsWhatHappenedAndNoValue(t *testing.T) {
 }
 
 func TestReplayLeavesTheSameRows(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	demo(r, func(*protocol.Message) {})
@@ -281,6 +284,7 @@ func TestReplayLeavesTheSameRows(t *testing.T) {
 }
 
 func TestUndecodableRecordsBecomeErrorRows(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.raw("hermes.request.1.x", []byte("\x00\xffnot msgpack"))
@@ -323,6 +327,7 @@ func (k keys) VerifyResult(m *protocol.Message, res *protocol.ToolResult, tool s
 }
 
 func TestAForgedResultDoesNotCount(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
 	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
@@ -359,6 +364,7 @@ func TestAForgedResultDoesNotCount(t *testing.T) {
 }
 
 func TestADeadAnswerGivesWayToTheRedrivenCallsResult(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.add("hermes.result.req-3:c1.sess-3", protocol.TypeToolResult, "req-3", "sess-3", protocol.ToolResult{ToolCallID: "c1", Name: "t",
@@ -381,6 +387,7 @@ func TestADeadAnswerGivesWayToTheRedrivenCallsResult(t *testing.T) {
 }
 
 func TestMigrateIsOnceAndRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
 	_, pool := newStore(t, nil)
 	ctx := context.Background()
 	from, to, err := Migrate(ctx, pool)
@@ -396,6 +403,7 @@ func TestMigrateIsOnceAndRefusesANewerSchema(t *testing.T) {
 }
 
 func TestMigrationsAreNumbered(t *testing.T) {
+	t.Parallel()
 	m, err := migrations()
 	if err != nil || len(m) == 0 {
 		t.Fatal(m, err)
@@ -403,6 +411,7 @@ func TestMigrationsAreNumbered(t *testing.T) {
 }
 
 func TestMigrateRefusesADatabaseNotInUTF8(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
@@ -413,7 +422,9 @@ func TestMigrateRefusesADatabaseNotInUTF8(t *testing.T) {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE latin_audit ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS latin_audit WITH (FORCE)") })
+	// Dropped while admin is open (defers run last in, first out; a cleanup would run after
+	// admin.Close, and drop nothing).
+	defer func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS latin_audit WITH (FORCE)") }()
 	pool, err := pgxpool.New(ctx, srv.DSN("latin_audit"))
 	if err != nil {
 		t.Fatal(err)

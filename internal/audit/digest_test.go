@@ -9,6 +9,7 @@ import (
 )
 
 func TestDigestKeepsTheShapeNotTheValues(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want Digest

@@ -87,6 +87,7 @@ func refuseSome(t *testing.T, pool *pgxpool.Pool) {
 // each transaction bounded on its own — not one record at a time (500 transactions of three
 // round trips each), and not within one try's bound (many refused records take longer).
 func TestRefusedRecordsInAFullBatchOfAFarDatabase(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		refused func(int) bool

@@ -27,6 +27,7 @@ func sameRowsEitherOrder(t *testing.T, first, second []Record) {
 // earliest decision is the approval's, whichever is written first (a batch given back and
 // written after a later one).
 func TestAnApprovalsDecisionIsTheEarliestInAnyWriteOrder(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "req-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c1", Tool: "send_email",
 		Decision: protocol.PolicyDecision{Decision: protocol.PolicyParked, Rule: "confirm_required", Source: "policy", Version: 1, ApprovalID: "apr-1"}, At: r.at})
@@ -43,6 +44,7 @@ func TestAnApprovalsDecisionIsTheEarliestInAnyWriteOrder(t *testing.T) {
 // new turn): the first on the subject counts, with its route, grant and contract version, in
 // either write order.
 func TestTheCountedResultsGrantIsTheSteps(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	res := func(route string, fence uint64, version int) protocol.ToolResult {
 		return protocol.ToolResult{ToolCallID: "c1", Name: "renew", Status: protocol.ResultOK, Attempts: 1, Route: route, ContractVersion: version,
@@ -56,6 +58,7 @@ func TestTheCountedResultsGrantIsTheSteps(t *testing.T) {
 // A call dispatched twice (re-driven, under a new turn): the first dispatch stands, in either
 // write order.
 func TestTheFirstDispatchStandsInAnyWriteOrder(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	call := protocol.ToolCall{ToolCallID: "c1", Name: "renew", Arguments: json.RawMessage(`{}`)}
 	disp := func(route string, fence uint64) protocol.Dispatch {
@@ -72,6 +75,7 @@ func TestTheFirstDispatchStandsInAnyWriteOrder(t *testing.T) {
 // redelivered): the later event's status stands, and what only the earlier one said (its
 // start, its request) is kept.
 func TestABlueprintStepKeepsItsStartInAnyWriteOrder(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	at := r.at
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "b", Version: 1,

@@ -13,6 +13,7 @@ import (
 // The contract sandbox's trial calls are not callers': "retries by error code" leaves a trial
 // that retries out (hermes_retries.sandbox), as the failure rate leaves its calls out.
 func TestTheRetriesQueryLeavesTheSandboxOut(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.at = time.Now().Add(-time.Hour)
@@ -29,6 +30,7 @@ func TestTheRetriesQueryLeavesTheSandboxOut(t *testing.T) {
 // in the approval's own request (request_id = approval id), a second hermes_steps row: the
 // failure rate counts the run, not the parking, as the tool's.
 func TestTheFailureRateCountsAnApprovedCallOnce(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.at = time.Now().Add(-time.Hour)

@@ -42,6 +42,7 @@ func poison(t *testing.T, recs []Record) {
 // A worker's tool_started whose attempt does not fit a 32-bit integer: the columns are bigint,
 // and the batch is written, not retried for ever.
 func TestAnAttemptBeyondInt32DoesNotStallTheStream(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: "get_policy", Attempt: 1 << 33, StartedAt: r.at})
@@ -51,6 +52,7 @@ func TestAnAttemptBeyondInt32DoesNotStallTheStream(t *testing.T) {
 // A tool_started naming a tool by a long, incompressible name, more than the btree on
 // tool_name holds: the name is cut, and the batch is written.
 func TestALongToolNameDoesNotStallTheStream(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1",
 		protocol.ToolStarted{ToolCallID: "c1", Name: randomPrintable(3000), Attempt: 1, StartedAt: r.at})
@@ -60,6 +62,7 @@ func TestALongToolNameDoesNotStallTheStream(t *testing.T) {
 // A blueprint step named by 3000 printable bytes (DecodeBlueprintStep allows 4096), more than
 // the primary key's btree holds: the name is cut, and the batch is written.
 func TestALongBlueprintStepDoesNotStallTheStream(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "renewal", Version: 1,
 		Step: randomPrintable(3000), Tool: "get_policy", Status: "running", At: r.at})
@@ -69,6 +72,7 @@ func TestALongBlueprintStepDoesNotStallTheStream(t *testing.T) {
 // A policy event with a long msg id (the envelope bounds none), hermes_policy_decisions' key:
 // the key is cut, and the batch is written.
 func TestALongMsgIDDoesNotStallTheStream(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "req-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c2", Tool: "send_email",
 		Decision: protocol.PolicyDecision{Decision: protocol.PolicyParked, Rule: "confirm_required", Source: "policy", Version: 3}, At: r.at},
@@ -80,6 +84,7 @@ func TestALongMsgIDDoesNotStallTheStream(t *testing.T) {
 // before the result that counts says 2 tries (a worker presumed dead answers after the
 // takeover's start): the result's attempts and the starts seen (tries) are columns of their own.
 func TestAReplayKeepsAttemptsAndTries(t *testing.T) {
+	t.Parallel()
 	s, pool := newStore(t, nil)
 	r := newRecords(t)
 	r.add("hermes.event.tool_started.sess-1", protocol.TypeToolStarted, "req-1", "sess-1", protocol.ToolStarted{ToolCallID: "c1", Name: "t", Attempt: 3, StartedAt: r.at})
@@ -97,6 +102,7 @@ func TestAReplayKeepsAttemptsAndTries(t *testing.T) {
 // the first on the subject counts, in either write order (an earlier batch redelivered after a
 // later one committed).
 func TestTheFirstResultCountsInAnyWriteOrder(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	r.add("hermes.result.req-1:c1.sess-1", protocol.TypeToolResult, "req-1", "sess-1", protocol.ToolResult{ToolCallID: "c1", Name: "t",
 		Status: protocol.ResultOK, Attempts: 1, Content: json.RawMessage(`{}`)})
@@ -117,6 +123,7 @@ func TestTheFirstResultCountsInAnyWriteOrder(t *testing.T) {
 // A blueprint step's events at the same instant: the one that ends the step stands, in either
 // write order (a redelivered "running" does not overwrite "succeeded").
 func TestABlueprintStepsEndStandsAtATie(t *testing.T) {
+	t.Parallel()
 	r := newRecords(t)
 	at := r.at
 	r.add("hermes.event.blueprint.bpr-run1", protocol.TypeBlueprintStep, "bpr-run1-1", "bpr-run1", protocol.BlueprintStep{RunID: "run1", Blueprint: "b", Version: 1,
@@ -136,6 +143,7 @@ func TestABlueprintStepsEndStandsAtATie(t *testing.T) {
 // get_policy call, with no dispatch written (a call the router answered itself, never
 // dispatched): the request names the call's tool, and the forgery does not count.
 func TestAForgedResultDoesNotCountWithoutItsDispatch(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
 	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
@@ -177,6 +185,7 @@ func secretStaysOut(t *testing.T, where string, add func(r *records)) string {
 // An LLM decision's error keeps only the HTTP status it names, never the backend's words (an
 // answer that did not parse, quoted).
 func TestADecisionsErrorKeepsNoWords(t *testing.T) {
+	t.Parallel()
 	secretStaysOut(t, "hermes_llm_decisions.error", func(r *records) {
 		r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
 			Error: `the answer did not parse: {"name":"get_policy","arguments":{"card":"` + secret + `"`})
@@ -186,6 +195,7 @@ func TestADecisionsErrorKeepsNoWords(t *testing.T) {
 // A conflict's reason, as coordination.Stage.conflict writes it, names the resource key, which
 // is an argument's value (contract resource_key: "policy:{policy_no}"): it is not kept.
 func TestAConflictsReasonIsNotKept(t *testing.T) {
+	t.Parallel()
 	secretStaysOut(t, "hermes_coordination.reason", func(r *records) {
 		key := "policy:" + secret
 		msg := "2 calls of this request change " + protocol.Shorten(key, 64) + " (renew_policy, cancel_policy): their order must be decided first"
@@ -198,6 +208,7 @@ func TestAConflictsReasonIsNotKept(t *testing.T) {
 // A chat request's intent is the person's last message (chat.go: Request{Intent: intent}): it
 // is not kept, as the model's decision's input is not.
 func TestAChatIntentIsNotKept(t *testing.T) {
+	t.Parallel()
 	secretStaysOut(t, "hermes_requests.intent", func(r *records) {
 		r.add("hermes.request.1.sess-1", protocol.TypeRequest, "run-9-1", "sess-1", protocol.Request{RequestID: "run-9-1", SessionID: "sess-1",
 			Intent: "my card is " + secret, Recall: true, ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: []byte(`{}`)}}})

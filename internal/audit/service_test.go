@@ -21,6 +21,7 @@ import (
 // batch ends within its bound, so the batch is held (InProgress) between tries and stays this
 // audit's.
 func TestATryOfASilentDatabaseEnds(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +61,7 @@ func TestATryOfASilentDatabaseEnds(t *testing.T) {
 // The service end to end on a bus: it migrates, reads the record through its consumer in
 // batches, writes them, goes on with what is recorded later, and stops when told.
 func TestServiceProjectsTheRecordAsItGrows(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Shared(t).Database(t)
 	srv := bustest.NewServer(t)
 	b := srv.Provision(t, bus.Config{Partitions: 4})
@@ -152,6 +154,7 @@ func TestServiceProjectsTheRecordAsItGrows(t *testing.T) {
 // parseDSN's errors must not carry the password, whatever shape the connection string has
 // (libpq accepts blanks around '=' and escaped quotes in values).
 func TestAConnectionStringsErrorHidesItsPassword(t *testing.T) {
+	t.Parallel()
 	for _, dsn := range []string{
 		"host=localhost password = hunter2 sslmode=bogus",
 		"host=localhost password='a\\'hunter2' sslmode=bogus",

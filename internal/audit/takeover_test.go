@@ -70,6 +70,7 @@ func (p *cutProxy) cut() {
 // later; the batch A had fetched when it lost the database is given back after A's few tries
 // and written by B, while A still runs.
 func TestAnAuditThatLostItsDatabaseGivesItsBatchBack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("takes half a minute")
 	}

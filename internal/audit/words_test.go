@@ -14,6 +14,7 @@ import (
 // approvals.Decided records as the policy event's reason: the audit keeps no reason, as it
 // keeps no chat request's intent.
 func TestAPersonsWordsStayOutOfPolicyDecisions(t *testing.T) {
+	t.Parallel()
 	secretStaysOut(t, "hermes_policy_decisions", func(r *records) {
 		r.add("hermes.event.policy.sess-1", protocol.TypePolicy, "run-9-1", "sess-1", protocol.PolicyEvent{ToolCallID: "c1", Tool: "send_email",
 			Decision: protocol.PolicyDecision{Decision: protocol.PolicyRejected, Rule: "confirm_required", Source: "policy", Version: 1, ApprovalID: "apr-1",
@@ -25,6 +26,7 @@ func TestAPersonsWordsStayOutOfPolicyDecisions(t *testing.T) {
 // Name: cutText(c.Function.Name), up to 16 KiB; the unknown_tool warning's Tool): the audit
 // keeps such a name as "(not offered)", never the model's text.
 func TestAModelsMadeUpToolNameIsNotKept(t *testing.T) {
+	t.Parallel()
 	all := secretStaysOut(t, "hermes_llm_decisions.chosen / warnings", func(r *records) {
 		name := "the card number is " + secret
 		r.add("hermes.event.llm.sess-1", protocol.TypeLLMDecision, "run-9-1", "sess-1", protocol.LLMDecision{Run: "run-9", Turn: 1, Backend: "b", Model: "m",
@@ -39,6 +41,7 @@ func TestAModelsMadeUpToolNameIsNotKept(t *testing.T) {
 
 // A native request's intent is kept as its caller wrote it, bounded; with NoIntents, none is.
 func TestAnIntentIsKeptBoundedOrNotAtAll(t *testing.T) {
+	t.Parallel()
 	for _, drop := range []bool{false, true} {
 		s, pool := newStore(t, nil)
 		s.noIntent = drop

@@ -2,9 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +23,8 @@ import (
 // The test binary doubles as the hermes binary: with HERMES_IT_CHILD set it runs that command
 // (args in HERMES_IT_ARGS, separated by \x1f) instead of the tests. Crash tests kill such
 // children with SIGKILL: a real crash, nothing flushed, no deferred cleanup.
-// Under -short the parallel tests run four at once per CPU (bustest.Main).
+// Under -short the parallel tests run four at once per CPU (bustest.Main), and only the smoke
+// tests run, unless -run names others.
 func TestMain(m *testing.M) {
 	if cmd := os.Getenv("HERMES_IT_CHILD"); cmd != "" {
 		args := []string{cmd}
@@ -27,9 +33,69 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(app.Main(args))
 	}
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.run" })
+	if testing.Short() && !given {
+		if err := flag.Set("test.run", "^("+strings.Join(smoke, "|")+")$"); err != nil {
+			panic(err)
+		}
+	}
 	code := bustest.Main(m)
 	pgtest.Close() // the audit tests' PostgreSQL, if one was started
 	os.Exit(code)
+}
+
+// smoke names the tests `go test -short` runs here: one end-to-end path of each capability,
+// each a few seconds, so that the daily loop over the whole module stays short. Every test of
+// the package runs without -short (the README's test command, .ci/run).
+var smoke = []string{
+	"TestSeedRequestSucceeds",                 // a request through the gateway, router and worker
+	"TestParallelCallsMatchedByID",            // results matched to their call ids
+	"TestRetriesAndFailures",                  // retries, timeouts and failed calls
+	"TestGatewayRejectsBadInput",              // bad input named
+	"TestForgedResultsAreRefused",             // sealed results
+	"TestEveryDoorAdmitsAlike",                // one admission path
+	"TestApprovalRunsTheParkedCallOnce",       // policies and approvals
+	"TestSeedBlueprintRunsBothBranches",       // blueprints
+	"TestChangesOfOneResourceNeverInterleave", // state-change coordination
+	"TestMemoryIsEachOwnersOwn",               // memory
+	"TestExternalClientsPublishJSON",          // the bus as a public API
+	"TestClientsCallTheMicroService",          // NATS micro
+	"TestFastLaneAnswersReadsAndRecordsThem",  // the fast lane
+	"TestHermesChat",                          // the LLM loop
+	"TestOllamaFrontDoor",                     // another front door
+	"TestHermesIsAnMCPServer",                 // MCP
+	"TestGRPCToolsThroughHermes",              // gRPC tools
+	"TestComposeCommandsParse",                // docker-compose.yml matches the binaries' flags
+	"TestWorkerKilledMidCall",                 // a crash: the call runs again, answered once
+	"TestSmokeNamesTests",                     // and each of these names a test
+}
+
+// A name in smoke that names no test (one renamed, say) would leave -short without it, unsaid.
+func TestSmokeNamesTests(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the package's test files: %v", err)
+	}
+	tests := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") {
+				tests[fn.Name.Name] = true
+			}
+		}
+	}
+	for _, name := range smoke {
+		if !tests[name] {
+			t.Errorf("smoke names %s, which is no test of this package", name)
+		}
+	}
 }
 
 // child is a Hermes process started by a test.

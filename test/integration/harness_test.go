@@ -553,10 +553,9 @@ func seedPath(name string) string {
 	return "testdata/seed-examples/" + name
 }
 
-// long marks a test that go test -short skips: the daily loop leaves the cluster, nemesis,
-// NATS-restart, load, soak, browser and other-language (Node, the nats CLI) suites to the full
-// run (.ci/run). Crash tests that kill
-// one process at a time stay in the daily loop.
+// long marks a test that go test -short skips even when -run names it (under -short without
+// -run only the smoke tests run; see TestMain): the cluster, nemesis, NATS-restart, load, soak,
+// browser and other-language (Node, the nats CLI) suites are left to the full run (.ci/run).
 func long(t *testing.T, what string) {
 	t.Helper()
 	if testing.Short() {

@@ -2,8 +2,8 @@ package integration
 
 import "testing"
 
-// variant marks a test that go test -short skips: a further case of a door that another
-// integration test keeps in the daily loop, whose logic in-package tests prove. covered names
+// variant marks a test that go test -short skips even when -run names it: a further case of a
+// door that another integration test proves, whose logic in-package tests prove. covered names
 // what proves it under -short; the full run (.ci/run) runs the variant as well.
 func variant(t *testing.T, covered string) {
 	t.Helper()

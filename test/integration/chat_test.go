@@ -48,7 +48,9 @@ func startChatWith(t *testing.T, instance string, script *scriptedllm.Script, tw
 	srv, base := scriptedllmtest.Start(t, script, "")
 	cfg := llm.Config{Backend: llm.Backend{Name: "scripted", BaseURL: base, Model: "scripted"}}
 	if script.Embeddings != nil {
-		cfg.Embeddings = &llm.Backend{Name: "scripted", Model: "scripted-embed", MaxRetries: new(0)}
+		// A minute, not the default 10 s: a script may hold the tools' vectors back for seconds,
+		// and a loaded machine adds to that.
+		cfg.Embeddings = &llm.Backend{Name: "scripted", Model: "scripted-embed", MaxRetries: new(0), Timeout: time.Minute}
 	}
 	c, err := llm.New(cfg)
 	if err != nil {

@@ -72,13 +72,14 @@ var smoke = []string{
 	"TestSmokeNamesTests",                     // and each of these names a test
 }
 
-// A name in smoke that names no test (one renamed, say) would leave -short without it, unsaid.
+// A name in smoke that names no test (one renamed, say), or a test that skips itself under
+// -short (long, variant), would leave -short without it, unsaid.
 func TestSmokeNamesTests(t *testing.T) {
 	files, err := filepath.Glob("*_test.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("the package's test files: %v", err)
 	}
-	tests := map[string]bool{}
+	tests := map[string]*ast.FuncDecl{}
 	fset := token.NewFileSet()
 	for _, f := range files {
 		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
@@ -87,13 +88,24 @@ func TestSmokeNamesTests(t *testing.T) {
 		}
 		for _, d := range file.Decls {
 			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") {
-				tests[fn.Name.Name] = true
+				tests[fn.Name.Name] = fn
 			}
 		}
 	}
 	for _, name := range smoke {
-		if !tests[name] {
+		fn := tests[name]
+		if fn == nil {
 			t.Errorf("smoke names %s, which is no test of this package", name)
+			continue
+		}
+		for _, st := range fn.Body.List {
+			if call, ok := st.(*ast.ExprStmt); ok {
+				if c, ok := call.X.(*ast.CallExpr); ok {
+					if id, ok := c.Fun.(*ast.Ident); ok && (id.Name == "long" || id.Name == "variant") {
+						t.Errorf("smoke names %s, which %s skips under -short", name, id.Name)
+					}
+				}
+			}
 		}
 	}
 }

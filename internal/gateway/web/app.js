@@ -1226,6 +1226,9 @@
       return;
     }
     for (const b of box.querySelectorAll('button')) b.disabled = true;
+    // What an earlier try said (a reason asked for) no longer stands while this one is sent.
+    s.approvalNotes.delete(id);
+    box.querySelector('.apr-note')?.remove();
     let note;
     try {
       const resp = await fetch('/v1/approvals/' + encodeURIComponent(id) + '/' + (approve ? 'approve' : 'deny'), {

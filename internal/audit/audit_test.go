@@ -326,12 +326,19 @@ func (k keys) VerifyResult(m *protocol.Message, res *protocol.ToolResult, tool s
 	return protocol.ResultKeys(k).VerifyResult(m, res, tool)
 }
 
-func TestAForgedResultDoesNotCount(t *testing.T) {
-	t.Parallel()
+// newSendEmailOnlyStore is newStore trusting two keys: hermes's (priv), with every tool, and a
+// worker's named meeting (toolPriv), with send_email only.
+func newSendEmailOnlyStore(t *testing.T) (s *testStore, pool *pgxpool.Pool, priv, toolPriv ed25519.PrivateKey) {
+	t.Helper()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
-	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
-	s, pool := newStore(t, trust)
+	s, pool = newStore(t, keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}})
+	return s, pool, priv, toolPriv
+}
+
+func TestAForgedResultDoesNotCount(t *testing.T) {
+	t.Parallel()
+	s, pool, priv, toolPriv := newSendEmailOnlyStore(t)
 	r := newRecords(t)
 	demo(r, func(m *protocol.Message) { m.SealResult(priv, "hermes") })
 	// Before the real results: a worker key trusted with send_email only claims get_policy's

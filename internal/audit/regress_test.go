@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
@@ -144,10 +143,7 @@ func TestABlueprintStepsEndStandsAtATie(t *testing.T) {
 // dispatched): the request names the call's tool, and the forgery does not count.
 func TestAForgedResultDoesNotCountWithoutItsDispatch(t *testing.T) {
 	t.Parallel()
-	pub, priv, _ := ed25519.GenerateKey(nil)
-	toolPub, toolPriv, _ := ed25519.GenerateKey(nil)
-	trust := keys{"hermes": {Key: pub}, "meeting": {Key: toolPub, Tools: []string{"send_email"}}}
-	s, pool := newStore(t, trust)
+	s, pool, priv, toolPriv := newSendEmailOnlyStore(t)
 	r := newRecords(t)
 	req := protocol.Request{RequestID: "req-1", SessionID: "sess-1", ToolCalls: []protocol.ToolCall{{ToolCallID: "c1", Name: "get_policy", Arguments: json.RawMessage(`{}`)}}}
 	r.add("hermes.request.1.sess-1", protocol.TypeRequest, "req-1", "sess-1", req)

@@ -171,8 +171,7 @@ func (b *browser) waitJS(what, expr string) {
 // live view may replace the node between a lookup and a click made from outside the page.
 func (b *browser) clickLive(what, selector string) {
 	b.t.Helper()
-	sel, _ := json.Marshal(selector)
-	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.click(); return true; })()`)
+	b.live(what, selector, `e.click();`)
 }
 
 // typeLive gives the input selector names text in the page itself, with the input event a
@@ -180,10 +179,16 @@ func (b *browser) clickLive(what, selector string) {
 // just replaced would land on no input anyone sees.
 func (b *browser) typeLive(what, selector, text string) {
 	b.t.Helper()
-	sel, _ := json.Marshal(selector)
 	val, _ := json.Marshal(text)
-	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.value = `+string(val)+
-		`; e.dispatchEvent(new Event('input', {bubbles: true})); return true; })()`)
+	b.live(what, selector, `e.value = `+string(val)+`; e.dispatchEvent(new Event('input', {bubbles: true}));`)
+}
+
+// live runs act, JavaScript on the element e that selector names, in the page as soon as
+// there is one, in the same turn as the lookup.
+func (b *browser) live(what, selector, act string) {
+	b.t.Helper()
+	sel, _ := json.Marshal(selector)
+	b.waitJS(what, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; `+act+` return true; })()`)
 }
 
 func evalJS[T any](b *browser, expr string) T {
